@@ -1,0 +1,191 @@
+//! MongoDB-style errors: every failure that reaches a client carries a numeric
+//! `code`, its `codeName` and a human message, exactly as mongod reports them.
+
+use bson::Document;
+use std::fmt;
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Error {
+    pub code: i32,
+    pub message: String,
+    /// Extra fields merged into the error reply (e.g. `keyPattern`/`keyValue` for 11000).
+    pub info: Option<Document>,
+    /// `errorLabels` such as `ResumableChangeStreamError`.
+    pub labels: Vec<String>,
+}
+
+impl Error {
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        Error { code, message: message.into(), info: None, labels: Vec::new() }
+    }
+    pub fn with_info(mut self, info: Document) -> Self {
+        self.info = Some(info);
+        self
+    }
+    pub fn with_label(mut self, label: impl Into<String>) -> Self {
+        self.labels.push(label.into());
+        self
+    }
+    pub fn code_name(&self) -> String {
+        code_name(self.code)
+    }
+    pub fn internal(msg: impl Into<String>) -> Self { Self::new(codes::INTERNAL_ERROR, msg) }
+    pub fn bad_value(msg: impl Into<String>) -> Self { Self::new(codes::BAD_VALUE, msg) }
+    pub fn failed_to_parse(msg: impl Into<String>) -> Self { Self::new(codes::FAILED_TO_PARSE, msg) }
+    pub fn type_mismatch(msg: impl Into<String>) -> Self { Self::new(codes::TYPE_MISMATCH, msg) }
+    pub fn invalid_options(msg: impl Into<String>) -> Self { Self::new(codes::INVALID_OPTIONS, msg) }
+    /// A "Location" error: mongod's numbered assertion sites (e.g. 40324 for an unknown stage).
+    pub fn location(code: i32, msg: impl Into<String>) -> Self { Self::new(code, msg) }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}): {}", self.code_name(), self.code, self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Error codes used by this project, with mongod's numbering (src/mongo/base/error_codes.yml).
+pub mod codes {
+    pub const INTERNAL_ERROR: i32 = 1;
+    pub const BAD_VALUE: i32 = 2;
+    pub const NO_SUCH_KEY: i32 = 4;
+    pub const GRAPH_CONTAINS_CYCLE: i32 = 5;
+    pub const HOST_UNREACHABLE: i32 = 6;
+    pub const FAILED_TO_PARSE: i32 = 9;
+    pub const CANNOT_MUTATE_OBJECT: i32 = 10;
+    pub const USER_NOT_FOUND: i32 = 11;
+    pub const UNSUPPORTED_FORMAT: i32 = 12;
+    pub const UNAUTHORIZED: i32 = 13;
+    pub const TYPE_MISMATCH: i32 = 14;
+    pub const OVERFLOW: i32 = 15;
+    pub const ILLEGAL_OPERATION: i32 = 20;
+    pub const EMPTY_ARRAY_OPERATION: i32 = 21;
+    pub const INVALID_BSON: i32 = 22;
+    pub const NAMESPACE_NOT_FOUND: i32 = 26;
+    pub const INDEX_NOT_FOUND: i32 = 27;
+    pub const PATH_NOT_VIABLE: i32 = 28;
+    pub const CANNOT_CREATE_INDEX: i32 = 67;
+    pub const CONFLICTING_UPDATE_OPERATORS: i32 = 40;
+    pub const CURSOR_NOT_FOUND: i32 = 43;
+    pub const NAMESPACE_EXISTS: i32 = 48;
+    pub const MAX_TIME_MS_EXPIRED: i32 = 50;
+    pub const DOLLAR_PREFIXED_FIELD_NAME: i32 = 52;
+    pub const INVALID_ID_FIELD: i32 = 53;
+    pub const NOT_SINGLE_VALUE_FIELD: i32 = 54;
+    pub const COMMAND_NOT_FOUND: i32 = 59;
+    pub const IMMUTABLE_FIELD: i32 = 66;
+    pub const INVALID_OPTIONS: i32 = 72;
+    pub const INVALID_NAMESPACE: i32 = 73;
+    pub const INDEX_OPTIONS_CONFLICT: i32 = 85;
+    pub const INDEX_KEY_SPECS_CONFLICT: i32 = 86;
+    pub const NOT_WRITABLE_PRIMARY: i32 = 10107;
+    pub const OPERATION_FAILED: i32 = 96;
+    pub const INVALID_PIPELINE_OPERATOR: i32 = 168;
+    pub const COMMAND_NOT_SUPPORTED: i32 = 115;
+    pub const INVALID_INDEX_SPECIFICATION_OPTION: i32 = 197;
+    pub const QUERY_FEATURE_NOT_ALLOWED: i32 = 224;
+    pub const CAPPED_POSITION_LOST: i32 = 136;
+    pub const INTERRUPTED: i32 = 11601;
+    pub const CHANGE_STREAM_FATAL_ERROR: i32 = 280;
+    pub const CHANGE_STREAM_HISTORY_LOST: i32 = 286;
+    pub const INVALID_RESUME_TOKEN: i32 = 260;
+    pub const BSON_OBJECT_TOO_LARGE: i32 = 10334;
+    pub const DUPLICATE_KEY: i32 = 11000;
+    pub const INDEX_ALREADY_EXISTS: i32 = 68;
+    pub const NO_SUCH_TRANSACTION: i32 = 251;
+    pub const UNRECOGNIZED_COMMAND_FIELD: i32 = 40415;
+    pub const FAIL_POINT_ENABLED: i32 = 239;
+    pub const OPERATION_NOT_SUPPORTED_IN_TRANSACTION: i32 = 263;
+    pub const API_STRICT_ERROR: i32 = 323;
+}
+
+/// mongod's `codeName` for a code; unnamed assertion sites are reported as `Location<code>`.
+pub fn code_name(code: i32) -> String {
+    let name = match code {
+        0 => "OK",
+        1 => "InternalError",
+        2 => "BadValue",
+        4 => "NoSuchKey",
+        5 => "GraphContainsCycle",
+        6 => "HostUnreachable",
+        8 => "UnknownError",
+        9 => "FailedToParse",
+        10 => "CannotMutateObject",
+        11 => "UserNotFound",
+        12 => "UnsupportedFormat",
+        13 => "Unauthorized",
+        14 => "TypeMismatch",
+        15 => "Overflow",
+        16 => "InvalidLength",
+        17 => "ProtocolError",
+        18 => "AuthenticationFailed",
+        20 => "IllegalOperation",
+        21 => "EmptyArrayOperation",
+        22 => "InvalidBSON",
+        24 => "LockTimeout",
+        26 => "NamespaceNotFound",
+        27 => "IndexNotFound",
+        28 => "PathNotViable",
+        29 => "NonExistentPath",
+        30 => "InvalidPath",
+        31 => "RoleNotFound",
+        40 => "ConflictingUpdateOperators",
+        43 => "CursorNotFound",
+        48 => "NamespaceExists",
+        50 => "MaxTimeMSExpired",
+        51 => "DollarPrefixedFieldName",
+        52 => "DollarPrefixedFieldName",
+        53 => "InvalidIdField",
+        54 => "NotSingleValueField",
+        55 => "InvalidDBRef",
+        56 => "EmptyFieldName",
+        57 => "DottedFieldName",
+        59 => "CommandNotFound",
+        61 => "ShardKeyNotFound",
+        66 => "ImmutableField",
+        67 => "CannotCreateIndex",
+        68 => "IndexAlreadyExists",
+        72 => "InvalidOptions",
+        73 => "InvalidNamespace",
+        79 => "UnknownReplWriteConcern",
+        85 => "IndexOptionsConflict",
+        86 => "IndexKeySpecsConflict",
+        91 => "ShutdownInProgress",
+        96 => "OperationFailed",
+        100 => "UnsatisfiableWriteConcern",
+        112 => "WriteConflict",
+        115 => "CommandNotSupported",
+        117 => "ConflictingOperationInProgress",
+        125 => "CommandFailed",
+        136 => "CappedPositionLost",
+        166 => "CommandNotSupportedOnView",
+        168 => "InvalidPipelineOperator",
+        197 => "InvalidIndexSpecificationOption",
+        224 => "QueryFeatureNotAllowed",
+        239 => "FailPointEnabled",
+        251 => "NoSuchTransaction",
+        260 => "InvalidResumeToken",
+        262 => "ExceededTimeLimit",
+        263 => "OperationNotSupportedInTransaction",
+        276 => "IndexBuildAborted",
+        280 => "ChangeStreamFatalError",
+        286 => "ChangeStreamHistoryLost",
+        292 => "QueryExceededMemoryLimitNoDiskUseAllowed",
+        323 => "APIStrictError",
+        10107 => "NotWritablePrimary",
+        10334 => "BSONObjectTooLarge",
+        11000 => "DuplicateKey",
+        11600 => "InterruptedAtShutdown",
+        11601 => "Interrupted",
+        11602 => "InterruptedDueToReplStateChange",
+        13435 => "NotPrimaryNoSecondaryOk",
+        13436 => "NotPrimaryOrSecondary",
+        40415 => "Location40415",
+        _ => return format!("Location{code}"),
+    };
+    name.to_string()
+}

@@ -1,0 +1,17 @@
+//! Pure document logic shared by the engine: BSON ordering, key encoding,
+//! query matching, update operators, projection, sorting and aggregation.
+//! Nothing here touches disk or the network, so all of it is unit-tested in isolation.
+
+pub mod compare;
+pub mod error;
+pub mod expr;
+pub mod index_keys;
+pub mod keystring;
+pub mod matcher;
+pub mod path;
+pub mod pipeline;
+pub mod projection;
+pub mod sort;
+pub mod update;
+
+pub use error::{Error, Result};
