@@ -1,0 +1,410 @@
+//! OP_MSG (opcode 2013): the message format for all modern commands and replies.
+
+use std::collections::HashSet;
+
+use bson::{Bson, Document};
+
+use crate::codec::{write_document, ByteReader};
+use crate::error::{malformed, WireError};
+use crate::frame::{begin_message, finish_message, Header};
+use crate::{msg_flags, opcode};
+
+/// Flag bits 0-15 are "required": a receiver must reject any it does not understand.
+const REQUIRED_FLAGS_MASK: u32 = 0xFFFF;
+/// The required flags this implementation understands.
+const KNOWN_REQUIRED_FLAGS: u32 = msg_flags::CHECKSUM_PRESENT | msg_flags::MORE_TO_COME;
+
+const SECTION_BODY: u8 = 0;
+const SECTION_SEQUENCE: u8 = 1;
+const CHECKSUM_LEN: usize = 4;
+
+/// A kind-1 section: a named run of documents sent outside the body.
+///
+/// Drivers use these for bulk payloads (e.g. insert's `documents`) so the batch need not be
+/// built into one BSON document subject to the 16 MiB limit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DocumentSequence {
+    /// The command field the documents belong to, e.g. `"documents"` or `"updates"`.
+    pub identifier: String,
+    /// The documents, in order.
+    pub documents: Vec<Document>,
+}
+
+/// A decoded OP_MSG.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpMsg {
+    /// `flagBits`; see [`msg_flags`]. CHECKSUM_PRESENT has already been verified by decoding.
+    pub flags: u32,
+    /// The kind-0 section: the command (or reply) document.
+    pub body: Document,
+    /// The kind-1 sections, in wire order.
+    pub sequences: Vec<DocumentSequence>,
+}
+
+impl OpMsg {
+    /// An OP_MSG with just a body and no flags.
+    pub fn new(body: Document) -> Self {
+        Self {
+            flags: 0,
+            body,
+            sequences: Vec::new(),
+        }
+    }
+
+    /// Whether the sender set MORE_TO_COME: for a request, that no reply must be sent.
+    pub fn more_to_come(&self) -> bool {
+        self.flags & msg_flags::MORE_TO_COME != 0
+    }
+
+    /// Whether the client accepts an exhaust cursor stream in reply.
+    pub fn exhaust_allowed(&self) -> bool {
+        self.flags & msg_flags::EXHAUST_ALLOWED != 0
+    }
+
+    /// Flattens the message into a single command document.
+    ///
+    /// Each document sequence becomes an array field named by its identifier, so command
+    /// handlers see the same shape whether the driver used kind-1 sections or not. Decoding
+    /// rejects identifiers that clash with a body field; for hand-built messages a sequence
+    /// replaces a body field of the same name.
+    pub fn into_command(self) -> Document {
+        let mut command = self.body;
+        for seq in self.sequences {
+            let docs = seq.documents.into_iter().map(Bson::Document).collect();
+            command.insert(seq.identifier, Bson::Array(docs));
+        }
+        command
+    }
+
+    /// Decodes the bytes after the header. `header` is needed to verify the checksum, which
+    /// covers the header too.
+    pub(crate) fn decode(header: &Header, body: &[u8]) -> Result<Self, WireError> {
+        let mut r = ByteReader::new(body);
+        let flags = r.u32("OP_MSG flagBits")?;
+        let unknown = flags & REQUIRED_FLAGS_MASK & !KNOWN_REQUIRED_FLAGS;
+        if unknown != 0 {
+            return Err(malformed(format!(
+                "OP_MSG has unknown required flag bits {unknown:#x}"
+            )));
+        }
+
+        let sections = if flags & msg_flags::CHECKSUM_PRESENT != 0 {
+            let split = body
+                .len()
+                .checked_sub(CHECKSUM_LEN)
+                .filter(|&at| at >= 4)
+                .ok_or_else(|| malformed("OP_MSG too short for its checksum"))?;
+            let (covered, sum) = body.split_at(split);
+            let expected = u32::from_le_bytes([sum[0], sum[1], sum[2], sum[3]]);
+            let actual = crc32c::crc32c_append(crc32c::crc32c(&header.to_bytes()), covered);
+            if actual != expected {
+                return Err(WireError::ChecksumMismatch);
+            }
+            r.take(r.remaining() - CHECKSUM_LEN, "OP_MSG sections")?
+        } else {
+            r.take(r.remaining(), "OP_MSG sections")?
+        };
+
+        let mut r = ByteReader::new(sections);
+        let mut msg_body = None;
+        let mut sequences: Vec<DocumentSequence> = Vec::new();
+        while !r.is_empty() {
+            match r.u8("section kind")? {
+                SECTION_BODY => {
+                    let doc = r.document("OP_MSG body")?;
+                    if msg_body.replace(doc).is_some() {
+                        return Err(malformed("OP_MSG has more than one body section"));
+                    }
+                }
+                SECTION_SEQUENCE => sequences.push(decode_sequence(&mut r)?),
+                kind => return Err(malformed(format!("unknown OP_MSG section kind {kind}"))),
+            }
+        }
+        let body = msg_body.ok_or_else(|| malformed("OP_MSG has no body section"))?;
+
+        // into_command merges sequences into the body, so any name clash would silently
+        // drop data; mongod rejects these messages too.
+        let mut seen = HashSet::new();
+        for seq in &sequences {
+            if !seen.insert(seq.identifier.as_str()) {
+                return Err(malformed(format!(
+                    "duplicate document sequence '{}'",
+                    seq.identifier
+                )));
+            }
+            if body.contains_key(&seq.identifier) {
+                return Err(malformed(format!(
+                    "document sequence '{}' duplicates a body field",
+                    seq.identifier
+                )));
+            }
+        }
+
+        Ok(Self {
+            flags,
+            body,
+            sequences,
+        })
+    }
+}
+
+fn decode_sequence(r: &mut ByteReader<'_>) -> Result<DocumentSequence, WireError> {
+    let size = r.i32("document sequence size")?;
+    // The size counts its own four bytes.
+    let content_len = usize::try_from(size)
+        .ok()
+        .and_then(|s| s.checked_sub(4))
+        .ok_or_else(|| malformed(format!("document sequence size {size} is invalid")))?;
+    let mut s = ByteReader::new(r.take(content_len, "document sequence")?);
+    let identifier = s.cstring("document sequence identifier")?.to_owned();
+    let mut documents = Vec::new();
+    while !s.is_empty() {
+        documents.push(s.document("document sequence entry")?);
+    }
+    Ok(DocumentSequence {
+        identifier,
+        documents,
+    })
+}
+
+/// Encodes an OP_MSG with only a body section: the form of every server reply.
+///
+/// `flags` may include MORE_TO_COME for all but the last reply of an exhaust stream, and
+/// CHECKSUM_PRESENT to append a CRC-32C.
+pub fn encode_msg(request_id: i32, response_to: i32, flags: u32, body: &Document) -> Vec<u8> {
+    let mut out = begin_message(request_id, response_to, opcode::MSG);
+    out.extend_from_slice(&flags.to_le_bytes());
+    out.push(SECTION_BODY);
+    write_document(&mut out, body);
+    finish_with_checksum(out, flags)
+}
+
+/// Encodes a full OP_MSG, body and document sequences, as a driver would send it.
+///
+/// Used by tests and benchmark clients; the server itself only needs [`encode_msg`].
+pub fn encode_op_msg(request_id: i32, response_to: i32, msg: &OpMsg) -> Vec<u8> {
+    let mut out = begin_message(request_id, response_to, opcode::MSG);
+    out.extend_from_slice(&msg.flags.to_le_bytes());
+    out.push(SECTION_BODY);
+    write_document(&mut out, &msg.body);
+    for seq in &msg.sequences {
+        out.push(SECTION_SEQUENCE);
+        let size_at = out.len();
+        out.extend_from_slice(&[0; 4]);
+        out.extend_from_slice(seq.identifier.as_bytes());
+        out.push(0);
+        for doc in &seq.documents {
+            write_document(&mut out, doc);
+        }
+        let size = i32::try_from(out.len() - size_at).unwrap_or(i32::MAX);
+        out[size_at..size_at + 4].copy_from_slice(&size.to_le_bytes());
+    }
+    finish_with_checksum(out, msg.flags)
+}
+
+fn finish_with_checksum(mut out: Vec<u8>, flags: u32) -> Vec<u8> {
+    let checksum = flags & msg_flags::CHECKSUM_PRESENT != 0;
+    if checksum {
+        // Reserve the checksum first: the length it covers must include it.
+        out.extend_from_slice(&[0; CHECKSUM_LEN]);
+    }
+    finish_message(&mut out);
+    if checksum {
+        let covered = out.len() - CHECKSUM_LEN;
+        let crc = crc32c::crc32c(&out[..covered]);
+        out[covered..].copy_from_slice(&crc.to_le_bytes());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{decode, Request, HEADER_LEN};
+    use bson::doc;
+
+    fn decode_bytes(bytes: &[u8]) -> Result<OpMsg, WireError> {
+        let header = Header::from_bytes(bytes[..HEADER_LEN].try_into().unwrap());
+        match decode(&header, &bytes[HEADER_LEN..])? {
+            (Request::Msg(m), None) => Ok(m),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    fn insert_msg(flags: u32) -> OpMsg {
+        OpMsg {
+            flags,
+            body: doc! { "insert": "coll", "$db": "test", "ordered": true },
+            sequences: vec![
+                DocumentSequence {
+                    identifier: "documents".into(),
+                    documents: vec![doc! { "_id": 1, "x": "a" }, doc! { "_id": 2, "y": [1, 2] }],
+                },
+                DocumentSequence {
+                    identifier: "empty".into(),
+                    documents: vec![],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn roundtrip_body_and_sequences() {
+        let msg = insert_msg(0);
+        let bytes = encode_op_msg(7, 0, &msg);
+        let header = Header::from_bytes(bytes[..HEADER_LEN].try_into().unwrap());
+        assert_eq!(header.message_length as usize, bytes.len());
+        assert_eq!(
+            (header.request_id, header.response_to, header.op_code),
+            (7, 0, opcode::MSG)
+        );
+        assert_eq!(decode_bytes(&bytes).unwrap(), msg);
+    }
+
+    #[test]
+    fn encode_msg_layout() {
+        let body = doc! { "ok": 1.0 };
+        let bytes = encode_msg(5, 9, msg_flags::MORE_TO_COME, &body);
+        let mut body_bytes = Vec::new();
+        body.to_writer(&mut body_bytes).unwrap();
+        let mut expected = Vec::new();
+        expected.extend_from_slice(&((HEADER_LEN + 4 + 1 + body_bytes.len()) as i32).to_le_bytes());
+        expected.extend_from_slice(&5i32.to_le_bytes());
+        expected.extend_from_slice(&9i32.to_le_bytes());
+        expected.extend_from_slice(&2013i32.to_le_bytes());
+        expected.extend_from_slice(&2u32.to_le_bytes());
+        expected.push(0);
+        expected.extend_from_slice(&body_bytes);
+        assert_eq!(bytes, expected);
+        let decoded = decode_bytes(&bytes).unwrap();
+        assert!(decoded.more_to_come());
+        assert_eq!(decoded.body, body);
+    }
+
+    #[test]
+    fn into_command_merges_sequences() {
+        let cmd = insert_msg(0).into_command();
+        assert_eq!(
+            cmd,
+            doc! {
+                "insert": "coll", "$db": "test", "ordered": true,
+                "documents": [{ "_id": 1, "x": "a" }, { "_id": 2, "y": [1, 2] }],
+                "empty": [],
+            }
+        );
+    }
+
+    #[test]
+    fn checksum_valid_and_invalid() {
+        let msg = insert_msg(msg_flags::CHECKSUM_PRESENT);
+        let bytes = encode_op_msg(1, 0, &msg);
+        let expected = crc32c::crc32c(&bytes[..bytes.len() - 4]);
+        assert_eq!(bytes[bytes.len() - 4..], expected.to_le_bytes());
+        assert_eq!(decode_bytes(&bytes).unwrap(), msg);
+
+        // Corrupt a body byte, then the checksum itself, then the header (also covered).
+        for at in [HEADER_LEN + 10, bytes.len() - 1, 4] {
+            let mut bad = bytes.clone();
+            bad[at] ^= 0x40;
+            assert!(
+                matches!(decode_bytes(&bad), Err(WireError::ChecksumMismatch)),
+                "byte {at}"
+            );
+        }
+
+        let reply = encode_msg(2, 1, msg_flags::CHECKSUM_PRESENT, &doc! { "ok": 1 });
+        assert_eq!(decode_bytes(&reply).unwrap().body, doc! { "ok": 1 });
+    }
+
+    #[test]
+    fn known_crc32c_vector() {
+        // Guards against accidentally using plain CRC-32 instead of Castagnoli.
+        assert_eq!(crc32c::crc32c(b"123456789"), 0xE306_9283);
+    }
+
+    /// Builds raw OP_MSG bytes from a flag word and already-encoded sections.
+    fn raw_msg(flags: u32, sections: &[u8]) -> Vec<u8> {
+        let mut out = begin_message(1, 0, opcode::MSG);
+        out.extend_from_slice(&flags.to_le_bytes());
+        out.extend_from_slice(sections);
+        finish_message(&mut out);
+        out
+    }
+
+    fn body_section(doc: &Document) -> Vec<u8> {
+        let mut out = vec![SECTION_BODY];
+        doc.to_writer(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn section_count_and_kind_rules() {
+        let one = body_section(&doc! { "ping": 1 });
+        assert!(decode_bytes(&raw_msg(0, &one)).is_ok());
+        assert!(matches!(
+            decode_bytes(&raw_msg(0, &[])),
+            Err(WireError::Malformed(_))
+        ));
+        let two = [one.clone(), one.clone()].concat();
+        assert!(matches!(
+            decode_bytes(&raw_msg(0, &two)),
+            Err(WireError::Malformed(_))
+        ));
+        let unknown_kind = [one.clone(), vec![2, 0, 0, 0, 0]].concat();
+        assert!(matches!(
+            decode_bytes(&raw_msg(0, &unknown_kind)),
+            Err(WireError::Malformed(_))
+        ));
+        // Trailing garbage after the body is not a valid section.
+        let trailing = [one.clone(), vec![0]].concat();
+        assert!(decode_bytes(&raw_msg(0, &trailing)).is_err());
+    }
+
+    #[test]
+    fn flag_rules() {
+        let one = body_section(&doc! { "ping": 1 });
+        for bit in 2..16 {
+            let err = decode_bytes(&raw_msg(1 << bit, &one)).unwrap_err();
+            assert!(err.to_string().contains("unknown required flag"), "{err}");
+        }
+        // Optional bits (16-31) are ignored.
+        let m = decode_bytes(&raw_msg(msg_flags::EXHAUST_ALLOWED | 1 << 20, &one)).unwrap();
+        assert!(m.exhaust_allowed());
+    }
+
+    #[test]
+    fn sequence_size_must_be_exact() {
+        let body = body_section(&doc! { "insert": "c" });
+        let mut doc_bytes = Vec::new();
+        doc! { "a": 1 }.to_writer(&mut doc_bytes).unwrap();
+        let seq = |size: i32, extra: &[u8]| {
+            let mut s = vec![SECTION_SEQUENCE];
+            s.extend_from_slice(&size.to_le_bytes());
+            s.extend_from_slice(b"documents\0");
+            s.extend_from_slice(&doc_bytes);
+            s.extend_from_slice(extra);
+            [body.clone(), s].concat()
+        };
+        let exact = (4 + 10 + doc_bytes.len()) as i32;
+        assert!(decode_bytes(&raw_msg(0, &seq(exact, &[]))).is_ok());
+        for bad in [exact - 1, exact + 1, 3, 0, -5, i32::MAX] {
+            assert!(
+                decode_bytes(&raw_msg(0, &seq(bad, &[]))).is_err(),
+                "size {bad}"
+            );
+        }
+        // A size covering stray bytes after the last document leaves a partial document.
+        assert!(decode_bytes(&raw_msg(0, &seq(exact + 2, &[1, 2]))).is_err());
+    }
+
+    #[test]
+    fn sequence_name_clashes_rejected() {
+        let mut msg = insert_msg(0);
+        msg.body.insert("documents", 1);
+        assert!(decode_bytes(&encode_op_msg(1, 0, &msg)).is_err());
+
+        let mut msg = insert_msg(0);
+        msg.sequences[1].identifier = "documents".into();
+        assert!(decode_bytes(&encode_op_msg(1, 0, &msg)).is_err());
+    }
+}

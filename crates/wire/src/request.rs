@@ -1,0 +1,227 @@
+//! Turning a framed message into a typed request.
+
+use crate::compression::{decompress, Compressor};
+use crate::error::{malformed, WireError};
+use crate::frame::Header;
+use crate::op_msg::OpMsg;
+use crate::op_query::OpQuery;
+use crate::{opcode, HEADER_LEN};
+
+/// A client request, in one of the two formats a server must still accept.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    /// OP_MSG: every command from a modern driver.
+    Msg(OpMsg),
+    /// Legacy OP_QUERY: in practice only the initial handshake.
+    Query(OpQuery),
+}
+
+/// Decodes a message body (the bytes after the header) into a [`Request`].
+///
+/// OP_COMPRESSED is unwrapped (noop = 0, snappy = 1, zlib = 2; others yield
+/// [`WireError::UnsupportedCompressor`]) and the compressor is returned so the reply can
+/// use the same one. Any other opcode, including server-to-client ones such as OP_REPLY,
+/// is [`WireError::UnsupportedOpCode`]. Never panics, whatever the bytes.
+pub fn decode(header: &Header, body: &[u8]) -> Result<(Request, Option<Compressor>), WireError> {
+    // The OP_MSG checksum covers the header as re-serialized from these fields, so they must
+    // describe this body.
+    if usize::try_from(header.message_length).ok() != HEADER_LEN.checked_add(body.len()) {
+        return Err(malformed(format!(
+            "header length {} does not match a {}-byte body",
+            header.message_length,
+            body.len()
+        )));
+    }
+    if header.op_code != opcode::COMPRESSED {
+        return decode_plain(header, body).map(|req| (req, None));
+    }
+
+    let inner = decompress(body)?;
+    if inner.original_opcode == opcode::COMPRESSED {
+        return Err(malformed(
+            "OP_COMPRESSED may not wrap another OP_COMPRESSED",
+        ));
+    }
+    // Rebuild the header the sender compressed away: a checksummed OP_MSG inside the
+    // wrapper is verified against it, as mongod does.
+    let inner_header = Header {
+        // decompress() bounds the size by MAX_MESSAGE_SIZE, far below i32::MAX.
+        message_length: i32::try_from(HEADER_LEN + inner.body.len())
+            .map_err(|_| malformed("decompressed message too large"))?,
+        op_code: inner.original_opcode,
+        ..*header
+    };
+    decode_plain(&inner_header, &inner.body).map(|req| (req, Some(inner.compressor)))
+}
+
+fn decode_plain(header: &Header, body: &[u8]) -> Result<Request, WireError> {
+    match header.op_code {
+        opcode::MSG => OpMsg::decode(header, body).map(Request::Msg),
+        opcode::QUERY => OpQuery::decode(body).map(Request::Query),
+        other => Err(WireError::UnsupportedOpCode(other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{compress, encode_msg, encode_op_msg, encode_query, msg_flags};
+    use crate::{DocumentSequence, OpQuery};
+    use bson::doc;
+
+    /// xorshift64*: deterministic and dependency-free, which is all a smoke fuzzer needs.
+    struct XorShift(u64);
+
+    impl XorShift {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    fn decode_whole(bytes: &[u8], op_code: i32, rng: &mut XorShift) -> bool {
+        // Mostly consistent headers, so decoding gets past the length check; sometimes not.
+        let len = if rng.below(8) == 0 {
+            rng.next() as i32
+        } else {
+            (HEADER_LEN + bytes.len()) as i32
+        };
+        let header = Header {
+            message_length: len,
+            request_id: 1,
+            response_to: 0,
+            op_code,
+        };
+        decode(&header, bytes).is_ok()
+    }
+
+    fn corpus() -> Vec<Vec<u8>> {
+        let msg = OpMsg {
+            flags: msg_flags::CHECKSUM_PRESENT,
+            body: doc! { "insert": "c", "$db": "d", "n": { "a": [1, "x", { "b": null }] } },
+            sequences: vec![DocumentSequence {
+                identifier: "documents".into(),
+                documents: vec![doc! { "_id": 1 }, doc! { "_id": 2, "v": 2.5 }],
+            }],
+        };
+        let plain = encode_op_msg(
+            1,
+            0,
+            &OpMsg {
+                flags: 0,
+                ..msg.clone()
+            },
+        );
+        let query = encode_query(
+            2,
+            &OpQuery {
+                flags: 0,
+                full_collection_name: "admin.$cmd".into(),
+                number_to_skip: 0,
+                number_to_return: -1,
+                query: doc! { "isMaster": 1 },
+                return_fields_selector: Some(doc! { "x": 1 }),
+            },
+        );
+        vec![
+            plain.clone(),
+            encode_op_msg(1, 0, &msg),
+            encode_msg(3, 0, 0, &doc! { "ping": 1 }),
+            query.clone(),
+            compress(&plain, Compressor::Noop),
+            compress(&plain, Compressor::Snappy),
+            compress(&plain, Compressor::Zlib),
+            compress(&query, Compressor::Snappy),
+        ]
+    }
+
+    #[test]
+    fn random_and_mutated_input_never_panics() {
+        let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
+        let opcodes = [
+            opcode::MSG,
+            opcode::QUERY,
+            opcode::COMPRESSED,
+            opcode::REPLY,
+            0,
+        ];
+        let corpus = corpus();
+
+        // Pure noise of assorted lengths.
+        for _ in 0..20_000 {
+            let len = rng.below(96);
+            let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let _ = decode_whole(&bytes, opcodes[rng.below(opcodes.len())], &mut rng);
+        }
+
+        for message in &corpus {
+            let op_code = Header::from_bytes(message[..HEADER_LEN].try_into().unwrap()).op_code;
+            let body = &message[HEADER_LEN..];
+            // Every truncation, with the header length kept consistent.
+            for cut in 0..body.len() {
+                let _ = decode_whole(&body[..cut], op_code, &mut rng);
+            }
+            // Random mutations: flipped bytes, small-integer overwrites (likely lengths),
+            // insertions and deletions.
+            let mut accepted = 0;
+            for _ in 0..3_000 {
+                let mut b = body.to_vec();
+                for _ in 0..1 + rng.below(4) {
+                    if b.is_empty() {
+                        break;
+                    }
+                    let at = rng.below(b.len());
+                    match rng.below(4) {
+                        0 => b[at] ^= 1 << rng.below(8),
+                        1 => {
+                            let v = [0i32, 1, 4, 5, -1, i32::MAX, i32::MIN, 0x7f][rng.below(8)];
+                            let end = (at + 4).min(b.len());
+                            b[at..end].copy_from_slice(&v.to_le_bytes()[..end - at]);
+                        }
+                        2 => b.insert(at, rng.next() as u8),
+                        _ => {
+                            b.remove(at);
+                        }
+                    }
+                }
+                accepted += usize::from(decode_whole(&b, op_code, &mut rng));
+            }
+            // Some mutations (e.g. inside string values) must survive, or the fuzzer would
+            // only ever be testing the first validation step.
+            if op_code != opcode::COMPRESSED {
+                assert!(accepted > 0, "no mutation of opcode {op_code} decoded");
+            }
+        }
+    }
+
+    #[test]
+    fn header_length_must_match_body() {
+        let bytes = encode_msg(1, 0, 0, &doc! { "ping": 1 });
+        let mut header = Header::from_bytes(bytes[..HEADER_LEN].try_into().unwrap());
+        header.message_length += 1;
+        assert!(matches!(
+            decode(&header, &bytes[HEADER_LEN..]),
+            Err(WireError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn unknown_opcodes_rejected() {
+        for op in [opcode::REPLY, 2001, 2002, 2005, 2006, 2007, 9999] {
+            let header = Header {
+                message_length: 16,
+                request_id: 1,
+                response_to: 0,
+                op_code: op,
+            };
+            assert!(
+                matches!(decode(&header, &[]), Err(WireError::UnsupportedOpCode(o)) if o == op)
+            );
+        }
+    }
+}
