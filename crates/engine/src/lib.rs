@@ -1,1 +1,409 @@
+//! The engine: catalog, documents, indexes, oplog, cursors and the write path.
+//!
+//! Every write runs inside a [`Txn`] under one writer lock (the sequencer): it
+//! takes cluster times from the clock, puts the documents, their index entries
+//! and their oplog entries into one storage batch, and commits the batch. So
+//! commit order equals oplog order, and a reader tailing the oplog never sees a
+//! gap. Durability is separate (see [`durability`]): the commit returns a sequence
+//! number that `j: true` writers wait on, and one thread's fsync covers them all.
 
+pub mod catalog;
+pub mod clock;
+pub mod cursor;
+pub mod ddl;
+pub mod durability;
+pub mod find;
+pub mod format;
+pub mod keys;
+pub mod namespace;
+pub mod oplog;
+pub mod read;
+pub mod ttl;
+pub mod write;
+
+use bson::{doc, Document};
+use catalog::{Catalog, CollMeta};
+use clock::ClusterClock;
+use durability::Durability;
+use namespace::Namespace;
+use oplog::OplogChange;
+use parking_lot::{Mutex, MutexGuard, RwLock};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tailstream_query::error::{codes, Error, Result};
+use tailstream_storage::{Batch, Space, Store, StoreOptions};
+use tokio::sync::watch;
+
+pub use tailstream_query as query;
+
+/// Largest document mongod accepts (BSONObjMaxUserSize).
+pub const MAX_DOCUMENT_SIZE: usize = 16 * 1024 * 1024;
+/// Deepest nesting of documents/arrays accepted in a stored document.
+pub const MAX_NESTING_DEPTH: usize = 100;
+/// Most write operations in one insert/update/delete command (maxWriteBatchSize).
+pub const MAX_WRITE_BATCH: usize = 100_000;
+
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    pub dbpath: PathBuf,
+    /// The oplog is trimmed from its oldest end once it holds more than this.
+    pub oplog_size_bytes: u64,
+}
+
+/// What a committed transaction reports back.
+#[derive(Debug, Clone, Copy)]
+pub struct Committed {
+    /// Durability sequence number: wait for `Durability::wait_synced(seq)` before a `j: true` ack.
+    pub seq: u64,
+    /// Cluster time of the last oplog entry written (the operation time).
+    pub last_ts: Option<bson::Timestamp>,
+}
+
+/// What waiting readers (tailable cursors, change streams) are told after each commit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommitNotice {
+    pub seq: u64,
+    /// The newest oplog time committed (as the sortable u64 of [`keys::ts_to_u64`]).
+    pub last_ts: u64,
+}
+
+pub(crate) struct Writer {
+    clock: ClusterClock,
+    /// Bytes of oplog entries currently retained.
+    oplog_bytes: u64,
+    /// Oldest retained oplog time (everything below it was trimmed).
+    trim_ts: u64,
+}
+
+pub struct Engine {
+    pub store: Arc<Store>,
+    catalog: RwLock<Arc<Catalog>>,
+    writer: Mutex<Writer>,
+    pub durability: Arc<Durability>,
+    pub cursors: cursor::CursorRegistry,
+    opts: EngineOptions,
+    commits: watch::Sender<CommitNotice>,
+    _lock_file: std::fs::File,
+    syncer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Engine {
+    /// Opens the data directory (creating it), refusing if another process holds it.
+    pub fn open(opts: EngineOptions) -> Result<Arc<Engine>> {
+        std::fs::create_dir_all(&opts.dbpath).map_err(|e| {
+            Error::internal(format!("cannot create data directory {}: {e}", opts.dbpath.display()))
+        })?;
+        let lock_file = lock_dbpath(&opts.dbpath)?;
+        let store = Arc::new(
+            Store::open(&opts.dbpath.join("store"), &StoreOptions::default())
+                .map_err(|e| Error::internal(e.to_string()))?,
+        );
+        let catalog = load_catalog(&store)?;
+        let last = store.last(Space::Oplog, &[], None).map_err(storage_err)?;
+        let last_ts = last.as_ref().map(|(k, _)| keys::u64_to_ts(u64::from_be_bytes(k[..8].try_into().unwrap())));
+        let (trim_ts, oplog_bytes) = match store.get(Space::Meta, keys::META_OPLOG_TRIM).map_err(storage_err)? {
+            Some(v) => {
+                let d = Document::from_reader(&mut v.as_slice()).map_err(|e| Error::internal(e.to_string()))?;
+                (d.get_i64("trim").unwrap_or(0) as u64, d.get_i64("bytes").unwrap_or(0) as u64)
+            }
+            None => (0, 0),
+        };
+        let durability = Durability::new();
+        let syncer = durability.spawn_syncer(Arc::clone(&store));
+        let (commits, _) = watch::channel(CommitNotice {
+            seq: 0,
+            last_ts: last_ts.map(keys::ts_to_u64).unwrap_or(0),
+        });
+        tracing::info!(
+            dbpath = %opts.dbpath.display(),
+            collections = catalog.colls.len(),
+            oplog_bytes,
+            "storage opened"
+        );
+        Ok(Arc::new(Engine {
+            store,
+            catalog: RwLock::new(Arc::new(catalog)),
+            writer: Mutex::new(Writer { clock: ClusterClock::after(last_ts), oplog_bytes, trim_ts }),
+            durability,
+            cursors: cursor::CursorRegistry::new(),
+            opts,
+            commits,
+            _lock_file: lock_file,
+            syncer: Mutex::new(Some(syncer)),
+        }))
+    }
+
+    /// Flushes everything to disk and stops the background sync thread.
+    pub fn shutdown(&self) {
+        self.durability.stop();
+        if let Some(h) = self.syncer.lock().take() {
+            let _ = h.join();
+        }
+    }
+
+    pub fn options(&self) -> &EngineOptions {
+        &self.opts
+    }
+
+    /// The current catalog snapshot.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog.read().clone()
+    }
+
+    pub fn collection(&self, ns: &Namespace) -> Option<Arc<CollMeta>> {
+        self.catalog.read().get(ns)
+    }
+
+    /// Subscribe to commit notices (tailable cursors and change streams wait on this).
+    pub fn subscribe_commits(&self) -> watch::Receiver<CommitNotice> {
+        self.commits.subscribe()
+    }
+
+    /// The newest cluster time handed out (the server's `operationTime` when idle).
+    pub fn cluster_time(&self) -> bson::Timestamp {
+        keys::u64_to_ts(self.commits.borrow().last_ts)
+    }
+
+    /// Oldest and newest retained oplog times.
+    pub fn oplog_window(&self) -> (u64, u64) {
+        let w = self.writer.lock();
+        (w.trim_ts, keys::ts_to_u64(w.clock.last()))
+    }
+
+    pub(crate) fn begin(&self) -> Txn<'_> {
+        let w = self.writer.lock();
+        Txn {
+            engine: self,
+            batch: self.store.batch(),
+            w,
+            base: self.catalog(),
+            catalog: None,
+            wall: bson::DateTime::now(),
+            last_ts: None,
+            oplog_added: 0,
+        }
+    }
+
+    /// Writes a no-op oplog entry (as mongod's periodic noop writer does), e.g. to
+    /// advance the cluster time for readers.
+    pub fn write_noop(&self, msg: &str) -> Result<Committed> {
+        let mut txn = self.begin();
+        txn.log(OplogChange { op: "n", ns: String::new(), ui: None, o: doc! {"msg": msg}, o2: None });
+        txn.commit()
+    }
+}
+
+/// One atomic write: data, index entries, oplog entries and catalog changes,
+/// committed together under the writer lock.
+pub(crate) struct Txn<'e> {
+    engine: &'e Engine,
+    w: MutexGuard<'e, Writer>,
+    batch: Batch<'e>,
+    /// The catalog as of the start (stable: it only changes under the writer lock we hold).
+    base: Arc<Catalog>,
+    /// A modified copy of the catalog, installed on commit.
+    catalog: Option<Catalog>,
+    wall: bson::DateTime,
+    last_ts: Option<bson::Timestamp>,
+    oplog_added: u64,
+}
+
+impl<'e> Txn<'e> {
+    pub fn batch(&mut self) -> &mut Batch<'e> {
+        &mut self.batch
+    }
+
+    pub fn store(&self) -> &'e Store {
+        &self.engine.store
+    }
+
+    /// Appends an oplog entry (and its per-namespace index entry) with the next cluster time.
+    pub fn log(&mut self, change: OplogChange) -> bson::Timestamp {
+        let ts = self.w.clock.next();
+        let t = keys::ts_to_u64(ts);
+        let entry = change.to_entry(ts, self.wall);
+        let mut bytes = Vec::with_capacity(256);
+        entry.to_writer(&mut bytes).expect("serialising a Document into a Vec cannot fail");
+        self.oplog_added += bytes.len() as u64;
+        self.batch.put(Space::Oplog, &keys::oplog_key(t), &bytes);
+        if !change.ns.is_empty() {
+            self.batch.put(Space::OplogByNs, &keys::oplog_ns_key(&change.ns, t), &[]);
+        }
+        self.last_ts = Some(ts);
+        ts
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        self.catalog.as_ref().unwrap_or(&self.base)
+    }
+
+    pub fn catalog_mut(&mut self) -> &mut Catalog {
+        if self.catalog.is_none() {
+            self.catalog = Some((*self.base).clone());
+        }
+        self.catalog.as_mut().unwrap()
+    }
+
+    /// Installs a collection's new metadata (persisted in this batch).
+    pub fn put_collection(&mut self, meta: CollMeta) -> Arc<CollMeta> {
+        let mut bytes = Vec::new();
+        meta.to_document().to_writer(&mut bytes).expect("serialise catalog entry");
+        let key = keys::catalog_key(&meta.ns.full());
+        self.batch.put(Space::Catalog, &key, &bytes);
+        let arc = Arc::new(meta);
+        self.catalog_mut().colls.insert(arc.ns.full(), arc.clone());
+        self.persist_counters();
+        arc
+    }
+
+    pub fn remove_collection(&mut self, ns: &Namespace) {
+        self.batch.delete(Space::Catalog, &keys::catalog_key(&ns.full()));
+        self.catalog_mut().colls.remove(&ns.full());
+    }
+
+    fn persist_counters(&mut self) {
+        let mut bytes = Vec::new();
+        self.catalog().counters_document().to_writer(&mut bytes).expect("serialise counters");
+        self.batch.put(Space::Meta, keys::META_COUNTERS, &bytes);
+    }
+
+    pub fn wall(&self) -> bson::DateTime {
+        self.wall
+    }
+
+    /// Commits atomically; returns the durability sequence number.
+    pub fn commit(mut self) -> Result<Committed> {
+        if self.batch.is_empty() {
+            return Ok(Committed { seq: self.engine.durability.last_committed(), last_ts: None });
+        }
+        if self.oplog_added > 0 {
+            self.w.oplog_bytes += self.oplog_added;
+            let state = doc! {"trim": self.w.trim_ts as i64, "bytes": self.w.oplog_bytes as i64};
+            let mut bytes = Vec::new();
+            state.to_writer(&mut bytes).expect("serialise oplog state");
+            self.batch.put(Space::Meta, keys::META_OPLOG_TRIM, &bytes);
+        }
+        let Txn { engine, mut w, batch, catalog, last_ts, .. } = self;
+        engine.store.commit(batch).map_err(storage_err)?;
+        let seq = engine.durability.committed();
+        if let Some(c) = catalog {
+            *engine.catalog.write() = Arc::new(c);
+        }
+        if let Some(ts) = last_ts {
+            engine.commits.send_replace(CommitNotice { seq, last_ts: keys::ts_to_u64(ts) });
+        }
+        if w.oplog_bytes > engine.opts.oplog_size_bytes {
+            if let Err(e) = trim_oplog(engine, &mut w) {
+                tracing::error!("oplog trim failed: {e}");
+            }
+        }
+        Ok(Committed { seq, last_ts })
+    }
+}
+
+/// Removes the oldest oplog entries until the oplog holds at most 90% of its cap
+/// (the slack keeps trims rare). Starts from the stored trim point, never searching
+/// for the oldest key through tombstones, and deletes with range tombstones.
+fn trim_oplog(engine: &Engine, w: &mut Writer) -> Result<()> {
+    let target = engine.opts.oplog_size_bytes / 10 * 9;
+    let mut to_free = w.oplog_bytes.saturating_sub(target);
+    let mut namespaces = std::collections::BTreeSet::new();
+    let mut new_trim = w.trim_ts;
+    let newest = keys::ts_to_u64(w.clock.last());
+    let start = keys::oplog_key(w.trim_ts);
+    let mut freed = 0u64;
+    for item in engine.store.scan(Space::Oplog, &start, None, false) {
+        let (k, v) = item.map_err(storage_err)?;
+        let t = u64::from_be_bytes(k[..8].try_into().unwrap());
+        if to_free == 0 || t >= newest {
+            new_trim = t;
+            break;
+        }
+        if let Ok(raw) = bson::RawDocument::from_bytes(&v) {
+            if let Ok(Some(ns)) = raw.get_str("ns") {
+                if !ns.is_empty() {
+                    namespaces.insert(ns.to_string());
+                }
+            }
+        }
+        let n = v.len() as u64;
+        to_free = to_free.saturating_sub(n);
+        freed += n;
+        new_trim = t + 1;
+    }
+    if new_trim <= w.trim_ts {
+        return Ok(());
+    }
+    let mut batch = engine.store.batch();
+    batch.delete_range(Space::Oplog, &keys::oplog_key(w.trim_ts), &keys::oplog_key(new_trim));
+    for ns in &namespaces {
+        batch.delete_range(Space::OplogByNs, &keys::oplog_ns_key(ns, 0), &keys::oplog_ns_key(ns, new_trim));
+    }
+    w.trim_ts = new_trim;
+    w.oplog_bytes = w.oplog_bytes.saturating_sub(freed);
+    let state = doc! {"trim": w.trim_ts as i64, "bytes": w.oplog_bytes as i64};
+    let mut bytes = Vec::new();
+    state.to_writer(&mut bytes).expect("serialise oplog state");
+    batch.put(Space::Meta, keys::META_OPLOG_TRIM, &bytes);
+    engine.store.commit(batch).map_err(storage_err)?;
+    tracing::debug!(freed, new_trim, "oplog trimmed");
+    Ok(())
+}
+
+fn load_catalog(store: &Store) -> Result<Catalog> {
+    let mut catalog = Catalog::default();
+    for item in store.scan_prefix(Space::Catalog, b"coll:", false) {
+        let (_, v) = item.map_err(storage_err)?;
+        let d = Document::from_reader(&mut &v[..]).map_err(|e| Error::internal(format!("corrupt catalog: {e}")))?;
+        let meta = CollMeta::from_document(&d)?;
+        catalog.colls.insert(meta.ns.full(), Arc::new(meta));
+    }
+    if let Some(v) = store.get(Space::Meta, keys::META_COUNTERS).map_err(storage_err)? {
+        let d = Document::from_reader(&mut v.as_slice()).map_err(|e| Error::internal(e.to_string()))?;
+        catalog.next_coll_id = d.get_i64("nextCollId").unwrap_or(0) as u32;
+        catalog.next_index_id = d.get_i64("nextIndexId").unwrap_or(0) as u32;
+    }
+    // Never hand out an id still in use, whatever the counters say.
+    for c in catalog.colls.values() {
+        catalog.next_coll_id = catalog.next_coll_id.max(c.id + 1);
+        for i in &c.indexes {
+            catalog.next_index_id = catalog.next_index_id.max(i.id + 1);
+        }
+    }
+    catalog.next_coll_id = catalog.next_coll_id.max(1);
+    catalog.next_index_id = catalog.next_index_id.max(1);
+    Ok(catalog)
+}
+
+/// Takes an exclusive lock on `<dbpath>/mongod.lock` so a second server on the same
+/// directory refuses to start instead of corrupting the store.
+fn lock_dbpath(dbpath: &Path) -> Result<std::fs::File> {
+    use fs2::FileExt;
+    use std::io::Write;
+    let path = dbpath.join("mongod.lock");
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| Error::internal(format!("cannot open lock file {}: {e}", path.display())))?;
+    f.try_lock_exclusive().map_err(|_| {
+        Error::new(
+            codes::ILLEGAL_OPERATION,
+            format!(
+                "Unable to lock the lock file: {} (Resource temporarily unavailable). \
+                 Another tailstream instance is probably already running on the dbpath {}",
+                path.display(),
+                dbpath.display()
+            ),
+        )
+    })?;
+    let _ = f.set_len(0);
+    let _ = writeln!(f, "{}", std::process::id());
+    Ok(f)
+}
+
+pub(crate) fn storage_err(e: tailstream_storage::StorageError) -> Error {
+    Error::internal(e.to_string())
+}

@@ -84,6 +84,8 @@ pub mod codes {
     pub const INDEX_KEY_SPECS_CONFLICT: i32 = 86;
     pub const NOT_WRITABLE_PRIMARY: i32 = 10107;
     pub const OPERATION_FAILED: i32 = 96;
+    pub const UNSATISFIABLE_WRITE_CONCERN: i32 = 100;
+    pub const INVALID_LENGTH: i32 = 16;
     pub const INVALID_PIPELINE_OPERATOR: i32 = 168;
     pub const COMMAND_NOT_SUPPORTED: i32 = 115;
     pub const INVALID_INDEX_SPECIFICATION_OPTION: i32 = 197;

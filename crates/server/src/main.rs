@@ -1,1 +1,115 @@
-fn main() {}
+//! `tailstream`: a MongoDB-wire-protocol server built for change notification.
+
+mod commands;
+mod config;
+mod conn;
+mod sessions;
+mod state;
+
+use clap::Parser;
+use config::Config;
+use state::ServerState;
+use std::sync::Arc;
+use tailstream_engine::{Engine, EngineOptions};
+use tokio::net::TcpListener;
+
+fn main() {
+    let config = Config::parse();
+    init_logging(&config);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("tailstream").thread_stack_size(8 << 20).build().expect("tokio runtime");
+    let code = runtime.block_on(run(config));
+    std::process::exit(code);
+}
+
+fn init_logging(config: &Config) {
+    let default = if config.quiet { "warn" } else { "info" };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TAILSTREAM_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    match &config.logpath {
+        Some(path) => match std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            Ok(file) => builder.with_ansi(false).with_writer(std::sync::Mutex::new(file)).init(),
+            Err(e) => {
+                eprintln!("cannot open log file {}: {e}", path.display());
+                std::process::exit(1);
+            }
+        },
+        None => builder.with_writer(std::io::stderr).init(),
+    }
+}
+
+async fn run(config: Config) -> i32 {
+    let engine = match Engine::open(EngineOptions {
+        dbpath: config.dbpath.clone(),
+        oplog_size_bytes: config.oplog_size_mb.max(1) * 1024 * 1024,
+    }) {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::error!("{}", e.message);
+            eprintln!("tailstream: {}", e.message);
+            return 100;
+        }
+    };
+    let state = match ServerState::new(config.clone(), engine.clone()) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            eprintln!("tailstream: {e}");
+            return 2;
+        }
+    };
+    tailstream_engine::ttl::spawn(&engine);
+    let addrs: Vec<String> = if config.bind_ip_all {
+        vec![format!("0.0.0.0:{}", config.port)]
+    } else {
+        config
+            .bind_ip
+            .split(',')
+            .map(|ip| ip.trim())
+            .filter(|ip| !ip.is_empty())
+            .map(|ip| if ip.contains(':') { format!("[{ip}]:{}", config.port) } else { format!("{ip}:{}", config.port) })
+            .collect()
+    };
+    let mut listeners = Vec::new();
+    for addr in &addrs {
+        match TcpListener::bind(addr).await {
+            Ok(l) => listeners.push(l),
+            Err(e) => {
+                tracing::error!("cannot listen on {addr}: {e}");
+                eprintln!("tailstream: cannot listen on {addr}: {e}");
+                engine.shutdown();
+                return 48;
+            }
+        }
+    }
+    tracing::info!(addrs = ?addrs, dbpath = %config.dbpath.display(), "Waiting for connections");
+    for listener in listeners {
+        let state = state.clone();
+        tokio::spawn(async move { conn::accept_loop(listener, state).await });
+    }
+    {
+        let state = state.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(30));
+            loop {
+                tick.tick().await;
+                let n = state.engine.cursors.reap_idle(tailstream_engine::cursor::IDLE_TIMEOUT);
+                if n > 0 {
+                    tracing::info!(closed = n, "closed idle cursors");
+                }
+            }
+        });
+    }
+    wait_for_signal().await;
+    tracing::info!("shutting down");
+    engine.shutdown();
+    0
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+}

@@ -1,0 +1,231 @@
+//! Open cursors: what a `getMore` continues. A cursor either holds the rest of a
+//! result computed up front (sorted finds, aggregations) or a resumable scan.
+//! Cursors idle for `IDLE_TIMEOUT` are closed, as mongod does after 10 minutes.
+
+use crate::catalog::CollMeta;
+use crate::read::Scan;
+use bson::Document;
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tailstream_query::error::{codes, Error, Result};
+use tailstream_query::matcher::Matcher;
+use tailstream_query::projection::Projection;
+
+/// mongod's `cursorTimeoutMillis` default.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// Open cursors at most; one more is refused rather than exhausting memory.
+pub const MAX_OPEN_CURSORS: usize = 100_000;
+/// A reply batch stops growing past this many bytes of documents (mongod: 16 MiB).
+pub const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
+/// Documents read from storage at a time by a scanning cursor.
+const SCAN_CHUNK: usize = 256;
+/// Documents in a first batch when the client gives no batchSize.
+pub const DEFAULT_FIRST_BATCH: usize = 101;
+
+pub enum Source {
+    /// The remaining documents, computed in full already.
+    Buffered(VecDeque<Document>),
+    /// A scan that continues on the next getMore.
+    /// `buf` holds documents read ahead of the client, so storage is read in chunks.
+    Scan { meta: Arc<CollMeta>, matcher: Arc<Matcher>, scan: Box<Scan>, buf: VecDeque<Document> },
+}
+
+pub struct Cursor {
+    pub id: i64,
+    /// The namespace reported in replies (`db.coll`, or `db.$cmd.aggregate`).
+    pub ns: String,
+    pub source: Source,
+    pub projection: Option<Arc<Projection>>,
+    /// Documents still to return in total (from `limit`), None for no limit.
+    pub remaining: Option<u64>,
+    /// Matching documents still to skip.
+    pub skip: u64,
+    pub no_timeout: bool,
+    pub last_used: Instant,
+    /// The session that created it (killSessions/endSessions close its cursors).
+    pub lsid: Option<bson::Bson>,
+    /// Set while a getMore is running on it (a concurrent getMore is refused).
+    pub busy: bool,
+    /// An already projected document that did not fit in the previous batch.
+    front: Option<Document>,
+}
+
+impl Cursor {
+    pub fn new(ns: String, source: Source) -> Cursor {
+        Cursor {
+            id: 0,
+            ns,
+            source,
+            projection: None,
+            remaining: None,
+            skip: 0,
+            no_timeout: false,
+            last_used: Instant::now(),
+            lsid: None,
+            busy: false,
+            front: None,
+        }
+    }
+
+    /// Up to `batch_size` documents (0 or None: as many as fit in a reply), and
+    /// whether the cursor is exhausted afterwards.
+    pub fn next_batch(&mut self, store: &tailstream_storage::Store, batch_size: Option<usize>) -> Result<(Vec<Document>, bool)> {
+        let want = match batch_size {
+            Some(0) | None => usize::MAX,
+            Some(n) => n,
+        };
+        let want = match self.remaining {
+            Some(r) => want.min(r as usize),
+            None => want,
+        };
+        let mut out = Vec::new();
+        let mut bytes = 0usize;
+        while out.len() < want {
+            let doc = match self.front.take() {
+                Some(d) => d,
+                None => {
+                    let Some(doc) = self.pull(store)? else { break };
+                    if self.skip > 0 {
+                        self.skip -= 1;
+                        continue;
+                    }
+                    match &self.projection {
+                        Some(p) => p.apply(&doc)?,
+                        None => doc,
+                    }
+                }
+            };
+            let size = encoded_len(&doc);
+            if !out.is_empty() && bytes + size > MAX_BATCH_BYTES {
+                // Starts the next batch instead.
+                self.front = Some(doc);
+                break;
+            }
+            bytes += size;
+            out.push(doc);
+            if let Some(r) = &mut self.remaining {
+                *r -= 1;
+            }
+        }
+        let exhausted = self.remaining == Some(0)
+            || (self.front.is_none()
+                && match &self.source {
+                    Source::Buffered(q) => q.is_empty(),
+                    Source::Scan { scan, buf, .. } => scan.done && buf.is_empty(),
+                });
+        Ok((out, exhausted))
+    }
+
+    /// The next matching document from the source, before skip and projection.
+    fn pull(&mut self, store: &tailstream_storage::Store) -> Result<Option<Document>> {
+        match &mut self.source {
+            Source::Buffered(q) => Ok(q.pop_front()),
+            Source::Scan { meta, matcher, scan, buf } => {
+                if buf.is_empty() {
+                    let mut got = Vec::new();
+                    while got.is_empty() && !scan.done {
+                        scan.next_batch(store, meta.id, matcher, SCAN_CHUNK, &mut got)?;
+                    }
+                    buf.extend(got.into_iter().map(|(_, d)| d));
+                }
+                Ok(buf.pop_front())
+            }
+        }
+    }
+}
+
+fn encoded_len(d: &Document) -> usize {
+    let mut v = Vec::new();
+    d.to_writer(&mut v).map(|_| v.len()).unwrap_or(0)
+}
+
+/// All open cursors.
+pub struct CursorRegistry {
+    cursors: Mutex<HashMap<i64, Arc<Mutex<Cursor>>>>,
+}
+
+impl Default for CursorRegistry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CursorRegistry {
+    pub fn new() -> CursorRegistry {
+        CursorRegistry { cursors: Mutex::new(HashMap::new()) }
+    }
+
+    /// Registers a cursor and returns its new id.
+    pub fn register(&self, mut cursor: Cursor) -> Result<i64> {
+        let mut map = self.cursors.lock();
+        if map.len() >= MAX_OPEN_CURSORS {
+            return Err(Error::new(codes::OPERATION_FAILED, format!("too many open cursors (limit {MAX_OPEN_CURSORS})")));
+        }
+        let id = loop {
+            let id = (rand_u64() >> 1) as i64;
+            if id != 0 && !map.contains_key(&id) {
+                break id;
+            }
+        };
+        cursor.id = id;
+        cursor.last_used = Instant::now();
+        map.insert(id, Arc::new(Mutex::new(cursor)));
+        Ok(id)
+    }
+
+    pub fn get(&self, id: i64) -> Option<Arc<Mutex<Cursor>>> {
+        self.cursors.lock().get(&id).cloned()
+    }
+
+    pub fn remove(&self, id: i64) -> bool {
+        self.cursors.lock().remove(&id).is_some()
+    }
+
+    pub fn len(&self) -> usize {
+        self.cursors.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Closes cursors idle for longer than the timeout; returns how many.
+    pub fn reap_idle(&self, timeout: Duration) -> usize {
+        let mut map = self.cursors.lock();
+        let before = map.len();
+        map.retain(|_, c| match c.try_lock() {
+            Some(c) => c.busy || c.no_timeout || c.last_used.elapsed() < timeout,
+            None => true,
+        });
+        before - map.len()
+    }
+
+    /// Closes every cursor opened by one of these sessions.
+    pub fn kill_sessions(&self, lsids: &[bson::Bson]) -> usize {
+        let mut map = self.cursors.lock();
+        let before = map.len();
+        map.retain(|_, c| {
+            let c = c.lock();
+            !c.lsid.as_ref().map(|l| lsids.iter().any(|k| tailstream_query::compare::bson_eq(k, l))).unwrap_or(false)
+        });
+        before - map.len()
+    }
+
+    pub fn kill_all(&self) -> usize {
+        let mut map = self.cursors.lock();
+        let n = map.len();
+        map.clear();
+        n
+    }
+}
+
+fn rand_u64() -> u64 {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = RandomState::new().build_hasher();
+    h.write_u128(Instant::now().elapsed().as_nanos());
+    h.write_u64(std::process::id() as u64);
+    h.finish()
+}

@@ -1,0 +1,509 @@
+//! Collection and index DDL: create, drop, rename, collMod, createIndexes,
+//! dropIndexes, dropDatabase. Each is one atomic batch with its oplog entry.
+
+use crate::catalog::{CollMeta, IndexMeta};
+use crate::namespace::{validate_db_name, Namespace};
+use crate::oplog::OplogChange;
+use crate::read::{Access, Scan};
+use crate::write::encode_key;
+use crate::{keys, storage_err, Committed, Engine, Txn};
+use bson::{doc, Bson, Document};
+use std::collections::HashSet;
+use std::sync::Arc;
+use tailstream_query::error::{codes, Error, Result};
+use tailstream_query::index_keys::{index_keys, KeyPattern};
+use tailstream_query::matcher::Matcher;
+use tailstream_storage::{prefix_successor, Space};
+
+/// Most secondary indexes on one collection (mongod: 64 including `_id`).
+pub const MAX_INDEXES: usize = 63;
+
+/// Options `create` accepts; anything else is refused (as mongod's IDL parser does).
+const CREATE_OPTIONS: &[&str] = &[
+    "capped", "size", "max", "validator", "validationLevel", "validationAction", "collation",
+    "changeStreamPreAndPostImages", "storageEngine", "indexOptionDefaults", "viewOn", "pipeline",
+    "timeseries", "expireAfterSeconds", "clusteredIndex", "idIndex", "autoIndexId", "flags",
+    "encryptedFields", "comment",
+];
+
+/// Options an index specification may carry.
+const INDEX_OPTIONS: &[&str] = &[
+    "key", "name", "v", "unique", "sparse", "partialFilterExpression", "expireAfterSeconds",
+    "background", "hidden", "collation", "storageEngine", "ns", "dropDups", "wildcardProjection",
+    "default_language", "language_override", "textIndexVersion", "weights", "2dsphereIndexVersion",
+    "bits", "min", "max", "bucketSize", "prepareUnique", "clustered",
+];
+
+pub struct CreateIndexesOutcome {
+    pub before: usize,
+    pub after: usize,
+    pub created_collection: bool,
+    pub note: Option<&'static str>,
+    pub committed: Option<Committed>,
+}
+
+impl Engine {
+    /// The collection's metadata, creating the collection (with an oplog entry) if needed.
+    pub(crate) fn ensure_collection(&self, txn: &mut Txn<'_>, ns: &Namespace) -> Result<Arc<CollMeta>> {
+        if let Some(m) = txn.catalog().get(ns) {
+            return Ok(m);
+        }
+        self.create_in(txn, ns, Document::new())
+    }
+
+    fn create_in(&self, txn: &mut Txn<'_>, ns: &Namespace, options: Document) -> Result<Arc<CollMeta>> {
+        ns.validate_for_write()?;
+        let id = {
+            let c = txn.catalog_mut();
+            let id = c.next_coll_id;
+            c.next_coll_id += 1;
+            id
+        };
+        let meta = CollMeta { ns: ns.clone(), id, uuid: bson::Uuid::new(), options: options.clone(), indexes: Vec::new() };
+        let uuid = meta.uuid;
+        let meta = txn.put_collection(meta);
+        let mut o = doc! {"create": ns.coll.clone()};
+        o.extend(options);
+        o.insert("idIndex", CollMeta::id_index_spec());
+        txn.log(OplogChange::command(&ns.db, Some(uuid), o));
+        Ok(meta)
+    }
+
+    /// The `create` command. An existing collection with the same options is not an error.
+    pub fn create_collection(&self, ns: &Namespace, options: Document) -> Result<Committed> {
+        ns.validate_for_write()?;
+        for k in options.keys() {
+            if !CREATE_OPTIONS.contains(&k.as_str()) {
+                return Err(Error::new(codes::UNRECOGNIZED_COMMAND_FIELD, format!("BSON field 'create.{k}' is an unknown field.")));
+            }
+        }
+        if options.contains_key("viewOn") || options.contains_key("timeseries") {
+            return Err(Error::new(codes::COMMAND_NOT_SUPPORTED, "views and time-series collections are not supported"));
+        }
+        let options = normalize_create_options(options)?;
+        let mut txn = self.begin();
+        if let Some(existing) = txn.catalog().get(ns) {
+            if existing.options == options {
+                return txn.commit();
+            }
+            return Err(Error::new(codes::NAMESPACE_EXISTS, format!("Collection {} already exists.", ns.full())));
+        }
+        self.create_in(&mut txn, ns, options)?;
+        txn.commit()
+    }
+
+    /// Drops a collection and its indexes. Dropping a missing collection is not an error (mongod 7.0).
+    pub fn drop_collection(&self, ns: &Namespace) -> Result<Option<Committed>> {
+        let mut txn = self.begin();
+        let Some(meta) = txn.catalog().get(ns) else {
+            return Ok(None);
+        };
+        if ns.db == "local" && ns.coll == "oplog.rs" {
+            return Err(Error::new(codes::ILLEGAL_OPERATION, "can't drop live oplog while replicating"));
+        }
+        self.drop_in(&mut txn, &meta);
+        Ok(Some(txn.commit()?))
+    }
+
+    fn drop_in(&self, txn: &mut Txn<'_>, meta: &CollMeta) {
+        let p = keys::coll_prefix(meta.id);
+        txn.batch().delete_range(Space::Docs, &p, &prefix_successor(&p).expect("prefix"));
+        for i in &meta.indexes {
+            let p = keys::index_prefix(i.id);
+            txn.batch().delete_range(Space::Index, &p, &prefix_successor(&p).expect("prefix"));
+        }
+        txn.remove_collection(&meta.ns);
+        txn.log(OplogChange::command(&meta.ns.db, Some(meta.uuid), doc! {"drop": meta.ns.coll.clone()}));
+    }
+
+    /// Drops every collection of a database, then records `dropDatabase`.
+    pub fn drop_database(&self, db: &str) -> Result<Option<Committed>> {
+        validate_db_name(db)?;
+        let mut txn = self.begin();
+        let colls = txn.catalog().collections_in(db);
+        for meta in &colls {
+            self.drop_in(&mut txn, meta);
+        }
+        if colls.is_empty() {
+            return Ok(None);
+        }
+        txn.log(OplogChange::command(db, None, doc! {"dropDatabase": 1}));
+        Ok(Some(txn.commit()?))
+    }
+
+    /// Renames a collection (also across databases); documents stay where they are,
+    /// only the catalog entry moves.
+    pub fn rename_collection(&self, from: &Namespace, to: &Namespace, drop_target: bool) -> Result<Committed> {
+        to.validate_for_write()?;
+        if from == to {
+            return Err(Error::new(codes::ILLEGAL_OPERATION, "Can't rename a collection to itself"));
+        }
+        let mut txn = self.begin();
+        let Some(meta) = txn.catalog().get(from) else {
+            return Err(Error::new(codes::NAMESPACE_NOT_FOUND, format!("Source collection {} does not exist", from.full())));
+        };
+        let mut dropped_target = None;
+        if let Some(target) = txn.catalog().get(to) {
+            if !drop_target {
+                return Err(Error::new(codes::NAMESPACE_EXISTS, "target namespace exists"));
+            }
+            dropped_target = Some(target.uuid);
+            self.drop_in(&mut txn, &target);
+        }
+        txn.remove_collection(from);
+        let uuid = if from.db == to.db { meta.uuid } else { bson::Uuid::new() };
+        let moved = CollMeta { ns: to.clone(), id: meta.id, uuid, options: meta.options.clone(), indexes: meta.indexes.clone() };
+        txn.put_collection(moved);
+        let mut o = doc! {"renameCollection": from.full(), "to": to.full(), "stayTemp": false};
+        match dropped_target {
+            Some(u) => o.insert("dropTarget", bson::Binary::from_uuid(u)),
+            None => o.insert("dropTarget", false),
+        };
+        txn.log(OplogChange::command(&from.db, Some(meta.uuid), o));
+        txn.commit()
+    }
+
+    /// Builds indexes from their specifications (creating the collection if needed).
+    pub fn create_indexes(&self, ns: &Namespace, specs: &[Document]) -> Result<CreateIndexesOutcome> {
+        ns.validate_for_write()?;
+        if specs.is_empty() {
+            return Err(Error::bad_value("Must specify at least one index to create"));
+        }
+        let mut txn = self.begin();
+        let created_collection = txn.catalog().get(ns).is_none();
+        let meta = self.ensure_collection(&mut txn, ns)?;
+        let before = meta.indexes.len() + 1;
+        let mut indexes = meta.indexes.clone();
+        let mut new_indexes: Vec<Arc<IndexMeta>> = Vec::new();
+        for spec in specs {
+            let spec = validate_index_spec(spec)?;
+            let name = spec.get_str("name").unwrap_or_default().to_string();
+            let key = spec.get_document("key").cloned().unwrap_or_default();
+            if is_id_index(&key) {
+                if name != "_id_" && !name.is_empty() {
+                    return Err(Error::new(codes::INDEX_OPTIONS_CONFLICT, format!("Index already exists with a different name: _id_")));
+                }
+                continue;
+            }
+            if let Some(existing) = indexes.iter().find(|i| i.name == name) {
+                if same_index(&existing.spec, &spec) {
+                    continue;
+                }
+                return Err(Error::new(
+                    codes::INDEX_KEY_SPECS_CONFLICT,
+                    format!("An existing index has the same name as the requested index. When index names are not specified, they are auto generated and can cause conflicts. Please refer to our documentation. Requested index: {}, existing index: {}", crate::format::doc_to_string(&spec), crate::format::doc_to_string(&existing.spec)),
+                ));
+            }
+            if let Some(existing) = indexes.iter().find(|i| tailstream_query::compare::cmp_documents(&i.key, &key).is_eq()) {
+                if same_options(&existing.spec, &spec) {
+                    return Err(Error::new(codes::INDEX_OPTIONS_CONFLICT, format!("Index already exists with a different name: {}", existing.name)));
+                }
+                return Err(Error::new(
+                    codes::INDEX_OPTIONS_CONFLICT,
+                    format!("An equivalent index already exists with the same name but different options. Requested index: {}, existing index: {}", crate::format::doc_to_string(&spec), crate::format::doc_to_string(&existing.spec)),
+                ));
+            }
+            if indexes.len() >= MAX_INDEXES {
+                return Err(Error::new(codes::CANNOT_CREATE_INDEX, format!("add index fails, too many indexes for {} key:{}", ns.full(), crate::format::doc_to_string(&key))));
+            }
+            let id = {
+                let c = txn.catalog_mut();
+                let id = c.next_index_id;
+                c.next_index_id += 1;
+                id
+            };
+            let index = Arc::new(IndexMeta::from_spec(id, &spec)?);
+            indexes.push(index.clone());
+            new_indexes.push(index);
+        }
+        if new_indexes.is_empty() {
+            return Ok(CreateIndexesOutcome {
+                before,
+                after: before,
+                created_collection,
+                note: Some("all indexes already exist"),
+                committed: Some(txn.commit()?),
+            });
+        }
+        // Build: one pass over the collection, entries for every new index.
+        let all = Matcher::new(&Document::new())?;
+        let mut scan = Scan::new(Access::CollScan { reverse: false });
+        let mut seen_unique: Vec<HashSet<Vec<u8>>> = vec![HashSet::new(); new_indexes.len()];
+        let mut chunk = Vec::new();
+        while !scan.done {
+            chunk.clear();
+            scan.next_batch(&self.store, meta.id, &all, 1000, &mut chunk)?;
+            for (id_ks, doc) in &chunk {
+                for (n, index) in new_indexes.iter().enumerate() {
+                    if !index.covers(doc) {
+                        continue;
+                    }
+                    let (key_sets, _) = index_keys(doc, &index.pattern)?;
+                    for values in key_sets {
+                        let values_ks = encode_key(index, &values);
+                        if index.unique && !seen_unique[n].insert(values_ks.clone()) {
+                            let key_value: Document =
+                                index.pattern.fields.iter().map(|(f, _)| f.clone()).zip(values.into_iter()).collect();
+                            return Err(Error::new(
+                                codes::DUPLICATE_KEY,
+                                format!(
+                                    "Index build failed: E11000 duplicate key error collection: {} index: {} dup key: {}",
+                                    ns.full(),
+                                    index.name,
+                                    crate::format::doc_to_string(&key_value)
+                                ),
+                            )
+                            .with_info(doc! {"keyPattern": index.key.clone(), "keyValue": key_value}));
+                        }
+                        txn.batch().put(Space::Index, &keys::index_entry_key(index.id, &values_ks, id_ks), id_ks);
+                    }
+                }
+            }
+        }
+        let after = indexes.len() + 1;
+        let uuid = meta.uuid;
+        txn.put_collection(meta.with_indexes(indexes));
+        for index in &new_indexes {
+            let mut o = doc! {"createIndexes": ns.coll.clone()};
+            o.extend(index.spec.clone());
+            txn.log(OplogChange::command(&ns.db, Some(uuid), o));
+        }
+        Ok(CreateIndexesOutcome { before, after, created_collection, note: None, committed: Some(txn.commit()?) })
+    }
+
+    /// Drops indexes by name, key pattern, list of names, or "*" (all but `_id`).
+    /// Returns the number of indexes before the drop.
+    pub fn drop_indexes(&self, ns: &Namespace, which: &Bson) -> Result<(usize, Committed)> {
+        let mut txn = self.begin();
+        let Some(meta) = txn.catalog().get(ns) else {
+            return Err(Error::new(codes::NAMESPACE_NOT_FOUND, format!("ns not found {}", ns.full())));
+        };
+        let before = meta.indexes.len() + 1;
+        let names: Vec<String> = match which {
+            Bson::String(s) if s == "*" => meta.indexes.iter().map(|i| i.name.clone()).collect(),
+            Bson::String(s) => vec![s.clone()],
+            Bson::Array(a) => a.iter().map(|v| v.as_str().map(str::to_string).ok_or_else(|| Error::type_mismatch("dropIndexes: index names must be strings"))).collect::<Result<_>>()?,
+            Bson::Document(key) => {
+                if is_id_index(key) {
+                    return Err(Error::invalid_options("cannot drop _id index"));
+                }
+                match meta.indexes.iter().find(|i| tailstream_query::compare::cmp_documents(&i.key, key).is_eq()) {
+                    Some(i) => vec![i.name.clone()],
+                    None => return Err(Error::new(codes::INDEX_NOT_FOUND, format!("can't find index with key: {}", crate::format::doc_to_string(key)))),
+                }
+            }
+            _ => return Err(Error::type_mismatch("dropIndexes: 'index' must be a string, an array of strings or a document")),
+        };
+        let mut remaining = meta.indexes.clone();
+        for name in &names {
+            if name == "_id_" {
+                return Err(Error::invalid_options("cannot drop _id index"));
+            }
+            let Some(pos) = remaining.iter().position(|i| &i.name == name) else {
+                return Err(Error::new(codes::INDEX_NOT_FOUND, format!("index not found with name [{name}]")));
+            };
+            let index = remaining.remove(pos);
+            let p = keys::index_prefix(index.id);
+            txn.batch().delete_range(Space::Index, &p, &prefix_successor(&p).expect("prefix"));
+            txn.log(OplogChange::command(&ns.db, Some(meta.uuid), doc! {"dropIndexes": ns.coll.clone(), "index": name.clone()}));
+        }
+        txn.put_collection(meta.with_indexes(remaining));
+        Ok((before, txn.commit()?))
+    }
+
+    /// collMod: index options (expireAfterSeconds, hidden), validator settings,
+    /// pre/post images, capped limits. Returns the changed values (old and new).
+    pub fn coll_mod(&self, ns: &Namespace, cmd: &Document) -> Result<(Document, Committed)> {
+        let mut txn = self.begin();
+        let Some(meta) = txn.catalog().get(ns) else {
+            return Err(Error::new(codes::NAMESPACE_NOT_FOUND, format!("ns does not exist: {}", ns.full())));
+        };
+        let mut options = meta.options.clone();
+        let mut indexes = meta.indexes.clone();
+        let mut reply = Document::new();
+        let mut logged = doc! {"collMod": ns.coll.clone()};
+        for (k, v) in cmd {
+            match k.as_str() {
+                "collMod" | "$db" | "lsid" | "$clusterTime" | "$readPreference" | "writeConcern" | "comment" | "txnNumber" | "apiVersion" | "apiStrict" | "apiDeprecationErrors" | "maxTimeMS" => continue,
+                "index" => {
+                    let spec = v.as_document().ok_or_else(|| Error::type_mismatch("collMod.index must be an object"))?;
+                    let pos = if let Ok(name) = spec.get_str("name") {
+                        indexes.iter().position(|i| i.name == name)
+                    } else if let Ok(kp) = spec.get_document("keyPattern") {
+                        indexes.iter().position(|i| tailstream_query::compare::cmp_documents(&i.key, kp).is_eq())
+                    } else {
+                        return Err(Error::invalid_options("collMod.index requires either a name or a keyPattern"));
+                    };
+                    let Some(pos) = pos else {
+                        return Err(Error::new(codes::INDEX_NOT_FOUND, format!("cannot find index {} for ns {}", crate::format::doc_to_string(spec), ns.full())));
+                    };
+                    let mut new_spec = indexes[pos].spec.clone();
+                    for (ok, ov) in spec {
+                        match ok.as_str() {
+                            "name" | "keyPattern" => {}
+                            "expireAfterSeconds" => {
+                                if !indexes[pos].spec.contains_key("expireAfterSeconds") {
+                                    return Err(Error::invalid_options("no expireAfterSeconds field to update"));
+                                }
+                                reply.insert("expireAfterSeconds_old", indexes[pos].spec.get("expireAfterSeconds").cloned().unwrap_or(Bson::Null));
+                                reply.insert("expireAfterSeconds_new", ov.clone());
+                                new_spec.insert("expireAfterSeconds", ov.clone());
+                            }
+                            "hidden" => {
+                                reply.insert("hidden_old", indexes[pos].spec.get_bool("hidden").unwrap_or(false));
+                                reply.insert("hidden_new", ov.clone());
+                                new_spec.insert("hidden", ov.clone());
+                            }
+                            "unique" | "prepareUnique" => {
+                                new_spec.insert(ok.clone(), ov.clone());
+                            }
+                            other => return Err(Error::invalid_options(format!("unknown collMod index option {other}"))),
+                        }
+                    }
+                    indexes[pos] = Arc::new(IndexMeta::from_spec(indexes[pos].id, &new_spec)?);
+                    logged.insert("index", spec.clone());
+                }
+                "validator" | "validationLevel" | "validationAction" | "changeStreamPreAndPostImages" | "expireAfterSeconds" => {
+                    options.insert(k.clone(), v.clone());
+                    logged.insert(k.clone(), v.clone());
+                }
+                "cappedSize" => {
+                    if !meta.is_capped() {
+                        return Err(Error::invalid_options(format!("Unable to modify capped size of a non-capped collection {}", ns.full())));
+                    }
+                    options.insert("size", round_capped_size(v)?);
+                    logged.insert(k.clone(), v.clone());
+                }
+                "cappedMax" => {
+                    if !meta.is_capped() {
+                        return Err(Error::invalid_options(format!("Unable to modify capped max of a non-capped collection {}", ns.full())));
+                    }
+                    options.insert("max", v.clone());
+                    logged.insert(k.clone(), v.clone());
+                }
+                other => {
+                    return Err(Error::new(codes::INVALID_OPTIONS, format!("unknown option to collMod: {other}")));
+                }
+            }
+        }
+        let changed = CollMeta { ns: meta.ns.clone(), id: meta.id, uuid: meta.uuid, options, indexes };
+        txn.put_collection(changed);
+        txn.log(OplogChange::command(&ns.db, Some(meta.uuid), logged));
+        Ok((reply, txn.commit()?))
+    }
+}
+
+fn is_id_index(key: &Document) -> bool {
+    key.len() == 1 && key.get("_id").map(|v| tailstream_query::compare::as_f64(v) == Some(1.0)).unwrap_or(false)
+}
+
+fn same_options(a: &Document, b: &Document) -> bool {
+    let strip = |d: &Document| -> Document {
+        d.iter().filter(|(k, _)| !matches!(k.as_str(), "name" | "v" | "background" | "ns")).map(|(k, v)| (k.clone(), v.clone())).collect()
+    };
+    strip(a) == strip(b)
+}
+
+fn same_index(a: &Document, b: &Document) -> bool {
+    same_options(a, b) && a.get("name") == b.get("name")
+}
+
+/// Checks an index specification and returns it normalised (`v: 2` first).
+fn validate_index_spec(spec: &Document) -> Result<Document> {
+    let key = match spec.get("key") {
+        Some(Bson::Document(k)) => k.clone(),
+        Some(_) => return Err(Error::type_mismatch("The 'key' field must be an object")),
+        None => return Err(Error::failed_to_parse("The 'key' field is a required property of an index specification")),
+    };
+    if key.is_empty() {
+        return Err(Error::new(codes::CANNOT_CREATE_INDEX, "Index keys cannot be empty."));
+    }
+    for (k, v) in &key {
+        if let Bson::String(kind) = v {
+            return Err(Error::new(codes::CANNOT_CREATE_INDEX, format!("Index type '{kind}' on field '{k}' is not supported")));
+        }
+        if tailstream_query::compare::as_f64(v) == Some(0.0) {
+            return Err(Error::new(codes::CANNOT_CREATE_INDEX, format!("Values in the index key pattern can't be all zeros or negative zero: {}", crate::format::doc_to_string(&key))));
+        }
+    }
+    KeyPattern::parse(&key)?;
+    let name = match spec.get("name") {
+        Some(Bson::String(n)) if !n.is_empty() => n.clone(),
+        Some(Bson::String(_)) => return Err(Error::new(codes::CANNOT_CREATE_INDEX, "index name cannot be empty")),
+        Some(_) => return Err(Error::type_mismatch("The 'name' field must be a string")),
+        None => return Err(Error::failed_to_parse("The 'name' field is a required property of an index specification")),
+    };
+    for k in spec.keys() {
+        if !INDEX_OPTIONS.contains(&k.as_str()) {
+            return Err(Error::new(
+                codes::INVALID_INDEX_SPECIFICATION_OPTION,
+                format!("The field '{k}' is not valid for an index specification. Specification: {}", crate::format::doc_to_string(spec)),
+            ));
+        }
+    }
+    let mut out = doc! {"v": 2, "key": key.clone(), "name": name};
+    for (k, v) in spec {
+        match k.as_str() {
+            "key" | "name" | "v" | "background" | "ns" => {}
+            "unique" | "sparse" | "hidden" => {
+                if v.as_bool().unwrap_or(false) || matches!(v, Bson::Int32(1) | Bson::Int64(1) | Bson::Double(_)) && tailstream_query::compare::as_f64(v) != Some(0.0) {
+                    out.insert(k.clone(), true);
+                }
+            }
+            "expireAfterSeconds" => {
+                let secs = tailstream_query::compare::as_f64(v)
+                    .ok_or_else(|| Error::type_mismatch("TTL index 'expireAfterSeconds' option must be numeric"))?;
+                if secs < 0.0 || secs > i32::MAX as f64 {
+                    return Err(Error::new(codes::CANNOT_CREATE_INDEX, format!("TTL index 'expireAfterSeconds' option must be within an acceptable range, try a lower number. Got {secs}")));
+                }
+                if key.len() > 1 {
+                    return Err(Error::new(codes::CANNOT_CREATE_INDEX, "TTL indexes are single-field indexes, compound indexes do not support TTL."));
+                }
+                out.insert(k.clone(), secs as i32);
+            }
+            "partialFilterExpression" => {
+                let f = v.as_document().ok_or_else(|| Error::type_mismatch("partialFilterExpression must be an object"))?;
+                Matcher::new(f)?;
+                out.insert(k.clone(), v.clone());
+            }
+            _ => {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Checks `create` options and normalises capped sizes (rounded up to 256 bytes).
+fn normalize_create_options(mut options: Document) -> Result<Document> {
+    options.remove("comment");
+    let capped = options.get("capped").map(|v| v.as_bool().unwrap_or(false) || tailstream_query::compare::as_f64(v).unwrap_or(0.0) != 0.0).unwrap_or(false);
+    if capped {
+        options.insert("capped", true);
+        let size = options.get("size").ok_or_else(|| Error::invalid_options("the 'size' field is required when 'capped' is true"))?;
+        let size = round_capped_size(size)?;
+        options.insert("size", size);
+    } else {
+        options.remove("capped");
+        if options.contains_key("max") || options.contains_key("size") {
+            // mongod ignores size/max without capped.
+            options.remove("max");
+            options.remove("size");
+        }
+    }
+    Ok(options)
+}
+
+fn round_capped_size(v: &Bson) -> Result<i64> {
+    let size = tailstream_query::compare::as_f64(v).ok_or_else(|| Error::type_mismatch("capped size must be a number"))?;
+    if size <= 0.0 {
+        return Err(Error::bad_value("capped size must be greater than 0"));
+    }
+    let size = size as i64;
+    Ok((size + 255) / 256 * 256)
+}
+
+#[allow(dead_code)]
+fn storage(e: tailstream_storage::StorageError) -> Error {
+    storage_err(e)
+}

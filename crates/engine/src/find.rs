@@ -1,0 +1,447 @@
+//! Read commands on top of the planner: find, getMore, count, distinct,
+//! aggregate, and the plan summary that explain reports.
+
+use crate::catalog::CollMeta;
+use crate::cursor::{Cursor, Source, DEFAULT_FIRST_BATCH};
+use crate::namespace::Namespace;
+use crate::oplog::{OPLOG_COLL, OPLOG_DB};
+use crate::read::{self, Access, Plan, Scan};
+use crate::write::{UpdateOp, WriteOutcome};
+use crate::Engine;
+use bson::{doc, Bson, Document};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use tailstream_query::compare::{as_f64, bson_eq};
+use tailstream_query::error::{codes, Error, Result};
+use tailstream_query::matcher::Matcher;
+use tailstream_query::pipeline::{CollectionSource, Pipeline};
+use tailstream_query::projection::Projection;
+use tailstream_query::sort::SortSpec;
+use tailstream_storage::Store;
+
+#[derive(Debug, Clone, Default)]
+pub struct FindRequest {
+    pub filter: Document,
+    pub projection: Option<Document>,
+    pub sort: Option<Document>,
+    pub skip: u64,
+    /// 0 or None: no limit.
+    pub limit: Option<i64>,
+    pub batch_size: Option<i64>,
+    pub single_batch: bool,
+    pub hint: Option<Bson>,
+    pub no_cursor_timeout: bool,
+    pub lsid: Option<Bson>,
+}
+
+/// One batch of a cursor: id 0 means the cursor is exhausted and closed.
+#[derive(Debug, Clone)]
+pub struct CursorBatch {
+    pub cursor_id: i64,
+    pub ns: String,
+    pub docs: Vec<Document>,
+}
+
+impl Engine {
+    pub fn find(&self, ns: &Namespace, req: FindRequest) -> Result<CursorBatch> {
+        let matcher = Arc::new(Matcher::new(&req.filter)?);
+        let sort = match &req.sort {
+            Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?),
+            _ => None,
+        };
+        let projection = match &req.projection {
+            Some(p) if !p.is_empty() => Some(Arc::new(Projection::new(p, Some(&req.filter))?)),
+            _ => None,
+        };
+        if let Some(l) = req.limit {
+            if l < 0 {
+                return Err(Error::bad_value("LIMIT must be non-negative"));
+            }
+        }
+        let batch_size = check_batch_size(req.batch_size)?;
+        let source = if ns.db == OPLOG_DB && ns.coll == OPLOG_COLL {
+            let reverse = sort.as_ref().map(|s| s.fields.len() == 1 && s.fields[0].1).unwrap_or(false);
+            let from = oplog_start(&matcher);
+            Some(Source::Scan {
+                meta: Arc::new(oplog_meta()),
+                matcher: matcher.clone(),
+                scan: Box::new(Scan::new(Access::OplogScan { from: if reverse { 0 } else { from }, reverse })),
+                buf: VecDeque::new(),
+            })
+        } else {
+            match self.collection(ns) {
+                None => None,
+                Some(meta) => {
+                    let plan = read::plan(&meta, &matcher, sort.as_ref(), req.hint.as_ref())?;
+                    Some(self.source_for(meta, matcher.clone(), plan, sort.as_ref(), req.limit, req.skip)?)
+                }
+            }
+        };
+        let Some(source) = source else {
+            return Ok(CursorBatch { cursor_id: 0, ns: ns.full(), docs: Vec::new() });
+        };
+        let mut cursor = Cursor::new(ns.full(), source);
+        cursor.projection = projection;
+        cursor.skip = req.skip;
+        cursor.remaining = req.limit.filter(|l| *l > 0).map(|l| l as u64);
+        cursor.no_timeout = req.no_cursor_timeout;
+        cursor.lsid = req.lsid.clone();
+        self.first_batch(cursor, Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)), req.single_batch)
+    }
+
+    /// Builds the cursor source for a plan: a lazy scan when the plan yields the sort
+    /// order, otherwise every match sorted in memory.
+    fn source_for(
+        &self,
+        meta: Arc<CollMeta>,
+        matcher: Arc<Matcher>,
+        plan: Plan,
+        sort: Option<&SortSpec>,
+        limit: Option<i64>,
+        skip: u64,
+    ) -> Result<Source> {
+        let mut scan = Scan::new(plan.access.clone());
+        if plan.sorted || sort.is_none() {
+            return Ok(Source::Scan { meta, matcher, scan: Box::new(scan), buf: VecDeque::new() });
+        }
+        let sort = sort.unwrap();
+        let all = scan.collect_all(&self.store, meta.id, &matcher)?;
+        let mut keyed: Vec<(Vec<Bson>, Document)> = all.into_iter().map(|(_, d)| (sort.key(&d), d)).collect();
+        keyed.sort_by(|a, b| sort.compare_keys(&a.0, &b.0));
+        if let Some(l) = limit.filter(|l| *l > 0) {
+            keyed.truncate((l as u64 + skip) as usize);
+        }
+        Ok(Source::Buffered(keyed.into_iter().map(|(_, d)| d).collect()))
+    }
+
+    /// Fills the first batch and registers the cursor if more remains.
+    pub fn first_batch(&self, mut cursor: Cursor, batch_size: Option<usize>, single_batch: bool) -> Result<CursorBatch> {
+        let (docs, exhausted) = cursor.next_batch(&self.store, batch_size)?;
+        let ns = cursor.ns.clone();
+        if exhausted || single_batch {
+            return Ok(CursorBatch { cursor_id: 0, ns, docs });
+        }
+        let id = self.cursors.register(cursor)?;
+        Ok(CursorBatch { cursor_id: id, ns, docs })
+    }
+
+    /// The next batch of an open cursor; `ns` must be the cursor's namespace.
+    pub fn get_more(&self, cursor_id: i64, ns: &str, batch_size: Option<i64>) -> Result<CursorBatch> {
+        let batch_size = check_batch_size(batch_size)?;
+        let Some(cursor) = self.cursors.get(cursor_id) else {
+            return Err(Error::new(codes::CURSOR_NOT_FOUND, format!("cursor id {cursor_id} not found")));
+        };
+        let mut c = cursor.lock();
+        if c.ns != ns {
+            return Err(Error::new(
+                codes::UNAUTHORIZED,
+                format!("Requested getMore on namespace '{ns}', but cursor belongs to a different namespace {}", c.ns),
+            ));
+        }
+        let result = c.next_batch(&self.store, batch_size);
+        c.last_used = std::time::Instant::now();
+        match result {
+            Ok((docs, exhausted)) => {
+                let id = if exhausted {
+                    self.cursors.remove(cursor_id);
+                    0
+                } else {
+                    cursor_id
+                };
+                Ok(CursorBatch { cursor_id: id, ns: c.ns.clone(), docs })
+            }
+            Err(e) => {
+                self.cursors.remove(cursor_id);
+                Err(e)
+            }
+        }
+    }
+
+    /// Closes cursors; returns (killed, not found).
+    pub fn kill_cursors(&self, ids: &[i64]) -> (Vec<i64>, Vec<i64>) {
+        let mut killed = Vec::new();
+        let mut not_found = Vec::new();
+        for id in ids {
+            if self.cursors.remove(*id) {
+                killed.push(*id);
+            } else {
+                not_found.push(*id);
+            }
+        }
+        (killed, not_found)
+    }
+
+    pub fn count(&self, ns: &Namespace, query: &Document, skip: u64, limit: u64, hint: Option<&Bson>) -> Result<u64> {
+        let matcher = Matcher::new(query)?;
+        let Some(meta) = self.collection(ns) else {
+            return Ok(0);
+        };
+        let plan = read::plan(&meta, &matcher, None, hint)?;
+        let mut scan = Scan::new(plan.access);
+        let mut n = 0u64;
+        let mut chunk = Vec::new();
+        while !scan.done {
+            chunk.clear();
+            scan.next_batch(&self.store, meta.id, &matcher, 10_000, &mut chunk)?;
+            n += chunk.len() as u64;
+        }
+        let n = n.saturating_sub(skip);
+        Ok(if limit > 0 { n.min(limit) } else { n })
+    }
+
+    /// Distinct values of a field among matching documents (array elements count individually).
+    pub fn distinct(&self, ns: &Namespace, key: &str, query: &Document) -> Result<Vec<Bson>> {
+        let matcher = Matcher::new(query)?;
+        let Some(meta) = self.collection(ns) else {
+            return Ok(Vec::new());
+        };
+        let plan = read::plan(&meta, &matcher, None, None)?;
+        let mut scan = Scan::new(plan.access);
+        let mut values: Vec<Bson> = Vec::new();
+        let parts: Vec<&str> = key.split('.').collect();
+        for (_, doc) in scan.collect_all(&self.store, meta.id, &matcher)? {
+            let mut found = Vec::new();
+            collect_path_values(&Bson::Document(doc), &parts, &mut found);
+            for v in found {
+                if !values.iter().any(|x| bson_eq(x, &v)) {
+                    values.push(v);
+                }
+            }
+        }
+        values.sort_by(tailstream_query::compare::cmp_bson);
+        Ok(values)
+    }
+
+    /// Runs an aggregation pipeline on a collection (or, with `coll` None, a database-level
+    /// pipeline that starts with a source stage such as `$documents`).
+    pub fn aggregate(
+        &self,
+        db: &str,
+        coll: Option<&str>,
+        stages: &[Document],
+        batch_size: Option<i64>,
+        lsid: Option<Bson>,
+    ) -> Result<CursorBatch> {
+        let batch_size = check_batch_size(batch_size)?;
+        let pipeline = Pipeline::parse(stages, db)?;
+        let source = EngineSource { engine: self };
+        let vars = tailstream_query::expr::Variables { now: Some(bson::DateTime::now()), ..Default::default() };
+        let docs = match coll {
+            Some(c) => {
+                let ns = Namespace::new(db, c);
+                let input: Box<dyn Iterator<Item = Result<Document>> + '_> = match self.collection(&ns) {
+                    None => Box::new(std::iter::empty()),
+                    Some(meta) => {
+                        let matcher = Arc::new(Matcher::new(pipeline.leading_match().unwrap_or(&Document::new()))?);
+                        let plan = read::plan(&meta, &matcher, None, None)?;
+                        Box::new(ScanIter::new(&self.store, meta, matcher, Scan::new(plan.access)))
+                    }
+                };
+                pipeline.run(input, &source, &vars)?
+            }
+            None => pipeline.run(Box::new(std::iter::empty()), &source, &vars)?,
+        };
+        let cursor_ns = match coll {
+            Some(c) => format!("{db}.{c}"),
+            None => format!("{db}.$cmd.aggregate"),
+        };
+        if let Some(out) = pipeline.output_stage() {
+            self.write_output_stage(db, out, docs)?;
+            return Ok(CursorBatch { cursor_id: 0, ns: cursor_ns, docs: Vec::new() });
+        }
+        let mut cursor = Cursor::new(cursor_ns, Source::Buffered(docs.into()));
+        cursor.lsid = lsid;
+        self.first_batch(cursor, Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)), false)
+    }
+
+    /// `$out` replaces the target collection; `$merge` upserts into it by `_id`.
+    fn write_output_stage(&self, db: &str, stage: &Document, docs: Vec<Document>) -> Result<WriteOutcome> {
+        let (name, spec) = stage.iter().next().ok_or_else(|| Error::internal("empty output stage"))?;
+        let target = |v: &Bson| -> Result<Namespace> {
+            match v {
+                Bson::String(c) => Ok(Namespace::new(db, c)),
+                Bson::Document(d) => Ok(Namespace::new(
+                    d.get_str("db").unwrap_or(db),
+                    d.get_str("coll").map_err(|_| Error::failed_to_parse("output stage needs a collection"))?,
+                )),
+                _ => Err(Error::failed_to_parse(format!("{name} needs a collection name or a document"))),
+            }
+        };
+        if name == "$out" {
+            let ns = target(spec)?;
+            self.drop_collection(&ns)?;
+            let out = self.insert(&ns, docs, true)?;
+            if let Some(e) = out.errors.first() {
+                return Err(e.error.clone());
+            }
+            if out.n == 0 {
+                self.create_collection(&ns, Document::new())?;
+            }
+            return Ok(out);
+        }
+        let into = match spec {
+            Bson::Document(d) => target(d.get("into").ok_or_else(|| Error::failed_to_parse("$merge requires 'into'"))?)?,
+            other => target(other)?,
+        };
+        let when_matched = match spec {
+            Bson::Document(d) => d.get_str("whenMatched").unwrap_or("merge").to_string(),
+            _ => "merge".to_string(),
+        };
+        let ops: Vec<UpdateOp> = docs
+            .into_iter()
+            .map(|d| {
+                let id = d.get("_id").cloned().unwrap_or(Bson::Null);
+                let u = if when_matched == "replace" { Bson::Document(d) } else { Bson::Document(doc! {"$set": d}) };
+                UpdateOp { q: doc! {"_id": id}, u, multi: false, upsert: when_matched != "fail", array_filters: None, hint: None }
+            })
+            .collect();
+        let out = self.update(&into, ops, true)?;
+        if let Some(e) = out.errors.first() {
+            return Err(e.error.clone());
+        }
+        Ok(out)
+    }
+
+    /// Document count and total BSON bytes of a collection (a key scan; for stats commands).
+    pub fn collection_numbers(&self, meta: &CollMeta) -> (i64, i64) {
+        let (mut count, mut size) = (0i64, 0i64);
+        let prefix = crate::keys::coll_prefix(meta.id);
+        for (_, v) in self.store.scan_prefix(tailstream_storage::Space::Docs, &prefix, false).flatten() {
+            count += 1;
+            size += v.len() as i64;
+        }
+        (count, size)
+    }
+
+    /// The plan a find would use, for explain.
+    pub fn explain_find(&self, ns: &Namespace, filter: &Document, sort: Option<&Document>, hint: Option<&Bson>) -> Result<Document> {
+        let matcher = Matcher::new(filter)?;
+        let sort = match sort {
+            Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?),
+            _ => None,
+        };
+        let Some(meta) = self.collection(ns) else {
+            return Ok(doc! {"stage": "EOF"});
+        };
+        let plan = read::plan(&meta, &matcher, sort.as_ref(), hint)?;
+        let mut winning = plan.explain();
+        if !plan.sorted {
+            winning = doc! {"stage": "SORT", "inputStage": winning};
+        }
+        Ok(winning)
+    }
+}
+
+fn check_batch_size(b: Option<i64>) -> Result<Option<usize>> {
+    match b {
+        Some(n) if n < 0 => Err(Error::bad_value(format!("BatchSize value must be non-negative, but received: {n}"))),
+        Some(n) => Ok(Some(n as usize)),
+        None => Ok(None),
+    }
+}
+
+/// The oplog's pseudo-collection metadata (scans of it ignore the id).
+fn oplog_meta() -> CollMeta {
+    CollMeta { ns: Namespace::new(OPLOG_DB, OPLOG_COLL), id: 0, uuid: bson::Uuid::from_bytes([0; 16]), options: doc! {"capped": true}, indexes: vec![] }
+}
+
+/// Where an oplog query can start: the lower bound of its `ts` predicate.
+fn oplog_start(matcher: &Matcher) -> u64 {
+    for (path, b) in matcher.index_predicates() {
+        if path != "ts" {
+            continue;
+        }
+        let v = b.eq.as_ref().or(b.gte.as_ref()).or(b.gt.as_ref());
+        if let Some(Bson::Timestamp(t)) = v {
+            return crate::keys::ts_to_u64(*t);
+        }
+    }
+    0
+}
+
+fn collect_path_values(v: &Bson, parts: &[&str], out: &mut Vec<Bson>) {
+    if parts.is_empty() {
+        match v {
+            Bson::Array(a) => out.extend(a.iter().cloned()),
+            other => out.push(other.clone()),
+        }
+        return;
+    }
+    match v {
+        Bson::Document(d) => {
+            if let Some(c) = d.get(parts[0]) {
+                collect_path_values(c, &parts[1..], out);
+            }
+        }
+        Bson::Array(a) => {
+            if let Some(i) = tailstream_query::path::parse_index(parts[0]) {
+                if let Some(e) = a.get(i) {
+                    collect_path_values(e, &parts[1..], out);
+                    return;
+                }
+            }
+            for e in a {
+                if let Bson::Document(_) = e {
+                    collect_path_values(e, parts, out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A lazy iterator over a scan, reading storage in chunks.
+struct ScanIter<'a> {
+    store: &'a Store,
+    meta: Arc<CollMeta>,
+    matcher: Arc<Matcher>,
+    scan: Scan,
+    buf: VecDeque<Document>,
+}
+
+impl<'a> ScanIter<'a> {
+    fn new(store: &'a Store, meta: Arc<CollMeta>, matcher: Arc<Matcher>, scan: Scan) -> Self {
+        ScanIter { store, meta, matcher, scan, buf: VecDeque::new() }
+    }
+}
+
+impl Iterator for ScanIter<'_> {
+    type Item = Result<Document>;
+    fn next(&mut self) -> Option<Result<Document>> {
+        while self.buf.is_empty() && !self.scan.done {
+            let mut got = Vec::new();
+            if let Err(e) = self.scan.next_batch(self.store, self.meta.id, &self.matcher, 512, &mut got) {
+                self.scan.done = true;
+                return Some(Err(e));
+            }
+            self.buf.extend(got.into_iter().map(|(_, d)| d));
+        }
+        self.buf.pop_front().map(Ok)
+    }
+}
+
+/// Other collections for `$lookup`, `$unionWith` and `$graphLookup`.
+struct EngineSource<'a> {
+    engine: &'a Engine,
+}
+
+impl CollectionSource for EngineSource<'_> {
+    fn scan(&self, db: &str, coll: &str) -> Result<Vec<Document>> {
+        let ns = Namespace::new(db, coll);
+        let Some(meta) = self.engine.collection(&ns) else {
+            return Ok(Vec::new());
+        };
+        let all = Matcher::new(&Document::new())?;
+        let mut scan = Scan::new(Access::CollScan { reverse: false });
+        Ok(scan.collect_all(&self.engine.store, meta.id, &all)?.into_iter().map(|(_, d)| d).collect())
+    }
+}
+
+/// A numeric command argument as i64 (ints, longs and integral doubles).
+pub fn as_i64(v: &Bson) -> Option<i64> {
+    match v {
+        Bson::Int32(i) => Some(*i as i64),
+        Bson::Int64(i) => Some(*i),
+        other => as_f64(other).filter(|f| f.is_finite()).map(|f| f as i64),
+    }
+}

@@ -1,0 +1,86 @@
+//! Byte layouts of keys in each storage space. All integers are big-endian so
+//! that byte order is numeric order.
+
+use bson::Bson;
+use tailstream_query::keystring;
+
+/// `Docs` key prefix of a collection.
+pub fn coll_prefix(coll_id: u32) -> [u8; 4] {
+    coll_id.to_be_bytes()
+}
+
+/// KeyString of a document's `_id` (the record id within a collection).
+pub fn id_key(id: &Bson) -> Vec<u8> {
+    keystring::encode_value(id)
+}
+
+/// `Docs` key of one document.
+pub fn doc_key(coll_id: u32, id_ks: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(4 + id_ks.len());
+    k.extend_from_slice(&coll_id.to_be_bytes());
+    k.extend_from_slice(id_ks);
+    k
+}
+
+/// `Index` key prefix of one index.
+pub fn index_prefix(index_id: u32) -> [u8; 4] {
+    index_id.to_be_bytes()
+}
+
+/// `Index` key of one entry: index id, encoded key values, then the record's `_id`
+/// so that equal keys of different documents are distinct and ordered by `_id`.
+pub fn index_entry_key(index_id: u32, values_ks: &[u8], id_ks: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(4 + values_ks.len() + id_ks.len());
+    k.extend_from_slice(&index_id.to_be_bytes());
+    k.extend_from_slice(values_ks);
+    k.extend_from_slice(id_ks);
+    k
+}
+
+/// Cluster time as a sortable u64: seconds in the high half, increment in the low half.
+pub fn ts_to_u64(ts: bson::Timestamp) -> u64 {
+    ((ts.time as u64) << 32) | ts.increment as u64
+}
+
+pub fn u64_to_ts(v: u64) -> bson::Timestamp {
+    bson::Timestamp { time: (v >> 32) as u32, increment: v as u32 }
+}
+
+/// `Oplog` key of an entry.
+pub fn oplog_key(ts: u64) -> [u8; 8] {
+    ts.to_be_bytes()
+}
+
+/// `OplogByNs` key: the namespace, a 0 separator (namespaces contain no NUL), then the time.
+pub fn oplog_ns_key(ns: &str, ts: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(ns.len() + 9);
+    k.extend_from_slice(ns.as_bytes());
+    k.push(0);
+    k.extend_from_slice(&ts.to_be_bytes());
+    k
+}
+
+/// `Catalog` key of a collection.
+pub fn catalog_key(ns: &str) -> Vec<u8> {
+    let mut k = b"coll:".to_vec();
+    k.extend_from_slice(ns.as_bytes());
+    k
+}
+
+pub const META_COUNTERS: &[u8] = b"counters";
+pub const META_OPLOG_TRIM: &[u8] = b"oplog_trim";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_sort_as_u64() {
+        let a = ts_to_u64(bson::Timestamp { time: 5, increment: 9 });
+        let b = ts_to_u64(bson::Timestamp { time: 6, increment: 1 });
+        assert!(a < b);
+        assert!(oplog_key(a) < oplog_key(b));
+        assert_eq!(u64_to_ts(a), bson::Timestamp { time: 5, increment: 9 });
+        assert!(oplog_ns_key("a.b", b) < oplog_ns_key("a.bc", a), "namespace first, separator sorts low");
+    }
+}

@@ -1,0 +1,734 @@
+//! Inserts, updates, deletes and findAndModify. Each command's documents, index
+//! entries and oplog entries go into one atomic batch per operation.
+
+use crate::catalog::{CollMeta, IndexMeta};
+use crate::format::{doc_to_string, value_to_string};
+use crate::namespace::Namespace;
+use crate::oplog::{update_diff, OplogChange};
+use crate::read::{self, Scan};
+use crate::{keys, storage_err, Committed, Engine, Txn, MAX_DOCUMENT_SIZE, MAX_NESTING_DEPTH};
+use bson::{doc, Bson, Document};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use tailstream_query::error::{codes, Error, Result};
+use tailstream_query::index_keys::index_keys;
+use tailstream_query::keystring::KeyStringBuilder;
+use tailstream_query::matcher::Matcher;
+use tailstream_query::path::get_path;
+use tailstream_query::sort::SortSpec;
+use tailstream_query::update::{ApplyContext, ConditionMatcher, UpdateKind, UpdateSpec};
+use tailstream_storage::Space;
+
+/// One failed operation of a write command, by its position in the command.
+#[derive(Debug, Clone)]
+pub struct WriteError {
+    pub index: usize,
+    pub error: Error,
+}
+
+#[derive(Debug, Default)]
+pub struct WriteOutcome {
+    pub n: u64,
+    pub n_modified: u64,
+    pub upserted: Vec<(usize, Bson)>,
+    pub errors: Vec<WriteError>,
+    /// The last commit (None when nothing was written).
+    pub committed: Option<Committed>,
+}
+
+#[derive(Debug, Clone)]
+pub struct UpdateOp {
+    pub q: Document,
+    pub u: Bson,
+    pub multi: bool,
+    pub upsert: bool,
+    pub array_filters: Option<Vec<Document>>,
+    pub hint: Option<Bson>,
+}
+
+#[derive(Debug, Clone)]
+pub struct DeleteOp {
+    pub q: Document,
+    /// 0: every match; 1: the first.
+    pub limit: i64,
+    pub hint: Option<Bson>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct FindAndModify {
+    pub query: Document,
+    pub sort: Option<Document>,
+    pub remove: bool,
+    pub update: Option<Bson>,
+    pub new: bool,
+    pub fields: Option<Document>,
+    pub upsert: bool,
+    pub array_filters: Option<Vec<Document>>,
+    pub hint: Option<Bson>,
+}
+
+#[derive(Debug, Default)]
+pub struct FamOutcome {
+    pub value: Option<Document>,
+    pub n: u64,
+    pub updated_existing: bool,
+    pub upserted: Option<Bson>,
+    pub committed: Option<Committed>,
+}
+
+/// Index entries added and removed by the current batch, for unique checks that
+/// must see the batch's own writes.
+#[derive(Default)]
+struct PendingIndex {
+    added: HashMap<(u32, Vec<u8>), Vec<u8>>,
+    removed: HashSet<Vec<u8>>,
+    ids: HashSet<Vec<u8>>,
+}
+
+/// Matches array elements for `$pull` conditions and `arrayFilters` with the query matcher.
+pub(crate) struct QueryConditions;
+
+impl ConditionMatcher for QueryConditions {
+    fn matches_value(&self, condition: &Document, value: &Bson) -> Result<bool> {
+        let operator_form = condition.keys().next().map(|k| k.starts_with('$') && !matches!(k.as_str(), "$and" | "$or" | "$nor" | "$expr")).unwrap_or(false);
+        if operator_form || !matches!(value, Bson::Document(_)) {
+            if !operator_form && !condition.is_empty() {
+                // A field condition against a non-document element never matches.
+                return Ok(false);
+            }
+            let m = Matcher::new(&doc! {"v": condition.clone()})?;
+            return Ok(m.matches(&doc! {"v": value.clone()}));
+        }
+        let Bson::Document(d) = value else { unreachable!() };
+        Ok(Matcher::new(condition)?.matches(d))
+    }
+}
+
+impl Engine {
+    /// Inserts documents; an ordered insert stops at the first error.
+    pub fn insert(&self, ns: &Namespace, docs: Vec<Document>, ordered: bool) -> Result<WriteOutcome> {
+        ns.validate_for_write()?;
+        let mut out = WriteOutcome::default();
+        let mut txn = self.begin();
+        let meta = self.ensure_collection(&mut txn, ns)?;
+        let mut pending = PendingIndex::default();
+        for (i, doc) in docs.into_iter().enumerate() {
+            match self.insert_in(&mut txn, &meta, doc, &mut pending) {
+                Ok(_) => out.n += 1,
+                Err(error) => {
+                    out.errors.push(WriteError { index: i, error });
+                    if ordered {
+                        break;
+                    }
+                }
+            }
+        }
+        out.committed = Some(txn.commit()?);
+        Ok(out)
+    }
+
+    /// Adds one document to the transaction; returns its `_id`.
+    fn insert_in(&self, txn: &mut Txn<'_>, meta: &Arc<CollMeta>, doc: Document, pending: &mut PendingIndex) -> Result<Bson> {
+        let doc = prepare_new_document(doc)?;
+        let bytes = encode_checked(&doc, true)?;
+        let id = doc.get("_id").cloned().expect("prepared documents have an _id");
+        let id_ks = keys::id_key(&id);
+        let dkey = keys::doc_key(meta.id, &id_ks);
+        if pending.ids.contains(&id_ks) || self.store.get(Space::Docs, &dkey).map_err(storage_err)?.is_some() {
+            return Err(duplicate_key_error(meta, "_id_", &doc! {"_id": 1}, &doc! {"_id": id.clone()}));
+        }
+        let entries = self.index_entries_checked(meta, &doc, &id_ks, pending, &[])?;
+        pending.ids.insert(id_ks.clone());
+        for (index_id, values_ks) in entries {
+            txn.batch().put(Space::Index, &keys::index_entry_key(index_id, &values_ks, &id_ks), &id_ks);
+            pending.added.insert((index_id, values_ks), id_ks.clone());
+        }
+        txn.batch().put(Space::Docs, &dkey, &bytes);
+        txn.log(OplogChange::insert(meta.ns.full(), meta.uuid, doc, id.clone()));
+        Ok(id)
+    }
+
+    /// The index entries `(index id, encoded key values)` of a document, after checking
+    /// unique indexes against stored entries and the batch's own. `old` lists entries the
+    /// document had before an update (they do not conflict with themselves).
+    fn index_entries_checked(
+        &self,
+        meta: &CollMeta,
+        doc: &Document,
+        id_ks: &[u8],
+        pending: &PendingIndex,
+        old: &[(u32, Vec<u8>)],
+    ) -> Result<Vec<(u32, Vec<u8>)>> {
+        let mut out = Vec::new();
+        for index in &meta.indexes {
+            if !index.covers(doc) {
+                continue;
+            }
+            let (key_sets, _multikey) = index_keys(doc, &index.pattern)?;
+            for values in key_sets {
+                let values_ks = encode_key(index, &values);
+                if index.unique && !old.iter().any(|(i, v)| *i == index.id && *v == values_ks) && self.unique_conflict(index, &values_ks, id_ks, pending)? {
+                    let key_value: Document = index.pattern.fields.iter().map(|(f, _)| f.clone()).zip(values.into_iter()).collect();
+                    return Err(duplicate_key_error(meta, &index.name, &index.key, &key_value));
+                }
+                out.push((index.id, values_ks));
+            }
+        }
+        Ok(out)
+    }
+
+    fn unique_conflict(&self, index: &IndexMeta, values_ks: &[u8], id_ks: &[u8], pending: &PendingIndex) -> Result<bool> {
+        if let Some(other) = pending.added.get(&(index.id, values_ks.to_vec())) {
+            if other != id_ks {
+                return Ok(true);
+            }
+        }
+        let mut prefix = keys::index_prefix(index.id).to_vec();
+        prefix.extend_from_slice(values_ks);
+        for item in self.store.scan_prefix(Space::Index, &prefix, false) {
+            let (k, v) = item.map_err(storage_err)?;
+            if pending.removed.contains(&k[..]) {
+                continue;
+            }
+            if &v[..] != id_ks {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// The index entries of a stored document (for removing them).
+    fn index_entries(&self, meta: &CollMeta, doc: &Document) -> Vec<(u32, Vec<u8>)> {
+        let mut out = Vec::new();
+        for index in &meta.indexes {
+            if !index.covers(doc) {
+                continue;
+            }
+            if let Ok((key_sets, _)) = index_keys(doc, &index.pattern) {
+                for values in key_sets {
+                    out.push((index.id, encode_key(index, &values)));
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs update operations; each is its own atomic batch, so later operations see earlier ones.
+    pub fn update(&self, ns: &Namespace, ops: Vec<UpdateOp>, ordered: bool) -> Result<WriteOutcome> {
+        let mut out = WriteOutcome::default();
+        for (i, op) in ops.into_iter().enumerate() {
+            match self.update_op(ns, &op) {
+                Ok((n, modified, upserted, committed)) => {
+                    out.n += n;
+                    out.n_modified += modified;
+                    if let Some(id) = upserted {
+                        out.upserted.push((i, id));
+                    }
+                    if committed.is_some() {
+                        out.committed = committed;
+                    }
+                }
+                Err(error) => {
+                    out.errors.push(WriteError { index: i, error });
+                    if ordered {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn update_op(&self, ns: &Namespace, op: &UpdateOp) -> Result<(u64, u64, Option<Bson>, Option<Committed>)> {
+        let matcher = Matcher::new(&op.q)?;
+        let spec = UpdateSpec::parse(&op.u, op.array_filters.as_deref())?;
+        if op.multi && matches!(spec.kind(), UpdateKind::Replacement) {
+            return Err(Error::failed_to_parse("multi update is not supported for replacement-style update"));
+        }
+        if op.upsert || self.collection(ns).is_some() {
+            ns.validate_for_write()?;
+        }
+        let mut txn = self.begin();
+        let Some(meta) = txn.catalog().get(ns) else {
+            if !op.upsert {
+                return Ok((0, 0, None, None));
+            }
+            let meta = self.ensure_collection(&mut txn, ns)?;
+            let id = self.upsert_in(&mut txn, &meta, &op.q, &spec)?;
+            return Ok((1, 0, Some(id), Some(txn.commit()?)));
+        };
+        let plan = read::plan(&meta, &matcher, None, op.hint.as_ref())?;
+        let mut scan = Scan::new(plan.access);
+        let targets = if op.multi {
+            scan.collect_all(&self.store, meta.id, &matcher)?
+        } else {
+            let mut v = Vec::new();
+            while v.is_empty() && !scan.done {
+                scan.next_batch(&self.store, meta.id, &matcher, 1, &mut v)?;
+            }
+            v
+        };
+        if targets.is_empty() {
+            if op.upsert {
+                let id = self.upsert_in(&mut txn, &meta, &op.q, &spec)?;
+                return Ok((1, 0, Some(id), Some(txn.commit()?)));
+            }
+            return Ok((0, 0, None, None));
+        }
+        let mut pending = PendingIndex::default();
+        let (mut n, mut modified) = (0, 0);
+        for (id_ks, old) in targets {
+            n += 1;
+            if self.update_in(&mut txn, &meta, &op.q, &spec, id_ks, old, &mut pending)?.is_some() {
+                modified += 1;
+            }
+        }
+        Ok((n, modified, None, Some(txn.commit()?)))
+    }
+
+    /// Applies `spec` to one stored document; returns the new document if it changed.
+    #[allow(clippy::too_many_arguments)]
+    fn update_in(
+        &self,
+        txn: &mut Txn<'_>,
+        meta: &Arc<CollMeta>,
+        filter: &Document,
+        spec: &UpdateSpec,
+        id_ks: Vec<u8>,
+        old: Document,
+        pending: &mut PendingIndex,
+    ) -> Result<Option<Document>> {
+        let mut new = old.clone();
+        let (updated, removed, replaced) = match spec.kind() {
+            UpdateKind::Pipeline => {
+                new = run_pipeline_update(spec, &old)?;
+                let (u, r) = top_level_diff(&old, &new);
+                (u, r, false)
+            }
+            kind => {
+                let ctx = ApplyContext {
+                    is_insert: false,
+                    positional: positional_index(filter, &old),
+                    now: bson::DateTime::now(),
+                    matcher: &QueryConditions,
+                };
+                let outcome = spec.apply(&mut new, &ctx)?;
+                if !outcome.modified {
+                    return Ok(None);
+                }
+                (outcome.updated_fields, outcome.removed_fields, matches!(kind, UpdateKind::Replacement))
+            }
+        };
+        if new == old {
+            return Ok(None);
+        }
+        let old_id = old.get("_id").cloned().unwrap_or(Bson::Null);
+        if new.get("_id") != Some(&old_id) {
+            return Err(Error::new(
+                codes::IMMUTABLE_FIELD,
+                format!(
+                    "After applying the update, the (immutable) field '_id' was found to have been altered to _id: {}",
+                    new.get("_id").map(value_to_string).unwrap_or_default()
+                ),
+            ));
+        }
+        let bytes = encode_checked(&new, false)?;
+        let old_entries = self.index_entries(meta, &old);
+        let new_entries = self.index_entries_checked(meta, &new, &id_ks, pending, &old_entries)?;
+        for e in old_entries.iter().filter(|e| !new_entries.contains(e)) {
+            let k = keys::index_entry_key(e.0, &e.1, &id_ks);
+            txn.batch().delete(Space::Index, &k);
+            pending.removed.insert(k);
+        }
+        for e in new_entries.iter().filter(|e| !old_entries.contains(e)) {
+            let k = keys::index_entry_key(e.0, &e.1, &id_ks);
+            txn.batch().put(Space::Index, &k, &id_ks);
+            pending.removed.remove(&k);
+            pending.added.insert(e.clone(), id_ks.clone());
+        }
+        txn.batch().put(Space::Docs, &keys::doc_key(meta.id, &id_ks), &bytes);
+        let o = if replaced { new.clone() } else { update_diff(&new, &updated, &removed) };
+        txn.log(OplogChange::update(meta.ns.full(), meta.uuid, old_id, o));
+        Ok(Some(new))
+    }
+
+    /// Inserts the document an upsert creates from its query and update.
+    fn upsert_in(&self, txn: &mut Txn<'_>, meta: &Arc<CollMeta>, query: &Document, spec: &UpdateSpec) -> Result<Bson> {
+        let seed = upsert_seed(query)?;
+        let doc = match spec.kind() {
+            UpdateKind::Replacement => {
+                let mut d = Document::new();
+                spec.apply(&mut d, &ApplyContext { is_insert: true, positional: None, now: bson::DateTime::now(), matcher: &QueryConditions })?;
+                if !d.contains_key("_id") {
+                    if let Some(id) = seed.get("_id") {
+                        let mut with_id = doc! {"_id": id.clone()};
+                        with_id.extend(d);
+                        d = with_id;
+                    }
+                }
+                d
+            }
+            UpdateKind::Pipeline => run_pipeline_update(spec, &seed)?,
+            UpdateKind::Operators => {
+                let mut d = seed.clone();
+                spec.apply(&mut d, &ApplyContext { is_insert: true, positional: None, now: bson::DateTime::now(), matcher: &QueryConditions })?;
+                if seed.get("_id").is_some() && d.get("_id") != seed.get("_id") {
+                    return Err(Error::new(codes::IMMUTABLE_FIELD, "Performing an update on the path '_id' would modify the immutable field '_id'"));
+                }
+                d
+            }
+        };
+        let mut pending = PendingIndex::default();
+        self.insert_in(txn, meta, doc, &mut pending)
+    }
+
+    /// Runs delete operations; each is its own atomic batch.
+    pub fn delete(&self, ns: &Namespace, ops: Vec<DeleteOp>, ordered: bool) -> Result<WriteOutcome> {
+        let mut out = WriteOutcome::default();
+        for (i, op) in ops.into_iter().enumerate() {
+            match self.delete_op(ns, &op) {
+                Ok((n, committed)) => {
+                    out.n += n;
+                    if committed.is_some() {
+                        out.committed = committed;
+                    }
+                }
+                Err(error) => {
+                    out.errors.push(WriteError { index: i, error });
+                    if ordered {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn delete_op(&self, ns: &Namespace, op: &DeleteOp) -> Result<(u64, Option<Committed>)> {
+        if op.limit != 0 && op.limit != 1 {
+            return Err(Error::failed_to_parse(format!("The limit field in delete objects must be 0 or 1. Got {}", op.limit)));
+        }
+        let matcher = Matcher::new(&op.q)?;
+        let mut txn = self.begin();
+        let Some(meta) = txn.catalog().get(ns) else {
+            return Ok((0, None));
+        };
+        let plan = read::plan(&meta, &matcher, None, op.hint.as_ref())?;
+        let mut scan = Scan::new(plan.access);
+        let targets = if op.limit == 0 {
+            scan.collect_all(&self.store, meta.id, &matcher)?
+        } else {
+            let mut v = Vec::new();
+            while v.is_empty() && !scan.done {
+                scan.next_batch(&self.store, meta.id, &matcher, 1, &mut v)?;
+            }
+            v
+        };
+        let n = targets.len() as u64;
+        for (id_ks, doc) in targets {
+            self.delete_in(&mut txn, &meta, &id_ks, &doc);
+        }
+        if n == 0 {
+            return Ok((0, None));
+        }
+        Ok((n, Some(txn.commit()?)))
+    }
+
+    pub(crate) fn delete_in(&self, txn: &mut Txn<'_>, meta: &CollMeta, id_ks: &[u8], doc: &Document) {
+        for (index_id, values_ks) in self.index_entries(meta, doc) {
+            txn.batch().delete(Space::Index, &keys::index_entry_key(index_id, &values_ks, id_ks));
+        }
+        txn.batch().delete(Space::Docs, &keys::doc_key(meta.id, id_ks));
+        let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
+        txn.log(OplogChange::delete(meta.ns.full(), meta.uuid, id));
+    }
+
+    /// The findAndModify command: one document, chosen by query and sort, updated or removed.
+    pub fn find_and_modify(&self, ns: &Namespace, req: &FindAndModify) -> Result<FamOutcome> {
+        let matcher = Matcher::new(&req.query)?;
+        let sort = match &req.sort {
+            Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?),
+            _ => None,
+        };
+        let projection = match &req.fields {
+            Some(f) if !f.is_empty() => Some(tailstream_query::projection::Projection::new(f, Some(&req.query))?),
+            _ => None,
+        };
+        let spec = match (&req.update, req.remove) {
+            (Some(_), true) => return Err(Error::failed_to_parse("Cannot specify both an update and remove=true")),
+            (None, false) => return Err(Error::failed_to_parse("Either an update or remove=true must be specified")),
+            (Some(u), false) => Some(UpdateSpec::parse(u, req.array_filters.as_deref())?),
+            (None, true) => None,
+        };
+        if req.remove && (req.upsert || req.new) {
+            return Err(Error::failed_to_parse("Cannot specify both upsert=true and remove=true"));
+        }
+        if req.upsert || spec.is_some() {
+            ns.validate_for_write()?;
+        }
+        let mut out = FamOutcome::default();
+        let mut txn = self.begin();
+        let meta = match txn.catalog().get(ns) {
+            Some(m) => m,
+            None if req.upsert => self.ensure_collection(&mut txn, ns)?,
+            None => return Ok(out),
+        };
+        let plan = read::plan(&meta, &matcher, sort.as_ref(), req.hint.as_ref())?;
+        let mut scan = Scan::new(plan.access);
+        let target = if plan.sorted {
+            let mut v = Vec::new();
+            while v.is_empty() && !scan.done {
+                scan.next_batch(&self.store, meta.id, &matcher, 1, &mut v)?;
+            }
+            v.pop()
+        } else {
+            let mut all = scan.collect_all(&self.store, meta.id, &matcher)?;
+            let s = sort.as_ref().expect("unsorted plans only when a sort is requested");
+            all.sort_by(|a, b| s.compare(&a.1, &b.1));
+            all.into_iter().next()
+        };
+        let project = |d: Document| -> Result<Document> {
+            match &projection {
+                Some(p) => p.apply(&d),
+                None => Ok(d),
+            }
+        };
+        match (target, spec) {
+            (Some((id_ks, doc)), None) => {
+                self.delete_in(&mut txn, &meta, &id_ks, &doc);
+                out.n = 1;
+                out.value = Some(project(doc)?);
+            }
+            (Some((id_ks, old)), Some(spec)) => {
+                let mut pending = PendingIndex::default();
+                let new = self.update_in(&mut txn, &meta, &req.query, &spec, id_ks, old.clone(), &mut pending)?;
+                out.n = 1;
+                out.updated_existing = true;
+                out.value = Some(project(if req.new { new.unwrap_or(old) } else { old })?);
+            }
+            (None, Some(spec)) if req.upsert => {
+                let id = self.upsert_in(&mut txn, &meta, &req.query, &spec)?;
+                out.n = 1;
+                out.upserted = Some(id.clone());
+                if req.new {
+                    // Read back through the batch's own write: fetch after commit below.
+                    let committed = txn.commit()?;
+                    out.committed = Some(committed);
+                    let doc = read::fetch(&self.store, meta.id, &keys::id_key(&id))?;
+                    out.value = match doc {
+                        Some(d) => Some(project(d)?),
+                        None => None,
+                    };
+                    return Ok(out);
+                }
+            }
+            _ => return Ok(out),
+        }
+        out.committed = Some(txn.commit()?);
+        Ok(out)
+    }
+}
+
+/// Encodes an index key's values with the index's per-field directions.
+pub(crate) fn encode_key(index: &IndexMeta, values: &[Bson]) -> Vec<u8> {
+    let mut k = KeyStringBuilder::new();
+    for (v, (_, desc)) in values.iter().zip(&index.pattern.fields) {
+        k.append(v, *desc);
+    }
+    k.into_bytes()
+}
+
+/// Gives a new document an `_id` (an ObjectId, first) if it has none, and checks its `_id`.
+pub fn prepare_new_document(doc: Document) -> Result<Document> {
+    let doc = match doc.get("_id") {
+        None => {
+            let mut d = Document::new();
+            d.insert("_id", bson::oid::ObjectId::new());
+            d.extend(doc);
+            d
+        }
+        Some(_) if doc.keys().next().map(|k| k != "_id").unwrap_or(false) => {
+            // mongod stores `_id` first.
+            let mut d = Document::new();
+            let mut rest = doc;
+            let id = rest.remove("_id").unwrap();
+            d.insert("_id", id);
+            d.extend(rest);
+            d
+        }
+        Some(_) => doc,
+    };
+    match doc.get("_id") {
+        Some(Bson::Array(_)) => Err(Error::new(codes::INVALID_ID_FIELD, "The '_id' value cannot be of type array")),
+        Some(Bson::RegularExpression(_)) => Err(Error::new(codes::INVALID_ID_FIELD, "can't use a regex for _id")),
+        Some(Bson::Undefined) => Err(Error::new(codes::INVALID_ID_FIELD, "can't use a undefined for _id")),
+        Some(Bson::Document(d)) if d.keys().any(|k| k.starts_with('$')) => Err(Error::new(
+            codes::DOLLAR_PREFIXED_FIELD_NAME,
+            format!("_id fields may not contain '$'-prefixed fields: {} is not valid for storage.", d.keys().find(|k| k.starts_with('$')).unwrap()),
+        )),
+        _ => Ok(doc),
+    }
+}
+
+/// Serialises a document for storage, enforcing the size and depth limits.
+fn encode_checked(doc: &Document, insert: bool) -> Result<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(256);
+    doc.to_writer(&mut bytes).map_err(|e| Error::bad_value(format!("cannot serialise document: {e}")))?;
+    if bytes.len() > MAX_DOCUMENT_SIZE {
+        let msg = if insert {
+            format!("object to insert too large. size in bytes: {}, max size: {}", bytes.len(), MAX_DOCUMENT_SIZE)
+        } else {
+            format!("Resulting document after update is larger than {MAX_DOCUMENT_SIZE}")
+        };
+        return Err(Error::new(codes::BSON_OBJECT_TOO_LARGE, msg));
+    }
+    if tailstream_query::path::nesting_depth(doc) > MAX_NESTING_DEPTH {
+        return Err(Error::new(
+            codes::OVERFLOW,
+            format!("Document exceeds maximum nesting depth of {MAX_NESTING_DEPTH}"),
+        ));
+    }
+    Ok(bytes)
+}
+
+fn duplicate_key_error(meta: &CollMeta, index_name: &str, key_pattern: &Document, key_value: &Document) -> Error {
+    Error::new(
+        codes::DUPLICATE_KEY,
+        format!(
+            "E11000 duplicate key error collection: {} index: {} dup key: {}",
+            meta.ns.full(),
+            index_name,
+            doc_to_string(key_value)
+        ),
+    )
+    .with_info(doc! {"keyPattern": key_pattern.clone(), "keyValue": key_value.clone()})
+}
+
+/// The document an upsert starts from: the query's equality conditions
+/// (`{a: 1}`, `{a: {$eq: 1}}`, inside `$and`), with dotted paths expanded.
+fn upsert_seed(query: &Document) -> Result<Document> {
+    let mut seed = Document::new();
+    collect_equalities(query, &mut seed)?;
+    Ok(seed)
+}
+
+fn collect_equalities(query: &Document, seed: &mut Document) -> Result<()> {
+    for (k, v) in query {
+        if k == "$and" {
+            if let Bson::Array(items) = v {
+                for item in items {
+                    if let Bson::Document(d) = item {
+                        collect_equalities(d, seed)?;
+                    }
+                }
+            }
+            continue;
+        }
+        if k.starts_with('$') {
+            continue;
+        }
+        let value = match v {
+            Bson::Document(d) if d.keys().next().map(|f| f.starts_with('$')).unwrap_or(false) => match d.get("$eq") {
+                Some(e) if d.len() == 1 => e.clone(),
+                _ => continue,
+            },
+            Bson::RegularExpression(_) => continue,
+            other => other.clone(),
+        };
+        set_path(seed, k, value)?;
+    }
+    Ok(())
+}
+
+fn set_path(doc: &mut Document, path: &str, value: Bson) -> Result<()> {
+    match path.split_once('.') {
+        None => {
+            doc.insert(path, value);
+            Ok(())
+        }
+        Some((head, rest)) => {
+            let entry = doc.entry(head.to_string()).or_insert_with(|| Bson::Document(Document::new()));
+            match entry {
+                Bson::Document(d) => set_path(d, rest, value),
+                _ => Err(Error::new(codes::NOT_SINGLE_VALUE_FIELD, format!("cannot infer query fields to set, path '{path}' is matched twice"))),
+            }
+        }
+    }
+}
+
+/// The position of the first array element the query matched, for the positional `$` operator.
+pub(crate) fn positional_index(filter: &Document, doc: &Document) -> Option<usize> {
+    for (k, cond) in filter {
+        if k == "$and" {
+            if let Bson::Array(items) = cond {
+                for item in items {
+                    if let Bson::Document(d) = item {
+                        if let Some(i) = positional_index(d, doc) {
+                            return Some(i);
+                        }
+                    }
+                }
+            }
+            continue;
+        }
+        if k.starts_with('$') {
+            continue;
+        }
+        let parts: Vec<&str> = k.split('.').collect();
+        for plen in 1..=parts.len() {
+            let prefix = parts[..plen].join(".");
+            let Some(Bson::Array(arr)) = get_path(doc, &prefix) else { continue };
+            let rest = parts[plen..].join(".");
+            for (i, e) in arr.iter().enumerate() {
+                let ok = if rest.is_empty() {
+                    match cond {
+                        Bson::Document(c) if c.contains_key("$elemMatch") => {
+                            QueryConditions.matches_value(c.get_document("$elemMatch").unwrap_or(&Document::new()), e).unwrap_or(false)
+                        }
+                        Bson::Document(c) if c.keys().next().map(|f| f.starts_with('$')).unwrap_or(false) => {
+                            QueryConditions.matches_value(c, e).unwrap_or(false)
+                        }
+                        other => tailstream_query::compare::bson_eq(other, e),
+                    }
+                } else {
+                    match e {
+                        Bson::Document(ed) => Matcher::new(&doc! {rest.clone(): cond.clone()}).map(|m| m.matches(ed)).unwrap_or(false),
+                        _ => false,
+                    }
+                };
+                if ok {
+                    return Some(i);
+                }
+            }
+        }
+    }
+    None
+}
+
+fn run_pipeline_update(spec: &UpdateSpec, doc: &Document) -> Result<Document> {
+    let stages = spec.pipeline().ok_or_else(|| Error::internal("pipeline update without stages"))?;
+    let pipeline = tailstream_query::pipeline::Pipeline::parse(stages, "")?;
+    let input = vec![Ok(doc.clone())];
+    let out = pipeline.run(Box::new(input.into_iter()), &NoCollections, &Default::default())?;
+    out.into_iter().next().ok_or_else(|| Error::bad_value("the update pipeline removed the document"))
+}
+
+struct NoCollections;
+
+impl tailstream_query::pipeline::CollectionSource for NoCollections {
+    fn scan(&self, _db: &str, _coll: &str) -> Result<Vec<Document>> {
+        Err(Error::new(codes::ILLEGAL_OPERATION, "stages reading other collections are not allowed in an update pipeline"))
+    }
+}
+
+/// Top-level fields changed and removed between two versions of a document.
+fn top_level_diff(old: &Document, new: &Document) -> (Document, Vec<String>) {
+    let mut updated = Document::new();
+    for (k, v) in new {
+        if old.get(k) != Some(v) {
+            updated.insert(k.clone(), v.clone());
+        }
+    }
+    let removed = old.keys().filter(|k| !new.contains_key(k.as_str())).cloned().collect();
+    (updated, removed)
+}

@@ -1,0 +1,212 @@
+//! Administrative and diagnostic commands: parameters, command-line options,
+//! host and server status, sessions, fsync, oplog notes.
+
+use super::blocking;
+use crate::state::{apply_engine_parameters, ServerState};
+use bson::{doc, Bson, Document};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tailstream_engine::query::error::{codes, Error, Result};
+
+pub fn get_parameter(state: &ServerState, cmd: &Document) -> Result<Document> {
+    let params = state.parameters.read();
+    let all = matches!(cmd.get("getParameter"), Some(Bson::String(s)) if s == "*")
+        || matches!(cmd.get("getParameter"), Some(Bson::Document(d)) if d.get_bool("allParameters").unwrap_or(false));
+    if all {
+        return Ok(params.clone());
+    }
+    let mut out = Document::new();
+    for k in cmd.keys().skip(1) {
+        if k.starts_with('$') || matches!(k.as_str(), "lsid" | "comment") {
+            continue;
+        }
+        match params.get(k) {
+            Some(v) => {
+                out.insert(k.clone(), v.clone());
+            }
+            None => return Err(Error::invalid_options(format!("no option found to get: {k}"))),
+        }
+    }
+    if out.is_empty() {
+        return Err(Error::invalid_options("no option found to get"));
+    }
+    Ok(out)
+}
+
+pub fn set_parameter(state: &ServerState, cmd: &Document) -> Result<Document> {
+    let mut params = state.parameters.write();
+    let mut out = Document::new();
+    for (k, v) in cmd.iter().skip(1) {
+        if k.starts_with('$') || matches!(k.as_str(), "lsid" | "comment") {
+            continue;
+        }
+        if k == "enableTestCommands" {
+            return Err(Error::bad_value("enableTestCommands can only be set at startup"));
+        }
+        if let Some(old) = params.insert(k.clone(), v.clone()) {
+            out.insert("was", old);
+        }
+    }
+    apply_engine_parameters(&params);
+    Ok(out)
+}
+
+pub fn get_cmd_line_opts(state: &ServerState) -> Document {
+    let c = &state.config;
+    let mut set_parameter = Document::new();
+    for p in &c.set_parameter {
+        if let Some((k, v)) = p.split_once('=') {
+            set_parameter.insert(k, v);
+        }
+    }
+    let argv: Vec<Bson> = crate::config::Config::argv().into_iter().map(Bson::String).collect();
+    doc! {
+        "argv": argv,
+        "parsed": {
+            "net": {"port": c.port as i32, "bindIp": c.bind_ip.clone()},
+            "replication": {"replSet": c.repl_set.clone(), "oplogSizeMB": c.oplog_size_mb as i64},
+            "storage": {"dbPath": c.dbpath.display().to_string()},
+            "setParameter": set_parameter,
+        },
+    }
+}
+
+pub fn host_info() -> Document {
+    let cores = std::thread::available_parallelism().map(|n| n.get() as i32).unwrap_or(1);
+    let mem_mb = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("MemTotal:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|kb| kb.parse::<i64>().ok()))
+        .map(|kb| kb / 1024)
+        .unwrap_or(0);
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "localhost".into());
+    doc! {
+        "system": {"currentTime": bson::DateTime::now(), "hostname": hostname, "cpuAddrSize": 64, "memSizeMB": mem_mb, "numCores": cores, "cpuArch": std::env::consts::ARCH},
+        "os": {"type": "Linux", "name": std::env::consts::OS},
+        "extra": {},
+    }
+}
+
+pub fn server_status(state: &ServerState) -> Document {
+    let o = &state.opcounters;
+    let uptime = state.started.elapsed();
+    let engine = &state.engine;
+    let (oldest, newest) = engine.oplog_window();
+    doc! {
+        "host": state.config.advertised_host(),
+        "version": super::handshake::VERSION,
+        "process": "tailstream",
+        "pid": std::process::id() as i64,
+        "uptime": uptime.as_secs() as i64,
+        "uptimeMillis": uptime.as_millis() as i64,
+        "uptimeEstimate": uptime.as_secs() as i64,
+        "localTime": bson::DateTime::now(),
+        "connections": {
+            "current": state.current_connections.load(Ordering::Relaxed) as i32,
+            "available": (state.config.max_conns as i64 - state.current_connections.load(Ordering::Relaxed)) as i32,
+            "totalCreated": state.total_connections.load(Ordering::Relaxed) as i64,
+        },
+        "opcounters": {
+            "insert": o.insert.load(Ordering::Relaxed) as i64,
+            "query": o.query.load(Ordering::Relaxed) as i64,
+            "update": o.update.load(Ordering::Relaxed) as i64,
+            "delete": o.delete.load(Ordering::Relaxed) as i64,
+            "getmore": o.getmore.load(Ordering::Relaxed) as i64,
+            "command": o.command.load(Ordering::Relaxed) as i64,
+        },
+        "storageEngine": {"name": "rocksdb", "supportsCommittedReads": true, "persistent": true, "supportsSnapshotReadConcern": false},
+        "repl": {
+            "setName": state.config.repl_set.clone(),
+            "isWritablePrimary": true,
+            "primary": state.config.advertised_host(),
+            "me": state.config.advertised_host(),
+        },
+        "metrics": {
+            "cursor": {"open": {"total": engine.cursors.len() as i64}},
+            "ttl": {
+                "deletedDocuments": tailstream_engine::ttl::TTL_DELETED.load(Ordering::Relaxed) as i64,
+                "passes": tailstream_engine::ttl::TTL_PASSES.load(Ordering::Relaxed) as i64,
+            },
+        },
+        "oplog": {
+            "oldest": tailstream_engine::keys::u64_to_ts(oldest),
+            "newest": tailstream_engine::keys::u64_to_ts(newest),
+        },
+        "durability": {
+            "committed": engine.durability.last_committed() as i64,
+            "synced": engine.durability.synced() as i64,
+        },
+    }
+}
+
+pub fn list_commands() -> Document {
+    let names = [
+        "aggregate", "buildInfo", "collMod", "collStats", "connectionStatus", "count", "create", "createIndexes",
+        "dbStats", "delete", "distinct", "drop", "dropDatabase", "dropIndexes", "endSessions", "explain", "find",
+        "findAndModify", "getCmdLineOpts", "getMore", "getParameter", "hello", "hostInfo", "insert", "isMaster",
+        "killCursors", "killSessions", "listCollections", "listCommands", "listDatabases", "listIndexes", "ping",
+        "renameCollection", "serverStatus", "setParameter", "update", "whatsmyuri",
+    ];
+    let mut commands = Document::new();
+    for n in names {
+        commands.insert(n, doc! {"help": "", "adminOnly": false});
+    }
+    doc! {"commands": commands}
+}
+
+pub fn repl_set_get_status(state: &ServerState) -> Document {
+    let ts = state.engine.cluster_time();
+    let me = state.config.advertised_host();
+    doc! {
+        "set": state.config.repl_set.clone(),
+        "date": bson::DateTime::now(),
+        "myState": 1,
+        "term": 1i64,
+        "members": [{
+            "_id": 0, "name": me, "health": 1.0, "state": 1, "stateStr": "PRIMARY",
+            "uptime": state.started.elapsed().as_secs() as i64,
+            "optime": {"ts": ts, "t": 1i64}, "self": true,
+        }],
+        "optimes": {"lastCommittedOpTime": {"ts": ts, "t": 1i64}, "appliedOpTime": {"ts": ts, "t": 1i64}, "durableOpTime": {"ts": ts, "t": 1i64}},
+    }
+}
+
+/// endSessions, killSessions, killAllSessions, refreshSessions, startSession.
+pub fn sessions(state: &ServerState, name: &str, cmd: &Document) -> Result<Document> {
+    let lsids: Vec<Bson> = match cmd.get(name) {
+        Some(Bson::Array(a)) => a.clone(),
+        _ => Vec::new(),
+    };
+    match name {
+        "startSession" => Ok(doc! {
+            "id": {"id": bson::Binary::from_uuid(bson::Uuid::new())},
+            "timeoutMinutes": 30,
+        }),
+        "endSessions" => {
+            state.retry_cache.end_sessions(&lsids);
+            Ok(Document::new())
+        }
+        "killSessions" => {
+            state.engine.cursors.kill_sessions(&lsids);
+            Ok(Document::new())
+        }
+        "killAllSessions" | "killAllSessionsByPattern" => {
+            if lsids.is_empty() {
+                state.engine.cursors.kill_all();
+            }
+            Ok(Document::new())
+        }
+        _ => Ok(Document::new()),
+    }
+}
+
+pub async fn fsync(state: &Arc<ServerState>) -> Result<Document> {
+    let seq = state.engine.durability.last_committed();
+    state.engine.durability.wait_synced(seq).await;
+    Ok(doc! {"numFiles": 1})
+}
+
+pub async fn append_oplog_note(state: &Arc<ServerState>, cmd: &Document) -> Result<Document> {
+    let data = cmd.get_document("data").map_err(|_| Error::new(codes::NO_SUCH_KEY, "appendOplogNote requires a 'data' field"))?.clone();
+    blocking(state, move |e| e.write_noop(&tailstream_engine::format::doc_to_string(&data))).await?;
+    Ok(Document::new())
+}

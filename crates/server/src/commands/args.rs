@@ -1,0 +1,128 @@
+//! Typed access to command arguments, with mongod's error messages for wrong types
+//! ("BSON field 'find.filter' is the wrong type 'int', expected type 'object'").
+
+use bson::{Bson, Document};
+use tailstream_engine::namespace::Namespace;
+use tailstream_engine::query::error::{codes, Error, Result};
+
+/// mongod's name for a BSON type, as used in error messages and `$type`.
+pub fn type_name(v: &Bson) -> &'static str {
+    match v {
+        Bson::Double(_) => "double",
+        Bson::String(_) => "string",
+        Bson::Document(_) => "object",
+        Bson::Array(_) => "array",
+        Bson::Binary(_) => "binData",
+        Bson::Undefined => "undefined",
+        Bson::ObjectId(_) => "objectId",
+        Bson::Boolean(_) => "bool",
+        Bson::DateTime(_) => "date",
+        Bson::Null => "null",
+        Bson::RegularExpression(_) => "regex",
+        Bson::DbPointer(_) => "dbPointer",
+        Bson::JavaScriptCode(_) => "javascript",
+        Bson::Symbol(_) => "symbol",
+        Bson::JavaScriptCodeWithScope(_) => "javascriptWithScope",
+        Bson::Int32(_) => "int",
+        Bson::Timestamp(_) => "timestamp",
+        Bson::Int64(_) => "long",
+        Bson::Decimal128(_) => "decimal",
+        Bson::MinKey => "minKey",
+        Bson::MaxKey => "maxKey",
+    }
+}
+
+fn wrong_type(cmd: &str, field: &str, v: &Bson, expected: &str) -> Error {
+    Error::type_mismatch(format!(
+        "BSON field '{cmd}.{field}' is the wrong type '{}', expected type '{expected}'",
+        type_name(v)
+    ))
+}
+
+fn cmd_name(cmd: &Document) -> &str {
+    cmd.keys().next().map(|s| s.as_str()).unwrap_or("")
+}
+
+/// An optional sub-document argument.
+pub fn opt_doc(cmd: &Document, field: &str) -> Result<Option<Document>> {
+    match cmd.get(field) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::Document(d)) => Ok(Some(d.clone())),
+        Some(v) => Err(wrong_type(cmd_name(cmd), field, v, "object")),
+    }
+}
+
+/// An optional array-of-documents argument.
+pub fn opt_doc_array(cmd: &Document, field: &str) -> Result<Option<Vec<Document>>> {
+    match cmd.get(field) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::Array(a)) => a
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Bson::Document(d) => Ok(d.clone()),
+                other => Err(wrong_type(cmd_name(cmd), &format!("{field}.{i}"), other, "object")),
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some),
+        Some(v) => Err(wrong_type(cmd_name(cmd), field, v, "array")),
+    }
+}
+
+/// An optional boolean argument (numbers count as booleans, as mongod accepts).
+pub fn opt_bool(cmd: &Document, field: &str) -> Result<Option<bool>> {
+    match cmd.get(field) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::Boolean(b)) => Ok(Some(*b)),
+        Some(Bson::Int32(i)) => Ok(Some(*i != 0)),
+        Some(Bson::Int64(i)) => Ok(Some(*i != 0)),
+        Some(Bson::Double(d)) => Ok(Some(*d != 0.0)),
+        Some(v) => Err(wrong_type(cmd_name(cmd), field, v, "bool")),
+    }
+}
+
+/// An optional integer argument (int, long, or an integral double).
+pub fn opt_i64(cmd: &Document, field: &str) -> Result<Option<i64>> {
+    match cmd.get(field) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::Int32(i)) => Ok(Some(*i as i64)),
+        Some(Bson::Int64(i)) => Ok(Some(*i)),
+        Some(Bson::Double(d)) if d.fract() == 0.0 && d.is_finite() => Ok(Some(*d as i64)),
+        Some(Bson::Double(d)) => Err(Error::bad_value(format!("BSON field '{}.{field}' value must be an integer, got {d}", cmd_name(cmd)))),
+        Some(v) => Err(wrong_type(cmd_name(cmd), field, v, "long")),
+    }
+}
+
+/// An optional string argument.
+pub fn opt_str<'a>(cmd: &'a Document, field: &str) -> Result<Option<&'a str>> {
+    match cmd.get(field) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::String(s)) => Ok(Some(s)),
+        Some(v) => Err(wrong_type(cmd_name(cmd), field, v, "string")),
+    }
+}
+
+/// The collection a command names in its first field (`{find: "coll", ...}`).
+pub fn collection_arg(cmd: &Document, db: &str) -> Result<Namespace> {
+    let name = cmd_name(cmd);
+    match cmd.get(name) {
+        Some(Bson::String(c)) if !c.is_empty() => Ok(Namespace::new(db, c)),
+        Some(Bson::String(_)) => Err(Error::new(codes::INVALID_NAMESPACE, format!("Invalid namespace specified '{db}.'"))),
+        Some(v) => Err(Error::new(
+            codes::INVALID_NAMESPACE,
+            format!("collection name has invalid type {}", type_name(v)),
+        )),
+        None => Err(Error::failed_to_parse("missing collection name")),
+    }
+}
+
+/// `lsid` and `txnNumber`, when a write is retryable.
+pub fn retry_key(cmd: &Document) -> Option<(Bson, i64)> {
+    let lsid = cmd.get("lsid")?.clone();
+    let txn = match cmd.get("txnNumber")? {
+        Bson::Int64(n) => *n,
+        Bson::Int32(n) => *n as i64,
+        _ => return None,
+    };
+    Some((lsid, txn))
+}

@@ -1,0 +1,276 @@
+//! Catalog commands: listDatabases, listCollections, listIndexes, create, drop,
+//! dropDatabase, renameCollection, collMod, createIndexes, dropIndexes, dbStats, collStats.
+
+use super::write::{await_write_concern, parse_write_concern};
+use super::{blocking, collection_arg, opt_bool, opt_doc, opt_str, type_name};
+use crate::state::ServerState;
+use bson::{doc, Bson, Document};
+use std::sync::Arc;
+use tailstream_engine::catalog::CollMeta;
+use tailstream_engine::namespace::Namespace;
+use tailstream_engine::query::error::{codes, Error, Result};
+use tailstream_engine::query::matcher::Matcher;
+
+/// Fields every command may carry that are not options of the command itself.
+const GENERIC_FIELDS: &[&str] = &[
+    "$db", "lsid", "$clusterTime", "$readPreference", "txnNumber", "readConcern", "writeConcern", "comment",
+    "apiVersion", "apiStrict", "apiDeprecationErrors", "maxTimeMS", "autocommit", "startTransaction",
+    "$audit", "$client", "mayBypassWriteBlocking",
+];
+
+fn filter_matches(filter: &Option<Matcher>, d: &Document) -> bool {
+    filter.as_ref().map(|m| m.matches(d)).unwrap_or(true)
+}
+
+pub async fn list_databases(state: &Arc<ServerState>, _db: &str, cmd: &Document) -> Result<Document> {
+    let name_only = opt_bool(cmd, "nameOnly")?.unwrap_or(false);
+    let filter = opt_doc(cmd, "filter")?.map(|f| Matcher::new(&f)).transpose()?;
+    let catalog = state.engine.catalog();
+    let mut names = catalog.databases();
+    if !names.iter().any(|n| n == "local") {
+        names.push("local".into());
+        names.sort();
+    }
+    let mut dbs = Vec::new();
+    let mut total = 0i64;
+    for name in names {
+        let size: i64 = if name == "local" { 1 << 20 } else { catalog.collections_in(&name).len() as i64 * 4096 };
+        let d = if name_only { doc! {"name": name.clone()} } else { doc! {"name": name.clone(), "sizeOnDisk": size, "empty": false} };
+        if filter_matches(&filter, &d) {
+            total += size;
+            dbs.push(Bson::Document(d));
+        }
+    }
+    if name_only {
+        return Ok(doc! {"databases": dbs});
+    }
+    Ok(doc! {"databases": dbs, "totalSize": total, "totalSizeMb": total >> 20})
+}
+
+fn collection_info(meta: &CollMeta, name_only: bool) -> Document {
+    if name_only {
+        return doc! {"name": meta.ns.coll.clone(), "type": "collection"};
+    }
+    doc! {
+        "name": meta.ns.coll.clone(),
+        "type": "collection",
+        "options": meta.options.clone(),
+        "info": {"readOnly": false, "uuid": bson::Binary::from_uuid(meta.uuid)},
+        "idIndex": CollMeta::id_index_spec(),
+    }
+}
+
+pub async fn list_collections(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    let name_only = opt_bool(cmd, "nameOnly")?.unwrap_or(false);
+    let filter = opt_doc(cmd, "filter")?.map(|f| Matcher::new(&f)).transpose()?;
+    let catalog = state.engine.catalog();
+    let mut out = Vec::new();
+    for meta in catalog.collections_in(db) {
+        let info = collection_info(&meta, name_only);
+        if filter_matches(&filter, &info) {
+            out.push(Bson::Document(info));
+        }
+    }
+    if db == "local" {
+        let size = state.config.oplog_size_mb as i64 * 1024 * 1024;
+        let info = if name_only {
+            doc! {"name": "oplog.rs", "type": "collection"}
+        } else {
+            doc! {"name": "oplog.rs", "type": "collection", "options": {"capped": true, "size": size}, "info": {"readOnly": false}}
+        };
+        if filter_matches(&filter, &info) {
+            out.push(Bson::Document(info));
+        }
+    }
+    Ok(doc! {"cursor": {"id": 0i64, "ns": format!("{db}.$cmd.listCollections"), "firstBatch": out}})
+}
+
+pub async fn list_indexes(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    let ns = collection_arg(cmd, db)?;
+    let Some(meta) = state.engine.collection(&ns) else {
+        return Err(Error::new(codes::NAMESPACE_NOT_FOUND, format!("ns does not exist: {}", ns.full())));
+    };
+    let mut specs = vec![Bson::Document(CollMeta::id_index_spec())];
+    specs.extend(meta.indexes.iter().map(|i| Bson::Document(i.spec.clone())));
+    Ok(doc! {"cursor": {"id": 0i64, "ns": format!("{}.$cmd.listIndexes.{}", db, ns.coll), "firstBatch": specs}})
+}
+
+pub async fn create(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    let ns = collection_arg(cmd, db)?;
+    let wc = parse_write_concern(cmd)?;
+    let options: Document = cmd
+        .iter()
+        .skip(1)
+        .filter(|(k, _)| !GENERIC_FIELDS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let committed = blocking(state, move |e| e.create_collection(&ns, options)).await?;
+    Ok(with_wce(Document::new(), await_write_concern(state, wc, Some(committed)).await))
+}
+
+fn with_wce(mut reply: Document, wce: Option<Document>) -> Document {
+    if let Some(w) = wce {
+        reply.insert("writeConcernError", w);
+    }
+    reply
+}
+
+pub async fn drop(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    let ns = collection_arg(cmd, db)?;
+    let wc = parse_write_concern(cmd)?;
+    let before = state.engine.collection(&ns).map(|m| m.indexes.len() as i32 + 1);
+    let full = ns.full();
+    let committed = blocking(state, move |e| e.drop_collection(&ns)).await?;
+    let reply = match before {
+        Some(n) => doc! {"nIndexesWas": n, "ns": full},
+        None => Document::new(),
+    };
+    Ok(with_wce(reply, await_write_concern(state, wc, committed).await))
+}
+
+pub async fn drop_database(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    let wc = parse_write_concern(cmd)?;
+    let name = db.to_string();
+    let committed = blocking(state, move |e| e.drop_database(&name)).await?;
+    Ok(with_wce(doc! {"dropped": db}, await_write_concern(state, wc, committed).await))
+}
+
+pub async fn rename_collection(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    if db != "admin" {
+        return Err(Error::new(codes::UNAUTHORIZED, "renameCollection may only be run against the admin database."));
+    }
+    let from = match cmd.get("renameCollection") {
+        Some(Bson::String(s)) => Namespace::parse(s)?,
+        Some(v) => return Err(Error::type_mismatch(format!("BSON field 'renameCollection.renameCollection' is the wrong type '{}', expected type 'string'", type_name(v)))),
+        None => return Err(Error::failed_to_parse("renameCollection requires a source namespace")),
+    };
+    let to = match opt_str(cmd, "to")? {
+        Some(s) => Namespace::parse(s)?,
+        None => return Err(Error::failed_to_parse("BSON field 'renameCollection.to' is missing but a required field")),
+    };
+    let drop_target = opt_bool(cmd, "dropTarget")?.unwrap_or(false);
+    let wc = parse_write_concern(cmd)?;
+    let committed = blocking(state, move |e| e.rename_collection(&from, &to, drop_target)).await?;
+    Ok(with_wce(Document::new(), await_write_concern(state, wc, Some(committed)).await))
+}
+
+pub async fn coll_mod(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    let ns = collection_arg(cmd, db)?;
+    let wc = parse_write_concern(cmd)?;
+    let c = cmd.clone();
+    let (reply, committed) = blocking(state, move |e| e.coll_mod(&ns, &c)).await?;
+    Ok(with_wce(reply, await_write_concern(state, wc, Some(committed)).await))
+}
+
+pub async fn create_indexes(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    let ns = collection_arg(cmd, db)?;
+    let specs: Vec<Document> = match cmd.get("indexes") {
+        Some(Bson::Array(a)) => a
+            .iter()
+            .map(|v| match v {
+                Bson::Document(d) => Ok(d.clone()),
+                other => Err(Error::type_mismatch(format!("BSON field 'createIndexes.indexes' element is the wrong type '{}', expected type 'object'", type_name(other)))),
+            })
+            .collect::<Result<_>>()?,
+        Some(v) => return Err(Error::type_mismatch(format!("BSON field 'createIndexes.indexes' is the wrong type '{}', expected type 'array'", type_name(v)))),
+        None => return Err(Error::failed_to_parse("BSON field 'createIndexes.indexes' is missing but a required field")),
+    };
+    let wc = parse_write_concern(cmd)?;
+    let out = blocking(state, move |e| e.create_indexes(&ns, &specs)).await?;
+    let mut reply = doc! {
+        "numIndexesBefore": out.before as i32,
+        "numIndexesAfter": out.after as i32,
+        "createdCollectionAutomatically": out.created_collection,
+    };
+    if let Some(note) = out.note {
+        reply.insert("note", note);
+    }
+    Ok(with_wce(reply, await_write_concern(state, wc, out.committed).await))
+}
+
+pub async fn drop_indexes(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    let ns = collection_arg(cmd, db)?;
+    let which = cmd.get("index").cloned().ok_or_else(|| Error::failed_to_parse("BSON field 'dropIndexes.index' is missing but a required field"))?;
+    let wc = parse_write_concern(cmd)?;
+    let (before, committed) = blocking(state, move |e| e.drop_indexes(&ns, &which)).await?;
+    Ok(with_wce(doc! {"nIndexesWas": before as i32}, await_write_concern(state, wc, Some(committed)).await))
+}
+
+fn coll_numbers(state: &ServerState, meta: &CollMeta) -> (i64, i64) {
+    state.engine.collection_numbers(meta)
+}
+
+pub async fn db_stats(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    let scale = super::opt_i64(cmd, "scale")?.unwrap_or(1).max(1);
+    let st = state.clone();
+    let dbname = db.to_string();
+    let (colls, objects, data, indexes) = tokio::task::spawn_blocking(move || {
+        let catalog = st.engine.catalog();
+        let metas = catalog.collections_in(&dbname);
+        let (mut objects, mut data, mut indexes) = (0i64, 0i64, 0i64);
+        for m in &metas {
+            let (c, s) = coll_numbers(&st, m);
+            objects += c;
+            data += s;
+            indexes += m.indexes.len() as i64 + 1;
+        }
+        (metas.len() as i64, objects, data, indexes)
+    })
+    .await
+    .map_err(|e| Error::internal(e.to_string()))?;
+    Ok(doc! {
+        "db": db,
+        "collections": colls,
+        "views": 0i64,
+        "objects": objects,
+        "avgObjSize": if objects > 0 { data as f64 / objects as f64 } else { 0.0 },
+        "dataSize": (data / scale) as f64,
+        "storageSize": (data / scale) as f64,
+        "indexes": indexes,
+        "indexSize": 0.0,
+        "totalSize": (data / scale) as f64,
+        "scaleFactor": scale,
+        "fsUsedSize": 0.0,
+        "fsTotalSize": 0.0,
+    })
+}
+
+pub async fn coll_stats(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    let ns = collection_arg(cmd, db)?;
+    let scale = super::opt_i64(cmd, "scale")?.unwrap_or(1).max(1);
+    let Some(meta) = state.engine.collection(&ns) else {
+        return Err(Error::new(codes::NAMESPACE_NOT_FOUND, format!("Collection [{}] not found.", ns.full())));
+    };
+    let st = state.clone();
+    let m = meta.clone();
+    let (count, size) = tokio::task::spawn_blocking(move || coll_numbers(&st, &m)).await.map_err(|e| Error::internal(e.to_string()))?;
+    let mut index_sizes = doc! {"_id_": 0i64};
+    for i in &meta.indexes {
+        index_sizes.insert(i.name.clone(), 0i64);
+    }
+    let mut reply = doc! {
+        "ns": ns.full(),
+        "size": size / scale,
+        "count": count,
+        "avgObjSize": if count > 0 { size / count } else { 0 },
+        "storageSize": size / scale,
+        "freeStorageSize": 0i64,
+        "nindexes": meta.indexes.len() as i32 + 1,
+        "indexDetails": {},
+        "indexBuilds": [],
+        "totalIndexSize": 0i64,
+        "totalSize": size / scale,
+        "indexSizes": index_sizes,
+        "scaleFactor": scale as i32,
+        "capped": meta.is_capped(),
+    };
+    if meta.is_capped() {
+        if let Some(max) = meta.options.get("max") {
+            reply.insert("max", max.clone());
+        }
+        if let Some(size) = meta.options.get("size") {
+            reply.insert("maxSize", size.clone());
+        }
+    }
+    Ok(reply)
+}

@@ -1,0 +1,111 @@
+//! The handshake: `hello`/`isMaster` presents this server as the primary of a
+//! single-member replica set, so drivers enable sessions, retryable writes and
+//! change streams. Also `buildInfo` and `connectionStatus`.
+
+use super::Conn;
+use crate::state::ServerState;
+use bson::{doc, Bson, Document};
+use std::sync::Arc;
+use std::time::Duration;
+use tailstream_engine::query::error::Result;
+
+/// MongoDB 7.0's wire version.
+pub const MAX_WIRE_VERSION: i32 = 21;
+pub const VERSION: &str = "7.0.0";
+/// The election id a single primary that never changed term reports.
+const ELECTION_ID: [u8; 12] = [0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 1];
+/// Longest an awaitable hello waits (drivers ask for their heartbeat interval, 10 s).
+const MAX_AWAIT: Duration = Duration::from_secs(10);
+
+pub async fn hello(state: &Arc<ServerState>, conn: &mut Conn, name: &str, cmd: &Document) -> Result<Document> {
+    if conn.client.is_none() {
+        if let Some(Bson::Document(client)) = cmd.get("client") {
+            conn.client = Some(client.clone());
+        }
+    }
+    // Awaitable hello (streaming SDAM): nothing about the topology ever changes here,
+    // so wait the full time the driver allows, then answer.
+    if let (Some(Bson::Document(tv)), Some(wait)) = (cmd.get("topologyVersion"), cmd.get("maxAwaitTimeMS")) {
+        let same = tv.get_object_id("processId").ok() == Some(state.process_id);
+        let ms = tailstream_engine::find::as_i64(wait).unwrap_or(0).max(0) as u64;
+        if same && ms > 0 {
+            tokio::time::sleep(Duration::from_millis(ms).min(MAX_AWAIT)).await;
+        }
+    }
+    let me = state.config.advertised_host();
+    let ts = state.engine.cluster_time();
+    let now = bson::DateTime::now();
+    let mut d = Document::new();
+    if cmd.get_bool("helloOk").unwrap_or(false) {
+        d.insert("helloOk", true);
+    }
+    d.insert("topologyVersion", doc! {"processId": state.process_id, "counter": 0i64});
+    d.insert("hosts", vec![Bson::String(me.clone())]);
+    d.insert("setName", state.config.repl_set.clone());
+    d.insert("setVersion", 1);
+    if name == "hello" {
+        d.insert("isWritablePrimary", true);
+    } else {
+        d.insert("ismaster", true);
+    }
+    d.insert("secondary", false);
+    d.insert("primary", me.clone());
+    d.insert("me", me);
+    d.insert("electionId", bson::oid::ObjectId::from_bytes(ELECTION_ID));
+    d.insert(
+        "lastWrite",
+        doc! {
+            "opTime": {"ts": ts, "t": 1i64},
+            "lastWriteDate": now,
+            "majorityOpTime": {"ts": ts, "t": 1i64},
+            "majorityWriteDate": now,
+        },
+    );
+    d.insert("maxBsonObjectSize", tailstream_engine::MAX_DOCUMENT_SIZE as i32);
+    d.insert("maxMessageSizeBytes", tailstream_wire::MAX_MESSAGE_SIZE as i32);
+    d.insert("maxWriteBatchSize", tailstream_engine::MAX_WRITE_BATCH as i32);
+    d.insert("localTime", now);
+    d.insert("logicalSessionTimeoutMinutes", 30);
+    d.insert("connectionId", conn.id);
+    d.insert("minWireVersion", 0);
+    d.insert("maxWireVersion", MAX_WIRE_VERSION);
+    d.insert("readOnly", false);
+    if let Some(Bson::Array(requested)) = cmd.get("compression") {
+        let offered: Vec<Bson> = requested
+            .iter()
+            .filter(|c| matches!(c.as_str(), Some("snappy") | Some("zlib")))
+            .cloned()
+            .collect();
+        if !offered.is_empty() {
+            d.insert("compression", offered);
+        }
+    }
+    Ok(d)
+}
+
+pub fn build_info() -> Document {
+    doc! {
+        "version": VERSION,
+        "gitVersion": "tailstream",
+        "versionArray": [7, 0, 0, 0],
+        "modules": [],
+        "allocator": "system",
+        "javascriptEngine": "none",
+        "sysInfo": "deprecated",
+        "bits": 64,
+        "debug": false,
+        "maxBsonObjectSize": tailstream_engine::MAX_DOCUMENT_SIZE as i32,
+        "storageEngines": ["rocksdb"],
+        "openssl": {"running": "disabled", "compiled": "disabled"},
+        "buildEnvironment": {"target_os": std::env::consts::OS, "target_arch": std::env::consts::ARCH},
+        "tailstreamVersion": env!("CARGO_PKG_VERSION"),
+    }
+}
+
+pub fn connection_status(cmd: &Document) -> Document {
+    let mut info = doc! {"authenticatedUsers": [], "authenticatedUserRoles": []};
+    if cmd.get_bool("showPrivileges").unwrap_or(false) {
+        info.insert("authenticatedUserPrivileges", Bson::Array(vec![]));
+    }
+    doc! {"authInfo": info}
+}

@@ -1,0 +1,180 @@
+//! Command dispatch. A command is a BSON document whose first field names it;
+//! each family of commands lives in its own file and turns the document into an
+//! engine call and the engine's answer into mongod's reply shape.
+
+mod admin;
+mod args;
+mod ddl;
+mod handshake;
+mod read;
+mod write;
+
+pub use args::*;
+
+use crate::state::ServerState;
+use bson::{doc, Bson, Document};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tailstream_engine::query::error::{codes, code_name, Error, Result};
+use tailstream_engine::Engine;
+use tailstream_wire::OpQuery;
+
+/// Per-connection state a command may read or change.
+pub struct Conn {
+    pub id: i64,
+    pub peer: SocketAddr,
+    /// The `client` metadata of the first hello.
+    pub client: Option<Document>,
+}
+
+/// A reply body, and whether the connection must close after it (fail points).
+pub struct Reply {
+    pub body: Document,
+    pub close_connection: bool,
+}
+
+/// Runs one OP_MSG command and builds its reply (never fails: errors become `ok: 0` replies).
+pub async fn dispatch(state: &Arc<ServerState>, conn: &mut Conn, cmd: Document) -> Reply {
+    let db = match cmd.get("$db") {
+        Some(Bson::String(db)) => db.clone(),
+        _ => {
+            return Reply {
+                body: error_reply(state, &Error::new(40571, "OP_MSG requests require a $db argument")),
+                close_connection: false,
+            }
+        }
+    };
+    let body = run(state, conn, &db, cmd).await;
+    Reply { body, close_connection: false }
+}
+
+/// Runs a legacy OP_QUERY command (drivers' first `isMaster` before they know the server speaks OP_MSG).
+pub async fn dispatch_legacy(state: &Arc<ServerState>, conn: &mut Conn, q: OpQuery) -> Document {
+    let Some(db) = q.full_collection_name.strip_suffix(".$cmd") else {
+        return error_reply(state, &Error::new(5739101, "OP_QUERY is no longer supported except for commands on <db>.$cmd"));
+    };
+    let db = db.to_string();
+    // Legacy commands may be wrapped as {$query: {...}, $readPreference: ...}.
+    let cmd = match q.query.get("$query") {
+        Some(Bson::Document(inner)) => inner.clone(),
+        _ => q.query.clone(),
+    };
+    let name = cmd.keys().next().map(|s| s.to_ascii_lowercase()).unwrap_or_default();
+    if !matches!(name.as_str(), "ismaster" | "hello") {
+        return error_reply(
+            state,
+            &Error::new(352, format!("Unsupported OP_QUERY command: {name}. The client driver may require an upgrade.")),
+        );
+    }
+    run(state, conn, &db, cmd).await
+}
+
+async fn run(state: &Arc<ServerState>, conn: &mut Conn, db: &str, cmd: Document) -> Document {
+    let Some(name) = cmd.keys().next().cloned() else {
+        return error_reply(state, &Error::new(codes::FAILED_TO_PARSE, "Empty command object"));
+    };
+    state.opcounters.command.fetch_add(1, Ordering::Relaxed);
+    let result = match name.as_str() {
+        "hello" | "isMaster" | "ismaster" => handshake::hello(state, conn, &name, &cmd).await,
+        "ping" => Ok(Document::new()),
+        "buildInfo" | "buildinfo" => Ok(handshake::build_info()),
+        "whatsmyuri" => Ok(doc! {"you": conn.peer.to_string()}),
+        "connectionStatus" => Ok(handshake::connection_status(&cmd)),
+        "getParameter" => admin::get_parameter(state, &cmd),
+        "setParameter" => admin::set_parameter(state, &cmd),
+        "getCmdLineOpts" => Ok(admin::get_cmd_line_opts(state)),
+        "hostInfo" => Ok(admin::host_info()),
+        "serverStatus" => Ok(admin::server_status(state)),
+        "listCommands" => Ok(admin::list_commands()),
+        "getLog" => Ok(doc! {"totalLinesWritten": 0, "log": []}),
+        "getFreeMonitoringStatus" => Ok(doc! {"state": "disabled"}),
+        "replSetGetStatus" => Ok(admin::repl_set_get_status(state)),
+        "endSessions" | "killSessions" | "killAllSessions" | "killAllSessionsByPattern" | "refreshSessions" | "startSession" => {
+            admin::sessions(state, &name, &cmd)
+        }
+        "logout" | "saslStart" | "saslContinue" | "authenticate" => {
+            Err(Error::new(codes::COMMAND_NOT_SUPPORTED, format!("{name}: authentication is not supported by this server")))
+        }
+        "listDatabases" => ddl::list_databases(state, db, &cmd).await,
+        "listCollections" => ddl::list_collections(state, db, &cmd).await,
+        "listIndexes" => ddl::list_indexes(state, db, &cmd).await,
+        "create" => ddl::create(state, db, &cmd).await,
+        "drop" => ddl::drop(state, db, &cmd).await,
+        "dropDatabase" => ddl::drop_database(state, db, &cmd).await,
+        "renameCollection" => ddl::rename_collection(state, db, &cmd).await,
+        "collMod" => ddl::coll_mod(state, db, &cmd).await,
+        "createIndexes" => ddl::create_indexes(state, db, &cmd).await,
+        "dropIndexes" | "deleteIndexes" => ddl::drop_indexes(state, db, &cmd).await,
+        "dbStats" => ddl::db_stats(state, db, &cmd).await,
+        "collStats" => ddl::coll_stats(state, db, &cmd).await,
+        "insert" => write::insert(state, db, &cmd).await,
+        "update" => write::update(state, db, &cmd).await,
+        "delete" => write::delete(state, db, &cmd).await,
+        "findAndModify" | "findandmodify" => write::find_and_modify(state, db, &cmd).await,
+        "find" => read::find(state, db, &cmd).await,
+        "getMore" => read::get_more(state, db, &cmd).await,
+        "killCursors" => read::kill_cursors(state, db, &cmd),
+        "count" => read::count(state, db, &cmd).await,
+        "distinct" => read::distinct(state, db, &cmd).await,
+        "aggregate" => read::aggregate(state, db, &cmd).await,
+        "explain" => read::explain(state, db, &cmd).await,
+        "getLastError" | "resetError" => Ok(doc! {"err": Bson::Null, "n": 0}),
+        "fsync" => admin::fsync(state).await,
+        "appendOplogNote" => admin::append_oplog_note(state, &cmd).await,
+        _ => Err(Error::new(codes::COMMAND_NOT_FOUND, format!("no such command: '{name}'"))),
+    };
+    match result {
+        Ok(body) => ok_reply(state, body),
+        Err(e) => error_reply(state, &e),
+    }
+}
+
+/// Adds `ok: 1` and the cluster time fields drivers expect on every reply.
+fn ok_reply(state: &ServerState, mut body: Document) -> Document {
+    if !body.contains_key("ok") {
+        body.insert("ok", 1.0);
+    }
+    append_cluster_time(state, &mut body);
+    body
+}
+
+/// mongod's error reply: `ok: 0`, `errmsg`, `code`, `codeName`, plus any extra info and labels.
+pub fn error_reply(state: &ServerState, e: &Error) -> Document {
+    let mut body = doc! {"ok": 0.0, "errmsg": e.message.clone(), "code": e.code, "codeName": code_name(e.code)};
+    if let Some(info) = &e.info {
+        for (k, v) in info {
+            body.insert(k.clone(), v.clone());
+        }
+    }
+    if !e.labels.is_empty() {
+        body.insert("errorLabels", e.labels.clone());
+    }
+    append_cluster_time(state, &mut body);
+    body
+}
+
+fn append_cluster_time(state: &ServerState, body: &mut Document) {
+    let ts = state.engine.cluster_time();
+    body.insert(
+        "$clusterTime",
+        doc! {
+            "clusterTime": ts,
+            "signature": {"hash": bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![0; 20] }, "keyId": 0i64},
+        },
+    );
+    body.insert("operationTime", ts);
+}
+
+/// Runs a blocking engine call on the blocking pool, so storage I/O never stalls the
+/// connection tasks. An engine panic becomes an error reply instead of a crash.
+pub async fn blocking<T, F>(state: &Arc<ServerState>, f: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&Engine) -> Result<T> + Send + 'static,
+{
+    let engine = state.engine.clone();
+    tokio::task::spawn_blocking(move || f(&engine))
+        .await
+        .map_err(|e| Error::internal(format!("operation failed: {e}")))?
+}

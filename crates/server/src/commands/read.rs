@@ -1,0 +1,232 @@
+//! find, getMore, killCursors, count, distinct, aggregate and explain.
+
+use super::{blocking, collection_arg, opt_bool, opt_doc, opt_doc_array, opt_i64, type_name};
+use crate::state::ServerState;
+use bson::{doc, Bson, Document};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tailstream_engine::find::{CursorBatch, FindRequest};
+use tailstream_engine::namespace::Namespace;
+use tailstream_engine::query::error::{codes, Error, Result};
+
+fn cursor_reply(batch: CursorBatch, first: bool) -> Document {
+    let key = if first { "firstBatch" } else { "nextBatch" };
+    let docs: Vec<Bson> = batch.docs.into_iter().map(Bson::Document).collect();
+    doc! {"cursor": {key: docs, "id": batch.cursor_id, "ns": batch.ns}}
+}
+
+fn parse_find(cmd: &Document) -> Result<FindRequest> {
+    let skip = opt_i64(cmd, "skip")?.unwrap_or(0);
+    if skip < 0 {
+        return Err(Error::bad_value(format!("SKIP value must be non-negative, but received: {skip}")));
+    }
+    let limit = opt_i64(cmd, "limit")?;
+    if let Some(l) = limit {
+        if l < 0 {
+            return Err(Error::bad_value(format!("LIMIT value must be non-negative, but received: {l}")));
+        }
+    }
+    let batch_size = opt_i64(cmd, "batchSize")?;
+    if let Some(b) = batch_size {
+        if b < 0 {
+            return Err(Error::bad_value(format!("BatchSize value must be non-negative, but received: {b}")));
+        }
+    }
+    if opt_bool(cmd, "tailable")?.unwrap_or(false) {
+        return Err(Error::bad_value("tailable cursors are only supported on capped collections"));
+    }
+    Ok(FindRequest {
+        filter: opt_doc(cmd, "filter")?.unwrap_or_default(),
+        projection: opt_doc(cmd, "projection")?,
+        sort: opt_doc(cmd, "sort")?,
+        skip: skip as u64,
+        limit,
+        batch_size,
+        single_batch: opt_bool(cmd, "singleBatch")?.unwrap_or(false),
+        hint: cmd.get("hint").cloned().filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())),
+        no_cursor_timeout: opt_bool(cmd, "noCursorTimeout")?.unwrap_or(false),
+        lsid: cmd.get("lsid").cloned(),
+    })
+}
+
+pub async fn find(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    let ns = collection_arg(cmd, db)?;
+    let req = parse_find(cmd)?;
+    state.opcounters.query.fetch_add(1, Ordering::Relaxed);
+    let batch = blocking(state, move |e| e.find(&ns, req)).await?;
+    Ok(cursor_reply(batch, true))
+}
+
+pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    let id = match cmd.get("getMore") {
+        Some(Bson::Int64(id)) => *id,
+        Some(v) => {
+            return Err(Error::type_mismatch(format!(
+                "BSON field 'getMore.getMore' is the wrong type '{}', expected type 'long'",
+                type_name(v)
+            )))
+        }
+        None => return Err(Error::failed_to_parse("getMore requires a cursor id")),
+    };
+    let coll = match cmd.get("collection") {
+        Some(Bson::String(c)) => c.clone(),
+        Some(v) => {
+            return Err(Error::type_mismatch(format!(
+                "BSON field 'getMore.collection' is the wrong type '{}', expected type 'string'",
+                type_name(v)
+            )))
+        }
+        None => return Err(Error::failed_to_parse("BSON field 'getMore.collection' is missing but a required field")),
+    };
+    let batch_size = opt_i64(cmd, "batchSize")?;
+    let ns = format!("{db}.{coll}");
+    state.opcounters.getmore.fetch_add(1, Ordering::Relaxed);
+    let batch = blocking(state, move |e| e.get_more(id, &ns, batch_size)).await?;
+    Ok(cursor_reply(batch, false))
+}
+
+pub fn kill_cursors(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    collection_arg(cmd, db)?;
+    let ids: Vec<i64> = match cmd.get("cursors") {
+        Some(Bson::Array(a)) => a
+            .iter()
+            .map(|v| match v {
+                Bson::Int64(i) => Ok(*i),
+                other => Err(Error::type_mismatch(format!(
+                    "BSON field 'killCursors.cursors' is the wrong type '{}', expected type 'long'",
+                    type_name(other)
+                ))),
+            })
+            .collect::<Result<_>>()?,
+        _ => return Err(Error::failed_to_parse("BSON field 'killCursors.cursors' is missing but a required field")),
+    };
+    let (killed, not_found) = state.engine.kill_cursors(&ids);
+    Ok(doc! {
+        "cursorsKilled": killed,
+        "cursorsNotFound": not_found,
+        "cursorsAlive": Vec::<i64>::new(),
+        "cursorsUnknown": Vec::<i64>::new(),
+    })
+}
+
+pub async fn count(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    let ns = collection_arg(cmd, db)?;
+    let query = opt_doc(cmd, "query")?.unwrap_or_default();
+    let skip = opt_i64(cmd, "skip")?.unwrap_or(0);
+    if skip < 0 {
+        return Err(Error::bad_value(format!("skip value is negative in count query: {skip}")));
+    }
+    // A negative limit counts like its absolute value, as mongod does.
+    let limit = opt_i64(cmd, "limit")?.unwrap_or(0).unsigned_abs();
+    let hint = cmd.get("hint").cloned().filter(|h| !matches!(h, Bson::Document(d) if d.is_empty()));
+    state.opcounters.command.fetch_add(0, Ordering::Relaxed);
+    let n = blocking(state, move |e| e.count(&ns, &query, skip as u64, limit, hint.as_ref())).await?;
+    Ok(doc! {"n": n as i64})
+}
+
+pub async fn distinct(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    let ns = collection_arg(cmd, db)?;
+    let key = match cmd.get("key") {
+        Some(Bson::String(k)) => k.clone(),
+        Some(v) => {
+            return Err(Error::type_mismatch(format!(
+                "BSON field 'distinct.key' is the wrong type '{}', expected type 'string'",
+                type_name(v)
+            )))
+        }
+        None => return Err(Error::failed_to_parse("BSON field 'distinct.key' is missing but a required field")),
+    };
+    let query = opt_doc(cmd, "query")?.unwrap_or_default();
+    let values = blocking(state, move |e| e.distinct(&ns, &key, &query)).await?;
+    Ok(doc! {"values": values})
+}
+
+pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    let coll = match cmd.get("aggregate") {
+        Some(Bson::String(c)) => Some(c.clone()),
+        Some(v) if tailstream_engine::find::as_i64(v) == Some(1) => None,
+        Some(v) => {
+            return Err(Error::new(
+                codes::FAILED_TO_PARSE,
+                format!("Invalid {} argument for aggregate: must be a string or 1", type_name(v)),
+            ))
+        }
+        None => return Err(Error::failed_to_parse("aggregate requires a collection")),
+    };
+    let pipeline = opt_doc_array(cmd, "pipeline")?.ok_or_else(|| Error::failed_to_parse("BSON field 'aggregate.pipeline' is missing but a required field"))?;
+    if opt_bool(cmd, "explain")?.unwrap_or(false) {
+        return Ok(doc! {"explainVersion": "1", "stages": pipeline.into_iter().map(Bson::Document).collect::<Vec<_>>()});
+    }
+    let cursor = match cmd.get("cursor") {
+        Some(Bson::Document(c)) => c.clone(),
+        Some(v) => {
+            return Err(Error::type_mismatch(format!(
+                "BSON field 'aggregate.cursor' is the wrong type '{}', expected type 'object'",
+                type_name(v)
+            )))
+        }
+        None => return Err(Error::failed_to_parse("The 'cursor' option is required, except for aggregate with the explain argument")),
+    };
+    let batch_size = opt_i64(&cursor, "batchSize")?;
+    if pipeline.iter().any(|s| s.contains_key("$changeStream")) {
+        return Err(Error::new(codes::COMMAND_NOT_SUPPORTED, "$changeStream is not supported yet"));
+    }
+    let lsid = cmd.get("lsid").cloned();
+    let db = db.to_string();
+    let writes = pipeline.last().map(|s| s.contains_key("$out") || s.contains_key("$merge")).unwrap_or(false);
+    let batch = blocking(state, move |e| e.aggregate(&db, coll.as_deref(), &pipeline, batch_size, lsid)).await?;
+    if writes {
+        let wc = super::write::parse_write_concern(cmd)?;
+        super::write::await_write_concern(state, wc, None).await;
+    }
+    Ok(cursor_reply(batch, true))
+}
+
+pub async fn explain(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    let inner = opt_doc(cmd, "explain")?.ok_or_else(|| Error::failed_to_parse("explain requires a command document"))?;
+    let name = inner.keys().next().cloned().unwrap_or_default();
+    let verbosity = cmd.get_str("verbosity").unwrap_or("allPlansExecution").to_string();
+    let ns = match inner.get(&name) {
+        Some(Bson::String(c)) => Namespace::new(db, c),
+        _ => Namespace::new(db, "$cmd"),
+    };
+    let (filter, sort, hint) = match name.as_str() {
+        "find" => (opt_doc(&inner, "filter")?.unwrap_or_default(), opt_doc(&inner, "sort")?, inner.get("hint").cloned()),
+        "count" => (opt_doc(&inner, "query")?.unwrap_or_default(), None, inner.get("hint").cloned()),
+        "distinct" => (opt_doc(&inner, "query")?.unwrap_or_default(), None, None),
+        "aggregate" => {
+            let pipeline = opt_doc_array(&inner, "pipeline")?.unwrap_or_default();
+            let filter = pipeline.first().and_then(|s| s.get_document("$match").ok().cloned()).unwrap_or_default();
+            (filter, None, None)
+        }
+        "update" => {
+            let ups = opt_doc_array(&inner, "updates")?.unwrap_or_default();
+            (ups.first().and_then(|u| u.get_document("q").ok().cloned()).unwrap_or_default(), None, None)
+        }
+        "delete" => {
+            let ds = opt_doc_array(&inner, "deletes")?.unwrap_or_default();
+            (ds.first().and_then(|u| u.get_document("q").ok().cloned()).unwrap_or_default(), None, None)
+        }
+        "findAndModify" | "findandmodify" => (opt_doc(&inner, "query")?.unwrap_or_default(), opt_doc(&inner, "sort")?, None),
+        other => return Err(Error::new(codes::COMMAND_NOT_FOUND, format!("Explain failed due to unknown command: {other}"))),
+    };
+    let ns_c = ns.clone();
+    let f = filter.clone();
+    let hint = hint.filter(|h| !matches!(h, Bson::Document(d) if d.is_empty()));
+    let winning = blocking(state, move |e| e.explain_find(&ns_c, &f, sort.as_ref(), hint.as_ref())).await?;
+    let mut reply = doc! {
+        "explainVersion": "1",
+        "queryPlanner": {
+            "namespace": ns.full(),
+            "parsedQuery": filter,
+            "winningPlan": winning,
+            "rejectedPlans": [],
+        },
+        "command": inner.clone(),
+        "serverInfo": {"host": state.config.advertised_host(), "port": state.config.port as i32, "version": super::handshake::VERSION},
+    };
+    if verbosity != "queryPlanner" {
+        reply.insert("executionStats", doc! {"executionSuccess": true});
+    }
+    Ok(reply)
+}

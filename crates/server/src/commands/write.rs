@@ -1,0 +1,259 @@
+//! insert, update, delete and findAndModify: argument parsing, write concern
+//! (a `j: true` or majority write is acknowledged only once it is on disk), and
+//! retryable writes (a retried `lsid` + `txnNumber` gets the first reply again).
+
+use super::{blocking, collection_arg, opt_bool, opt_doc, opt_doc_array, retry_key, type_name};
+use crate::state::ServerState;
+use bson::{doc, Bson, Document};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tailstream_engine::query::error::{codes, code_name, Error, Result};
+use tailstream_engine::write::{DeleteOp, FindAndModify, UpdateOp, WriteOutcome};
+use tailstream_engine::{Committed, MAX_WRITE_BATCH};
+
+/// What a write concern asks for.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WriteConcern {
+    /// Wait for the write to be on disk (j: true, w: "majority", fsync: true).
+    pub durable: bool,
+    /// w greater than the one member there is.
+    pub unsatisfiable: bool,
+}
+
+pub fn parse_write_concern(cmd: &Document) -> Result<WriteConcern> {
+    let Some(wc) = cmd.get("writeConcern") else {
+        // The default write concern of a replica set is majority: durable.
+        return Ok(WriteConcern { durable: true, unsatisfiable: false });
+    };
+    let wc = match wc {
+        Bson::Document(d) => d,
+        other => {
+            return Err(Error::type_mismatch(format!(
+                "BSON field 'writeConcern' is the wrong type '{}', expected type 'object'",
+                type_name(other)
+            )))
+        }
+    };
+    let mut out = WriteConcern::default();
+    match wc.get("w") {
+        None => out.durable = true,
+        Some(Bson::String(s)) if s == "majority" => out.durable = true,
+        Some(Bson::String(s)) => {
+            return Err(Error::new(79, format!("Write Concern mode '{s}' is not known")));
+        }
+        Some(v) => match tailstream_engine::find::as_i64(v) {
+            Some(n) if n < 0 => return Err(Error::failed_to_parse("w has to be a non-negative number and not greater than 50")),
+            Some(n) if n > 1 => out.unsatisfiable = true,
+            Some(_) => {}
+            None => return Err(Error::failed_to_parse("w has to be a number or a string")),
+        },
+    }
+    match wc.get("j") {
+        Some(Bson::Boolean(true)) => out.durable = true,
+        Some(Bson::Boolean(false)) => {}
+        Some(v) if tailstream_engine::find::as_i64(v).map(|n| n != 0).unwrap_or(false) => out.durable = true,
+        _ => {}
+    }
+    if wc.get_bool("fsync").unwrap_or(false) {
+        out.durable = true;
+    }
+    Ok(out)
+}
+
+/// Waits as the write concern asks; returns a `writeConcernError` to add to the reply, if any.
+pub async fn await_write_concern(state: &Arc<ServerState>, wc: WriteConcern, committed: Option<Committed>) -> Option<Document> {
+    if wc.durable {
+        // Even a no-op write waits for what it read to be durable (as majority would).
+        let seq = committed.map(|c| c.seq).unwrap_or_else(|| state.engine.durability.last_committed());
+        state.engine.durability.wait_synced(seq).await;
+    }
+    if wc.unsatisfiable {
+        return Some(doc! {
+            "code": codes::UNSATISFIABLE_WRITE_CONCERN,
+            "codeName": code_name(codes::UNSATISFIABLE_WRITE_CONCERN),
+            "errmsg": "Not enough data-bearing nodes",
+        });
+    }
+    None
+}
+
+fn check_batch(n: usize) -> Result<()> {
+    if n == 0 || n > MAX_WRITE_BATCH {
+        return Err(Error::new(16, format!("Write batch sizes must be between 1 and {MAX_WRITE_BATCH}. Got {n} operations.")));
+    }
+    Ok(())
+}
+
+fn write_errors(out: &WriteOutcome) -> Option<Vec<Bson>> {
+    if out.errors.is_empty() {
+        return None;
+    }
+    Some(
+        out.errors
+            .iter()
+            .map(|e| {
+                let mut d = doc! {"index": e.index as i32, "code": e.error.code, "errmsg": e.error.message.clone()};
+                if let Some(info) = &e.error.info {
+                    for (k, v) in info {
+                        d.insert(k.clone(), v.clone());
+                    }
+                }
+                Bson::Document(d)
+            })
+            .collect(),
+    )
+}
+
+/// Runs a write with retryable-write deduplication and the write concern.
+async fn retryable<F, Fut>(state: &Arc<ServerState>, cmd: &Document, run: F) -> Result<Document>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<(Document, Option<Committed>)>>,
+{
+    let wc = parse_write_concern(cmd)?;
+    let key = retry_key(cmd);
+    if let Some((lsid, txn)) = &key {
+        if let Some(reply) = state.retry_cache.get(lsid, *txn) {
+            return Ok(reply);
+        }
+    }
+    let (mut reply, committed) = run().await?;
+    if let Some(wce) = await_write_concern(state, wc, committed).await {
+        reply.insert("writeConcernError", wce);
+    }
+    if let Some((lsid, txn)) = key {
+        state.retry_cache.put(&lsid, txn, reply.clone());
+    }
+    Ok(reply)
+}
+
+pub async fn insert(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    let ns = collection_arg(cmd, db)?;
+    let docs = opt_doc_array(cmd, "documents")?.ok_or_else(|| Error::failed_to_parse("BSON field 'insert.documents' is missing but a required field"))?;
+    check_batch(docs.len())?;
+    let ordered = opt_bool(cmd, "ordered")?.unwrap_or(true);
+    let count = docs.len() as u64;
+    retryable(state, cmd, || async move {
+        let out = blocking(state, move |e| e.insert(&ns, docs, ordered)).await?;
+        state.opcounters.insert.fetch_add(count, Ordering::Relaxed);
+        let mut reply = doc! {"n": out.n as i64};
+        if let Some(we) = write_errors(&out) {
+            reply.insert("writeErrors", we);
+        }
+        Ok((reply, out.committed))
+    })
+    .await
+}
+
+pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    let ns = collection_arg(cmd, db)?;
+    let raw = opt_doc_array(cmd, "updates")?.ok_or_else(|| Error::failed_to_parse("BSON field 'update.updates' is missing but a required field"))?;
+    check_batch(raw.len())?;
+    let ordered = opt_bool(cmd, "ordered")?.unwrap_or(true);
+    let mut ops = Vec::with_capacity(raw.len());
+    for u in &raw {
+        let q = match u.get("q") {
+            Some(Bson::Document(q)) => q.clone(),
+            Some(v) => return Err(Error::type_mismatch(format!("BSON field 'update.updates.q' is the wrong type '{}', expected type 'object'", type_name(v)))),
+            None => return Err(Error::failed_to_parse("BSON field 'update.updates.q' is missing but a required field")),
+        };
+        let upd = match u.get("u") {
+            Some(v @ (Bson::Document(_) | Bson::Array(_))) => v.clone(),
+            Some(v) => return Err(Error::failed_to_parse(format!("Update argument must be either an object or an array, got {}", type_name(v)))),
+            None => return Err(Error::failed_to_parse("BSON field 'update.updates.u' is missing but a required field")),
+        };
+        ops.push(UpdateOp {
+            q,
+            u: upd,
+            multi: opt_bool(u, "multi")?.unwrap_or(false),
+            upsert: opt_bool(u, "upsert")?.unwrap_or(false),
+            array_filters: opt_doc_array(u, "arrayFilters")?,
+            hint: u.get("hint").cloned().filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())),
+        });
+    }
+    let count = ops.len() as u64;
+    retryable(state, cmd, || async move {
+        let out = blocking(state, move |e| e.update(&ns, ops, ordered)).await?;
+        state.opcounters.update.fetch_add(count, Ordering::Relaxed);
+        let mut reply = doc! {"n": out.n as i64, "nModified": out.n_modified as i64};
+        if !out.upserted.is_empty() {
+            let ups: Vec<Bson> = out.upserted.iter().map(|(i, id)| Bson::Document(doc! {"index": *i as i32, "_id": id.clone()})).collect();
+            reply.insert("upserted", ups);
+        }
+        if let Some(we) = write_errors(&out) {
+            reply.insert("writeErrors", we);
+        }
+        Ok((reply, out.committed))
+    })
+    .await
+}
+
+pub async fn delete(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    let ns = collection_arg(cmd, db)?;
+    let raw = opt_doc_array(cmd, "deletes")?.ok_or_else(|| Error::failed_to_parse("BSON field 'delete.deletes' is missing but a required field"))?;
+    check_batch(raw.len())?;
+    let ordered = opt_bool(cmd, "ordered")?.unwrap_or(true);
+    let mut ops = Vec::with_capacity(raw.len());
+    for d in &raw {
+        let q = match d.get("q") {
+            Some(Bson::Document(q)) => q.clone(),
+            Some(v) => return Err(Error::type_mismatch(format!("BSON field 'delete.deletes.q' is the wrong type '{}', expected type 'object'", type_name(v)))),
+            None => return Err(Error::failed_to_parse("BSON field 'delete.deletes.q' is missing but a required field")),
+        };
+        let limit = match d.get("limit") {
+            Some(v) => tailstream_engine::find::as_i64(v).ok_or_else(|| Error::type_mismatch("BSON field 'delete.deletes.limit' must be a number"))?,
+            None => return Err(Error::failed_to_parse("BSON field 'delete.deletes.limit' is missing but a required field")),
+        };
+        ops.push(DeleteOp { q, limit, hint: d.get("hint").cloned().filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())) });
+    }
+    let count = ops.len() as u64;
+    retryable(state, cmd, || async move {
+        let out = blocking(state, move |e| e.delete(&ns, ops, ordered)).await?;
+        state.opcounters.delete.fetch_add(count, Ordering::Relaxed);
+        let mut reply = doc! {"n": out.n as i64};
+        if let Some(we) = write_errors(&out) {
+            reply.insert("writeErrors", we);
+        }
+        Ok((reply, out.committed))
+    })
+    .await
+}
+
+pub async fn find_and_modify(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    let ns = collection_arg(cmd, db)?;
+    let update = match cmd.get("update") {
+        None | Some(Bson::Null) => None,
+        Some(v @ (Bson::Document(_) | Bson::Array(_))) => Some(v.clone()),
+        Some(v) => return Err(Error::failed_to_parse(format!("Update argument must be either an object or an array, got {}", type_name(v)))),
+    };
+    let req = FindAndModify {
+        query: opt_doc(cmd, "query")?.unwrap_or_default(),
+        sort: opt_doc(cmd, "sort")?,
+        remove: opt_bool(cmd, "remove")?.unwrap_or(false),
+        update,
+        new: opt_bool(cmd, "new")?.unwrap_or(false),
+        fields: opt_doc(cmd, "fields")?,
+        upsert: opt_bool(cmd, "upsert")?.unwrap_or(false),
+        array_filters: opt_doc_array(cmd, "arrayFilters")?,
+        hint: cmd.get("hint").cloned().filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())),
+    };
+    retryable(state, cmd, || async move {
+        let remove = req.remove;
+        let out = blocking(state, move |e| e.find_and_modify(&ns, &req)).await?;
+        if remove {
+            state.opcounters.delete.fetch_add(1, Ordering::Relaxed);
+        } else {
+            state.opcounters.update.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut last = doc! {"n": out.n as i32};
+        if !remove {
+            last.insert("updatedExisting", out.updated_existing);
+        }
+        if let Some(id) = &out.upserted {
+            last.insert("upserted", id.clone());
+        }
+        let value = out.value.map(Bson::Document).unwrap_or(Bson::Null);
+        Ok((doc! {"lastErrorObject": last, "value": value}, out.committed))
+    })
+    .await
+}

@@ -1,0 +1,65 @@
+//! Command-line options, spelled as mongod spells them.
+
+use clap::Parser;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Parser)]
+#[command(name = "tailstream", version, about = "A MongoDB-compatible server built for change notification")]
+pub struct Config {
+    /// TCP port to listen on.
+    #[arg(long, default_value_t = 27017)]
+    pub port: u16,
+    /// Address(es) to bind, comma-separated.
+    #[arg(long = "bind_ip", default_value = "127.0.0.1")]
+    pub bind_ip: String,
+    /// Bind every interface (as mongod's --bind_ip_all).
+    #[arg(long = "bind_ip_all", default_value_t = false)]
+    pub bind_ip_all: bool,
+    /// Data directory (created if missing).
+    #[arg(long, default_value = "./data/db")]
+    pub dbpath: PathBuf,
+    /// Oplog size in megabytes.
+    #[arg(long = "oplogSize", default_value_t = 1024)]
+    pub oplog_size_mb: u64,
+    /// Replica set name this server presents as the single primary of.
+    #[arg(long = "replSet", default_value = "rs0")]
+    pub repl_set: String,
+    /// Write the log to this file instead of stderr.
+    #[arg(long)]
+    pub logpath: Option<PathBuf>,
+    /// Log less.
+    #[arg(long, default_value_t = false)]
+    pub quiet: bool,
+    /// Server parameters, `name=value` (repeatable), e.g. enableTestCommands=1.
+    #[arg(long = "setParameter")]
+    pub set_parameter: Vec<String>,
+    /// Most simultaneous connections.
+    #[arg(long = "maxConns", default_value_t = 10_000)]
+    pub max_conns: usize,
+}
+
+impl Config {
+    /// The `host:port` this server calls itself in `hello` (`me`, `hosts`, `primary`).
+    pub fn advertised_host(&self) -> String {
+        let ip = self.bind_ip.split(',').next().unwrap_or("127.0.0.1").trim();
+        let ip = if self.bind_ip_all || ip == "0.0.0.0" || ip == "::" { "127.0.0.1" } else { ip };
+        if ip.contains(':') {
+            format!("[{ip}]:{}", self.port)
+        } else {
+            format!("{ip}:{}", self.port)
+        }
+    }
+
+    pub fn parameter(&self, name: &str) -> Option<&str> {
+        self.set_parameter.iter().rev().find_map(|p| p.split_once('=').filter(|(k, _)| *k == name).map(|(_, v)| v))
+    }
+
+    pub fn test_commands_enabled(&self) -> bool {
+        matches!(self.parameter("enableTestCommands"), Some("1") | Some("true"))
+    }
+
+    /// The arguments as getCmdLineOpts reports them.
+    pub fn argv() -> Vec<String> {
+        std::env::args().collect()
+    }
+}

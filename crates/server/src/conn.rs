@@ -1,0 +1,86 @@
+//! One task per client connection: read a message, run its command, write the
+//! reply, in order. A malformed or oversized message closes this connection only.
+
+use crate::commands::{self, Conn};
+use crate::state::ServerState;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
+use tailstream_wire::{self as wire, msg_flags, Request};
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+
+static NEXT_REQUEST_ID: AtomicI32 = AtomicI32::new(1);
+
+fn next_request_id() -> i32 {
+    NEXT_REQUEST_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+pub async fn accept_loop(listener: TcpListener, state: Arc<ServerState>) {
+    loop {
+        match listener.accept().await {
+            Ok((sock, peer)) => {
+                if state.current_connections.load(Ordering::Relaxed) >= state.config.max_conns as i64 {
+                    tracing::warn!(%peer, "connection refused: too many open connections");
+                    drop(sock);
+                    continue;
+                }
+                let _ = sock.set_nodelay(true);
+                let state = state.clone();
+                tokio::spawn(async move { serve(sock, peer, state).await });
+            }
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+async fn serve(sock: TcpStream, peer: SocketAddr, state: Arc<ServerState>) {
+    let id = state.new_connection_id();
+    state.current_connections.fetch_add(1, Ordering::Relaxed);
+    state.total_connections.fetch_add(1, Ordering::Relaxed);
+    tracing::debug!(conn = id, %peer, "connection accepted");
+    let mut conn = Conn { id, peer, client: None };
+    let (rd, mut wr) = sock.into_split();
+    let mut rd = BufReader::with_capacity(64 * 1024, rd);
+    let result: Result<(), String> = async {
+        loop {
+            let (header, body) = match wire::read_message(&mut rd, wire::MAX_MESSAGE_SIZE).await {
+                Ok(Some(m)) => m,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(format!("bad message: {e}")),
+            };
+            let (request, compressor) = wire::decode(&header, &body).map_err(|e| format!("malformed message: {e}"))?;
+            let reply = match request {
+                Request::Msg(msg) => {
+                    let fire_and_forget = msg.flags & msg_flags::MORE_TO_COME != 0;
+                    let cmd = msg.into_command();
+                    let reply = commands::dispatch(&state, &mut conn, cmd).await;
+                    if fire_and_forget {
+                        continue;
+                    }
+                    if reply.close_connection {
+                        return Err("closed by a failCommand fail point".into());
+                    }
+                    wire::encode_msg(next_request_id(), header.request_id, 0, &reply.body)
+                }
+                Request::Query(q) => {
+                    let reply = commands::dispatch_legacy(&state, &mut conn, q).await;
+                    wire::encode_reply(next_request_id(), header.request_id, 8, 0, 0, &[reply])
+                }
+            };
+            let bytes = match compressor {
+                Some(c) => wire::compress(&reply, c),
+                None => reply,
+            };
+            wr.write_all(&bytes).await.map_err(|e| format!("write failed: {e}"))?;
+        }
+    }
+    .await;
+    if let Err(why) = result {
+        tracing::info!(conn = id, %peer, "connection closed: {why}");
+    }
+    state.current_connections.fetch_sub(1, Ordering::Relaxed);
+}

@@ -1,0 +1,97 @@
+//! State shared by every connection: configuration, the engine, counters.
+
+use crate::config::Config;
+use crate::sessions::RetryCache;
+use parking_lot::RwLock;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+use tailstream_engine::Engine;
+
+/// `opcounters` of serverStatus.
+#[derive(Default)]
+pub struct OpCounters {
+    pub insert: AtomicU64,
+    pub query: AtomicU64,
+    pub update: AtomicU64,
+    pub delete: AtomicU64,
+    pub getmore: AtomicU64,
+    pub command: AtomicU64,
+}
+
+pub struct ServerState {
+    pub config: Config,
+    pub engine: Arc<Engine>,
+    pub started: Instant,
+    pub started_at: SystemTime,
+    /// `topologyVersion.processId`: new on every start, so drivers notice restarts.
+    pub process_id: bson::oid::ObjectId,
+    pub next_connection_id: AtomicI64,
+    pub current_connections: AtomicI64,
+    pub total_connections: AtomicU64,
+    pub retry_cache: RetryCache,
+    pub opcounters: OpCounters,
+    /// Server parameters settable at run time (setParameter).
+    pub parameters: RwLock<bson::Document>,
+}
+
+impl ServerState {
+    pub fn new(config: Config, engine: Arc<Engine>) -> Result<ServerState, String> {
+        let mut parameters = bson::doc! {
+            "enableTestCommands": config.test_commands_enabled(),
+            "ttlMonitorEnabled": true,
+            "ttlMonitorSleepSecs": 60,
+            "cursorTimeoutMillis": 600_000i64,
+            "maxBSONDepth": 100,
+            "featureCompatibilityVersion": {"version": "7.0"},
+            "transactionLifetimeLimitSeconds": 60,
+            "logLevel": 0,
+            "quiet": config.quiet,
+        };
+        for p in &config.set_parameter {
+            let Some((k, v)) = p.split_once('=') else {
+                return Err(format!("--setParameter takes name=value, got '{p}'"));
+            };
+            let value = match v {
+                "true" => bson::Bson::Boolean(true),
+                "false" => bson::Bson::Boolean(false),
+                _ => match v.parse::<i64>() {
+                    Ok(n) if k == "enableTestCommands" => bson::Bson::Boolean(n != 0),
+                    Ok(n) if n >= i32::MIN as i64 && n <= i32::MAX as i64 => bson::Bson::Int32(n as i32),
+                    Ok(n) => bson::Bson::Int64(n),
+                    Err(_) => bson::Bson::String(v.to_string()),
+                },
+            };
+            parameters.insert(k, value);
+        }
+        apply_engine_parameters(&parameters);
+        Ok(ServerState {
+            config,
+            engine,
+            started: Instant::now(),
+            started_at: SystemTime::now(),
+            process_id: bson::oid::ObjectId::new(),
+            next_connection_id: AtomicI64::new(1),
+            current_connections: AtomicI64::new(0),
+            total_connections: AtomicU64::new(0),
+            retry_cache: RetryCache::new(),
+            opcounters: OpCounters::default(),
+            parameters: RwLock::new(parameters),
+        })
+    }
+
+    pub fn new_connection_id(&self) -> i64 {
+        self.next_connection_id.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// Pushes parameters the engine reads from globals (TTL monitor settings).
+pub fn apply_engine_parameters(p: &bson::Document) {
+    use tailstream_engine::ttl;
+    if let Some(v) = p.get("ttlMonitorSleepSecs").and_then(tailstream_engine::find::as_i64) {
+        ttl::TTL_MONITOR_SLEEP_SECS.store(v.max(1) as u64, Ordering::Relaxed);
+    }
+    if let Some(v) = p.get("ttlMonitorEnabled").and_then(|v| v.as_bool()) {
+        ttl::TTL_MONITOR_ENABLED.store(v, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,35 @@
+# Shared by the run and test scripts: installs the build prerequisites and
+# builds the release binary into a target directory outside the clone, so that
+# RocksDB's long C++ build is reused by later builds and CI runs on this machine.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tailstream/target}"
+TAILSTREAM_BIN="$CARGO_TARGET_DIR/release/tailstream"
+export TAILSTREAM_BIN
+
+log() { printf '[tailstream] %s\n' "$*" >&2; }
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# librocksdb-sys generates its bindings with bindgen, which needs libclang.
+ensure_build_deps() {
+    if ! command -v cargo >/dev/null 2>&1; then
+        log "cargo not found: install Rust (https://rustup.rs) first"
+        exit 1
+    fi
+    if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 && ! ldconfig -p 2>/dev/null | grep -q libclang; then
+        log "installing libclang-dev and clang (needed to build RocksDB bindings)"
+        as_root apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq libclang-dev clang >/dev/null
+    fi
+}
+
+build_release() {
+    ensure_build_deps
+    mkdir -p "$CARGO_TARGET_DIR"
+    log "building (target dir: $CARGO_TARGET_DIR; the first build compiles RocksDB and takes 15-25 minutes on 2 cores)"
+    (cd "$ROOT" && cargo build --release --locked -p tailstream-server)
+}

@@ -1,0 +1,219 @@
+"""Shared fixtures for the Tailstream integration suite.
+
+Every test talks to the real server binary over TCP with pymongo (or raw
+sockets for wire-level tests).  The binary is found via $TAILSTREAM_BIN, else
+${CARGO_TARGET_DIR:-$HOME/.cache/tailstream/target}/release/tailstream.
+"""
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from pymongo import MongoClient
+
+
+def binary_path() -> Path:
+    env = os.environ.get("TAILSTREAM_BIN")
+    if env:
+        return Path(env)
+    target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "tailstream", "target"
+    )
+    return Path(target) / "release" / "tailstream"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class TailstreamServer:
+    """One tailstream process on its own dbpath and port."""
+
+    def __init__(self, dbpath, port=None, extra_args=(), oplog_size_mb=64):
+        self.binary = binary_path()
+        if not self.binary.exists():
+            pytest.fail(
+                f"tailstream binary not found at {self.binary} "
+                "(build it with `cargo build --release` or set TAILSTREAM_BIN)",
+                pytrace=False,
+            )
+        self.dbpath = Path(dbpath)
+        self.dbpath.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.extra_args = list(extra_args)
+        self.oplog_size_mb = oplog_size_mb
+        self.proc = None
+        self.logfile = self.dbpath.parent / f"{self.dbpath.name}-server.log"
+        self._log_handle = None
+
+    # ---- process control -------------------------------------------------
+    def argv(self):
+        args = [
+            str(self.binary),
+            "--port", str(self.port),
+            "--bind_ip", "127.0.0.1",
+            "--dbpath", str(self.dbpath),
+            "--replSet", "rs0",
+            "--quiet",
+        ]
+        if not any(a == "--oplogSize" for a in self.extra_args):
+            args += ["--oplogSize", str(self.oplog_size_mb)]
+        if not any("ttlMonitorSleepSecs" in a for a in self.extra_args):
+            args += ["--setParameter", "ttlMonitorSleepSecs=1"]
+        args += ["--setParameter", "enableTestCommands=1"]
+        return args + self.extra_args
+
+    def start(self, timeout=20.0):
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        self._log_handle = open(self.logfile, "ab")
+        self.proc = subprocess.Popen(
+            self.argv(), stdout=self._log_handle, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + timeout
+        last_err = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"tailstream exited with {self.proc.returncode} during startup:\n"
+                    + self.log_tail()
+                )
+            try:
+                with MongoClient(
+                    self.uri(directConnection="true"),
+                    serverSelectionTimeoutMS=500, connectTimeoutMS=500,
+                ) as c:
+                    c.admin.command("ping")
+                return self
+            except Exception as e:  # noqa: BLE001 - keep polling
+                last_err = e
+                time.sleep(0.1)
+        self.kill9()
+        raise RuntimeError(
+            f"tailstream did not answer ping within {timeout}s ({last_err!r}):\n"
+            + self.log_tail()
+        )
+
+    def stop(self, timeout=20.0):
+        if self.proc is None or self.proc.poll() is not None:
+            self._close_log()
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            self._close_log()
+            raise RuntimeError("tailstream did not exit within %ss of SIGTERM" % timeout)
+        self._close_log()
+        return self.proc.returncode
+
+    def kill9(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._close_log()
+
+    def restart(self):
+        self.stop()
+        return self.start()
+
+    def is_running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def _close_log(self):
+        if self._log_handle is not None:
+            self._log_handle.close()
+            self._log_handle = None
+
+    # ---- helpers --------------------------------------------------------
+    def uri(self, **opts):
+        base = f"mongodb://127.0.0.1:{self.port}/"
+        if opts:
+            base += "?" + "&".join(f"{k}={v}" for k, v in opts.items())
+        return base
+
+    def client(self, **kwargs):
+        kwargs.setdefault("directConnection", True)
+        kwargs.setdefault("serverSelectionTimeoutMS", 5000)
+        return MongoClient(f"mongodb://127.0.0.1:{self.port}/", **kwargs)
+
+    def log_text(self):
+        try:
+            return self.logfile.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, n=40):
+        return "\n".join(self.log_text().splitlines()[-n:])
+
+
+# ---- fixtures --------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    srv = TailstreamServer(tmp_path_factory.mktemp("main") / "db", oplog_size_mb=64)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
+def client(server):
+    c = MongoClient(server.uri(directConnection="true"), serverSelectionTimeoutMS=5000)
+    yield c
+    c.close()
+
+
+def _db_name_for(request):
+    name = re.sub(r"[^A-Za-z0-9_]", "_", request.node.name)
+    return ("t_" + name)[:60]
+
+
+@pytest.fixture
+def db(client, request):
+    name = _db_name_for(request)
+    client.drop_database(name)
+    database = client[name]
+    yield database
+    try:
+        client.drop_database(name)
+    except Exception:  # noqa: BLE001 - the server may be gone after a crash test
+        pass
+
+
+@pytest.fixture
+def coll(db):
+    return db.test_coll
+
+
+@pytest.fixture
+def fresh_server(tmp_path):
+    """Factory: fresh_server(oplog_size_mb=64, extra_args=()) -> started server
+    on its own dbpath under this test's tmp dir; all are stopped afterwards."""
+    servers = []
+
+    def make(oplog_size_mb=64, extra_args=(), start=True, dbpath=None):
+        path = Path(dbpath) if dbpath else tmp_path / f"db{len(servers)}"
+        srv = TailstreamServer(path, extra_args=extra_args, oplog_size_mb=oplog_size_mb)
+        servers.append(srv)
+        if start:
+            srv.start()
+        return srv
+
+    yield make
+    for srv in servers:
+        try:
+            srv.stop(timeout=10)
+        except Exception:  # noqa: BLE001
+            srv.kill9()

@@ -1,0 +1,112 @@
+// The official Node.js driver against a real Tailstream server: handshake in the
+// three connection modes, CRUD, indexes and errors.
+'use strict';
+const { test, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const { spawn } = require('node:child_process');
+const fs = require('node:fs');
+const net = require('node:net');
+const os = require('node:os');
+const path = require('node:path');
+const { MongoClient, MongoServerError } = require('mongodb');
+
+const targetDir = process.env.CARGO_TARGET_DIR || path.join(os.homedir(), '.cache/tailstream/target');
+const bin = process.env.TAILSTREAM_BIN || path.join(targetDir, 'release/tailstream');
+
+let server;
+let port;
+let dbpath;
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const p = s.address().port;
+      s.close(() => resolve(p));
+    });
+    s.on('error', reject);
+  });
+}
+
+async function waitReady() {
+  const deadline = Date.now() + 20000;
+  while (Date.now() < deadline) {
+    const ok = await new Promise((resolve) => {
+      const sock = net.connect(port, '127.0.0.1', () => { sock.end(); resolve(true); });
+      sock.on('error', () => resolve(false));
+    });
+    if (ok) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error('tailstream did not start');
+}
+
+before(async () => {
+  assert.ok(fs.existsSync(bin), `server binary missing: ${bin}`);
+  port = await freePort();
+  dbpath = fs.mkdtempSync(path.join(os.tmpdir(), 'tailstream-node-'));
+  server = spawn(bin, ['--port', String(port), '--dbpath', dbpath, '--quiet'], { stdio: 'ignore' });
+  await waitReady();
+});
+
+after(async () => {
+  if (server) {
+    server.kill('SIGTERM');
+    await new Promise((r) => server.on('exit', r));
+  }
+  fs.rmSync(dbpath, { recursive: true, force: true });
+});
+
+for (const query of ['', '?replicaSet=rs0', '?directConnection=true']) {
+  test(`connects and writes with "${query || 'a plain URI'}"`, async () => {
+    const client = new MongoClient(`mongodb://127.0.0.1:${port}/${query}`, { serverSelectionTimeoutMS: 5000 });
+    try {
+      const coll = client.db('nodetest').collection(`conn${query.length}`);
+      const { insertedId } = await coll.insertOne({ mode: query });
+      const found = await coll.findOne({ _id: insertedId });
+      assert.equal(found.mode, query);
+    } finally {
+      await client.close();
+    }
+  });
+}
+
+test('CRUD round trip with the Node driver', async () => {
+  const client = new MongoClient(`mongodb://127.0.0.1:${port}/?directConnection=true`);
+  try {
+    const coll = client.db('nodetest').collection('crud');
+    await coll.deleteMany({});
+    const res = await coll.insertMany([{ a: 1, tags: ['x'] }, { a: 2, tags: ['y', 'z'] }, { a: 3 }]);
+    assert.equal(res.insertedCount, 3);
+    const upd = await coll.updateOne({ a: 2 }, { $inc: { a: 10 }, $push: { tags: 'w' } });
+    assert.equal(upd.modifiedCount, 1);
+    const docs = await coll.find({ a: { $gte: 2 } }).sort({ a: -1 }).project({ _id: 0, a: 1 }).toArray();
+    assert.deepEqual(docs, [{ a: 12 }, { a: 3 }]);
+    const before = await coll.findOneAndUpdate({ a: 1 }, { $set: { b: true } }, { returnDocument: 'after' });
+    assert.equal(before.b, true);
+    const del = await coll.deleteMany({ a: { $lt: 5 } });
+    assert.equal(del.deletedCount, 2);
+    assert.equal(await coll.countDocuments(), 1);
+  } finally {
+    await client.close();
+  }
+});
+
+test('unique index violations surface as E11000 MongoServerError', async () => {
+  const client = new MongoClient(`mongodb://127.0.0.1:${port}/?directConnection=true`);
+  try {
+    const coll = client.db('nodetest').collection('uniq');
+    await coll.drop().catch(() => {});
+    await coll.createIndex({ email: 1 }, { unique: true });
+    await coll.insertOne({ email: 'a@example.com' });
+    await assert.rejects(coll.insertOne({ email: 'a@example.com' }), (err) => {
+      assert.ok(err instanceof MongoServerError);
+      assert.equal(err.code, 11000);
+      assert.match(err.message, /^E11000 duplicate key error collection: nodetest\.uniq index: email_1 dup key/);
+      assert.deepEqual(err.keyValue, { email: 'a@example.com' });
+      return true;
+    });
+  } finally {
+    await client.close();
+  }
+});

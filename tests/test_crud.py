@@ -1,0 +1,341 @@
+"""Basic create/read/update/delete through pymongo."""
+
+import time
+
+import pytest
+from bson import ObjectId
+from pymongo import (DeleteMany, DeleteOne, InsertOne, MongoClient, ReplaceOne,
+                     ReturnDocument, UpdateMany, UpdateOne, WriteConcern)
+from pymongo.errors import BulkWriteError, DuplicateKeyError, WriteConcernError
+
+
+class TestInsert:
+    def test_insert_one_and_find(self, coll):
+        res = coll.insert_one({"a": 1})
+        assert isinstance(res.inserted_id, ObjectId)
+        assert coll.find_one({"_id": res.inserted_id}) == {"_id": res.inserted_id, "a": 1}
+
+    def test_server_generates_objectid_first(self, db):
+        # pymongo adds _id client-side; a raw insert command lets the server do it.
+        reply = db.command("insert", "c", documents=[{"a": 1, "b": 2}])
+        assert reply["n"] == 1
+        doc = db.c.find_one()
+        assert list(doc.keys()) == ["_id", "a", "b"], "server-generated _id must come first"
+        assert isinstance(doc["_id"], ObjectId)
+
+    def test_custom_id_moved_first(self, db):
+        db.command("insert", "c", documents=[{"a": 1, "_id": "mine", "b": 2}])
+        doc = db.c.find_one()
+        assert list(doc.keys()) == ["_id", "a", "b"]
+        assert doc["_id"] == "mine"
+
+    def test_insert_many(self, coll):
+        res = coll.insert_many([{"i": i} for i in range(10)])
+        assert len(res.inserted_ids) == 10
+        assert coll.count_documents({}) == 10
+        assert [d["i"] for d in coll.find().sort("i", 1)] == list(range(10))
+
+    def test_duplicate_id(self, coll):
+        coll.insert_one({"_id": 7})
+        with pytest.raises(DuplicateKeyError) as exc:
+            coll.insert_one({"_id": 7})
+        assert exc.value.code == 11000
+
+    def test_custom_id_types(self, coll):
+        ids = [1, "s", {"x": 1}, 2.5]
+        coll.insert_many([{"_id": i} for i in ids])
+        for i in ids:
+            assert coll.find_one({"_id": i}) == {"_id": i}
+
+
+class TestFind:
+    @pytest.fixture
+    def people(self, coll):
+        coll.insert_many([
+            {"_id": i, "name": n, "age": a, "city": c}
+            for i, (n, a, c) in enumerate([
+                ("ann", 31, "oslo"), ("bob", 25, "rome"), ("cid", 40, "oslo"),
+                ("dan", 25, "lima"), ("eve", 35, "rome"), ("fay", 28, "oslo"),
+            ])
+        ])
+        return coll
+
+    def test_filter(self, people):
+        assert {d["name"] for d in people.find({"city": "oslo"})} == {"ann", "cid", "fay"}
+
+    def test_projection_include(self, people):
+        doc = people.find_one({"_id": 0}, {"name": 1})
+        assert doc == {"_id": 0, "name": "ann"}
+
+    def test_projection_exclude_id(self, people):
+        doc = people.find_one({"_id": 0}, {"name": 1, "_id": 0})
+        assert doc == {"name": "ann"}
+
+    def test_projection_exclude(self, people):
+        doc = people.find_one({"_id": 0}, {"age": 0, "city": 0})
+        assert doc == {"_id": 0, "name": "ann"}
+
+    def test_sort_skip_limit(self, people):
+        names = [d["name"] for d in people.find().sort([("age", 1), ("name", -1)]).skip(1).limit(3)]
+        assert names == ["bob", "fay", "ann"]
+
+    def test_sort_desc(self, people):
+        assert [d["age"] for d in people.find().sort("age", -1)] == [40, 35, 31, 28, 25, 25]
+
+    def test_find_missing_collection(self, db):
+        assert list(db.nope.find()) == []
+
+
+class TestUpdate:
+    def test_update_one_counts(self, coll):
+        coll.insert_many([{"a": 1}, {"a": 1}])
+        res = coll.update_one({"a": 1}, {"$set": {"b": 2}})
+        assert (res.matched_count, res.modified_count) == (1, 1)
+        assert coll.count_documents({"b": 2}) == 1
+
+    def test_update_many_counts(self, coll):
+        coll.insert_many([{"a": 1, "b": 2}, {"a": 1}, {"a": 2}])
+        res = coll.update_many({"a": 1}, {"$set": {"b": 2}})
+        assert res.matched_count == 2
+        assert res.modified_count == 1, "the doc already having b=2 is matched but not modified"
+
+    def test_update_no_match(self, coll):
+        res = coll.update_one({"a": 99}, {"$set": {"b": 1}})
+        assert (res.matched_count, res.modified_count, res.upserted_id) == (0, 0, None)
+
+    def test_replace_one(self, coll):
+        coll.insert_one({"_id": 1, "a": 1, "b": 2})
+        res = coll.replace_one({"_id": 1}, {"c": 3})
+        assert res.modified_count == 1
+        assert coll.find_one({"_id": 1}) == {"_id": 1, "c": 3}
+
+    def test_upsert(self, coll):
+        res = coll.update_one({"k": "x"}, {"$set": {"v": 1}}, upsert=True)
+        assert res.matched_count == 0
+        assert isinstance(res.upserted_id, ObjectId)
+        assert coll.find_one({"_id": res.upserted_id}) == {"_id": res.upserted_id, "k": "x", "v": 1}
+
+    def test_upsert_seeds_from_equality_fields(self, coll):
+        res = coll.update_one(
+            {"a": 1, "b.c": "deep", "n": {"$gt": 5}, "$and": [{"d": 4}]},
+            {"$set": {"z": True}}, upsert=True)
+        doc = coll.find_one({"_id": res.upserted_id}, {"_id": 0})
+        assert doc == {"a": 1, "b": {"c": "deep"}, "d": 4, "z": True}, \
+            "equality fields seed the new doc, $gt does not"
+
+    def test_upsert_with_id_in_query(self, coll):
+        res = coll.update_one({"_id": "given"}, {"$inc": {"n": 1}}, upsert=True)
+        assert res.upserted_id == "given"
+        coll.update_one({"_id": "given"}, {"$inc": {"n": 1}}, upsert=True)
+        assert coll.find_one() == {"_id": "given", "n": 2}
+
+    def test_replace_upsert(self, coll):
+        res = coll.replace_one({"name": "q"}, {"name": "q", "v": 2}, upsert=True)
+        assert res.upserted_id is not None
+        assert coll.find_one({}, {"_id": 0}) == {"name": "q", "v": 2}
+
+
+class TestDelete:
+    def test_delete_one(self, coll):
+        coll.insert_many([{"a": 1}, {"a": 1}, {"a": 2}])
+        assert coll.delete_one({"a": 1}).deleted_count == 1
+        assert coll.count_documents({}) == 2
+
+    def test_delete_many(self, coll):
+        coll.insert_many([{"a": 1}, {"a": 1}, {"a": 2}])
+        assert coll.delete_many({"a": 1}).deleted_count == 2
+        assert [d["a"] for d in coll.find()] == [2]
+
+    def test_delete_all(self, coll):
+        coll.insert_many([{"a": i} for i in range(5)])
+        assert coll.delete_many({}).deleted_count == 5
+        assert coll.count_documents({}) == 0
+
+
+class TestFindAndModify:
+    @pytest.fixture
+    def seeded(self, coll):
+        coll.insert_many([{"_id": 1, "n": 5, "g": "x"}, {"_id": 2, "n": 1, "g": "x"}])
+        return coll
+
+    def test_update_return_before(self, seeded):
+        doc = seeded.find_one_and_update({"_id": 1}, {"$inc": {"n": 1}})
+        assert doc["n"] == 5
+        assert seeded.find_one({"_id": 1})["n"] == 6
+
+    def test_update_return_after(self, seeded):
+        doc = seeded.find_one_and_update({"_id": 1}, {"$inc": {"n": 1}},
+                                         return_document=ReturnDocument.AFTER)
+        assert doc == {"_id": 1, "n": 6, "g": "x"}
+
+    def test_update_sort_and_projection(self, seeded):
+        doc = seeded.find_one_and_update({"g": "x"}, {"$set": {"picked": True}},
+                                         sort=[("n", 1)], projection={"n": 1, "_id": 0},
+                                         return_document=ReturnDocument.AFTER)
+        assert doc == {"n": 1}
+        assert seeded.find_one({"_id": 2})["picked"] is True
+        assert "picked" not in seeded.find_one({"_id": 1})
+
+    def test_update_upsert(self, seeded):
+        doc = seeded.find_one_and_update({"_id": 3}, {"$set": {"n": 9}}, upsert=True,
+                                         return_document=ReturnDocument.AFTER)
+        assert doc == {"_id": 3, "n": 9}
+
+    def test_update_upsert_before_returns_none(self, seeded):
+        assert seeded.find_one_and_update({"_id": 4}, {"$set": {"n": 9}}, upsert=True) is None
+        assert seeded.find_one({"_id": 4}) == {"_id": 4, "n": 9}
+
+    def test_no_match_returns_none(self, seeded):
+        assert seeded.find_one_and_update({"_id": 99}, {"$set": {"n": 0}}) is None
+
+    def test_replace(self, seeded):
+        doc = seeded.find_one_and_replace({"_id": 1}, {"r": 1},
+                                          return_document=ReturnDocument.AFTER)
+        assert doc == {"_id": 1, "r": 1}
+
+    def test_delete(self, seeded):
+        doc = seeded.find_one_and_delete({"g": "x"}, sort=[("n", -1)])
+        assert doc["_id"] == 1
+        assert [d["_id"] for d in seeded.find()] == [2]
+
+    def test_raw_find_and_modify_last_error_object(self, seeded, db):
+        reply = db.command("findAndModify", seeded.name, query={"_id": 50},
+                           update={"$set": {"a": 1}}, upsert=True, new=True)
+        assert reply["value"] == {"_id": 50, "a": 1}
+        assert reply["lastErrorObject"]["updatedExisting"] is False
+        assert reply["lastErrorObject"]["upserted"] == 50
+        assert reply["lastErrorObject"]["n"] == 1
+
+
+class TestCounting:
+    def test_count_documents(self, coll):
+        coll.insert_many([{"a": i % 3} for i in range(30)])
+        assert coll.count_documents({}) == 30
+        assert coll.count_documents({"a": 0}) == 10
+        assert coll.count_documents({}, skip=25) == 5
+        assert coll.count_documents({}, limit=7) == 7
+
+    def test_estimated_document_count(self, coll):
+        assert coll.estimated_document_count() == 0
+        coll.insert_many([{"a": i} for i in range(12)])
+        assert coll.estimated_document_count() == 12
+
+    def test_count_command(self, coll, db):
+        coll.insert_many([{"a": i} for i in range(4)])
+        assert db.command("count", coll.name, query={"a": {"$gte": 2}})["n"] == 2
+
+    def test_distinct(self, coll):
+        coll.insert_many([{"a": 1, "k": "x"}, {"a": 2, "k": "y"}, {"a": 1, "k": "y"}, {"k": "z"}])
+        assert sorted(coll.distinct("a")) == [1, 2]
+        assert sorted(coll.distinct("k", {"a": 1})) == ["x", "y"]
+
+    def test_distinct_expands_arrays(self, coll):
+        coll.insert_many([{"tags": ["a", "b"]}, {"tags": ["b", "c"]}, {"tags": "d"}])
+        assert sorted(coll.distinct("tags")) == ["a", "b", "c", "d"]
+
+    def test_distinct_dotted(self, coll):
+        coll.insert_many([{"x": {"y": 1}}, {"x": [{"y": 2}, {"y": 1}]}])
+        assert sorted(coll.distinct("x.y")) == [1, 2]
+
+
+class TestBulkWrite:
+    OPS = [InsertOne({"_id": 1}), InsertOne({"_id": 2}), InsertOne({"_id": 1}), InsertOne({"_id": 3})]
+
+    def test_ordered_stops_at_duplicate(self, coll):
+        with pytest.raises(BulkWriteError) as exc:
+            coll.bulk_write(self.OPS, ordered=True)
+        details = exc.value.details
+        assert details["nInserted"] == 2
+        assert len(details["writeErrors"]) == 1
+        assert details["writeErrors"][0]["index"] == 2
+        assert details["writeErrors"][0]["code"] == 11000
+        assert sorted(d["_id"] for d in coll.find()) == [1, 2]
+
+    def test_unordered_continues(self, coll):
+        with pytest.raises(BulkWriteError) as exc:
+            coll.bulk_write(self.OPS, ordered=False)
+        details = exc.value.details
+        assert details["nInserted"] == 3
+        assert [e["index"] for e in details["writeErrors"]] == [2]
+        assert sorted(d["_id"] for d in coll.find()) == [1, 2, 3]
+
+    def test_mixed_ops(self, coll):
+        coll.insert_many([{"_id": i, "v": 0} for i in range(5)])
+        res = coll.bulk_write([
+            InsertOne({"_id": 10, "v": 1}),
+            UpdateOne({"_id": 0}, {"$set": {"v": 5}}),
+            UpdateMany({"_id": {"$in": [1, 2]}}, {"$inc": {"v": 1}}),
+            ReplaceOne({"_id": 3}, {"v": 9}),
+            DeleteOne({"_id": 4}),
+            UpdateOne({"_id": 20}, {"$set": {"v": 7}}, upsert=True),
+            DeleteMany({"v": 1}),
+        ])
+        assert res.inserted_count == 1
+        assert res.matched_count == 4
+        assert res.modified_count == 4
+        assert res.deleted_count == 1 + 3
+        assert res.upserted_ids == {5: 20}
+        assert {d["_id"]: d["v"] for d in coll.find()} == {0: 5, 3: 9, 20: 7}
+
+    def test_ordered_update_error_midway(self, coll):
+        coll.insert_one({"_id": 1, "s": "text"})
+        with pytest.raises(BulkWriteError) as exc:
+            coll.bulk_write([
+                UpdateOne({"_id": 1}, {"$set": {"t": 1}}),
+                UpdateOne({"_id": 1}, {"$inc": {"s": 1}}),
+                UpdateOne({"_id": 1}, {"$set": {"u": 1}}),
+            ])
+        d = exc.value.details
+        assert d["nModified"] == 1
+        assert d["writeErrors"][0]["index"] == 1
+        assert d["writeErrors"][0]["code"] == 14
+        assert "u" not in coll.find_one()
+
+
+class TestWriteConcerns:
+    def test_retryable_writes(self, server, request):
+        name = "t_retryable"
+        with MongoClient(server.uri(directConnection="true"), retryWrites=True) as c:
+            coll = c[name].c
+            coll.insert_one({"_id": 1, "n": 0})
+            coll.update_one({"_id": 1}, {"$inc": {"n": 1}})
+            doc = coll.find_one_and_update({"_id": 1}, {"$inc": {"n": 1}},
+                                           return_document=ReturnDocument.AFTER)
+            assert doc["n"] == 2
+            coll.delete_one({"_id": 1})
+            assert coll.count_documents({}) == 0
+            c.drop_database(name)
+
+    def test_retryable_write_with_txn_number_is_not_reapplied(self, db):
+        # Same lsid + txnNumber twice: the second is a retry and must not re-apply.
+        lsid = db.client.admin.command("startSession")["id"]
+        cmd = {"update": "c", "updates": [{"q": {"_id": 1}, "u": {"$inc": {"n": 1}}, "upsert": True}],
+               "lsid": lsid, "txnNumber": 1}
+        db.command(dict(cmd))
+        db.command(dict(cmd))
+        assert db.c.find_one({"_id": 1})["n"] == 1
+
+    def test_unacknowledged_insert(self, coll):
+        unack = coll.with_options(write_concern=WriteConcern(w=0))
+        res = unack.insert_one({"_id": "w0"})
+        assert res.acknowledged is False
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if coll.find_one({"_id": "w0"}):
+                break
+            time.sleep(0.05)
+        assert coll.find_one({"_id": "w0"}) == {"_id": "w0"}
+
+    def test_journaled_write(self, coll):
+        res = coll.with_options(write_concern=WriteConcern(j=True)).insert_one({"a": 1})
+        assert res.acknowledged
+        assert coll.count_documents({}) == 1
+
+    def test_majority_write(self, coll):
+        coll.with_options(write_concern=WriteConcern(w="majority")).insert_one({"a": 1})
+        assert coll.count_documents({}) == 1
+
+    def test_w2_is_unsatisfiable(self, coll):
+        with pytest.raises(WriteConcernError) as exc:
+            coll.with_options(write_concern=WriteConcern(w=2, wtimeout=1000)).insert_one({"a": 1})
+        assert exc.value.code == 100, exc.value.details

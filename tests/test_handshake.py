@@ -1,0 +1,189 @@
+"""Handshake, topology and server-introspection commands."""
+
+import pytest
+from bson import ObjectId, Timestamp
+from pymongo import MongoClient
+from pymongo.errors import OperationFailure
+
+import wire
+
+
+@pytest.fixture(scope="module")
+def hello(client):
+    return client.admin.command("hello")
+
+
+class TestHello:
+    def test_primary_of_rs0(self, hello, server):
+        me = f"127.0.0.1:{server.port}"
+        assert hello["ok"] == 1
+        assert hello["isWritablePrimary"] is True
+        assert hello.get("secondary") is False
+        assert hello["setName"] == "rs0"
+        assert isinstance(hello["setVersion"], int) and hello["setVersion"] >= 1
+        assert isinstance(hello["electionId"], ObjectId)
+        assert hello["me"] == me
+        assert hello["primary"] == me
+        assert hello["hosts"] == [me]
+
+    def test_topology_version(self, hello):
+        tv = hello["topologyVersion"]
+        assert isinstance(tv["processId"], ObjectId)
+        assert isinstance(tv["counter"], int) and tv["counter"] >= 0
+
+    def test_last_write(self, hello):
+        op_time = hello["lastWrite"]["opTime"]
+        assert isinstance(op_time["ts"], Timestamp)
+        assert "t" in op_time
+        assert "lastWriteDate" in hello["lastWrite"]
+
+    def test_limits(self, hello):
+        assert hello["maxBsonObjectSize"] == 16 * 1024 * 1024
+        assert hello["maxMessageSizeBytes"] == 48_000_000
+        assert hello["maxWriteBatchSize"] == 100_000
+        assert hello["maxWireVersion"] >= 21
+        assert hello["minWireVersion"] == 0
+        assert hello["logicalSessionTimeoutMinutes"] == 30
+        assert hello["readOnly"] is False
+        assert "localTime" in hello
+        assert isinstance(hello["connectionId"], int)
+
+    def test_legacy_ismaster(self, client):
+        reply = client.admin.command("isMaster")
+        assert reply["ismaster"] is True
+        assert reply["setName"] == "rs0"
+        assert "isWritablePrimary" not in reply, "legacy isMaster answers with 'ismaster'"
+
+    def test_last_write_advances_after_write(self, client, coll):
+        before = client.admin.command("hello")["lastWrite"]["opTime"]["ts"]
+        coll.insert_one({"x": 1})
+        after = client.admin.command("hello")["lastWrite"]["opTime"]["ts"]
+        assert after > before
+
+
+class TestClusterTime:
+    def test_replies_carry_cluster_time(self, client, db):
+        reply = db.command("ping")
+        assert isinstance(reply["operationTime"], Timestamp)
+        ct = reply["$clusterTime"]
+        assert isinstance(ct["clusterTime"], Timestamp)
+        assert "signature" in ct
+        assert ct["clusterTime"] >= reply["operationTime"]
+
+    def test_write_operation_time_advances(self, db):
+        r1 = db.command("insert", "c", documents=[{"a": 1}])
+        r2 = db.command("insert", "c", documents=[{"a": 2}])
+        assert r2["operationTime"] > r1["operationTime"]
+
+
+class TestConnectionStrings:
+    @pytest.mark.parametrize("opts", [{}, {"replicaSet": "rs0"}, {"directConnection": "true"}],
+                             ids=["plain", "replicaSet", "directConnection"])
+    def test_insert_and_find(self, server, opts, request):
+        name = "t_conn_" + request.node.callspec.id
+        with MongoClient(server.uri(**opts), serverSelectionTimeoutMS=5000) as c:
+            coll = c[name].things
+            coll.insert_one({"_id": 1, "via": request.node.callspec.id})
+            assert coll.find_one({"_id": 1}) == {"_id": 1, "via": request.node.callspec.id}
+            if opts.get("replicaSet"):
+                assert c.primary == ("127.0.0.1", server.port)
+            c.drop_database(name)
+
+
+class TestIntrospection:
+    def test_build_info(self, client):
+        info = client.admin.command("buildInfo")
+        assert info["version"].startswith("7.0."), info["version"]
+        assert list(info["versionArray"][:2]) == [7, 0]
+        assert len(info["versionArray"]) == 4
+        assert info["maxBsonObjectSize"] == 16 * 1024 * 1024
+
+    def test_ping(self, client):
+        assert client.admin.command("ping")["ok"] == 1
+
+    def test_server_status(self, client, coll):
+        before = client.admin.command("serverStatus")
+        assert before["storageEngine"]["name"]
+        assert before["connections"]["current"] >= 1
+        assert "available" in before["connections"]
+        coll.insert_one({"a": 1})
+        coll.insert_one({"a": 2})
+        after = client.admin.command("serverStatus")
+        assert after["opcounters"]["insert"] >= before["opcounters"]["insert"] + 2
+        assert after["opcounters"]["command"] > before["opcounters"]["command"]
+        assert after["uptime"] >= 0
+        assert isinstance(after["pid"], int)
+
+    def test_host_info(self, client):
+        info = client.admin.command("hostInfo")
+        assert "system" in info and "os" in info
+        assert info["system"]["numCores"] >= 1
+        assert "hostname" in info["system"]
+
+    def test_get_parameter_star(self, client):
+        params = client.admin.command("getParameter", "*")
+        assert params["ok"] == 1
+        assert params.get("ttlMonitorSleepSecs") == 1, "set via --setParameter ttlMonitorSleepSecs=1"
+        assert len(params) > 3
+
+    def test_get_parameter_single(self, client):
+        reply = client.admin.command({"getParameter": 1, "ttlMonitorSleepSecs": 1})
+        assert reply["ttlMonitorSleepSecs"] == 1
+
+    def test_get_cmd_line_opts(self, client, server):
+        opts = client.admin.command("getCmdLineOpts")
+        argv = opts["argv"]
+        assert "--port" in argv and str(server.port) in argv
+        parsed = opts["parsed"]
+        assert parsed["net"]["port"] == server.port
+        assert parsed["replication"]["replSet"] == "rs0"
+        assert parsed["storage"]["dbPath"].rstrip("/") == str(server.dbpath).rstrip("/")
+
+    def test_whatsmyuri(self, client):
+        you = client.admin.command("whatsmyuri")["you"]
+        host, port = you.rsplit(":", 1)
+        assert host == "127.0.0.1" and int(port) > 0
+
+    def test_connection_status(self, client):
+        status = client.admin.command("connectionStatus")
+        assert status["authInfo"]["authenticatedUsers"] == []
+
+    def test_unknown_command(self, client):
+        with pytest.raises(OperationFailure) as exc:
+            client.admin.command("definitelyNotACommand")
+        assert exc.value.code == 59
+        assert exc.value.details["codeName"] == "CommandNotFound"
+        assert "definitelyNotACommand" in exc.value.details["errmsg"]
+
+
+class TestLegacyOpQuery:
+    def test_op_query_ismaster_gets_op_reply(self, server):
+        sock = wire.connect(server.port)
+        try:
+            rid, msg = wire.op_query("admin.$cmd", {"isMaster": 1})
+            sock.sendall(msg)
+            _, resp_to, opcode, body = wire.read_message(sock)
+            assert opcode == wire.OP_REPLY
+            assert resp_to == rid
+            flags, cursor_id, docs = wire.parse_op_reply(body)
+            assert cursor_id == 0
+            assert len(docs) == 1
+            assert docs[0]["ismaster"] is True
+            assert docs[0]["ok"] == 1
+            assert docs[0]["maxWireVersion"] >= 21
+            # the connection stays usable for OP_MSG afterwards
+            assert wire.command(sock, {"ping": 1, "$db": "admin"})["ok"] == 1
+        finally:
+            sock.close()
+
+    def test_op_query_hello(self, server):
+        sock = wire.connect(server.port)
+        try:
+            rid, msg = wire.op_query("admin.$cmd", {"hello": 1})
+            sock.sendall(msg)
+            _, _, opcode, body = wire.read_message(sock)
+            assert opcode == wire.OP_REPLY
+            doc = wire.parse_op_reply(body)[2][0]
+            assert doc["isWritablePrimary"] is True
+        finally:
+            sock.close()
