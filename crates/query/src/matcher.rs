@@ -729,15 +729,6 @@ impl Matcher {
         &self.filter
     }
 
-    /// Matches a single value as if it were the value of a field (used by the
-    /// positional projection and `$elemMatch` projection on array elements).
-    pub(crate) fn matches_doc_or_array_elem(&self, elem: &Bson) -> Result<bool> {
-        match elem {
-            Bson::Document(d) => eval_node(&self.root, d),
-            Bson::Array(a) => eval_node(&self.root, &array_as_doc(a)),
-            _ => Ok(false),
-        }
-    }
 
     /// Top-level ANDed constraints per field, for index selection.
     pub fn index_predicates(&self) -> Vec<(String, FieldBounds)> {
