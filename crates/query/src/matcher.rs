@@ -114,8 +114,7 @@ fn compile_regex(pattern: &str, options: &str) -> Result<RegexPred> {
         }
     }
     let full = if flags.is_empty() { pattern.to_string() } else { format!("(?{flags}){pattern}") };
-    let re = Regex::new(&full)
-        .map_err(|e| Error::location(51091, format!("Regular expression is invalid: {e}")))?;
+    let re = Regex::new(&full).map_err(|e| Error::location(51091, format!("Regular expression is invalid: {e}")))?;
     Ok(RegexPred { re, pattern: pattern.to_string(), options: options.to_string() })
 }
 
@@ -288,7 +287,9 @@ fn parse_mod(v: &Bson) -> Result<Pred> {
         }
         let f = as_f64(x).unwrap_or(f64::NAN);
         if !f.is_finite() {
-            return Err(bad(format!("malformed mod, {what} value is invalid :: caused by :: Unable to coerce NaN/Inf to integral type")));
+            return Err(bad(format!(
+                "malformed mod, {what} value is invalid :: caused by :: Unable to coerce NaN/Inf to integral type"
+            )));
         }
         Ok(match x {
             Bson::Int32(i) => *i as i64,
@@ -331,7 +332,21 @@ fn parse_size(v: &Bson) -> Result<i64> {
 /// Is `{...}` a document of value operators (`{$gt: 1}`) rather than a sub-query (`{b: 1}`)?
 fn is_elem_match_value_form(d: &Document) -> bool {
     match d.keys().next() {
-        Some(k) => k.starts_with('$') && !matches!(k.as_str(), "$and" | "$or" | "$nor" | "$expr" | "$where" | "$text" | "$comment" | "$alwaysTrue" | "$alwaysFalse"),
+        Some(k) => {
+            k.starts_with('$')
+                && !matches!(
+                    k.as_str(),
+                    "$and"
+                        | "$or"
+                        | "$nor"
+                        | "$expr"
+                        | "$where"
+                        | "$text"
+                        | "$comment"
+                        | "$alwaysTrue"
+                        | "$alwaysFalse"
+                )
+        }
         None => false,
     }
 }
@@ -729,13 +744,17 @@ impl Matcher {
         &self.filter
     }
 
-
     /// Top-level ANDed constraints per field, for index selection.
     pub fn index_predicates(&self) -> Vec<(String, FieldBounds)> {
         let mut out: Vec<(String, FieldBounds)> = Vec::new();
         collect_bounds(&self.root, &mut out);
         out.retain(|(_, b)| {
-            b.eq.is_some() || b.in_values.is_some() || b.gt.is_some() || b.gte.is_some() || b.lt.is_some() || b.lte.is_some()
+            b.eq.is_some()
+                || b.in_values.is_some()
+                || b.gt.is_some()
+                || b.gte.is_some()
+                || b.lt.is_some()
+                || b.lte.is_some()
         });
         out
     }
@@ -894,8 +913,14 @@ mod tests {
         yes(doc! {"a": {"$nin": [5, 2]}}, doc! {"a": 3});
         yes(doc! {"a": {"$nin": [5, 2]}}, doc! {});
         no(doc! {"a": {"$nin": [5, 2]}}, doc! {"a": [1, 2]});
-        yes(doc! {"a": {"$in": [Bson::RegularExpression(bson::Regex { pattern: "^ab".into(), options: "".into() })]}}, doc! {"a": "abc"});
-        no(doc! {"a": {"$nin": [Bson::RegularExpression(bson::Regex { pattern: "^ab".into(), options: "".into() })]}}, doc! {"a": ["x", "abc"]});
+        yes(
+            doc! {"a": {"$in": [Bson::RegularExpression(bson::Regex { pattern: "^ab".into(), options: "".into() })]}},
+            doc! {"a": "abc"},
+        );
+        no(
+            doc! {"a": {"$nin": [Bson::RegularExpression(bson::Regex { pattern: "^ab".into(), options: "".into() })]}},
+            doc! {"a": ["x", "abc"]},
+        );
         // $eq with a regex compares regex values, not patterns against strings
         let re = Bson::RegularExpression(bson::Regex { pattern: "a".into(), options: "".into() });
         no(doc! {"a": {"$eq": re.clone()}}, doc! {"a": "a"});
@@ -1039,7 +1064,9 @@ mod tests {
         assert_eq!(err(doc! {"a": {"$nin": {}}}).message, "$nin needs an array");
         assert_eq!(err(doc! {"a": {"$all": 1}}).message, "$all needs an array");
         assert_eq!(err(doc! {"a": {"$size": 1.5}}).message, "$size must be a whole number");
-        assert!(err(doc! {"a": {"$size": -1}}).message.starts_with("Failed to parse $size. Expected a non-negative number in:"));
+        assert!(err(doc! {"a": {"$size": -1}})
+            .message
+            .starts_with("Failed to parse $size. Expected a non-negative number in:"));
         assert_eq!(err(doc! {"a": {"$size": "x"}}).code, 2);
         assert_eq!(err(doc! {"a": {"$mod": [1]}}).message, "malformed mod, not enough elements");
         assert_eq!(err(doc! {"a": {"$mod": [1, 2, 3]}}).message, "malformed mod, too many elements");

@@ -170,18 +170,29 @@ fn flatten(prefix: &str, spec: &Document, out: &mut Vec<(String, Leaf)>) -> Resu
         let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
         if let Some(base) = path.strip_suffix(".$") {
             if is_true_flag(v) != Some(true) {
-                return Err(Error::location(31395, "positional projection cannot be used with exclusion or a non-true value"));
+                return Err(Error::location(
+                    31395,
+                    "positional projection cannot be used with exclusion or a non-true value",
+                ));
             }
             out.push((base.to_string(), Leaf::Positional));
             continue;
         }
         if path.split('.').any(|p| p.starts_with('$') || p.is_empty()) {
-            return Err(Error::location(16410, format!("FieldPath field names may not start with '$'. Consider using $getField or $setField. (in {path})")));
+            return Err(Error::location(
+                16410,
+                format!(
+                    "FieldPath field names may not start with '$'. Consider using $getField or $setField. (in {path})"
+                ),
+            ));
         }
         let leaf = match v {
             Bson::Document(d) => match d.keys().next().map(|s| s.as_str()) {
                 None => {
-                    return Err(Error::location(51270, format!("An empty sub-projection is not a valid value. Found empty object at path {path}")))
+                    return Err(Error::location(
+                        51270,
+                        format!("An empty sub-projection is not a valid value. Found empty object at path {path}"),
+                    ))
                 }
                 Some("$slice") if d.len() == 1 => Leaf::Slice(parse_slice(d.get("$slice").unwrap())?),
                 Some("$elemMatch") if d.len() == 1 => match d.get("$elemMatch").unwrap() {
@@ -194,7 +205,10 @@ fn flatten(prefix: &str, spec: &Document, out: &mut Vec<(String, Leaf)>) -> Resu
                     _ => return Err(Error::bad_value("$elemMatch needs an Object")),
                 },
                 Some("$meta") => {
-                    return Err(Error::bad_value(format!("$meta projection ({}) is not supported", d.get("$meta").unwrap())))
+                    return Err(Error::bad_value(format!(
+                        "$meta projection ({}) is not supported",
+                        d.get("$meta").unwrap()
+                    )))
                 }
                 Some(op) if op.starts_with('$') => Leaf::Expr(v.clone()),
                 Some(_) => {
@@ -265,7 +279,10 @@ impl Projection {
                 Leaf::Include => {
                     if !is_id {
                         if mode == Mode::Exclusion {
-                            return Err(Error::location(31253, format!("Cannot do inclusion on field {path} in exclusion projection")));
+                            return Err(Error::location(
+                                31253,
+                                format!("Cannot do inclusion on field {path} in exclusion projection"),
+                            ));
                         }
                         mode = Mode::Inclusion;
                     }
@@ -274,7 +291,10 @@ impl Projection {
                 Leaf::Exclude => {
                     if !is_id {
                         if mode == Mode::Inclusion {
-                            return Err(Error::location(31254, format!("Cannot do exclusion on field {path} in inclusion projection")));
+                            return Err(Error::location(
+                                31254,
+                                format!("Cannot do exclusion on field {path} in inclusion projection"),
+                            ));
                         }
                         mode = Mode::Exclusion;
                     }
@@ -282,7 +302,10 @@ impl Projection {
                 }
                 Leaf::Expr(e) => {
                     if mode == Mode::Exclusion {
-                        return Err(Error::location(31252, format!("Cannot use expression other than $meta in exclusion projection (field {path})")));
+                        return Err(Error::location(
+                            31252,
+                            format!("Cannot use expression other than $meta in exclusion projection (field {path})"),
+                        ));
                     }
                     mode = Mode::Inclusion;
                     PNode::Expr(e)
@@ -290,7 +313,10 @@ impl Projection {
                 Leaf::Slice(s) => PNode::Slice(s),
                 Leaf::ElemMatch(em) => {
                     if mode == Mode::Exclusion {
-                        return Err(Error::location(31253, format!("Cannot do inclusion on field {path} in exclusion projection")));
+                        return Err(Error::location(
+                            31253,
+                            format!("Cannot do inclusion on field {path} in exclusion projection"),
+                        ));
                     }
                     mode = Mode::Inclusion;
                     let mut f = Document::new();
@@ -299,10 +325,16 @@ impl Projection {
                 }
                 Leaf::Positional => {
                     if mode == Mode::Exclusion {
-                        return Err(Error::location(31253, format!("Cannot do inclusion on field {path}.$ in exclusion projection")));
+                        return Err(Error::location(
+                            31253,
+                            format!("Cannot do inclusion on field {path}.$ in exclusion projection"),
+                        ));
                     }
                     if positional.is_some() {
-                        return Err(Error::location(31276, "Cannot specify more than one positional projection per query."));
+                        return Err(Error::location(
+                            31276,
+                            "Cannot specify more than one positional projection per query.",
+                        ));
                     }
                     mode = Mode::Inclusion;
                     let mut conds = Vec::new();
@@ -321,7 +353,10 @@ impl Projection {
             };
             insert_path(&mut root, &path, node)?;
         }
-        let inclusion = mode == Mode::Inclusion || (mode == Mode::Unset && matches!(root.iter().find(|(k, _)| k == "_id"), Some((_, PNode::Include))) && root.len() == 1);
+        let inclusion = mode == Mode::Inclusion
+            || (mode == Mode::Unset
+                && matches!(root.iter().find(|(k, _)| k == "_id"), Some((_, PNode::Include)))
+                && root.len() == 1);
         if inclusion && !root.iter().any(|(k, _)| k == "_id") {
             root.insert(0, ("_id".to_string(), PNode::Include));
         }
@@ -449,7 +484,13 @@ impl Projection {
         Ok(out)
     }
 
-    fn incl_array(&self, a: &[Bson], children: &[(String, PNode)], root: &Document, pos: Option<usize>) -> Result<Bson> {
+    fn incl_array(
+        &self,
+        a: &[Bson],
+        children: &[(String, PNode)],
+        root: &Document,
+        pos: Option<usize>,
+    ) -> Result<Bson> {
         let mut out = Vec::new();
         for e in a {
             match e {
@@ -536,10 +577,7 @@ mod tests {
         assert_eq!(ap(doc! {"_id": 0}, d.clone()), doc! {"a": 1, "b": {"c": 1, "d": 2}});
         assert_eq!(ap(doc! {"b.c": false, "_id": 0}, d.clone()), doc! {"a": 1, "b": {"d": 2}});
         assert_eq!(ap(doc! {"b": {"d": 0}}, d), doc! {"_id": 1, "a": 1, "b": {"c": 1}});
-        assert_eq!(
-            ap(doc! {"a.b": 0}, doc! {"a": [{"b": 1, "c": 2}, 3, [{"b": 4}]]}),
-            doc! {"a": [{"c": 2}, 3, [{}]]}
-        );
+        assert_eq!(ap(doc! {"a.b": 0}, doc! {"a": [{"b": 1, "c": 2}, 3, [{"b": 4}]]}), doc! {"a": [{"c": 2}, 3, [{}]]});
         assert_eq!(ap(doc! {"a.b": 0}, doc! {"a": 5}), doc! {"a": 5});
     }
 
@@ -599,7 +637,10 @@ mod tests {
             ap(doc! {"a": {"$elemMatch": {"y": {"$gt": 2}}}, "b": 1}, d.clone()),
             doc! {"_id": 1, "b": 5, "a": [{"x": 2, "y": 3}]}
         );
-        assert_eq!(ap(doc! {"s": {"$elemMatch": {"$gt": 3}}}, doc! {"_id": 1, "s": [1, 5, 7]}), doc! {"_id": 1, "s": [5]});
+        assert_eq!(
+            ap(doc! {"s": {"$elemMatch": {"$gt": 3}}}, doc! {"_id": 1, "s": [1, 5, 7]}),
+            doc! {"_id": 1, "s": [5]}
+        );
         assert_eq!(ap(doc! {"b": {"$elemMatch": {"x": 1}}}, d), doc! {"_id": 1});
         assert_eq!(perr(doc! {"a.b": {"$elemMatch": {"x": 1}}}, None).code, 31275);
         assert_eq!(perr(doc! {"a": 0, "b": {"$elemMatch": {"x": 1}}}, None).code, 31253);
