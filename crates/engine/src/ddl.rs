@@ -6,7 +6,7 @@ use crate::namespace::{validate_db_name, Namespace};
 use crate::oplog::OplogChange;
 use crate::read::{Access, Scan};
 use crate::write::encode_key;
-use crate::{keys, storage_err, Committed, Engine, Txn};
+use crate::{keys, Committed, Engine, Txn};
 use bson::{doc, Bson, Document};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -501,9 +501,4 @@ fn round_capped_size(v: &Bson) -> Result<i64> {
     }
     let size = size as i64;
     Ok((size + 255) / 256 * 256)
-}
-
-#[allow(dead_code)]
-fn storage(e: tailstream_storage::StorageError) -> Error {
-    storage_err(e)
 }

@@ -213,10 +213,6 @@ impl<'e> Txn<'e> {
         &mut self.batch
     }
 
-    pub fn store(&self) -> &'e Store {
-        &self.engine.store
-    }
-
     /// Appends an oplog entry (and its per-namespace index entry) with the next cluster time.
     pub fn log(&mut self, change: OplogChange) -> bson::Timestamp {
         let ts = self.w.clock.next();
@@ -265,10 +261,6 @@ impl<'e> Txn<'e> {
         let mut bytes = Vec::new();
         self.catalog().counters_document().to_writer(&mut bytes).expect("serialise counters");
         self.batch.put(Space::Meta, keys::META_COUNTERS, &bytes);
-    }
-
-    pub fn wall(&self) -> bson::DateTime {
-        self.wall
     }
 
     /// Commits atomically; returns the durability sequence number.
@@ -320,7 +312,7 @@ fn trim_oplog(engine: &Engine, w: &mut Writer) -> Result<()> {
             break;
         }
         if let Ok(raw) = bson::RawDocument::from_bytes(&v) {
-            if let Ok(Some(ns)) = raw.get_str("ns") {
+            if let Ok(ns) = raw.get_str("ns") {
                 if !ns.is_empty() {
                     namespaces.insert(ns.to_string());
                 }

@@ -187,6 +187,11 @@ impl Engine {
         prefix.extend_from_slice(values_ks);
         for item in self.store.scan_prefix(Space::Index, &prefix, false) {
             let (k, v) = item.map_err(storage_err)?;
+            // A string key's encoding is a byte prefix of longer strings' ("a" of "a\0b"):
+            // only an entry that is exactly these values followed by its _id is equal.
+            if k.len() != prefix.len() + v.len() || k[prefix.len()..] != v[..] {
+                continue;
+            }
             if pending.removed.contains(&k[..]) {
                 continue;
             }

@@ -166,6 +166,7 @@ pub fn code_name(code: i32) -> String {
         136 => "CappedPositionLost",
         166 => "CommandNotSupportedOnView",
         168 => "InvalidPipelineOperator",
+        171 => "CannotIndexParallelArrays",
         197 => "InvalidIndexSpecificationOption",
         224 => "QueryFeatureNotAllowed",
         239 => "FailPointEnabled",

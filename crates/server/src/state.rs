@@ -5,7 +5,7 @@ use crate::sessions::RetryCache;
 use parking_lot::RwLock;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 use tailstream_engine::Engine;
 
 /// `opcounters` of serverStatus.
@@ -23,7 +23,6 @@ pub struct ServerState {
     pub config: Config,
     pub engine: Arc<Engine>,
     pub started: Instant,
-    pub started_at: SystemTime,
     /// `topologyVersion.processId`: new on every start, so drivers notice restarts.
     pub process_id: bson::oid::ObjectId,
     pub next_connection_id: AtomicI64,
@@ -69,7 +68,6 @@ impl ServerState {
             config,
             engine,
             started: Instant::now(),
-            started_at: SystemTime::now(),
             process_id: bson::oid::ObjectId::new(),
             next_connection_id: AtomicI64::new(1),
             current_connections: AtomicI64::new(0),
