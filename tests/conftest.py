@@ -7,11 +7,9 @@ ${CARGO_TARGET_DIR:-$HOME/.cache/tailstream/target}/release/tailstream.
 
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 

@@ -1,12 +1,15 @@
 """Basic create/read/update/delete through pymongo."""
 
 import time
+import uuid
 
 import pytest
-from bson import ObjectId
+from bson import Binary, Int64, ObjectId
 from pymongo import (DeleteMany, DeleteOne, InsertOne, MongoClient, ReplaceOne,
                      ReturnDocument, UpdateMany, UpdateOne, WriteConcern)
 from pymongo.errors import BulkWriteError, DuplicateKeyError, WriteConcernError
+
+import wire
 
 
 class TestInsert:
@@ -306,14 +309,22 @@ class TestWriteConcerns:
             assert coll.count_documents({}) == 0
             c.drop_database(name)
 
-    def test_retryable_write_with_txn_number_is_not_reapplied(self, db):
+    def test_retryable_write_with_txn_number_is_not_reapplied(self, db, server):
         # Same lsid + txnNumber twice: the second is a retry and must not re-apply.
-        lsid = db.client.admin.command("startSession")["id"]
-        cmd = {"update": "c", "updates": [{"q": {"_id": 1}, "u": {"$inc": {"n": 1}}, "upsert": True}],
-               "lsid": lsid, "txnNumber": 1}
-        db.command(dict(cmd))
-        db.command(dict(cmd))
-        assert db.c.find_one({"_id": 1})["n"] == 1
+        # (Raw socket: pymongo would replace our lsid with its own.)
+        sock = wire.connect(server.port)
+        try:
+            lsid = {"id": uuid.uuid4()}
+            lsid_bin = {"id": Binary.from_uuid(lsid["id"])}
+            cmd = {"update": "c", "$db": db.name, "lsid": lsid_bin, "txnNumber": Int64(1),
+                   "updates": [{"q": {"_id": 1}, "u": {"$inc": {"n": 1}}, "upsert": True}]}
+            r1 = wire.command(sock, dict(cmd))
+            r2 = wire.command(sock, dict(cmd))
+            assert r1["ok"] == 1 and r2["ok"] == 1, (r1, r2)
+            assert r2["n"] == r1["n"] == 1
+        finally:
+            sock.close()
+        assert db.c.find_one({"_id": 1})["n"] == 1, "retry with the same txnNumber was re-applied"
 
     def test_unacknowledged_insert(self, coll):
         unack = coll.with_options(write_concern=WriteConcern(w=0))

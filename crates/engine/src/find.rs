@@ -116,6 +116,12 @@ impl Engine {
 
     /// Fills the first batch and registers the cursor if more remains.
     pub fn first_batch(&self, mut cursor: Cursor, batch_size: Option<usize>, single_batch: bool) -> Result<CursorBatch> {
+        if batch_size == Some(0) && !single_batch {
+            // batchSize 0: open the cursor without producing anything yet (mongod does the same).
+            let ns = cursor.ns.clone();
+            let id = self.cursors.register(cursor)?;
+            return Ok(CursorBatch { cursor_id: id, ns, docs: Vec::new() });
+        }
         let (docs, exhausted) = cursor.next_batch(&self.store, batch_size)?;
         let ns = cursor.ns.clone();
         if exhausted || single_batch {
@@ -223,6 +229,17 @@ impl Engine {
         lsid: Option<Bson>,
     ) -> Result<CursorBatch> {
         let batch_size = check_batch_size(batch_size)?;
+        if let (Some(first), Some(c)) = (stages.first(), coll) {
+            if let Ok(spec) = first.get_document("$collStats") {
+                let ns = Namespace::new(db, c);
+                let stats = self.coll_stats_document(&ns, spec)?;
+                let rest = Pipeline::parse(&stages[1..], db)?;
+                let vars = tailstream_query::expr::Variables { now: Some(bson::DateTime::now()), ..Default::default() };
+                let docs = rest.run(Box::new(std::iter::once(Ok(stats))), &EngineSource { engine: self }, &vars)?;
+                let cursor = Cursor::new(ns.full(), Source::Buffered(docs.into()));
+                return self.first_batch(cursor, Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)), false);
+            }
+        }
         let pipeline = Pipeline::parse(stages, db)?;
         let source = EngineSource { engine: self };
         let vars = tailstream_query::expr::Variables { now: Some(bson::DateTime::now()), ..Default::default() };
@@ -298,6 +315,26 @@ impl Engine {
         let out = self.update(&into, ops, true)?;
         if let Some(e) = out.errors.first() {
             return Err(e.error.clone());
+        }
+        Ok(out)
+    }
+
+    /// The document `$collStats` produces (storageStats and/or count, as requested).
+    fn coll_stats_document(&self, ns: &Namespace, spec: &Document) -> Result<Document> {
+        let Some(meta) = self.collection(ns) else {
+            return Err(Error::new(codes::NAMESPACE_NOT_FOUND, format!("Unable to retrieve storageStats in $collStats stage :: caused by :: Collection [{}] not found.", ns.full())));
+        };
+        let (count, size) = self.collection_numbers(&meta);
+        let mut out = doc! {"ns": ns.full(), "localTime": bson::DateTime::now()};
+        if spec.contains_key("storageStats") {
+            out.insert("storageStats", doc! {
+                "size": size, "count": count, "avgObjSize": if count > 0 { size / count } else { 0 },
+                "storageSize": size, "nindexes": meta.indexes.len() as i32 + 1, "totalIndexSize": 0i64,
+                "totalSize": size, "capped": meta.is_capped(),
+            });
+        }
+        if spec.contains_key("count") {
+            out.insert("count", count);
         }
         Ok(out)
     }

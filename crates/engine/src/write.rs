@@ -580,12 +580,12 @@ fn encode_checked(doc: &Document, insert: bool) -> Result<Vec<u8>> {
     let mut bytes = Vec::with_capacity(256);
     doc.to_writer(&mut bytes).map_err(|e| Error::bad_value(format!("cannot serialise document: {e}")))?;
     if bytes.len() > MAX_DOCUMENT_SIZE {
-        let msg = if insert {
-            format!("object to insert too large. size in bytes: {}, max size: {}", bytes.len(), MAX_DOCUMENT_SIZE)
+        // mongod: BadValue from fixDocumentForInsert, 17419 from the update path.
+        return Err(if insert {
+            Error::bad_value(format!("object to insert too large. size in bytes: {}, max size: {}", bytes.len(), MAX_DOCUMENT_SIZE))
         } else {
-            format!("Resulting document after update is larger than {MAX_DOCUMENT_SIZE}")
-        };
-        return Err(Error::new(codes::BSON_OBJECT_TOO_LARGE, msg));
+            Error::new(17419, format!("Resulting document after update is larger than {MAX_DOCUMENT_SIZE}"))
+        });
     }
     if tailstream_query::path::nesting_depth(doc) > MAX_NESTING_DEPTH {
         return Err(Error::new(

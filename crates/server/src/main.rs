@@ -22,7 +22,8 @@ fn main() {
 }
 
 fn init_logging(config: &Config) {
-    let default = if config.quiet { "warn" } else { "info" };
+    // Even --quiet keeps the startup lines: launchers wait for "Waiting for connections".
+    let default = if config.quiet { "warn,startup=info" } else { "info" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("TAILSTREAM_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
     match &config.logpath {
@@ -33,7 +34,10 @@ fn init_logging(config: &Config) {
                 std::process::exit(1);
             }
         },
-        None => builder.with_writer(std::io::stderr).init(),
+        None => {
+            use std::io::IsTerminal;
+            builder.with_ansi(std::io::stderr().is_terminal()).with_writer(std::io::stderr).init()
+        }
     }
 }
 
@@ -80,7 +84,7 @@ async fn run(config: Config) -> i32 {
             }
         }
     }
-    tracing::info!(addrs = ?addrs, dbpath = %config.dbpath.display(), "Waiting for connections");
+    tracing::info!(target: "startup", addrs = ?addrs, dbpath = %config.dbpath.display(), "Waiting for connections");
     for listener in listeners {
         let state = state.clone();
         tokio::spawn(async move { conn::accept_loop(listener, state).await });

@@ -126,3 +126,45 @@ pub fn retry_key(cmd: &Document) -> Option<(Bson, i64)> {
     };
     Some((lsid, txn))
 }
+
+/// Fields any command may carry (generic arguments drivers and mongos send).
+pub const GENERIC_ARGS: &[&str] = &[
+    "$db", "lsid", "$clusterTime", "$readPreference", "txnNumber", "readConcern", "writeConcern", "comment",
+    "apiVersion", "apiStrict", "apiDeprecationErrors", "maxTimeMS", "autocommit", "startTransaction", "stmtId",
+    "$audit", "$client", "mayBypassWriteBlocking", "$queryOptions", "$configServerState", "$gleStats", "help",
+    "shardVersion", "databaseVersion", "clientOperationKey", "$traceCtx", "txnRetryCounter", "$topologyTime",
+    "$oplogQueryData", "$replData", "versionContext",
+];
+
+/// Refuses fields a command does not define, as mongod's IDL parser does (40415).
+pub fn check_fields(cmd: &Document, allowed: &[&str]) -> Result<()> {
+    let name = cmd_name(cmd);
+    for k in cmd.keys().skip(1) {
+        if !allowed.contains(&k.as_str()) && !GENERIC_ARGS.contains(&k.as_str()) {
+            return Err(Error::new(codes::UNRECOGNIZED_COMMAND_FIELD, format!("BSON field '{name}.{k}' is an unknown field.")));
+        }
+    }
+    Ok(())
+}
+
+pub const FIND_FIELDS: &[&str] = &[
+    "filter", "projection", "sort", "hint", "skip", "limit", "batchSize", "singleBatch", "max", "min", "returnKey",
+    "showRecordId", "tailable", "oplogReplay", "noCursorTimeout", "awaitData", "allowPartialResults", "collation",
+    "allowDiskUse", "let", "term", "readOnce", "allowSpeculativeMajorityRead", "$_requestResumeToken",
+    "$_resumeAfter", "includeQueryStatsMetrics",
+];
+pub const INSERT_FIELDS: &[&str] = &["documents", "ordered", "bypassDocumentValidation", "stmtIds"];
+pub const UPDATE_FIELDS: &[&str] = &["updates", "ordered", "bypassDocumentValidation", "let", "stmtIds"];
+pub const DELETE_FIELDS: &[&str] = &["deletes", "ordered", "let", "stmtIds", "bypassDocumentValidation"];
+pub const AGGREGATE_FIELDS: &[&str] = &[
+    "pipeline", "explain", "allowDiskUse", "cursor", "hint", "collation", "bypassDocumentValidation", "let",
+    "fromMongos", "needsMerge", "isMapReduceCommand", "collectionUUID", "$_generateV2ResumeTokens",
+    "includeQueryStatsMetrics", "exchange", "runtimeConstants",
+];
+pub const COUNT_FIELDS: &[&str] = &["query", "limit", "skip", "hint", "collation", "fields"];
+pub const DISTINCT_FIELDS: &[&str] = &["key", "query", "collation", "hint"];
+pub const FIND_AND_MODIFY_FIELDS: &[&str] = &[
+    "query", "sort", "remove", "update", "new", "fields", "upsert", "bypassDocumentValidation", "arrayFilters",
+    "hint", "collation", "let",
+];
+pub const GET_MORE_FIELDS: &[&str] = &["collection", "batchSize", "term", "lastKnownCommittedOpTime", "includeQueryStatsMetrics"];

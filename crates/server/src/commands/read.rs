@@ -1,6 +1,7 @@
 //! find, getMore, killCursors, count, distinct, aggregate and explain.
 
-use super::{blocking, collection_arg, opt_bool, opt_doc, opt_doc_array, opt_i64, type_name};
+use super::{blocking, check_fields, collection_arg, opt_bool, opt_doc, opt_doc_array, opt_i64, type_name};
+use super::{AGGREGATE_FIELDS, COUNT_FIELDS, DISTINCT_FIELDS, FIND_FIELDS, GET_MORE_FIELDS};
 use crate::state::ServerState;
 use bson::{doc, Bson, Document};
 use std::sync::atomic::Ordering;
@@ -15,23 +16,18 @@ fn cursor_reply(batch: CursorBatch, first: bool) -> Document {
     doc! {"cursor": {key: docs, "id": batch.cursor_id, "ns": batch.ns}}
 }
 
+/// A non-negative integer option of find (mongod's IDL error 51024 otherwise).
+fn non_negative(cmd: &Document, field: &str) -> Result<Option<i64>> {
+    match opt_i64(cmd, field)? {
+        Some(v) if v < 0 => Err(Error::new(51024, format!("BSON field '{field}' value must be >= 0, actual value '{v}'"))),
+        other => Ok(other),
+    }
+}
+
 fn parse_find(cmd: &Document) -> Result<FindRequest> {
-    let skip = opt_i64(cmd, "skip")?.unwrap_or(0);
-    if skip < 0 {
-        return Err(Error::bad_value(format!("SKIP value must be non-negative, but received: {skip}")));
-    }
-    let limit = opt_i64(cmd, "limit")?;
-    if let Some(l) = limit {
-        if l < 0 {
-            return Err(Error::bad_value(format!("LIMIT value must be non-negative, but received: {l}")));
-        }
-    }
-    let batch_size = opt_i64(cmd, "batchSize")?;
-    if let Some(b) = batch_size {
-        if b < 0 {
-            return Err(Error::bad_value(format!("BatchSize value must be non-negative, but received: {b}")));
-        }
-    }
+    let skip = non_negative(cmd, "skip")?.unwrap_or(0);
+    let limit = non_negative(cmd, "limit")?;
+    let batch_size = non_negative(cmd, "batchSize")?;
     if opt_bool(cmd, "tailable")?.unwrap_or(false) {
         return Err(Error::bad_value("tailable cursors are only supported on capped collections"));
     }
@@ -51,6 +47,7 @@ fn parse_find(cmd: &Document) -> Result<FindRequest> {
 
 pub async fn find(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
+    check_fields(cmd, FIND_FIELDS)?;
     let req = parse_find(cmd)?;
     state.opcounters.query.fetch_add(1, Ordering::Relaxed);
     let batch = blocking(state, move |e| e.find(&ns, req)).await?;
@@ -78,6 +75,7 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
         }
         None => return Err(Error::failed_to_parse("BSON field 'getMore.collection' is missing but a required field")),
     };
+    check_fields(cmd, GET_MORE_FIELDS)?;
     let batch_size = opt_i64(cmd, "batchSize")?;
     let ns = format!("{db}.{coll}");
     state.opcounters.getmore.fetch_add(1, Ordering::Relaxed);
@@ -111,6 +109,7 @@ pub fn kill_cursors(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
 
 pub async fn count(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
+    check_fields(cmd, COUNT_FIELDS)?;
     let query = opt_doc(cmd, "query")?.unwrap_or_default();
     let skip = opt_i64(cmd, "skip")?.unwrap_or(0);
     if skip < 0 {
@@ -126,6 +125,7 @@ pub async fn count(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result
 
 pub async fn distinct(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
+    check_fields(cmd, DISTINCT_FIELDS)?;
     let key = match cmd.get("key") {
         Some(Bson::String(k)) => k.clone(),
         Some(v) => {
@@ -153,6 +153,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
         }
         None => return Err(Error::failed_to_parse("aggregate requires a collection")),
     };
+    check_fields(cmd, AGGREGATE_FIELDS)?;
     let pipeline = opt_doc_array(cmd, "pipeline")?.ok_or_else(|| Error::failed_to_parse("BSON field 'aggregate.pipeline' is missing but a required field"))?;
     if opt_bool(cmd, "explain")?.unwrap_or(false) {
         return Ok(doc! {"explainVersion": "1", "stages": pipeline.into_iter().map(Bson::Document).collect::<Vec<_>>()});

@@ -2,7 +2,8 @@
 //! (a `j: true` or majority write is acknowledged only once it is on disk), and
 //! retryable writes (a retried `lsid` + `txnNumber` gets the first reply again).
 
-use super::{blocking, collection_arg, opt_bool, opt_doc, opt_doc_array, retry_key, type_name};
+use super::{blocking, check_fields, collection_arg, opt_bool, opt_doc, opt_doc_array, retry_key, type_name};
+use super::{DELETE_FIELDS, FIND_AND_MODIFY_FIELDS, INSERT_FIELDS, UPDATE_FIELDS};
 use crate::state::ServerState;
 use bson::{doc, Bson, Document};
 use std::sync::atomic::Ordering;
@@ -84,6 +85,25 @@ fn check_batch(n: usize) -> Result<()> {
     Ok(())
 }
 
+/// Documents above mongod's internal limit (16 MiB + 16 KiB of command overhead) are
+/// refused when the message is parsed, failing the whole command with 10334.
+fn check_document_sizes(docs: &[Document]) -> Result<()> {
+    const MAX_INTERNAL: usize = 16 * 1024 * 1024 + 16 * 1024;
+    let mut buf = Vec::new();
+    for d in docs {
+        buf.clear();
+        d.to_writer(&mut buf).map_err(|e| Error::bad_value(e.to_string()))?;
+        if buf.len() > MAX_INTERNAL {
+            let first = d.keys().next().cloned().unwrap_or_default();
+            return Err(Error::new(
+                codes::BSON_OBJECT_TOO_LARGE,
+                format!("BSONObj size: {} (0x{:X}) is invalid. Size must be between 0 and 16793600(16MB) First element: {first}", buf.len(), buf.len()),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn write_errors(out: &WriteOutcome) -> Option<Vec<Bson>> {
     if out.errors.is_empty() {
         return None;
@@ -129,8 +149,10 @@ where
 
 pub async fn insert(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
+    check_fields(cmd, INSERT_FIELDS)?;
     let docs = opt_doc_array(cmd, "documents")?.ok_or_else(|| Error::failed_to_parse("BSON field 'insert.documents' is missing but a required field"))?;
     check_batch(docs.len())?;
+    check_document_sizes(&docs)?;
     let ordered = opt_bool(cmd, "ordered")?.unwrap_or(true);
     let count = docs.len() as u64;
     retryable(state, cmd, || async move {
@@ -147,6 +169,7 @@ pub async fn insert(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
 
 pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
+    check_fields(cmd, UPDATE_FIELDS)?;
     let raw = opt_doc_array(cmd, "updates")?.ok_or_else(|| Error::failed_to_parse("BSON field 'update.updates' is missing but a required field"))?;
     check_batch(raw.len())?;
     let ordered = opt_bool(cmd, "ordered")?.unwrap_or(true);
@@ -190,6 +213,7 @@ pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
 
 pub async fn delete(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
+    check_fields(cmd, DELETE_FIELDS)?;
     let raw = opt_doc_array(cmd, "deletes")?.ok_or_else(|| Error::failed_to_parse("BSON field 'delete.deletes' is missing but a required field"))?;
     check_batch(raw.len())?;
     let ordered = opt_bool(cmd, "ordered")?.unwrap_or(true);
@@ -221,6 +245,7 @@ pub async fn delete(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
 
 pub async fn find_and_modify(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
+    check_fields(cmd, FIND_AND_MODIFY_FIELDS)?;
     let update = match cmd.get("update") {
         None | Some(Bson::Null) => None,
         Some(v @ (Bson::Document(_) | Bson::Array(_))) => Some(v.clone()),

@@ -1,0 +1,261 @@
+"""Aggregation pipeline stages and expression operators."""
+
+import datetime
+
+import pytest
+from pymongo.errors import OperationFailure
+
+
+def agg(coll, pipeline, **kw):
+    return list(coll.aggregate(pipeline, **kw))
+
+
+@pytest.fixture
+def sales(coll):
+    coll.insert_many([
+        {"_id": 1, "item": "a", "qty": 2, "price": 10, "tags": ["x", "y"], "day": datetime.datetime(2024, 3, 1, 12, 30)},
+        {"_id": 2, "item": "b", "qty": 1, "price": 20, "tags": ["y"], "day": datetime.datetime(2024, 3, 2)},
+        {"_id": 3, "item": "a", "qty": 5, "price": 10, "tags": [], "day": datetime.datetime(2024, 3, 2)},
+        {"_id": 4, "item": "c", "qty": 3, "price": 5, "day": datetime.datetime(2024, 3, 3)},
+        {"_id": 5, "item": "b", "qty": 4, "price": 20, "tags": None, "day": datetime.datetime(2024, 3, 4)},
+    ])
+    return coll
+
+
+class TestStages:
+    def test_match_sort_skip_limit(self, sales):
+        out = agg(sales, [{"$match": {"price": {"$gte": 10}}}, {"$sort": {"qty": -1}},
+                          {"$skip": 1}, {"$limit": 2}, {"$project": {"_id": 1}}])
+        assert out == [{"_id": 5}, {"_id": 1}]
+
+    def test_project_include_exclude_and_computed(self, sales):
+        out = agg(sales, [{"$match": {"_id": 1}},
+                          {"$project": {"_id": 0, "item": 1, "total": {"$multiply": ["$qty", "$price"]}}}])
+        assert out == [{"item": "a", "total": 20}]
+        out = agg(sales, [{"$match": {"_id": 4}}, {"$project": {"day": 0, "price": 0}}])
+        assert out == [{"_id": 4, "item": "c", "qty": 3}]
+
+    def test_add_fields_set_unset(self, sales):
+        out = agg(sales, [{"$match": {"_id": 2}}, {"$addFields": {"double": {"$multiply": ["$qty", 2]}}},
+                          {"$set": {"item": "renamed"}}, {"$unset": ["tags", "day", "price"]}])
+        assert out == [{"_id": 2, "item": "renamed", "qty": 1, "double": 2}]
+
+    def test_group_accumulators(self, sales):
+        out = agg(sales, [
+            {"$sort": {"_id": 1}},
+            {"$group": {
+                "_id": "$item",
+                "sum": {"$sum": "$qty"}, "avg": {"$avg": "$qty"},
+                "min": {"$min": "$qty"}, "max": {"$max": "$qty"},
+                "first": {"$first": "$_id"}, "last": {"$last": "$_id"},
+                "all": {"$push": "$qty"}, "prices": {"$addToSet": "$price"},
+                "n": {"$count": {}}, "ones": {"$sum": 1},
+            }},
+            {"$sort": {"_id": 1}},
+        ])
+        assert [g["_id"] for g in out] == ["a", "b", "c"]
+        a = out[0]
+        assert (a["sum"], a["avg"], a["min"], a["max"]) == (7, 3.5, 2, 5)
+        assert (a["first"], a["last"], a["all"], a["prices"]) == (1, 3, [2, 5], [10])
+        assert (a["n"], a["ones"]) == (2, 2)
+        assert out[1]["sum"] == 5 and out[2]["n"] == 1
+
+    def test_group_null_id(self, sales):
+        assert agg(sales, [{"$group": {"_id": None, "total": {"$sum": {"$multiply": ["$qty", "$price"]}}}}]) == \
+            [{"_id": None, "total": 20 + 20 + 50 + 15 + 80}]
+
+    def test_group_compound_id(self, sales):
+        out = agg(sales, [{"$group": {"_id": {"i": "$item", "p": "$price"}, "c": {"$sum": 1}}},
+                          {"$sort": {"_id.i": 1}}])
+        assert [o["_id"] for o in out] == [{"i": "a", "p": 10}, {"i": "b", "p": 20}, {"i": "c", "p": 5}]
+
+    def test_count(self, sales):
+        assert agg(sales, [{"$match": {"item": "a"}}, {"$count": "howmany"}]) == [{"howmany": 2}]
+        assert agg(sales, [{"$match": {"item": "zzz"}}, {"$count": "howmany"}]) == []
+
+    def test_unwind(self, sales):
+        out = agg(sales, [{"$unwind": "$tags"}, {"$project": {"tags": 1}}])
+        assert out == [{"_id": 1, "tags": "x"}, {"_id": 1, "tags": "y"}, {"_id": 2, "tags": "y"}]
+
+    def test_unwind_index_and_preserve(self, sales):
+        out = agg(sales, [{"$unwind": {"path": "$tags", "includeArrayIndex": "i",
+                                       "preserveNullAndEmptyArrays": True}},
+                          {"$project": {"tags": 1, "i": 1}}])
+        assert out == [
+            {"_id": 1, "tags": "x", "i": 0}, {"_id": 1, "tags": "y", "i": 1},
+            {"_id": 2, "tags": "y", "i": 0},
+            {"_id": 3, "i": None},
+            {"_id": 4, "i": None},
+            {"_id": 5, "tags": None, "i": None},
+        ]
+
+    def test_replace_root_and_with(self, coll):
+        coll.insert_many([{"_id": 1, "inner": {"a": 1}}, {"_id": 2, "inner": {"a": 2}}])
+        assert agg(coll, [{"$replaceRoot": {"newRoot": "$inner"}}]) == [{"a": 1}, {"a": 2}]
+        assert agg(coll, [{"$replaceWith": {"x": "$_id"}}]) == [{"x": 1}, {"x": 2}]
+
+    def test_replace_root_non_document_fails(self, coll):
+        coll.insert_one({"_id": 1, "inner": 5})
+        with pytest.raises(OperationFailure) as exc:
+            agg(coll, [{"$replaceRoot": {"newRoot": "$inner"}}])
+        assert exc.value.code == 40228
+
+    def test_sort_by_count(self, sales):
+        out = agg(sales, [{"$sortByCount": "$item"}])
+        assert out[0]["count"] == 2 and out[-1] == {"_id": "c", "count": 1}
+        assert {o["_id"] for o in out[:2]} == {"a", "b"}
+
+    def test_facet(self, sales):
+        out = agg(sales, [{"$facet": {
+            "cheap": [{"$match": {"price": {"$lt": 10}}}, {"$project": {"_id": 1}}],
+            "total": [{"$count": "n"}],
+        }}])
+        assert out == [{"cheap": [{"_id": 4}], "total": [{"n": 5}]}]
+
+
+class TestLookup:
+    @pytest.fixture
+    def orders(self, db):
+        db.orders.insert_many([{"_id": 1, "sku": "p1", "n": 2}, {"_id": 2, "sku": "p2", "n": 1},
+                               {"_id": 3, "sku": "zz", "n": 7}])
+        db.products.insert_many([{"_id": "p1", "name": "pen", "stock": 10},
+                                 {"_id": "p2", "name": "ink", "stock": 0}])
+        return db
+
+    def test_local_foreign(self, orders):
+        out = agg(orders.orders, [{"$lookup": {"from": "products", "localField": "sku",
+                                               "foreignField": "_id", "as": "p"}},
+                                  {"$project": {"names": "$p.name"}}])
+        assert out == [{"_id": 1, "names": ["pen"]}, {"_id": 2, "names": ["ink"]}, {"_id": 3, "names": []}]
+
+    def test_pipeline_form(self, orders):
+        out = agg(orders.orders, [
+            {"$lookup": {"from": "products", "let": {"want": "$n"},
+                         "pipeline": [{"$match": {"$expr": {"$gte": ["$stock", "$$want"]}}},
+                                      {"$project": {"_id": 0, "name": 1}}],
+                         "as": "avail"}},
+            {"$project": {"avail": 1}},
+        ])
+        assert out == [{"_id": 1, "avail": [{"name": "pen"}]}, {"_id": 2, "avail": [{"name": "pen"}]},
+                       {"_id": 3, "avail": [{"name": "pen"}]}]
+
+    def test_lookup_missing_collection(self, orders):
+        out = agg(orders.orders, [{"$lookup": {"from": "nothere", "localField": "sku",
+                                               "foreignField": "_id", "as": "p"}}, {"$limit": 1}])
+        assert out[0]["p"] == []
+
+
+class TestExpressions:
+    def one(self, coll, expr, doc=None):
+        coll.insert_one(doc or {"_id": 1})
+        return agg(coll, [{"$project": {"_id": 0, "r": expr}}])[0].get("r", "<missing>")
+
+    def test_add(self, coll):
+        assert self.one(coll, {"$add": ["$a", 2, 0.5]}, {"a": 1}) == 3.5
+
+    def test_add_date(self, coll):
+        d = datetime.datetime(2024, 1, 1)
+        assert self.one(coll, {"$add": ["$d", 1000]}, {"d": d}) == d + datetime.timedelta(seconds=1)
+
+    def test_concat(self, coll):
+        assert self.one(coll, {"$concat": ["$a", "-", "$b"]}, {"a": "x", "b": "y"}) == "x-y"
+
+    def test_concat_null(self, coll):
+        assert self.one(coll, {"$concat": ["$a", "$missing"]}, {"a": "x"}) is None
+
+    def test_cond(self, coll):
+        coll.insert_many([{"_id": 1, "n": 5}, {"_id": 2, "n": 50}])
+        out = agg(coll, [{"$project": {"size": {"$cond": [{"$gt": ["$n", 10]}, "big", "small"]},
+                                       "s2": {"$cond": {"if": {"$lt": ["$n", 10]}, "then": 1, "else": 0}}}}])
+        assert out == [{"_id": 1, "size": "small", "s2": 1}, {"_id": 2, "size": "big", "s2": 0}]
+
+    def test_if_null(self, coll):
+        assert self.one(coll, {"$ifNull": ["$missing", "$alsoMissing", "dflt"]}) == "dflt"
+
+    def test_size(self, coll):
+        assert self.one(coll, {"$size": "$arr"}, {"arr": [1, 2, 3]}) == 3
+
+    def test_size_of_non_array_fails(self, coll):
+        coll.insert_one({"arr": 5})
+        with pytest.raises(OperationFailure) as exc:
+            agg(coll, [{"$project": {"r": {"$size": "$arr"}}}])
+        assert exc.value.code == 17124
+
+    def test_to_upper(self, coll):
+        assert self.one(coll, {"$toUpper": "$s"}, {"s": "abC"}) == "ABC"
+
+    def test_date_to_string(self, coll):
+        d = datetime.datetime(2024, 3, 1, 12, 30, 5)
+        assert self.one(coll, {"$dateToString": {"format": "%Y-%m-%d %H:%M:%S", "date": "$d"}}, {"d": d}) \
+            == "2024-03-01 12:30:05"
+
+    def test_array_elem_at(self, coll):
+        coll.insert_one({"_id": 1, "a": [10, 20, 30]})
+        out = agg(coll, [{"$project": {"_id": 0, "first": {"$arrayElemAt": ["$a", 0]},
+                                       "last": {"$arrayElemAt": ["$a", -1]},
+                                       "out": {"$arrayElemAt": ["$a", 5]}}}])
+        assert out == [{"first": 10, "last": 30}], "out-of-range index yields a missing field"
+
+    def test_filter(self, coll):
+        assert self.one(coll, {"$filter": {"input": "$a", "as": "x", "cond": {"$gt": ["$$x", 2]}}},
+                        {"a": [1, 5, 2, 7]}) == [5, 7]
+
+    def test_map(self, coll):
+        assert self.one(coll, {"$map": {"input": "$a", "in": {"$multiply": ["$$this", 10]}}},
+                        {"a": [1, 2]}) == [10, 20]
+
+    def test_literal_and_field_paths(self, coll):
+        assert self.one(coll, {"$literal": "$a"}, {"a": 1}) == "$a"
+        assert agg(coll, [{"$project": {"_id": 0, "r": "$nested.x"}}]) == [{}]
+
+
+class TestErrorsAndOutput:
+    def test_unknown_stage(self, sales):
+        with pytest.raises(OperationFailure) as exc:
+            agg(sales, [{"$bogus": {}}])
+        assert exc.value.code == 40324
+        assert "$bogus" in str(exc.value)
+
+    def test_unknown_expression(self, sales):
+        with pytest.raises(OperationFailure) as exc:
+            agg(sales, [{"$project": {"r": {"$noSuchOp": 1}}}])
+        assert exc.value.code == 168
+
+    def test_group_without_id(self, sales):
+        with pytest.raises(OperationFailure) as exc:
+            agg(sales, [{"$group": {"n": {"$sum": 1}}}])
+        assert exc.value.code == 15955
+
+    def test_out(self, sales, db):
+        res = agg(sales, [{"$match": {"item": "a"}}, {"$project": {"qty": 1}}, {"$out": "outcoll"}])
+        assert res == []
+        assert list(db.outcoll.find().sort("_id", 1)) == [{"_id": 1, "qty": 2}, {"_id": 3, "qty": 5}]
+        # $out replaces the target's contents
+        agg(sales, [{"$match": {"item": "c"}}, {"$out": "outcoll"}])
+        assert [d["_id"] for d in db.outcoll.find()] == [4]
+        assert "outcoll" in db.list_collection_names()
+
+    def test_batch_size_iterates_everything(self, coll):
+        coll.insert_many([{"_id": i} for i in range(1050)])
+        cursor = coll.aggregate([{"$sort": {"_id": 1}}], batchSize=100)
+        assert [d["_id"] for d in cursor] == list(range(1050))
+
+    def test_raw_aggregate_first_batch(self, coll, db):
+        coll.insert_many([{"_id": i} for i in range(10)])
+        reply = db.command("aggregate", coll.name, pipeline=[], cursor={"batchSize": 3})
+        assert len(reply["cursor"]["firstBatch"]) == 3
+        assert reply["cursor"]["id"] != 0
+        assert reply["cursor"]["ns"] == f"{db.name}.{coll.name}"
+        more = db.command("getMore", reply["cursor"]["id"], collection=coll.name, batchSize=100)
+        assert len(more["cursor"]["nextBatch"]) == 7
+        assert more["cursor"]["id"] == 0
+
+    def test_aggregate_requires_cursor_option(self, coll, db):
+        coll.insert_one({})
+        with pytest.raises(OperationFailure) as exc:
+            db.command("aggregate", coll.name, pipeline=[])
+        assert exc.value.code == 9
+
+    def test_collectionless_aggregate_documents(self, db):
+        out = list(db.aggregate([{"$documents": [{"a": 1}, {"a": 2}]}, {"$match": {"a": 2}}]))
+        assert out == [{"a": 2}]

@@ -1,0 +1,201 @@
+"""Collection and database DDL: create, list, drop, rename, collMod, stats."""
+
+import pytest
+from pymongo.errors import OperationFailure
+
+
+class TestCreate:
+    def test_create_collection(self, db):
+        db.create_collection("c1")
+        assert "c1" in db.list_collection_names()
+        assert db.c1.count_documents({}) == 0
+        assert [i["name"] for i in db.c1.list_indexes()] == ["_id_"]
+
+    def test_create_again_same_options_ok(self, db):
+        db.command("create", "c1")
+        assert db.command("create", "c1")["ok"] == 1
+
+    def test_create_again_different_options_fails(self, db):
+        db.command("create", "c1")
+        with pytest.raises(OperationFailure) as exc:
+            db.command("create", "c1", capped=True, size=4096)
+        assert exc.value.code == 48
+
+    def test_capped_options(self, db):
+        coll = db.create_collection("capped", capped=True, size=1000, max=10)
+        opts = coll.options()
+        assert opts["capped"] is True
+        assert opts["size"] == 1024, "size is rounded up to a multiple of 256"
+        assert opts["max"] == 10
+
+    def test_implicit_create_on_insert(self, db):
+        db.auto.insert_one({"a": 1})
+        assert "auto" in db.list_collection_names()
+
+    def test_invalid_collection_name(self, db):
+        with pytest.raises(OperationFailure) as exc:
+            db.command("create", "bad$name")
+        assert exc.value.code == 73
+
+    def test_invalid_name_on_insert(self, db):
+        with pytest.raises(OperationFailure) as exc:
+            db.command("insert", "bad$name", documents=[{"a": 1}])
+        assert exc.value.code == 73
+
+    def test_empty_collection_name(self, db):
+        with pytest.raises(OperationFailure) as exc:
+            db.command("create", "")
+        assert exc.value.code == 73
+
+
+class TestList:
+    @pytest.fixture
+    def three(self, db):
+        for name in ("alpha", "beta", "gamma"):
+            db.create_collection(name)
+        return db
+
+    def test_list_names(self, three):
+        assert sorted(three.list_collection_names()) == ["alpha", "beta", "gamma"]
+
+    def test_list_with_filter(self, three):
+        assert three.list_collection_names(filter={"name": {"$in": ["beta", "nope"]}}) == ["beta"]
+        assert sorted(c["name"] for c in three.list_collections(filter={"name": {"$regex": "^[ab]"}})) \
+            == ["alpha", "beta"]
+
+    def test_list_collections_shape(self, three):
+        entry = next(three.list_collections(filter={"name": "alpha"}))
+        assert entry["type"] == "collection"
+        assert entry["options"] == {}
+        assert "uuid" in entry["info"]
+        assert entry["info"]["readOnly"] is False
+        assert entry["idIndex"]["name"] == "_id_"
+
+    def test_name_only(self, three):
+        reply = three.command("listCollections", nameOnly=True)
+        batch = reply["cursor"]["firstBatch"]
+        assert sorted(c["name"] for c in batch) == ["alpha", "beta", "gamma"]
+        assert all(set(c) == {"name", "type"} for c in batch), batch
+
+    def test_list_database_names(self, client, db):
+        db.x.insert_one({})
+        names = client.list_database_names()
+        assert db.name in names
+        assert "local" in names
+
+    def test_oplog_listed_in_local(self, client):
+        assert "oplog.rs" in client.local.list_collection_names()
+
+
+class TestDrop:
+    def test_drop(self, db):
+        db.c.insert_one({})
+        db.c.create_index("a")
+        db.c.drop()
+        assert "c" not in db.list_collection_names()
+        assert db.c.count_documents({}) == 0
+
+    def test_drop_missing_does_not_raise(self, db):
+        db.never_existed.drop()
+        db.drop_collection("never_existed")
+
+    def test_recreate_after_drop_has_only_id_index(self, db):
+        db.c.create_index("a", unique=True)
+        db.c.drop()
+        db.c.insert_many([{"a": 1}, {"a": 1}])
+        assert [i["name"] for i in db.c.list_indexes()] == ["_id_"]
+
+    def test_drop_database(self, client, db):
+        db.c.insert_one({})
+        client.drop_database(db.name)
+        assert db.name not in client.list_database_names()
+        assert db.list_collection_names() == []
+
+
+class TestRename:
+    def test_rename(self, db):
+        db.src.insert_many([{"_id": 1}, {"_id": 2}])
+        db.src.create_index("a")
+        db.src.rename("dst")
+        names = db.list_collection_names()
+        assert "src" not in names and "dst" in names
+        assert db.dst.count_documents({}) == 2
+        assert sorted(i["name"] for i in db.dst.list_indexes()) == ["_id_", "a_1"]
+
+    def test_rename_onto_existing_fails(self, db):
+        db.src.insert_one({"_id": 1})
+        db.dst.insert_one({"_id": 2})
+        with pytest.raises(OperationFailure) as exc:
+            db.src.rename("dst")
+        assert exc.value.code == 48
+        assert db.dst.find_one() == {"_id": 2}
+
+    def test_rename_drop_target(self, db):
+        db.src.insert_one({"_id": 1})
+        db.dst.insert_one({"_id": 2})
+        db.src.rename("dst", dropTarget=True)
+        assert list(db.dst.find()) == [{"_id": 1}]
+        assert "src" not in db.list_collection_names()
+
+    def test_rename_missing_source(self, db):
+        with pytest.raises(OperationFailure) as exc:
+            db.nosuch.rename("dst")
+        assert exc.value.code == 26
+
+    def test_rename_across_databases(self, client, db):
+        other = db.name[:50] + "_other"
+        try:
+            db.src.insert_one({"_id": 1})
+            client.admin.command("renameCollection", f"{db.name}.src", to=f"{other}.moved")
+            assert list(client[other].moved.find()) == [{"_id": 1}]
+            assert "src" not in db.list_collection_names()
+        finally:
+            client.drop_database(other)
+
+
+class TestCollMod:
+    def test_change_ttl(self, db):
+        db.c.create_index("at", expireAfterSeconds=3600)
+        reply = db.command("collMod", "c", index={"keyPattern": {"at": 1}, "expireAfterSeconds": 100})
+        assert reply["expireAfterSeconds_old"] == 3600
+        assert reply["expireAfterSeconds_new"] == 100
+        spec = {i["name"]: i for i in db.c.list_indexes()}["at_1"]
+        assert spec["expireAfterSeconds"] == 100
+
+    def test_change_ttl_by_name(self, db):
+        db.c.create_index("at", expireAfterSeconds=10, name="ttl")
+        db.command("collMod", "c", index={"name": "ttl", "expireAfterSeconds": 20})
+        assert {i["name"]: i for i in db.c.list_indexes()}["ttl"]["expireAfterSeconds"] == 20
+
+    def test_coll_mod_missing_collection(self, db):
+        with pytest.raises(OperationFailure) as exc:
+            db.command("collMod", "nope")
+        assert exc.value.code == 26
+
+
+class TestStats:
+    def test_db_stats(self, db):
+        db.a.insert_many([{"x": "y" * 100} for _ in range(10)])
+        db.b.insert_one({})
+        db.a.create_index("x")
+        stats = db.command("dbStats")
+        assert stats["db"] == db.name
+        assert stats["collections"] == 2
+        assert stats["objects"] == 11
+        assert stats["dataSize"] > 1000
+        assert stats["indexes"] == 3
+
+    def test_coll_stats(self, db):
+        db.c.insert_many([{"x": "y" * 100} for _ in range(10)])
+        db.c.create_index("x")
+        stats = db.command("collStats", "c")
+        assert stats["ns"] == f"{db.name}.c"
+        assert stats["count"] == 10
+        assert stats["size"] > 1000
+        assert stats["nindexes"] == 2
+        assert stats["avgObjSize"] > 100
+
+    def test_coll_stats_via_aggregate(self, db):
+        db.c.insert_many([{} for _ in range(3)])
+        out = list(db.c.aggregate([{"$collStats": {"count": {}}}]))
+        assert out[0]["count"] == 3

@@ -1,0 +1,116 @@
+"""Crash safety, restarts, and the dbpath lock (each test runs its own server)."""
+
+import subprocess
+
+import pytest
+from pymongo import WriteConcern
+from pymongo.errors import DuplicateKeyError
+
+from conftest import TailstreamServer
+
+
+class TestCrash:
+    def test_journaled_writes_survive_kill9(self, fresh_server):
+        srv = fresh_server()
+        with srv.client() as c:
+            coll = c.dur.data.with_options(write_concern=WriteConcern(w=1, j=True))
+            for i in range(500):
+                coll.insert_one({"_id": i, "v": f"value-{i}"})
+            before_ts = c.local["oplog.rs"].find().sort("$natural", -1).limit(1).next()["ts"]
+        srv.kill9()
+        srv.start()
+        with srv.client() as c:
+            data = c.dur.data
+            assert data.count_documents({}) == 500
+            assert sorted(d["_id"] for d in data.find({}, {"_id": 1})) == list(range(500))
+            assert data.find_one({"_id": 499}) == {"_id": 499, "v": "value-499"}
+            inserts = list(c.local["oplog.rs"].find({"ns": "dur.data", "op": "i"}, {"o._id": 1}))
+            assert sorted(e["o"]["_id"] for e in inserts) == list(range(500)), \
+                "oplog must hold exactly one insert entry per surviving document"
+            # new writes continue the timeline after recovery
+            data.insert_one({"_id": "after"})
+            after = c.local["oplog.rs"].find({"ns": "dur.data", "o._id": "after"}).next()
+            assert after["ts"] > before_ts
+
+    def test_kill9_during_batch_keeps_data_and_oplog_consistent(self, fresh_server):
+        srv = fresh_server()
+        with srv.client() as c:
+            coll = c.dur.data
+            for b in range(20):
+                coll.insert_many([{"_id": b * 50 + i} for i in range(50)])
+            coll.with_options(write_concern=WriteConcern(j=True)).insert_one({"_id": "last"})
+        srv.kill9()
+        srv.start()
+        with srv.client() as c:
+            ids = {d["_id"] for d in c.dur.data.find({}, {"_id": 1})}
+            logged = {e["o"]["_id"] for e in c.local["oplog.rs"].find({"ns": "dur.data", "op": "i"})}
+            assert "last" in ids
+            assert ids == logged, "after a crash, data and oplog must describe the same writes"
+
+
+class TestRestart:
+    def test_clean_restart_keeps_collections_and_indexes(self, fresh_server):
+        srv = fresh_server()
+        with srv.client() as c:
+            c.keep.users.create_index("email", unique=True)
+            c.keep.users.create_index("at", expireAfterSeconds=3600)
+            c.keep.users.insert_one({"email": "a@x"})
+            c.keep.create_collection("capped", capped=True, size=4096, max=5)
+        assert srv.stop() == 0, "SIGTERM should be a clean shutdown with exit code 0"
+        srv.start()
+        with srv.client() as c:
+            assert sorted(c.keep.list_collection_names()) == ["capped", "users"]
+            specs = {i["name"]: i for i in c.keep.users.list_indexes()}
+            assert set(specs) == {"_id_", "email_1", "at_1"}
+            assert specs["email_1"]["unique"] is True
+            assert specs["at_1"]["expireAfterSeconds"] == 3600
+            with pytest.raises(DuplicateKeyError):
+                c.keep.users.insert_one({"email": "a@x"})
+            opts = c.keep.capped.options()
+            assert opts["capped"] is True and opts["max"] == 5
+            assert "keep" in c.list_database_names()
+
+    def test_collection_uuid_stable_across_restart(self, fresh_server):
+        srv = fresh_server()
+        with srv.client() as c:
+            c.u.c.insert_one({})
+            before = next(c.u.list_collections())["info"]["uuid"]
+        srv.restart()
+        with srv.client() as c:
+            assert next(c.u.list_collections())["info"]["uuid"] == before
+
+    def test_dropped_collection_stays_dropped(self, fresh_server):
+        srv = fresh_server()
+        with srv.client() as c:
+            c.g.gone.insert_one({})
+            c.g.kept.insert_one({})
+            c.g.gone.drop()
+        srv.kill9()
+        srv.start()
+        with srv.client() as c:
+            assert c.g.list_collection_names() == ["kept"]
+
+
+class TestLock:
+    def test_second_server_on_same_dbpath_refuses(self, fresh_server):
+        srv = fresh_server()
+        other = TailstreamServer(srv.dbpath)
+        proc = subprocess.run(other.argv(), capture_output=True, text=True, timeout=15)
+        output = proc.stdout + proc.stderr + other.log_text()
+        assert proc.returncode != 0, "second server on a locked dbpath must exit non-zero"
+        assert "lock" in output.lower(), f"message should mention the lock file: {output[-2000:]}"
+        # the first server is unaffected
+        with srv.client() as c:
+            assert c.admin.command("ping")["ok"] == 1
+
+    def test_lock_released_after_clean_shutdown(self, fresh_server):
+        srv = fresh_server()
+        srv.stop()
+        again = fresh_server(start=False, dbpath=srv.dbpath)
+        again.start()
+        with again.client() as c:
+            assert c.admin.command("ping")["ok"] == 1
+
+    def test_waiting_for_connections_logged(self, fresh_server):
+        srv = fresh_server()
+        assert "Waiting for connections" in srv.log_text()

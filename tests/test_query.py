@@ -1,0 +1,268 @@
+"""Query operators and BSON comparison semantics, through find()."""
+
+import datetime
+import re
+
+import pytest
+from bson import Decimal128, Int64, ObjectId, Regex
+from pymongo.errors import OperationFailure
+
+
+def ids(coll, flt, **kw):
+    return sorted(d["_id"] for d in coll.find(flt, **kw))
+
+
+@pytest.fixture
+def nums(coll):
+    coll.insert_many([
+        {"_id": 1, "a": 1},
+        {"_id": 2, "a": 2},
+        {"_id": 3, "a": 3},
+        {"_id": 4, "a": "zzz"},
+        {"_id": 5},
+        {"_id": 6, "a": None},
+        {"_id": 7, "a": [1, 5]},
+    ])
+    return coll
+
+
+class TestComparison:
+    def test_eq(self, nums):
+        assert ids(nums, {"a": 2}) == [2]
+        assert ids(nums, {"a": {"$eq": 2}}) == [2]
+
+    def test_eq_matches_array_element(self, nums):
+        assert ids(nums, {"a": 5}) == [7]
+        assert ids(nums, {"a": 1}) == [1, 7]
+
+    def test_ne_includes_missing_and_null(self, nums):
+        assert ids(nums, {"a": {"$ne": 1}}) == [2, 3, 4, 5, 6], "$ne excludes arrays containing 1"
+
+    def test_gt_type_bracketing(self, nums):
+        assert ids(nums, {"a": {"$gt": 1}}) == [2, 3, 7], "strings/null must not match a numeric $gt"
+
+    def test_gte_lt_lte(self, nums):
+        assert ids(nums, {"a": {"$gte": 2}}) == [2, 3, 7]
+        assert ids(nums, {"a": {"$lt": 2}}) == [1, 7]
+        assert ids(nums, {"a": {"$lte": 2}}) == [1, 2, 7]
+        assert ids(nums, {"a": {"$gt": 1, "$lt": 3}}) == [2, 7], \
+            "array [1,5]: 5>1 and 1<3 by different elements still matches"
+
+    def test_string_range(self, nums):
+        assert ids(nums, {"a": {"$gt": "a"}}) == [4]
+
+    def test_in_nin(self, nums):
+        assert ids(nums, {"a": {"$in": [2, 3, "zzz"]}}) == [2, 3, 4]
+        assert ids(nums, {"a": {"$in": [None]}}) == [5, 6]
+        assert ids(nums, {"a": {"$nin": [1, 2, 3]}}) == [4, 5, 6]
+
+    def test_in_with_regex(self, coll):
+        coll.insert_many([{"_id": 1, "s": "abc"}, {"_id": 2, "s": "xyz"}, {"_id": 3, "s": "ABD"},
+                          {"_id": 4, "s": "q"}])
+        assert ids(coll, {"s": {"$in": [re.compile("^ab", re.I), "q"]}}) == [1, 3, 4]
+        assert ids(coll, {"s": {"$nin": [Regex("^a")]}}) == [2, 3, 4]
+
+    def test_null_matches_missing(self, nums):
+        assert ids(nums, {"a": None}) == [5, 6]
+        assert ids(nums, {"a": {"$ne": None}}) == [1, 2, 3, 4, 7]
+
+    def test_mixed_numeric_types_equal(self, coll):
+        coll.insert_many([{"_id": 1, "n": 1}, {"_id": 2, "n": 1.0}, {"_id": 3, "n": Int64(1)},
+                          {"_id": 4, "n": Decimal128("1")}, {"_id": 5, "n": 1.5}, {"_id": 6, "n": "1"}])
+        assert ids(coll, {"n": 1}) == [1, 2, 3, 4]
+        assert ids(coll, {"n": 1.0}) == [1, 2, 3, 4]
+        assert ids(coll, {"n": Int64(1)}) == [1, 2, 3, 4]
+        assert ids(coll, {"n": {"$gt": Int64(1)}}) == [5]
+        assert ids(coll, {"n": {"$in": [1.0]}}) == [1, 2, 3, 4]
+
+    def test_large_int64_vs_double(self, coll):
+        big = 2 ** 53 + 1
+        coll.insert_many([{"_id": 1, "n": Int64(big)}, {"_id": 2, "n": float(2 ** 53)}])
+        assert ids(coll, {"n": Int64(big)}) == [1], "int64 2^53+1 must not equal double 2^53"
+        assert ids(coll, {"n": {"$gt": float(2 ** 53)}}) == [1]
+
+
+class TestLogical:
+    def test_and_or_nor(self, nums):
+        assert ids(nums, {"$and": [{"a": {"$gte": 2}}, {"a": {"$lte": 3}}]}) == [2, 3, 7]
+        assert ids(nums, {"$or": [{"a": 1}, {"a": "zzz"}]}) == [1, 4, 7]
+        assert ids(nums, {"$nor": [{"a": 1}, {"a": "zzz"}]}) == [2, 3, 5, 6]
+
+    def test_not(self, nums):
+        assert ids(nums, {"a": {"$not": {"$gt": 2}}}) == [1, 2, 4, 5, 6]
+        assert ids(nums, {"a": {"$not": re.compile("^z")}}) == [1, 2, 3, 5, 6, 7]
+
+    def test_implicit_and(self, nums):
+        assert ids(nums, {"_id": {"$lt": 3}, "a": {"$gte": 2}}) == [2]
+
+
+class TestElementOps:
+    def test_exists(self, nums):
+        assert ids(nums, {"a": {"$exists": True}}) == [1, 2, 3, 4, 6, 7]
+        assert ids(nums, {"a": {"$exists": False}}) == [5]
+
+    def test_type(self, coll):
+        coll.insert_many([
+            {"_id": 1, "v": 1}, {"_id": 2, "v": 1.5}, {"_id": 3, "v": Int64(2)},
+            {"_id": 4, "v": "s"}, {"_id": 5, "v": [1, "x"]}, {"_id": 6, "v": {"o": 1}},
+            {"_id": 7, "v": None}, {"_id": 8, "v": True}, {"_id": 9, "v": []},
+        ])
+        assert ids(coll, {"v": {"$type": "string"}}) == [4, 5], "array elements count"
+        assert ids(coll, {"v": {"$type": 2}}) == [4, 5]
+        assert ids(coll, {"v": {"$type": "int"}}) == [1, 5]
+        assert ids(coll, {"v": {"$type": "long"}}) == [3]
+        assert ids(coll, {"v": {"$type": "double"}}) == [2]
+        assert ids(coll, {"v": {"$type": "number"}}) == [1, 2, 3, 5]
+        assert ids(coll, {"v": {"$type": "array"}}) == [5, 9]
+        assert ids(coll, {"v": {"$type": "object"}}) == [6]
+        assert ids(coll, {"v": {"$type": "null"}}) == [7]
+        assert ids(coll, {"v": {"$type": "bool"}}) == [8]
+        assert ids(coll, {"v": {"$type": ["bool", "null"]}}) == [7, 8]
+
+
+class TestEvaluation:
+    @pytest.fixture
+    def strings(self, coll):
+        coll.insert_many([{"_id": 1, "s": "Apple"}, {"_id": 2, "s": "apricot"},
+                          {"_id": 3, "s": "banana"}, {"_id": 4, "s": "line1\nAPEX"}, {"_id": 5, "s": 7}])
+        return coll
+
+    def test_regex(self, strings):
+        assert ids(strings, {"s": {"$regex": "^ap"}}) == [2]
+        assert ids(strings, {"s": {"$regex": "^ap", "$options": "i"}}) == [1, 2]
+        assert ids(strings, {"s": {"$regex": "^ap", "$options": "im"}}) == [1, 2, 4]
+        assert ids(strings, {"s": re.compile("an")}) == [3]
+        assert ids(strings, {"s": Regex("^APE", "m")}) == [4]
+
+    def test_regex_extended_and_dotall(self, strings):
+        assert ids(strings, {"s": {"$regex": "b a n", "$options": "x"}}) == [3]
+        assert ids(strings, {"s": {"$regex": "line1.APEX", "$options": "s"}}) == [4]
+
+    def test_mod(self, coll):
+        coll.insert_many([{"_id": i, "n": i} for i in range(10)])
+        assert ids(coll, {"n": {"$mod": [3, 1]}}) == [1, 4, 7]
+
+    def test_expr(self, coll):
+        coll.insert_many([{"_id": 1, "a": 5, "b": 3}, {"_id": 2, "a": 1, "b": 3}, {"_id": 3, "a": 3, "b": 3}])
+        assert ids(coll, {"$expr": {"$gt": ["$a", "$b"]}}) == [1]
+        assert ids(coll, {"$expr": {"$eq": [{"$add": ["$a", "$b"]}, 4]}}) == [2]
+
+
+class TestArrays:
+    @pytest.fixture
+    def arrs(self, coll):
+        coll.insert_many([
+            {"_id": 1, "tags": ["a", "b", "c"], "scores": [70, 82, 95]},
+            {"_id": 2, "tags": ["a", "c"], "scores": [81, 99]},
+            {"_id": 3, "tags": ["b"], "scores": [60]},
+            {"_id": 4, "tags": [["a", "b"], "z"], "scores": []},
+        ])
+        return coll
+
+    def test_all(self, arrs):
+        assert ids(arrs, {"tags": {"$all": ["a", "c"]}}) == [1, 2]
+        assert ids(arrs, {"tags": {"$all": [["a", "b"]]}}) == [4]
+
+    def test_size(self, arrs):
+        assert ids(arrs, {"tags": {"$size": 2}}) == [2, 4]
+        assert ids(arrs, {"scores": {"$size": 0}}) == [4]
+
+    def test_elem_match_value(self, arrs):
+        assert ids(arrs, {"scores": {"$elemMatch": {"$gt": 80, "$lt": 85}}}) == [1, 2]
+        # without $elemMatch the two conditions may be met by different elements
+        assert ids(arrs, {"scores": {"$gt": 90, "$lt": 75}}) == [1]
+
+    def test_elem_match_documents(self, coll):
+        coll.insert_many([
+            {"_id": 1, "items": [{"n": "x", "q": 1}, {"n": "y", "q": 10}]},
+            {"_id": 2, "items": [{"n": "x", "q": 10}]},
+        ])
+        assert ids(coll, {"items": {"$elemMatch": {"n": "x", "q": {"$gt": 5}}}}) == [2]
+        assert ids(coll, {"items.n": "x", "items.q": {"$gt": 5}}) == [1, 2]
+
+    def test_whole_array_equality(self, arrs):
+        assert ids(arrs, {"tags": ["a", "c"]}) == [2]
+        assert ids(arrs, {"tags": ["c", "a"]}) == [], "array equality is order-sensitive"
+        assert ids(arrs, {"tags": ["a", "b"]}) == [4], "matches a nested array element"
+
+    def test_dotted_path_through_array_of_subdocs(self, coll):
+        coll.insert_many([
+            {"_id": 1, "items": [{"name": "x", "sub": {"k": 1}}, {"name": "y", "sub": {"k": 2}}]},
+            {"_id": 2, "items": [{"name": "z"}]},
+            {"_id": 3, "items": {"name": "x"}},
+        ])
+        assert ids(coll, {"items.name": "x"}) == [1, 3]
+        assert ids(coll, {"items.sub.k": 2}) == [1]
+        assert ids(coll, {"items.sub.k": None}) == [2, 3], "null matches when some branch lacks the path"
+
+    def test_numeric_path_component(self, coll):
+        coll.insert_many([
+            {"_id": 1, "arr": [5, 6], "items": [{"name": "a"}, {"name": "b"}]},
+            {"_id": 2, "arr": [6, 5], "items": [{"name": "b"}]},
+            {"_id": 3, "arr": {"0": 5}},
+        ])
+        assert ids(coll, {"arr.0": 5}) == [1, 3]
+        assert ids(coll, {"arr.1": 5}) == [2]
+        assert ids(coll, {"items.1.name": "b"}) == [1]
+        assert ids(coll, {"items.0.name": "b"}) == [2]
+
+
+class TestSortOrder:
+    def test_mixed_type_sort(self, coll):
+        oid = ObjectId()
+        when = datetime.datetime(2020, 1, 1)
+        values = [when, True, "b", 5, {"x": 1}, None, oid, 2.5, "abc", False, Int64(3)]
+        coll.insert_many([{"_id": i, "v": v} for i, v in enumerate(values)])
+        got = [d["v"] for d in coll.find({}, {"_id": 0}).sort("v", 1)]
+        assert got == [None, 2.5, 3, 5, "abc", "b", {"x": 1}, oid, False, True, when]
+        got_desc = [d["v"] for d in coll.find({}, {"_id": 0}).sort("v", -1)]
+        assert got_desc == list(reversed(got))
+
+    def test_missing_sorts_with_null_before_numbers(self, coll):
+        coll.insert_many([{"_id": 1, "v": 1}, {"_id": 2}, {"_id": 3, "v": -5}])
+        assert [d["_id"] for d in coll.find().sort("v", 1)] == [2, 3, 1]
+
+    def test_sort_by_array_field(self, coll):
+        coll.insert_many([{"_id": 1, "a": [3, 9]}, {"_id": 2, "a": [5]}, {"_id": 3, "a": [1, 10]},
+                          {"_id": 4, "a": 4}])
+        assert [d["_id"] for d in coll.find().sort("a", 1)] == [3, 1, 4, 2], "ascending uses min element"
+        assert [d["_id"] for d in coll.find().sort("a", -1)] == [3, 1, 2, 4], "descending uses max element"
+
+    def test_sort_compound_and_stable_on_id(self, coll):
+        coll.insert_many([{"_id": i, "g": i % 2, "n": -i} for i in range(6)])
+        got = [d["_id"] for d in coll.find().sort([("g", 1), ("n", 1)])]
+        assert got == [4, 2, 0, 5, 3, 1]
+
+
+class TestErrors:
+    def test_unknown_operator(self, coll):
+        coll.insert_one({"a": 1})
+        with pytest.raises(OperationFailure) as exc:
+            list(coll.find({"a": {"$foo": 1}}))
+        assert exc.value.code == 2
+        assert "unknown operator: $foo" in str(exc.value)
+
+    def test_unknown_top_level_operator(self, coll):
+        coll.insert_one({"a": 1})
+        with pytest.raises(OperationFailure) as exc:
+            list(coll.find({"$bar": 1}))
+        assert exc.value.code == 2
+        assert "unknown top level operator: $bar" in str(exc.value)
+
+    def test_bad_regex(self, coll):
+        coll.insert_one({"s": "x"})
+        with pytest.raises(OperationFailure) as exc:
+            list(coll.find({"s": {"$regex": "(unclosed"}}))
+        assert exc.value.code == 51091
+
+    def test_size_requires_number(self, coll):
+        coll.insert_one({"a": [1]})
+        with pytest.raises(OperationFailure) as exc:
+            list(coll.find({"a": {"$size": {"$gt": 1}}}))
+        assert exc.value.code == 2
+
+    def test_errors_on_empty_collection_too(self, db):
+        # query parsing happens even when the collection does not exist
+        with pytest.raises(OperationFailure) as exc:
+            list(db.no_such_coll.find({"a": {"$foo": 1}}))
+        assert exc.value.code == 2
