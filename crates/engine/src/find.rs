@@ -287,7 +287,7 @@ impl Engine {
         if name == "$out" {
             let ns = target(spec)?;
             self.drop_collection(&ns)?;
-            let out = self.insert(&ns, docs, true)?;
+            let out = self.insert_documents(&ns, docs, true)?;
             if let Some(e) = out.errors.first() {
                 return Err(e.error.clone());
             }

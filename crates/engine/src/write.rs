@@ -7,7 +7,7 @@ use crate::namespace::Namespace;
 use crate::oplog::{update_diff, OplogChange};
 use crate::read::{self, Scan};
 use crate::{keys, storage_err, Committed, Engine, Txn, MAX_DOCUMENT_SIZE, MAX_NESTING_DEPTH};
-use bson::{doc, Bson, Document};
+use bson::{doc, Bson, Document, RawDocumentBuf};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use tailstream_query::error::{codes, Error, Result};
@@ -105,8 +105,17 @@ impl ConditionMatcher for QueryConditions {
 }
 
 impl Engine {
+    /// Inserts documents given as `Document`s (converted to raw BSON first).
+    pub fn insert_documents(&self, ns: &Namespace, docs: Vec<Document>, ordered: bool) -> Result<WriteOutcome> {
+        let raw = docs
+            .iter()
+            .map(|d| RawDocumentBuf::from_document(d).map_err(|e| Error::bad_value(e.to_string())))
+            .collect::<Result<Vec<_>>>()?;
+        self.insert(ns, raw, ordered)
+    }
+
     /// Inserts documents; an ordered insert stops at the first error.
-    pub fn insert(&self, ns: &Namespace, docs: Vec<Document>, ordered: bool) -> Result<WriteOutcome> {
+    pub fn insert(&self, ns: &Namespace, docs: Vec<RawDocumentBuf>, ordered: bool) -> Result<WriteOutcome> {
         ns.validate_for_write()?;
         let mut out = WriteOutcome::default();
         let mut txn = self.begin();
@@ -127,24 +136,30 @@ impl Engine {
         Ok(out)
     }
 
-    /// Adds one document to the transaction; returns its `_id`.
-    fn insert_in(&self, txn: &mut Txn<'_>, meta: &Arc<CollMeta>, doc: Document, pending: &mut PendingIndex) -> Result<Bson> {
-        let doc = prepare_new_document(doc)?;
-        let bytes = encode_checked(&doc, true)?;
-        let id = doc.get("_id").cloned().expect("prepared documents have an _id");
+    /// Adds one document to the transaction; returns its `_id`. The document's bytes go
+    /// to storage and into the oplog entry as they are; a `Document` is built only when
+    /// secondary indexes need key values.
+    fn insert_in(&self, txn: &mut Txn<'_>, meta: &Arc<CollMeta>, raw: RawDocumentBuf, pending: &mut PendingIndex) -> Result<Bson> {
+        let raw = prepare_new_raw(raw)?;
+        check_stored_limits(&raw, true)?;
+        let id_ref = raw.get("_id").ok().flatten().expect("prepared documents have an _id");
+        let id = Bson::try_from(id_ref.to_raw_bson()).map_err(|e| Error::bad_value(e.to_string()))?;
         let id_ks = keys::id_key(&id);
         let dkey = keys::doc_key(meta.id, &id_ks);
         if pending.ids.contains(&id_ks) || self.store.get(Space::Docs, &dkey).map_err(storage_err)?.is_some() {
             return Err(duplicate_key_error(meta, "_id_", &doc! {"_id": 1}, &doc! {"_id": id.clone()}));
         }
-        let entries = self.index_entries_checked(meta, &doc, &id_ks, pending, &[])?;
-        pending.ids.insert(id_ks.clone());
-        for (index_id, values_ks) in entries {
-            txn.batch().put(Space::Index, &keys::index_entry_key(index_id, &values_ks, &id_ks), &id_ks);
-            pending.added.insert((index_id, values_ks), id_ks.clone());
+        if !meta.indexes.is_empty() {
+            let doc = Document::try_from(raw.as_ref()).map_err(|e| Error::bad_value(e.to_string()))?;
+            let entries = self.index_entries_checked(meta, &doc, &id_ks, pending, &[])?;
+            for (index_id, values_ks) in entries {
+                txn.batch().put(Space::Index, &keys::index_entry_key(index_id, &values_ks, &id_ks), &id_ks);
+                pending.added.insert((index_id, values_ks), id_ks.clone());
+            }
         }
-        txn.batch().put(Space::Docs, &dkey, &bytes);
-        txn.log(OplogChange::insert(meta.ns.full(), meta.uuid, doc, id.clone()));
+        pending.ids.insert(id_ks);
+        txn.batch().put(Space::Docs, &dkey, raw.as_bytes());
+        txn.log_insert(&meta.ns.full(), meta.uuid, &raw, &id_ref);
         Ok(id)
     }
 
@@ -384,7 +399,8 @@ impl Engine {
             }
         };
         let mut pending = PendingIndex::default();
-        self.insert_in(txn, meta, doc, &mut pending)
+        let raw = RawDocumentBuf::from_document(&doc).map_err(|e| Error::bad_value(e.to_string()))?;
+        self.insert_in(txn, meta, raw, &mut pending)
     }
 
     /// Runs delete operations; each is its own atomic batch.
@@ -575,6 +591,94 @@ pub fn prepare_new_document(doc: Document) -> Result<Document> {
     }
 }
 
+/// Gives a new raw document an `_id` (an ObjectId, first) if it has none, moves an
+/// existing `_id` to the front, and checks its type.
+fn prepare_new_raw(raw: RawDocumentBuf) -> Result<RawDocumentBuf> {
+    use bson::raw::RawBsonRef;
+    let first_is_id = matches!(raw.iter().next(), Some(Ok((k, _))) if k == "_id");
+    let id = raw.get("_id").map_err(|e| Error::bad_value(e.to_string()))?;
+    match id {
+        Some(RawBsonRef::Array(_)) => return Err(Error::new(codes::INVALID_ID_FIELD, "The '_id' value cannot be of type array")),
+        Some(RawBsonRef::RegularExpression(_)) => return Err(Error::new(codes::INVALID_ID_FIELD, "can't use a regex for _id")),
+        Some(RawBsonRef::Undefined) => return Err(Error::new(codes::INVALID_ID_FIELD, "can't use a undefined for _id")),
+        Some(RawBsonRef::Document(d)) => {
+            if let Some(Ok((k, _))) = d.iter().find(|e| matches!(e, Ok((k, _)) if k.starts_with('$'))) {
+                return Err(Error::new(
+                    codes::DOLLAR_PREFIXED_FIELD_NAME,
+                    format!("_id fields may not contain '$'-prefixed fields: {k} is not valid for storage."),
+                ));
+            }
+        }
+        _ => {}
+    }
+    if first_is_id {
+        return Ok(raw);
+    }
+    // mongod stores `_id` first.
+    let mut out = RawDocumentBuf::new();
+    let generated;
+    match id {
+        Some(v) => out.append_ref("_id", v),
+        None => {
+            generated = bson::oid::ObjectId::new();
+            out.append("_id", generated);
+        }
+    }
+    for elem in raw.iter() {
+        let (k, v) = elem.map_err(|e| Error::bad_value(e.to_string()))?;
+        if k != "_id" {
+            out.append_ref(k, v);
+        }
+    }
+    Ok(out)
+}
+
+/// Size and nesting limits of a stored document, checked on its raw bytes.
+fn check_stored_limits(raw: &bson::RawDocument, insert: bool) -> Result<()> {
+    let len = raw.as_bytes().len();
+    if len > MAX_DOCUMENT_SIZE {
+        return Err(if insert {
+            Error::bad_value(format!("object to insert too large. size in bytes: {len}, max size: {MAX_DOCUMENT_SIZE}"))
+        } else {
+            Error::new(17419, format!("Resulting document after update is larger than {MAX_DOCUMENT_SIZE}"))
+        });
+    }
+    if raw_depth(raw, 1) > MAX_NESTING_DEPTH {
+        return Err(Error::new(codes::OVERFLOW, format!("Document exceeds maximum nesting depth of {MAX_NESTING_DEPTH}")));
+    }
+    Ok(())
+}
+
+/// Nesting depth of a raw document (1 for a flat one); stops descending once past the limit.
+fn raw_depth(doc: &bson::RawDocument, depth: usize) -> usize {
+    let mut max = depth;
+    for (_, v) in doc.iter().flatten() {
+        max = max.max(raw_value_depth(v, depth));
+        if max > MAX_NESTING_DEPTH {
+            break;
+        }
+    }
+    max
+}
+
+fn raw_value_depth(v: bson::raw::RawBsonRef<'_>, depth: usize) -> usize {
+    use bson::raw::RawBsonRef;
+    match v {
+        RawBsonRef::Document(d) => raw_depth(d, depth + 1),
+        RawBsonRef::Array(a) => {
+            let mut max = depth + 1;
+            for e in a.into_iter().flatten() {
+                max = max.max(raw_value_depth(e, depth + 1));
+                if max > MAX_NESTING_DEPTH {
+                    break;
+                }
+            }
+            max
+        }
+        _ => depth,
+    }
+}
+
 /// Serialises a document for storage, enforcing the size and depth limits.
 fn encode_checked(doc: &Document, insert: bool) -> Result<Vec<u8>> {
     let mut bytes = Vec::with_capacity(256);
@@ -736,4 +840,43 @@ fn top_level_diff(old: &Document, new: &Document) -> (Document, Vec<String>) {
     }
     let removed = old.keys().filter(|k| !new.contains_key(k.as_str())).cloned().collect();
     (updated, removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nested(levels: usize) -> Document {
+        let mut d = doc! {"x": 1};
+        for _ in 1..levels {
+            d = doc! {"a": d};
+        }
+        d
+    }
+
+    #[test]
+    fn raw_depth_counts_documents_and_arrays() {
+        let raw = RawDocumentBuf::from_document(&doc! {"a": {"b": [1, {"c": 1}]}}).unwrap();
+        assert_eq!(raw_depth(&raw, 1), 4);
+        assert_eq!(raw_depth(&RawDocumentBuf::from_document(&doc! {"a": 1}).unwrap(), 1), 1);
+    }
+
+    #[test]
+    fn nesting_limit_is_enforced_on_raw_documents() {
+        let ok = RawDocumentBuf::from_document(&nested(MAX_NESTING_DEPTH)).unwrap();
+        assert!(check_stored_limits(&ok, true).is_ok());
+        let deep = RawDocumentBuf::from_document(&doc! {"first": 1, "deep": nested(MAX_NESTING_DEPTH)}).unwrap();
+        assert_eq!(check_stored_limits(&deep, true).unwrap_err().code, codes::OVERFLOW);
+    }
+
+    #[test]
+    fn raw_documents_get_an_id_first() {
+        let raw = prepare_new_raw(RawDocumentBuf::from_document(&doc! {"a": 1}).unwrap()).unwrap();
+        let keys: Vec<String> = raw.iter().map(|e| e.unwrap().0.to_string()).collect();
+        assert_eq!(keys, vec!["_id", "a"]);
+        let moved = prepare_new_raw(RawDocumentBuf::from_document(&doc! {"a": 1, "_id": 7}).unwrap()).unwrap();
+        assert_eq!(Document::try_from(moved.as_ref()).unwrap(), doc! {"_id": 7, "a": 1});
+        let arr = prepare_new_raw(RawDocumentBuf::from_document(&doc! {"_id": [1]}).unwrap());
+        assert_eq!(arr.unwrap_err().code, codes::INVALID_ID_FIELD);
+    }
 }

@@ -54,10 +54,15 @@ async fn serve(sock: TcpStream, peer: SocketAddr, state: Arc<ServerState>) {
             };
             let (request, compressor) = wire::decode(&header, &body).map_err(|e| format!("malformed message: {e}"))?;
             let reply = match request {
-                Request::Msg(msg) => {
+                Request::Msg(mut msg) => {
                     let fire_and_forget = msg.flags & msg_flags::MORE_TO_COME != 0;
-                    let cmd = msg.into_command();
-                    let reply = commands::dispatch(&state, &mut conn, cmd).await;
+                    // An insert's documents stay raw BSON all the way to storage.
+                    let payload = match msg.body.keys().next().map(String::as_str) {
+                        Some("insert") => msg.take_sequence("documents").map(|s| s.documents),
+                        _ => None,
+                    };
+                    let cmd = msg.into_command().map_err(|e| format!("malformed message: {e}"))?;
+                    let reply = commands::dispatch(&state, &mut conn, cmd, payload).await;
                     if fire_and_forget {
                         continue;
                     }

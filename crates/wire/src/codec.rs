@@ -3,6 +3,7 @@
 //! Every read goes through [`ByteReader`], which never indexes past its slice, so hostile
 //! input can only ever produce a [`WireError::Malformed`], not a panic.
 
+use bson::RawDocumentBuf;
 use bson::{raw::RawBsonRef, Document, RawDocument};
 
 use crate::error::{malformed, WireError};
@@ -72,6 +73,37 @@ impl<'a> ByteReader<'a> {
             .ok_or_else(|| malformed(format!("{what}: missing NUL terminator")))?;
         let bytes = self.take(nul + 1, what)?;
         std::str::from_utf8(&bytes[..nul]).map_err(|_| malformed(format!("{what}: invalid UTF-8")))
+    }
+
+    /// Reads one BSON document kept as raw bytes, validated (every element, UTF-8, depth)
+    /// but never converted: bulk payloads go to storage without being re-encoded.
+    pub(crate) fn raw_document(&mut self, what: &str) -> Result<RawDocumentBuf, WireError> {
+        let declared = match self.buf.get(..4) {
+            Some(b) => i32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+            None => return Err(malformed(format!("truncated {what}: no BSON length"))),
+        };
+        if declared < 5 {
+            return Err(malformed(format!(
+                "{what}: BSON length {declared} is below the 5-byte minimum"
+            )));
+        }
+        let len = declared as usize;
+        if len > self.buf.len() {
+            return Err(malformed(format!(
+                "{what}: BSON length {len} exceeds the {} bytes left",
+                self.buf.len()
+            )));
+        }
+        let bytes = self.take(len, what)?;
+        if bytes.last() != Some(&0) {
+            return Err(malformed(format!(
+                "{what}: BSON document lacks trailing NUL"
+            )));
+        }
+        let raw = RawDocument::from_bytes(bytes)
+            .map_err(|e| malformed(format!("{what}: invalid BSON: {e}")))?;
+        check_depth(raw, 1).map_err(|e| malformed(format!("{what}: {e}")))?;
+        Ok(raw.to_raw_document_buf())
     }
 
     /// Reads one BSON document, which must fit inside the remaining bytes.

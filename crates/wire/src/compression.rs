@@ -206,7 +206,12 @@ mod tests {
             sequences: vec![DocumentSequence {
                 identifier: "documents".into(),
                 documents: (0..50)
-                    .map(|i| doc! { "_id": i, "s": "repetitive text " })
+                    .map(|i| {
+                        bson::RawDocumentBuf::from_document(
+                            &doc! { "_id": i, "s": "repetitive text " },
+                        )
+                        .unwrap()
+                    })
                     .collect(),
             }],
         };

@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use bson::{Bson, Document};
+use bson::{Bson, Document, RawDocumentBuf};
 
 use crate::codec::{write_document, ByteReader};
 use crate::error::{malformed, WireError};
@@ -26,8 +26,8 @@ const CHECKSUM_LEN: usize = 4;
 pub struct DocumentSequence {
     /// The command field the documents belong to, e.g. `"documents"` or `"updates"`.
     pub identifier: String,
-    /// The documents, in order.
-    pub documents: Vec<Document>,
+    /// The documents, in order, as validated raw BSON (converted only when a command needs it).
+    pub documents: Vec<RawDocumentBuf>,
 }
 
 /// A decoded OP_MSG.
@@ -67,13 +67,30 @@ impl OpMsg {
     /// handlers see the same shape whether the driver used kind-1 sections or not. Decoding
     /// rejects identifiers that clash with a body field; for hand-built messages a sequence
     /// replaces a body field of the same name.
-    pub fn into_command(self) -> Document {
+    pub fn into_command(self) -> Result<Document, WireError> {
         let mut command = self.body;
         for seq in self.sequences {
-            let docs = seq.documents.into_iter().map(Bson::Document).collect();
+            let docs = seq
+                .documents
+                .iter()
+                .map(|d| {
+                    Document::try_from(d.as_ref())
+                        .map(Bson::Document)
+                        .map_err(|e| WireError::Malformed(format!("document sequence entry: {e}")))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
             command.insert(seq.identifier, Bson::Array(docs));
         }
-        command
+        Ok(command)
+    }
+
+    /// Removes and returns the document sequence with this identifier, if present.
+    pub fn take_sequence(&mut self, identifier: &str) -> Option<DocumentSequence> {
+        let i = self
+            .sequences
+            .iter()
+            .position(|s| s.identifier == identifier)?;
+        Some(self.sequences.remove(i))
     }
 
     /// Decodes the bytes after the header. `header` is needed to verify the checksum, which
@@ -159,7 +176,7 @@ fn decode_sequence(r: &mut ByteReader<'_>) -> Result<DocumentSequence, WireError
     let identifier = s.cstring("document sequence identifier")?.to_owned();
     let mut documents = Vec::new();
     while !s.is_empty() {
-        documents.push(s.document("document sequence entry")?);
+        documents.push(s.raw_document("document sequence entry")?);
     }
     Ok(DocumentSequence {
         identifier,
@@ -194,7 +211,7 @@ pub fn encode_op_msg(request_id: i32, response_to: i32, msg: &OpMsg) -> Vec<u8> 
         out.extend_from_slice(seq.identifier.as_bytes());
         out.push(0);
         for doc in &seq.documents {
-            write_document(&mut out, doc);
+            out.extend_from_slice(doc.as_bytes());
         }
         let size = i32::try_from(out.len() - size_at).unwrap_or(i32::MAX);
         out[size_at..size_at + 4].copy_from_slice(&size.to_le_bytes());
@@ -238,7 +255,11 @@ mod tests {
             sequences: vec![
                 DocumentSequence {
                     identifier: "documents".into(),
-                    documents: vec![doc! { "_id": 1, "x": "a" }, doc! { "_id": 2, "y": [1, 2] }],
+                    documents: vec![
+                        bson::RawDocumentBuf::from_document(&doc! { "_id": 1, "x": "a" }).unwrap(),
+                        bson::RawDocumentBuf::from_document(&doc! { "_id": 2, "y": [1, 2] })
+                            .unwrap(),
+                    ],
                 },
                 DocumentSequence {
                     identifier: "empty".into(),
@@ -285,7 +306,7 @@ mod tests {
     fn into_command_merges_sequences() {
         let cmd = insert_msg(0).into_command();
         assert_eq!(
-            cmd,
+            cmd.unwrap(),
             doc! {
                 "insert": "coll", "$db": "test", "ordered": true,
                 "documents": [{ "_id": 1, "x": "a" }, { "_id": 2, "y": [1, 2] }],

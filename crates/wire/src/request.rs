@@ -106,7 +106,10 @@ mod tests {
             body: doc! { "insert": "c", "$db": "d", "n": { "a": [1, "x", { "b": null }] } },
             sequences: vec![DocumentSequence {
                 identifier: "documents".into(),
-                documents: vec![doc! { "_id": 1 }, doc! { "_id": 2, "v": 2.5 }],
+                documents: vec![
+                    bson::RawDocumentBuf::from_document(&doc! { "_id": 1 }).unwrap(),
+                    bson::RawDocumentBuf::from_document(&doc! { "_id": 2, "v": 2.5 }).unwrap(),
+                ],
             }],
         };
         let plain = encode_op_msg(

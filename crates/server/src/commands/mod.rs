@@ -12,7 +12,7 @@ mod write;
 pub use args::*;
 
 use crate::state::ServerState;
-use bson::{doc, Bson, Document};
+use bson::{doc, Bson, Document, RawDocumentBuf};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -35,7 +35,8 @@ pub struct Reply {
 }
 
 /// Runs one OP_MSG command and builds its reply (never fails: errors become `ok: 0` replies).
-pub async fn dispatch(state: &Arc<ServerState>, conn: &mut Conn, cmd: Document) -> Reply {
+/// `payload` holds an insert's documents when they came as a raw document sequence.
+pub async fn dispatch(state: &Arc<ServerState>, conn: &mut Conn, cmd: Document, payload: Option<Vec<RawDocumentBuf>>) -> Reply {
     let db = match cmd.get("$db") {
         Some(Bson::String(db)) => db.clone(),
         _ => {
@@ -45,7 +46,7 @@ pub async fn dispatch(state: &Arc<ServerState>, conn: &mut Conn, cmd: Document) 
             }
         }
     };
-    let body = run(state, conn, &db, cmd).await;
+    let body = run(state, conn, &db, cmd, payload).await;
     Reply { body, close_connection: false }
 }
 
@@ -67,10 +68,10 @@ pub async fn dispatch_legacy(state: &Arc<ServerState>, conn: &mut Conn, q: OpQue
             &Error::new(352, format!("Unsupported OP_QUERY command: {name}. The client driver may require an upgrade.")),
         );
     }
-    run(state, conn, &db, cmd).await
+    run(state, conn, &db, cmd, None).await
 }
 
-async fn run(state: &Arc<ServerState>, conn: &mut Conn, db: &str, cmd: Document) -> Document {
+async fn run(state: &Arc<ServerState>, conn: &mut Conn, db: &str, cmd: Document, payload: Option<Vec<RawDocumentBuf>>) -> Document {
     let Some(name) = cmd.keys().next().cloned() else {
         return error_reply(state, &Error::new(codes::FAILED_TO_PARSE, "Empty command object"));
     };
@@ -108,7 +109,7 @@ async fn run(state: &Arc<ServerState>, conn: &mut Conn, db: &str, cmd: Document)
         "dropIndexes" | "deleteIndexes" => ddl::drop_indexes(state, db, &cmd).await,
         "dbStats" => ddl::db_stats(state, db, &cmd).await,
         "collStats" => ddl::coll_stats(state, db, &cmd).await,
-        "insert" => write::insert(state, db, &cmd).await,
+        "insert" => write::insert(state, db, &cmd, payload).await,
         "update" => write::update(state, db, &cmd).await,
         "delete" => write::delete(state, db, &cmd).await,
         "findAndModify" | "findandmodify" => write::find_and_modify(state, db, &cmd).await,

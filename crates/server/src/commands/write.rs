@@ -5,7 +5,7 @@
 use super::{blocking, check_fields, collection_arg, opt_bool, opt_doc, opt_doc_array, retry_key, type_name};
 use super::{DELETE_FIELDS, FIND_AND_MODIFY_FIELDS, INSERT_FIELDS, UPDATE_FIELDS};
 use crate::state::ServerState;
-use bson::{doc, Bson, Document};
+use bson::{doc, Bson, Document, RawDocumentBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tailstream_engine::query::error::{codes, code_name, Error, Result};
@@ -87,17 +87,15 @@ fn check_batch(n: usize) -> Result<()> {
 
 /// Documents above mongod's internal limit (16 MiB + 16 KiB of command overhead) are
 /// refused when the message is parsed, failing the whole command with 10334.
-fn check_document_sizes(docs: &[Document]) -> Result<()> {
+fn check_document_sizes(docs: &[RawDocumentBuf]) -> Result<()> {
     const MAX_INTERNAL: usize = 16 * 1024 * 1024 + 16 * 1024;
-    let mut buf = Vec::new();
     for d in docs {
-        buf.clear();
-        d.to_writer(&mut buf).map_err(|e| Error::bad_value(e.to_string()))?;
-        if buf.len() > MAX_INTERNAL {
-            let first = d.keys().next().cloned().unwrap_or_default();
+        let len = d.as_bytes().len();
+        if len > MAX_INTERNAL {
+            let first = d.iter().next().and_then(|e| e.ok()).map(|(k, _)| k.to_string()).unwrap_or_default();
             return Err(Error::new(
                 codes::BSON_OBJECT_TOO_LARGE,
-                format!("BSONObj size: {} (0x{:X}) is invalid. Size must be between 0 and 16793600(16MB) First element: {first}", buf.len(), buf.len()),
+                format!("BSONObj size: {len} (0x{len:X}) is invalid. Size must be between 0 and 16793600(16MB) First element: {first}"),
             ));
         }
     }
@@ -147,10 +145,17 @@ where
     Ok(reply)
 }
 
-pub async fn insert(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+pub async fn insert(state: &Arc<ServerState>, db: &str, cmd: &Document, payload: Option<Vec<RawDocumentBuf>>) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
     check_fields(cmd, INSERT_FIELDS)?;
-    let docs = opt_doc_array(cmd, "documents")?.ok_or_else(|| Error::failed_to_parse("BSON field 'insert.documents' is missing but a required field"))?;
+    let docs = match payload {
+        Some(docs) => docs,
+        None => opt_doc_array(cmd, "documents")?
+            .ok_or_else(|| Error::failed_to_parse("BSON field 'insert.documents' is missing but a required field"))?
+            .iter()
+            .map(|d| RawDocumentBuf::from_document(d).map_err(|e| Error::bad_value(e.to_string())))
+            .collect::<Result<Vec<_>>>()?,
+    };
     check_batch(docs.len())?;
     check_document_sizes(&docs)?;
     let ordered = opt_bool(cmd, "ordered")?.unwrap_or(true);
