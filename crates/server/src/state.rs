@@ -32,6 +32,8 @@ pub struct ServerState {
     pub opcounters: OpCounters,
     /// Server parameters settable at run time (setParameter).
     pub parameters: RwLock<bson::Document>,
+    /// Fail points for drivers' test suites (only with enableTestCommands).
+    pub fail_points: crate::commands::FailPoints,
 }
 
 impl ServerState {
@@ -75,6 +77,7 @@ impl ServerState {
             retry_cache: RetryCache::new(),
             opcounters: OpCounters::default(),
             parameters: RwLock::new(parameters),
+            fail_points: Default::default(),
         })
     }
 

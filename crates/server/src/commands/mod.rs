@@ -7,9 +7,11 @@ mod args;
 mod ddl;
 mod handshake;
 mod read;
+mod testing;
 mod write;
 
 pub use args::*;
+pub use testing::FailPoints;
 
 use crate::state::ServerState;
 use bson::{doc, Bson, Document, RawDocumentBuf};
@@ -46,8 +48,7 @@ pub async fn dispatch(state: &Arc<ServerState>, conn: &mut Conn, cmd: Document, 
             }
         }
     };
-    let body = run(state, conn, &db, cmd, payload).await;
-    Reply { body, close_connection: false }
+    run(state, conn, &db, cmd, payload).await
 }
 
 /// Runs a legacy OP_QUERY command (drivers' first `isMaster` before they know the server speaks OP_MSG).
@@ -68,15 +69,41 @@ pub async fn dispatch_legacy(state: &Arc<ServerState>, conn: &mut Conn, q: OpQue
             &Error::new(352, format!("Unsupported OP_QUERY command: {name}. The client driver may require an upgrade.")),
         );
     }
-    run(state, conn, &db, cmd, None).await
+    run(state, conn, &db, cmd, None).await.body
 }
 
-async fn run(state: &Arc<ServerState>, conn: &mut Conn, db: &str, cmd: Document, payload: Option<Vec<RawDocumentBuf>>) -> Document {
+async fn run(state: &Arc<ServerState>, conn: &mut Conn, db: &str, cmd: Document, payload: Option<Vec<RawDocumentBuf>>) -> Reply {
+    let reply = |body| Reply { body, close_connection: false };
     let Some(name) = cmd.keys().next().cloned() else {
-        return error_reply(state, &Error::new(codes::FAILED_TO_PARSE, "Empty command object"));
+        return reply(error_reply(state, &Error::new(codes::FAILED_TO_PARSE, "Empty command object")));
     };
     state.opcounters.command.fetch_add(1, Ordering::Relaxed);
+    let test_commands = state.config.test_commands_enabled();
+    let injected = if test_commands {
+        let app = conn.client.as_ref().and_then(|c| c.get_document("application").ok()).and_then(|a| a.get_str("name").ok());
+        state.fail_points.fail_command(&name, &cmd, app)
+    } else {
+        None
+    };
+    if let Some(inj) = &injected {
+        if let Some(d) = inj.block {
+            tokio::time::sleep(d).await;
+        }
+        if inj.close_connection {
+            return Reply { body: Document::new(), close_connection: true };
+        }
+        if let Some(e) = &inj.error {
+            return reply(error_reply(state, e));
+        }
+    }
     let result = match name.as_str() {
+        "configureFailPoint" if test_commands => {
+            if db != "admin" {
+                Err(Error::new(codes::UNAUTHORIZED, "configureFailPoint may only be run against the admin database."))
+            } else {
+                testing::configure_fail_point(state, &cmd)
+            }
+        }
         "hello" | "isMaster" | "ismaster" => handshake::hello(state, conn, &name, &cmd).await,
         "ping" => Ok(Document::new()),
         "buildInfo" | "buildinfo" => Ok(handshake::build_info()),
@@ -125,10 +152,14 @@ async fn run(state: &Arc<ServerState>, conn: &mut Conn, db: &str, cmd: Document,
         "appendOplogNote" => admin::append_oplog_note(state, &cmd).await,
         _ => Err(Error::new(codes::COMMAND_NOT_FOUND, format!("no such command: '{name}'"))),
     };
-    match result {
+    let mut body = match result {
         Ok(body) => ok_reply(state, body),
         Err(e) => error_reply(state, &e),
+    };
+    if let Some(wce) = injected.and_then(|i| i.write_concern_error) {
+        body.insert("writeConcernError", wce);
     }
+    reply(body)
 }
 
 /// Adds `ok: 1` and the cluster time fields drivers expect on every reply.

@@ -79,6 +79,13 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     let batch_size = opt_i64(cmd, "batchSize")?;
     let ns = format!("{db}.{coll}");
     state.opcounters.getmore.fetch_add(1, Ordering::Relaxed);
+    if state.config.test_commands_enabled() && state.engine.cursors.get(id).is_some() {
+        if let Some(e) = state.fail_points.fail_get_more() {
+            // As in mongod, an error after the cursor was checked out kills the cursor.
+            state.engine.cursors.remove(id);
+            return Err(e);
+        }
+    }
     let batch = blocking(state, move |e| e.get_more(id, &ns, batch_size)).await?;
     Ok(cursor_reply(batch, false))
 }

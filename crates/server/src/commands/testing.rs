@@ -1,0 +1,171 @@
+//! Test-only commands, enabled by `--setParameter enableTestCommands=1` (mongod's
+//! spelling): `configureFailPoint` with the `failCommand` and
+//! `failGetMoreAfterCursorCheckout` fail points that drivers' test suites use to
+//! simulate errors, dropped connections and slow servers.
+
+use crate::state::ServerState;
+use bson::{doc, Bson, Document};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::time::Duration;
+use tailstream_engine::query::error::{codes, Error, Result};
+
+/// When a fail point fires.
+#[derive(Debug, Clone)]
+enum Mode {
+    Off,
+    AlwaysOn,
+    /// Fires this many more times, then turns off.
+    Times(i64),
+    /// Does not fire for this many more evaluations, then stays on.
+    Skip(i64),
+}
+
+#[derive(Debug, Clone)]
+struct FailPoint {
+    mode: Mode,
+    data: Document,
+    /// How many times it fired (configureFailPoint replies with it).
+    entered: i64,
+}
+
+#[derive(Default)]
+pub struct FailPoints {
+    points: Mutex<HashMap<String, FailPoint>>,
+}
+
+/// What `failCommand` makes the server do with one command.
+#[derive(Debug, Default)]
+pub struct Injected {
+    pub block: Option<Duration>,
+    pub close_connection: bool,
+    pub error: Option<Error>,
+    pub write_concern_error: Option<Document>,
+}
+
+/// Codes whose errors a retryable write may retry: mongod labels them RetryableWriteError.
+const RETRYABLE_WRITE_CODES: &[i32] = &[6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436];
+
+impl FailPoints {
+    pub fn configure(&self, cmd: &Document) -> Result<Document> {
+        let name = match cmd.get("configureFailPoint") {
+            Some(Bson::String(n)) => n.clone(),
+            _ => return Err(Error::type_mismatch("configureFailPoint takes the fail point's name")),
+        };
+        if !matches!(name.as_str(), "failCommand" | "failGetMoreAfterCursorCheckout") {
+            return Err(Error::bad_value(format!("Cannot find failPoint named: {name}")));
+        }
+        let mode = match cmd.get("mode") {
+            Some(Bson::String(s)) if s == "off" => Mode::Off,
+            Some(Bson::String(s)) if s == "alwaysOn" => Mode::AlwaysOn,
+            Some(Bson::Document(d)) => {
+                if let Some(n) = d.get("times").and_then(tailstream_engine::find::as_i64) {
+                    Mode::Times(n.max(0))
+                } else if let Some(n) = d.get("skip").and_then(tailstream_engine::find::as_i64) {
+                    Mode::Skip(n.max(0))
+                } else if d.contains_key("activationProbability") {
+                    Mode::AlwaysOn
+                } else {
+                    return Err(Error::failed_to_parse(format!("invalid fail point mode: {}", tailstream_engine::format::doc_to_string(d))));
+                }
+            }
+            _ => return Err(Error::failed_to_parse("fail point mode must be 'off', 'alwaysOn' or a document")),
+        };
+        let data = cmd.get_document("data").cloned().unwrap_or_default();
+        let mut points = self.points.lock();
+        let previous = points.get(&name).map(|p| p.entered).unwrap_or(0);
+        points.insert(name, FailPoint { mode, data, entered: 0 });
+        Ok(doc! {"count": previous})
+    }
+
+    /// Evaluates a fail point once; returns its data if it fires.
+    fn fire(&self, name: &str, applies: impl Fn(&Document) -> bool) -> Option<Document> {
+        let mut points = self.points.lock();
+        let p = points.get_mut(name)?;
+        if matches!(p.mode, Mode::Off) || !applies(&p.data) {
+            return None;
+        }
+        let fires = match &mut p.mode {
+            Mode::Off => false,
+            Mode::AlwaysOn => true,
+            Mode::Times(n) => {
+                if *n > 0 {
+                    *n -= 1;
+                    true
+                } else {
+                    false
+                }
+            }
+            Mode::Skip(n) => {
+                if *n > 0 {
+                    *n -= 1;
+                    false
+                } else {
+                    true
+                }
+            }
+        };
+        if let Mode::Times(0) = p.mode {
+            p.mode = Mode::Off;
+        }
+        if fires {
+            p.entered += 1;
+            Some(p.data.clone())
+        } else {
+            None
+        }
+    }
+
+    /// What `failCommand` injects into this command, if it applies.
+    pub fn fail_command(&self, command: &str, cmd: &Document, app_name: Option<&str>) -> Option<Injected> {
+        let data = self.fire("failCommand", |data| {
+            let listed = match data.get("failCommands") {
+                Some(Bson::Array(names)) => names.iter().any(|n| n.as_str() == Some(command)),
+                _ => false,
+            };
+            let app_ok = match data.get_str("appName") {
+                Ok(want) => app_name == Some(want),
+                Err(_) => true,
+            };
+            listed && app_ok
+        })?;
+        let mut out = Injected::default();
+        if data.get_bool("blockConnection").unwrap_or(false) {
+            let ms = data.get("blockTimeMS").and_then(tailstream_engine::find::as_i64).unwrap_or(0).max(0) as u64;
+            out.block = Some(Duration::from_millis(ms));
+        }
+        out.close_connection = data.get_bool("closeConnection").unwrap_or(false);
+        if let Some(code) = data.get("errorCode").and_then(tailstream_engine::find::as_i64) {
+            let msg = data.get_str("errmsg").unwrap_or("Failing command via 'failCommand' failpoint").to_string();
+            let mut e = Error::new(code as i32, msg);
+            match data.get("errorLabels") {
+                Some(Bson::Array(labels)) => {
+                    for l in labels.iter().filter_map(|l| l.as_str()) {
+                        e = e.with_label(l);
+                    }
+                }
+                _ => {
+                    if cmd.contains_key("txnNumber") && RETRYABLE_WRITE_CODES.contains(&(code as i32)) {
+                        e = e.with_label("RetryableWriteError");
+                    }
+                }
+            }
+            out.error = Some(e);
+        }
+        if let Ok(wce) = data.get_document("writeConcernError") {
+            out.write_concern_error = Some(wce.clone());
+        }
+        Some(out)
+    }
+
+    /// The error `failGetMoreAfterCursorCheckout` makes a getMore return, if it fires.
+    pub fn fail_get_more(&self) -> Option<Error> {
+        let data = self.fire("failGetMoreAfterCursorCheckout", |_| true)?;
+        let code = data.get("errorCode").and_then(tailstream_engine::find::as_i64).unwrap_or(codes::INTERNAL_ERROR as i64);
+        Some(Error::new(code as i32, "Failing getMore via 'failGetMoreAfterCursorCheckout' failpoint"))
+    }
+}
+
+pub fn configure_fail_point(state: &ServerState, cmd: &Document) -> Result<Document> {
+    state.fail_points.configure(cmd)
+}

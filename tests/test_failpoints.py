@@ -1,0 +1,121 @@
+"""configureFailPoint (enableTestCommands=1): the failCommand and
+failGetMoreAfterCursorCheckout fail points drivers' test suites rely on."""
+
+import pytest
+from pymongo import MongoClient
+from pymongo.errors import OperationFailure, WriteConcernError
+
+
+def set_fail_point(client, mode, data, name="failCommand"):
+    return client.admin.command("configureFailPoint", name, mode=mode, data=data)
+
+
+@pytest.fixture
+def fp_client(server):
+    c = MongoClient(server.uri(directConnection="true", appname="fp-tests"), retryWrites=False)
+    yield c
+    set_fail_point(c, "off", {})
+    set_fail_point(c, "off", {}, name="failGetMoreAfterCursorCheckout")
+    c.close()
+
+
+def test_error_code_fires_the_given_number_of_times(fp_client, db):
+    coll = fp_client[db.name].c
+    set_fail_point(fp_client, {"times": 1}, {"failCommands": ["insert"], "errorCode": 2, "appName": "fp-tests"})
+    with pytest.raises(OperationFailure) as exc:
+        coll.insert_one({"_id": 1})
+    assert exc.value.code == 2
+    assert "failCommand" in exc.value.details["errmsg"]
+    coll.insert_one({"_id": 1})
+    assert coll.count_documents({}) == 1
+
+
+def test_only_listed_commands_fail(fp_client, db):
+    coll = fp_client[db.name].c
+    set_fail_point(fp_client, "alwaysOn", {"failCommands": ["delete"], "errorCode": 8, "appName": "fp-tests"})
+    coll.insert_one({"a": 1})
+    with pytest.raises(OperationFailure) as exc:
+        coll.delete_one({"a": 1})
+    assert exc.value.code == 8
+    assert coll.count_documents({}) == 1
+
+
+def test_error_labels_are_returned(fp_client, db):
+    set_fail_point(fp_client, {"times": 1}, {"failCommands": ["find"], "errorCode": 2,
+                                             "errorLabels": ["Custom"], "appName": "fp-tests"})
+    with pytest.raises(OperationFailure) as exc:
+        fp_client[db.name].c.find_one()
+    assert exc.value.has_error_label("Custom")
+
+
+def test_retryable_write_retries_after_a_retryable_error(server, db):
+    # A ShutdownInProgress error marks the server unknown until the monitor's next hello:
+    # a short heartbeat keeps that wait short.
+    c = MongoClient(server.uri(directConnection="true", appname="fp-retry"), retryWrites=True,
+                    heartbeatFrequencyMS=500)
+    try:
+        set_fail_point(c, {"times": 1}, {"failCommands": ["insert"], "errorCode": 91, "appName": "fp-retry"})
+        c[db.name].r.insert_one({"_id": "once"})
+        assert c[db.name].r.count_documents({}) == 1
+    finally:
+        set_fail_point(c, "off", {})
+        c.close()
+
+
+def test_close_connection_is_survived_by_a_retried_write(server, db):
+    c = MongoClient(server.uri(directConnection="true", appname="fp-close"), retryWrites=True)
+    try:
+        set_fail_point(c, {"times": 1}, {"failCommands": ["insert"], "closeConnection": True, "appName": "fp-close"})
+        c[db.name].r.insert_one({"_id": "after-close"})
+        assert c[db.name].r.find_one({"_id": "after-close"}) is not None
+    finally:
+        set_fail_point(c, "off", {})
+        c.close()
+
+
+def test_write_concern_error_is_attached(fp_client, db):
+    set_fail_point(fp_client, {"times": 1}, {"failCommands": ["insert"], "appName": "fp-tests",
+                                             "writeConcernError": {"code": 64, "errmsg": "waiting for replication timed out"}})
+    with pytest.raises(WriteConcernError) as exc:
+        fp_client[db.name].w.insert_one({"x": 1})
+    assert exc.value.code == 64
+    assert fp_client[db.name].w.count_documents({}) == 1, "the write itself was applied"
+
+
+def test_reply_counts_previous_activations(fp_client, db):
+    set_fail_point(fp_client, "alwaysOn", {"failCommands": ["count"], "errorCode": 2, "appName": "fp-tests"})
+    for _ in range(2):
+        with pytest.raises(OperationFailure):
+            fp_client[db.name].command("count", "c")
+    assert set_fail_point(fp_client, "off", {})["count"] == 2
+
+
+def test_fail_get_more_after_checkout_kills_the_cursor(fp_client, db):
+    coll = fp_client[db.name].g
+    coll.insert_many([{"i": i} for i in range(10)])
+    first = fp_client[db.name].command("find", "g", batchSize=2)
+    cursor_id = first["cursor"]["id"]
+    assert cursor_id != 0
+    set_fail_point(fp_client, {"times": 1}, {"errorCode": 280}, name="failGetMoreAfterCursorCheckout")
+    with pytest.raises(OperationFailure) as exc:
+        fp_client[db.name].command("getMore", cursor_id, collection="g")
+    assert exc.value.code == 280
+    with pytest.raises(OperationFailure) as exc:
+        fp_client[db.name].command("getMore", cursor_id, collection="g")
+    assert exc.value.code == 43
+
+
+def test_unknown_fail_point_is_refused(fp_client):
+    with pytest.raises(OperationFailure):
+        set_fail_point(fp_client, "alwaysOn", {}, name="noSuchFailPoint")
+
+
+def test_configure_fail_point_needs_test_commands(fresh_server):
+    srv = fresh_server(extra_args=["--setParameter", "enableTestCommands=0"])
+    c = MongoClient(srv.uri(directConnection="true"))
+    try:
+        with pytest.raises(OperationFailure) as exc:
+            set_fail_point(c, "alwaysOn", {"failCommands": ["ping"], "errorCode": 2})
+        assert exc.value.code == 59
+    finally:
+        c.close()
