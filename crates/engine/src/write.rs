@@ -277,17 +277,7 @@ impl Engine {
             let id = self.upsert_in(&mut txn, &meta, &op.q, &spec)?;
             return Ok((1, 0, Some(id), Some(txn.commit()?)));
         };
-        let plan = read::plan(&meta, &matcher, None, op.hint.as_ref())?;
-        let mut scan = Scan::new(plan.access);
-        let targets = if op.multi {
-            scan.collect_all(&self.store, meta.id, &matcher)?
-        } else {
-            let mut v = Vec::new();
-            while v.is_empty() && !scan.done {
-                scan.next_batch(&self.store, meta.id, &matcher, 1, &mut v)?;
-            }
-            v
-        };
+        let targets = self.targets(&meta, &matcher, op.hint.as_ref(), op.multi)?;
         if targets.is_empty() {
             if op.upsert {
                 let id = self.upsert_in(&mut txn, &meta, &op.q, &spec)?;
@@ -434,17 +424,7 @@ impl Engine {
         let Some(meta) = txn.catalog().get(ns) else {
             return Ok((0, None));
         };
-        let plan = read::plan(&meta, &matcher, None, op.hint.as_ref())?;
-        let mut scan = Scan::new(plan.access);
-        let targets = if op.limit == 0 {
-            scan.collect_all(&self.store, meta.id, &matcher)?
-        } else {
-            let mut v = Vec::new();
-            while v.is_empty() && !scan.done {
-                scan.next_batch(&self.store, meta.id, &matcher, 1, &mut v)?;
-            }
-            v
-        };
+        let targets = self.targets(&meta, &matcher, op.hint.as_ref(), op.limit == 0)?;
         let n = targets.len() as u64;
         for (id_ks, doc) in targets {
             self.delete_in(&mut txn, &meta, &id_ks, &doc);
@@ -453,6 +433,21 @@ impl Engine {
             return Ok((0, None));
         }
         Ok((n, Some(txn.commit()?)))
+    }
+
+    /// The documents a write operation applies to: every match, or the first one.
+    /// Collected before any change so the writes cannot disturb the scan.
+    fn targets(&self, meta: &CollMeta, matcher: &Matcher, hint: Option<&Bson>, all: bool) -> Result<Vec<(Vec<u8>, Document)>> {
+        let plan = read::plan(meta, matcher, None, hint)?;
+        let mut scan = Scan::new(plan.access);
+        if all {
+            return scan.collect_all(&self.store, meta.id, matcher);
+        }
+        let mut first = Vec::new();
+        while first.is_empty() && !scan.done {
+            scan.next_batch(&self.store, meta.id, matcher, 1, &mut first)?;
+        }
+        Ok(first)
     }
 
     pub(crate) fn delete_in(&self, txn: &mut Txn<'_>, meta: &CollMeta, id_ks: &[u8], doc: &Document) {

@@ -9,7 +9,7 @@
 //! WAL). The engine calls `sync` from one thread so concurrent writers share it.
 
 use rocksdb::{
-    ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Direction, IteratorMode, Options,
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Direction, IteratorMode, Options,
     ReadOptions, WriteBatch, WriteOptions, DB,
 };
 use std::path::Path;
@@ -66,11 +66,13 @@ pub struct StoreOptions {
     pub write_buffer_bytes: usize,
     /// Values at least this large go to blob files (less compaction rewriting of big documents).
     pub min_blob_bytes: u64,
+    /// Block cache shared by every space.
+    pub block_cache_bytes: usize,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        StoreOptions { write_buffer_bytes: 64 << 20, min_blob_bytes: 64 << 10 }
+        StoreOptions { write_buffer_bytes: 64 << 20, min_blob_bytes: 64 << 10, block_cache_bytes: 256 << 20 }
     }
 }
 
@@ -95,10 +97,22 @@ impl Store {
         // Writers are already serialised by the engine's sequencer; pipelining lets the
         // WAL write of one batch overlap the memtable insert of the previous one.
         db_opts.set_enable_pipelined_write(true);
+        let cache = Cache::new_lru_cache(opts.block_cache_bytes);
         let cfs = Space::ALL.iter().map(|s| {
             let mut o = Options::default();
             o.set_write_buffer_size(opts.write_buffer_bytes);
+            o.set_max_write_buffer_number(4);
             o.set_compression_type(DBCompressionType::Lz4);
+            let mut table = BlockBasedOptions::default();
+            table.set_block_cache(&cache);
+            if matches!(s, Space::Docs | Space::Index) {
+                // Every insert looks up its _id (and unique keys) expecting a miss: a
+                // bloom filter answers most misses without reading a block.
+                table.set_bloom_filter(10.0, false);
+                table.set_cache_index_and_filter_blocks(true);
+                table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+            }
+            o.set_block_based_table_factory(&table);
             if matches!(s, Space::Docs | Space::Oplog) {
                 o.set_enable_blob_files(true);
                 o.set_min_blob_size(opts.min_blob_bytes);

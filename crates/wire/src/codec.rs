@@ -75,9 +75,9 @@ impl<'a> ByteReader<'a> {
         std::str::from_utf8(&bytes[..nul]).map_err(|_| malformed(format!("{what}: invalid UTF-8")))
     }
 
-    /// Reads one BSON document kept as raw bytes, validated (every element, UTF-8, depth)
-    /// but never converted: bulk payloads go to storage without being re-encoded.
-    pub(crate) fn raw_document(&mut self, what: &str) -> Result<RawDocumentBuf, WireError> {
+    /// The bytes of the next BSON document, whose declared length must fit inside the
+    /// remaining bytes.
+    fn document_bytes(&mut self, what: &str) -> Result<&'a [u8], WireError> {
         let declared = match self.buf.get(..4) {
             Some(b) => i32::from_le_bytes([b[0], b[1], b[2], b[3]]),
             None => return Err(malformed(format!("truncated {what}: no BSON length"))),
@@ -94,53 +94,38 @@ impl<'a> ByteReader<'a> {
                 self.buf.len()
             )));
         }
-        let bytes = self.take(len, what)?;
-        if bytes.last() != Some(&0) {
-            return Err(malformed(format!(
-                "{what}: BSON document lacks trailing NUL"
-            )));
-        }
-        let raw = RawDocument::from_bytes(bytes)
-            .map_err(|e| malformed(format!("{what}: invalid BSON: {e}")))?;
-        check_depth(raw, 1).map_err(|e| malformed(format!("{what}: {e}")))?;
-        Ok(raw.to_raw_document_buf())
+        self.take(len, what)
+    }
+
+    /// Reads one BSON document kept as raw bytes, validated (every element, UTF-8, depth)
+    /// but never converted: bulk payloads go to storage without being re-encoded.
+    pub(crate) fn raw_document(&mut self, what: &str) -> Result<RawDocumentBuf, WireError> {
+        let bytes = self.document_bytes(what)?;
+        Ok(validate_raw(bytes, what)?.to_raw_document_buf())
     }
 
     /// Reads one BSON document, which must fit inside the remaining bytes.
     pub(crate) fn document(&mut self, what: &str) -> Result<Document, WireError> {
-        let declared = match self.buf.get(..4) {
-            Some(b) => i32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-            None => return Err(malformed(format!("truncated {what}: no BSON length"))),
-        };
-        if declared < 5 {
-            return Err(malformed(format!(
-                "{what}: BSON length {declared} is below the 5-byte minimum"
-            )));
-        }
-        let len = declared as usize;
-        if len > self.buf.len() {
-            return Err(malformed(format!(
-                "{what}: BSON length {len} exceeds the {} bytes left",
-                self.buf.len()
-            )));
-        }
-        let bytes = self.take(len, what)?;
+        let bytes = self.document_bytes(what)?;
         parse_document(bytes, what)
     }
 }
 
+/// Checks a slice holding exactly one BSON document: trailing NUL, every element, depth.
+fn validate_raw<'b>(bytes: &'b [u8], what: &str) -> Result<&'b RawDocument, WireError> {
+    if bytes.last() != Some(&0) {
+        return Err(malformed(format!("{what}: BSON document lacks trailing NUL")));
+    }
+    // Bound the depth on the raw form before building any owned tree: conversion, drop and
+    // every later consumer of the document recurse once per level.
+    let raw = RawDocument::from_bytes(bytes).map_err(|e| malformed(format!("{what}: invalid BSON: {e}")))?;
+    check_depth(raw, 1).map_err(|e| malformed(format!("{what}: {e}")))?;
+    Ok(raw)
+}
+
 /// Parses a slice that must hold exactly one BSON document.
 fn parse_document(bytes: &[u8], what: &str) -> Result<Document, WireError> {
-    if bytes.last() != Some(&0) {
-        return Err(malformed(format!(
-            "{what}: BSON document lacks trailing NUL"
-        )));
-    }
-    // Bound the depth on the raw form before building the owned tree: conversion, drop and
-    // every later consumer of the document recurse once per level.
-    let raw = RawDocument::from_bytes(bytes)
-        .map_err(|e| malformed(format!("{what}: invalid BSON: {e}")))?;
-    check_depth(raw, 1).map_err(|e| malformed(format!("{what}: {e}")))?;
+    let raw = validate_raw(bytes, what)?;
     // Converting from the raw form validates as fully as `Document::from_reader` (lengths,
     // UTF-8, element types) but uses several times less stack per level than its serde path,
     // which overflows a 2 MiB thread stack in debug builds well before MAX_BSON_DEPTH.
