@@ -220,3 +220,27 @@ class TestTrimming:
             # the newest entries are kept
             newest = ol.find().sort("$natural", -1).limit(1).next()
             assert newest["o"]["_id"] == 299
+
+    def test_documents_of_trimmed_inserts_stay_intact(self, fresh_server):
+        """An inserted document is stored once, in its oplog entry, until the entry is
+        trimmed: trimming must move it into the collection, not lose it."""
+        srv = fresh_server(oplog_size_mb=1)
+        docs = [{"_id": i, "k": i % 7, "pad": chr(65 + i % 26) * 5000} for i in range(400)]  # ~2 MB
+        with srv.client() as c:
+            coll = c.trimdb.keep
+            coll.create_index("k")
+            coll.insert_many(docs)
+            # Writes elsewhere push every one of those inserts out of the 1 MB oplog.
+            for _ in range(4):
+                c.trimdb.other.insert_many([{"pad": "q" * 5000} for _ in range(100)])
+            assert c.local["oplog.rs"].count_documents({"ns": "trimdb.keep", "op": "i"}) == 0
+            assert list(coll.find().sort("_id", 1)) == docs
+            assert [d["_id"] for d in coll.find({"k": 3}).sort("_id", 1)] == [i for i in range(400) if i % 7 == 3]
+            assert coll.update_one({"_id": 5}, {"$set": {"x": 1}}).modified_count == 1
+            assert coll.delete_one({"_id": 6}).deleted_count == 1
+        srv.restart()
+        with srv.client() as c:
+            coll = c.trimdb.keep
+            assert coll.count_documents({}) == 399
+            assert coll.find_one({"_id": 5}) == {**docs[5], "x": 1}
+            assert coll.find_one({"_id": 399}) == docs[399]

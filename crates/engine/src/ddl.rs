@@ -151,7 +151,12 @@ impl Engine {
             self.drop_in(&mut txn, &target);
         }
         txn.remove_collection(from);
-        let uuid = if from.db == to.db { meta.uuid } else { bson::Uuid::new() };
+        let uuid = if from.db == to.db {
+            meta.uuid
+        } else {
+            crate::materialize_collection(self, txn.batch(), meta.id)?;
+            bson::Uuid::new()
+        };
         let moved = CollMeta { ns: to.clone(), id: meta.id, uuid, options: meta.options.clone(), indexes: meta.indexes.clone() };
         txn.put_collection(moved);
         let mut o = doc! {"renameCollection": from.full(), "to": to.full(), "stayTemp": false};

@@ -345,7 +345,10 @@ impl Engine {
         let prefix = crate::keys::coll_prefix(meta.id);
         for (_, v) in self.store.scan_prefix(tailstream_storage::Space::Docs, &prefix, false).flatten() {
             count += 1;
-            size += v.len() as i64;
+            size += match read::stored_bytes(&self.store, &v) {
+                Ok(read::StoredDoc::InOplog(entry)) => read::inserted_document(&entry).map(|d| d.as_bytes().len()).unwrap_or(0) as i64,
+                _ => v.len() as i64,
+            };
         }
         (count, size)
     }

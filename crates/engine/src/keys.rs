@@ -67,12 +67,38 @@ pub fn catalog_key(ns: &str) -> Vec<u8> {
     k
 }
 
+/// A `Docs` value that points at the oplog entry holding the document (an insert not
+/// rewritten since): four 0xFF bytes (an impossible BSON length) and the entry's time.
+pub fn doc_pointer(ts: u64) -> [u8; 12] {
+    let mut v = [0xFF; 12];
+    v[4..].copy_from_slice(&ts.to_be_bytes());
+    v
+}
+
+/// The oplog time a `Docs` value points at, if it is a pointer rather than a document.
+pub fn parse_doc_pointer(v: &[u8]) -> Option<u64> {
+    if v.len() == 12 && v[..4] == [0xFF; 4] {
+        Some(u64::from_be_bytes(v[4..].try_into().expect("8 bytes")))
+    } else {
+        None
+    }
+}
+
 pub const META_COUNTERS: &[u8] = b"counters";
 pub const META_OPLOG_TRIM: &[u8] = b"oplog_trim";
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn doc_pointers_are_never_bson() {
+        let p = doc_pointer(0x0102_0304_0506_0708);
+        assert_eq!(parse_doc_pointer(&p), Some(0x0102_0304_0506_0708));
+        let mut bytes = Vec::new();
+        bson::doc! {"a": 1}.to_writer(&mut bytes).unwrap();
+        assert_eq!(parse_doc_pointer(&bytes), None);
+    }
 
     #[test]
     fn timestamps_sort_as_u64() {

@@ -319,13 +319,21 @@ impl<'e> Txn<'e> {
     }
 }
 
-/// Removes the oldest oplog entries until the oplog holds at most 90% of its cap
-/// (the slack keeps trims rare). Starts from the stored trim point, never searching
-/// for the oldest key through tombstones, and deletes with range tombstones.
+/// Removes the oldest oplog entries until the oplog is a little under its cap (the
+/// slack keeps trims infrequent and each one small). Starts from the stored trim
+/// point, never searching for the oldest key through tombstones, and deletes with
+/// range tombstones. Documents still stored only in a trimmed insert entry (their
+/// collection key is a pointer to it) are first copied into the collection, in the
+/// same atomic batch.
 fn trim_oplog(engine: &Engine, w: &mut Writer) -> Result<()> {
-    let target = engine.opts.oplog_size_bytes / 10 * 9;
+    let cap = engine.opts.oplog_size_bytes;
+    let slack = (cap / 64).max(256 * 1024).min(cap / 2);
+    let target = cap - slack;
     let mut to_free = w.oplog_bytes.saturating_sub(target);
     let mut namespaces = std::collections::BTreeSet::new();
+    let coll_ids: std::collections::HashMap<bson::Uuid, u32> =
+        engine.catalog().colls.values().map(|c| (c.uuid, c.id)).collect();
+    let mut batch = engine.store.batch();
     let mut new_trim = w.trim_ts;
     let newest = keys::ts_to_u64(w.clock.last());
     let start = keys::oplog_key(w.trim_ts);
@@ -343,6 +351,9 @@ fn trim_oplog(engine: &Engine, w: &mut Writer) -> Result<()> {
                     namespaces.insert(ns.to_string());
                 }
             }
+            if raw.get_str("op") == Ok("i") {
+                materialize_insert(engine, &mut batch, &coll_ids, raw, t)?;
+            }
         }
         let n = v.len() as u64;
         to_free = to_free.saturating_sub(n);
@@ -352,7 +363,6 @@ fn trim_oplog(engine: &Engine, w: &mut Writer) -> Result<()> {
     if new_trim <= w.trim_ts {
         return Ok(());
     }
-    let mut batch = engine.store.batch();
     batch.delete_range(Space::Oplog, &keys::oplog_key(w.trim_ts), &keys::oplog_key(new_trim));
     for ns in &namespaces {
         batch.delete_range(Space::OplogByNs, &keys::oplog_ns_key(ns, 0), &keys::oplog_ns_key(ns, new_trim));
@@ -365,6 +375,49 @@ fn trim_oplog(engine: &Engine, w: &mut Writer) -> Result<()> {
     batch.put(Space::Meta, keys::META_OPLOG_TRIM, &bytes);
     engine.store.commit(batch).map_err(storage_err)?;
     tracing::debug!(freed, new_trim, "oplog trimmed");
+    Ok(())
+}
+
+/// Copies an inserted document into its collection if the collection still points at
+/// this oplog entry for it (it was not updated, deleted or dropped since).
+fn materialize_insert(
+    engine: &Engine,
+    batch: &mut Batch<'_>,
+    coll_ids: &std::collections::HashMap<bson::Uuid, u32>,
+    entry: &bson::RawDocument,
+    ts: u64,
+) -> Result<()> {
+    let Ok(bson::RawBsonRef::Binary(ui)) = entry.get("ui").map(|v| v.unwrap_or(bson::RawBsonRef::Null)) else {
+        return Ok(());
+    };
+    let Ok(uuid) = <[u8; 16]>::try_from(ui.bytes).map(bson::Uuid::from_bytes) else {
+        return Ok(());
+    };
+    let Some(&coll_id) = coll_ids.get(&uuid) else {
+        return Ok(());
+    };
+    let doc = entry.get_document("o").map_err(|e| Error::internal(format!("corrupt insert oplog entry: {e}")))?;
+    let id = doc.get("_id").ok().flatten().ok_or_else(|| Error::internal("insert oplog entry without _id"))?;
+    let id = bson::Bson::try_from(id.to_raw_bson()).map_err(|e| Error::internal(e.to_string()))?;
+    let key = keys::doc_key(coll_id, &keys::id_key(&id));
+    if let Some(v) = engine.store.get(Space::Docs, &key).map_err(storage_err)? {
+        if keys::parse_doc_pointer(&v) == Some(ts) {
+            batch.put(Space::Docs, &key, doc.as_bytes());
+        }
+    }
+    Ok(())
+}
+
+/// Rewrites every pointer value of a collection with its document (before the
+/// collection changes UUID, which trimming uses to find it).
+pub(crate) fn materialize_collection(engine: &Engine, batch: &mut Batch<'_>, coll_id: u32) -> Result<()> {
+    let prefix = keys::coll_prefix(coll_id);
+    for item in engine.store.scan_prefix(Space::Docs, &prefix, false) {
+        let (k, v) = item.map_err(storage_err)?;
+        if let read::StoredDoc::InOplog(entry) = read::stored_bytes(&engine.store, &v)? {
+            batch.put(Space::Docs, &k, read::inserted_document(&entry)?.as_bytes());
+        }
+    }
     Ok(())
 }
 

@@ -375,7 +375,7 @@ impl Scan {
                         self.keys_examined += 1;
                         self.docs_examined += 1;
                         last = Some(k.to_vec());
-                        let doc = decode(&v)?;
+                        let doc = load_stored(store, &k, &v)?;
                         if matcher.matches(&doc) {
                             out.push((k[4..].to_vec(), doc));
                         }
@@ -486,10 +486,51 @@ fn resume_bounds(lo: &[u8], hi: &[u8], position: Option<&[u8]>, reverse: bool) -
 }
 
 pub fn fetch(store: &Store, coll_id: u32, id_ks: &[u8]) -> Result<Option<Document>> {
-    match store.get(Space::Docs, &keys::doc_key(coll_id, id_ks)).map_err(storage_err)? {
-        Some(v) => Ok(Some(decode(&v)?)),
+    let key = keys::doc_key(coll_id, id_ks);
+    match store.get(Space::Docs, &key).map_err(storage_err)? {
+        Some(v) => Ok(Some(load_stored(store, &key, &v)?)),
         None => Ok(None),
     }
+}
+
+/// A document from its `Docs` key and value: the BSON itself, or the `o` of the oplog
+/// entry the value points at. If a trim removed that entry meanwhile, it copied the
+/// document into the collection first, so the key is read again.
+pub fn load_stored(store: &Store, key: &[u8], value: &[u8]) -> Result<Document> {
+    match stored_bytes(store, value) {
+        Ok(StoredDoc::Inline) => decode(value),
+        Ok(StoredDoc::InOplog(entry)) => {
+            let raw = inserted_document(&entry)?;
+            Document::try_from(raw).map_err(|e| Error::internal(format!("corrupt oplog entry: {e}")))
+        }
+        Err(e) => match store.get(Space::Docs, key).map_err(storage_err)? {
+            Some(v) if keys::parse_doc_pointer(&v).is_none() => decode(&v),
+            _ => Err(e),
+        },
+    }
+}
+
+/// Where a stored document's bytes are.
+pub enum StoredDoc {
+    Inline,
+    /// The oplog entry (its `o` field is the document).
+    InOplog(Vec<u8>),
+}
+
+pub fn stored_bytes(store: &Store, value: &[u8]) -> Result<StoredDoc> {
+    let Some(ts) = keys::parse_doc_pointer(value) else {
+        return Ok(StoredDoc::Inline);
+    };
+    match store.get(Space::Oplog, &keys::oplog_key(ts)).map_err(storage_err)? {
+        Some(entry) => Ok(StoredDoc::InOplog(entry)),
+        None => Err(Error::internal(format!("document points at oplog entry {ts} which is gone"))),
+    }
+}
+
+/// The `o` field (the inserted document) of an insert oplog entry.
+pub fn inserted_document(entry: &[u8]) -> Result<&bson::RawDocument> {
+    let raw = bson::RawDocument::from_bytes(entry).map_err(|e| Error::internal(format!("corrupt oplog entry: {e}")))?;
+    raw.get_document("o").map_err(|e| Error::internal(format!("oplog entry without a document: {e}")))
 }
 
 pub fn decode(bytes: &[u8]) -> Result<Document> {

@@ -158,8 +158,10 @@ impl Engine {
             }
         }
         pending.ids.insert(id_ks);
-        txn.batch().put(Space::Docs, &dkey, raw.as_bytes());
-        txn.log_insert(&meta.ns.full(), meta.uuid, &raw, &id_ref);
+        // The document is stored once, in its oplog entry; the collection keeps a pointer
+        // until the entry is trimmed (see `trim_oplog`) or the document is rewritten.
+        let ts = txn.log_insert(&meta.ns.full(), meta.uuid, &raw, &id_ref);
+        txn.batch().put(Space::Docs, &dkey, &keys::doc_pointer(keys::ts_to_u64(ts)));
         Ok(id)
     }
 
