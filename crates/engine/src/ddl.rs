@@ -449,7 +449,7 @@ fn validate_index_spec(spec: &Document) -> Result<Document> {
     let mut out = doc! {"v": 2, "key": key.clone(), "name": name};
     for (k, v) in spec {
         match k.as_str() {
-            "key" | "name" | "v" | "background" | "ns" => {}
+            "key" | "name" | "v" | "ns" => {}
             "unique" | "sparse" | "hidden" => {
                 if v.as_bool().unwrap_or(false) || matches!(v, Bson::Int32(1) | Bson::Int64(1) | Bson::Double(_)) && tailstream_query::compare::as_f64(v) != Some(0.0) {
                     out.insert(k.clone(), true);

@@ -240,6 +240,11 @@ impl Engine {
                 return self.first_batch(cursor, Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)), false);
             }
         }
+        // No session catalog is kept: `$listLocalSessions` (a source stage) yields nothing.
+        let stages = match stages.first() {
+            Some(s) if coll.is_none() && s.contains_key("$listLocalSessions") => &stages[1..],
+            _ => stages,
+        };
         let pipeline = Pipeline::parse(stages, db)?;
         let source = EngineSource { engine: self };
         let vars = tailstream_query::expr::Variables { now: Some(bson::DateTime::now()), ..Default::default() };

@@ -816,7 +816,14 @@ fn run_pipeline_update(spec: &UpdateSpec, doc: &Document) -> Result<Document> {
     let pipeline = tailstream_query::pipeline::Pipeline::parse(stages, "")?;
     let input = vec![Ok(doc.clone())];
     let out = pipeline.run(Box::new(input.into_iter()), &NoCollections, &Default::default())?;
-    out.into_iter().next().ok_or_else(|| Error::bad_value("the update pipeline removed the document"))
+    let mut new = out.into_iter().next().ok_or_else(|| Error::bad_value("the update pipeline removed the document"))?;
+    // A pipeline that drops `_id` (e.g. $replaceWith) keeps the document's `_id`, first.
+    if let (None, Some(id)) = (new.get("_id"), doc.get("_id")) {
+        let mut with_id = doc! {"_id": id.clone()};
+        with_id.extend(new);
+        new = with_id;
+    }
+    Ok(new)
 }
 
 struct NoCollections;

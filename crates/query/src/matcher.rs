@@ -7,7 +7,9 @@ use crate::compare::{as_f64, bson_eq, canonical_type, cmp_bson, is_number};
 use crate::error::{Error, Result};
 use crate::path::parse_index;
 use bson::{Bson, Document};
-use regex::Regex;
+// PCRE-style features (lookaround, backreferences) that MongoDB's regexes allow and
+// drivers use, e.g. `^(?!system\.)` in listCollections filters.
+use fancy_regex::Regex;
 use std::cmp::Ordering;
 
 /// Constraints on one field, for the engine's index selection.
@@ -551,7 +553,8 @@ fn cmp_single(x: &Bson, op: CmpOp, rhs: &Bson) -> bool {
 
 fn regex_single(x: &Bson, r: &RegexPred) -> bool {
     match x {
-        Bson::String(s) | Bson::Symbol(s) => r.re.is_match(s),
+        // A match that exceeds the backtracking limit counts as no match.
+        Bson::String(s) | Bson::Symbol(s) => r.re.is_match(s).unwrap_or(false),
         Bson::RegularExpression(v) => v.pattern == r.pattern && v.options == r.options,
         _ => false,
     }
@@ -1122,5 +1125,21 @@ mod tests {
         yes(doc! {"$expr": "$a"}, doc! {"a": 1});
         no(doc! {"$expr": "$a"}, doc! {"a": 0});
         no(doc! {"$expr": "$a"}, doc! {});
+    }
+}
+
+#[cfg(test)]
+mod pcre_tests {
+    use super::*;
+    use bson::doc;
+
+    #[test]
+    fn regexes_support_lookaround_as_pcre_does() {
+        let m = Matcher::new(&doc! {"name": {"$regex": "^(?!system\\.)"}}).unwrap();
+        assert!(m.matches(&doc! {"name": "users"}));
+        assert!(!m.matches(&doc! {"name": "system.views"}));
+        let back = Matcher::new(&doc! {"s": {"$regex": "^(a+)b\\1$"}}).unwrap();
+        assert!(back.matches(&doc! {"s": "aabaa"}));
+        assert!(!back.matches(&doc! {"s": "aaba"}));
     }
 }

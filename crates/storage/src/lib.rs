@@ -93,7 +93,13 @@ impl Store {
         db_opts.create_if_missing(true);
         db_opts.create_missing_column_families(true);
         db_opts.increase_parallelism(2);
-        db_opts.set_max_background_jobs(2);
+        // A flush and a compaction can run at once, so a compaction never holds up the
+        // flush that writers wait on.
+        db_opts.set_max_background_jobs(4);
+        // Write back file data as it is written instead of in one burst at the end of a
+        // flush or compaction, whose fsync would otherwise stall the WAL's.
+        db_opts.set_bytes_per_sync(1 << 20);
+        db_opts.set_wal_bytes_per_sync(1 << 20);
         // Writers are already serialised by the engine's sequencer; pipelining lets the
         // WAL write of one batch overlap the memtable insert of the previous one.
         db_opts.set_enable_pipelined_write(true);
@@ -102,7 +108,21 @@ impl Store {
             let mut o = Options::default();
             o.set_write_buffer_size(opts.write_buffer_bytes);
             o.set_max_write_buffer_number(4);
+            // Ingestion bursts pile up level-0 files faster than 2 cores compact them;
+            // slowing writers at 20 files (the default) turns a burst into a stall.
+            o.set_level_zero_slowdown_writes_trigger(40);
+            o.set_level_zero_stop_writes_trigger(64);
             o.set_compression_type(DBCompressionType::Lz4);
+            // Levels 0 and 1 are rewritten soon: compressing them costs CPU for little.
+            o.set_compression_per_level(&[
+                DBCompressionType::None,
+                DBCompressionType::None,
+                DBCompressionType::Lz4,
+                DBCompressionType::Lz4,
+                DBCompressionType::Lz4,
+                DBCompressionType::Lz4,
+                DBCompressionType::Lz4,
+            ]);
             let mut table = BlockBasedOptions::default();
             table.set_block_cache(&cache);
             if matches!(s, Space::Docs | Space::Index) {
@@ -116,6 +136,8 @@ impl Store {
             if matches!(s, Space::Docs | Space::Oplog) {
                 o.set_enable_blob_files(true);
                 o.set_min_blob_size(opts.min_blob_bytes);
+                // Trimmed oplog entries and rewritten documents leave garbage in blob files.
+                o.set_enable_blob_gc(true);
             }
             ColumnFamilyDescriptor::new(s.cf_name(), o)
         });

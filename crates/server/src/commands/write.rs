@@ -78,6 +78,15 @@ pub async fn await_write_concern(state: &Arc<ServerState>, wc: WriteConcern, com
     None
 }
 
+/// Refuses fields an update or delete statement does not define (mongod 7.0 has no
+/// `sort` there, for example), as its IDL parser does.
+fn check_statement_fields(path: &str, statement: &Document, allowed: &[&str]) -> Result<()> {
+    match statement.keys().find(|k| !allowed.contains(&k.as_str())) {
+        Some(k) => Err(Error::new(codes::UNRECOGNIZED_COMMAND_FIELD, format!("BSON field '{path}.{k}' is an unknown field."))),
+        None => Ok(()),
+    }
+}
+
 fn check_batch(n: usize) -> Result<()> {
     if n == 0 || n > MAX_WRITE_BATCH {
         return Err(Error::new(16, format!("Write batch sizes must be between 1 and {MAX_WRITE_BATCH}. Got {n} operations.")));
@@ -180,6 +189,7 @@ pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
     let ordered = opt_bool(cmd, "ordered")?.unwrap_or(true);
     let mut ops = Vec::with_capacity(raw.len());
     for u in &raw {
+        check_statement_fields("update.updates", u, &["q", "u", "c", "upsert", "multi", "arrayFilters", "hint", "collation"])?;
         let q = match u.get("q") {
             Some(Bson::Document(q)) => q.clone(),
             Some(v) => return Err(Error::type_mismatch(format!("BSON field 'update.updates.q' is the wrong type '{}', expected type 'object'", type_name(v)))),
@@ -224,6 +234,7 @@ pub async fn delete(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
     let ordered = opt_bool(cmd, "ordered")?.unwrap_or(true);
     let mut ops = Vec::with_capacity(raw.len());
     for d in &raw {
+        check_statement_fields("delete.deletes", d, &["q", "limit", "hint", "collation"])?;
         let q = match d.get("q") {
             Some(Bson::Document(q)) => q.clone(),
             Some(v) => return Err(Error::type_mismatch(format!("BSON field 'delete.deletes.q' is the wrong type '{}', expected type 'object'", type_name(v)))),
