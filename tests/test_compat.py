@@ -44,3 +44,17 @@ def test_index_background_option_is_reported(coll):
 
 def test_list_local_sessions_stage(client):
     assert list(client.admin.aggregate([{"$listLocalSessions": {}}])) == []
+
+
+def test_let_variables_in_find_update_delete_and_aggregate(db):
+    c = db.letc
+    c.insert_many([{"_id": 1, "x": 1}, {"_id": 2, "x": 2}, {"_id": 3, "x": 3}])
+    found = db.command("find", "letc", filter={"$expr": {"$eq": ["$x", "$$target"]}}, let={"target": 2})
+    assert [d["_id"] for d in found["cursor"]["firstBatch"]] == [2]
+    c.update_many({"$expr": {"$gte": ["$x", "$$min"]}}, [{"$set": {"tag": "$$label"}}], let={"min": 2, "label": "big"})
+    assert [d.get("tag") for d in c.find().sort("_id", 1)] == [None, "big", "big"]
+    assert c.delete_many({"$expr": {"$lt": ["$x", "$$max"]}}, let={"max": 2}).deleted_count == 1
+    out = list(c.aggregate([{"$project": {"y": {"$multiply": ["$x", "$$k"]}}}], let={"k": 10}))
+    assert sorted(d["y"] for d in out) == [20, 30]
+    doc = c.find_one_and_update({"$expr": {"$eq": ["$_id", "$$id"]}}, {"$set": {"z": 1}}, let={"id": 3}, return_document=True)
+    assert doc["z"] == 1

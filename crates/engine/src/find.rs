@@ -32,6 +32,8 @@ pub struct FindRequest {
     pub hint: Option<Bson>,
     pub no_cursor_timeout: bool,
     pub lsid: Option<Bson>,
+    /// The `let` option: variables for `$expr` in the filter.
+    pub let_vars: Option<Document>,
 }
 
 /// One batch of a cursor: id 0 means the cursor is exhausted and closed.
@@ -44,7 +46,8 @@ pub struct CursorBatch {
 
 impl Engine {
     pub fn find(&self, ns: &Namespace, req: FindRequest) -> Result<CursorBatch> {
-        let matcher = Arc::new(Matcher::new(&req.filter)?);
+        let (filter, _) = crate::write::bind_let(&req.filter, req.let_vars.as_ref())?;
+        let matcher = Arc::new(Matcher::new(&filter)?);
         let sort = match &req.sort {
             Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?),
             _ => None,
@@ -227,6 +230,7 @@ impl Engine {
         stages: &[Document],
         batch_size: Option<i64>,
         lsid: Option<Bson>,
+        let_vars: Option<&Document>,
     ) -> Result<CursorBatch> {
         let batch_size = check_batch_size(batch_size)?;
         if let (Some(first), Some(c)) = (stages.first(), coll) {
@@ -247,7 +251,10 @@ impl Engine {
         };
         let pipeline = Pipeline::parse(stages, db)?;
         let source = EngineSource { engine: self };
-        let vars = tailstream_query::expr::Variables { now: Some(bson::DateTime::now()), ..Default::default() };
+        let vars = match let_vars {
+            Some(l) => tailstream_query::expr::let_variables(l)?,
+            None => tailstream_query::expr::Variables { now: Some(bson::DateTime::now()), ..Default::default() },
+        };
         let docs = match coll {
             Some(c) => {
                 let ns = Namespace::new(db, c);
@@ -314,7 +321,7 @@ impl Engine {
             .map(|d| {
                 let id = d.get("_id").cloned().unwrap_or(Bson::Null);
                 let u = if when_matched == "replace" { Bson::Document(d) } else { Bson::Document(doc! {"$set": d}) };
-                UpdateOp { q: doc! {"_id": id}, u, multi: false, upsert: when_matched != "fail", array_filters: None, hint: None }
+                UpdateOp { q: doc! {"_id": id}, u, multi: false, upsert: when_matched != "fail", array_filters: None, hint: None, let_vars: None }
             })
             .collect();
         let out = self.update(&into, ops, true)?;

@@ -49,7 +49,7 @@ impl Engine {
                 // A date, or an array holding a date, older than the cutoff.
                 let q = doc! {field.clone(): {"$lt": Bson::DateTime(cutoff)}};
                 let ns = Namespace::new(&meta.ns.db, &meta.ns.coll);
-                match self.delete(&ns, vec![DeleteOp { q, limit: 0, hint: None }], false) {
+                match self.delete(&ns, vec![DeleteOp { q, limit: 0, hint: None, let_vars: None }], false) {
                     Ok(out) => removed += out.n,
                     Err(e) => tracing::warn!(ns = %ns, "TTL deletion failed: {e}"),
                 }

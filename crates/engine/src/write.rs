@@ -16,6 +16,7 @@ use tailstream_query::keystring::KeyStringBuilder;
 use tailstream_query::matcher::Matcher;
 use tailstream_query::path::get_path;
 use tailstream_query::sort::SortSpec;
+use tailstream_query::expr::Variables;
 use tailstream_query::update::{ApplyContext, ConditionMatcher, UpdateKind, UpdateSpec};
 use tailstream_storage::Space;
 
@@ -36,7 +37,7 @@ pub struct WriteOutcome {
     pub committed: Option<Committed>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct UpdateOp {
     pub q: Document,
     pub u: Bson,
@@ -44,14 +45,28 @@ pub struct UpdateOp {
     pub upsert: bool,
     pub array_filters: Option<Vec<Document>>,
     pub hint: Option<Bson>,
+    /// The command's `let` variables (with the statement's `c` constants merged in).
+    pub let_vars: Option<Document>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct DeleteOp {
     pub q: Document,
     /// 0: every match; 1: the first.
     pub limit: i64,
     pub hint: Option<Bson>,
+    pub let_vars: Option<Document>,
+}
+
+/// A filter with the `let` variables bound into its `$expr` parts, and the variables.
+pub(crate) fn bind_let(filter: &Document, let_vars: Option<&Document>) -> Result<(Document, Variables)> {
+    match let_vars {
+        Some(l) if !l.is_empty() => {
+            let vars = tailstream_query::expr::let_variables(l)?;
+            Ok((tailstream_query::pipeline::substitute_vars(filter, &vars), vars))
+        }
+        _ => Ok((filter.clone(), Variables::default())),
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -65,6 +80,7 @@ pub struct FindAndModify {
     pub upsert: bool,
     pub array_filters: Option<Vec<Document>>,
     pub hint: Option<Bson>,
+    pub let_vars: Option<Document>,
 }
 
 #[derive(Debug, Default)]
@@ -262,7 +278,8 @@ impl Engine {
     }
 
     fn update_op(&self, ns: &Namespace, op: &UpdateOp) -> Result<(u64, u64, Option<Bson>, Option<Committed>)> {
-        let matcher = Matcher::new(&op.q)?;
+        let (filter, vars) = bind_let(&op.q, op.let_vars.as_ref())?;
+        let matcher = Matcher::new(&filter)?;
         let spec = UpdateSpec::parse(&op.u, op.array_filters.as_deref())?;
         if op.multi && matches!(spec.kind(), UpdateKind::Replacement) {
             return Err(Error::failed_to_parse("multi update is not supported for replacement-style update"));
@@ -276,13 +293,13 @@ impl Engine {
                 return Ok((0, 0, None, None));
             }
             let meta = self.ensure_collection(&mut txn, ns)?;
-            let id = self.upsert_in(&mut txn, &meta, &op.q, &spec)?;
+            let id = self.upsert_in(&mut txn, &meta, &filter, &spec, &vars)?;
             return Ok((1, 0, Some(id), Some(txn.commit()?)));
         };
         let targets = self.targets(&meta, &matcher, op.hint.as_ref(), op.multi)?;
         if targets.is_empty() {
             if op.upsert {
-                let id = self.upsert_in(&mut txn, &meta, &op.q, &spec)?;
+                let id = self.upsert_in(&mut txn, &meta, &filter, &spec, &vars)?;
                 return Ok((1, 0, Some(id), Some(txn.commit()?)));
             }
             return Ok((0, 0, None, None));
@@ -291,7 +308,7 @@ impl Engine {
         let (mut n, mut modified) = (0, 0);
         for (id_ks, old) in targets {
             n += 1;
-            if self.update_in(&mut txn, &meta, &op.q, &spec, id_ks, old, &mut pending)?.is_some() {
+            if self.update_in(&mut txn, &meta, &filter, &spec, id_ks, old, &mut pending, &vars)?.is_some() {
                 modified += 1;
             }
         }
@@ -309,11 +326,12 @@ impl Engine {
         id_ks: Vec<u8>,
         old: Document,
         pending: &mut PendingIndex,
+        vars: &Variables,
     ) -> Result<Option<Document>> {
         let mut new = old.clone();
         let (updated, removed, replaced) = match spec.kind() {
             UpdateKind::Pipeline => {
-                new = run_pipeline_update(spec, &old)?;
+                new = run_pipeline_update(spec, &old, vars)?;
                 let (u, r) = top_level_diff(&old, &new);
                 (u, r, false)
             }
@@ -365,7 +383,7 @@ impl Engine {
     }
 
     /// Inserts the document an upsert creates from its query and update.
-    fn upsert_in(&self, txn: &mut Txn<'_>, meta: &Arc<CollMeta>, query: &Document, spec: &UpdateSpec) -> Result<Bson> {
+    fn upsert_in(&self, txn: &mut Txn<'_>, meta: &Arc<CollMeta>, query: &Document, spec: &UpdateSpec, vars: &Variables) -> Result<Bson> {
         let seed = upsert_seed(query)?;
         let doc = match spec.kind() {
             UpdateKind::Replacement => {
@@ -380,7 +398,7 @@ impl Engine {
                 }
                 d
             }
-            UpdateKind::Pipeline => run_pipeline_update(spec, &seed)?,
+            UpdateKind::Pipeline => run_pipeline_update(spec, &seed, vars)?,
             UpdateKind::Operators => {
                 let mut d = seed.clone();
                 spec.apply(&mut d, &ApplyContext { is_insert: true, positional: None, now: bson::DateTime::now(), matcher: &QueryConditions })?;
@@ -421,7 +439,8 @@ impl Engine {
         if op.limit != 0 && op.limit != 1 {
             return Err(Error::failed_to_parse(format!("The limit field in delete objects must be 0 or 1. Got {}", op.limit)));
         }
-        let matcher = Matcher::new(&op.q)?;
+        let (filter, _) = bind_let(&op.q, op.let_vars.as_ref())?;
+        let matcher = Matcher::new(&filter)?;
         let mut txn = self.begin();
         let Some(meta) = txn.catalog().get(ns) else {
             return Ok((0, None));
@@ -463,7 +482,8 @@ impl Engine {
 
     /// The findAndModify command: one document, chosen by query and sort, updated or removed.
     pub fn find_and_modify(&self, ns: &Namespace, req: &FindAndModify) -> Result<FamOutcome> {
-        let matcher = Matcher::new(&req.query)?;
+        let (filter, vars) = bind_let(&req.query, req.let_vars.as_ref())?;
+        let matcher = Matcher::new(&filter)?;
         let sort = match &req.sort {
             Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?),
             _ => None,
@@ -519,13 +539,13 @@ impl Engine {
             }
             (Some((id_ks, old)), Some(spec)) => {
                 let mut pending = PendingIndex::default();
-                let new = self.update_in(&mut txn, &meta, &req.query, &spec, id_ks, old.clone(), &mut pending)?;
+                let new = self.update_in(&mut txn, &meta, &filter, &spec, id_ks, old.clone(), &mut pending, &vars)?;
                 out.n = 1;
                 out.updated_existing = true;
                 out.value = Some(project(if req.new { new.unwrap_or(old) } else { old })?);
             }
             (None, Some(spec)) if req.upsert => {
-                let id = self.upsert_in(&mut txn, &meta, &req.query, &spec)?;
+                let id = self.upsert_in(&mut txn, &meta, &filter, &spec, &vars)?;
                 out.n = 1;
                 out.upserted = Some(id.clone());
                 if req.new {
@@ -811,11 +831,11 @@ pub(crate) fn positional_index(filter: &Document, doc: &Document) -> Option<usiz
     None
 }
 
-fn run_pipeline_update(spec: &UpdateSpec, doc: &Document) -> Result<Document> {
+fn run_pipeline_update(spec: &UpdateSpec, doc: &Document, vars: &Variables) -> Result<Document> {
     let stages = spec.pipeline().ok_or_else(|| Error::internal("pipeline update without stages"))?;
     let pipeline = tailstream_query::pipeline::Pipeline::parse(stages, "")?;
     let input = vec![Ok(doc.clone())];
-    let out = pipeline.run(Box::new(input.into_iter()), &NoCollections, &Default::default())?;
+    let out = pipeline.run(Box::new(input.into_iter()), &NoCollections, vars)?;
     let mut new = out.into_iter().next().ok_or_else(|| Error::bad_value("the update pipeline removed the document"))?;
     // A pipeline that drops `_id` (e.g. $replaceWith) keeps the document's `_id`, first.
     if let (None, Some(id)) = (new.get("_id"), doc.get("_id")) {

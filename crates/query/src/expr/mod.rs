@@ -53,6 +53,18 @@ impl Variables {
     }
 }
 
+/// The variables of a command's `let` option: each value is an expression evaluated
+/// once, against no document.
+pub fn let_variables(let_doc: &Document) -> Result<Variables> {
+    let mut vars = Variables { now: Some(bson::DateTime::now()), ..Default::default() };
+    let empty = Document::new();
+    for (name, e) in let_doc {
+        let value = evaluate(e, &empty, &vars)?;
+        vars.vars.insert(name.clone(), value);
+    }
+    Ok(vars)
+}
+
 /// Evaluates `expr` against `root`. A missing field evaluates to `Bson::Undefined`
 /// internally is NOT used: missing is represented as `None` by `evaluate_opt`.
 pub fn evaluate(expr: &Bson, root: &Document, vars: &Variables) -> Result<Bson> {

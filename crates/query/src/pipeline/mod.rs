@@ -202,8 +202,9 @@ fn strings_with_vars(v: &Bson) -> bool {
     }
 }
 
-/// Replaces `$$var.path` references inside `$expr` values with `{$literal: value}`.
-fn substitute_vars(filter: &Document, vars: &Variables) -> Document {
+/// Replaces `$$var.path` references inside `$expr` values with `{$literal: value}`
+/// (how `let` variables reach a query filter).
+pub fn substitute_vars(filter: &Document, vars: &Variables) -> Document {
     fn in_expr(v: &Bson, vars: &Variables) -> Bson {
         match v {
             Bson::String(s) if s.starts_with("$$") => {

@@ -42,6 +42,7 @@ fn parse_find(cmd: &Document) -> Result<FindRequest> {
         hint: cmd.get("hint").cloned().filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())),
         no_cursor_timeout: opt_bool(cmd, "noCursorTimeout")?.unwrap_or(false),
         lsid: cmd.get("lsid").cloned(),
+        let_vars: opt_doc(cmd, "let")?,
     })
 }
 
@@ -182,7 +183,8 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
     let lsid = cmd.get("lsid").cloned();
     let db = db.to_string();
     let writes = pipeline.last().map(|s| s.contains_key("$out") || s.contains_key("$merge")).unwrap_or(false);
-    let batch = blocking(state, move |e| e.aggregate(&db, coll.as_deref(), &pipeline, batch_size, lsid)).await?;
+    let let_vars = opt_doc(cmd, "let")?;
+    let batch = blocking(state, move |e| e.aggregate(&db, coll.as_deref(), &pipeline, batch_size, lsid, let_vars.as_ref())).await?;
     if writes {
         let wc = super::write::parse_write_concern(cmd)?;
         super::write::await_write_concern(state, wc, None).await;

@@ -87,6 +87,18 @@ fn check_statement_fields(path: &str, statement: &Document, allowed: &[&str]) ->
     }
 }
 
+/// The command's `let` variables with a statement's `c` constants over them.
+fn merge_let(command_let: &Option<Document>, constants: Option<Document>) -> Option<Document> {
+    match (command_let, constants) {
+        (None, None) => None,
+        (l, c) => {
+            let mut vars = l.clone().unwrap_or_default();
+            vars.extend(c.unwrap_or_default());
+            Some(vars)
+        }
+    }
+}
+
 fn check_batch(n: usize) -> Result<()> {
     if n == 0 || n > MAX_WRITE_BATCH {
         return Err(Error::new(16, format!("Write batch sizes must be between 1 and {MAX_WRITE_BATCH}. Got {n} operations.")));
@@ -187,6 +199,7 @@ pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
     let raw = opt_doc_array(cmd, "updates")?.ok_or_else(|| Error::failed_to_parse("BSON field 'update.updates' is missing but a required field"))?;
     check_batch(raw.len())?;
     let ordered = opt_bool(cmd, "ordered")?.unwrap_or(true);
+    let let_vars = opt_doc(cmd, "let")?;
     let mut ops = Vec::with_capacity(raw.len());
     for u in &raw {
         check_statement_fields("update.updates", u, &["q", "u", "c", "upsert", "multi", "arrayFilters", "hint", "collation"])?;
@@ -207,6 +220,7 @@ pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
             upsert: opt_bool(u, "upsert")?.unwrap_or(false),
             array_filters: opt_doc_array(u, "arrayFilters")?,
             hint: u.get("hint").cloned().filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())),
+            let_vars: merge_let(&let_vars, opt_doc(u, "c")?),
         });
     }
     let count = ops.len() as u64;
@@ -232,6 +246,7 @@ pub async fn delete(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
     let raw = opt_doc_array(cmd, "deletes")?.ok_or_else(|| Error::failed_to_parse("BSON field 'delete.deletes' is missing but a required field"))?;
     check_batch(raw.len())?;
     let ordered = opt_bool(cmd, "ordered")?.unwrap_or(true);
+    let let_vars = opt_doc(cmd, "let")?;
     let mut ops = Vec::with_capacity(raw.len());
     for d in &raw {
         check_statement_fields("delete.deletes", d, &["q", "limit", "hint", "collation"])?;
@@ -244,7 +259,12 @@ pub async fn delete(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
             Some(v) => tailstream_engine::find::as_i64(v).ok_or_else(|| Error::type_mismatch("BSON field 'delete.deletes.limit' must be a number"))?,
             None => return Err(Error::failed_to_parse("BSON field 'delete.deletes.limit' is missing but a required field")),
         };
-        ops.push(DeleteOp { q, limit, hint: d.get("hint").cloned().filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())) });
+        ops.push(DeleteOp {
+            q,
+            limit,
+            hint: d.get("hint").cloned().filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())),
+            let_vars: let_vars.clone(),
+        });
     }
     let count = ops.len() as u64;
     retryable(state, cmd, || async move {
@@ -277,6 +297,7 @@ pub async fn find_and_modify(state: &Arc<ServerState>, db: &str, cmd: &Document)
         upsert: opt_bool(cmd, "upsert")?.unwrap_or(false),
         array_filters: opt_doc_array(cmd, "arrayFilters")?,
         hint: cmd.get("hint").cloned().filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())),
+        let_vars: opt_doc(cmd, "let")?,
     };
     retryable(state, cmd, || async move {
         let remove = req.remove;
