@@ -50,6 +50,10 @@ pub struct Cursor {
     pub busy: bool,
     /// An already projected document that did not fit in the previous batch.
     front: Option<Document>,
+    /// Stays open at the end of the data and continues from there on the next getMore.
+    pub tailable: bool,
+    /// A getMore on it waits (up to its maxTimeMS) for new data instead of returning empty.
+    pub await_data: bool,
 }
 
 impl Cursor {
@@ -66,6 +70,8 @@ impl Cursor {
             lsid: None,
             busy: false,
             front: None,
+            tailable: false,
+            await_data: false,
         }
     }
 
@@ -80,6 +86,12 @@ impl Cursor {
             Some(r) => want.min(r as usize),
             None => want,
         };
+        if self.tailable {
+            // New documents may have been committed after the scan last reached the end.
+            if let Source::Scan { scan, .. } = &mut self.source {
+                scan.done = false;
+            }
+        }
         let mut out = Vec::new();
         let mut bytes = 0usize;
         while out.len() < want {
@@ -110,7 +122,8 @@ impl Cursor {
             }
         }
         let exhausted = self.remaining == Some(0)
-            || (self.front.is_none()
+            || (!self.tailable
+                && self.front.is_none()
                 && match &self.source {
                     Source::Buffered(q) => q.is_empty(),
                     Source::Scan { scan, buf, .. } => scan.done && buf.is_empty(),

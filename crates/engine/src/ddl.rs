@@ -112,6 +112,11 @@ impl Engine {
             let p = keys::index_prefix(i.id);
             txn.batch().delete_range(Space::Index, &p, &prefix_successor(&p).expect("prefix"));
         }
+        if meta.is_capped() {
+            let p = meta.id.to_be_bytes();
+            txn.batch().delete_range(Space::Natural, &p, &prefix_successor(&p).expect("prefix"));
+            self.capped_forget(meta.id);
+        }
         txn.remove_collection(&meta.ns);
         txn.log(OplogChange::command(&meta.ns.db, Some(meta.uuid), doc! {"drop": meta.ns.coll.clone()}));
     }

@@ -34,14 +34,18 @@ pub struct FindRequest {
     pub lsid: Option<Bson>,
     /// The `let` option: variables for `$expr` in the filter.
     pub let_vars: Option<Document>,
+    pub tailable: bool,
+    pub await_data: bool,
 }
 
 /// One batch of a cursor: id 0 means the cursor is exhausted and closed.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct CursorBatch {
     pub cursor_id: i64,
     pub ns: String,
     pub docs: Vec<Document>,
+    /// The cursor is open and tailable with awaitData: an empty batch may wait for data.
+    pub await_data: bool,
 }
 
 impl Engine {
@@ -62,7 +66,24 @@ impl Engine {
             }
         }
         let batch_size = check_batch_size(req.batch_size)?;
-        let source = if ns.db == OPLOG_DB && ns.coll == OPLOG_COLL {
+        let is_oplog = ns.db == OPLOG_DB && ns.coll == OPLOG_COLL;
+        if req.tailable {
+            let capped = is_oplog || self.collection(ns).map(|m| m.is_capped()).unwrap_or(false);
+            if !capped && self.collection(ns).is_some() {
+                return Err(Error::bad_value(format!(
+                    "error processing query: ns={} tailable cursor requested on non capped collection",
+                    ns.full()
+                )));
+            }
+            if let Some(s) = &sort {
+                if !(s.fields.len() == 1 && s.fields[0].0 == "$natural" && !s.fields[0].1) {
+                    return Err(Error::bad_value("cannot use tailable option with a sort other than {$natural: 1}"));
+                }
+            }
+        } else if req.await_data {
+            return Err(Error::failed_to_parse("Cannot set 'awaitData' without also setting 'tailable'"));
+        }
+        let source = if is_oplog {
             let reverse = sort.as_ref().map(|s| s.fields.len() == 1 && s.fields[0].1).unwrap_or(false);
             let from = oplog_start(&matcher);
             Some(Source::Scan {
@@ -80,8 +101,11 @@ impl Engine {
                 }
             }
         };
-        let Some(source) = source else {
-            return Ok(CursorBatch { cursor_id: 0, ns: ns.full(), docs: Vec::new() });
+        let source = match source {
+            Some(s) => s,
+            // A tailable cursor on a capped collection that does not exist yet stays dead,
+            // as in mongod (there is no collection to tail).
+            None => return Ok(CursorBatch { cursor_id: 0, ns: ns.full(), ..Default::default() }),
         };
         let mut cursor = Cursor::new(ns.full(), source);
         cursor.projection = projection;
@@ -89,6 +113,8 @@ impl Engine {
         cursor.remaining = req.limit.filter(|l| *l > 0).map(|l| l as u64);
         cursor.no_timeout = req.no_cursor_timeout;
         cursor.lsid = req.lsid.clone();
+        cursor.tailable = req.tailable;
+        cursor.await_data = req.tailable && req.await_data;
         self.first_batch(cursor, Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)), req.single_batch)
     }
 
@@ -123,15 +149,16 @@ impl Engine {
             // batchSize 0: open the cursor without producing anything yet (mongod does the same).
             let ns = cursor.ns.clone();
             let id = self.cursors.register(cursor)?;
-            return Ok(CursorBatch { cursor_id: id, ns, docs: Vec::new() });
+            return Ok(CursorBatch { cursor_id: id, ns, await_data: false, docs: Vec::new() });
         }
         let (docs, exhausted) = cursor.next_batch(&self.store, batch_size)?;
         let ns = cursor.ns.clone();
         if exhausted || single_batch {
-            return Ok(CursorBatch { cursor_id: 0, ns, docs });
+            return Ok(CursorBatch { cursor_id: 0, ns, docs, await_data: false });
         }
+        let await_data = cursor.await_data;
         let id = self.cursors.register(cursor)?;
-        Ok(CursorBatch { cursor_id: id, ns, docs })
+        Ok(CursorBatch { cursor_id: id, ns, docs, await_data })
     }
 
     /// The next batch of an open cursor; `ns` must be the cursor's namespace.
@@ -157,7 +184,7 @@ impl Engine {
                 } else {
                     cursor_id
                 };
-                Ok(CursorBatch { cursor_id: id, ns: c.ns.clone(), docs })
+                Ok(CursorBatch { cursor_id: id, ns: c.ns.clone(), docs, await_data: id != 0 && c.await_data })
             }
             Err(e) => {
                 self.cursors.remove(cursor_id);
@@ -276,7 +303,7 @@ impl Engine {
         };
         if let Some(out) = pipeline.output_stage() {
             self.write_output_stage(db, out, docs)?;
-            return Ok(CursorBatch { cursor_id: 0, ns: cursor_ns, docs: Vec::new() });
+            return Ok(CursorBatch { cursor_id: 0, ns: cursor_ns, ..Default::default() });
         }
         let mut cursor = Cursor::new(cursor_ns, Source::Buffered(docs.into()));
         cursor.lsid = lsid;

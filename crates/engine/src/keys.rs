@@ -84,6 +84,15 @@ pub fn parse_doc_pointer(v: &[u8]) -> Option<u64> {
     }
 }
 
+/// `Natural` key of a capped collection's document: its collection, then the cluster
+/// time of its insert (insertion order).
+pub fn natural_key(coll_id: u32, ts: u64) -> [u8; 12] {
+    let mut k = [0u8; 12];
+    k[..4].copy_from_slice(&coll_id.to_be_bytes());
+    k[4..].copy_from_slice(&ts.to_be_bytes());
+    k
+}
+
 pub const META_COUNTERS: &[u8] = b"counters";
 pub const META_OPLOG_TRIM: &[u8] = b"oplog_trim";
 

@@ -7,6 +7,7 @@
 //! gap. Durability is separate (see [`durability`]): the commit returns a sequence
 //! number that `j: true` writers wait on, and one thread's fsync covers them all.
 
+pub mod capped;
 pub mod catalog;
 pub mod clock;
 pub mod cursor;
@@ -81,6 +82,8 @@ pub struct Engine {
     writer: Mutex<Writer>,
     pub durability: Arc<Durability>,
     pub cursors: cursor::CursorRegistry,
+    /// Totals of capped collections, by collection id (see `capped`).
+    capped: Mutex<std::collections::HashMap<u32, capped::CappedState>>,
     opts: EngineOptions,
     commits: watch::Sender<CommitNotice>,
     _lock_file: std::fs::File,
@@ -126,6 +129,7 @@ impl Engine {
             writer: Mutex::new(Writer { clock: ClusterClock::after(last_ts), oplog_bytes, trim_ts }),
             durability,
             cursors: cursor::CursorRegistry::new(),
+            capped: Mutex::new(std::collections::HashMap::new()),
             opts,
             commits,
             _lock_file: lock_file,
@@ -181,6 +185,7 @@ impl Engine {
             wall: bson::DateTime::now(),
             last_ts: None,
             oplog_added: 0,
+            touched_capped: false,
         }
     }
 
@@ -206,6 +211,17 @@ pub(crate) struct Txn<'e> {
     wall: bson::DateTime,
     last_ts: Option<bson::Timestamp>,
     oplog_added: u64,
+    /// Capped totals include this transaction's inserts: settle them at commit or drop.
+    touched_capped: bool,
+}
+
+impl Drop for Txn<'_> {
+    fn drop(&mut self) {
+        if self.touched_capped {
+            // Not committed (commit clears the flag): the totals counted work that never happened.
+            self.engine.capped_settle(false);
+        }
+    }
 }
 
 impl<'e> Txn<'e> {
@@ -289,11 +305,16 @@ impl<'e> Txn<'e> {
         self.batch.put(Space::Meta, keys::META_COUNTERS, &bytes);
     }
 
+    pub fn touch_capped(&mut self) {
+        self.touched_capped = true;
+    }
+
     /// Commits atomically; returns the durability sequence number.
     pub fn commit(mut self) -> Result<Committed> {
         if self.batch.is_empty() {
             return Ok(Committed { seq: self.engine.durability.last_committed(), last_ts: None });
         }
+        let touched_capped = std::mem::take(&mut self.touched_capped);
         if self.oplog_added > 0 {
             self.w.oplog_bytes += self.oplog_added;
             let state = doc! {"trim": self.w.trim_ts as i64, "bytes": self.w.oplog_bytes as i64};
@@ -301,8 +322,19 @@ impl<'e> Txn<'e> {
             state.to_writer(&mut bytes).expect("serialise oplog state");
             self.batch.put(Space::Meta, keys::META_OPLOG_TRIM, &bytes);
         }
-        let Txn { engine, mut w, batch, catalog, last_ts, .. } = self;
-        engine.store.commit(batch).map_err(storage_err)?;
+        let engine = self.engine;
+        let batch = std::mem::replace(&mut self.batch, engine.store.batch());
+        let catalog = self.catalog.take();
+        let last_ts = self.last_ts;
+        if let Err(e) = engine.store.commit(batch) {
+            if touched_capped {
+                engine.capped_settle(false);
+            }
+            return Err(storage_err(e));
+        }
+        if touched_capped {
+            engine.capped_settle(true);
+        }
         let seq = engine.durability.committed();
         if let Some(c) = catalog {
             *engine.catalog.write() = Arc::new(c);
@@ -310,8 +342,8 @@ impl<'e> Txn<'e> {
         if let Some(ts) = last_ts {
             engine.commits.send_replace(CommitNotice { seq, last_ts: keys::ts_to_u64(ts) });
         }
-        if w.oplog_bytes > engine.opts.oplog_size_bytes {
-            if let Err(e) = trim_oplog(engine, &mut w) {
+        if self.w.oplog_bytes > engine.opts.oplog_size_bytes {
+            if let Err(e) = trim_oplog(engine, &mut self.w) {
                 tracing::error!("oplog trim failed: {e}");
             }
         }

@@ -27,6 +27,8 @@ pub enum Access {
     IndexScan { index: Arc<IndexMeta>, ranges: Vec<(Vec<u8>, Vec<u8>)>, reverse: bool },
     /// The oplog from a cluster time on (`local.oplog.rs`).
     OplogScan { from: u64, reverse: bool },
+    /// A capped collection in insertion order (its `Natural` entries).
+    NaturalScan { reverse: bool },
 }
 
 #[derive(Debug, Clone)]
@@ -55,15 +57,29 @@ impl Plan {
                     "intervals": ranges.len() as i64,
                 }
             },
-            Access::OplogScan { reverse, .. } => {
+            Access::OplogScan { reverse, .. } | Access::NaturalScan { reverse } => {
                 bson::doc! {"stage": "COLLSCAN", "direction": if *reverse { "backward" } else { "forward" }}
             }
         }
     }
 }
 
-/// Chooses the access path for a query on a collection.
+/// Chooses the access path for a query on a collection. A capped collection's
+/// collection scans follow insertion order, as mongod's do.
 pub fn plan(meta: &CollMeta, matcher: &Matcher, sort: Option<&SortSpec>, hint: Option<&Bson>) -> Result<Plan> {
+    let mut p = plan_access(meta, matcher, sort, hint)?;
+    if meta.is_capped() {
+        if let Access::CollScan { reverse } = p.access {
+            let by_id = sort.map(|s| s.fields.len() == 1 && s.fields[0].0 == "_id").unwrap_or(false);
+            if !by_id {
+                p.access = Access::NaturalScan { reverse };
+            }
+        }
+    }
+    Ok(p)
+}
+
+fn plan_access(meta: &CollMeta, matcher: &Matcher, sort: Option<&SortSpec>, hint: Option<&Bson>) -> Result<Plan> {
     let sort_fields: &[(String, bool)] = sort.map(|s| s.fields.as_slice()).unwrap_or(&[]);
     let natural = sort_fields.len() == 1 && sort_fields[0].0 == "$natural";
     if let Some(h) = hint {
@@ -428,8 +444,56 @@ impl Scan {
                         self.position = Some(l);
                     }
                 }
+                Access::NaturalScan { reverse } => {
+                    let reverse = *reverse;
+                    let prefix = coll_id.to_be_bytes();
+                    let upper_all = prefix_successor(&prefix).expect("collection prefix");
+                    if let Some(pos) = &self.position {
+                        // The document the cursor stands on was evicted: mongod fails the
+                        // cursor rather than silently skipping what was lost after it.
+                        if store.get(Space::Natural, pos).map_err(storage_err)?.is_none() {
+                            return Err(Error::new(
+                                codes::CAPPED_POSITION_LOST,
+                                "CollectionScan died due to position in capped collection being deleted",
+                            ));
+                        }
+                    }
+                    let (lo, hi) = resume_bounds(&prefix, &upper_all, self.position.as_deref(), reverse);
+                    let mut last = None;
+                    let mut exhausted = true;
+                    for item in store.scan(Space::Natural, &lo, Some(&hi), reverse) {
+                        let (k, id_ks) = item.map_err(storage_err)?;
+                        steps += 1;
+                        self.keys_examined += 1;
+                        last = Some(k.to_vec());
+                        if let Some(doc) = fetch(store, coll_id, &id_ks)? {
+                            self.docs_examined += 1;
+                            if matcher.matches(&doc) {
+                                out.push((id_ks.to_vec(), doc));
+                            }
+                        }
+                        if out.len() - start_len >= want || steps >= MAX_KEYS_PER_STEP {
+                            exhausted = false;
+                            break;
+                        }
+                    }
+                    if let Some(l) = last {
+                        self.position = Some(l);
+                    }
+                    if exhausted {
+                        self.done = true;
+                    }
+                }
                 Access::OplogScan { from, reverse } => {
                     let reverse = *reverse;
+                    if let Some(pos) = &self.position {
+                        if store.get(Space::Oplog, pos).map_err(storage_err)?.is_none() {
+                            return Err(Error::new(
+                                codes::CAPPED_POSITION_LOST,
+                                "CollectionScan died due to position in capped collection being deleted",
+                            ));
+                        }
+                    }
                     let lo0 = keys::oplog_key(*from).to_vec();
                     let hi0 = vec![0xFF; 9];
                     let (lo, hi) = resume_bounds(&lo0, &hi0, self.position.as_deref(), reverse);

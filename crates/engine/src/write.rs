@@ -165,19 +165,26 @@ impl Engine {
         if pending.ids.contains(&id_ks) || self.store.get(Space::Docs, &dkey).map_err(storage_err)?.is_some() {
             return Err(duplicate_key_error(meta, "_id_", &doc! {"_id": 1}, &doc! {"_id": id.clone()}));
         }
+        let mut index_keys = Vec::new();
         if !meta.indexes.is_empty() {
             let doc = Document::try_from(raw.as_ref()).map_err(|e| Error::bad_value(e.to_string()))?;
             let entries = self.index_entries_checked(meta, &doc, &id_ks, pending, &[])?;
             for (index_id, values_ks) in entries {
-                txn.batch().put(Space::Index, &keys::index_entry_key(index_id, &values_ks, &id_ks), &id_ks);
+                let k = keys::index_entry_key(index_id, &values_ks, &id_ks);
+                txn.batch().put(Space::Index, &k, &id_ks);
+                index_keys.push(k);
                 pending.added.insert((index_id, values_ks), id_ks.clone());
             }
         }
-        pending.ids.insert(id_ks);
         // The document is stored once, in its oplog entry; the collection keeps a pointer
         // until the entry is trimmed (see `trim_oplog`) or the document is rewritten.
         let ts = txn.log_insert(&meta.ns.full(), meta.uuid, &raw, &id_ref);
         txn.batch().put(Space::Docs, &dkey, &keys::doc_pointer(keys::ts_to_u64(ts)));
+        if meta.is_capped() {
+            txn.touch_capped();
+            self.capped_insert(txn, meta, ts, &id_ks, raw.as_bytes().len() as u64, index_keys)?;
+        }
+        pending.ids.insert(id_ks);
         Ok(id)
     }
 
@@ -236,7 +243,7 @@ impl Engine {
     }
 
     /// The index entries of a stored document (for removing them).
-    fn index_entries(&self, meta: &CollMeta, doc: &Document) -> Vec<(u32, Vec<u8>)> {
+    pub(crate) fn index_entries_of(&self, meta: &CollMeta, doc: &Document) -> Vec<(u32, Vec<u8>)> {
         let mut out = Vec::new();
         for index in &meta.indexes {
             if !index.covers(doc) {
@@ -363,7 +370,7 @@ impl Engine {
             ));
         }
         let bytes = encode_checked(&new, false)?;
-        let old_entries = self.index_entries(meta, &old);
+        let old_entries = self.index_entries_of(meta, &old);
         let new_entries = self.index_entries_checked(meta, &new, &id_ks, pending, &old_entries)?;
         for e in old_entries.iter().filter(|e| !new_entries.contains(e)) {
             let k = keys::index_entry_key(e.0, &e.1, &id_ks);
@@ -377,6 +384,11 @@ impl Engine {
             pending.added.insert(e.clone(), id_ks.clone());
         }
         txn.batch().put(Space::Docs, &keys::doc_key(meta.id, &id_ks), &bytes);
+        if meta.is_capped() {
+            txn.touch_capped();
+            let old_len = RawDocumentBuf::from_document(&old).map(|r| r.as_bytes().len()).unwrap_or(0);
+            self.capped_resized(txn, meta, old_len as u64, bytes.len() as u64)?;
+        }
         let o = if replaced { new.clone() } else { update_diff(&new, &updated, &removed) };
         txn.log(OplogChange::update(meta.ns.full(), meta.uuid, old_id, o));
         Ok(Some(new))
@@ -472,10 +484,15 @@ impl Engine {
     }
 
     pub(crate) fn delete_in(&self, txn: &mut Txn<'_>, meta: &CollMeta, id_ks: &[u8], doc: &Document) {
-        for (index_id, values_ks) in self.index_entries(meta, doc) {
+        for (index_id, values_ks) in self.index_entries_of(meta, doc) {
             txn.batch().delete(Space::Index, &keys::index_entry_key(index_id, &values_ks, id_ks));
         }
         txn.batch().delete(Space::Docs, &keys::doc_key(meta.id, id_ks));
+        if meta.is_capped() {
+            let len = RawDocumentBuf::from_document(doc).map(|r| r.as_bytes().len()).unwrap_or(0);
+            // A failed reload of the totals is retried on the next use of the collection.
+            let _ = self.capped_deleted(meta, len as u64);
+        }
         let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
         txn.log(OplogChange::delete(meta.ns.full(), meta.uuid, id));
     }

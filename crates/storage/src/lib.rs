@@ -29,11 +29,13 @@ pub enum Space {
     Catalog,
     /// Small counters and markers (id allocation, oplog trim point).
     Meta,
+    /// Insertion order of capped collections: collection id ++ insert time -> KeyString(_id).
+    Natural,
 }
 
 impl Space {
-    pub const ALL: [Space; 6] =
-        [Space::Docs, Space::Index, Space::Oplog, Space::OplogByNs, Space::Catalog, Space::Meta];
+    pub const ALL: [Space; 7] =
+        [Space::Docs, Space::Index, Space::Oplog, Space::OplogByNs, Space::Catalog, Space::Meta, Space::Natural];
 
     fn cf_name(self) -> &'static str {
         match self {
@@ -43,6 +45,7 @@ impl Space {
             Space::OplogByNs => "oplog_by_ns",
             Space::Catalog => "catalog",
             Space::Meta => "meta",
+            Space::Natural => "natural",
         }
     }
 }

@@ -6,6 +6,7 @@ use crate::state::ServerState;
 use bson::{doc, Bson, Document};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 use tailstream_engine::find::{CursorBatch, FindRequest};
 use tailstream_engine::namespace::Namespace;
 use tailstream_engine::query::error::{codes, Error, Result};
@@ -28,9 +29,6 @@ fn parse_find(cmd: &Document) -> Result<FindRequest> {
     let skip = non_negative(cmd, "skip")?.unwrap_or(0);
     let limit = non_negative(cmd, "limit")?;
     let batch_size = non_negative(cmd, "batchSize")?;
-    if opt_bool(cmd, "tailable")?.unwrap_or(false) {
-        return Err(Error::bad_value("tailable cursors are only supported on capped collections"));
-    }
     Ok(FindRequest {
         filter: opt_doc(cmd, "filter")?.unwrap_or_default(),
         projection: opt_doc(cmd, "projection")?,
@@ -43,6 +41,8 @@ fn parse_find(cmd: &Document) -> Result<FindRequest> {
         no_cursor_timeout: opt_bool(cmd, "noCursorTimeout")?.unwrap_or(false),
         lsid: cmd.get("lsid").cloned(),
         let_vars: opt_doc(cmd, "let")?,
+        tailable: opt_bool(cmd, "tailable")?.unwrap_or(false),
+        await_data: opt_bool(cmd, "awaitData")?.unwrap_or(false),
     })
 }
 
@@ -78,6 +78,11 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     };
     check_fields(cmd, GET_MORE_FIELDS)?;
     let batch_size = opt_i64(cmd, "batchSize")?;
+    let max_await = match opt_i64(cmd, "maxTimeMS")? {
+        Some(ms) if ms < 0 => return Err(Error::bad_value("maxTimeMS value for getMore must be non-negative")),
+        Some(ms) => Duration::from_millis(ms as u64),
+        None => DEFAULT_AWAIT,
+    };
     let ns = format!("{db}.{coll}");
     state.opcounters.getmore.fetch_add(1, Ordering::Relaxed);
     if state.config.test_commands_enabled() && state.engine.cursors.get(id).is_some() {
@@ -87,9 +92,31 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
             return Err(e);
         }
     }
-    let batch = blocking(state, move |e| e.get_more(id, &ns, batch_size)).await?;
-    Ok(cursor_reply(batch, false))
+    // Subscribe before the first look, so a commit landing in between still wakes us.
+    let mut commits = state.engine.subscribe_commits();
+    commits.borrow_and_update();
+    let deadline = tokio::time::Instant::now() + max_await;
+    loop {
+        let ns = ns.clone();
+        let batch = blocking(state, move |e| e.get_more(id, &ns, batch_size)).await?;
+        if !batch.docs.is_empty() || !batch.await_data {
+            return Ok(cursor_reply(batch, false));
+        }
+        // Nothing new on a tailable awaitData cursor: the next commit wakes us (no polling);
+        // at the deadline the empty batch goes back and the cursor stays open.
+        tokio::select! {
+            changed = commits.changed() => {
+                if changed.is_err() {
+                    return Ok(cursor_reply(batch, false));
+                }
+            }
+            _ = tokio::time::sleep_until(deadline) => return Ok(cursor_reply(batch, false)),
+        }
+    }
 }
+
+/// How long a getMore on an awaitData cursor waits without `maxTimeMS` (mongod: 1 s).
+const DEFAULT_AWAIT: Duration = Duration::from_secs(1);
 
 pub fn kill_cursors(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     collection_arg(cmd, db)?;

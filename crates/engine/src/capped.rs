@@ -1,0 +1,173 @@
+//! Capped collections: a fixed-size collection that keeps insertion order and drops
+//! its oldest documents when `size` (bytes) or `max` (documents) is exceeded.
+//!
+//! Insertion order lives in the `Natural` space (collection id ++ insert time ->
+//! `_id`). Totals and the oldest live position ("head") are kept in memory, loaded
+//! on first use, so evicting the oldest document never searches through the
+//! tombstones of earlier evictions. Entries whose document was deleted by a user
+//! stay until eviction reaches them ("dangling"); readers skip them.
+
+use crate::catalog::CollMeta;
+use crate::read;
+use crate::{keys, storage_err, Engine, Txn};
+use bson::Document;
+use std::collections::VecDeque;
+
+use tailstream_query::error::Result;
+use tailstream_storage::{prefix_successor, Space};
+
+/// Live totals of one capped collection.
+#[derive(Debug, Clone, Default)]
+pub struct CappedState {
+    pub bytes: u64,
+    pub count: u64,
+    /// Natural keys below this are gone: scans and evictions start here.
+    pub head: Vec<u8>,
+    /// Inserts of the transaction being built (not yet visible in storage), oldest first.
+    pending: VecDeque<PendingInsert>,
+}
+
+#[derive(Debug, Clone)]
+struct PendingInsert {
+    natural_key: Vec<u8>,
+    id_ks: Vec<u8>,
+    size: u64,
+    /// The `Index` keys the insert wrote, to undo them if it is evicted in the same batch.
+    index_keys: Vec<Vec<u8>>,
+}
+
+/// The limits of a capped collection from its options.
+pub fn limits(meta: &CollMeta) -> (u64, u64) {
+    let size = meta.options.get("size").and_then(crate::find::as_i64).unwrap_or(0).max(0) as u64;
+    let max = meta.options.get("max").and_then(crate::find::as_i64).unwrap_or(0).max(0) as u64;
+    (size, max)
+}
+
+impl Engine {
+    /// The capped state of a collection, computed from storage on first use.
+    fn capped_state<'a>(&self, states: &'a mut std::collections::HashMap<u32, CappedState>, meta: &CollMeta) -> Result<&'a mut CappedState> {
+        if !states.contains_key(&meta.id) {
+            let prefix = meta.id.to_be_bytes();
+            let mut st = CappedState { head: prefix.to_vec(), ..Default::default() };
+            for item in self.store.scan_prefix(Space::Natural, &prefix, false) {
+                let (_, id_ks) = item.map_err(storage_err)?;
+                if let Some(size) = self.stored_size(meta.id, &id_ks)? {
+                    st.count += 1;
+                    st.bytes += size;
+                }
+            }
+            states.insert(meta.id, st);
+        }
+        Ok(states.get_mut(&meta.id).expect("inserted above"))
+    }
+
+    /// Size in bytes of a stored document, None if it is gone.
+    fn stored_size(&self, coll_id: u32, id_ks: &[u8]) -> Result<Option<u64>> {
+        let key = keys::doc_key(coll_id, id_ks);
+        match self.store.get(Space::Docs, &key).map_err(storage_err)? {
+            None => Ok(None),
+            Some(v) => match read::stored_bytes(&self.store, &v) {
+                Ok(read::StoredDoc::InOplog(entry)) => Ok(Some(read::inserted_document(&entry)?.as_bytes().len() as u64)),
+                _ => Ok(Some(v.len() as u64)),
+            },
+        }
+    }
+
+    /// Records an insert into a capped collection (its natural entry) and evicts the
+    /// oldest documents while a limit is exceeded.
+    pub(crate) fn capped_insert(
+        &self,
+        txn: &mut Txn<'_>,
+        meta: &CollMeta,
+        ts: bson::Timestamp,
+        id_ks: &[u8],
+        size: u64,
+        index_keys: Vec<Vec<u8>>,
+    ) -> Result<()> {
+        let natural_key = keys::natural_key(meta.id, keys::ts_to_u64(ts)).to_vec();
+        txn.batch().put(Space::Natural, &natural_key, id_ks);
+        let mut states = self.capped.lock();
+        let st = self.capped_state(&mut states, meta)?;
+        st.bytes += size;
+        st.count += 1;
+        st.pending.push_back(PendingInsert { natural_key, id_ks: id_ks.to_vec(), size, index_keys });
+        self.evict(txn, meta, st)
+    }
+
+    /// Adjusts the totals after an update changed a document's size, evicting if needed.
+    pub(crate) fn capped_resized(&self, txn: &mut Txn<'_>, meta: &CollMeta, old: u64, new: u64) -> Result<()> {
+        let mut states = self.capped.lock();
+        let st = self.capped_state(&mut states, meta)?;
+        st.bytes = (st.bytes + new).saturating_sub(old);
+        self.evict(txn, meta, st)
+    }
+
+    /// Adjusts the totals after a user deleted a document (its natural entry dangles).
+    pub(crate) fn capped_deleted(&self, meta: &CollMeta, size: u64) -> Result<()> {
+        let mut states = self.capped.lock();
+        let st = self.capped_state(&mut states, meta)?;
+        st.bytes = st.bytes.saturating_sub(size);
+        st.count = st.count.saturating_sub(1);
+        Ok(())
+    }
+
+    /// Forgets a dropped collection's totals.
+    pub(crate) fn capped_forget(&self, coll_id: u32) {
+        self.capped.lock().remove(&coll_id);
+    }
+
+    /// Called when a transaction touching capped collections commits or is abandoned:
+    /// its inserts are now in storage (or never will be).
+    pub(crate) fn capped_settle(&self, committed: bool) {
+        let mut states = self.capped.lock();
+        if committed {
+            for st in states.values_mut() {
+                st.pending.clear();
+            }
+        } else {
+            // Totals included uncommitted work: recompute on next use.
+            states.clear();
+        }
+    }
+
+    fn evict(&self, txn: &mut Txn<'_>, meta: &CollMeta, st: &mut CappedState) -> Result<()> {
+        let (size_limit, max) = limits(meta);
+        let over = |st: &CappedState| (size_limit > 0 && st.bytes > size_limit) || (max > 0 && st.count > max);
+        while over(st) && st.count > 0 {
+            // Stored documents are older than this transaction's own inserts.
+            if st.count as usize > st.pending.len() {
+                let upper = prefix_successor(&meta.id.to_be_bytes()).expect("collection prefix");
+                let first = self.store.scan(Space::Natural, &st.head, Some(&upper), false).next().transpose().map_err(storage_err)?;
+                let Some((nkey, id_ks)) = first else { break };
+                txn.batch().delete(Space::Natural, &nkey);
+                st.head = nkey.to_vec();
+                st.head.push(0);
+                let Some(doc) = read::fetch(&self.store, meta.id, &id_ks)? else {
+                    continue; // dangling: deleted by a user already, and not counted
+                };
+                let size = self.stored_size(meta.id, &id_ks)?.unwrap_or(0);
+                self.remove_document(txn, meta, &id_ks, &doc);
+                st.bytes = st.bytes.saturating_sub(size);
+            } else {
+                let Some(p) = st.pending.pop_front() else { break };
+                txn.batch().delete(Space::Natural, &p.natural_key);
+                for k in &p.index_keys {
+                    txn.batch().delete(Space::Index, k);
+                }
+                txn.batch().delete(Space::Docs, &keys::doc_key(meta.id, &p.id_ks));
+                st.bytes = st.bytes.saturating_sub(p.size);
+            }
+            st.count -= 1;
+        }
+        Ok(())
+    }
+
+    /// Removes an evicted document and its index entries (no oplog entry: capped
+    /// deletions follow from the inserts, as in mongod).
+    fn remove_document(&self, txn: &mut Txn<'_>, meta: &CollMeta, id_ks: &[u8], doc: &Document) {
+        for (index_id, values_ks) in self.index_entries_of(meta, doc) {
+            txn.batch().delete(Space::Index, &keys::index_entry_key(index_id, &values_ks, id_ks));
+        }
+        txn.batch().delete(Space::Docs, &keys::doc_key(meta.id, id_ks));
+    }
+}

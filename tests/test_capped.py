@@ -1,0 +1,176 @@
+"""Capped collections and tailable / awaitData cursors."""
+
+import threading
+import time
+
+import pytest
+from pymongo import CursorType
+from pymongo.errors import OperationFailure
+
+
+def ids(cursor):
+    return [d["_id"] for d in cursor]
+
+
+def try_next(cursor):
+    """The next document of a tailable cursor, or None after an (awaited) empty batch."""
+    try:
+        return next(cursor)
+    except StopIteration:
+        return None
+
+
+class TestCappedLimits:
+    def test_max_keeps_the_newest(self, db):
+        coll = db.create_collection("capped", capped=True, size=4096, max=3)
+        coll.insert_many([{"_id": i} for i in range(5)])
+        assert ids(coll.find()) == [2, 3, 4]
+
+    def test_max_across_separate_inserts(self, db):
+        coll = db.create_collection("capped", capped=True, size=1 << 20, max=2)
+        for i in range(5):
+            coll.insert_one({"_id": i})
+        assert ids(coll.find()) == [3, 4]
+        assert coll.count_documents({}) == 2
+
+    def test_size_keeps_the_newest_bytes(self, db):
+        coll = db.create_collection("capped", capped=True, size=10_000)
+        for i in range(30):
+            coll.insert_one({"_id": i, "pad": "x" * 1000})
+        kept = ids(coll.find())
+        assert kept == list(range(30 - len(kept), 30)), "only the oldest are dropped"
+        assert 5 <= len(kept) <= 10
+
+    def test_natural_order_is_insertion_order(self, db):
+        coll = db.create_collection("capped", capped=True, size=1 << 20)
+        for i in [5, 1, 9, 3]:
+            coll.insert_one({"_id": i})
+        assert ids(coll.find()) == [5, 1, 9, 3]
+        assert ids(coll.find().sort("$natural", -1)) == [3, 9, 1, 5]
+        assert ids(coll.find().sort("_id", 1)) == [1, 3, 5, 9]
+
+    def test_secondary_index_entries_leave_with_evicted_documents(self, db):
+        coll = db.create_collection("capped", capped=True, size=1 << 20, max=2)
+        coll.create_index("k")
+        coll.insert_many([{"_id": i, "k": i % 2} for i in range(6)])
+        assert ids(coll.find({"k": 0}).hint("k_1")) == [4]
+        assert ids(coll.find({"k": 1}).hint("k_1")) == [5]
+
+    def test_limits_survive_restart(self, fresh_server):
+        srv = fresh_server()
+        with srv.client() as c:
+            coll = c.cdb.create_collection("capped", capped=True, size=1 << 20, max=3)
+            coll.insert_many([{"_id": i} for i in range(3)])
+        srv.restart()
+        with srv.client() as c:
+            c.cdb.capped.insert_one({"_id": 3})
+            assert ids(c.cdb.capped.find()) == [1, 2, 3]
+
+    def test_updates_and_deletes(self, db):
+        coll = db.create_collection("capped", capped=True, size=1 << 20, max=3)
+        coll.insert_many([{"_id": i, "v": 0} for i in range(3)])
+        coll.update_one({"_id": 1}, {"$set": {"v": "grown" * 10}})
+        coll.delete_one({"_id": 0})
+        coll.insert_many([{"_id": 3}, {"_id": 4}])
+        assert ids(coll.find()) == [2, 3, 4]
+
+    def test_stats_report_capped(self, db):
+        db.create_collection("capped", capped=True, size=1000, max=7)
+        stats = db.command("collStats", "capped")
+        assert stats["capped"] is True and stats["max"] == 7 and stats["maxSize"] == 1024
+
+
+class TestTailable:
+    def test_tailable_on_a_non_capped_collection_fails(self, db):
+        db.plain.insert_one({})
+        with pytest.raises(OperationFailure) as exc:
+            db.command("find", "plain", tailable=True)
+        assert exc.value.code == 2
+
+    def test_empty_capped_collection_keeps_the_cursor_open(self, db):
+        """Deliberate improvement over MongoDB (SERVER-13955): no dead cursor."""
+        coll = db.create_collection("capped", capped=True, size=1 << 20)
+        cursor = coll.find(cursor_type=CursorType.TAILABLE_AWAIT).max_await_time_ms(100)
+        assert try_next(cursor) is None
+        assert cursor.alive
+        coll.insert_one({"_id": "first"})
+        deadline = time.monotonic() + 5
+        got = None
+        while got is None and time.monotonic() < deadline:
+            got = try_next(cursor)
+        assert got == {"_id": "first"}
+        cursor.close()
+
+    def test_filter_that_matches_nothing_yet_keeps_the_cursor_open(self, db):
+        coll = db.create_collection("capped", capped=True, size=1 << 20)
+        coll.insert_one({"kind": "noise"})
+        cursor = coll.find({"kind": "wanted"}, cursor_type=CursorType.TAILABLE_AWAIT).max_await_time_ms(100)
+        assert try_next(cursor) is None and cursor.alive
+        coll.insert_one({"kind": "wanted", "_id": 1})
+        deadline = time.monotonic() + 5
+        got = None
+        while got is None and time.monotonic() < deadline:
+            got = try_next(cursor)
+        assert got == {"kind": "wanted", "_id": 1}
+
+    def test_await_data_get_more_is_woken_by_an_insert(self, db):
+        coll = db.create_collection("capped", capped=True, size=1 << 20)
+        coll.insert_one({"_id": 0})
+        first = db.command("find", "capped", tailable=True, awaitData=True)
+        cursor_id = first["cursor"]["id"]
+        assert [d["_id"] for d in first["cursor"]["firstBatch"]] == [0]
+        timer = threading.Timer(0.3, lambda: coll.insert_one({"_id": 1}))
+        timer.start()
+        # A 30 s await: only the insert's wake-up can end this getMore with a document.
+        reply = db.command("getMore", cursor_id, collection="capped", maxTimeMS=30_000)
+        timer.join()
+        assert [d["_id"] for d in reply["cursor"]["nextBatch"]] == [1]
+        assert reply["cursor"]["id"] == cursor_id
+
+    def test_await_times_out_with_an_empty_batch_and_stays_open(self, db):
+        db.create_collection("capped", capped=True, size=1 << 20)
+        first = db.command("find", "capped", tailable=True, awaitData=True)
+        reply = db.command("getMore", first["cursor"]["id"], collection="capped", maxTimeMS=50)
+        assert reply["cursor"]["nextBatch"] == []
+        assert reply["cursor"]["id"] == first["cursor"]["id"]
+
+    def test_many_cursors_all_receive_each_document(self, db):
+        coll = db.create_collection("capped", capped=True, size=1 << 20)
+        cursors = [coll.find(cursor_type=CursorType.TAILABLE_AWAIT).max_await_time_ms(100) for _ in range(10)]
+        for c in cursors:
+            assert try_next(c) is None
+        coll.insert_many([{"_id": i} for i in range(3)])
+        for c in cursors:
+            seen = []
+            deadline = time.monotonic() + 5
+            while len(seen) < 3 and time.monotonic() < deadline:
+                d = try_next(c)
+                if d is not None:
+                    seen.append(d["_id"])
+            assert seen == [0, 1, 2]
+            c.close()
+
+    def test_overwritten_position_fails_with_capped_position_lost(self, db):
+        coll = db.create_collection("capped", capped=True, size=1 << 20, max=3)
+        coll.insert_many([{"_id": i} for i in range(3)])
+        first = db.command("find", "capped", tailable=True, batchSize=1)
+        assert [d["_id"] for d in first["cursor"]["firstBatch"]] == [0]
+        coll.insert_many([{"_id": i} for i in range(3, 9)])
+        with pytest.raises(OperationFailure) as exc:
+            db.command("getMore", first["cursor"]["id"], collection="capped")
+        assert exc.value.code == 136
+
+    def test_oplog_is_tailable_from_a_timestamp(self, client, db):
+        coll = db.tailme
+        coll.insert_one({"_id": "before"})
+        start = client.local["oplog.rs"].find().sort("$natural", -1).limit(1).next()["ts"]
+        cursor = client.local["oplog.rs"].find({"ts": {"$gt": start}, "ns": f"{db.name}.tailme"},
+                                                cursor_type=CursorType.TAILABLE_AWAIT).max_await_time_ms(200)
+        assert try_next(cursor) is None and cursor.alive
+        coll.insert_one({"_id": "tailed"})
+        deadline = time.monotonic() + 5
+        got = None
+        while got is None and time.monotonic() < deadline:
+            got = try_next(cursor)
+        assert got["op"] == "i" and got["o"] == {"_id": "tailed"}
+        cursor.close()
