@@ -174,3 +174,52 @@ class TestTailable:
             got = try_next(cursor)
         assert got["op"] == "i" and got["o"] == {"_id": "tailed"}
         cursor.close()
+
+
+class TestExhaust:
+    def test_exhaust_get_more_streams_batches_without_requests(self, server, db):
+        import wire
+        db.ex.insert_many([{"_id": i} for i in range(7)])
+        sock = wire.connect(server.port)
+        try:
+            first = wire.command(sock, {"find": "ex", "batchSize": 2, "$db": db.name})
+            cursor_id = first["cursor"]["id"]
+            seen = [d["_id"] for d in first["cursor"]["firstBatch"]]
+            rid, msg = wire.op_msg({"getMore": cursor_id, "collection": "ex", "batchSize": 2, "$db": db.name},
+                                   flags=1 << 16)  # exhaustAllowed
+            sock.sendall(msg)
+            response_to, replies = rid, 0
+            while True:
+                reply_id, resp_to, opcode, body = wire.read_message(sock)
+                flags, doc = wire.parse_op_msg(body)
+                assert resp_to == response_to, "each streamed reply answers the previous one"
+                seen += [d["_id"] for d in doc["cursor"]["nextBatch"]]
+                replies += 1
+                more = bool(flags & 2)
+                assert more == (doc["cursor"]["id"] != 0)
+                if not more:
+                    break
+                response_to = reply_id
+            assert seen == list(range(7))
+            assert replies == 3
+        finally:
+            sock.close()
+
+    def test_pymongo_exhaust_cursor(self, db):
+        from pymongo import CursorType
+        db.ex2.insert_many([{"_id": i} for i in range(250)])
+        assert ids(db.ex2.find(cursor_type=CursorType.EXHAUST).batch_size(20)) == list(range(250))
+
+
+def test_convert_to_capped(db):
+    db.conv.insert_many([{"_id": i, "pad": "p" * 200} for i in range(50)])
+    db.command("convertToCapped", "conv", size=2048)
+    opts = db.conv.options()
+    assert opts["capped"] is True and opts["size"] == 2048
+    kept = ids(db.conv.find())
+    assert 0 < len(kept) < 50 and kept == list(range(50 - len(kept), 50)), "the newest documents remain, in order"
+    db.conv.insert_one({"_id": 50})
+    assert ids(db.conv.find())[-1] == 50
+    with pytest.raises(OperationFailure) as exc:
+        db.command("convertToCapped", "missing", size=4096)
+    assert exc.value.code == 26

@@ -111,6 +111,43 @@ impl Engine {
         Ok(())
     }
 
+    /// convertToCapped: the collection becomes capped with its documents in `_id` order
+    /// as insertion order, then is cut to `size`.
+    pub fn convert_to_capped(&self, ns: &crate::namespace::Namespace, size: &bson::Bson) -> Result<crate::Committed> {
+        use tailstream_query::error::{codes, Error};
+        let mut txn = self.begin();
+        let Some(meta) = txn.catalog().get(ns) else {
+            return Err(Error::new(codes::NAMESPACE_NOT_FOUND, format!("source collection {} does not exist", ns.full())));
+        };
+        let size = crate::ddl::round_capped_size(size)?;
+        let mut options = meta.options.clone();
+        options.insert("capped", true);
+        options.insert("size", size);
+        if !meta.is_capped() {
+            // Existing documents get insertion positions below any real cluster time.
+            let prefix = keys::coll_prefix(meta.id);
+            for (n, item) in self.store.scan_prefix(Space::Docs, &prefix, false).enumerate() {
+                let (k, _) = item.map_err(storage_err)?;
+                txn.batch().put(Space::Natural, &keys::natural_key(meta.id, n as u64 + 1), &k[4..]);
+            }
+        }
+        let converted = CollMeta { ns: meta.ns.clone(), id: meta.id, uuid: meta.uuid, options, indexes: meta.indexes.clone() };
+        let converted = txn.put_collection(converted);
+        txn.log(crate::oplog::OplogChange::command(&ns.db, Some(meta.uuid), bson::doc! {"convertToCapped": ns.coll.clone(), "size": size}));
+        self.capped_forget(meta.id);
+        let committed = txn.commit()?;
+        // Cut to size in a second transaction, now that the natural entries are stored.
+        let mut txn = self.begin();
+        txn.touch_capped();
+        {
+            let mut states = self.capped.lock();
+            let st = self.capped_state(&mut states, &converted)?;
+            self.evict(&mut txn, &converted, st)?;
+        }
+        let trimmed = txn.commit()?;
+        Ok(if trimmed.last_ts.is_some() || trimmed.seq > committed.seq { trimmed } else { committed })
+    }
+
     /// Forgets a dropped collection's totals.
     pub(crate) fn capped_forget(&self, coll_id: u32) {
         self.capped.lock().remove(&coll_id);

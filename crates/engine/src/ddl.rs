@@ -504,7 +504,7 @@ fn normalize_create_options(mut options: Document) -> Result<Document> {
     Ok(options)
 }
 
-fn round_capped_size(v: &Bson) -> Result<i64> {
+pub(crate) fn round_capped_size(v: &Bson) -> Result<i64> {
     let size = tailstream_query::compare::as_f64(v).ok_or_else(|| Error::type_mismatch("capped size must be a number"))?;
     if size <= 0.0 {
         return Err(Error::bad_value("capped size must be greater than 0"));

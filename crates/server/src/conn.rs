@@ -16,6 +16,40 @@ fn next_request_id() -> i32 {
     NEXT_REQUEST_ID.fetch_add(1, Ordering::Relaxed)
 }
 
+/// An exhaust getMore: every batch goes out flagged `moreToCome`, each answering the
+/// previous reply, without the client asking again, until the cursor is exhausted or
+/// fails (that last reply has no flag and ends the stream).
+async fn stream_get_more(
+    state: &Arc<ServerState>,
+    conn: &mut Conn,
+    wr: &mut (impl AsyncWriteExt + Unpin),
+    cmd: bson::Document,
+    request_id: i32,
+    compressor: Option<wire::Compressor>,
+) -> Result<(), String> {
+    let mut response_to = request_id;
+    loop {
+        let reply = commands::dispatch(state, conn, cmd.clone(), None).await;
+        if reply.close_connection {
+            return Err("closed by a failCommand fail point".into());
+        }
+        let open = reply.body.get_f64("ok").unwrap_or(0.0) == 1.0
+            && reply.body.get_document("cursor").and_then(|c| c.get_i64("id")).unwrap_or(0) != 0;
+        let id = next_request_id();
+        let flags = if open { msg_flags::MORE_TO_COME } else { 0 };
+        let bytes = wire::encode_msg(id, response_to, flags, &reply.body);
+        let bytes = match compressor {
+            Some(c) => wire::compress(&bytes, c),
+            None => bytes,
+        };
+        wr.write_all(&bytes).await.map_err(|e| format!("write failed: {e}"))?;
+        if !open {
+            return Ok(());
+        }
+        response_to = id;
+    }
+}
+
 pub async fn accept_loop(listener: TcpListener, state: Arc<ServerState>) {
     loop {
         match listener.accept().await {
@@ -56,12 +90,18 @@ async fn serve(sock: TcpStream, peer: SocketAddr, state: Arc<ServerState>) {
             let reply = match request {
                 Request::Msg(mut msg) => {
                     let fire_and_forget = msg.flags & msg_flags::MORE_TO_COME != 0;
+                    let exhaust = msg.flags & msg_flags::EXHAUST_ALLOWED != 0
+                        && msg.body.keys().next().map(String::as_str) == Some("getMore");
                     // An insert's documents stay raw BSON all the way to storage.
                     let payload = match msg.body.keys().next().map(String::as_str) {
                         Some("insert") => msg.take_sequence("documents").map(|s| s.documents),
                         _ => None,
                     };
                     let cmd = msg.into_command().map_err(|e| format!("malformed message: {e}"))?;
+                    if exhaust {
+                        stream_get_more(&state, &mut conn, &mut wr, cmd, header.request_id, compressor).await?;
+                        continue;
+                    }
                     let reply = commands::dispatch(&state, &mut conn, cmd, payload).await;
                     if fire_and_forget {
                         continue;

@@ -162,6 +162,14 @@ pub async fn coll_mod(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     Ok(with_wce(reply, await_write_concern(state, wc, Some(committed)).await))
 }
 
+pub async fn convert_to_capped(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+    let ns = collection_arg(cmd, db)?;
+    let size = cmd.get("size").cloned().ok_or_else(|| Error::failed_to_parse("BSON field 'convertToCapped.size' is missing but a required field"))?;
+    let wc = parse_write_concern(cmd)?;
+    let committed = blocking(state, move |e| e.convert_to_capped(&ns, &size)).await?;
+    Ok(with_wce(Document::new(), await_write_concern(state, wc, Some(committed)).await))
+}
+
 pub async fn create_indexes(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
     let specs: Vec<Document> = match cmd.get("indexes") {
