@@ -223,3 +223,84 @@ def test_convert_to_capped(db):
     with pytest.raises(OperationFailure) as exc:
         db.command("convertToCapped", "missing", size=4096)
     assert exc.value.code == 26
+
+
+class TestBusScenarios:
+    def test_killing_a_cursor_ends_its_waiting_get_more(self, server, db):
+        from pymongo import MongoClient
+        db.create_collection("capped", capped=True, size=1 << 20)
+        first = db.command("find", "capped", tailable=True, awaitData=True)
+        cursor_id = first["cursor"]["id"]
+        outcome = {}
+
+        def wait():
+            with MongoClient(server.uri(directConnection="true")) as c:
+                try:
+                    outcome["reply"] = c[db.name].command("getMore", cursor_id, collection="capped", maxTimeMS=30_000)
+                except OperationFailure as e:
+                    outcome["code"] = e.code
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        time.sleep(0.3)
+        db.command("killCursors", "capped", cursors=[cursor_id])
+        waiter.join(timeout=60)
+        # Only the kill's wake-up yields CursorNotFound; a timed-out wait returns an empty batch.
+        assert outcome.get("code") == 43, outcome
+
+    def test_producer_in_another_process(self, server, db):
+        import subprocess
+        import sys
+        coll = db.create_collection("bus", capped=True, size=1 << 20)
+        cursor = coll.find(cursor_type=CursorType.TAILABLE_AWAIT).max_await_time_ms(500)
+        assert try_next(cursor) is None
+        producer = subprocess.Popen([sys.executable, "-c", f"""
+import time, pymongo
+c = pymongo.MongoClient({server.uri(directConnection='true')!r})
+for i in range(200):
+    c[{db.name!r}].bus.insert_one({{'seq': i, 'time': time.time()}})
+    if i % 20 == 0:
+        time.sleep(0.01)
+"""])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 200 and time.monotonic() < deadline:
+            d = try_next(cursor)
+            if d is not None:
+                got.append(d["seq"])
+        assert producer.wait(timeout=30) == 0
+        assert got == list(range(200)), "every message exactly once, in order"
+
+    def test_server_restart_while_a_cursor_waits(self, fresh_server):
+        from pymongo.errors import AutoReconnect
+        srv = fresh_server()
+        with srv.client() as c:
+            coll = c.busdb.create_collection("bus", capped=True, size=1 << 20)
+            coll.insert_one({"_id": 0})
+            cursor = coll.find(cursor_type=CursorType.TAILABLE_AWAIT).max_await_time_ms(10_000)
+            assert next(cursor) == {"_id": 0}
+            errors = []
+
+            def consume():
+                try:
+                    next(cursor)
+                except (AutoReconnect, OperationFailure, StopIteration) as e:
+                    errors.append(e)
+
+            waiter = threading.Thread(target=consume)
+            waiter.start()
+            time.sleep(0.3)
+            srv.restart()
+            waiter.join(timeout=60)
+            assert not waiter.is_alive() and errors, "the waiting getMore ends when the server goes away"
+        with srv.client() as c:
+            coll = c.busdb.bus
+            cursor = coll.find({"_id": {"$gt": 0}}, cursor_type=CursorType.TAILABLE_AWAIT).max_await_time_ms(200)
+            assert try_next(cursor) is None and cursor.alive
+            coll.insert_one({"_id": 1})
+            got = None
+            deadline = time.monotonic() + 5
+            while got is None and time.monotonic() < deadline:
+                got = try_next(cursor)
+            assert got == {"_id": 1}
+            assert [d["_id"] for d in coll.find()] == [0, 1], "messages survive the restart"

@@ -110,3 +110,28 @@ test('unique index violations surface as E11000 MongoServerError', async () => {
     await client.close();
   }
 });
+
+test('tailable awaitData cursor on a capped collection (empty at first) receives new documents', async () => {
+  const client = new MongoClient(`mongodb://127.0.0.1:${port}/?directConnection=true`);
+  try {
+    const db = client.db('nodetest');
+    await db.collection('bus').drop().catch(() => {});
+    const bus = await db.createCollection('bus', { capped: true, size: 1 << 20 });
+    const cursor = bus.find({}, { tailable: true, awaitData: true, maxAwaitTimeMS: 200 });
+    const received = [];
+    const consumer = (async () => {
+      for await (const doc of cursor) {
+        received.push(doc.seq);
+        if (received.length === 5) break;
+      }
+    })();
+    await new Promise((r) => setTimeout(r, 300));
+    for (let seq = 0; seq < 5; seq++) await bus.insertOne({ seq });
+    await consumer;
+    assert.deepEqual(received, [0, 1, 2, 3, 4]);
+    const opts = await bus.options();
+    assert.equal(opts.capped, true);
+  } finally {
+    await client.close();
+  }
+});

@@ -157,6 +157,9 @@ fn encoded_len(d: &Document) -> usize {
 /// All open cursors.
 pub struct CursorRegistry {
     cursors: Mutex<HashMap<i64, Arc<Mutex<Cursor>>>>,
+    /// Bumped whenever cursors are closed, so a getMore waiting for data on one of
+    /// them notices at once instead of at the end of its await time.
+    closed: tokio::sync::watch::Sender<u64>,
 }
 
 impl Default for CursorRegistry {
@@ -167,7 +170,16 @@ impl Default for CursorRegistry {
 
 impl CursorRegistry {
     pub fn new() -> CursorRegistry {
-        CursorRegistry { cursors: Mutex::new(HashMap::new()) }
+        CursorRegistry { cursors: Mutex::new(HashMap::new()), closed: tokio::sync::watch::channel(0).0 }
+    }
+
+    /// A receiver that changes whenever cursors are closed.
+    pub fn subscribe_closed(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.closed.subscribe()
+    }
+
+    fn notify_closed(&self) {
+        self.closed.send_modify(|n| *n += 1);
     }
 
     /// Registers a cursor and returns its new id.
@@ -193,7 +205,11 @@ impl CursorRegistry {
     }
 
     pub fn remove(&self, id: i64) -> bool {
-        self.cursors.lock().remove(&id).is_some()
+        let removed = self.cursors.lock().remove(&id).is_some();
+        if removed {
+            self.notify_closed();
+        }
+        removed
     }
 
     pub fn len(&self) -> usize {
@@ -212,7 +228,12 @@ impl CursorRegistry {
             Some(c) => c.busy || c.no_timeout || c.last_used.elapsed() < timeout,
             None => true,
         });
-        before - map.len()
+        let n = before - map.len();
+        drop(map);
+        if n > 0 {
+            self.notify_closed();
+        }
+        n
     }
 
     /// Closes every cursor opened by one of these sessions.
@@ -223,13 +244,20 @@ impl CursorRegistry {
             let c = c.lock();
             !c.lsid.as_ref().map(|l| lsids.iter().any(|k| tailstream_query::compare::bson_eq(k, l))).unwrap_or(false)
         });
-        before - map.len()
+        let n = before - map.len();
+        drop(map);
+        if n > 0 {
+            self.notify_closed();
+        }
+        n
     }
 
     pub fn kill_all(&self) -> usize {
         let mut map = self.cursors.lock();
         let n = map.len();
         map.clear();
+        drop(map);
+        self.notify_closed();
         n
     }
 }

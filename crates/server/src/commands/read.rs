@@ -95,6 +95,8 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     // Subscribe before the first look, so a commit landing in between still wakes us.
     let mut commits = state.engine.subscribe_commits();
     commits.borrow_and_update();
+    let mut closed = state.engine.cursors.subscribe_closed();
+    closed.borrow_and_update();
     let deadline = tokio::time::Instant::now() + max_await;
     loop {
         let ns = ns.clone();
@@ -110,6 +112,8 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
                     return Ok(cursor_reply(batch, false));
                 }
             }
+            // Killed meanwhile: the next look reports it (CursorNotFound).
+            _ = closed.changed() => {}
             _ = tokio::time::sleep_until(deadline) => return Ok(cursor_reply(batch, false)),
         }
     }
