@@ -18,9 +18,9 @@ pub struct Config {
     /// Data directory (created if missing).
     #[arg(long, default_value = "./data/db")]
     pub dbpath: PathBuf,
-    /// Oplog size in megabytes.
-    #[arg(long = "oplogSize", default_value_t = 1024)]
-    pub oplog_size_mb: u64,
+    /// Oplog size in megabytes (default as mongod: 5% of the free disk space, 990 MB to 50 GB).
+    #[arg(long = "oplogSize")]
+    pub oplog_size_mb: Option<u64>,
     /// Replica set name this server presents as the single primary of.
     #[arg(long = "replSet", default_value = "rs0")]
     pub repl_set: String,
@@ -48,6 +48,16 @@ impl Config {
         } else {
             format!("{ip}:{}", self.port)
         }
+    }
+
+    /// The oplog cap in megabytes: as given, or mongod's default for the data directory's disk.
+    pub fn oplog_size_mb(&self) -> u64 {
+        if let Some(mb) = self.oplog_size_mb {
+            return mb.max(1);
+        }
+        let probe = if self.dbpath.exists() { self.dbpath.clone() } else { std::path::PathBuf::from(".") };
+        let free_mb = fs2::available_space(&probe).map(|b| b >> 20).unwrap_or(0);
+        (free_mb / 20).clamp(990, 50 * 1024)
     }
 
     pub fn parameter(&self, name: &str) -> Option<&str> {

@@ -44,7 +44,7 @@ fn init_logging(config: &Config) {
 async fn run(config: Config) -> i32 {
     let engine = match Engine::open(EngineOptions {
         dbpath: config.dbpath.clone(),
-        oplog_size_bytes: config.oplog_size_mb.max(1) * 1024 * 1024,
+        oplog_size_bytes: config.oplog_size_mb() * 1024 * 1024,
     }) {
         Ok(e) => e,
         Err(e) => {

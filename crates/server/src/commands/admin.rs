@@ -64,7 +64,7 @@ pub fn get_cmd_line_opts(state: &ServerState) -> Document {
         "argv": argv,
         "parsed": {
             "net": {"port": c.port as i32, "bindIp": c.bind_ip.clone()},
-            "replication": {"replSet": c.repl_set.clone(), "oplogSizeMB": c.oplog_size_mb as i64},
+            "replication": {"replSet": c.repl_set.clone(), "oplogSizeMB": c.oplog_size_mb() as i64},
             "storage": {"dbPath": c.dbpath.display().to_string()},
             "setParameter": set_parameter,
         },

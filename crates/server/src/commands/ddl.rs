@@ -72,7 +72,7 @@ pub async fn list_collections(state: &Arc<ServerState>, db: &str, cmd: &Document
         }
     }
     if db == "local" {
-        let size = state.config.oplog_size_mb as i64 * 1024 * 1024;
+        let size = state.config.oplog_size_mb() as i64 * 1024 * 1024;
         let info = if name_only {
             doc! {"name": "oplog.rs", "type": "collection"}
         } else {
