@@ -22,4 +22,7 @@ if [ -f "$ROOT/tests/node/package.json" ]; then
     log "Node driver test"
     (cd "$ROOT/tests/node" && npm ci --silent --no-audit --no-fund && node --test)
 fi
+log "pymongo conformance: the CI selection of pymongo's own suite, guarded by conformance/ratchet.txt"
+bash "$ROOT/conformance/run.sh" --ci
+
 log "all tests passed"
