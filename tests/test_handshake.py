@@ -187,3 +187,10 @@ class TestLegacyOpQuery:
             assert doc["isWritablePrimary"] is True
         finally:
             sock.close()
+
+
+def test_get_default_rw_concern(client):
+    reply = client.admin.command("getDefaultRWConcern")
+    assert reply["defaultWriteConcern"]["w"] == "majority"
+    assert reply["defaultReadConcern"] == {"level": "local"}
+    assert reply["defaultWriteConcernSource"] == "implicit"

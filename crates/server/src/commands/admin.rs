@@ -153,6 +153,18 @@ pub fn list_commands() -> Document {
     doc! {"commands": commands}
 }
 
+/// The cluster-wide defaults: none set, so the implicit ones of a replica set
+/// (read concern local, write concern majority, which is what this server applies).
+pub fn default_rw_concern() -> Document {
+    doc! {
+        "defaultReadConcern": {"level": "local"},
+        "defaultWriteConcern": {"w": "majority", "wtimeout": 0},
+        "defaultReadConcernSource": "implicit",
+        "defaultWriteConcernSource": "implicit",
+        "localUpdateWallClockTime": bson::DateTime::now(),
+    }
+}
+
 pub fn repl_set_get_status(state: &ServerState) -> Document {
     let ts = state.engine.cluster_time();
     let me = state.config.advertised_host();

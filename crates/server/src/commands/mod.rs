@@ -118,6 +118,7 @@ async fn run(state: &Arc<ServerState>, conn: &mut Conn, db: &str, cmd: Document,
         "getLog" => Ok(doc! {"totalLinesWritten": 0, "log": []}),
         "getFreeMonitoringStatus" => Ok(doc! {"state": "disabled"}),
         "replSetGetStatus" => Ok(admin::repl_set_get_status(state)),
+        "getDefaultRWConcern" => Ok(admin::default_rw_concern()),
         "endSessions" | "killSessions" | "killAllSessions" | "killAllSessionsByPattern" | "refreshSessions" | "startSession" => {
             admin::sessions(state, &name, &cmd)
         }
