@@ -119,3 +119,38 @@ def test_configure_fail_point_needs_test_commands(fresh_server):
         assert exc.value.code == 59
     finally:
         c.close()
+
+
+def test_retried_write_after_a_dropped_connection_is_applied_once(server, db):
+    """onPrimaryTransactionalWrite drops the connection after each retryable write is
+    applied; the driver retries, and the server must answer from its retry cache."""
+    c = MongoClient(server.uri(directConnection="true"), retryWrites=True, heartbeatFrequencyMS=500)
+    try:
+        set_fail_point(c, {"times": 2}, {}, name="onPrimaryTransactionalWrite")
+        coll = c[db.name].once
+        coll.insert_one({"_id": 1, "n": 0})
+        coll.update_one({"_id": 1}, {"$inc": {"n": 1}})
+        assert coll.find_one({"_id": 1}) == {"_id": 1, "n": 1}, "the $inc was applied exactly once"
+    finally:
+        set_fail_point(c, "off", {}, name="onPrimaryTransactionalWrite")
+        c.close()
+
+
+def test_max_time_always_times_out(fp_client, db):
+    set_fail_point(fp_client, {"times": 1}, {}, name="maxTimeAlwaysTimeOut")
+    with pytest.raises(OperationFailure) as exc:
+        fp_client[db.name].c.find_one({}, max_time_ms=5000)
+    assert exc.value.code == 50
+    fp_client[db.name].c.find_one({}, max_time_ms=5000)
+
+
+def test_injected_write_concern_error_gets_the_retryable_label(server, db):
+    c = MongoClient(server.uri(directConnection="true", appname="fp-wce"), retryWrites=True, heartbeatFrequencyMS=500)
+    try:
+        set_fail_point(c, {"times": 1}, {"failCommands": ["insert"], "appName": "fp-wce",
+                                         "writeConcernError": {"code": 91, "errmsg": "Replication is being shut down"}})
+        c[db.name].wce.insert_one({"_id": "retried"})
+        assert c[db.name].wce.count_documents({}) == 1
+    finally:
+        set_fail_point(c, "off", {})
+        c.close()

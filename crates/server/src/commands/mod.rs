@@ -85,6 +85,11 @@ async fn run(state: &Arc<ServerState>, conn: &mut Conn, db: &str, cmd: Document,
     } else {
         None
     };
+    if test_commands {
+        if let Some(e) = state.fail_points.max_time_expired(&cmd) {
+            return reply(error_reply(state, &e));
+        }
+    }
     if let Some(inj) = &injected {
         if let Some(d) = inj.block {
             tokio::time::sleep(d).await;
@@ -156,10 +161,11 @@ async fn run(state: &Arc<ServerState>, conn: &mut Conn, db: &str, cmd: Document,
     };
     let mut body = match result {
         Ok(body) => ok_reply(state, body),
+        Err(e) if e.code == testing::CLOSE_CONNECTION => return Reply { body: Document::new(), close_connection: true },
         Err(e) => error_reply(state, &e),
     };
     if let Some(wce) = injected.and_then(|i| i.write_concern_error) {
-        body.insert("writeConcernError", wce);
+        testing::attach_write_concern_error(&mut body, wce, &cmd);
     }
     reply(body)
 }

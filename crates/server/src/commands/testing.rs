@@ -52,7 +52,10 @@ impl FailPoints {
             Some(Bson::String(n)) => n.clone(),
             _ => return Err(Error::type_mismatch("configureFailPoint takes the fail point's name")),
         };
-        if !matches!(name.as_str(), "failCommand" | "failGetMoreAfterCursorCheckout") {
+        if !matches!(
+            name.as_str(),
+            "failCommand" | "failGetMoreAfterCursorCheckout" | "maxTimeAlwaysTimeOut" | "onPrimaryTransactionalWrite"
+        ) {
             return Err(Error::bad_value(format!("Cannot find failPoint named: {name}")));
         }
         let mode = match cmd.get("mode") {
@@ -164,6 +167,46 @@ impl FailPoints {
         let code = data.get("errorCode").and_then(tailstream_engine::find::as_i64).unwrap_or(codes::INTERNAL_ERROR as i64);
         Some(Error::new(code as i32, "Failing getMore via 'failGetMoreAfterCursorCheckout' failpoint"))
     }
+}
+
+/// An error that makes the connection close without a reply (`onPrimaryTransactionalWrite`).
+pub const CLOSE_CONNECTION: i32 = i32::MIN;
+
+impl FailPoints {
+    /// `maxTimeAlwaysTimeOut`: every command with a `maxTimeMS` fails as if it ran out of time.
+    pub fn max_time_expired(&self, cmd: &Document) -> Option<Error> {
+        if !cmd.contains_key("maxTimeMS") {
+            return None;
+        }
+        self.fire("maxTimeAlwaysTimeOut", |_| true)?;
+        Some(Error::new(codes::MAX_TIME_MS_EXPIRED, "operation exceeded time limit"))
+    }
+
+    /// `onPrimaryTransactionalWrite`, evaluated once per retryable write command (mongod
+    /// evaluates it per statement): Some(data) when it fires.
+    pub fn on_transactional_write(&self) -> Option<Document> {
+        self.fire("onPrimaryTransactionalWrite", |_| true)
+    }
+}
+
+/// Moves `errorLabels` of an injected writeConcernError to the reply's top level, and
+/// labels a retryable write's retryable write-concern error as mongod does.
+pub fn attach_write_concern_error(body: &mut Document, mut wce: Document, cmd: &Document) {
+    let labels = match wce.remove("errorLabels") {
+        Some(Bson::Array(l)) => l,
+        _ => {
+            let code = wce.get("code").and_then(tailstream_engine::find::as_i64).unwrap_or(0) as i32;
+            if cmd.contains_key("txnNumber") && RETRYABLE_WRITE_CODES.contains(&code) {
+                vec![Bson::String("RetryableWriteError".into())]
+            } else {
+                Vec::new()
+            }
+        }
+    };
+    if !labels.is_empty() {
+        body.insert("errorLabels", labels);
+    }
+    body.insert("writeConcernError", wce);
 }
 
 pub fn configure_fail_point(state: &ServerState, cmd: &Document) -> Result<Document> {

@@ -156,12 +156,27 @@ where
             return Ok(reply);
         }
     }
+    // Test hook: fail before the write, or drop the connection after it (the driver
+    // retries, and the retry must get this reply from the cache, not write twice).
+    let hook = match &key {
+        Some(_) if state.config.test_commands_enabled() => state.fail_points.on_transactional_write(),
+        _ => None,
+    };
+    let close = hook.as_ref().map(|d| d.get_bool("closeConnection").unwrap_or(true)).unwrap_or(false);
+    if let Some(code) = hook.as_ref().and_then(|d| d.get("failBeforeCommitExceptionCode")).and_then(tailstream_engine::find::as_i64) {
+        // mongod ends the session (unless closeConnection: false), then fails the write.
+        let code = if close { super::testing::CLOSE_CONNECTION } else { code as i32 };
+        return Err(Error::new(code, "Failing write for test due to failpoint onPrimaryTransactionalWrite"));
+    }
     let (mut reply, committed) = run().await?;
     if let Some(wce) = await_write_concern(state, wc, committed).await {
         reply.insert("writeConcernError", wce);
     }
     if let Some((lsid, txn)) = key {
         state.retry_cache.put(&lsid, txn, reply.clone());
+    }
+    if close {
+        return Err(Error::new(super::testing::CLOSE_CONNECTION, "connection closed by onPrimaryTransactionalWrite"));
     }
     Ok(reply)
 }
