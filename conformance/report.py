@@ -215,6 +215,10 @@ def main(argv=None) -> int:
     ap.add_argument("--test-timeout", default=None)
     ap.add_argument("--note", action="append", default=[], help="a line for the Notes section (repeatable)")
     ap.add_argument("--max-failures", type=int, default=400, help="most failures listed one by one")
+    ap.add_argument("--server-binary", type=Path, default=None, help="the server binary tested")
+    ap.add_argument("--server-commit", default=os.environ.get("TAILSTREAM_COMMIT"),
+                    help="the commit the binary was built from (default: $TAILSTREAM_COMMIT, else the "
+                         "repo's HEAD, which is right only if the binary was built from it)")
     ap.add_argument("--planned", action="append", default=[], type=Path,
                     help="file of the test ids pytest selected (from conformance_progress.py); "
                          "tests in it that have no result are counted as not run")
@@ -262,9 +266,17 @@ def main(argv=None) -> int:
     for c in sorted(all_cases, key=lambda c: (c.module.count("/asynchronous/"), c.module)):
         by_module.setdefault(c.module, []).append(c)
 
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    if git("status", "--porcelain", "--untracked-files=no"):
-        commit += " (with uncommitted changes)"
+    if args.server_commit:
+        commit = args.server_commit
+    else:
+        commit = git("rev-parse", "--short", "HEAD") or "unknown"
+        if git("status", "--porcelain", "--untracked-files=no"):
+            commit += " (with uncommitted changes)"
+    binary_line = None
+    if args.server_binary is not None and args.server_binary.exists():
+        st = args.server_binary.stat()
+        built = _dt.datetime.fromtimestamp(st.st_mtime, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        binary_line = f"{args.server_binary} (modified {built})"
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
     headline = f"{total[PASSED]} passed of {non_skipped} run ({pct(total[PASSED], non_skipped)} of non-skipped)"
@@ -284,6 +296,8 @@ def main(argv=None) -> int:
     w(f"- Date: {now}")
     w(f"- pymongo: {args.pymongo_version}")
     w(f"- Server commit: {commit}")
+    if binary_line:
+        w(f"- Server binary: {binary_line}")
     w(f"- Run: {args.run}" + (f", {args.wall_seconds // 60} min {args.wall_seconds % 60} s of pytest" if args.wall_seconds is not None else "")
       + (f", per-test timeout {args.test_timeout} s" if args.test_timeout else ""))
     w(f"- Totals: {total[PASSED]} passed, {total[FAILED]} failed, {total[ERROR]} errors, "

@@ -23,7 +23,9 @@
 #   -h, --help
 #
 # Environment: TAILSTREAM_BIN (server binary), CARGO_TARGET_DIR, TAILSTREAM_CACHE (cache root,
-# default ~/.cache/tailstream), CONFORMANCE_RESULTS (results dir, default conformance/.cache/results).
+# default ~/.cache/tailstream), CONFORMANCE_RESULTS (results dir, default conformance/.cache/results),
+# TAILSTREAM_COMMIT (the commit the binary was built from, for the report; default: HEAD),
+# CONFORMANCE_PYTHON (interpreter for the venv; default: CPython 3.13 or 3.12 if found, else python3).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -345,7 +347,7 @@ if [ -z "$OUTPUT" ]; then
         OUTPUT="$RESULTS/CONFORMANCE.md"
     fi
 fi
-REPORT_ARGS=(--suite-dir "$SRC" --pymongo-version "$PYMONGO_VERSION" --run "$RUN_NAME"
+REPORT_ARGS=(--suite-dir "$SRC" --pymongo-version "$PYMONGO_VERSION" --run "$RUN_NAME" --server-binary "$BIN"
              --output "$OUTPUT" --wall-seconds "$WALL" --test-timeout "$TEST_TIMEOUT")
 [ "$MODE" = ci ] && REPORT_ARGS+=(--ci)
 [ "$UPDATE_RATCHET" = 1 ] && REPORT_ARGS+=(--update-ratchet)
