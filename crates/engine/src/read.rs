@@ -381,31 +381,10 @@ impl Scan {
                 Access::CollScan { reverse } => {
                     let reverse = *reverse;
                     let prefix = keys::coll_prefix(coll_id);
-                    let upper_all = prefix_successor(&prefix).expect("collection prefix");
-                    let (lo, hi) = resume_bounds(&prefix, &upper_all, self.position.as_deref(), reverse);
-                    let mut last = None;
-                    let mut exhausted = true;
-                    for item in store.scan(Space::Docs, &lo, Some(&hi), reverse) {
-                        let (k, v) = item.map_err(storage_err)?;
-                        steps += 1;
-                        self.keys_examined += 1;
-                        self.docs_examined += 1;
-                        last = Some(k.to_vec());
-                        let doc = load_stored(store, &k, &v)?;
-                        if matcher.matches(&doc) {
-                            out.push((k[4..].to_vec(), doc));
-                        }
-                        if out.len() - start_len >= want || steps >= MAX_KEYS_PER_STEP {
-                            exhausted = false;
-                            break;
-                        }
-                    }
-                    if let Some(l) = last {
-                        self.position = Some(l);
-                    }
-                    if exhausted {
-                        self.done = true;
-                    }
+                    let upper = prefix_successor(&prefix).expect("collection prefix");
+                    self.scan_range(store, Space::Docs, (&prefix, &upper, reverse), matcher, (want, start_len), &mut steps, out, |k, v| {
+                        Ok(Some((k[4..].to_vec(), load_stored(store, k, v)?)))
+                    })?;
                 }
                 Access::IndexScan { ranges, reverse, .. } => {
                     let reverse = *reverse;
@@ -446,81 +425,79 @@ impl Scan {
                 }
                 Access::NaturalScan { reverse } => {
                     let reverse = *reverse;
+                    self.check_position(store, Space::Natural)?;
                     let prefix = coll_id.to_be_bytes();
-                    let upper_all = prefix_successor(&prefix).expect("collection prefix");
-                    if let Some(pos) = &self.position {
-                        // The document the cursor stands on was evicted: mongod fails the
-                        // cursor rather than silently skipping what was lost after it.
-                        if store.get(Space::Natural, pos).map_err(storage_err)?.is_none() {
-                            return Err(Error::new(
-                                codes::CAPPED_POSITION_LOST,
-                                "CollectionScan died due to position in capped collection being deleted",
-                            ));
-                        }
-                    }
-                    let (lo, hi) = resume_bounds(&prefix, &upper_all, self.position.as_deref(), reverse);
-                    let mut last = None;
-                    let mut exhausted = true;
-                    for item in store.scan(Space::Natural, &lo, Some(&hi), reverse) {
-                        let (k, id_ks) = item.map_err(storage_err)?;
-                        steps += 1;
-                        self.keys_examined += 1;
-                        last = Some(k.to_vec());
-                        if let Some(doc) = fetch(store, coll_id, &id_ks)? {
-                            self.docs_examined += 1;
-                            if matcher.matches(&doc) {
-                                out.push((id_ks.to_vec(), doc));
-                            }
-                        }
-                        if out.len() - start_len >= want || steps >= MAX_KEYS_PER_STEP {
-                            exhausted = false;
-                            break;
-                        }
-                    }
-                    if let Some(l) = last {
-                        self.position = Some(l);
-                    }
-                    if exhausted {
-                        self.done = true;
-                    }
+                    let upper = prefix_successor(&prefix).expect("collection prefix");
+                    self.scan_range(store, Space::Natural, (&prefix, &upper, reverse), matcher, (want, start_len), &mut steps, out, |_, id_ks| {
+                        // A dangling entry (its document deleted) is skipped.
+                        Ok(fetch(store, coll_id, id_ks)?.map(|doc| (id_ks.to_vec(), doc)))
+                    })?;
                 }
                 Access::OplogScan { from, reverse } => {
-                    let reverse = *reverse;
-                    if let Some(pos) = &self.position {
-                        if store.get(Space::Oplog, pos).map_err(storage_err)?.is_none() {
-                            return Err(Error::new(
-                                codes::CAPPED_POSITION_LOST,
-                                "CollectionScan died due to position in capped collection being deleted",
-                            ));
-                        }
-                    }
-                    let lo0 = keys::oplog_key(*from).to_vec();
-                    let hi0 = vec![0xFF; 9];
-                    let (lo, hi) = resume_bounds(&lo0, &hi0, self.position.as_deref(), reverse);
-                    let mut last = None;
-                    let mut exhausted = true;
-                    for item in store.scan(Space::Oplog, &lo, Some(&hi), reverse) {
-                        let (k, v) = item.map_err(storage_err)?;
-                        steps += 1;
-                        self.keys_examined += 1;
-                        self.docs_examined += 1;
-                        last = Some(k.to_vec());
-                        let doc = decode(&v)?;
-                        if matcher.matches(&doc) {
-                            out.push((k.to_vec(), doc));
-                        }
-                        if out.len() - start_len >= want || steps >= MAX_KEYS_PER_STEP {
-                            exhausted = false;
-                            break;
-                        }
-                    }
-                    if let Some(l) = last {
-                        self.position = Some(l);
-                    }
-                    if exhausted {
-                        self.done = true;
-                    }
+                    let (from, reverse) = (*from, *reverse);
+                    self.check_position(store, Space::Oplog)?;
+                    let lower = keys::oplog_key(from);
+                    self.scan_range(store, Space::Oplog, (&lower, &[0xFF; 9], reverse), matcher, (want, start_len), &mut steps, out, |k, v| {
+                        Ok(Some((k.to_vec(), decode(v)?)))
+                    })?;
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// One step over a single key range `[lo, hi)` of `space`, continuing after the saved
+    /// position: `load` turns an entry into its (record key, document), or None to skip it.
+    /// Stops at `want` new matches or the step limit, and marks the scan done at the end.
+    #[allow(clippy::too_many_arguments)]
+    fn scan_range(
+        &mut self,
+        store: &Store,
+        space: Space,
+        (lo, hi, reverse): (&[u8], &[u8], bool),
+        matcher: &Matcher,
+        (want, start_len): (usize, usize),
+        steps: &mut usize,
+        out: &mut Vec<(Vec<u8>, Document)>,
+        mut load: impl FnMut(&[u8], &[u8]) -> Result<Option<(Vec<u8>, Document)>>,
+    ) -> Result<()> {
+        let (lo, hi) = resume_bounds(lo, hi, self.position.as_deref(), reverse);
+        let mut last = None;
+        let mut exhausted = true;
+        for item in store.scan(space, &lo, Some(&hi), reverse) {
+            let (k, v) = item.map_err(storage_err)?;
+            *steps += 1;
+            self.keys_examined += 1;
+            last = Some(k.to_vec());
+            if let Some((record, doc)) = load(&k, &v)? {
+                self.docs_examined += 1;
+                if matcher.matches(&doc) {
+                    out.push((record, doc));
+                }
+            }
+            if out.len() - start_len >= want || *steps >= MAX_KEYS_PER_STEP {
+                exhausted = false;
+                break;
+            }
+        }
+        if let Some(l) = last {
+            self.position = Some(l);
+        }
+        if exhausted {
+            self.done = true;
+        }
+        Ok(())
+    }
+
+    /// A capped scan (natural order, the oplog) whose position was evicted or trimmed
+    /// fails, as mongod's does, rather than silently skipping what was lost after it.
+    fn check_position(&self, store: &Store, space: Space) -> Result<()> {
+        if let Some(pos) = &self.position {
+            if store.get(space, pos).map_err(storage_err)?.is_none() {
+                return Err(Error::new(
+                    codes::CAPPED_POSITION_LOST,
+                    "CollectionScan died due to position in capped collection being deleted",
+                ));
             }
         }
         Ok(())
