@@ -181,6 +181,12 @@ fi
 
 if [ "$MODE" = ci ]; then RUN_NAME=ci; elif [ ${#FILTERS[@]} -eq 0 ]; then RUN_NAME=full; else RUN_NAME=filtered; fi
 RESULTS="$RESULTS_ROOT/$RUN_NAME"
+# Two runs of the same kind must not share (and wipe) one results directory.
+mkdir -p "$RESULTS_ROOT"
+exec 9>"$RESULTS_ROOT/$RUN_NAME.lock"
+if command -v flock >/dev/null 2>&1 && ! flock -n 9; then
+    die "another '$RUN_NAME' conformance run is using $RESULTS; wait for it, or set CONFORMANCE_RESULTS to another directory"
+fi
 rm -rf "$RESULTS"
 mkdir -p "$RESULTS"
 
@@ -205,7 +211,7 @@ PORT="$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); 
 SERVER_LOG="$RESULTS/server.log"
 log "starting $BIN on 127.0.0.1:$PORT (dbpath $DBPATH)"
 "$BIN" --port "$PORT" --bind_ip 127.0.0.1 --dbpath "$DBPATH" --oplogSize 256 --quiet \
-    --setParameter enableTestCommands=1 >"$SERVER_LOG" 2>&1 </dev/null &
+    --setParameter enableTestCommands=1 >"$SERVER_LOG" 2>&1 </dev/null 9>&- &
 SERVER_PID=$!
 if ! "$PY" - "$PORT" "$SERVER_PID" <<'EOF'
 import os, sys, time
@@ -262,7 +268,7 @@ run_phase() {
                 timeout --signal=INT --kill-after=120 "$left" \
                 "$PY" -m pytest -p no:cacheprovider -p conformance_progress --junitxml="$xml" \
                 --timeout="$TEST_TIMEOUT" --tb=short -q "${args[@]}" ${PYTEST_EXTRA[@]+"${PYTEST_EXTRA[@]}"}
-        ) >"$out" 2>&1 || rc=$?
+        ) >"$out" 2>&1 9>&- || rc=$?
         took=$((SECONDS - t0))
         log "pytest ($name, attempt $attempt) exited $rc after ${took}s: $(grep -E '^(=+ )?[0-9]+ (passed|failed|error|skipped|deselected)|no tests ran' "$out" | tail -n 1 | tr -d '=' | xargs || true)"
         if [ -s "$xml" ]; then JUNITS+=("$xml"); else log "pytest ($name, attempt $attempt) wrote no junit XML"; fi
