@@ -260,28 +260,15 @@ impl Engine {
 
     /// Runs update operations; each is its own atomic batch, so later operations see earlier ones.
     pub fn update(&self, ns: &Namespace, ops: Vec<UpdateOp>, ordered: bool) -> Result<WriteOutcome> {
-        let mut out = WriteOutcome::default();
-        for (i, op) in ops.into_iter().enumerate() {
-            match self.update_op(ns, &op) {
-                Ok((n, modified, upserted, committed)) => {
-                    out.n += n;
-                    out.n_modified += modified;
-                    if let Some(id) = upserted {
-                        out.upserted.push((i, id));
-                    }
-                    if committed.is_some() {
-                        out.committed = committed;
-                    }
-                }
-                Err(error) => {
-                    out.errors.push(WriteError { index: i, error });
-                    if ordered {
-                        break;
-                    }
-                }
+        Ok(run_statements(&ops, ordered, |i, op, out| {
+            let (n, modified, upserted, committed) = self.update_op(ns, op)?;
+            out.n += n;
+            out.n_modified += modified;
+            if let Some(id) = upserted {
+                out.upserted.push((i, id));
             }
-        }
-        Ok(out)
+            Ok(committed)
+        }))
     }
 
     fn update_op(&self, ns: &Namespace, op: &UpdateOp) -> Result<(u64, u64, Option<Bson>, Option<Committed>)> {
@@ -427,24 +414,11 @@ impl Engine {
 
     /// Runs delete operations; each is its own atomic batch.
     pub fn delete(&self, ns: &Namespace, ops: Vec<DeleteOp>, ordered: bool) -> Result<WriteOutcome> {
-        let mut out = WriteOutcome::default();
-        for (i, op) in ops.into_iter().enumerate() {
-            match self.delete_op(ns, &op) {
-                Ok((n, committed)) => {
-                    out.n += n;
-                    if committed.is_some() {
-                        out.committed = committed;
-                    }
-                }
-                Err(error) => {
-                    out.errors.push(WriteError { index: i, error });
-                    if ordered {
-                        break;
-                    }
-                }
-            }
-        }
-        Ok(out)
+        Ok(run_statements(&ops, ordered, |_, op, out| {
+            let (n, committed) = self.delete_op(ns, op)?;
+            out.n += n;
+            Ok(committed)
+        }))
     }
 
     fn delete_op(&self, ns: &Namespace, op: &DeleteOp) -> Result<(u64, Option<Committed>)> {
@@ -582,6 +556,32 @@ impl Engine {
         out.committed = Some(txn.commit()?);
         Ok(out)
     }
+}
+
+/// Runs a write command's statements in order; a failed statement is a write error,
+/// and an ordered command stops at the first one.
+fn run_statements<T>(
+    statements: &[T],
+    ordered: bool,
+    mut apply: impl FnMut(usize, &T, &mut WriteOutcome) -> Result<Option<Committed>>,
+) -> WriteOutcome {
+    let mut out = WriteOutcome::default();
+    for (i, statement) in statements.iter().enumerate() {
+        match apply(i, statement, &mut out) {
+            Ok(committed) => {
+                if committed.is_some() {
+                    out.committed = committed;
+                }
+            }
+            Err(error) => {
+                out.errors.push(WriteError { index: i, error });
+                if ordered {
+                    break;
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Encodes an index key's values with the index's per-field directions.
