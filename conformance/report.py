@@ -380,7 +380,9 @@ def main(argv=None) -> int:
     else:
         w(f"`conformance/expected_failures.txt` lists {len(expected)} tests.")
         w("")
-        w(f"- Unexpected failures (failed or errored, not listed): {len(unexpected_failures)}")
+        ci_unexpected = sum(1 for c in unexpected_failures if c.module in ci_modules)
+        w(f"- Unexpected failures (failed or errored, not listed): {len(unexpected_failures)}"
+          + (f", {ci_unexpected} of them in the CI selection" if len(ci_cases) != len(all_cases) else ""))
         w(f"- Unexpected passes (listed, but passed: remove them from the list): {len(unexpected_passes)}")
         for c in unexpected_passes:
             w(f"  - `{c.nodeid}`")
@@ -421,7 +423,8 @@ def main(argv=None) -> int:
     if ci_cases:
         print(f"conformance: CI selection: {ci_line}")
     if expected:
-        print(f"conformance: {len(unexpected_failures)} unexpected failures, "
+        ci_unexpected = sum(1 for c in unexpected_failures if c.module in ci_modules)
+        print(f"conformance: {len(unexpected_failures)} unexpected failures ({ci_unexpected} in the CI selection), "
               f"{len(unexpected_passes)} unexpected passes (expected_failures.txt)")
         for c in unexpected_passes[:50]:
             print(f"conformance:   unexpected pass: {c.nodeid}")
