@@ -3,19 +3,11 @@
 use super::num::{self, kind_of, Dec, NumKind, Summer};
 use super::util::{nullish, or_undefined, show, truthy, type_name, type_name_opt};
 use crate::compare::{as_f64, cmp_bson, is_number};
-use crate::error::{codes, Error, Result};
+use crate::error::{codes, Error};
 use bson::Bson;
 use std::cmp::Ordering;
 
-type R = Result<Option<Option<Bson>>>;
-
-fn done(v: Bson) -> R {
-    Ok(Some(Some(v)))
-}
-
-fn null() -> R {
-    Ok(Some(Some(Bson::Null)))
-}
+use super::util::{done, null, R};
 
 pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
     match name {

@@ -7,15 +7,7 @@ use crate::error::{Error, Result};
 use bson::{Bson, Document};
 use std::cmp::Ordering;
 
-type R = Result<Option<Option<Bson>>>;
-
-fn done(v: Bson) -> R {
-    Ok(Some(Some(v)))
-}
-
-fn null() -> R {
-    Ok(Some(Some(Bson::Null)))
-}
+use super::util::{done, null, R};
 
 /// Deduplicates with BSON equality, keeping first occurrences in order.
 pub fn dedup(items: impl IntoIterator<Item = Bson>) -> Vec<Bson> {

@@ -6,7 +6,7 @@ use crate::compare::{as_f64, is_number};
 use crate::error::{Error, Result};
 use bson::{oid::ObjectId, Bson};
 
-type R = Result<Option<Option<Bson>>>;
+use super::util::R;
 
 const CONVERSION_FAILURE: i32 = 241;
 

@@ -6,15 +6,7 @@ use crate::compare::is_number;
 use crate::error::{Error, Result};
 use bson::{doc, Bson};
 
-type R = Result<Option<Option<Bson>>>;
-
-fn done(v: Bson) -> R {
-    Ok(Some(Some(v)))
-}
-
-fn null() -> R {
-    Ok(Some(Some(Bson::Null)))
-}
+use super::util::{done, null, R};
 
 pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
     match name {

@@ -5,6 +5,18 @@ use bson::Bson;
 
 pub use crate::compare::type_name;
 
+/// An operator's result: None when the operator is not one of the module's,
+/// Some(None) for a missing value, Some(Some(v)) for a value.
+pub type R = Result<Option<Option<Bson>>>;
+
+pub fn done(v: Bson) -> R {
+    Ok(Some(Some(v)))
+}
+
+pub fn null() -> R {
+    Ok(Some(Some(Bson::Null)))
+}
+
 /// Type name of a possibly missing value.
 pub fn type_name_opt(v: &Option<Bson>) -> &'static str {
     match v {
