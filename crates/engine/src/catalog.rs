@@ -101,6 +101,16 @@ pub struct CollMeta {
 }
 
 impl CollMeta {
+    /// Whether writes keep pre- and post-images for change streams
+    /// (`changeStreamPreAndPostImages: {enabled: true}`).
+    pub fn images_enabled(&self) -> bool {
+        self.options
+            .get_document("changeStreamPreAndPostImages")
+            .ok()
+            .and_then(|d| d.get_bool("enabled").ok())
+            .unwrap_or(false)
+    }
+
     pub fn to_document(&self) -> Document {
         let indexes: Vec<Bson> =
             self.indexes.iter().map(|i| Bson::Document(doc! {"id": i.id as i64, "spec": i.spec.clone()})).collect();

@@ -30,6 +30,8 @@ pub enum Source {
     /// A scan that continues on the next getMore.
     /// `buf` holds documents read ahead of the client, so storage is read in chunks.
     Scan { meta: Arc<CollMeta>, matcher: Arc<Matcher>, scan: Box<Scan>, buf: VecDeque<Document> },
+    /// A change stream (read by `Engine::get_more` through its own `next_batch`).
+    ChangeStream(Box<crate::changestream::ChangeStream>),
 }
 
 pub struct Cursor {
@@ -127,6 +129,7 @@ impl Cursor {
                 && match &self.source {
                     Source::Buffered(q) => q.is_empty(),
                     Source::Scan { scan, buf, .. } => scan.done && buf.is_empty(),
+                    Source::ChangeStream(_) => false,
                 });
         Ok((out, exhausted))
     }
@@ -145,6 +148,7 @@ impl Cursor {
                 }
                 Ok(buf.pop_front())
             }
+            Source::ChangeStream(_) => Ok(None),
         }
     }
 }

@@ -315,7 +315,11 @@ impl Engine {
             let index = remaining.remove(pos);
             let p = keys::index_prefix(index.id);
             txn.batch().delete_range(Space::Index, &p, &prefix_successor(&p).expect("prefix"));
-            txn.log(OplogChange::command(&ns.db, Some(meta.uuid), doc! {"dropIndexes": ns.coll.clone(), "index": name.clone()}));
+            // As mongod: o2 carries the dropped index's specification (the dropIndexes event's
+            // operationDescription).
+            let mut change = OplogChange::command(&ns.db, Some(meta.uuid), doc! {"dropIndexes": ns.coll.clone(), "index": name.clone()});
+            change.o2 = Some(index.spec.clone());
+            txn.log(change);
         }
         txn.put_collection(meta.with_indexes(remaining));
         Ok((before, txn.commit()?))
@@ -396,9 +400,21 @@ impl Engine {
                 }
             }
         }
+        // As mongod: o2 keeps the previous values of the changed collection options (a
+        // modify event's stateBeforeChange).
+        let old_options: Document = options
+            .keys()
+            .chain(meta.options.keys())
+            .filter(|k| options.get(*k) != meta.options.get(*k))
+            .filter_map(|k| meta.options.get(k).map(|v| (k.clone(), v.clone())))
+            .collect();
         let changed = CollMeta { ns: meta.ns.clone(), id: meta.id, uuid: meta.uuid, options, indexes };
         txn.put_collection(changed);
-        txn.log(OplogChange::command(&ns.db, Some(meta.uuid), logged));
+        let mut change = OplogChange::command(&ns.db, Some(meta.uuid), logged);
+        if !old_options.is_empty() {
+            change.o2 = Some(doc! {"collectionOptions_old": old_options});
+        }
+        txn.log(change);
         Ok((reply, txn.commit()?))
     }
 }

@@ -16,6 +16,11 @@ pub const IDLE_SYNC_INTERVAL: Duration = Duration::from_millis(100);
 
 pub struct Durability {
     committed: AtomicU64,
+    /// Newest oplog time committed (sortable u64), stored before `committed` advances,
+    /// so an fsync that starts after reading it covers that entry.
+    committed_ts: AtomicU64,
+    /// Newest oplog time known to be on disk: change streams show nothing newer.
+    durable_ts_tx: watch::Sender<u64>,
     requested: Mutex<u64>,
     wake: Condvar,
     synced_tx: watch::Sender<u64>,
@@ -24,10 +29,13 @@ pub struct Durability {
 }
 
 impl Durability {
-    pub fn new() -> Arc<Durability> {
+    /// `last_ts`: the newest oplog time already in the store (durable after recovery).
+    pub fn new(last_ts: u64) -> Arc<Durability> {
         let (synced_tx, synced_rx) = watch::channel(0u64);
         Arc::new(Durability {
             committed: AtomicU64::new(0),
+            committed_ts: AtomicU64::new(last_ts),
+            durable_ts_tx: watch::channel(last_ts).0,
             requested: Mutex::new(0),
             wake: Condvar::new(),
             synced_tx,
@@ -36,9 +44,35 @@ impl Durability {
         })
     }
 
-    /// Called by the writer after each commit; returns the commit's sequence number.
-    pub fn committed(&self) -> u64 {
+    /// Called by the writer after each commit (with the commit's newest oplog time, if it
+    /// wrote any); returns the commit's sequence number.
+    pub fn committed(&self, last_ts: Option<u64>) -> u64 {
+        if let Some(ts) = last_ts {
+            self.committed_ts.fetch_max(ts, Ordering::SeqCst);
+        }
         self.committed.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// The newest oplog time that is on disk.
+    pub fn durable_ts(&self) -> u64 {
+        *self.durable_ts_tx.borrow()
+    }
+
+    /// A receiver that sees the durable oplog time advance (change streams wait on it).
+    pub fn subscribe_durable_ts(&self) -> watch::Receiver<u64> {
+        self.durable_ts_tx.subscribe()
+    }
+
+    /// Asks for an fsync covering `seq` soon, without waiting for it.
+    pub fn request(&self, seq: u64) {
+        if self.synced() >= seq {
+            return;
+        }
+        let mut r = self.requested.lock();
+        if *r < seq {
+            *r = seq;
+            self.wake.notify_one();
+        }
     }
 
     pub fn last_committed(&self) -> u64 {
@@ -103,6 +137,9 @@ impl Durability {
                     self.wake.wait_for(&mut r, IDLE_SYNC_INTERVAL);
                 }
             }
+            // Read the oplog time before the sequence: both were stored before the fsync
+            // below starts, so it covers them (the time may lag the sequence, never lead).
+            let ts = self.committed_ts.load(Ordering::SeqCst);
             let target = self.last_committed();
             if target > self.synced() {
                 if let Err(e) = store.sync() {
@@ -112,6 +149,13 @@ impl Durability {
                     std::process::abort();
                 }
                 let _ = self.synced_tx.send(target);
+                self.durable_ts_tx.send_if_modified(|d| {
+                    let newer = ts > *d;
+                    if newer {
+                        *d = ts;
+                    }
+                    newer
+                });
             }
             if self.stop.load(Ordering::SeqCst) && self.synced() >= self.last_committed() {
                 return;

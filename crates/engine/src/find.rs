@@ -46,6 +46,8 @@ pub struct CursorBatch {
     pub docs: Vec<Document>,
     /// The cursor is open and tailable with awaitData: an empty batch may wait for data.
     pub await_data: bool,
+    /// Change streams: the resume token of the position after this batch.
+    pub post_batch_resume_token: Option<Document>,
 }
 
 impl Engine {
@@ -149,16 +151,16 @@ impl Engine {
             // batchSize 0: open the cursor without producing anything yet (mongod does the same).
             let ns = cursor.ns.clone();
             let id = self.cursors.register(cursor)?;
-            return Ok(CursorBatch { cursor_id: id, ns, await_data: false, docs: Vec::new() });
+            return Ok(CursorBatch { cursor_id: id, ns, await_data: false, docs: Vec::new(), post_batch_resume_token: None });
         }
         let (docs, exhausted) = cursor.next_batch(&self.store, batch_size)?;
         let ns = cursor.ns.clone();
         if exhausted || single_batch {
-            return Ok(CursorBatch { cursor_id: 0, ns, docs, await_data: false });
+            return Ok(CursorBatch { cursor_id: 0, ns, docs, await_data: false, post_batch_resume_token: None });
         }
         let await_data = cursor.await_data;
         let id = self.cursors.register(cursor)?;
-        Ok(CursorBatch { cursor_id: id, ns, docs, await_data })
+        Ok(CursorBatch { cursor_id: id, ns, docs, await_data, post_batch_resume_token: None })
     }
 
     /// The next batch of an open cursor; `ns` must be the cursor's namespace.
@@ -174,7 +176,15 @@ impl Engine {
                 format!("Requested getMore on namespace '{ns}', but cursor belongs to a different namespace {}", c.ns),
             ));
         }
-        let result = c.next_batch(&self.store, batch_size);
+        let mut pbrt = None;
+        let result = match &mut c.source {
+            Source::ChangeStream(stream) => {
+                let r = stream.next_batch(self, batch_size.unwrap_or(0));
+                pbrt = Some(stream.post_batch_resume_token());
+                r
+            }
+            _ => c.next_batch(&self.store, batch_size),
+        };
         c.last_used = std::time::Instant::now();
         match result {
             Ok((docs, exhausted)) => {
@@ -184,7 +194,13 @@ impl Engine {
                 } else {
                     cursor_id
                 };
-                Ok(CursorBatch { cursor_id: id, ns: c.ns.clone(), docs, await_data: id != 0 && c.await_data })
+                Ok(CursorBatch {
+                    cursor_id: id,
+                    ns: c.ns.clone(),
+                    docs,
+                    await_data: id != 0 && c.await_data,
+                    post_batch_resume_token: pbrt,
+                })
             }
             Err(e) => {
                 self.cursors.remove(cursor_id);

@@ -93,6 +93,23 @@ pub fn natural_key(coll_id: u32, ts: u64) -> [u8; 12] {
     k
 }
 
+/// Which image of a changed document an `Images` entry holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageKind {
+    /// The document before the change (`fullDocumentBeforeChange`).
+    Before = 1,
+    /// The document after an update (`fullDocument: whenAvailable/required`).
+    After = 2,
+}
+
+/// `Images` key: the cluster time of the write, then the kind (trimmed with the oplog).
+pub fn image_key(ts: u64, kind: ImageKind) -> [u8; 9] {
+    let mut k = [0u8; 9];
+    k[..8].copy_from_slice(&ts.to_be_bytes());
+    k[8] = kind as u8;
+    k
+}
+
 pub const META_COUNTERS: &[u8] = b"counters";
 pub const META_OPLOG_TRIM: &[u8] = b"oplog_trim";
 

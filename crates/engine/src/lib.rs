@@ -9,6 +9,7 @@
 
 pub mod capped;
 pub mod catalog;
+pub mod changestream;
 pub mod clock;
 pub mod cursor;
 pub mod ddl;
@@ -111,7 +112,7 @@ impl Engine {
             }
             None => (0, 0),
         };
-        let durability = Durability::new();
+        let durability = Durability::new(last_ts.map(keys::ts_to_u64).unwrap_or(0));
         let syncer = durability.spawn_syncer(Arc::clone(&store));
         let (commits, _) = watch::channel(CommitNotice {
             seq: 0,
@@ -236,7 +237,20 @@ impl<'e> Txn<'e> {
         let mut bytes = Vec::with_capacity(256);
         entry.to_writer(&mut bytes).expect("serialising a Document into a Vec cannot fail");
         self.put_oplog(&change.ns, ts, &bytes);
+        if change.op == "c" {
+            let raw = bson::RawDocument::from_bytes(&bytes).expect("just serialised");
+            for target in oplog::indexed_namespaces(raw).iter().skip(1) {
+                self.batch.put(Space::OplogByNs, &keys::oplog_ns_key(target, keys::ts_to_u64(ts)), &[]);
+            }
+        }
         ts
+    }
+
+    /// Stores a change-stream image (`before` or after) of the document the entry at `ts` changed.
+    pub fn put_image(&mut self, ts: bson::Timestamp, kind: keys::ImageKind, doc: &Document) {
+        let mut bytes = Vec::new();
+        doc.to_writer(&mut bytes).expect("serialising a Document into a Vec cannot fail");
+        self.batch.put(Space::Images, &keys::image_key(keys::ts_to_u64(ts), kind), &bytes);
     }
 
     /// Appends an insert's oplog entry, built directly from the document's raw bytes
@@ -335,7 +349,7 @@ impl<'e> Txn<'e> {
         if touched_capped {
             engine.capped_settle(true);
         }
-        let seq = engine.durability.committed();
+        let seq = engine.durability.committed(last_ts.map(keys::ts_to_u64));
         if let Some(c) = catalog {
             *engine.catalog.write() = Arc::new(c);
         }
@@ -378,11 +392,7 @@ fn trim_oplog(engine: &Engine, w: &mut Writer) -> Result<()> {
             break;
         }
         if let Ok(raw) = bson::RawDocument::from_bytes(&v) {
-            if let Ok(ns) = raw.get_str("ns") {
-                if !ns.is_empty() {
-                    namespaces.insert(ns.to_string());
-                }
-            }
+            namespaces.extend(oplog::indexed_namespaces(raw));
             if raw.get_str("op") == Ok("i") {
                 materialize_insert(engine, &mut batch, &coll_ids, raw, t)?;
             }
@@ -399,6 +409,7 @@ fn trim_oplog(engine: &Engine, w: &mut Writer) -> Result<()> {
     for ns in &namespaces {
         batch.delete_range(Space::OplogByNs, &keys::oplog_ns_key(ns, 0), &keys::oplog_ns_key(ns, new_trim));
     }
+    batch.delete_range(Space::Images, &keys::image_key(0, keys::ImageKind::Before), &keys::image_key(new_trim, keys::ImageKind::Before));
     w.trim_ts = new_trim;
     w.oplog_bytes = w.oplog_bytes.saturating_sub(freed);
     let state = doc! {"trim": w.trim_ts as i64, "bytes": w.oplog_bytes as i64};

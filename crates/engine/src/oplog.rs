@@ -57,6 +57,44 @@ impl OplogChange {
     }
 }
 
+/// The collections a command entry (`op: "c"` on `<db>.$cmd`) is about: its entry is
+/// listed under each of them in `oplog_by_ns`, so a change stream on one collection
+/// finds the drop, rename, create and index events of that collection there.
+pub fn command_targets(db: &str, o: &bson::RawDocument) -> Vec<String> {
+    let Some(Ok((name, value))) = o.into_iter().next() else {
+        return Vec::new();
+    };
+    match (name, value) {
+        ("renameCollection", bson::RawBsonRef::String(from)) => {
+            let mut v = vec![from.to_string()];
+            if let Ok(to) = o.get_str("to") {
+                v.push(to.to_string());
+            }
+            v
+        }
+        (
+            "drop" | "create" | "createIndexes" | "dropIndexes" | "collMod" | "convertToCapped",
+            bson::RawBsonRef::String(coll),
+        ) => vec![format!("{db}.{coll}")],
+        _ => Vec::new(),
+    }
+}
+
+/// Every `oplog_by_ns` namespace an entry is listed under.
+pub fn indexed_namespaces(entry: &bson::RawDocument) -> Vec<String> {
+    let ns = entry.get_str("ns").unwrap_or("");
+    if ns.is_empty() {
+        return Vec::new();
+    }
+    let mut v = vec![ns.to_string()];
+    if entry.get_str("op") == Ok("c") {
+        if let (Some(db), Ok(o)) = (ns.strip_suffix(".$cmd"), entry.get_document("o")) {
+            v.extend(command_targets(db, o));
+        }
+    }
+    v
+}
+
 /// Builds the `$v: 2` diff mongod writes for an update, from the dotted paths an
 /// update set and removed and the document after the update. Paths that run
 /// through arrays are recorded as a replacement of the whole top-level array
@@ -70,6 +108,110 @@ pub fn update_diff(post: &Document, updated: &Document, removed: &[String]) -> D
         root.set(post, &path.split('.').collect::<Vec<_>>(), None);
     }
     doc! {"$v": 2, "diff": root.to_document()}
+}
+
+/// The `$v: 2` diff that turns `old` into `new`, computed from the two documents as
+/// mongod does for pipeline updates: changed sub-documents and arrays become nested
+/// diffs (`s<field>`, arrays with `a: true`, `u<index>` and `l` for a truncation), new
+/// fields are inserted (`i`), changed ones updated (`u`), missing ones deleted (`d`).
+/// None when the field order changed in a way a diff cannot express.
+pub fn doc_diff(old: &Document, new: &Document) -> Option<Document> {
+    let mut deleted = Document::new();
+    let mut updated = Document::new();
+    let mut inserted = Document::new();
+    let mut subs: Vec<(String, Document)> = Vec::new();
+    for k in old.keys() {
+        if !new.contains_key(k) {
+            deleted.insert(k.clone(), false);
+        }
+    }
+    // Kept fields must keep their relative order, and new fields can only follow them
+    // (an insert appends at the end).
+    let kept_old: Vec<&String> = old.keys().filter(|k| new.contains_key(*k)).collect();
+    let kept_new: Vec<&String> = new.keys().filter(|k| old.contains_key(*k)).collect();
+    if kept_old != kept_new {
+        return None;
+    }
+    let mut seen_insert = false;
+    for (k, nv) in new {
+        match old.get(k) {
+            None => {
+                seen_insert = true;
+                inserted.insert(k.clone(), nv.clone());
+            }
+            Some(_) if seen_insert => return None,
+            Some(ov) if ov == nv => {}
+            Some(Bson::Document(od)) => match nv {
+                Bson::Document(nd) => match doc_diff(od, nd) {
+                    Some(d) => subs.push((k.clone(), d)),
+                    None => {
+                        updated.insert(k.clone(), nv.clone());
+                    }
+                },
+                _ => {
+                    updated.insert(k.clone(), nv.clone());
+                }
+            },
+            Some(Bson::Array(oa)) => match nv {
+                Bson::Array(na) => match array_diff(oa, na) {
+                    Some(d) => subs.push((k.clone(), d)),
+                    None => {
+                        updated.insert(k.clone(), nv.clone());
+                    }
+                },
+                _ => {
+                    updated.insert(k.clone(), nv.clone());
+                }
+            },
+            Some(_) => {
+                updated.insert(k.clone(), nv.clone());
+            }
+        }
+    }
+    let mut d = Document::new();
+    if !deleted.is_empty() {
+        d.insert("d", deleted);
+    }
+    if !updated.is_empty() {
+        d.insert("u", updated);
+    }
+    if !inserted.is_empty() {
+        d.insert("i", inserted);
+    }
+    for (k, sub) in subs {
+        d.insert(format!("s{k}"), sub);
+    }
+    Some(d)
+}
+
+fn array_diff(old: &[Bson], new: &[Bson]) -> Option<Document> {
+    let mut d = doc! {"a": true};
+    if new.len() < old.len() {
+        d.insert("l", new.len() as i32);
+    }
+    for (i, nv) in new.iter().enumerate() {
+        match old.get(i) {
+            Some(ov) if ov == nv => {}
+            Some(Bson::Document(od)) if matches!(nv, Bson::Document(_)) => {
+                let Bson::Document(nd) = nv else { unreachable!() };
+                match doc_diff(od, nd) {
+                    Some(sub) => d.insert(format!("s{i}"), sub),
+                    None => d.insert(format!("u{i}"), nv.clone()),
+                };
+            }
+            Some(Bson::Array(oa)) if matches!(nv, Bson::Array(_)) => {
+                let Bson::Array(na) = nv else { unreachable!() };
+                match array_diff(oa, na) {
+                    Some(sub) => d.insert(format!("s{i}"), sub),
+                    None => d.insert(format!("u{i}"), nv.clone()),
+                };
+            }
+            _ => {
+                d.insert(format!("u{i}"), nv.clone());
+            }
+        }
+    }
+    Some(d)
 }
 
 #[derive(Default)]

@@ -376,8 +376,19 @@ impl Engine {
             let old_len = RawDocumentBuf::from_document(&old).map(|r| r.as_bytes().len()).unwrap_or(0);
             self.capped_resized(txn, meta, old_len as u64, bytes.len() as u64)?;
         }
-        let o = if replaced { new.clone() } else { update_diff(&new, &updated, &removed) };
-        txn.log(OplogChange::update(meta.ns.full(), meta.uuid, old_id, o));
+        let o = if replaced {
+            new.clone()
+        } else {
+            match crate::oplog::doc_diff(&old, &new) {
+                Some(diff) => doc! {"$v": 2, "diff": diff},
+                None => update_diff(&new, &updated, &removed),
+            }
+        };
+        let ts = txn.log(OplogChange::update(meta.ns.full(), meta.uuid, old_id, o));
+        if meta.images_enabled() {
+            txn.put_image(ts, keys::ImageKind::Before, &old);
+            txn.put_image(ts, keys::ImageKind::After, &new);
+        }
         Ok(Some(new))
     }
 
@@ -468,7 +479,10 @@ impl Engine {
             let _ = self.capped_deleted(meta, len as u64);
         }
         let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
-        txn.log(OplogChange::delete(meta.ns.full(), meta.uuid, id));
+        let ts = txn.log(OplogChange::delete(meta.ns.full(), meta.uuid, id));
+        if meta.images_enabled() {
+            txn.put_image(ts, keys::ImageKind::Before, doc);
+        }
     }
 
     /// The findAndModify command: one document, chosen by query and sort, updated or removed.

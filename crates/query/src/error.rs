@@ -71,6 +71,7 @@ pub mod codes {
     pub const CANNOT_CREATE_INDEX: i32 = 67;
     pub const CONFLICTING_UPDATE_OPERATORS: i32 = 40;
     pub const CURSOR_NOT_FOUND: i32 = 43;
+    pub const NO_MATCHING_DOCUMENT: i32 = 47;
     pub const NAMESPACE_EXISTS: i32 = 48;
     pub const MAX_TIME_MS_EXPIRED: i32 = 50;
     pub const DOLLAR_PREFIXED_FIELD_NAME: i32 = 52;
@@ -112,6 +113,7 @@ pub fn code_name(code: i32) -> String {
         1 => "InternalError",
         2 => "BadValue",
         4 => "NoSuchKey",
+        47 => "NoMatchingDocument",
         5 => "GraphContainsCycle",
         6 => "HostUnreachable",
         8 => "UnknownError",

@@ -31,11 +31,21 @@ pub enum Space {
     Meta,
     /// Insertion order of capped collections: collection id ++ insert time -> KeyString(_id).
     Natural,
+    /// Change-stream pre- and post-images: cluster time of the write ++ kind -> document BSON.
+    Images,
 }
 
 impl Space {
-    pub const ALL: [Space; 7] =
-        [Space::Docs, Space::Index, Space::Oplog, Space::OplogByNs, Space::Catalog, Space::Meta, Space::Natural];
+    pub const ALL: [Space; 8] = [
+        Space::Docs,
+        Space::Index,
+        Space::Oplog,
+        Space::OplogByNs,
+        Space::Catalog,
+        Space::Meta,
+        Space::Natural,
+        Space::Images,
+    ];
 
     fn cf_name(self) -> &'static str {
         match self {
@@ -46,6 +56,7 @@ impl Space {
             Space::Catalog => "catalog",
             Space::Meta => "meta",
             Space::Natural => "natural",
+            Space::Images => "images",
         }
     }
 }

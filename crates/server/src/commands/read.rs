@@ -14,7 +14,13 @@ use tailstream_engine::query::error::{codes, Error, Result};
 fn cursor_reply(batch: CursorBatch, first: bool) -> Document {
     let key = if first { "firstBatch" } else { "nextBatch" };
     let docs: Vec<Bson> = batch.docs.into_iter().map(Bson::Document).collect();
-    doc! {"cursor": {key: docs, "id": batch.cursor_id, "ns": batch.ns}}
+    let mut cursor = doc! {key: docs};
+    if let Some(token) = batch.post_batch_resume_token {
+        cursor.insert("postBatchResumeToken", token);
+    }
+    cursor.insert("id", batch.cursor_id);
+    cursor.insert("ns", batch.ns);
+    doc! {"cursor": cursor}
 }
 
 /// A non-negative integer option of find (mongod's IDL error 51024 otherwise).
@@ -85,36 +91,67 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     };
     let ns = format!("{db}.{coll}");
     state.opcounters.getmore.fetch_add(1, Ordering::Relaxed);
+    let change_stream = state.engine.is_change_stream_cursor(id);
+    let label = |e: Error| -> Error {
+        if change_stream && tailstream_engine::changestream::RESUMABLE_CODES.contains(&e.code) && e.labels.is_empty() {
+            e.with_label("ResumableChangeStreamError")
+        } else {
+            e
+        }
+    };
     if state.config.test_commands_enabled() && state.engine.cursors.get(id).is_some() {
         if let Some(e) = state.fail_points.fail_get_more() {
             // As in mongod, an error after the cursor was checked out kills the cursor.
             state.engine.cursors.remove(id);
-            return Err(e);
+            return Err(label(e));
         }
     }
     // Subscribe before the first look, so a commit landing in between still wakes us.
     let mut commits = state.engine.subscribe_commits();
     commits.borrow_and_update();
+    let mut durable = state.engine.durability.subscribe_durable_ts();
+    durable.borrow_and_update();
     let mut closed = state.engine.cursors.subscribe_closed();
     closed.borrow_and_update();
     let deadline = tokio::time::Instant::now() + max_await;
     loop {
         let ns = ns.clone();
-        let batch = blocking(state, move |e| e.get_more(id, &ns, batch_size)).await?;
+        let batch = blocking(state, move |e| e.get_more(id, &ns, batch_size)).await.map_err(label)?;
         if !batch.docs.is_empty() || !batch.await_data {
             return Ok(cursor_reply(batch, false));
         }
+        let change_stream = batch.post_batch_resume_token.is_some();
+        if change_stream {
+            // Writes committed before we subscribed may still wait for their fsync.
+            let d = &state.engine.durability;
+            d.request(d.last_committed());
+        }
         // Nothing new on a tailable awaitData cursor: the next commit wakes us (no polling);
-        // at the deadline the empty batch goes back and the cursor stays open.
-        tokio::select! {
-            changed = commits.changed() => {
-                if changed.is_err() {
-                    return Ok(cursor_reply(batch, false));
+        // at the deadline the empty batch goes back and the cursor stays open. A change
+        // stream shows only durable writes: a commit asks for the fsync at once, and the
+        // durable time advancing wakes it.
+        loop {
+            tokio::select! {
+                changed = commits.changed() => {
+                    if changed.is_err() {
+                        return Ok(cursor_reply(batch, false));
+                    }
+                    if change_stream {
+                        let seq = commits.borrow_and_update().seq;
+                        state.engine.durability.request(seq);
+                        continue;
+                    }
                 }
+                changed = durable.changed(), if change_stream => {
+                    if changed.is_err() {
+                        return Ok(cursor_reply(batch, false));
+                    }
+                }
+                // Killed meanwhile: the next look reports it (CursorNotFound).
+                _ = closed.changed() => {}
+                _ = tokio::time::sleep_until(deadline) => return Ok(cursor_reply(batch, false)),
             }
-            // Killed meanwhile: the next look reports it (CursorNotFound).
-            _ = closed.changed() => {}
-            _ = tokio::time::sleep_until(deadline) => return Ok(cursor_reply(batch, false)),
+            break;
         }
     }
 }
@@ -208,10 +245,34 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
         None => return Err(Error::failed_to_parse("The 'cursor' option is required, except for aggregate with the explain argument")),
     };
     let batch_size = opt_i64(&cursor, "batchSize")?;
-    if pipeline.iter().any(|s| s.contains_key("$changeStream")) {
-        return Err(Error::new(codes::COMMAND_NOT_SUPPORTED, "$changeStream is not supported yet"));
-    }
     let lsid = cmd.get("lsid").cloned();
+    if let Some(Ok(opts)) = pipeline.first().map(|s| s.get_document("$changeStream")) {
+        if pipeline[0].len() != 1 {
+            return Err(Error::new(40323, "A pipeline stage specification object must contain exactly one field."));
+        }
+        if let Some(level) = opt_doc(cmd, "readConcern")?.and_then(|rc| rc.get_str("level").ok().map(str::to_string)) {
+            if level != "majority" {
+                return Err(Error::new(
+                    codes::INVALID_OPTIONS,
+                    format!("$changeStream requires read concern 'majority'; '{level}' is not supported"),
+                ));
+            }
+        }
+        let opts = opts.clone();
+        let db = db.to_string();
+        state.opcounters.command.fetch_add(0, Ordering::Relaxed);
+        let batch = blocking(state, move |e| e.open_change_stream(&db, coll.as_deref(), &opts, &pipeline[1..], batch_size, lsid)).await?;
+        return Ok(cursor_reply(batch, true));
+    }
+    if let Some(s) = pipeline.first().and_then(|s| s.get("$changeStream")) {
+        return Err(Error::type_mismatch(format!(
+            "$changeStream stage expects a document as argument, got {}",
+            type_name(s)
+        )));
+    }
+    if pipeline.iter().skip(1).any(|s| s.contains_key("$changeStream")) {
+        return Err(Error::new(40602, "$changeStream is only valid as the first stage in a pipeline"));
+    }
     let db = db.to_string();
     let writes = pipeline.last().map(|s| s.contains_key("$out") || s.contains_key("$merge")).unwrap_or(false);
     let let_vars = opt_doc(cmd, "let")?;

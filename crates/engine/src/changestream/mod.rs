@@ -1,0 +1,561 @@
+//! Change streams: `aggregate` with a leading `$changeStream` on a collection, a
+//! database or the deployment, continued by `getMore`.
+//!
+//! A stream is a position in the oplog (the smallest cluster time not read yet) and a
+//! scope. A collection stream reads only its own entries, through the per-namespace
+//! ordering (`oplog_by_ns`, which also lists the drop/rename/index entries of the
+//! collection), so writes to other collections cost it nothing. Database and cluster
+//! streams read the oplog itself. A stream never reads past the durable oplog time:
+//! an event is visible only once its write is on disk, so no stream ever shows a
+//! write that a crash could roll back ("majority" here means journaled).
+//!
+//! Waiting is done by the server (a getMore with nothing to return waits for the
+//! durable time to advance, see `commands/read.rs`); this module only reads.
+
+pub mod diff;
+mod event;
+pub mod token;
+
+use crate::cursor::{Cursor, Source};
+use crate::find::CursorBatch;
+use crate::keys;
+use crate::namespace::Namespace;
+use crate::Engine;
+use bson::{Bson, Document};
+use std::collections::VecDeque;
+use tailstream_query::error::{codes, Error, Result};
+use tailstream_query::pipeline::{NoCollections, Pipeline};
+use tailstream_storage::Space;
+use token::ResumeToken;
+
+/// What a stream watches.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scope {
+    Collection(Namespace),
+    Database(String),
+    Cluster,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FullDocument {
+    Default,
+    UpdateLookup,
+    WhenAvailable,
+    Required,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BeforeChange {
+    Off,
+    WhenAvailable,
+    Required,
+}
+
+#[derive(Debug, Clone)]
+pub struct StreamSpec {
+    pub scope: Scope,
+    pub full_document: FullDocument,
+    pub before_change: BeforeChange,
+    pub show_expanded: bool,
+    /// `$changeStreamSplitLargeEvent`: events over 16 MiB are returned in fragments.
+    pub split_large: bool,
+    /// The user's stages after `$changeStream` (re-parsed per batch: a parsed
+    /// pipeline is not `Send`).
+    pub stages: Vec<Document>,
+}
+
+/// Oplog entries read from storage at a time.
+const READ_CHUNK: usize = 256;
+/// A reply's events stop growing past this many bytes (mongod: 16 MiB).
+const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
+/// Events returned by an aggregate without a batchSize.
+const DEFAULT_FIRST_BATCH: usize = 101;
+
+/// An open change stream: the state a getMore continues from.
+pub struct ChangeStream {
+    spec: StreamSpec,
+    /// The smallest oplog time not read yet.
+    next_ts: u64,
+    /// resumeAfter/startAfter an event: that event must be the stream's first entry at
+    /// its time, or the token is not from this stream (280).
+    verify: Option<ResumeToken>,
+    /// Resume token of the last event returned, or the high-water mark reached.
+    pbrt: ResumeToken,
+    /// Events produced (after the user's pipeline) but not returned yet.
+    pending: VecDeque<(Document, ResumeToken)>,
+    /// An invalidate was produced: the cursor closes once `pending` is returned.
+    invalidated: bool,
+}
+
+/// Parses `$changeStream`'s options and the stages after it.
+fn parse_spec(db: &str, coll: Option<&str>, opts: &Document, rest: &[Document]) -> Result<(StreamSpec, Document)> {
+    let mut full_document = FullDocument::Default;
+    let mut before_change = BeforeChange::Off;
+    let mut show_expanded = false;
+    let mut all_for_cluster = false;
+    let mut start = Document::new();
+    for (k, v) in opts {
+        let bool_opt = || -> Result<bool> {
+            v.as_bool().ok_or_else(|| {
+                Error::type_mismatch(format!(
+                    "BSON field '$changeStream.{k}' is the wrong type '{}', expected type 'bool'",
+                    tailstream_query::compare::type_name(v)
+                ))
+            })
+        };
+        match k.as_str() {
+            "resumeAfter" | "startAfter" | "startAtOperationTime" => {
+                start.insert(k.clone(), v.clone());
+            }
+            "fullDocument" => {
+                full_document = match v.as_str() {
+                    Some("default") => FullDocument::Default,
+                    Some("updateLookup") => FullDocument::UpdateLookup,
+                    Some("whenAvailable") => FullDocument::WhenAvailable,
+                    Some("required") => FullDocument::Required,
+                    _ => return Err(enum_error(k, v)),
+                }
+            }
+            "fullDocumentBeforeChange" => {
+                before_change = match v.as_str() {
+                    Some("off") => BeforeChange::Off,
+                    Some("whenAvailable") => BeforeChange::WhenAvailable,
+                    Some("required") => BeforeChange::Required,
+                    _ => return Err(enum_error(k, v)),
+                }
+            }
+            "showExpandedEvents" => show_expanded = bool_opt()?,
+            "allChangesForCluster" => all_for_cluster = bool_opt()?,
+            "showSystemEvents" | "allowToRunOnConfigDB" | "allowToRunOnSystemNS" | "showMigrationEvents" => {
+                bool_opt()?;
+            }
+            _ => {
+                return Err(Error::new(
+                    codes::UNRECOGNIZED_COMMAND_FIELD,
+                    format!("BSON field '$changeStream.{k}' is an unknown field."),
+                ))
+            }
+        }
+    }
+    let scope = match coll {
+        Some(c) => {
+            if matches!(db, "admin" | "config" | "local") {
+                return Err(Error::new(
+                    codes::INVALID_NAMESPACE,
+                    format!("$changeStream may not be opened on the internal {db} database"),
+                ));
+            }
+            if c.starts_with("system.") {
+                return Err(Error::new(
+                    codes::INVALID_NAMESPACE,
+                    format!("$changeStream may not be opened on the internal {db}.{c} collection"),
+                ));
+            }
+            if all_for_cluster {
+                return Err(Error::new(
+                    codes::INVALID_OPTIONS,
+                    "A $changeStream with 'allChangesForCluster:true' may only be opened on the 'admin' database, and with no collection name",
+                ));
+            }
+            Scope::Collection(Namespace::new(db, c))
+        }
+        None if all_for_cluster => {
+            if db != "admin" {
+                return Err(Error::new(
+                    codes::INVALID_OPTIONS,
+                    "A $changeStream with 'allChangesForCluster:true' may only be opened on the 'admin' database, and with no collection name",
+                ));
+            }
+            Scope::Cluster
+        }
+        None => {
+            if matches!(db, "admin" | "config" | "local") {
+                return Err(Error::new(
+                    codes::INVALID_NAMESPACE,
+                    format!("$changeStream may not be opened on the internal {db} database"),
+                ));
+            }
+            Scope::Database(db.to_string())
+        }
+    };
+    // The stages after $changeStream: only document-by-document transformations.
+    let mut stages = rest.to_vec();
+    let mut split_large = false;
+    if let Some(pos) = stages.iter().position(|s| s.contains_key("$changeStreamSplitLargeEvent")) {
+        if pos + 1 != stages.len() {
+            return Err(Error::new(7182802, "$changeStreamSplitLargeEvent must be the last stage in the pipeline"));
+        }
+        stages.pop();
+        split_large = true;
+    }
+    Pipeline::parse(&stages, db)?;
+    for s in &stages {
+        let name = s.keys().next().map(String::as_str).unwrap_or("");
+        if name == "$changeStream" {
+            return Err(Error::new(40602, "$changeStream is only valid as the first stage in a pipeline"));
+        }
+        const ALLOWED: [&str; 8] =
+            ["$match", "$project", "$addFields", "$set", "$unset", "$replaceRoot", "$replaceWith", "$redact"];
+        if !ALLOWED.contains(&name) {
+            return Err(Error::new(codes::ILLEGAL_OPERATION, format!("{name} is not permitted in a $changeStream pipeline")));
+        }
+    }
+    Ok((StreamSpec { scope, full_document, before_change, show_expanded, split_large, stages }, start))
+}
+
+fn enum_error(k: &str, v: &Bson) -> Error {
+    match v {
+        Bson::String(s) => Error::bad_value(format!(
+            "Enumeration value '{s}' for field '$changeStream.{k}' is not a valid value."
+        )),
+        other => Error::type_mismatch(format!(
+            "BSON field '$changeStream.{k}' is the wrong type '{}', expected type 'string'",
+            tailstream_query::compare::type_name(other)
+        )),
+    }
+}
+
+/// Error codes after which a driver may resume a change stream: mongod labels them
+/// `ResumableChangeStreamError` when a change stream's getMore fails with them.
+pub const RESUMABLE_CODES: [i32; 17] =
+    [6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436, 63, 150, 13388, 234, 133];
+
+impl Engine {
+    /// Whether the cursor is an open change stream.
+    pub fn is_change_stream_cursor(&self, id: i64) -> bool {
+        self.cursors.get(id).map(|c| matches!(c.lock().source, Source::ChangeStream(_))).unwrap_or(false)
+    }
+
+    /// `aggregate` with a leading `$changeStream`: opens the stream and returns its
+    /// first batch (events already durable after the start point).
+    #[allow(clippy::too_many_arguments)]
+    pub fn open_change_stream(
+        &self,
+        db: &str,
+        coll: Option<&str>,
+        opts: &Document,
+        rest: &[Document],
+        batch_size: Option<i64>,
+        lsid: Option<Bson>,
+    ) -> Result<CursorBatch> {
+        let (spec, start) = parse_spec(db, coll, opts, rest)?;
+        if start.len() > 1 {
+            if start.contains_key("resumeAfter") && start.contains_key("startAfter") {
+                return Err(Error::new(50865, "Do not specify both 'startAfter' and 'resumeAfter' in a $changeStream stage."));
+            }
+            return Err(Error::new(
+                40674,
+                format!("Only one type of resume option is allowed, but multiple were found: {}", crate::format::doc_to_string(&start)),
+            ));
+        }
+        let (trim_ts, _) = self.oplog_window();
+        let lost = |t: u64| {
+            Error::new(
+                codes::CHANGE_STREAM_HISTORY_LOST,
+                format!(
+                    "Resume of change stream was not possible, as the resume point may no longer be in the oplog. (resume point {:?}, oldest oplog entry {:?})",
+                    keys::u64_to_ts(t),
+                    keys::u64_to_ts(trim_ts)
+                ),
+            )
+        };
+        let (next_ts, verify, pbrt) = match start.iter().next() {
+            None => {
+                // As mongod: from just after the newest committed write.
+                let t = keys::ts_to_u64(self.cluster_time()) + 1;
+                (t, None, ResumeToken::high_water_mark(t))
+            }
+            Some((k, v)) if k == "startAtOperationTime" => {
+                let Bson::Timestamp(t) = v else {
+                    return Err(Error::type_mismatch(format!(
+                        "BSON field '$changeStream.startAtOperationTime' is the wrong type '{}', expected type 'timestamp'",
+                        tailstream_query::compare::type_name(v)
+                    )));
+                };
+                let t = keys::ts_to_u64(*t);
+                if t < trim_ts {
+                    return Err(lost(t));
+                }
+                (t, None, ResumeToken::high_water_mark(t))
+            }
+            Some((k, v)) => {
+                let token = ResumeToken::parse(v)?;
+                if token.from_invalidate && k == "resumeAfter" {
+                    return Err(Error::new(
+                        codes::INVALID_RESUME_TOKEN,
+                        "Attempting to resume a change stream using 'resumeAfter' is not allowed from an invalidate notification.",
+                    ));
+                }
+                if token.ts < trim_ts {
+                    return Err(lost(token.ts));
+                }
+                if token.is_high_water_mark() {
+                    (token.ts, None, token)
+                } else {
+                    (token.ts, Some(token.clone()), token)
+                }
+            }
+        };
+        let ns = match &spec.scope {
+            Scope::Collection(n) => n.full(),
+            _ => format!("{db}.$cmd.aggregate"),
+        };
+        let stream = ChangeStream { spec, next_ts, verify, pbrt, pending: VecDeque::new(), invalidated: false };
+        let mut cursor = Cursor::new(ns.clone(), Source::ChangeStream(Box::new(stream)));
+        cursor.tailable = true;
+        cursor.await_data = true;
+        cursor.lsid = lsid;
+        let want = match batch_size {
+            Some(n) if n < 0 => return Err(Error::bad_value("batchSize must be non-negative")),
+            Some(n) => n as usize,
+            None => DEFAULT_FIRST_BATCH,
+        };
+        let (docs, closed, pbrt) = match &mut cursor.source {
+            Source::ChangeStream(s) if want == 0 => (Vec::new(), false, s.pbrt.to_document()),
+            Source::ChangeStream(s) => {
+                let (docs, closed) = s.next_batch(self, want)?;
+                (docs, closed, s.pbrt.to_document())
+            }
+            _ => unreachable!("just built as a change stream"),
+        };
+        let id = if closed { 0 } else { self.cursors.register(cursor)? };
+        Ok(CursorBatch { cursor_id: id, ns, docs, await_data: id != 0, post_batch_resume_token: Some(pbrt) })
+    }
+}
+
+impl ChangeStream {
+    pub fn post_batch_resume_token(&self) -> Document {
+        self.pbrt.to_document()
+    }
+
+    /// Up to `want` events (0: as many as fit in a reply) that are durable now, and
+    /// whether the stream ended (invalidated). Never waits.
+    pub fn next_batch(&mut self, engine: &Engine, want: usize) -> Result<(Vec<Document>, bool)> {
+        let want = if want == 0 { usize::MAX } else { want };
+        let pipeline = Pipeline::parse(&self.spec.stages, "")?;
+        let vars = tailstream_query::expr::Variables { now: Some(bson::DateTime::now()), ..Default::default() };
+        let mut out = Vec::new();
+        let mut bytes = 0usize;
+        loop {
+            while let Some((doc, token)) = self.pending.pop_front() {
+                let size = bson::to_vec(&doc).map(|v| v.len()).unwrap_or(0);
+                if out.len() >= want || (!out.is_empty() && bytes + size > MAX_BATCH_BYTES) {
+                    self.pending.push_front((doc, token));
+                    return Ok((out, false));
+                }
+                bytes += size;
+                out.push(doc);
+                self.advance_to(token);
+            }
+            if self.invalidated {
+                return Ok((out, true));
+            }
+            let durable = engine.durability.durable_ts();
+            if self.next_ts > durable {
+                return Ok((out, false));
+            }
+            let (trim_ts, _) = engine.oplog_window();
+            if self.next_ts < trim_ts {
+                return Err(Error::new(
+                    codes::CHANGE_STREAM_HISTORY_LOST,
+                    "Resume of change stream was not possible, as the resume point may no longer be in the oplog.",
+                ));
+            }
+            if let Some(expected) = self.verify.take() {
+                self.verify_resume_point(engine, &expected, &pipeline, &vars)?;
+                continue;
+            }
+            let entries = self.read_entries(engine, durable)?;
+            if entries.is_empty() {
+                self.next_ts = durable + 1;
+                if self.pending.is_empty() {
+                    self.advance_to(ResumeToken::high_water_mark(self.next_ts));
+                }
+                return Ok((out, false));
+            }
+            for (ts, bytes) in entries {
+                self.next_ts = ts + 1;
+                let entry = bson::RawDocument::from_bytes(&bytes)
+                    .map_err(|e| Error::internal(format!("corrupt oplog entry at {:?}: {e}", keys::u64_to_ts(ts))))?;
+                let Some(ev) = event::transform(engine, &self.spec, ts, entry)? else { continue };
+                let invalidate = ev.invalidates.then(|| event::invalidate(&ev));
+                self.push_through(&pipeline, &vars, ev.doc, ev.token)?;
+                if let Some(inv) = invalidate {
+                    self.push_through(&pipeline, &vars, inv.doc, inv.token)?;
+                    self.invalidated = true;
+                    break;
+                }
+                if self.pending.len() >= want {
+                    break;
+                }
+            }
+            if self.pending.is_empty() && !self.invalidated {
+                // Everything read so far was filtered out: the position still advances.
+                self.advance_to(ResumeToken::high_water_mark(self.next_ts));
+            }
+        }
+    }
+
+    /// resumeAfter/startAfter an event: the entry at the token's time must produce that
+    /// very event in this stream, else the token is not from this stream (280). The
+    /// event itself is not returned again; after an invalidating event that was not
+    /// itself the invalidate, the invalidate follows at once.
+    fn verify_resume_point(
+        &mut self,
+        engine: &Engine,
+        expected: &ResumeToken,
+        pipeline: &Pipeline,
+        vars: &tailstream_query::expr::Variables,
+    ) -> Result<()> {
+        let bytes = engine.store.get(Space::Oplog, &keys::oplog_key(expected.ts)).map_err(crate::storage_err)?;
+        let Some(bytes) = bytes else { return Err(token_not_found(expected)) };
+        let entry = bson::RawDocument::from_bytes(&bytes).map_err(|e| Error::internal(format!("corrupt oplog entry: {e}")))?;
+        let Some(ev) = event::transform(engine, &self.spec, expected.ts, entry)? else {
+            return Err(token_not_found(expected));
+        };
+        if !ev.token.same_event(expected) {
+            return Err(token_not_found(expected));
+        }
+        self.next_ts = expected.ts + 1;
+        if ev.invalidates && !expected.from_invalidate {
+            let inv = event::invalidate(&ev);
+            self.push_through(pipeline, vars, inv.doc, inv.token)?;
+            self.invalidated = true;
+        }
+        Ok(())
+    }
+
+    /// Moves the post-batch resume token forward (never back).
+    fn advance_to(&mut self, token: ResumeToken) {
+        if token.key_bytes() > self.pbrt.key_bytes() {
+            self.pbrt = token;
+        }
+    }
+
+    /// Runs an event through the user's stages and queues what comes out.
+    fn push_through(&mut self, pipeline: &Pipeline, vars: &tailstream_query::expr::Variables, doc: Document, token: ResumeToken) -> Result<()> {
+        let id = doc.get("_id").cloned();
+        let results = if self.spec.stages.is_empty() {
+            vec![doc]
+        } else {
+            pipeline.run(Box::new(std::iter::once(Ok(doc))), &NoCollections, vars)?
+        };
+        if results.is_empty() && self.pending.is_empty() {
+            // Filtered out: the position is still past it.
+            self.advance_to(token.clone());
+        }
+        for r in results {
+            if r.get("_id") != id.as_ref() {
+                return Err(Error::new(
+                    codes::CHANGE_STREAM_FATAL_ERROR,
+                    "Encountered an event whose _id field, which contains the resume token, was modified by the pipeline. \
+                     Modifying the _id field of an event makes it impossible to resume the stream from that point. \
+                     Only transformations that retain the unmodified _id field are allowed.",
+                )
+                .with_label("NonResumableChangeStreamError"));
+            }
+            let size = bson::to_vec(&r).map(|v| v.len()).unwrap_or(0);
+            if size <= MAX_EVENT_BYTES {
+                self.pending.push_back((r, token.clone()));
+            } else if self.spec.split_large {
+                for (doc, t) in split_event(r, &token)? {
+                    self.pending.push_back((doc, t));
+                }
+            } else {
+                return Err(Error::new(
+                    codes::BSON_OBJECT_TOO_LARGE,
+                    format!(
+                        "Executor error during getMore :: caused by :: BSONObj size: {size} is invalid. Size must be between 0 and 16793600(16MB). \
+                         Use $changeStreamSplitLargeEvent to split large events"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The next oplog entries of this stream's scope with times in `[next_ts, durable]`.
+    fn read_entries(&self, engine: &Engine, durable: u64) -> Result<Vec<(u64, Vec<u8>)>> {
+        let mut out = Vec::new();
+        match &self.spec.scope {
+            Scope::Collection(ns) => {
+                let ns = ns.full();
+                let lower = keys::oplog_ns_key(&ns, self.next_ts);
+                let upper = keys::oplog_ns_key(&ns, durable.saturating_add(1));
+                for item in engine.store.scan(Space::OplogByNs, &lower, Some(&upper), false) {
+                    let (k, _) = item.map_err(crate::storage_err)?;
+                    let ts = u64::from_be_bytes(k[k.len() - 8..].try_into().expect("8-byte time"));
+                    if let Some(v) = engine.store.get(Space::Oplog, &keys::oplog_key(ts)).map_err(crate::storage_err)? {
+                        out.push((ts, v));
+                    }
+                    if out.len() >= READ_CHUNK {
+                        break;
+                    }
+                }
+            }
+            Scope::Database(_) | Scope::Cluster => {
+                let lower = keys::oplog_key(self.next_ts);
+                let upper = keys::oplog_key(durable.saturating_add(1));
+                for item in engine.store.scan(Space::Oplog, &lower, Some(&upper), false) {
+                    let (k, v) = item.map_err(crate::storage_err)?;
+                    let ts = u64::from_be_bytes(k[..8].try_into().expect("8-byte time"));
+                    out.push((ts, v.into_vec()));
+                    if out.len() >= READ_CHUNK {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The largest event returned whole (mongod: BSONObjMaxUserSize).
+const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+
+/// Splits an event into fragments of whole top-level fields, each under the event
+/// limit, as `$changeStreamSplitLargeEvent` does: every fragment carries its own resume
+/// token (the event's with `fragmentNum`) and `splitEvent: {fragment, of}`.
+fn split_event(doc: Document, token: &ResumeToken) -> Result<Vec<(Document, ResumeToken)>> {
+    // Room for the fragment's _id and splitEvent fields.
+    const OVERHEAD: usize = 4096;
+    let mut groups: Vec<Document> = vec![Document::new()];
+    let mut size = 0usize;
+    for (k, v) in doc.into_iter().filter(|(k, _)| k != "_id") {
+        let field = bson::to_vec(&bson::doc! {k.clone(): v.clone()}).map(|b| b.len()).unwrap_or(0);
+        if field + OVERHEAD > MAX_EVENT_BYTES {
+            return Err(Error::new(
+                codes::BSON_OBJECT_TOO_LARGE,
+                format!("$changeStreamSplitLargeEvent cannot split the event: its field '{k}' alone is larger than 16MB"),
+            ));
+        }
+        if size + field + OVERHEAD > MAX_EVENT_BYTES {
+            groups.push(Document::new());
+            size = 0;
+        }
+        size += field;
+        groups.last_mut().expect("at least one group").insert(k, v);
+    }
+    let of = groups.len() as i32;
+    Ok(groups
+        .into_iter()
+        .enumerate()
+        .map(|(i, fields)| {
+            let mut t = token.clone();
+            t.fragment = Some(i as i32);
+            let mut d = bson::doc! {"_id": t.to_document(), "splitEvent": {"fragment": i as i32 + 1, "of": of}};
+            d.extend(fields);
+            (d, t)
+        })
+        .collect())
+}
+
+fn token_not_found(t: &ResumeToken) -> Error {
+    Error::new(
+        codes::CHANGE_STREAM_FATAL_ERROR,
+        format!(
+            "cannot resume stream; the resume token was not found. {}",
+            crate::format::doc_to_string(&t.to_document())
+        ),
+    )
+}

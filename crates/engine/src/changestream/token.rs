@@ -1,0 +1,239 @@
+//! Change-stream resume tokens in MongoDB's format: `{_data: <hex>}` where the hex is
+//! the upper-case KeyString (V1) of `clusterTime, version, tokenType, txnOpIndex,
+//! fromInvalidate, uuid|null, eventIdentifier`. The first byte is 0x82 (the
+//! Timestamp type) and the next eight are the big-endian cluster time, so tokens sort
+//! as strings in stream order and tools that decode them (Debezium, the Kafka
+//! connector) read them as they read mongod's.
+
+use crate::keys;
+use bson::{doc, Bson, Document};
+use tailstream_query::error::{codes, Error, Result};
+use tailstream_query::keystring::{self, KeyStringBuilder};
+
+/// The token version written (mongod 7.0's default).
+pub const TOKEN_VERSION: i32 = 2;
+/// `tokenType` of a high-water-mark token (a position, not an event).
+pub const HIGH_WATER_MARK: i32 = 0;
+/// `tokenType` of an event's token.
+pub const EVENT: i32 = 128;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResumeToken {
+    /// Cluster time of the event (or position), as the sortable u64 of [`keys::ts_to_u64`].
+    pub ts: u64,
+    pub version: i32,
+    pub token_type: i32,
+    pub txn_op_index: i64,
+    pub from_invalidate: bool,
+    pub uuid: Option<bson::Uuid>,
+    /// `{operationType, documentKey}` or `{operationType, operationDescription?}`.
+    pub event_id: Option<Document>,
+    /// Which fragment of an event split by `$changeStreamSplitLargeEvent` (0-based).
+    pub fragment: Option<i32>,
+}
+
+impl ResumeToken {
+    /// The position "everything before cluster time `ts` has been seen".
+    pub fn high_water_mark(ts: u64) -> ResumeToken {
+        ResumeToken {
+            ts,
+            version: TOKEN_VERSION,
+            token_type: HIGH_WATER_MARK,
+            txn_op_index: 0,
+            from_invalidate: false,
+            uuid: None,
+            event_id: None,
+            fragment: None,
+        }
+    }
+
+    /// The token of an event: its time, collection UUID and identifier.
+    pub fn event(ts: u64, uuid: Option<bson::Uuid>, event_id: Document) -> ResumeToken {
+        ResumeToken {
+            ts,
+            version: TOKEN_VERSION,
+            token_type: EVENT,
+            txn_op_index: 0,
+            from_invalidate: false,
+            uuid,
+            event_id: Some(event_id),
+            fragment: None,
+        }
+    }
+
+    pub fn is_high_water_mark(&self) -> bool {
+        self.token_type == HIGH_WATER_MARK
+    }
+
+    /// The KeyString bytes (what `_data` is the hex of).
+    pub fn key_bytes(&self) -> Vec<u8> {
+        let mut b = KeyStringBuilder::new();
+        b.append(&Bson::Timestamp(keys::u64_to_ts(self.ts)), false);
+        b.append(&Bson::Int32(self.version), false);
+        if self.version >= 1 {
+            b.append(&Bson::Int32(self.token_type), false);
+        }
+        b.append(&Bson::Int64(self.txn_op_index), false);
+        if self.version >= 1 {
+            b.append(&Bson::Boolean(self.from_invalidate), false);
+        }
+        match self.uuid {
+            Some(u) => b.append(&Bson::Binary(bson::Binary::from_uuid(u)), false),
+            None if self.version >= 2 => b.append(&Bson::Null, false),
+            None => {}
+        }
+        if let Some(id) = &self.event_id {
+            b.append(&Bson::Document(id.clone()), false);
+        }
+        if let Some(f) = self.fragment {
+            b.append(&Bson::Int32(f), false);
+        }
+        b.append_discriminator_end();
+        b.into_bytes()
+    }
+
+    pub fn to_document(&self) -> Document {
+        doc! {"_data": keystring::to_hex_upper(&self.key_bytes())}
+    }
+
+    /// Parses a token given by a client (`resumeAfter`, `startAfter`).
+    pub fn parse(v: &Bson) -> Result<ResumeToken> {
+        let d = match v {
+            Bson::Document(d) => d,
+            _ => return Err(invalid("the resume token must be an object")),
+        };
+        let data = match d.get("_data") {
+            Some(Bson::String(s)) => s,
+            _ => {
+                return Err(invalid(format!(
+                    "Bad resume token: _data of missing or of wrong type. Expected string, got {}",
+                    crate::format::doc_to_string(d)
+                )))
+            }
+        };
+        let bytes = keystring::from_hex(data).map_err(|_| invalid("resume token string was not a valid hex string"))?;
+        let values = keystring::decode_values(&bytes).map_err(|e| invalid(format!("invalid resume token: {}", e.message)))?;
+        let mut it = values.into_iter();
+        let ts = match it.next() {
+            Some(Bson::Timestamp(t)) => keys::ts_to_u64(t),
+            Some(_) => return Err(invalid("invalid resume token: clusterTime is not a Timestamp")),
+            None => return Err(invalid("invalid empty resume token")),
+        };
+        let int = |v: Option<Bson>, what: &str| -> Result<i64> {
+            match v {
+                Some(Bson::Int32(i)) => Ok(i as i64),
+                Some(Bson::Int64(i)) => Ok(i),
+                _ => Err(invalid(format!("Resume Token does not contain a valid {what}"))),
+            }
+        };
+        let version = int(it.next(), "version")? as i32;
+        if !(0..=2).contains(&version) {
+            return Err(invalid("Invalid Resume Token: only supports version 0, 1 and 2"));
+        }
+        let token_type = if version >= 1 { int(it.next(), "tokenType")? as i32 } else { EVENT };
+        if token_type != EVENT && token_type != HIGH_WATER_MARK {
+            return Err(invalid(format!("Token type {token_type} not recognized")));
+        }
+        let txn_op_index = int(it.next(), "txnOpIndex")?;
+        let from_invalidate = if version >= 1 {
+            match it.next() {
+                Some(Bson::Boolean(b)) => b,
+                _ => return Err(invalid("Resume Token fromInvalidate is not a boolean.")),
+            }
+        } else {
+            false
+        };
+        let uuid = match it.next() {
+            None | Some(Bson::Null) => None,
+            Some(Bson::Binary(b)) if b.bytes.len() == 16 => {
+                Some(bson::Uuid::from_bytes(b.bytes.as_slice().try_into().expect("16 bytes")))
+            }
+            Some(_) => return Err(invalid("invalid resume token: the UUID is not a UUID")),
+        };
+        let event_id = match it.next() {
+            None => None,
+            Some(Bson::Document(d)) => Some(d),
+            Some(_) => return Err(invalid("Resume Token eventIdentifier is not an object")),
+        };
+        let fragment = match it.next() {
+            None => None,
+            Some(Bson::Int32(f)) if f >= 0 && version >= 2 => Some(f),
+            Some(_) => return Err(invalid("Resume token 'fragmentNum' must be a non-negative integer.")),
+        };
+        if it.next().is_some() {
+            return Err(invalid("invalid oversized resume token"));
+        }
+        Ok(ResumeToken { ts, version, token_type, txn_op_index, from_invalidate, uuid, event_id, fragment })
+    }
+
+    /// Whether `self` identifies the same event as `other` (its invalidate or not).
+    pub fn same_event(&self, other: &ResumeToken) -> bool {
+        self.ts == other.ts
+            && self.token_type == other.token_type
+            && self.txn_op_index == other.txn_op_index
+            && self.uuid == other.uuid
+            && match (&self.event_id, &other.event_id) {
+                (Some(a), Some(b)) => tailstream_query::compare::cmp_documents(a, b).is_eq(),
+                (None, None) => true,
+                _ => false,
+            }
+    }
+}
+
+fn invalid(msg: impl Into<String>) -> Error {
+    Error::new(codes::INVALID_RESUME_TOKEN, msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn high_water_mark_matches_mongod() {
+        // A high-water-mark token printed by mongod 7.0 (Timestamp(0x67C867A3, 1)).
+        let t = ResumeToken::high_water_mark(keys::ts_to_u64(bson::Timestamp { time: 0x67C867A3, increment: 1 }));
+        assert_eq!(t.to_document().get_str("_data").unwrap(), "8267C867A3000000012B0429296E1404");
+    }
+
+    #[test]
+    fn event_token_matches_mongod_and_roundtrips() {
+        let uuid = bson::Uuid::parse_str("d3284e04-d891-4467-a216-0201812e4c4c").unwrap();
+        let oid = bson::oid::ObjectId::parse_str("67c867a2fb1cbcd579f4e4de").unwrap();
+        let t = ResumeToken::event(
+            keys::ts_to_u64(bson::Timestamp { time: 1741186978, increment: 25 }),
+            Some(uuid),
+            doc! {"operationType": "insert", "documentKey": {"_id": oid}},
+        );
+        let d = t.to_document();
+        assert_eq!(
+            d.get_str("_data").unwrap(),
+            "8267C867A2000000192B042C0100296E5A1004D3284E04D8914467A2160201812E4C4C463C6F7065726174696F6E54797065003C696E736572740046646F63756D656E744B65790046645F6964006467C867A2FB1CBCD579F4E4DE000004"
+        );
+        let back = ResumeToken::parse(&Bson::Document(d)).unwrap();
+        assert!(back.same_event(&t));
+        assert_eq!(back.to_document(), t.to_document());
+    }
+
+    #[test]
+    fn tokens_sort_in_stream_order() {
+        let a = ResumeToken::event(10, None, doc! {"operationType": "drop"}).to_document();
+        let hwm = ResumeToken::high_water_mark(11).to_document();
+        let b = ResumeToken::event(11, None, doc! {"operationType": "drop"}).to_document();
+        assert!(a.get_str("_data").unwrap() < hwm.get_str("_data").unwrap());
+        assert!(hwm.get_str("_data").unwrap() < b.get_str("_data").unwrap());
+    }
+
+    #[test]
+    fn malformed_tokens_are_invalid_resume_token() {
+        for bad in [
+            Bson::Int32(1),
+            Bson::Document(doc! {}),
+            Bson::Document(doc! {"_data": 5}),
+            Bson::Document(doc! {"_data": "zz"}),
+            Bson::Document(doc! {"_data": "3C6100"}),
+        ] {
+            let e = ResumeToken::parse(&bad).unwrap_err();
+            assert_eq!(e.code, codes::INVALID_RESUME_TOKEN, "{bad:?}");
+        }
+    }
+}
