@@ -439,15 +439,20 @@ class TestResume:
             for t in threads:
                 t.start()
             results = [None] * n_streams
+            errors = []
 
             def read(k):
-                results[k] = events(streams[k], n_writers * per_writer, timeout=60)
+                try:
+                    results[k] = events(streams[k], n_writers * per_writer, timeout=60)
+                except BaseException as e:  # noqa: BLE001 - reported below, a thread cannot raise
+                    errors.append(repr(e))
 
             readers = [threading.Thread(target=read, args=(k,)) for k in range(n_streams)]
             for t in readers:
                 t.start()
             for t in threads + readers:
                 t.join()
+            assert not errors, errors
             expected = {(w, i) for w in range(n_writers) for i in range(per_writer)}
             for evs in results:
                 assert evs is not None

@@ -48,6 +48,8 @@ pub struct CursorBatch {
     pub await_data: bool,
     /// Change streams: the resume token of the position after this batch.
     pub post_batch_resume_token: Option<Document>,
+    /// Change streams: the events, as built from the oplog (never decoded).
+    pub raw_docs: Vec<bson::RawDocumentBuf>,
 }
 
 impl Engine {
@@ -151,16 +153,16 @@ impl Engine {
             // batchSize 0: open the cursor without producing anything yet (mongod does the same).
             let ns = cursor.ns.clone();
             let id = self.cursors.register(cursor)?;
-            return Ok(CursorBatch { cursor_id: id, ns, await_data: false, docs: Vec::new(), post_batch_resume_token: None });
+            return Ok(CursorBatch { cursor_id: id, ns, await_data: false, ..Default::default() });
         }
         let (docs, exhausted) = cursor.next_batch(&self.store, batch_size)?;
         let ns = cursor.ns.clone();
         if exhausted || single_batch {
-            return Ok(CursorBatch { cursor_id: 0, ns, docs, await_data: false, post_batch_resume_token: None });
+            return Ok(CursorBatch { cursor_id: 0, ns, docs, ..Default::default() });
         }
         let await_data = cursor.await_data;
         let id = self.cursors.register(cursor)?;
-        Ok(CursorBatch { cursor_id: id, ns, docs, await_data, post_batch_resume_token: None })
+        Ok(CursorBatch { cursor_id: id, ns, docs, await_data, ..Default::default() })
     }
 
     /// The next batch of an open cursor; `ns` must be the cursor's namespace.
@@ -177,9 +179,13 @@ impl Engine {
             ));
         }
         let mut pbrt = None;
+        let mut raw_docs = Vec::new();
         let result = match &mut c.source {
             Source::ChangeStream(stream) => {
-                let r = stream.next_batch(self, batch_size.unwrap_or(0));
+                let r = stream.next_batch(self, batch_size.unwrap_or(0)).map(|(events, closed)| {
+                    raw_docs = events;
+                    (Vec::new(), closed)
+                });
                 pbrt = Some(stream.post_batch_resume_token());
                 r
             }
@@ -200,6 +206,7 @@ impl Engine {
                     docs,
                     await_data: id != 0 && c.await_data,
                     post_batch_resume_token: pbrt,
+                    raw_docs,
                 })
             }
             Err(e) => {

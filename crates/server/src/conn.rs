@@ -33,11 +33,10 @@ async fn stream_get_more(
         if reply.close_connection {
             return Err("closed by a failCommand fail point".into());
         }
-        let open = reply.body.get_f64("ok").unwrap_or(0.0) == 1.0
-            && reply.body.get_document("cursor").and_then(|c| c.get_i64("id")).unwrap_or(0) != 0;
+        let open = reply.body.is_ok_with_open_cursor();
         let id = next_request_id();
         let flags = if open { msg_flags::MORE_TO_COME } else { 0 };
-        let bytes = wire::encode_msg(id, response_to, flags, &reply.body);
+        let bytes = reply.body.into_msg(id, response_to, flags);
         let bytes = match compressor {
             Some(c) => wire::compress(&bytes, c),
             None => bytes,
@@ -109,7 +108,7 @@ async fn serve(sock: TcpStream, peer: SocketAddr, state: Arc<ServerState>) {
                     if reply.close_connection {
                         return Err("closed by a failCommand fail point".into());
                     }
-                    wire::encode_msg(next_request_id(), header.request_id, 0, &reply.body)
+                    reply.body.into_msg(next_request_id(), header.request_id, 0)
                 }
                 Request::Query(q) => {
                     let reply = commands::dispatch_legacy(&state, &mut conn, q).await;

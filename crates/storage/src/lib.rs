@@ -94,6 +94,34 @@ pub struct Store {
     db: DB,
 }
 
+/// See [`Store::point_reader`].
+pub struct PointReader<'a> {
+    it: rocksdb::DBRawIteratorWithThreadMode<'a, DB>,
+    positioned: bool,
+}
+
+impl PointReader<'_> {
+    /// The value of `key`; keys must be asked in ascending order for the stepping to help.
+    pub fn get(&mut self, key: &[u8]) -> Result<Option<&[u8]>> {
+        if self.positioned && self.it.valid() {
+            // Try the next entry first: in a run of consecutive keys that is the one.
+            if self.it.key().map(|k| k < key).unwrap_or(false) {
+                self.it.next();
+            }
+        }
+        if !(self.positioned && self.it.valid() && self.it.key() == Some(key)) {
+            self.it.seek(key);
+            self.positioned = true;
+        }
+        self.it.status()?;
+        if self.it.valid() && self.it.key() == Some(key) {
+            Ok(self.it.value())
+        } else {
+            Ok(None)
+        }
+    }
+}
+
 /// A set of writes applied atomically by `Store::commit`.
 pub struct Batch<'a> {
     store: &'a Store,
@@ -205,6 +233,14 @@ impl Store {
         }
         let mode = if reverse { IteratorMode::End } else { IteratorMode::From(lower, Direction::Forward) };
         self.db.iterator_cf_opt(self.cf(space), ro, mode).map(|r| r.map_err(StorageError::from))
+    }
+
+    /// A reader for many point lookups in ascending key order: consecutive keys are
+    /// read by stepping an iterator (each block is decoded once) instead of one
+    /// `get` per key (a block-cache lookup and a block search each).
+    pub fn point_reader(&self, space: Space) -> PointReader<'_> {
+        let it = self.db.raw_iterator_cf(self.cf(space));
+        PointReader { it, positioned: false }
     }
 
     /// All keys starting with `prefix`, ascending or descending.

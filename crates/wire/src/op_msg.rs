@@ -196,6 +196,20 @@ pub fn encode_msg(request_id: i32, response_to: i32, flags: u32, body: &Document
     finish_with_checksum(out, flags)
 }
 
+/// Where the body starts in an OP_MSG with one body section: header, flags, section kind.
+pub const MSG_BODY_OFFSET: usize = 16 + 4 + 1;
+
+/// Completes an OP_MSG whose body was written at [`MSG_BODY_OFFSET`] of `buf` (the bytes
+/// before it are overwritten), so a large reply is built in one buffer, never copied.
+pub fn finish_msg_in_place(mut buf: Vec<u8>, request_id: i32, response_to: i32, flags: u32) -> Vec<u8> {
+    assert!(buf.len() > MSG_BODY_OFFSET, "an OP_MSG needs a body");
+    let head = begin_message(request_id, response_to, opcode::MSG);
+    buf[..16].copy_from_slice(&head);
+    buf[16..20].copy_from_slice(&flags.to_le_bytes());
+    buf[20] = SECTION_BODY;
+    finish_with_checksum(buf, flags)
+}
+
 /// Encodes a full OP_MSG, body and document sequences, as a driver would send it.
 ///
 /// Used by tests and benchmark clients; the server itself only needs [`encode_msg`].

@@ -7,32 +7,47 @@ use super::{FullDocument, BeforeChange, Scope, StreamSpec};
 use crate::keys::{self, ImageKind};
 use crate::namespace::Namespace;
 use crate::Engine;
-use bson::{doc, Bson, Document, RawDocument};
+use bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
 use tailstream_query::error::{codes, Error, Result};
 use tailstream_storage::Space;
 
 /// One event produced from an oplog entry, before the user's pipeline.
 pub(crate) struct Event {
-    pub doc: Document,
+    pub doc: RawDocumentBuf,
     pub token: ResumeToken,
     /// The stream ends after this event (an invalidate follows it).
     pub invalidates: bool,
 }
 
-/// The parts of an entry the event is built from.
-struct Parsed {
+/// The parts of an entry the event is built from (borrowed from the entry where the
+/// event repeats them verbatim, so documents are copied as bytes, never decoded).
+struct Parsed<'a> {
     op_type: &'static str,
     /// The namespace the event reports (`ns`); `coll` empty for dropDatabase.
     nss: Namespace,
     /// Rename target.
     to: Option<Namespace>,
-    full_document: Option<Document>,
-    document_key: Option<Document>,
+    full_document: Option<&'a RawDocument>,
+    document_key: Option<DocKey<'a>>,
     update_description: Option<Document>,
     op_description: Option<Document>,
     state_before_change: Option<Document>,
     /// DDL events other than drop/rename/dropDatabase appear only with showExpandedEvents.
     expanded_only: bool,
+}
+
+enum DocKey<'a> {
+    Raw(&'a RawDocument),
+    Built(RawDocumentBuf),
+}
+
+impl DocKey<'_> {
+    fn raw(&self) -> &RawDocument {
+        match self {
+            DocKey::Raw(r) => r,
+            DocKey::Built(b) => b,
+        }
+    }
 }
 
 /// Internal databases never reported by database or cluster streams.
@@ -63,7 +78,7 @@ fn raw_doc(entry: &RawDocument, field: &str) -> Result<Option<Document>> {
     }
 }
 
-fn parse(entry: &RawDocument) -> Result<Option<Parsed>> {
+fn parse(entry: &RawDocument) -> Result<Option<Parsed<'_>>> {
     let corrupt = |what: &str| Error::internal(format!("corrupt oplog entry: {what}"));
     let op = entry.get_str("op").map_err(|_| corrupt("op"))?;
     let ns = entry.get_str("ns").unwrap_or("");
@@ -81,22 +96,30 @@ fn parse(entry: &RawDocument) -> Result<Option<Parsed>> {
     match op {
         "i" | "u" | "d" => {
             p.nss = Namespace::parse(ns).map_err(|_| corrupt("ns"))?;
-            let o = raw_doc(entry, "o")?.ok_or_else(|| corrupt("o"))?;
+            let o = entry.get_document("o").map_err(|_| corrupt("o"))?;
+            let o2 = entry.get_document("o2").ok();
             match op {
                 "i" => {
                     p.op_type = "insert";
-                    p.document_key = match raw_doc(entry, "o2")? {
-                        Some(k) => Some(k),
-                        None => Some(doc! {"_id": o.get("_id").cloned().unwrap_or(Bson::Null)}),
-                    };
+                    p.document_key = Some(match o2 {
+                        Some(k) => DocKey::Raw(k),
+                        None => {
+                            let mut k = RawDocumentBuf::new();
+                            if let Ok(Some(id)) = o.get("_id") {
+                                k.append_ref("_id", id);
+                            }
+                            DocKey::Built(k)
+                        }
+                    });
                     p.full_document = Some(o);
                 }
                 "u" => {
-                    p.document_key = raw_doc(entry, "o2")?;
-                    if o.contains_key("$v") {
+                    p.document_key = o2.map(DocKey::Raw);
+                    if o.get("$v").ok().flatten().is_some() {
                         p.op_type = "update";
                         let diff = o.get_document("diff").map_err(|_| corrupt("o.diff"))?;
-                        p.update_description = Some(super::diff::update_description(diff));
+                        let diff = Document::try_from(diff).map_err(|e| corrupt(&e.to_string()))?;
+                        p.update_description = Some(super::diff::update_description(&diff));
                     } else {
                         p.op_type = "replace";
                         p.full_document = Some(o);
@@ -104,7 +127,7 @@ fn parse(entry: &RawDocument) -> Result<Option<Parsed>> {
                 }
                 _ => {
                     p.op_type = "delete";
-                    p.document_key = Some(o);
+                    p.document_key = Some(DocKey::Raw(o));
                 }
             }
         }
@@ -186,6 +209,19 @@ fn ns_doc(n: &Namespace) -> Document {
 
 /// The events an oplog entry produces for a stream (none when out of scope).
 pub(crate) fn transform(engine: &Engine, spec: &StreamSpec, ts: u64, entry: &RawDocument) -> Result<Option<Event>> {
+    // Out-of-scope CRUD entries are dropped on the namespace alone, before any decoding.
+    if let (Ok(op), Ok(ns)) = (entry.get_str("op"), entry.get_str("ns")) {
+        if op == "n" {
+            return Ok(None);
+        }
+        if matches!(op, "i" | "u" | "d") {
+            if let Ok(nss) = Namespace::parse(ns) {
+                if !in_scope(&spec.scope, &nss, None) {
+                    return Ok(None);
+                }
+            }
+        }
+    }
     let Some(p) = parse(entry)? else { return Ok(None) };
     if p.expanded_only && !spec.show_expanded {
         return Ok(None);
@@ -200,13 +236,15 @@ pub(crate) fn transform(engine: &Engine, spec: &StreamSpec, ts: u64, entry: &Raw
         return Ok(None);
     }
     let uuid = match entry.get_binary("ui") {
-        Ok(b) if b.bytes.len() == 16 => Some(bson::Uuid::from_bytes(b.bytes.try_into().expect("16 bytes"))),
+        Ok(b) if b.bytes.len() == 16 && p.op_type != "dropDatabase" => {
+            Some(bson::Uuid::from_bytes(b.bytes.try_into().expect("16 bytes")))
+        }
         _ => None,
     };
-    let uuid = if p.op_type == "dropDatabase" { None } else { uuid };
     let mut event_id = doc! {"operationType": p.op_type};
     if let Some(k) = &p.document_key {
-        event_id.insert("documentKey", k.clone());
+        let key = Document::try_from(k.raw()).map_err(|e| Error::internal(format!("corrupt document key: {e}")))?;
+        event_id.insert("documentKey", key);
     } else if let Some(d) = &p.op_description {
         event_id.insert("operationDescription", d.clone());
     }
@@ -217,44 +255,54 @@ pub(crate) fn transform(engine: &Engine, spec: &StreamSpec, ts: u64, entry: &Raw
         Scope::Cluster => false,
     };
 
-    let mut d = Document::new();
+    let to_raw = |d: &Document| RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()));
+    let mut d = RawDocumentBuf::new();
     if let Some(to) = &p.to {
         // mongod adds the rename target before everything else.
-        d.insert("to", ns_doc(to));
+        d.append("to", to_raw(&ns_doc(to))?);
     }
-    d.insert("_id", token.to_document());
-    d.insert("operationType", p.op_type);
-    d.insert("clusterTime", Bson::Timestamp(keys::u64_to_ts(ts)));
+    d.append("_id", to_raw(&token.to_document())?);
+    d.append("operationType", p.op_type);
+    d.append("clusterTime", bson::RawBson::Timestamp(keys::u64_to_ts(ts)));
     if spec.show_expanded {
         if let Some(u) = uuid {
-            d.insert("collectionUUID", bson::Binary::from_uuid(u));
+            d.append("collectionUUID", bson::RawBson::Binary(bson::Binary::from_uuid(u).into()));
         }
     }
-    if let Ok(wall) = entry.get_datetime("wall") {
-        d.insert("wallTime", wall);
+    if let Ok(Some(wall)) = entry.get("wall") {
+        d.append_ref("wallTime", wall);
     }
     if let Some(full) = p.full_document {
-        d.insert("fullDocument", full);
+        d.append_ref("fullDocument", full);
     }
-    d.insert("ns", ns_doc(&p.nss));
-    if let Some(k) = p.document_key {
-        d.insert("documentKey", k);
+    d.append("ns", to_raw(&ns_doc(&p.nss))?);
+    if let Some(k) = &p.document_key {
+        d.append_ref("documentKey", k.raw());
     }
     if spec.show_expanded {
-        if let Some(desc) = p.op_description {
-            d.insert("operationDescription", desc);
+        if let Some(desc) = &p.op_description {
+            d.append("operationDescription", to_raw(desc)?);
         }
     }
     if let Some(mut ud) = p.update_description {
         if !spec.show_expanded {
             ud.remove("disambiguatedPaths");
         }
-        d.insert("updateDescription", ud);
+        d.append("updateDescription", to_raw(&ud)?);
     }
-    if let Some(s) = p.state_before_change {
-        d.insert("stateBeforeChange", s);
+    if let Some(s) = &p.state_before_change {
+        d.append("stateBeforeChange", to_raw(s)?);
     }
-    add_images(engine, spec, ts, uuid, &mut d)?;
+    let wants_images = match p.op_type {
+        "update" => spec.full_document != FullDocument::Default || spec.before_change != BeforeChange::Off,
+        "replace" | "delete" => spec.before_change != BeforeChange::Off,
+        _ => false,
+    };
+    if wants_images {
+        let mut full = d.to_document().map_err(|e| Error::internal(e.to_string()))?;
+        add_images(engine, spec, ts, uuid, &mut full)?;
+        d = to_raw(&full)?;
+    }
     Ok(Some(Event { doc: d, token, invalidates }))
 }
 
@@ -262,15 +310,13 @@ pub(crate) fn transform(engine: &Engine, spec: &StreamSpec, ts: u64, entry: &Raw
 pub(crate) fn invalidate(cause: &Event) -> Event {
     let mut token = cause.token.clone();
     token.from_invalidate = true;
-    let mut d = doc! {
-        "_id": token.to_document(),
-        "operationType": "invalidate",
-    };
-    if let Some(t) = cause.doc.get("clusterTime") {
-        d.insert("clusterTime", t.clone());
-    }
-    if let Some(w) = cause.doc.get("wallTime") {
-        d.insert("wallTime", w.clone());
+    let mut d = RawDocumentBuf::new();
+    d.append("_id", RawDocumentBuf::from_document(&token.to_document()).expect("token document"));
+    d.append("operationType", "invalidate");
+    for f in ["clusterTime", "wallTime"] {
+        if let Ok(Some(v)) = cause.doc.get(f) {
+            d.append_ref(f, v);
+        }
     }
     Event { doc: d, token, invalidates: true }
 }

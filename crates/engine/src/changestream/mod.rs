@@ -21,7 +21,7 @@ use crate::find::CursorBatch;
 use crate::keys;
 use crate::namespace::Namespace;
 use crate::Engine;
-use bson::{Bson, Document};
+use bson::{Bson, Document, RawDocumentBuf};
 use std::collections::VecDeque;
 use tailstream_query::error::{codes, Error, Result};
 use tailstream_query::pipeline::{NoCollections, Pipeline};
@@ -82,7 +82,7 @@ pub struct ChangeStream {
     /// Resume token of the last event returned, or the high-water mark reached.
     pbrt: ResumeToken,
     /// Events produced (after the user's pipeline) but not returned yet.
-    pending: VecDeque<(Document, ResumeToken)>,
+    pending: VecDeque<(RawDocumentBuf, ResumeToken)>,
     /// An invalidate was produced: the cursor closes once `pending` is returned.
     invalidated: bool,
 }
@@ -310,7 +310,7 @@ impl Engine {
             Some(n) => n as usize,
             None => DEFAULT_FIRST_BATCH,
         };
-        let (docs, closed, pbrt) = match &mut cursor.source {
+        let (raw_docs, closed, pbrt) = match &mut cursor.source {
             Source::ChangeStream(s) if want == 0 => (Vec::new(), false, s.pbrt.to_document()),
             Source::ChangeStream(s) => {
                 let (docs, closed) = s.next_batch(self, want)?;
@@ -319,7 +319,7 @@ impl Engine {
             _ => unreachable!("just built as a change stream"),
         };
         let id = if closed { 0 } else { self.cursors.register(cursor)? };
-        Ok(CursorBatch { cursor_id: id, ns, docs, await_data: id != 0, post_batch_resume_token: Some(pbrt) })
+        Ok(CursorBatch { cursor_id: id, ns, raw_docs, await_data: id != 0, post_batch_resume_token: Some(pbrt), ..Default::default() })
     }
 }
 
@@ -330,7 +330,7 @@ impl ChangeStream {
 
     /// Up to `want` events (0: as many as fit in a reply) that are durable now, and
     /// whether the stream ended (invalidated). Never waits.
-    pub fn next_batch(&mut self, engine: &Engine, want: usize) -> Result<(Vec<Document>, bool)> {
+    pub fn next_batch(&mut self, engine: &Engine, want: usize) -> Result<(Vec<RawDocumentBuf>, bool)> {
         let want = if want == 0 { usize::MAX } else { want };
         let pipeline = Pipeline::parse(&self.spec.stages, "")?;
         let vars = tailstream_query::expr::Variables { now: Some(bson::DateTime::now()), ..Default::default() };
@@ -338,7 +338,7 @@ impl ChangeStream {
         let mut bytes = 0usize;
         loop {
             while let Some((doc, token)) = self.pending.pop_front() {
-                let size = bson::to_vec(&doc).map(|v| v.len()).unwrap_or(0);
+                let size = doc.as_bytes().len();
                 if out.len() >= want || (!out.is_empty() && bytes + size > MAX_BATCH_BYTES) {
                     self.pending.push_front((doc, token));
                     return Ok((out, false));
@@ -427,39 +427,52 @@ impl ChangeStream {
 
     /// Moves the post-batch resume token forward (never back).
     fn advance_to(&mut self, token: ResumeToken) {
-        if token.key_bytes() > self.pbrt.key_bytes() {
+        // Tokens order by cluster time first; only equal times need the full encoding.
+        let newer = match token.ts.cmp(&self.pbrt.ts) {
+            std::cmp::Ordering::Greater => true,
+            std::cmp::Ordering::Less => false,
+            std::cmp::Ordering::Equal => token.key_bytes() > self.pbrt.key_bytes(),
+        };
+        if newer {
             self.pbrt = token;
         }
     }
 
     /// Runs an event through the user's stages and queues what comes out.
-    fn push_through(&mut self, pipeline: &Pipeline, vars: &tailstream_query::expr::Variables, doc: Document, token: ResumeToken) -> Result<()> {
-        let id = doc.get("_id").cloned();
+    fn push_through(&mut self, pipeline: &Pipeline, vars: &tailstream_query::expr::Variables, doc: RawDocumentBuf, token: ResumeToken) -> Result<()> {
         let results = if self.spec.stages.is_empty() {
             vec![doc]
         } else {
-            pipeline.run(Box::new(std::iter::once(Ok(doc))), &NoCollections, vars)?
+            let decoded = doc.to_document().map_err(|e| Error::internal(e.to_string()))?;
+            let id = decoded.get("_id").cloned();
+            let mut out = Vec::new();
+            for r in pipeline.run(Box::new(std::iter::once(Ok(decoded))), &NoCollections, vars)? {
+                if r.get("_id") != id.as_ref() {
+                    return Err(Error::new(
+                        codes::CHANGE_STREAM_FATAL_ERROR,
+                        "Encountered an event whose _id field, which contains the resume token, was modified by the pipeline. \
+                         Modifying the _id field of an event makes it impossible to resume the stream from that point. \
+                         Only transformations that retain the unmodified _id field are allowed.",
+                    )
+                    .with_label("NonResumableChangeStreamError"));
+                }
+                out.push(RawDocumentBuf::from_document(&r).map_err(|e| Error::internal(e.to_string()))?);
+            }
+            out
         };
         if results.is_empty() && self.pending.is_empty() {
             // Filtered out: the position is still past it.
             self.advance_to(token.clone());
         }
         for r in results {
-            if r.get("_id") != id.as_ref() {
-                return Err(Error::new(
-                    codes::CHANGE_STREAM_FATAL_ERROR,
-                    "Encountered an event whose _id field, which contains the resume token, was modified by the pipeline. \
-                     Modifying the _id field of an event makes it impossible to resume the stream from that point. \
-                     Only transformations that retain the unmodified _id field are allowed.",
-                )
-                .with_label("NonResumableChangeStreamError"));
-            }
-            let size = bson::to_vec(&r).map(|v| v.len()).unwrap_or(0);
+            let size = r.as_bytes().len();
             if size <= MAX_EVENT_BYTES {
                 self.pending.push_back((r, token.clone()));
             } else if self.spec.split_large {
-                for (doc, t) in split_event(r, &token)? {
-                    self.pending.push_back((doc, t));
+                let decoded = r.to_document().map_err(|e| Error::internal(e.to_string()))?;
+                for (doc, t) in split_event(decoded, &token)? {
+                    let raw = RawDocumentBuf::from_document(&doc).map_err(|e| Error::internal(e.to_string()))?;
+                    self.pending.push_back((raw, t));
                 }
             } else {
                 return Err(Error::new(
@@ -482,11 +495,12 @@ impl ChangeStream {
                 let ns = ns.full();
                 let lower = keys::oplog_ns_key(&ns, self.next_ts);
                 let upper = keys::oplog_ns_key(&ns, durable.saturating_add(1));
+                let mut entries = engine.store.point_reader(Space::Oplog);
                 for item in engine.store.scan(Space::OplogByNs, &lower, Some(&upper), false) {
                     let (k, _) = item.map_err(crate::storage_err)?;
                     let ts = u64::from_be_bytes(k[k.len() - 8..].try_into().expect("8-byte time"));
-                    if let Some(v) = engine.store.get(Space::Oplog, &keys::oplog_key(ts)).map_err(crate::storage_err)? {
-                        out.push((ts, v));
+                    if let Some(v) = entries.get(&keys::oplog_key(ts)).map_err(crate::storage_err)? {
+                        out.push((ts, v.to_vec()));
                     }
                     if out.len() >= READ_CHUNK {
                         break;

@@ -32,8 +32,122 @@ pub struct Conn {
 
 /// A reply body, and whether the connection must close after it (fail points).
 pub struct Reply {
-    pub body: Document,
+    pub body: Body,
     pub close_connection: bool,
+}
+
+/// A reply body: a document, or an OP_MSG already holding the encoded body at
+/// `MSG_BODY_OFFSET` (change-stream events go from the oplog to the socket as BSON,
+/// written once into the message buffer).
+pub enum Body {
+    Doc(Document),
+    Msg(Vec<u8>),
+}
+
+impl Body {
+    fn raw_body(buf: &[u8]) -> Option<&bson::RawDocument> {
+        bson::RawDocument::from_bytes(&buf[tailstream_wire::MSG_BODY_OFFSET..]).ok()
+    }
+
+    /// `ok: 1` with a cursor that stays open (exhaust getMore keeps streaming then).
+    pub fn is_ok_with_open_cursor(&self) -> bool {
+        match self {
+            Body::Doc(d) => {
+                d.get_f64("ok").unwrap_or(0.0) == 1.0 && d.get_document("cursor").and_then(|c| c.get_i64("id")).unwrap_or(0) != 0
+            }
+            Body::Msg(m) => Self::raw_body(m)
+                .map(|r| {
+                    r.get_f64("ok").unwrap_or(0.0) == 1.0
+                        && r.get_document("cursor").ok().and_then(|c| c.get_i64("id").ok()).unwrap_or(0) != 0
+                })
+                .unwrap_or(false),
+        }
+    }
+
+    pub fn into_msg(self, request_id: i32, response_to: i32, flags: u32) -> Vec<u8> {
+        match self {
+            Body::Doc(d) => tailstream_wire::encode_msg(request_id, response_to, flags, &d),
+            Body::Msg(m) => tailstream_wire::finish_msg_in_place(m, request_id, response_to, flags),
+        }
+    }
+
+    pub fn into_document(self) -> Document {
+        match self {
+            Body::Doc(d) => d,
+            Body::Msg(m) => Self::raw_body(&m).and_then(|r| Document::try_from(r).ok()).unwrap_or_default(),
+        }
+    }
+}
+
+/// A command's successful result.
+pub enum Output {
+    Doc(Document),
+    /// A cursor batch of raw documents (change streams).
+    Cursor(RawCursor),
+}
+
+pub struct RawCursor {
+    /// `firstBatch` (aggregate) or `nextBatch` (getMore).
+    pub first: bool,
+    pub docs: Vec<RawDocumentBuf>,
+    pub post_batch_resume_token: Option<Document>,
+    pub id: i64,
+    pub ns: String,
+}
+
+/// The reply of a raw cursor batch, `{cursor: {<batch>: [...], postBatchResumeToken, id, ns},
+/// ok: 1, ...}`, written in one pass into an OP_MSG buffer of the right size (events are
+/// copied once; no intermediate documents, no buffer regrowth).
+fn raw_cursor_reply(state: &ServerState, c: RawCursor) -> Vec<u8> {
+    /// Writes an element header and reserves the length of a document/array value;
+    /// returns where the length goes.
+    fn open(out: &mut Vec<u8>, kind: u8, name: &str) -> usize {
+        out.push(kind);
+        out.extend_from_slice(name.as_bytes());
+        out.push(0);
+        let at = out.len();
+        out.extend_from_slice(&[0; 4]);
+        at
+    }
+    fn close(out: &mut Vec<u8>, at: usize) {
+        out.push(0);
+        let len = (out.len() - at) as i32;
+        out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+    }
+    fn elements_of(out: &mut Vec<u8>, d: &Document) {
+        let bytes = bson::to_vec(d).expect("serialising a Document cannot fail");
+        out.extend_from_slice(&bytes[4..bytes.len() - 1]);
+    }
+    let docs_len: usize = c.docs.iter().map(|d| d.as_bytes().len() + 9).sum();
+    let mut out = Vec::with_capacity(tailstream_wire::MSG_BODY_OFFSET + docs_len + 512);
+    out.resize(tailstream_wire::MSG_BODY_OFFSET, 0);
+    let body_at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    let cursor_at = open(&mut out, 0x03, "cursor");
+    let array_at = open(&mut out, 0x04, if c.first { "firstBatch" } else { "nextBatch" });
+    let mut name = String::new();
+    for (i, d) in c.docs.iter().enumerate() {
+        use std::fmt::Write;
+        name.clear();
+        let _ = write!(name, "{i}");
+        out.push(0x03);
+        out.extend_from_slice(name.as_bytes());
+        out.push(0);
+        out.extend_from_slice(d.as_bytes());
+    }
+    drop(c.docs);
+    close(&mut out, array_at);
+    let mut tail = doc! {};
+    if let Some(t) = c.post_batch_resume_token {
+        tail.insert("postBatchResumeToken", t);
+    }
+    tail.insert("id", c.id);
+    tail.insert("ns", c.ns);
+    elements_of(&mut out, &tail);
+    close(&mut out, cursor_at);
+    elements_of(&mut out, &ok_reply(state, Document::new()));
+    close(&mut out, body_at);
+    out
 }
 
 /// Runs one OP_MSG command and builds its reply (never fails: errors become `ok: 0` replies).
@@ -43,7 +157,7 @@ pub async fn dispatch(state: &Arc<ServerState>, conn: &mut Conn, cmd: Document, 
         Some(Bson::String(db)) => db.clone(),
         _ => {
             return Reply {
-                body: error_reply(state, &Error::new(40571, "OP_MSG requests require a $db argument")),
+                body: Body::Doc(error_reply(state, &Error::new(40571, "OP_MSG requests require a $db argument"))),
                 close_connection: false,
             }
         }
@@ -69,11 +183,11 @@ pub async fn dispatch_legacy(state: &Arc<ServerState>, conn: &mut Conn, q: OpQue
             &Error::new(352, format!("Unsupported OP_QUERY command: {name}. The client driver may require an upgrade.")),
         );
     }
-    run(state, conn, &db, cmd, None).await.body
+    run(state, conn, &db, cmd, None).await.body.into_document()
 }
 
 async fn run(state: &Arc<ServerState>, conn: &mut Conn, db: &str, cmd: Document, payload: Option<Vec<RawDocumentBuf>>) -> Reply {
-    let reply = |body| Reply { body, close_connection: false };
+    let reply = |body| Reply { body: Body::Doc(body), close_connection: false };
     let Some(name) = cmd.keys().next().cloned() else {
         return reply(error_reply(state, &Error::new(codes::FAILED_TO_PARSE, "Empty command object")));
     };
@@ -95,13 +209,40 @@ async fn run(state: &Arc<ServerState>, conn: &mut Conn, db: &str, cmd: Document,
             tokio::time::sleep(d).await;
         }
         if inj.close_connection {
-            return Reply { body: Document::new(), close_connection: true };
+            return Reply { body: Body::Doc(Document::new()), close_connection: true };
         }
         if let Some(e) = &inj.error {
             return reply(error_reply(state, e));
         }
     }
     let result = match name.as_str() {
+        "getMore" => read::get_more(state, db, &cmd).await,
+        "aggregate" => read::aggregate(state, db, &cmd).await,
+        _ => run_document_command(state, conn, db, &name, &cmd, payload, test_commands).await.map(Output::Doc),
+    };
+    let mut body = match result {
+        Ok(Output::Doc(body)) => ok_reply(state, body),
+        Ok(Output::Cursor(c)) => return Reply { body: Body::Msg(raw_cursor_reply(state, c)), close_connection: false },
+        Err(e) if e.code == testing::CLOSE_CONNECTION => return Reply { body: Body::Doc(Document::new()), close_connection: true },
+        Err(e) => error_reply(state, &e),
+    };
+    if let Some(wce) = injected.and_then(|i| i.write_concern_error) {
+        testing::attach_write_concern_error(&mut body, wce, &cmd);
+    }
+    reply(body)
+}
+
+/// The commands whose reply is a document.
+async fn run_document_command(
+    state: &Arc<ServerState>,
+    conn: &mut Conn,
+    db: &str,
+    name: &str,
+    cmd: &Document,
+    payload: Option<Vec<RawDocumentBuf>>,
+    test_commands: bool,
+) -> Result<Document> {
+    match name {
         "configureFailPoint" if test_commands => {
             if db != "admin" {
                 Err(Error::new(codes::UNAUTHORIZED, "configureFailPoint may only be run against the admin database."))
@@ -148,26 +289,15 @@ async fn run(state: &Arc<ServerState>, conn: &mut Conn, db: &str, cmd: Document,
         "delete" => write::delete(state, db, &cmd).await,
         "findAndModify" | "findandmodify" => write::find_and_modify(state, db, &cmd).await,
         "find" => read::find(state, db, &cmd).await,
-        "getMore" => read::get_more(state, db, &cmd).await,
         "killCursors" => read::kill_cursors(state, db, &cmd),
         "count" => read::count(state, db, &cmd).await,
         "distinct" => read::distinct(state, db, &cmd).await,
-        "aggregate" => read::aggregate(state, db, &cmd).await,
         "explain" => read::explain(state, db, &cmd).await,
         "getLastError" | "resetError" => Ok(doc! {"err": Bson::Null, "n": 0}),
         "fsync" => admin::fsync(state).await,
         "appendOplogNote" => admin::append_oplog_note(state, &cmd).await,
         _ => Err(Error::new(codes::COMMAND_NOT_FOUND, format!("no such command: '{name}'"))),
-    };
-    let mut body = match result {
-        Ok(body) => ok_reply(state, body),
-        Err(e) if e.code == testing::CLOSE_CONNECTION => return Reply { body: Document::new(), close_connection: true },
-        Err(e) => error_reply(state, &e),
-    };
-    if let Some(wce) = injected.and_then(|i| i.write_concern_error) {
-        testing::attach_write_concern_error(&mut body, wce, &cmd);
     }
-    reply(body)
 }
 
 /// Adds `ok: 1` and the cluster time fields drivers expect on every reply.

@@ -1,6 +1,7 @@
 //! find, getMore, killCursors, count, distinct, aggregate and explain.
 
 use super::{blocking, check_fields, collection_arg, opt_bool, opt_doc, opt_doc_array, opt_i64, type_name};
+use super::{Output, RawCursor};
 use super::{AGGREGATE_FIELDS, COUNT_FIELDS, DISTINCT_FIELDS, FIND_FIELDS, GET_MORE_FIELDS};
 use crate::state::ServerState;
 use bson::{doc, Bson, Document};
@@ -14,13 +15,22 @@ use tailstream_engine::query::error::{codes, Error, Result};
 fn cursor_reply(batch: CursorBatch, first: bool) -> Document {
     let key = if first { "firstBatch" } else { "nextBatch" };
     let docs: Vec<Bson> = batch.docs.into_iter().map(Bson::Document).collect();
-    let mut cursor = doc! {key: docs};
-    if let Some(token) = batch.post_batch_resume_token {
-        cursor.insert("postBatchResumeToken", token);
+    doc! {"cursor": {key: docs, "id": batch.cursor_id, "ns": batch.ns}}
+}
+
+/// A getMore/aggregate reply: change-stream batches go out as raw BSON.
+fn cursor_output(batch: CursorBatch, first: bool) -> Output {
+    if batch.post_batch_resume_token.is_some() {
+        Output::Cursor(RawCursor {
+            first,
+            docs: batch.raw_docs,
+            post_batch_resume_token: batch.post_batch_resume_token,
+            id: batch.cursor_id,
+            ns: batch.ns,
+        })
+    } else {
+        Output::Doc(cursor_reply(batch, first))
     }
-    cursor.insert("id", batch.cursor_id);
-    cursor.insert("ns", batch.ns);
-    doc! {"cursor": cursor}
 }
 
 /// A non-negative integer option of find (mongod's IDL error 51024 otherwise).
@@ -61,7 +71,7 @@ pub async fn find(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<
     Ok(cursor_reply(batch, true))
 }
 
-pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Output> {
     let id = match cmd.get("getMore") {
         Some(Bson::Int64(id)) => *id,
         Some(v) => {
@@ -117,8 +127,8 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     loop {
         let ns = ns.clone();
         let batch = blocking(state, move |e| e.get_more(id, &ns, batch_size)).await.map_err(label)?;
-        if !batch.docs.is_empty() || !batch.await_data {
-            return Ok(cursor_reply(batch, false));
+        if !batch.docs.is_empty() || !batch.raw_docs.is_empty() || !batch.await_data {
+            return Ok(cursor_output(batch, false));
         }
         let change_stream = batch.post_batch_resume_token.is_some();
         if change_stream {
@@ -134,7 +144,7 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
             tokio::select! {
                 changed = commits.changed() => {
                     if changed.is_err() {
-                        return Ok(cursor_reply(batch, false));
+                        return Ok(cursor_output(batch, false));
                     }
                     if change_stream {
                         let seq = commits.borrow_and_update().seq;
@@ -144,12 +154,12 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
                 }
                 changed = durable.changed(), if change_stream => {
                     if changed.is_err() {
-                        return Ok(cursor_reply(batch, false));
+                        return Ok(cursor_output(batch, false));
                     }
                 }
                 // Killed meanwhile: the next look reports it (CursorNotFound).
                 _ = closed.changed() => {}
-                _ = tokio::time::sleep_until(deadline) => return Ok(cursor_reply(batch, false)),
+                _ = tokio::time::sleep_until(deadline) => return Ok(cursor_output(batch, false)),
             }
             break;
         }
@@ -217,7 +227,7 @@ pub async fn distinct(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     Ok(doc! {"values": values})
 }
 
-pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Output> {
     let coll = match cmd.get("aggregate") {
         Some(Bson::String(c)) => Some(c.clone()),
         Some(v) if tailstream_engine::find::as_i64(v) == Some(1) => None,
@@ -232,7 +242,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
     check_fields(cmd, AGGREGATE_FIELDS)?;
     let pipeline = opt_doc_array(cmd, "pipeline")?.ok_or_else(|| Error::failed_to_parse("BSON field 'aggregate.pipeline' is missing but a required field"))?;
     if opt_bool(cmd, "explain")?.unwrap_or(false) {
-        return Ok(doc! {"explainVersion": "1", "stages": pipeline.into_iter().map(Bson::Document).collect::<Vec<_>>()});
+        return Ok(Output::Doc(doc! {"explainVersion": "1", "stages": pipeline.into_iter().map(Bson::Document).collect::<Vec<_>>()}));
     }
     let cursor = match cmd.get("cursor") {
         Some(Bson::Document(c)) => c.clone(),
@@ -262,7 +272,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
         let db = db.to_string();
         state.opcounters.command.fetch_add(0, Ordering::Relaxed);
         let batch = blocking(state, move |e| e.open_change_stream(&db, coll.as_deref(), &opts, &pipeline[1..], batch_size, lsid)).await?;
-        return Ok(cursor_reply(batch, true));
+        return Ok(cursor_output(batch, true));
     }
     if let Some(s) = pipeline.first().and_then(|s| s.get("$changeStream")) {
         return Err(Error::type_mismatch(format!(
@@ -281,7 +291,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
         let wc = super::write::parse_write_concern(cmd)?;
         super::write::await_write_concern(state, wc, None).await;
     }
-    Ok(cursor_reply(batch, true))
+    Ok(cursor_output(batch, true))
 }
 
 pub async fn explain(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
