@@ -240,7 +240,7 @@ impl<'e> Txn<'e> {
         if change.op == "c" {
             let raw = bson::RawDocument::from_bytes(&bytes).expect("just serialised");
             for target in oplog::indexed_namespaces(raw).iter().skip(1) {
-                self.batch.put(Space::OplogByNs, &keys::oplog_ns_key(target, keys::ts_to_u64(ts)), &[]);
+                self.batch.put(Space::OplogByNs, &keys::oplog_ns_key(target, keys::ts_to_u64(ts)), b"c");
             }
         }
         ts
@@ -280,7 +280,8 @@ impl<'e> Txn<'e> {
         self.oplog_added += bytes.len() as u64;
         self.batch.put(Space::Oplog, &keys::oplog_key(t), bytes);
         if !ns.is_empty() {
-            self.batch.put(Space::OplogByNs, &keys::oplog_ns_key(ns, t), &[]);
+            let digest = bson::RawDocument::from_bytes(bytes).map(oplog::ns_digest).unwrap_or_default();
+            self.batch.put(Space::OplogByNs, &keys::oplog_ns_key(ns, t), &digest);
         }
         self.last_ts = Some(ts);
     }

@@ -95,6 +95,36 @@ pub fn indexed_namespaces(entry: &bson::RawDocument) -> Vec<String> {
     v
 }
 
+/// Documents at least this large have their top-level field names listed in their
+/// entry's `oplog_by_ns` digest (smaller ones are cheap to read in full).
+pub const DIGEST_FIELDS_MIN_BYTES: usize = 64 * 1024;
+
+/// The `oplog_by_ns` value of an entry: what a change stream's filter can be decided
+/// on without reading the entry (which may hold a document of megabytes):
+/// the kind of change (`i`nsert, `u`pdate, `r`eplace, `d`elete, `c`ommand, `n`oop),
+/// then, for a large inserted or replacing document, 0x01 and its top-level field
+/// names, each followed by a NUL.
+pub fn ns_digest(entry: &bson::RawDocument) -> Vec<u8> {
+    let op = entry.get_str("op").unwrap_or("");
+    let o = entry.get_document("o").ok();
+    let kind = match op {
+        "u" if o.map(|o| o.get("$v").ok().flatten().is_none()).unwrap_or(false) => b'r',
+        "i" | "u" | "d" | "c" | "n" => op.as_bytes()[0],
+        _ => return Vec::new(),
+    };
+    let mut v = vec![kind];
+    if let (b'i' | b'r', Some(o)) = (kind, o) {
+        if o.as_bytes().len() >= DIGEST_FIELDS_MIN_BYTES {
+            v.push(1);
+            for (name, _) in o.into_iter().flatten() {
+                v.extend_from_slice(name.as_bytes());
+                v.push(0);
+            }
+        }
+    }
+    v
+}
+
 /// Builds the `$v: 2` diff mongod writes for an update, from the dotted paths an
 /// update set and removed and the document after the update. Paths that run
 /// through arrays are recorded as a replacement of the whole top-level array

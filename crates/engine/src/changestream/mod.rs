@@ -14,6 +14,7 @@
 
 pub mod diff;
 mod event;
+pub mod prefilter;
 pub mod token;
 
 use crate::cursor::{Cursor, Source};
@@ -66,6 +67,8 @@ pub struct StreamSpec {
 
 /// Oplog entries read from storage at a time.
 const READ_CHUNK: usize = 256;
+/// Entries looked at (read or skipped on their digest) at a time.
+const MAX_SCANNED: usize = 65_536;
 /// A reply's events stop growing past this many bytes (mongod: 16 MiB).
 const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
 /// Events returned by an aggregate without a batchSize.
@@ -85,6 +88,8 @@ pub struct ChangeStream {
     pending: VecDeque<(RawDocumentBuf, ResumeToken)>,
     /// An invalidate was produced: the cursor closes once `pending` is returned.
     invalidated: bool,
+    /// The leading `$match`, decided on oplog_by_ns digests where it can be.
+    prefilter: prefilter::Prefilter,
 }
 
 /// Parses `$changeStream`'s options and the stages after it.
@@ -300,7 +305,8 @@ impl Engine {
             Scope::Collection(n) => n.full(),
             _ => format!("{db}.$cmd.aggregate"),
         };
-        let stream = ChangeStream { spec, next_ts, verify, pbrt, pending: VecDeque::new(), invalidated: false };
+        let prefilter = prefilter::Prefilter::from_stages(&spec.stages);
+        let stream = ChangeStream { spec, next_ts, verify, pbrt, pending: VecDeque::new(), invalidated: false, prefilter };
         let mut cursor = Cursor::new(ns.clone(), Source::ChangeStream(Box::new(stream)));
         cursor.tailable = true;
         cursor.await_data = true;
@@ -375,6 +381,8 @@ impl ChangeStream {
             }
             for (ts, bytes) in entries {
                 self.next_ts = ts + 1;
+                // Skipped on its digest: never read, never an event.
+                let Some(bytes) = bytes else { continue };
                 let entry = bson::RawDocument::from_bytes(&bytes)
                     .map_err(|e| Error::internal(format!("corrupt oplog entry at {:?}: {e}", keys::u64_to_ts(ts))))?;
                 let Some(ev) = event::transform(engine, &self.spec, ts, entry)? else { continue };
@@ -487,9 +495,11 @@ impl ChangeStream {
         Ok(())
     }
 
-    /// The next oplog entries of this stream's scope with times in `[next_ts, durable]`.
-    fn read_entries(&self, engine: &Engine, durable: u64) -> Result<Vec<(u64, Vec<u8>)>> {
+    /// The next oplog entries of this stream's scope with times in `[next_ts, durable]`;
+    /// None for an entry the prefilter rules out on its digest (it is not read).
+    fn read_entries(&self, engine: &Engine, durable: u64) -> Result<Vec<(u64, Option<Vec<u8>>)>> {
         let mut out = Vec::new();
+        let mut loaded = 0usize;
         match &self.spec.scope {
             Scope::Collection(ns) => {
                 let ns = ns.full();
@@ -497,12 +507,15 @@ impl ChangeStream {
                 let upper = keys::oplog_ns_key(&ns, durable.saturating_add(1));
                 let mut entries = engine.store.point_reader(Space::Oplog);
                 for item in engine.store.scan(Space::OplogByNs, &lower, Some(&upper), false) {
-                    let (k, _) = item.map_err(crate::storage_err)?;
+                    let (k, digest) = item.map_err(crate::storage_err)?;
                     let ts = u64::from_be_bytes(k[k.len() - 8..].try_into().expect("8-byte time"));
-                    if let Some(v) = entries.get(&keys::oplog_key(ts)).map_err(crate::storage_err)? {
-                        out.push((ts, v.to_vec()));
+                    if !self.prefilter.is_empty() && !self.prefilter.may_match(&digest, self.spec.full_document) {
+                        out.push((ts, None));
+                    } else if let Some(v) = entries.get(&keys::oplog_key(ts)).map_err(crate::storage_err)? {
+                        out.push((ts, Some(v.to_vec())));
+                        loaded += 1;
                     }
-                    if out.len() >= READ_CHUNK {
+                    if loaded >= READ_CHUNK || out.len() >= MAX_SCANNED {
                         break;
                     }
                 }
@@ -513,7 +526,7 @@ impl ChangeStream {
                 for item in engine.store.scan(Space::Oplog, &lower, Some(&upper), false) {
                     let (k, v) = item.map_err(crate::storage_err)?;
                     let ts = u64::from_be_bytes(k[..8].try_into().expect("8-byte time"));
-                    out.push((ts, v.into_vec()));
+                    out.push((ts, Some(v.into_vec())));
                     if out.len() >= READ_CHUNK {
                         break;
                     }
