@@ -67,6 +67,19 @@ pub struct CommitNotice {
     pub seq: u64,
     /// The newest oplog time committed (as the sortable u64 of [`keys::ts_to_u64`]).
     pub last_ts: u64,
+    /// One bit per namespace the commit wrote ([`namespace_bit`]), so a change stream on
+    /// another collection lets the commit pass without waking up.
+    pub ns_mask: u64,
+}
+
+/// The [`CommitNotice::ns_mask`] bit of a namespace (FNV-1a, 64 buckets).
+pub fn namespace_bit(ns: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in ns.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    1u64 << (h % 64)
 }
 
 pub(crate) struct Writer {
@@ -87,6 +100,9 @@ pub struct Engine {
     capped: Mutex<std::collections::HashMap<u32, capped::CappedState>>,
     opts: EngineOptions,
     commits: watch::Sender<CommitNotice>,
+    /// Oldest retained oplog time, readable without the writer lock (change streams
+    /// check it on every read).
+    trim_ts: std::sync::atomic::AtomicU64,
     _lock_file: std::fs::File,
     syncer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -117,6 +133,7 @@ impl Engine {
         let (commits, _) = watch::channel(CommitNotice {
             seq: 0,
             last_ts: last_ts.map(keys::ts_to_u64).unwrap_or(0),
+            ns_mask: 0,
         });
         tracing::info!(
             dbpath = %opts.dbpath.display(),
@@ -133,6 +150,7 @@ impl Engine {
             capped: Mutex::new(std::collections::HashMap::new()),
             opts,
             commits,
+            trim_ts: std::sync::atomic::AtomicU64::new(trim_ts),
             _lock_file: lock_file,
             syncer: Mutex::new(Some(syncer)),
         }))
@@ -169,6 +187,11 @@ impl Engine {
         keys::u64_to_ts(self.commits.borrow().last_ts)
     }
 
+    /// Oldest retained oplog time (everything before it was trimmed).
+    pub fn oplog_trim_ts(&self) -> u64 {
+        self.trim_ts.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Oldest and newest retained oplog times.
     pub fn oplog_window(&self) -> (u64, u64) {
         let w = self.writer.lock();
@@ -187,6 +210,7 @@ impl Engine {
             last_ts: None,
             oplog_added: 0,
             touched_capped: false,
+            ns_mask: 0,
         }
     }
 
@@ -214,6 +238,8 @@ pub(crate) struct Txn<'e> {
     oplog_added: u64,
     /// Capped totals include this transaction's inserts: settle them at commit or drop.
     touched_capped: bool,
+    /// Namespaces written (see [`CommitNotice::ns_mask`]).
+    ns_mask: u64,
 }
 
 impl Drop for Txn<'_> {
@@ -240,6 +266,7 @@ impl<'e> Txn<'e> {
         if change.op == "c" {
             let raw = bson::RawDocument::from_bytes(&bytes).expect("just serialised");
             for target in oplog::indexed_namespaces(raw).iter().skip(1) {
+                self.ns_mask |= namespace_bit(target);
                 self.batch.put(Space::OplogByNs, &keys::oplog_ns_key(target, keys::ts_to_u64(ts)), b"c");
             }
         }
@@ -280,6 +307,7 @@ impl<'e> Txn<'e> {
         self.oplog_added += bytes.len() as u64;
         self.batch.put(Space::Oplog, &keys::oplog_key(t), bytes);
         if !ns.is_empty() {
+            self.ns_mask |= namespace_bit(ns);
             let digest = bson::RawDocument::from_bytes(bytes).map(oplog::ns_digest).unwrap_or_default();
             self.batch.put(Space::OplogByNs, &keys::oplog_ns_key(ns, t), &digest);
         }
@@ -355,7 +383,7 @@ impl<'e> Txn<'e> {
             *engine.catalog.write() = Arc::new(c);
         }
         if let Some(ts) = last_ts {
-            engine.commits.send_replace(CommitNotice { seq, last_ts: keys::ts_to_u64(ts) });
+            engine.commits.send_replace(CommitNotice { seq, last_ts: keys::ts_to_u64(ts), ns_mask: self.ns_mask });
         }
         if self.w.oplog_bytes > engine.opts.oplog_size_bytes {
             if let Err(e) = trim_oplog(engine, &mut self.w) {
@@ -412,6 +440,7 @@ fn trim_oplog(engine: &Engine, w: &mut Writer) -> Result<()> {
     }
     batch.delete_range(Space::Images, &keys::image_key(0, keys::ImageKind::Before), &keys::image_key(new_trim, keys::ImageKind::Before));
     w.trim_ts = new_trim;
+    engine.trim_ts.store(new_trim, std::sync::atomic::Ordering::Release);
     w.oplog_bytes = w.oplog_bytes.saturating_sub(freed);
     let state = doc! {"trim": w.trim_ts as i64, "bytes": w.oplog_bytes as i64};
     let mut bytes = Vec::new();

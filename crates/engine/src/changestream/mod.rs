@@ -228,7 +228,22 @@ pub const RESUMABLE_CODES: [i32; 17] =
 impl Engine {
     /// Whether the cursor is an open change stream.
     pub fn is_change_stream_cursor(&self, id: i64) -> bool {
-        self.cursors.get(id).map(|c| matches!(c.lock().source, Source::ChangeStream(_))).unwrap_or(false)
+        self.change_stream_interest(id).is_some()
+    }
+
+    /// For a change stream cursor, the commit-notice bits it cares about
+    /// ([`crate::CommitNotice::ns_mask`]): its collection's, or all for database and
+    /// cluster streams.
+    pub fn change_stream_interest(&self, id: i64) -> Option<u64> {
+        let c = self.cursors.get(id)?;
+        let c = c.lock();
+        match &c.source {
+            Source::ChangeStream(s) => Some(match &s.spec.scope {
+                Scope::Collection(ns) => crate::namespace_bit(&ns.full()),
+                _ => u64::MAX,
+            }),
+            _ => None,
+        }
     }
 
     /// `aggregate` with a leading `$changeStream`: opens the stream and returns its
@@ -253,7 +268,7 @@ impl Engine {
                 format!("Only one type of resume option is allowed, but multiple were found: {}", crate::format::doc_to_string(&start)),
             ));
         }
-        let (trim_ts, _) = self.oplog_window();
+        let trim_ts = self.oplog_trim_ts();
         let lost = |t: u64| {
             Error::new(
                 codes::CHANGE_STREAM_HISTORY_LOST,
@@ -360,7 +375,7 @@ impl ChangeStream {
             if self.next_ts > durable {
                 return Ok((out, false));
             }
-            let (trim_ts, _) = engine.oplog_window();
+            let trim_ts = engine.oplog_trim_ts();
             if self.next_ts < trim_ts {
                 return Err(Error::new(
                     codes::CHANGE_STREAM_HISTORY_LOST,

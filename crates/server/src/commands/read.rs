@@ -101,7 +101,8 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     };
     let ns = format!("{db}.{coll}");
     state.opcounters.getmore.fetch_add(1, Ordering::Relaxed);
-    let change_stream = state.engine.is_change_stream_cursor(id);
+    let interest = state.engine.change_stream_interest(id);
+    let change_stream = interest.is_some();
     let label = |e: Error| -> Error {
         if change_stream && tailstream_engine::changestream::RESUMABLE_CODES.contains(&e.code) && e.labels.is_empty() {
             e.with_label("ResumableChangeStreamError")
@@ -124,6 +125,7 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     let mut closed = state.engine.cursors.subscribe_closed();
     closed.borrow_and_update();
     let deadline = tokio::time::Instant::now() + max_await;
+    let mut first_look = true;
     loop {
         let ns = ns.clone();
         let batch = blocking(state, move |e| e.get_more(id, &ns, batch_size)).await.map_err(label)?;
@@ -131,11 +133,15 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
             return Ok(cursor_output(batch, false));
         }
         let change_stream = batch.post_batch_resume_token.is_some();
-        if change_stream {
+        // A change stream re-reads once the durable time reaches a commit it cares about.
+        let mut wake_at: Option<u64> = None;
+        if change_stream && first_look {
             // Writes committed before we subscribed may still wait for their fsync.
             let d = &state.engine.durability;
             d.request(d.last_committed());
+            wake_at = Some(commits.borrow().last_ts);
         }
+        first_look = false;
         // Nothing new on a tailable awaitData cursor: the next commit wakes us (no polling);
         // at the deadline the empty batch goes back and the cursor stays open. A change
         // stream shows only durable writes: a commit asks for the fsync at once, and the
@@ -147,14 +153,23 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
                         return Ok(cursor_output(batch, false));
                     }
                     if change_stream {
-                        let seq = commits.borrow_and_update().seq;
-                        state.engine.durability.request(seq);
+                        // Only a commit to what the stream watches asks for the fsync and
+                        // sets the durable time to wait for; others pass by.
+                        let notice = *commits.borrow_and_update();
+                        if notice.ns_mask & interest.unwrap_or(u64::MAX) != 0 {
+                            state.engine.durability.request(notice.seq);
+                            wake_at = Some(wake_at.map_or(notice.last_ts, |w| w.min(notice.last_ts)));
+                        }
                         continue;
                     }
                 }
                 changed = durable.changed(), if change_stream => {
                     if changed.is_err() {
                         return Ok(cursor_output(batch, false));
+                    }
+                    let d = *durable.borrow_and_update();
+                    if !wake_at.map(|w| d >= w).unwrap_or(false) {
+                        continue;
                     }
                 }
                 // Killed meanwhile: the next look reports it (CursorNotFound).

@@ -1,0 +1,699 @@
+//! Tailstream change-stream benchmark.
+//!
+//! Five scenarios, each against a fresh server (its own port and temporary
+//! `--dbpath`, deleted at the end), each printing the server's CPU seconds
+//! (/proc/<pid>/stat) next to its figure, and this process's own CPU (the client
+//! must not be what limits a figure):
+//!
+//! 1. **catchup** — N events (1 KB inserts) written before the stream is
+//!    opened, then read by one stream from a point before them
+//!    (`startAtOperationTime`, batch size 10,000). A consumer that was down, or
+//!    a new one replaying history, must catch up much faster than writes come
+//!    in (target ≥ 250,000 events/s).
+//! 2. **fanout** — 1, 10, 100, 1,000 streams on one collection while a
+//!    producer inserts 1,000 docs/s; every stream must get every event. The cost
+//!    of an extra stream should be small next to the cost of the writes (target:
+//!    100 streams cost at most 5× the server CPU of one). A row with no stream
+//!    (the producer alone) is the baseline.
+//! 3. **isolation** — one stream on collection A, never written, while 10,000
+//!    inserts/s go to B: a collection stream must not pay for other collections'
+//!    writes (target: server CPU within 5% of the same load without the stream;
+//!    runs alternate, no stream / stream / no stream / stream, to cancel drift).
+//! 4. **resume** — seed 000 ("Performance Analysis of Resuming a MongoDB Change
+//!    Stream"), scaled down: a marker, 300 × 6 MB documents with a marker after
+//!    every 100, then a stream resumed after the first marker with
+//!    `$match: {"fullDocument.msg": {$exists: true}}`. MongoDB reads every large
+//!    document back from disk to evaluate the filter; the target is the last
+//!    marker in under 5% of the time a sequential read of those documents takes
+//!    on this disk (page cache dropped first when we may). Second variant: the
+//!    large documents go to another collection (`bar`): then the first marker must
+//!    come in under 10 ms (the stream must not even look at `bar`'s writes). The
+//!    server's `read_bytes` (/proc/<pid>/io) during the resume is reported.
+//! 5. **latency** — insert-to-event latency p50/p99/max at 1,000 and 20,000
+//!    inserts/s (the send time, CLOCK_MONOTONIC, is in the document; the consumer
+//!    has a thread of its own). An event is shown only once its write is durable,
+//!    so the disk's fsync latency (measured in the same run: 4 KB appended and
+//!    fdatasync'ed in the dbpath) is a floor; the target is the stream's p99
+//!    within 1 ms of the fsync p99.
+//!
+//! Progress goes to stderr; the end of the run prints a Markdown section for
+//! BENCHMARKS.md on stdout (a table per scenario, with its target and whether it
+//! was met); `--json FILE` writes every figure. `--quick` scales everything
+//! down to about a minute. Run it with `bash bench/changestream.sh`.
+//! `BENCH_TRACE=1` prints every aggregate and getMore reply (duration, events,
+//! postBatchResumeToken) on stderr, to see what the server did when a figure
+//! looks wrong.
+
+mod load;
+mod scenarios;
+mod servers;
+mod stats;
+
+use std::{fmt::Write as _, path::PathBuf, process::ExitCode};
+
+use anyhow::{Context, Result};
+use clap::{Parser, ValueEnum};
+use serde::Serialize;
+
+use scenarios::{Catchup, Ctx, FanoutRow, Isolation, Latency, Resume};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "bench-changestream",
+    about = "Change-stream benchmark for Tailstream: catch-up, fan-out, isolation, resume, latency"
+)]
+struct Args {
+    /// Scenarios, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "catchup,fanout,isolation,resume,latency"
+    )]
+    scenarios: Vec<Scenario>,
+    /// Everything scaled down to about a minute (explicit knobs still win).
+    #[arg(long)]
+    quick: bool,
+    /// Tailstream binary (default: $TAILSTREAM_BIN, then
+    /// $HOME/.cache/tailstream/target/release/tailstream).
+    #[arg(long)]
+    server_bin: Option<PathBuf>,
+    /// Parent of the servers' temporary data directories.
+    #[arg(long, default_value = "/tmp")]
+    data_dir: PathBuf,
+    /// Write every figure as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// maxAwaitTimeMS of the streams' getMores (how long a getMore with nothing to return waits).
+    #[arg(long, default_value_t = 1000)]
+    max_await_ms: u64,
+    /// catchup: events written before the stream opens [default: 1,000,000; quick 100,000].
+    #[arg(long)]
+    catchup_docs: Option<u64>,
+    /// catchup: the stream's batch size.
+    #[arg(long, default_value_t = 10_000)]
+    catchup_batch_size: u32,
+    /// fanout: stream counts, comma-separated [default: 1,10,100,1000; quick 1,10,100].
+    #[arg(long, value_delimiter = ',')]
+    fanout_streams: Option<Vec<usize>>,
+    /// fanout: seconds per row [default: 10; quick 3].
+    #[arg(long)]
+    fanout_secs: Option<f64>,
+    /// fanout: the producer's inserts per second.
+    #[arg(long, default_value_t = 1000.0)]
+    fanout_rate: f64,
+    /// fanout: documents per insert (10 = an insert_many every 10 ms at 1,000/s; 1 = insert_one every ms).
+    #[arg(long, default_value_t = 10)]
+    fanout_batch: usize,
+    /// isolation: seconds per run [default: 10; quick 3].
+    #[arg(long)]
+    isolation_secs: Option<f64>,
+    /// isolation: inserts per second into collection B.
+    #[arg(long, default_value_t = 10_000.0)]
+    isolation_rate: f64,
+    /// isolation: documents per insert_many.
+    #[arg(long, default_value_t = 100)]
+    isolation_batch: usize,
+    /// resume: large documents [default: 300; quick 30].
+    #[arg(long)]
+    resume_docs: Option<u64>,
+    /// resume: size of a large document, MiB.
+    #[arg(long, default_value_t = 6.0)]
+    resume_doc_mb: f64,
+    /// latency: seconds per rate [default: 10; quick 3].
+    #[arg(long)]
+    latency_secs: Option<f64>,
+    /// latency: insert rates, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1000,20000")]
+    latency_rates: Vec<f64>,
+    /// latency: fdatasync samples of the disk reference.
+    #[arg(long, default_value_t = 1000)]
+    fsync_samples: usize,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum Scenario {
+    Catchup,
+    Fanout,
+    Isolation,
+    Resume,
+    Latency,
+}
+
+#[derive(Debug, Serialize)]
+struct Meta {
+    date: String,
+    nproc: usize,
+    cpu_model: String,
+    mem_total_gib: f64,
+    server_bin: String,
+    server_version: String,
+    quick: bool,
+    open_files_limit: u64,
+}
+
+#[derive(Debug, Serialize, Default)]
+struct Report {
+    meta: Option<Meta>,
+    catchup: Option<Catchup>,
+    fanout: Option<Vec<FanoutRow>>,
+    max_await_ms: u64,
+    fanout_rate: f64,
+    fanout_batch: usize,
+    fanout_secs: f64,
+    isolation: Option<Isolation>,
+    resume: Option<Resume>,
+    latency: Option<Latency>,
+    problems: Vec<String>,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Ok(false) when a scenario failed or reported a problem.
+async fn run() -> Result<bool> {
+    let a = Args::parse();
+    let q = a.quick;
+    let bin = a
+        .server_bin
+        .clone()
+        .or_else(|| std::env::var_os("TAILSTREAM_BIN").map(PathBuf::from))
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
+                .join(".cache/tailstream/target/release/tailstream")
+        });
+    let catchup_docs = a
+        .catchup_docs
+        .unwrap_or(if q { 100_000 } else { 1_000_000 });
+    let fanout_streams = a.fanout_streams.clone().unwrap_or_else(|| {
+        if q {
+            vec![1, 10, 100]
+        } else {
+            vec![1, 10, 100, 1000]
+        }
+    });
+    let fanout_secs = a.fanout_secs.unwrap_or(if q { 3.0 } else { 10.0 });
+    let isolation_secs = a.isolation_secs.unwrap_or(if q { 3.0 } else { 10.0 });
+    let resume_docs = a.resume_docs.unwrap_or(if q { 30 } else { 300 });
+    let latency_secs = a.latency_secs.unwrap_or(if q { 3.0 } else { 10.0 });
+
+    load::MAX_AWAIT_MS.store(a.max_await_ms, std::sync::atomic::Ordering::Relaxed);
+    let nofile = servers::raise_nofile_limit();
+    let version = std::process::Command::new(&bin)
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    let bin_mtime = std::fs::metadata(&bin)
+        .and_then(|m| m.modified())
+        .ok()
+        .map(|t| {
+            chrono::DateTime::<chrono::Utc>::from(t)
+                .format("%Y-%m-%d %H:%M UTC")
+                .to_string()
+        })
+        .unwrap_or_else(|| "missing".into());
+    let meta = Meta {
+        date: chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string(),
+        nproc: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
+        cpu_model: servers::cpu_model(),
+        mem_total_gib: servers::mem_total_gib(),
+        server_bin: format!("{} (built {bin_mtime})", bin.display()),
+        server_version: version,
+        quick: q,
+        open_files_limit: nofile,
+    };
+    eprintln!(
+        "{} · {} CPUs ({}) · {:.1} GiB RAM · {} · {}",
+        meta.date,
+        meta.nproc,
+        meta.cpu_model,
+        meta.mem_total_gib,
+        meta.server_bin,
+        meta.server_version
+    );
+    if fanout_streams.iter().any(|&n| n as u64 * 2 + 64 > nofile) {
+        eprintln!("WARNING: open-files limit {nofile} is low for {fanout_streams:?} streams");
+    }
+
+    let mut ctx = Ctx {
+        bin,
+        data_dir: a.data_dir.clone(),
+        problems: Vec::new(),
+    };
+    let mut rep = Report {
+        meta: Some(meta),
+        max_await_ms: a.max_await_ms,
+        fanout_rate: a.fanout_rate,
+        fanout_batch: a.fanout_batch,
+        fanout_secs,
+        ..Default::default()
+    };
+    let mut failed = false;
+    for sc in &a.scenarios {
+        eprintln!("\n== {sc:?}");
+        let r: Result<()> = match sc {
+            Scenario::Catchup => scenarios::catchup(&mut ctx, catchup_docs, a.catchup_batch_size)
+                .await
+                .map(|v| rep.catchup = Some(v)),
+            Scenario::Fanout => scenarios::fanout(
+                &mut ctx,
+                &fanout_streams,
+                fanout_secs,
+                a.fanout_rate,
+                a.fanout_batch,
+            )
+            .await
+            .map(|v| rep.fanout = Some(v)),
+            Scenario::Isolation => scenarios::isolation(
+                &mut ctx,
+                isolation_secs,
+                a.isolation_rate,
+                a.isolation_batch,
+            )
+            .await
+            .map(|v| rep.isolation = Some(v)),
+            Scenario::Resume => scenarios::resume(&mut ctx, resume_docs, a.resume_doc_mb)
+                .await
+                .map(|v| rep.resume = Some(v)),
+            Scenario::Latency => {
+                scenarios::latency(&mut ctx, &a.latency_rates, latency_secs, a.fsync_samples)
+                    .await
+                    .map(|v| rep.latency = Some(v))
+            }
+        };
+        if let Err(e) = r {
+            eprintln!("  FAILED: {e:#}");
+            ctx.problems
+                .push(format!("{sc:?}: the scenario failed: {e:#}"));
+            failed = true;
+        }
+        if let Some(path) = &a.json {
+            rep.problems = ctx.problems.clone();
+            write_json(path, &rep)?;
+        }
+    }
+    rep.problems = ctx.problems.clone();
+    if let Some(path) = &a.json {
+        write_json(path, &rep)?;
+    }
+    println!("{}", markdown(&rep));
+    Ok(!failed && rep.problems.is_empty())
+}
+
+fn write_json(path: &PathBuf, rep: &Report) -> Result<()> {
+    let text = serde_json::to_string_pretty(rep)?;
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}
+
+// ---------------------------------------------------------------------------
+// Markdown
+
+fn fmt_int(v: u64) -> String {
+    let s = v.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn ms(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else if v >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+fn opt_ms(v: Option<f64>) -> String {
+    v.map(|v| format!("{} ms", ms(v)))
+        .unwrap_or_else(|| "**none**".into())
+}
+
+fn met(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "**no**"
+    }
+}
+
+fn markdown(rep: &Report) -> String {
+    let mut s = String::new();
+    let mut targets: Vec<(String, String, bool)> = Vec::new();
+    let _ = writeln!(s, "## Change streams (`bench/changestream`)\n");
+    if let Some(m) = &rep.meta {
+        let _ = writeln!(
+            s,
+            "{} · machine: {} CPUs ({}), {:.1} GiB RAM · server: {} · {}{}\n",
+            m.date,
+            m.nproc,
+            m.cpu_model,
+            m.mem_total_gib,
+            m.server_version,
+            m.server_bin,
+            if m.quick {
+                " · **--quick** run (scaled down)"
+            } else {
+                ""
+            }
+        );
+    }
+    let _ = writeln!(
+        s,
+        "Every scenario runs against a fresh server (`--replSet rs0`, temporary dbpath). Server CPU = the server \
+         process's user + system CPU seconds over the measured span (/proc/<pid>/stat); client CPU = the \
+         benchmark process's own (driver, producer, consumers), on the same machine. Writes use `{{w: 1}}`; \
+         events are read as raw BSON (no decoding beyond the fields checked); streams' getMores use \
+         maxAwaitTimeMS {}.\n",
+        rep.max_await_ms
+    );
+
+    if let Some(c) = &rep.catchup {
+        let _ = writeln!(s, "### Catch-up: one stream reads a backlog\n");
+        let _ = writeln!(
+            s,
+            "{} inserts of 1 KB documents (insert_many of 1,000, 4 clients) before the stream opens; then one stream, \
+             {}, batch size {}, reads them all.\n",
+            fmt_int(c.docs),
+            c.start,
+            fmt_int(c.batch_size as u64)
+        );
+        let _ = writeln!(s, "| events | inserted in | read in | events/s | MB/s of events | server CPU s | client CPU s | target | met |");
+        let _ = writeln!(s, "| --: | --: | --: | --: | --: | --: | --: | :-- | :-: |");
+        let ok = c.events_per_s >= 250_000.0 && c.missing == 0;
+        let _ = writeln!(
+            s,
+            "| {}{} | {:.1} s ({} docs/s) | {:.2} s | {} | {:.0} | {:.2} | {:.2} | ≥ 250,000 events/s | {} |\n",
+            fmt_int(c.events),
+            if c.missing > 0 { format!(" (**{} missing**)", fmt_int(c.missing)) } else { String::new() },
+            c.insert_secs,
+            fmt_int(c.insert_docs_per_s as u64),
+            c.read.wall_s,
+            fmt_int(c.events_per_s as u64),
+            c.mb_per_s,
+            c.read.server_cpu_s,
+            c.read.client_cpu_s,
+            met(ok)
+        );
+        targets.push((
+            "catch-up ≥ 250,000 events/s".into(),
+            format!("{} events/s", fmt_int(c.events_per_s as u64)),
+            ok,
+        ));
+    }
+
+    if let Some(rows) = &rep.fanout {
+        let _ = writeln!(s, "### Fan-out: N streams on one collection\n");
+        let _ = writeln!(
+            s,
+            "A producer inserts {} docs/s of 1 KB ({} every {} ms) for {} s; every stream must receive every event. \
+             The span is the producer's start to the last stream having everything (when some never do: to the last \
+             event received); streams are spread over one client per 50 streams (a waiting getMore holds a connection).\n",
+            fmt_int(rep.fanout_rate as u64),
+            if rep.fanout_batch == 1 { "insert_one".to_string() } else { format!("insert_many of {}", rep.fanout_batch) },
+            ms(rep.fanout_batch as f64 / rep.fanout_rate * 1e3),
+            rep.fanout_secs
+        );
+        let _ = writeln!(s, "| streams | events per stream | streams complete | missing | span s | server CPU s | server CPU s/s | × 1 stream | above producer alone (CPU s/s) | client CPU s |");
+        let _ = writeln!(
+            s,
+            "| --: | --: | --: | --: | --: | --: | --: | --: | --: | --: |"
+        );
+        let base = rows
+            .iter()
+            .find(|r| r.streams == 0)
+            .map(|r| r.server_cpu_per_s);
+        for r in rows {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {:.2} | {:.2} | {:.3} | {} | {} | {:.2} |",
+                if r.streams == 0 {
+                    "0 (producer alone)".to_string()
+                } else {
+                    fmt_int(r.streams as u64)
+                },
+                fmt_int(r.expected),
+                if r.streams == 0 {
+                    "–".to_string()
+                } else {
+                    format!("{}/{}", r.complete_streams, r.streams)
+                },
+                if r.missing_total > 0 || r.duplicates_total > 0 {
+                    format!(
+                        "**{} missing, {} dup**",
+                        fmt_int(r.missing_total),
+                        fmt_int(r.duplicates_total)
+                    )
+                } else {
+                    "0".into()
+                },
+                r.cpu.wall_s,
+                r.cpu.server_cpu_s,
+                r.server_cpu_per_s,
+                r.ratio_to_1
+                    .map(|x| format!("{x:.2}×"))
+                    .unwrap_or_else(|| "–".into()),
+                base.filter(|_| r.streams > 0)
+                    .map(|b| format!("{:+.3}", r.server_cpu_per_s - b))
+                    .unwrap_or_else(|| "–".into()),
+                r.cpu.client_cpu_s
+            );
+        }
+        if let Some(r) = rows.iter().find(|r| r.streams == 100) {
+            if let Some(x) = r.ratio_to_1 {
+                let ok = x <= 5.0 && r.complete_streams == r.streams;
+                let _ = writeln!(s, "\nTarget: 100 streams cost at most 5× the server CPU of one stream: {x:.2}× → {}.", met(ok));
+                targets.push((
+                    "fan-out: 100 streams ≤ 5× one stream (server CPU/s)".into(),
+                    format!("{x:.2}×"),
+                    ok,
+                ));
+            }
+        }
+        let _ = writeln!(s);
+    }
+
+    if let Some(iso) = &rep.isolation {
+        let _ = writeln!(s, "### Isolation: a stream on an idle collection\n");
+        let _ = writeln!(
+            s,
+            "{} inserts/s of 1 KB (insert_many of {} every {} ms) into collection B for {} s, with and without one \
+             stream open on collection A (never written); runs alternate.\n",
+            fmt_int(iso.rate as u64),
+            iso.batch,
+            ms(iso.batch as f64 / iso.rate * 1e3),
+            iso.secs
+        );
+        let _ = writeln!(s, "| run | stream on A | inserts acknowledged | span s | server CPU s | server CPU s/s | client CPU s | events on A |");
+        let _ = writeln!(s, "| --: | :-- | --: | --: | --: | --: | --: | --: |");
+        for (k, r) in iso.runs.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {:.2} | {:.2} | {:.3} | {:.2} | {} |",
+                k + 1,
+                if r.with_stream { "yes" } else { "no" },
+                fmt_int(r.producer.acked),
+                r.cpu.wall_s,
+                r.cpu.server_cpu_s,
+                r.server_cpu_per_s,
+                r.cpu.client_cpu_s,
+                r.stream_events
+                    .map(|n| n.to_string())
+                    .unwrap_or_else(|| "–".into())
+            );
+        }
+        let ok = iso.diff_pct.abs() <= 5.0;
+        let _ = writeln!(
+            s,
+            "\nMean server CPU s/s: {:.3} without the stream, {:.3} with it: {:+.1}%. Target within 5%: {}.\n",
+            iso.mean_without,
+            iso.mean_with,
+            iso.diff_pct,
+            met(ok)
+        );
+        targets.push((
+            "isolation: idle-collection stream within 5% server CPU".into(),
+            format!("{:+.1}%", iso.diff_pct),
+            ok,
+        ));
+    }
+
+    if let Some(r) = &rep.resume {
+        let _ = writeln!(
+            s,
+            "### Resume after large documents (seed 000, scaled down)\n"
+        );
+        let v0 = r.variants.first();
+        let (docs, size) = v0.map(|v| (v.docs, v.doc_bytes)).unwrap_or((0, 0));
+        let _ = writeln!(
+            s,
+            "Marker 0 into `foo` (its event's resume token kept), then {} documents of {:.0} MiB inserted one by one, \
+             with markers 1, 2, 3 into `foo` after each third; then a stream on `foo` resumes after marker 0 with \
+             `[{{$match: {{\"fullDocument.msg\": {{$exists: true}}}}}}]` (default batch size). Times are from the \
+             resuming aggregate to the marker's arrival. Reference: reading the {:.2} GB of large documents once, \
+             sequentially, at {:.0} MB/s ({}, {} MB file on the same disk) = {:.2} s.\n",
+            fmt_int(docs),
+            size as f64 / 1048576.0,
+            (docs * size) as f64 / 1e9,
+            r.seq_read_mb_s,
+            r.seq_read_method,
+            r.seq_read_file_bytes >> 20,
+            r.reference_s
+        );
+        for n in &r.notes {
+            let _ = writeln!(s, "Note: {n}\n");
+        }
+        let _ = writeln!(s, "| large documents into | inserted in | page cache dropped | first marker | last marker | markers | server read from disk | server CPU s | client CPU s | target | measured | met |");
+        let _ = writeln!(
+            s,
+            "| :-- | --: | :-: | --: | --: | --: | --: | --: | --: | :-- | --: | :-: |"
+        );
+        for v in &r.variants {
+            let same = v.big_collection == "foo";
+            let (target, measured, ok) = if same {
+                let pct = v.last_marker_ms.map(|t| t / 1e3 / r.reference_s * 100.0);
+                (
+                    "last marker < 5% of the sequential read".to_string(),
+                    pct.map(|p| format!("{p:.2}%"))
+                        .unwrap_or_else(|| "n/a".into()),
+                    pct.is_some_and(|p| p < 5.0) && v.error.is_none(),
+                )
+            } else {
+                (
+                    "first marker < 10 ms".to_string(),
+                    opt_ms(v.first_marker_ms),
+                    v.first_marker_ms.is_some_and(|t| t < 10.0) && v.error.is_none(),
+                )
+            };
+            let _ = writeln!(
+                s,
+                "| `{}`{} | {:.1} s | {} | {} | {} | {}/3 | {} | {:.2} | {:.2} | {} | {} | {} |",
+                v.big_collection,
+                if same {
+                    " (same as markers)"
+                } else {
+                    " (markers in `foo`)"
+                },
+                v.insert_secs,
+                if v.page_cache_dropped { "yes" } else { "no" },
+                opt_ms(v.first_marker_ms),
+                opt_ms(v.last_marker_ms),
+                v.markers_received,
+                v.server_read_bytes
+                    .map(|b| format!("{:.1} MB", b as f64 / 1e6))
+                    .unwrap_or_else(|| "n/a".into()),
+                v.cpu.server_cpu_s,
+                v.cpu.client_cpu_s,
+                target,
+                measured,
+                met(ok)
+            );
+            targets.push((
+                format!(
+                    "resume, large documents in `{}`: {target}",
+                    v.big_collection
+                ),
+                measured,
+                ok,
+            ));
+            if let Some(e) = &v.error {
+                let _ = writeln!(s, "\n**Error** (`{}`): {e}\n", v.big_collection);
+            }
+        }
+        let _ = writeln!(s);
+    }
+
+    if let Some(l) = &rep.latency {
+        let _ = writeln!(s, "### Insert-to-event latency\n");
+        let _ = writeln!(
+            s,
+            "A paced producer stamps each document with its send time (CLOCK_MONOTONIC); one stream's consumer, on a \
+             thread of its own, takes receive − send. Disk reference: {} × (append 4 KB + fdatasync) in the server's \
+             dbpath: p50 {} ms, p99 {} ms, max {} ms.\n",
+            fmt_int(l.fsync.count),
+            ms(l.fsync.p50_ms),
+            ms(l.fsync.p99_ms),
+            ms(l.fsync.max_ms)
+        );
+        let _ = writeln!(s, "| inserts/s | per insert | events | missing | p50 ms | p99 ms | p99.9 ms | max ms | producer max lag ms | server CPU s | client CPU s | target: p99 ≤ fsync p99 + 1 ms | met |");
+        let _ = writeln!(
+            s,
+            "| --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | :-: |"
+        );
+        for r in &l.rows {
+            let limit = l.fsync.p99_ms + 1.0;
+            let ok = r.missing == 0 && r.latency.count > 0 && r.latency.p99_ms <= limit;
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.2} | {:.2} | ≤ {} | {} |",
+                fmt_int(r.rate as u64),
+                r.batch,
+                fmt_int(r.received),
+                if r.missing > 0 {
+                    format!("**{}**", fmt_int(r.missing))
+                } else {
+                    "0".into()
+                },
+                ms(r.latency.p50_ms),
+                ms(r.latency.p99_ms),
+                ms(r.latency.p999_ms),
+                ms(r.latency.max_ms),
+                r.producer.max_lag_ms,
+                r.cpu.server_cpu_s,
+                r.cpu.client_cpu_s,
+                ms(limit),
+                met(ok)
+            );
+            targets.push((
+                format!(
+                    "latency at {} inserts/s: p99 ≤ fsync p99 + 1 ms ({} ms)",
+                    fmt_int(r.rate as u64),
+                    ms(limit)
+                ),
+                format!("{} ms", ms(r.latency.p99_ms)),
+                ok,
+            ));
+        }
+        let _ = writeln!(s);
+    }
+
+    if !targets.is_empty() {
+        let _ = writeln!(
+            s,
+            "### Targets\n\n| target | measured | met |\n| :-- | --: | :-: |"
+        );
+        for (t, m, ok) in &targets {
+            let _ = writeln!(s, "| {t} | {m} | {} |", met(*ok));
+        }
+        let _ = writeln!(s);
+    }
+    if !rep.problems.is_empty() {
+        let _ = writeln!(s, "### Problems seen\n");
+        for p in &rep.problems {
+            let _ = writeln!(s, "- {}", p.replace('\n', "\n  "));
+        }
+        let _ = writeln!(s);
+    }
+    s
+}

@@ -1,0 +1,1070 @@
+//! The five scenarios. Each starts a fresh server (or two), runs, and returns its
+//! figures; problems that do not stop it (missing events, server log warnings)
+//! go to `problems`.
+
+use std::{
+    fs,
+    io::{Read, Write},
+    os::unix::fs::OpenOptionsExt,
+    path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context, Result};
+use mongodb::{
+    bson::{doc, Document, RawDocumentBuf, Timestamp},
+    change_stream::{event::ResumeToken, ChangeStream},
+    options::CollectionOptions,
+    Client, Collection,
+};
+use serde::Serialize;
+
+use crate::load::{
+    client, drain, filler, max_await, spawn_producer, w1, CpuMark, CpuSpan, Drained, MakeDoc, Pace,
+    ProducerResult,
+};
+use crate::servers::{
+    drop_caches, free_disk_bytes, mono_ns, proc_read_bytes, wait_idle, ServerProc,
+};
+use crate::stats::{stats, Stats};
+
+pub struct Ctx {
+    pub bin: PathBuf,
+    pub data_dir: PathBuf,
+    pub problems: Vec<String>,
+}
+
+impl Ctx {
+    fn start(&self, oplog_mb: u64) -> Result<ServerProc> {
+        let s = ServerProc::tailstream(&self.bin, &self.data_dir, oplog_mb)?;
+        eprintln!(
+            "  server pid {} on port {} (oplogSize {oplog_mb} MB)",
+            s.pid, s.port
+        );
+        Ok(s)
+    }
+
+    /// Notes how the server ended and what it logged at WARN/ERROR.
+    fn finish(&mut self, scenario: &str, mut server: ServerProc) {
+        if let Err(e) = server.check_alive() {
+            self.problems.push(format!("{scenario}: {e}"));
+        }
+        let lines = server.log_problems();
+        if !lines.is_empty() {
+            let n = lines.len();
+            let shown: Vec<String> = lines.into_iter().take(10).collect();
+            self.problems.push(format!(
+                "{scenario}: the server logged {n} WARN/ERROR line(s), first ones:\n    {}",
+                shown.join("\n    ")
+            ));
+        }
+        if let Some(e) = server.stop() {
+            self.problems.push(format!("{scenario}: {e}"));
+        }
+    }
+}
+
+/// A live stream that got nothing for this long after the producer was done
+/// will not get the rest (a getMore waits at most --max-await-ms).
+fn give_up_after() -> Duration {
+    (max_await() * 3).max(Duration::from_secs(5))
+}
+
+fn coll_w1(client: &Client, db: &str, name: &str) -> Collection<Document> {
+    client.database(db).collection_with_options(
+        name,
+        CollectionOptions::builder().write_concern(w1()).build(),
+    )
+}
+
+/// `{_id: ObjectId, i: i64, t: i64, s}` is 52 bytes of BSON plus the string:
+/// `s` of 972 characters makes a 1,024-byte document.
+const KB_DOC_PAD: usize = 972;
+
+fn kb_doc_maker(seed: u64) -> MakeDoc {
+    let pad = filler(KB_DOC_PAD, seed);
+    Arc::new(
+        move |i, t| doc! {"_id": mongodb::bson::oid::ObjectId::new(), "i": i as i64, "t": t, "s": pad.as_str()},
+    )
+}
+
+async fn join_thread<T: Send + 'static>(h: std::thread::JoinHandle<T>) -> Result<T> {
+    tokio::task::spawn_blocking(move || h.join())
+        .await?
+        .map_err(|_| anyhow::anyhow!("a benchmark thread panicked"))
+}
+
+fn raw_i64(ev: &RawDocumentBuf, field: &str) -> Option<i64> {
+    ev.get_document("fullDocument").ok()?.get_i64(field).ok()
+}
+
+// ---------------------------------------------------------------------------
+// 1. catch-up
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Catchup {
+    pub docs: u64,
+    pub doc_bytes: usize,
+    pub insert_secs: f64,
+    pub insert_docs_per_s: f64,
+    /// How the stream was positioned before the inserts.
+    pub start: String,
+    pub batch_size: u32,
+    pub events: u64,
+    pub missing: u64,
+    /// BSON bytes of the events received.
+    pub event_bytes: u64,
+    pub read: CpuSpan,
+    pub events_per_s: f64,
+    pub mb_per_s: f64,
+    pub error: Option<String>,
+}
+
+/// Where a stream opened later should start: the cluster time now (the
+/// `operationTime` of a ping), else the resume token of an empty stream
+/// opened now (its postBatchResumeToken).
+enum StartPoint {
+    OpTime(Timestamp),
+    Token(ResumeToken),
+}
+
+async fn start_point(client: &Client, coll: &Collection<Document>) -> Result<StartPoint> {
+    let reply = client
+        .database("admin")
+        .run_command(doc! {"ping": 1})
+        .await?;
+    if let Ok(ts) = reply.get_timestamp("operationTime") {
+        return Ok(StartPoint::OpTime(ts));
+    }
+    let cs = coll.watch().await?;
+    match cs.resume_token() {
+        Some(t) => Ok(StartPoint::Token(t)),
+        None => bail!(
+            "neither an operationTime in the ping reply nor a resume token from an empty stream"
+        ),
+    }
+}
+
+pub async fn catchup(ctx: &mut Ctx, docs: u64, batch_size: u32) -> Result<Catchup> {
+    let server = ctx.start(4096)?;
+    let c = client(&server.uri(), 8).await?;
+    let coll = coll_w1(&c, "bench", "catchup");
+    c.database("bench").create_collection("catchup").await?;
+    let start = start_point(&c, &coll).await?;
+
+    eprintln!("  inserting {docs} documents of 1 KB (insert_many of 1,000, w:1, 4 clients)");
+    let make = kb_doc_maker(1);
+    let next_batch = Arc::new(AtomicU64::new(0));
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let (coll, make, next_batch) = (coll.clone(), make.clone(), next_batch.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let b = next_batch.fetch_add(1, Ordering::Relaxed);
+                let lo = b * 1000;
+                if lo >= docs {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                let hi = (lo + 1000).min(docs);
+                let batch: Vec<Document> = (lo..hi).map(|i| make(i, 0)).collect();
+                let r = coll
+                    .insert_many(batch)
+                    .await
+                    .with_context(|| format!("insert_many of documents {lo}..{hi}"))?;
+                if r.inserted_ids.len() as u64 != hi - lo {
+                    bail!(
+                        "insert_many of documents {lo}..{hi} acknowledged {}",
+                        r.inserted_ids.len()
+                    );
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let insert_secs = t0.elapsed().as_secs_f64();
+    eprintln!("  inserted in {insert_secs:.1} s; waiting for the server to go idle");
+    wait_idle(server.pid, Duration::from_secs(60));
+
+    let start_desc = match &start {
+        StartPoint::OpTime(ts) => format!(
+            "startAtOperationTime {{t: {}, i: {}}} (ping's operationTime)",
+            ts.time, ts.increment
+        ),
+        StartPoint::Token(_) => "resumeAfter the postBatchResumeToken of an empty stream".into(),
+    };
+    let mark = CpuMark::now(&server);
+    let watch = coll
+        .watch()
+        .batch_size(batch_size)
+        .max_await_time(max_await());
+    let watch = match start {
+        StartPoint::OpTime(ts) => watch.start_at_operation_time(ts),
+        StartPoint::Token(t) => watch.resume_after(t),
+    };
+    let mut bytes = 0u64;
+    let (opened, drained) = match watch.await {
+        Ok(cs) => {
+            let mut cs: ChangeStream<RawDocumentBuf> = cs.with_type();
+            let done = AtomicBool::new(true);
+            let d = drain(
+                &mut cs,
+                docs,
+                &done,
+                Duration::from_secs(10),
+                Instant::now() + Duration::from_secs(1800),
+                |ev| bytes += ev.as_bytes().len() as u64,
+            )
+            .await;
+            (None, d)
+        }
+        Err(e) => (Some(e.to_string()), Drained::default()),
+    };
+    let read = mark.span();
+    eprintln!(
+        "    {} events in {:.2} s = {:.0} events/s; server {:.2} CPU s, client {:.2} CPU s",
+        drained.received,
+        read.wall_s,
+        drained.received as f64 / read.wall_s,
+        read.server_cpu_s,
+        read.client_cpu_s
+    );
+    let error = opened.or(drained.error.clone());
+    if let Some(e) = &error {
+        ctx.problems
+            .push(format!("catchup: the stream failed: {e}"));
+    }
+    if drained.received < docs {
+        ctx.problems.push(format!(
+            "catchup: received {} of {docs} events",
+            drained.received
+        ));
+    }
+    ctx.finish("catchup", server);
+    Ok(Catchup {
+        docs,
+        doc_bytes: 1024,
+        insert_secs,
+        insert_docs_per_s: docs as f64 / insert_secs,
+        start: start_desc,
+        batch_size,
+        events: drained.received,
+        missing: docs.saturating_sub(drained.received),
+        event_bytes: bytes,
+        events_per_s: drained.received as f64 / read.wall_s,
+        mb_per_s: bytes as f64 / 1048576.0 / read.wall_s,
+        read,
+        error,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// 2. fan-out
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FanoutRow {
+    pub streams: usize,
+    pub clients: usize,
+    pub expected: u64,
+    pub producer: ProducerResult,
+    /// Streams that received every event exactly once.
+    pub complete_streams: usize,
+    pub missing_total: u64,
+    pub duplicates_total: u64,
+    pub errors: Vec<String>,
+    /// Seconds to open every stream.
+    pub open_secs: f64,
+    /// From the producer's start to the last stream having everything.
+    pub cpu: CpuSpan,
+    pub server_cpu_per_s: f64,
+    pub ratio_to_1: Option<f64>,
+}
+
+struct StreamOutcome {
+    distinct: u64,
+    duplicates: u64,
+    drained: Drained,
+}
+
+const STREAMS_PER_CLIENT: usize = 50;
+
+pub async fn fanout(
+    ctx: &mut Ctx,
+    counts: &[usize],
+    secs: f64,
+    rate: f64,
+    batch: usize,
+) -> Result<Vec<FanoutRow>> {
+    let server = ctx.start(1024)?;
+    let uri = server.uri();
+    let mut rows: Vec<FanoutRow> = Vec::new();
+    let mut all_counts = vec![0usize];
+    all_counts.extend(counts.iter().copied().filter(|&n| n > 0));
+    for &n in &all_counts {
+        let name = format!("fanout{n}");
+        let pace = Pace { rate, secs, batch };
+        let expected = pace.total();
+        let nclients = n.div_ceil(STREAMS_PER_CLIENT).max(1);
+        eprintln!("  {n} stream(s) on {nclients} client(s), producer {rate} docs/s for {secs} s");
+        let mut clients = Vec::new();
+        for _ in 0..nclients {
+            clients.push(client(&uri, STREAMS_PER_CLIENT as u32 + 10).await?);
+        }
+        clients[0]
+            .database("bench")
+            .create_collection(&name)
+            .await?;
+
+        let done = Arc::new(AtomicBool::new(false));
+        let ready = Arc::new(AtomicU64::new(0));
+        // Streams that have every event, and when the last event arrived anywhere.
+        let complete_n = Arc::new(AtomicU64::new(0));
+        let last_event_ns = Arc::new(AtomicI64::new(0));
+        let t_open = Instant::now();
+        let mut tasks = Vec::new();
+        for k in 0..n {
+            let coll: Collection<Document> = clients[k / STREAMS_PER_CLIENT]
+                .database("bench")
+                .collection(&name);
+            let (done, ready, complete_n, last_event_ns) = (
+                done.clone(),
+                ready.clone(),
+                complete_n.clone(),
+                last_event_ns.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                let cs = coll.watch().max_await_time(max_await()).await;
+                ready.fetch_add(1, Ordering::SeqCst);
+                let mut cs: ChangeStream<RawDocumentBuf> = match cs {
+                    Ok(cs) => cs.with_type(),
+                    Err(e) => {
+                        return StreamOutcome {
+                            distinct: 0,
+                            duplicates: 0,
+                            drained: Drained {
+                                error: Some(format!("watch: {e}")),
+                                ..Default::default()
+                            },
+                        }
+                    }
+                };
+                let mut seen = vec![0u64; (expected as usize).div_ceil(64)];
+                let (mut distinct, mut duplicates) = (0u64, 0u64);
+                let deadline = Instant::now() + Duration::from_secs_f64(secs + 300.0);
+                let drained = drain(&mut cs, expected, &done, give_up_after(), deadline, |ev| {
+                    if let Some(i) = raw_i64(ev, "i").filter(|&i| (i as u64) < expected) {
+                        let (w, b) = (i as usize / 64, 1u64 << (i % 64));
+                        if seen[w] & b != 0 {
+                            duplicates += 1;
+                        } else {
+                            seen[w] |= b;
+                            distinct += 1;
+                        }
+                    }
+                    last_event_ns.fetch_max(mono_ns(), Ordering::Relaxed);
+                })
+                .await;
+                if distinct == expected {
+                    complete_n.fetch_add(1, Ordering::SeqCst);
+                }
+                StreamOutcome {
+                    distinct,
+                    duplicates,
+                    drained,
+                }
+            }));
+        }
+        let open_deadline = Instant::now() + Duration::from_secs(300);
+        while (ready.load(Ordering::SeqCst) as usize) < n && Instant::now() < open_deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let open_secs = t_open.elapsed().as_secs_f64();
+        // Let every stream reach its waiting getMore, and the server settle.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        wait_idle(server.pid, Duration::from_secs(5));
+
+        let mark = CpuMark::now(&server);
+        let producer = spawn_producer(
+            uri.clone(),
+            "bench".into(),
+            name.clone(),
+            pace,
+            kb_doc_maker(2),
+            done.clone(),
+        );
+        let producer = join_thread(producer).await?;
+        // The span ends when every stream has everything; if some never do, at the
+        // last event received (once nothing came for 2 s), so that waiting for
+        // missing events does not dilute the CPU per second.
+        let producer_end = mono_ns();
+        let cpu = loop {
+            if complete_n.load(Ordering::SeqCst) as usize >= n {
+                break mark.span();
+            }
+            let last = last_event_ns.load(Ordering::Relaxed).max(producer_end);
+            if mono_ns() - last > 2_000_000_000 {
+                break mark.span_until_ns(last);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let mut complete = 0;
+        let (mut missing, mut dups) = (0u64, 0u64);
+        let mut errors = Vec::new();
+        for t in tasks {
+            let o = t.await?;
+            if o.distinct == expected && o.duplicates == 0 {
+                complete += 1;
+            }
+            missing += expected - o.distinct.min(expected);
+            dups += o.duplicates;
+            if let Some(e) = o.drained.error {
+                if errors.len() < 5 {
+                    errors.push(e);
+                }
+            }
+        }
+        if producer.acked != expected || !producer.errors.is_empty() {
+            ctx.problems.push(format!(
+                "fanout {n}: the producer had {} of {expected} inserts acknowledged; errors: {:?}",
+                producer.acked, producer.errors
+            ));
+        }
+        if n > 0 && (complete < n || !errors.is_empty()) {
+            ctx.problems.push(format!(
+                "fanout {n}: {complete} of {n} streams got every event; {missing} events missing in total, {dups} duplicates; errors: {errors:?}"
+            ));
+        }
+        let per_s = cpu.server_per_s();
+        let ratio_to_1 = rows
+            .iter()
+            .find(|r| r.streams == 1)
+            .map(|r| per_s / r.server_cpu_per_s);
+        eprintln!(
+            "    server {:.3} CPU s/s, client {:.2} CPU s in {:.1} s; {complete}/{n} streams complete",
+            per_s, cpu.client_cpu_s, cpu.wall_s
+        );
+        rows.push(FanoutRow {
+            streams: n,
+            clients: if n == 0 { 0 } else { nclients },
+            expected,
+            producer,
+            complete_streams: complete,
+            missing_total: missing,
+            duplicates_total: dups,
+            errors,
+            open_secs,
+            cpu,
+            server_cpu_per_s: per_s,
+            ratio_to_1,
+        });
+        drop(clients);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    ctx.finish("fanout", server);
+    Ok(rows)
+}
+
+// ---------------------------------------------------------------------------
+// 3. isolation
+
+#[derive(Debug, Clone, Serialize)]
+pub struct IsolationRun {
+    pub with_stream: bool,
+    pub producer: ProducerResult,
+    pub cpu: CpuSpan,
+    pub server_cpu_per_s: f64,
+    /// Events the stream on the idle collection received (must be 0).
+    pub stream_events: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Isolation {
+    pub rate: f64,
+    pub batch: usize,
+    pub secs: f64,
+    pub runs: Vec<IsolationRun>,
+    pub mean_without: f64,
+    pub mean_with: f64,
+    pub diff_pct: f64,
+}
+
+pub async fn isolation(ctx: &mut Ctx, secs: f64, rate: f64, batch: usize) -> Result<Isolation> {
+    let server = ctx.start(4096)?;
+    let uri = server.uri();
+    let c = client(&uri, 8).await?;
+    for name in ["a", "b"] {
+        c.database("bench").create_collection(name).await?;
+    }
+    let mut runs = Vec::new();
+    for with_stream in [false, true, false, true] {
+        eprintln!(
+            "  {} stream on A, {rate} inserts/s into B for {secs} s",
+            if with_stream { "one" } else { "no" }
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let watcher = if with_stream {
+            let a: Collection<Document> = c.database("bench").collection("a");
+            let cs = a
+                .watch()
+                .max_await_time(max_await())
+                .await
+                .context("watch on A")?;
+            let stop = stop.clone();
+            let h = tokio::spawn(async move {
+                let mut cs: ChangeStream<RawDocumentBuf> = cs.with_type();
+                drain(
+                    &mut cs,
+                    u64::MAX,
+                    &stop,
+                    Duration::ZERO,
+                    Instant::now() + Duration::from_secs(3600),
+                    |_| {},
+                )
+                .await
+            });
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Some(h)
+        } else {
+            None
+        };
+        wait_idle(server.pid, Duration::from_secs(20));
+        let mark = CpuMark::now(&server);
+        let done = Arc::new(AtomicBool::new(false));
+        let pace = Pace { rate, secs, batch };
+        let producer = join_thread(spawn_producer(
+            uri.clone(),
+            "bench".into(),
+            "b".into(),
+            pace,
+            kb_doc_maker(3),
+            done,
+        ))
+        .await?;
+        let cpu = mark.span();
+        stop.store(true, Ordering::SeqCst);
+        let stream_events = match watcher {
+            Some(h) => {
+                let d = h.await?;
+                if let Some(e) = &d.error {
+                    ctx.problems
+                        .push(format!("isolation: the stream on A failed: {e}"));
+                }
+                if d.received > 0 {
+                    ctx.problems.push(format!(
+                        "isolation: the stream on A (never written) returned {} events",
+                        d.received
+                    ));
+                }
+                Some(d.received)
+            }
+            None => None,
+        };
+        if !producer.errors.is_empty() || producer.failed > 0 {
+            ctx.problems
+                .push(format!("isolation: producer errors {:?}", producer.errors));
+        }
+        eprintln!(
+            "    server {:.3} CPU s/s ({:.2} s in {:.1} s)",
+            cpu.server_per_s(),
+            cpu.server_cpu_s,
+            cpu.wall_s
+        );
+        runs.push(IsolationRun {
+            with_stream,
+            producer,
+            server_cpu_per_s: cpu.server_per_s(),
+            cpu,
+            stream_events,
+        });
+    }
+    ctx.finish("isolation", server);
+    let mean = |w: bool| {
+        let v: Vec<f64> = runs
+            .iter()
+            .filter(|r| r.with_stream == w)
+            .map(|r| r.server_cpu_per_s)
+            .collect();
+        v.iter().sum::<f64>() / v.len().max(1) as f64
+    };
+    let (mean_without, mean_with) = (mean(false), mean(true));
+    Ok(Isolation {
+        rate,
+        batch,
+        secs,
+        runs,
+        mean_without,
+        mean_with,
+        diff_pct: (mean_with - mean_without) / mean_without * 100.0,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// 4. resume after large documents (seed 000, scaled down)
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ResumeVariant {
+    /// Where the large documents went: "foo" (the markers' collection) or "bar".
+    pub big_collection: String,
+    pub docs: u64,
+    pub doc_bytes: u64,
+    pub insert_secs: f64,
+    pub page_cache_dropped: bool,
+    /// From the aggregate that resumes to the first / last marker event.
+    pub first_marker_ms: Option<f64>,
+    pub last_marker_ms: Option<f64>,
+    pub markers_received: u64,
+    /// `read_bytes` of the server process during the resume.
+    pub server_read_bytes: Option<u64>,
+    pub cpu: CpuSpan,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Resume {
+    pub variants: Vec<ResumeVariant>,
+    /// Sequential read throughput of the disk under the data directory.
+    pub seq_read_mb_s: f64,
+    pub seq_read_method: String,
+    pub seq_read_file_bytes: u64,
+    /// Reading the large documents once, sequentially: docs × size / throughput.
+    pub reference_s: f64,
+    pub notes: Vec<String>,
+}
+
+/// Writes `bytes` of `content` (repeated) to a file in `dir`, syncs it, and reads
+/// it back from the disk: after dropping the page cache when that works, else
+/// with O_DIRECT. Returns (MB/s, method).
+fn seq_read_throughput(dir: &Path, bytes: u64, content: &[u8]) -> Result<(f64, String)> {
+    let path = dir.join(format!("seqread-{}.bin", std::process::id()));
+    let res = (|| -> Result<(f64, String)> {
+        let mut f = fs::File::create(&path)?;
+        let mut left = bytes;
+        while left > 0 {
+            let n = left.min(content.len() as u64) as usize;
+            f.write_all(&content[..n])?;
+            left -= n as u64;
+        }
+        f.sync_all()?;
+        drop(f);
+        let dropped = drop_caches();
+        let t0 = Instant::now();
+        let read = if dropped {
+            let mut f = fs::File::open(&path)?;
+            let mut buf = vec![0u8; 4 << 20];
+            let mut total = 0u64;
+            loop {
+                let n = f.read(&mut buf)?;
+                if n == 0 {
+                    break total;
+                }
+                total += n as u64;
+            }
+        } else {
+            let f = fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(&path)?;
+            let layout = std::alloc::Layout::from_size_align(4 << 20, 4096)?;
+            // SAFETY: a non-zero-sized layout; freed below with the same layout.
+            let ptr = unsafe { std::alloc::alloc(layout) };
+            if ptr.is_null() {
+                bail!("cannot allocate an aligned buffer");
+            }
+            let mut total = 0u64;
+            let r = loop {
+                use std::os::unix::io::AsRawFd;
+                // SAFETY: reading into our own buffer of layout.size() bytes.
+                let n =
+                    unsafe { libc::read(f.as_raw_fd(), ptr as *mut libc::c_void, layout.size()) };
+                if n < 0 {
+                    break Err(std::io::Error::last_os_error());
+                }
+                if n == 0 {
+                    break Ok(total);
+                }
+                total += n as u64;
+            };
+            // SAFETY: allocated above with this layout.
+            unsafe { std::alloc::dealloc(ptr, layout) };
+            r.context("O_DIRECT read")?
+        };
+        let secs = t0.elapsed().as_secs_f64();
+        let method = if dropped {
+            "buffered read after dropping the page cache"
+        } else {
+            "O_DIRECT read, 4 MiB requests"
+        };
+        Ok((read as f64 / 1048576.0 / secs, method.to_string()))
+    })();
+    let _ = fs::remove_file(&path);
+    res
+}
+
+pub async fn resume(ctx: &mut Ctx, mut docs: u64, doc_mb: f64) -> Result<Resume> {
+    let doc_bytes = (doc_mb * 1048576.0) as u64;
+    let mut notes = Vec::new();
+    // Disk: the documents are stored twice (collection and oplog) plus the
+    // reference file and a margin; one variant's server at a time.
+    let ref_bytes = (docs * doc_bytes).min(1 << 30);
+    let free = free_disk_bytes(&ctx.data_dir).unwrap_or(u64::MAX);
+    let margin = 2u64 << 30;
+    let need = |d: u64| 2 * d * doc_bytes + ref_bytes + margin;
+    if need(docs) > free {
+        let fit = free.saturating_sub(ref_bytes + margin) / (2 * doc_bytes);
+        let msg = format!(
+            "only {:.1} GB free under {}: {docs} documents of {doc_mb} MB need about {:.1} GB; scaled down to {fit}",
+            free as f64 / 1e9,
+            ctx.data_dir.display(),
+            need(docs) as f64 / 1e9
+        );
+        eprintln!("  WARNING: {msg}");
+        notes.push(msg);
+        docs = fit;
+        if docs < 3 {
+            bail!("not enough disk space for the resume scenario");
+        }
+    }
+    let oplog_mb = (((2 * docs * doc_bytes) >> 20) + 1024).max(8192);
+    let big = filler(doc_bytes as usize, 4);
+
+    eprintln!(
+        "  measuring the disk's sequential read throughput ({} MB file)",
+        ref_bytes >> 20
+    );
+    let (seq_mb_s, seq_method) = seq_read_throughput(&ctx.data_dir, ref_bytes, big.as_bytes())?;
+    let reference_s = (docs * doc_bytes) as f64 / 1048576.0 / seq_mb_s;
+    eprintln!("    {seq_mb_s:.0} MB/s ({seq_method}); reference {reference_s:.2} s");
+
+    let mut variants = Vec::new();
+    for big_coll in ["foo", "bar"] {
+        eprintln!("  large documents into {big_coll}, markers into foo: {docs} × {doc_mb} MB");
+        let server = ctx.start(oplog_mb)?;
+        let v = resume_variant(&server, big_coll, docs, &big).await;
+        ctx.finish(&format!("resume ({big_coll})"), server);
+        let v = v?;
+        if let Some(e) = &v.error {
+            ctx.problems.push(format!("resume ({big_coll}): {e}"));
+        }
+        eprintln!(
+            "    first marker {:?} ms, last marker {:?} ms, {} markers, server read {:?} bytes",
+            v.first_marker_ms, v.last_marker_ms, v.markers_received, v.server_read_bytes
+        );
+        variants.push(v);
+    }
+    Ok(Resume {
+        variants,
+        seq_read_mb_s: seq_mb_s,
+        seq_read_method: seq_method,
+        seq_read_file_bytes: ref_bytes,
+        reference_s,
+        notes,
+    })
+}
+
+async fn resume_variant(
+    server: &ServerProc,
+    big_coll: &str,
+    docs: u64,
+    big: &str,
+) -> Result<ResumeVariant> {
+    let c = client(&server.uri(), 4).await?;
+    let foo = coll_w1(&c, "test", "foo");
+    let big_c = coll_w1(&c, "test", big_coll);
+    c.database("test").create_collection("foo").await?;
+    if big_coll != "foo" {
+        c.database("test").create_collection(big_coll).await?;
+    }
+    // The first marker's resume token: open, insert, read it, close.
+    let token = {
+        let mut cs = foo.watch().max_await_time(max_await()).await?;
+        foo.insert_one(doc! {"msg": "marker 0"}).await?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(ev) = cs.next_if_any().await? {
+                break ev.id;
+            }
+            if Instant::now() > deadline {
+                bail!("the stream did not show the first marker within 30 s");
+            }
+        }
+    };
+    let t0 = Instant::now();
+    for i in 0..docs {
+        big_c
+            .insert_one(doc! {"i": i as i64, "s": big})
+            .await
+            .with_context(|| format!("insert of large document {i}"))?;
+        for m in 1..=3u64 {
+            if i + 1 == docs * m / 3 {
+                foo.insert_one(doc! {"msg": format!("marker {m}")}).await?;
+            }
+        }
+    }
+    let insert_secs = t0.elapsed().as_secs_f64();
+    eprintln!("    inserted in {insert_secs:.1} s; waiting for the server to go idle");
+    wait_idle(server.pid, Duration::from_secs(120));
+    let page_cache_dropped = drop_caches();
+    // Dropping the page cache also evicts the server's own code: page it back in with a
+    // change stream of the same shape on another collection, so the figures below are
+    // the resume's data reads, not the binary's.
+    {
+        let warm = coll_w1(&c, "test", "warmup");
+        let mut cs = warm
+            .watch()
+            .pipeline([doc! {"$match": {"fullDocument.msg": {"$exists": true}}}])
+            .max_await_time(max_await())
+            .await?;
+        warm.insert_one(doc! {"msg": "warm-up"}).await?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while cs.next_if_any().await?.is_none() {
+            if Instant::now() > deadline {
+                bail!("warm-up stream got no event within 30 s");
+            }
+        }
+    }
+
+    let rb0 = proc_read_bytes(server.pid);
+    let mark = CpuMark::now(server);
+    let t0 = Instant::now();
+    let (mut first, mut last, mut markers, mut error) = (None, None, 0u64, None);
+    let opened = foo
+        .watch()
+        .pipeline([doc! {"$match": {"fullDocument.msg": {"$exists": true}}}])
+        .resume_after(token)
+        .max_await_time(max_await())
+        .await;
+    match opened {
+        Err(e) => error = Some(format!("resume (aggregate) failed: {e}")),
+        Ok(cs) => {
+            let mut cs: ChangeStream<RawDocumentBuf> = cs.with_type();
+            let deadline = Instant::now() + Duration::from_secs(1800);
+            while last.is_none() {
+                if Instant::now() > deadline {
+                    error = Some(format!("only {markers} of 3 markers within 1,800 s"));
+                    break;
+                }
+                match cs.next_if_any().await {
+                    Ok(Some(ev)) => {
+                        let ms = t0.elapsed().as_secs_f64() * 1e3;
+                        let msg = ev
+                            .get_document("fullDocument")
+                            .ok()
+                            .and_then(|d| d.get_str("msg").ok())
+                            .unwrap_or("")
+                            .to_string();
+                        markers += 1;
+                        if first.is_none() {
+                            first = Some(ms);
+                            if msg != "marker 1" {
+                                error = Some(format!(
+                                    "the first event after the resume is {msg:?}, not \"marker 1\""
+                                ));
+                            }
+                        }
+                        if msg == "marker 3" {
+                            last = Some(ms);
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        error = Some(format!("getMore failed after {markers} markers: {e}"));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    let cpu = mark.span();
+    let rb1 = proc_read_bytes(server.pid);
+    Ok(ResumeVariant {
+        big_collection: big_coll.into(),
+        docs,
+        doc_bytes: big.len() as u64,
+        insert_secs,
+        page_cache_dropped,
+        first_marker_ms: first,
+        last_marker_ms: last,
+        markers_received: markers,
+        server_read_bytes: rb0.zip(rb1).map(|(a, b)| b.saturating_sub(a)),
+        cpu,
+        error,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// 5. insert-to-event latency
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LatencyRow {
+    pub rate: f64,
+    pub batch: usize,
+    pub secs: f64,
+    pub producer: ProducerResult,
+    pub received: u64,
+    pub missing: u64,
+    pub latency: Stats,
+    pub cpu: CpuSpan,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Latency {
+    pub rows: Vec<LatencyRow>,
+    /// 4 KB appended and fdatasync'ed, in the server's dbpath.
+    pub fsync: Stats,
+}
+
+pub async fn latency(
+    ctx: &mut Ctx,
+    rates: &[f64],
+    secs: f64,
+    fsync_samples: usize,
+) -> Result<Latency> {
+    let server = ctx.start(4096)?;
+    let uri = server.uri();
+    let mut rows = Vec::new();
+    for &rate in rates {
+        // insert_one every millisecond at 1,000/s; above, insert_many every millisecond.
+        let batch = ((rate / 1000.0).round() as usize).max(1);
+        let pace = Pace { rate, secs, batch };
+        let total = pace.total();
+        let name = format!("latency{}", rate as u64);
+        eprintln!(
+            "  {rate} inserts/s ({batch} per insert every {:.1} ms) for {secs} s",
+            batch as f64 / rate * 1e3
+        );
+        let done = Arc::new(AtomicBool::new(false));
+        // The consumer has a thread and a runtime of its own: its receive time is
+        // not delayed by the producer's tasks.
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+        let consumer = {
+            let (uri, name, done) = (uri.clone(), name.clone(), done.clone());
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                rt.block_on(async move {
+                    let mut lat = vec![i64::MIN; total as usize];
+                    let opened = async {
+                        let c = client(&uri, 4).await?;
+                        c.database("bench").create_collection(&name).await?;
+                        let coll: Collection<Document> = c.database("bench").collection(&name);
+                        Ok::<_, anyhow::Error>(coll.watch().max_await_time(max_await()).await?)
+                    }
+                    .await;
+                    let mut cs: ChangeStream<RawDocumentBuf> = match opened {
+                        Ok(cs) => cs.with_type(),
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(format!("{e:#}")));
+                            return (lat, Drained::default());
+                        }
+                    };
+                    let _ = ready_tx.send(Ok(()));
+                    let deadline = Instant::now() + Duration::from_secs_f64(secs + 300.0);
+                    let d = drain(&mut cs, total, &done, give_up_after(), deadline, |ev| {
+                        let now = mono_ns();
+                        if let (Some(i), Some(t)) = (raw_i64(ev, "i"), raw_i64(ev, "t")) {
+                            if let Some(slot) = lat.get_mut(i as usize) {
+                                *slot = now - t;
+                            }
+                        }
+                    })
+                    .await;
+                    (lat, d)
+                })
+            })
+        };
+        match tokio::task::spawn_blocking(move || ready_rx.recv()).await? {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => bail!("latency {rate}/s: cannot open the stream: {e}"),
+            Err(_) => bail!("latency {rate}/s: the consumer thread ended"),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        wait_idle(server.pid, Duration::from_secs(10));
+        let mark = CpuMark::now(&server);
+        let make: MakeDoc = Arc::new(|i, t| doc! {"i": i as i64, "t": t});
+        let producer = join_thread(spawn_producer(
+            uri.clone(),
+            "bench".into(),
+            name,
+            pace,
+            make,
+            done,
+        ))
+        .await?;
+        let (lat, d) = join_thread(consumer).await?;
+        let cpu = mark.span();
+        let got: Vec<i64> = lat.into_iter().filter(|&x| x != i64::MIN).collect();
+        let missing = total - got.len() as u64;
+        if missing > 0 || d.error.is_some() || !producer.errors.is_empty() {
+            ctx.problems.push(format!(
+                "latency {rate}/s: {missing} of {total} events missing (the stream returned {} events{}); stream error: {:?}; producer: {} acknowledged, errors: {:?}",
+                d.received,
+                if d.gave_up { format!(", then nothing for {:.0} s after the producer was done", give_up_after().as_secs_f64()) } else { String::new() },
+                d.error, producer.acked, producer.errors
+            ));
+        }
+        let s = stats(got);
+        eprintln!(
+            "    p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; {missing} missing; producer max lag {:.1} ms",
+            s.p50_ms, s.p99_ms, s.max_ms, producer.max_lag_ms
+        );
+        rows.push(LatencyRow {
+            rate,
+            batch,
+            secs,
+            producer,
+            received: s.count,
+            missing,
+            latency: s,
+            cpu,
+            error: d.error,
+        });
+    }
+    wait_idle(server.pid, Duration::from_secs(10));
+    eprintln!("  fdatasync latency: {fsync_samples} × (append 4 KB + fdatasync) in the dbpath");
+    let fsync = fsync_latency(&server.dbpath(), fsync_samples)?;
+    eprintln!(
+        "    p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        fsync.p50_ms, fsync.p99_ms, fsync.max_ms
+    );
+    ctx.finish("latency", server);
+    Ok(Latency { rows, fsync })
+}
+
+/// The disk's own durability latency, as the server's write-ahead log sees it:
+/// append 4 KB to a file and fdatasync, `n` times.
+fn fsync_latency(dir: &Path, n: usize) -> Result<Stats> {
+    let path = dir.join("bench-fsync-probe");
+    let mut f =
+        fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+    let block = filler(4096, 5);
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t0 = mono_ns();
+        f.write_all(block.as_bytes())?;
+        f.sync_data()?;
+        v.push(mono_ns() - t0);
+    }
+    drop(f);
+    let _ = fs::remove_file(&path);
+    Ok(stats(v))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn kb_doc_is_1024_bytes() {
+        let d = super::kb_doc_maker(1)(7, 8);
+        let mut buf = Vec::new();
+        d.to_writer(&mut buf).unwrap();
+        assert_eq!(buf.len(), 1024);
+    }
+}
