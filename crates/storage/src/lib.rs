@@ -104,8 +104,10 @@ impl PointReader<'_> {
     /// The value of `key`; keys must be asked in ascending order for the stepping to help.
     pub fn get(&mut self, key: &[u8]) -> Result<Option<&[u8]>> {
         if self.positioned && self.it.valid() {
-            // Try the next entry first: in a run of consecutive keys that is the one.
-            if self.it.key().map(|k| k < key).unwrap_or(false) {
+            // Step only onto the key right after the current one (a run of consecutive
+            // keys): stepping onto any other entry would load its value for nothing,
+            // which for a blob-stored value means reading megabytes from disk.
+            if self.it.key().map(|k| is_successor(k, key)).unwrap_or(false) {
                 self.it.next();
             }
         }
@@ -120,6 +122,22 @@ impl PointReader<'_> {
             Ok(None)
         }
     }
+}
+
+/// Whether `b` is `a` plus one, both read as big-endian integers of the same width.
+fn is_successor(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut next = a.to_vec();
+    for byte in next.iter_mut().rev() {
+        let (v, carry) = byte.overflowing_add(1);
+        *byte = v;
+        if !carry {
+            return next == b;
+        }
+    }
+    false
 }
 
 /// A set of writes applied atomically by `Store::commit`.
@@ -314,6 +332,15 @@ pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn successor_keys() {
+        assert!(is_successor(&[0, 1], &[0, 2]));
+        assert!(is_successor(&[0, 0xFF], &[1, 0]));
+        assert!(!is_successor(&[0, 1], &[0, 3]));
+        assert!(!is_successor(&[0xFF], &[0]));
+        assert!(!is_successor(&[1], &[0, 2]));
+    }
 
     #[test]
     fn batch_commit_scan_and_range_delete() {
