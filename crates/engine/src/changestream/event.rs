@@ -199,6 +199,15 @@ fn parse(entry: &RawDocument) -> Result<Option<Parsed<'_>>> {
     Ok(Some(p))
 }
 
+fn ns_raw(n: &Namespace) -> RawDocumentBuf {
+    let mut r = RawDocumentBuf::new();
+    r.append("db", n.db.as_str());
+    if !n.coll.is_empty() {
+        r.append("coll", n.coll.as_str());
+    }
+    r
+}
+
 fn ns_doc(n: &Namespace) -> Document {
     if n.coll.is_empty() {
         doc! {"db": n.db.clone()}
@@ -259,9 +268,9 @@ pub(crate) fn transform(engine: &Engine, spec: &StreamSpec, ts: u64, entry: &Raw
     let mut d = RawDocumentBuf::new();
     if let Some(to) = &p.to {
         // mongod adds the rename target before everything else.
-        d.append("to", to_raw(&ns_doc(to))?);
+        d.append("to", ns_raw(to));
     }
-    d.append("_id", to_raw(&token.to_document())?);
+    d.append("_id", token.to_raw_document());
     d.append("operationType", p.op_type);
     d.append("clusterTime", bson::RawBson::Timestamp(keys::u64_to_ts(ts)));
     if spec.show_expanded {
@@ -275,7 +284,7 @@ pub(crate) fn transform(engine: &Engine, spec: &StreamSpec, ts: u64, entry: &Raw
     if let Some(full) = p.full_document {
         d.append_ref("fullDocument", full);
     }
-    d.append("ns", to_raw(&ns_doc(&p.nss))?);
+    d.append("ns", ns_raw(&p.nss));
     if let Some(k) = &p.document_key {
         d.append_ref("documentKey", k.raw());
     }
@@ -311,7 +320,7 @@ pub(crate) fn invalidate(cause: &Event) -> Event {
     let mut token = cause.token.clone();
     token.from_invalidate = true;
     let mut d = RawDocumentBuf::new();
-    d.append("_id", RawDocumentBuf::from_document(&token.to_document()).expect("token document"));
+    d.append("_id", token.to_raw_document());
     d.append("operationType", "invalidate");
     for f in ["clusterTime", "wallTime"] {
         if let Ok(Some(v)) = cause.doc.get(f) {

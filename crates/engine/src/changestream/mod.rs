@@ -90,6 +90,8 @@ pub struct ChangeStream {
     invalidated: bool,
     /// The leading `$match`, decided on oplog_by_ns digests where it can be.
     prefilter: prefilter::Prefilter,
+    /// An error met while reading ahead, reported by the next getMore.
+    deferred_error: Option<Error>,
 }
 
 /// Parses `$changeStream`'s options and the stages after it.
@@ -226,6 +228,16 @@ pub const RESUMABLE_CODES: [i32; 17] =
     [6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436, 63, 150, 13388, 234, 133];
 
 impl Engine {
+    /// Reads ahead on a change stream cursor (see [`ChangeStream::prefetch`]); skipped
+    /// when a getMore holds the cursor.
+    pub fn prefetch_change_stream(&self, id: i64, max_events: usize) {
+        let Some(c) = self.cursors.get(id) else { return };
+        let Some(mut c) = c.try_lock() else { return };
+        if let Source::ChangeStream(s) = &mut c.source {
+            s.prefetch(self, max_events);
+        }
+    }
+
     /// Whether the cursor is an open change stream.
     pub fn is_change_stream_cursor(&self, id: i64) -> bool {
         self.change_stream_interest(id).is_some()
@@ -321,7 +333,7 @@ impl Engine {
             _ => format!("{db}.$cmd.aggregate"),
         };
         let prefilter = prefilter::Prefilter::from_stages(&spec.stages);
-        let stream = ChangeStream { spec, next_ts, verify, pbrt, pending: VecDeque::new(), invalidated: false, prefilter };
+        let stream = ChangeStream { spec, next_ts, verify, pbrt, pending: VecDeque::new(), invalidated: false, prefilter, deferred_error: None };
         let mut cursor = Cursor::new(ns.clone(), Source::ChangeStream(Box::new(stream)));
         cursor.tailable = true;
         cursor.await_data = true;
@@ -371,51 +383,92 @@ impl ChangeStream {
             if self.invalidated {
                 return Ok((out, true));
             }
-            let durable = engine.durability.durable_ts();
-            if self.next_ts > durable {
+            if let Some(e) = self.deferred_error.take() {
+                if out.is_empty() {
+                    return Err(e);
+                }
+                // Return the events read before the error first.
+                self.deferred_error = Some(e);
                 return Ok((out, false));
             }
-            let trim_ts = engine.oplog_trim_ts();
-            if self.next_ts < trim_ts {
-                return Err(Error::new(
-                    codes::CHANGE_STREAM_HISTORY_LOST,
-                    "Resume of change stream was not possible, as the resume point may no longer be in the oplog.",
-                ));
-            }
-            if let Some(expected) = self.verify.take() {
-                self.verify_resume_point(engine, &expected, &pipeline, &vars)?;
-                continue;
-            }
-            let entries = self.read_entries(engine, durable)?;
-            if entries.is_empty() {
-                self.next_ts = durable + 1;
+            if !self.read_more(engine, &pipeline, &vars, want)? {
                 if self.pending.is_empty() {
-                    self.advance_to(ResumeToken::high_water_mark(self.next_ts));
+                    self.advance_to(ResumeToken::high_water_mark(self.next_ts.saturating_sub(1)));
                 }
                 return Ok((out, false));
             }
-            for (ts, bytes) in entries {
-                self.next_ts = ts + 1;
-                // Skipped on its digest: never read, never an event.
-                let Some(bytes) = bytes else { continue };
-                let entry = bson::RawDocument::from_bytes(&bytes)
-                    .map_err(|e| Error::internal(format!("corrupt oplog entry at {:?}: {e}", keys::u64_to_ts(ts))))?;
-                let Some(ev) = event::transform(engine, &self.spec, ts, entry)? else { continue };
-                let invalidate = ev.invalidates.then(|| event::invalidate(&ev));
-                self.push_through(&pipeline, &vars, ev.doc, ev.token)?;
-                if let Some(inv) = invalidate {
-                    self.push_through(&pipeline, &vars, inv.doc, inv.token)?;
-                    self.invalidated = true;
-                    break;
-                }
-                if self.pending.len() >= want {
+        }
+    }
+
+    /// Reads the next chunk of durable entries into `pending` (up to `want` events);
+    /// false when there was nothing left to read.
+    fn read_more(&mut self, engine: &Engine, pipeline: &Pipeline, vars: &tailstream_query::expr::Variables, want: usize) -> Result<bool> {
+        let durable = engine.durability.durable_ts();
+        if self.next_ts > durable {
+            return Ok(false);
+        }
+        if self.next_ts < engine.oplog_trim_ts() {
+            return Err(Error::new(
+                codes::CHANGE_STREAM_HISTORY_LOST,
+                "Resume of change stream was not possible, as the resume point may no longer be in the oplog.",
+            ));
+        }
+        if let Some(expected) = self.verify.take() {
+            self.verify_resume_point(engine, &expected, pipeline, vars)?;
+            return Ok(true);
+        }
+        let entries = self.read_entries(engine, durable)?;
+        if entries.is_empty() {
+            self.next_ts = durable + 1;
+            return Ok(false);
+        }
+        for (ts, bytes) in entries {
+            self.next_ts = ts + 1;
+            // Skipped on its digest: never read, never an event.
+            let Some(bytes) = bytes else { continue };
+            let entry = bson::RawDocument::from_bytes(&bytes)
+                .map_err(|e| Error::internal(format!("corrupt oplog entry at {:?}: {e}", keys::u64_to_ts(ts))))?;
+            let Some(ev) = event::transform(engine, &self.spec, ts, entry)? else { continue };
+            let invalidate = ev.invalidates.then(|| event::invalidate(&ev));
+            self.push_through(pipeline, vars, ev.doc, ev.token)?;
+            if let Some(inv) = invalidate {
+                self.push_through(pipeline, vars, inv.doc, inv.token)?;
+                self.invalidated = true;
+                break;
+            }
+            if self.pending.len() >= want {
+                break;
+            }
+        }
+        if self.pending.is_empty() && !self.invalidated {
+            // Everything read so far was filtered out: the position still advances.
+            self.advance_to(ResumeToken::high_water_mark(self.next_ts.saturating_sub(1)));
+        }
+        Ok(true)
+    }
+
+    /// Reads ahead, after a full batch went out, so the next getMore finds its events
+    /// ready: the client decoding one batch and the server building the next overlap.
+    /// Only for streams without stages of their own (whose errors could otherwise be
+    /// reported out of order); an error is kept for the next getMore.
+    pub fn prefetch(&mut self, engine: &Engine, max_events: usize) {
+        if !self.spec.stages.is_empty() || self.invalidated || self.verify.is_some() || self.deferred_error.is_some() {
+            return;
+        }
+        let Ok(pipeline) = Pipeline::parse(&[], "") else { return };
+        let vars = tailstream_query::expr::Variables::default();
+        let mut bytes: usize = self.pending.iter().map(|(d, _)| d.as_bytes().len()).sum();
+        while self.pending.len() < max_events && bytes < MAX_BATCH_BYTES && !self.invalidated {
+            let before = self.pending.len();
+            match self.read_more(engine, &pipeline, &vars, max_events) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    self.deferred_error = Some(e);
                     break;
                 }
             }
-            if self.pending.is_empty() && !self.invalidated {
-                // Everything read so far was filtered out: the position still advances.
-                self.advance_to(ResumeToken::high_water_mark(self.next_ts));
-            }
+            bytes += self.pending.iter().skip(before).map(|(d, _)| d.as_bytes().len()).sum::<usize>();
         }
     }
 
@@ -448,7 +501,9 @@ impl ChangeStream {
         Ok(())
     }
 
-    /// Moves the post-batch resume token forward (never back).
+    /// Moves the post-batch resume token forward (never back). High-water marks are
+    /// placed at the last time read (as mongod's latest oplog time), so after an event
+    /// that was the last entry read, the token stays the event's own.
     fn advance_to(&mut self, token: ResumeToken) {
         // Tokens order by cluster time first; only equal times need the full encoding.
         let newer = match token.ts.cmp(&self.pbrt.ts) {

@@ -96,6 +96,13 @@ impl ResumeToken {
         doc! {"_data": keystring::to_hex_upper(&self.key_bytes())}
     }
 
+    /// [`Self::to_document`] as raw BSON (what an event's `_id` is built from).
+    pub fn to_raw_document(&self) -> bson::RawDocumentBuf {
+        let mut r = bson::RawDocumentBuf::new();
+        r.append("_data", keystring::to_hex_upper(&self.key_bytes()));
+        r
+    }
+
     /// Parses a token given by a client (`resumeAfter`, `startAfter`).
     pub fn parse(v: &Bson) -> Result<ResumeToken> {
         let d = match v {

@@ -130,6 +130,12 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
         let ns = ns.clone();
         let batch = blocking(state, move |e| e.get_more(id, &ns, batch_size)).await.map_err(label)?;
         if !batch.docs.is_empty() || !batch.raw_docs.is_empty() || !batch.await_data {
+            if change_stream && batch.cursor_id != 0 && batch.raw_docs.len() >= PREFETCH_MIN_EVENTS {
+                // A full batch suggests a backlog: build the next one while this one travels.
+                let n = batch.raw_docs.len();
+                let engine = state.engine.clone();
+                tokio::task::spawn_blocking(move || engine.prefetch_change_stream(id, n));
+            }
             return Ok(cursor_output(batch, false));
         }
         let change_stream = batch.post_batch_resume_token.is_some();
@@ -180,6 +186,9 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
         }
     }
 }
+
+/// A change-stream batch at least this large triggers reading ahead.
+const PREFETCH_MIN_EVENTS: usize = 100;
 
 /// How long a getMore on an awaitData cursor waits without `maxTimeMS` (mongod: 1 s).
 const DEFAULT_AWAIT: Duration = Duration::from_secs(1);
