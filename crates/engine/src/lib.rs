@@ -100,6 +100,8 @@ pub struct Engine {
     capped: Mutex<std::collections::HashMap<u32, capped::CappedState>>,
     opts: EngineOptions,
     commits: watch::Sender<CommitNotice>,
+    /// The newest oplog entries in memory, for change streams that keep up.
+    recent: changestream::recent::RecentOplog,
     /// Oldest retained oplog time, readable without the writer lock (change streams
     /// check it on every read).
     trim_ts: std::sync::atomic::AtomicU64,
@@ -150,6 +152,7 @@ impl Engine {
             capped: Mutex::new(std::collections::HashMap::new()),
             opts,
             commits,
+            recent: Default::default(),
             trim_ts: std::sync::atomic::AtomicU64::new(trim_ts),
             _lock_file: lock_file,
             syncer: Mutex::new(Some(syncer)),
@@ -211,6 +214,16 @@ impl Engine {
             oplog_added: 0,
             touched_capped: false,
             ns_mask: 0,
+            recent: Vec::new(),
+        }
+    }
+
+    /// Starts the in-memory recent oplog (the first change stream does), under the
+    /// writer lock so that no commit slips between its start and the first hand-over.
+    pub(crate) fn enable_recent_oplog(&self) {
+        if !self.recent.enabled() {
+            let w = self.writer.lock();
+            self.recent.enable(keys::ts_to_u64(w.clock.last()) + 1);
         }
     }
 
@@ -240,6 +253,8 @@ pub(crate) struct Txn<'e> {
     touched_capped: bool,
     /// Namespaces written (see [`CommitNotice::ns_mask`]).
     ns_mask: u64,
+    /// This transaction's oplog entries, for the in-memory recent oplog (when enabled).
+    recent: Vec<changestream::recent::RecentEntry>,
 }
 
 impl Drop for Txn<'_> {
@@ -306,10 +321,16 @@ impl<'e> Txn<'e> {
         let t = keys::ts_to_u64(ts);
         self.oplog_added += bytes.len() as u64;
         self.batch.put(Space::Oplog, &keys::oplog_key(t), bytes);
+        let raw = bson::RawDocument::from_bytes(bytes).ok();
         if !ns.is_empty() {
             self.ns_mask |= namespace_bit(ns);
-            let digest = bson::RawDocument::from_bytes(bytes).map(oplog::ns_digest).unwrap_or_default();
+            let digest = raw.map(oplog::ns_digest).unwrap_or_default();
             self.batch.put(Space::OplogByNs, &keys::oplog_ns_key(ns, t), &digest);
+        }
+        if self.engine.recent.enabled() {
+            if let Some(raw) = raw {
+                self.recent.push(changestream::recent::RecentEntry::new(t, raw));
+            }
         }
         self.last_ts = Some(ts);
     }
@@ -377,6 +398,11 @@ impl<'e> Txn<'e> {
         }
         if touched_capped {
             engine.capped_settle(true);
+        }
+        // Before the durable time can cover these entries, so a stream that reads up
+        // to it finds them in memory.
+        if !self.recent.is_empty() {
+            engine.recent.push(std::mem::take(&mut self.recent));
         }
         let seq = engine.durability.committed(last_ts.map(keys::ts_to_u64));
         if let Some(c) = catalog {

@@ -15,6 +15,7 @@
 pub mod diff;
 mod event;
 pub mod prefilter;
+pub mod recent;
 pub mod token;
 
 use crate::cursor::{Cursor, Source};
@@ -24,6 +25,7 @@ use crate::namespace::Namespace;
 use crate::Engine;
 use bson::{Bson, Document, RawDocumentBuf};
 use std::collections::VecDeque;
+use std::sync::Arc;
 use tailstream_query::error::{codes, Error, Result};
 use tailstream_query::pipeline::{NoCollections, Pipeline};
 use tailstream_storage::Space;
@@ -332,6 +334,7 @@ impl Engine {
             Scope::Collection(n) => n.full(),
             _ => format!("{db}.$cmd.aggregate"),
         };
+        self.enable_recent_oplog();
         let prefilter = prefilter::Prefilter::from_stages(&spec.stages);
         let stream = ChangeStream { spec, next_ts, verify, pbrt, pending: VecDeque::new(), invalidated: false, prefilter, deferred_error: None };
         let mut cursor = Cursor::new(ns.clone(), Source::ChangeStream(Box::new(stream)));
@@ -567,14 +570,44 @@ impl ChangeStream {
 
     /// The next oplog entries of this stream's scope with times in `[next_ts, durable]`;
     /// None for an entry the prefilter rules out on its digest (it is not read).
-    fn read_entries(&self, engine: &Engine, durable: u64) -> Result<Vec<(u64, Option<Vec<u8>>)>> {
+    /// A stream that keeps up reads them from the in-memory recent oplog.
+    fn read_entries(&self, engine: &Engine, durable: u64) -> Result<Vec<(u64, Option<Arc<[u8]>>)>> {
         let mut out = Vec::new();
+        let ns_full = match &self.spec.scope {
+            Scope::Collection(ns) => Some(ns.full()),
+            _ => None,
+        };
+        let db_prefix = match &self.spec.scope {
+            Scope::Database(db) => Some(format!("{db}.")),
+            _ => None,
+        };
+        let in_memory = engine.recent.read(self.next_ts, durable, READ_CHUNK, |e| match (&ns_full, &db_prefix) {
+            (Some(ns), _) => e.namespaces.iter().any(|n| n == ns),
+            (None, Some(prefix)) => e.namespaces.iter().any(|n| n.starts_with(prefix.as_str())),
+            (None, None) => true,
+        });
+        if let Some(found) = in_memory {
+            let mut large = engine.store.point_reader(Space::Oplog);
+            for (ts, digest, bytes) in found {
+                if !self.prefilter.is_empty() && !self.prefilter.may_match(&digest, self.spec.full_document) {
+                    out.push((ts, None));
+                    continue;
+                }
+                let bytes = match bytes {
+                    Some(b) => Some(b),
+                    None => large.get(&keys::oplog_key(ts)).map_err(crate::storage_err)?.map(Arc::from),
+                };
+                if bytes.is_some() {
+                    out.push((ts, bytes));
+                }
+            }
+            return Ok(out);
+        }
         let mut loaded = 0usize;
-        match &self.spec.scope {
-            Scope::Collection(ns) => {
-                let ns = ns.full();
-                let lower = keys::oplog_ns_key(&ns, self.next_ts);
-                let upper = keys::oplog_ns_key(&ns, durable.saturating_add(1));
+        match &ns_full {
+            Some(ns) => {
+                let lower = keys::oplog_ns_key(ns, self.next_ts);
+                let upper = keys::oplog_ns_key(ns, durable.saturating_add(1));
                 let mut entries = engine.store.point_reader(Space::Oplog);
                 for item in engine.store.scan(Space::OplogByNs, &lower, Some(&upper), false) {
                     let (k, digest) = item.map_err(crate::storage_err)?;
@@ -582,7 +615,7 @@ impl ChangeStream {
                     if !self.prefilter.is_empty() && !self.prefilter.may_match(&digest, self.spec.full_document) {
                         out.push((ts, None));
                     } else if let Some(v) = entries.get(&keys::oplog_key(ts)).map_err(crate::storage_err)? {
-                        out.push((ts, Some(v.to_vec())));
+                        out.push((ts, Some(Arc::from(v))));
                         loaded += 1;
                     }
                     if loaded >= READ_CHUNK || out.len() >= MAX_SCANNED {
@@ -590,13 +623,13 @@ impl ChangeStream {
                     }
                 }
             }
-            Scope::Database(_) | Scope::Cluster => {
+            None => {
                 let lower = keys::oplog_key(self.next_ts);
                 let upper = keys::oplog_key(durable.saturating_add(1));
                 for item in engine.store.scan(Space::Oplog, &lower, Some(&upper), false) {
                     let (k, v) = item.map_err(crate::storage_err)?;
                     let ts = u64::from_be_bytes(k[..8].try_into().expect("8-byte time"));
-                    out.push((ts, Some(v.into_vec())));
+                    out.push((ts, Some(Arc::from(v))));
                     if out.len() >= READ_CHUNK {
                         break;
                     }
