@@ -502,7 +502,7 @@ pub async fn isolation(ctx: &mut Ctx, secs: f64, rate: f64, batch: usize) -> Res
         c.database("bench").create_collection(name).await?;
     }
     let mut runs = Vec::new();
-    for with_stream in [false, true, false, true] {
+    for with_stream in [false, true, true, false, false, true, true, false] {
         eprintln!(
             "  {} stream on A, {rate} inserts/s into B for {secs} s",
             if with_stream { "one" } else { "no" }
