@@ -117,6 +117,13 @@ impl KeyStringBuilder {
         append_value(&mut self.buf, v, descending);
     }
 
+    /// Appends a document component (the same bytes as `append(&Bson::Document(d))`,
+    /// without building the `Bson`).
+    pub fn append_document(&mut self, d: &Document, descending: bool) {
+        put(&mut self.buf, ctype::OBJECT, descending);
+        append_doc_body(&mut self.buf, d, descending);
+    }
+
     pub fn append_ordered(&mut self, v: &Bson, ord: Ordering) {
         self.append(v, ord == Ordering::Descending);
     }

@@ -265,7 +265,14 @@ pub(crate) fn transform(engine: &Engine, spec: &StreamSpec, ts: u64, entry: &Raw
     };
 
     let to_raw = |d: &Document| RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()));
-    let mut d = RawDocumentBuf::new();
+    // Sized up front: growing the buffer field by field reallocated it several times
+    // per event.
+    let estimate = 512
+        + p.full_document.map(|f| f.as_bytes().len()).unwrap_or(0)
+        + p.document_key.as_ref().map(|k| 2 * k.raw().as_bytes().len()).unwrap_or(0);
+    let mut buf = Vec::with_capacity(estimate);
+    buf.extend_from_slice(&[5, 0, 0, 0, 0]);
+    let mut d = RawDocumentBuf::from_bytes(buf).map_err(|e| Error::internal(e.to_string()))?;
     if let Some(to) = &p.to {
         // mongod adds the rename target before everything else.
         d.append("to", ns_raw(to));

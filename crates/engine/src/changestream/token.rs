@@ -7,6 +7,7 @@
 
 use crate::keys;
 use bson::{doc, Bson, Document};
+use std::sync::Arc;
 use tailstream_query::error::{codes, Error, Result};
 use tailstream_query::keystring::{self, KeyStringBuilder};
 
@@ -26,8 +27,9 @@ pub struct ResumeToken {
     pub txn_op_index: i64,
     pub from_invalidate: bool,
     pub uuid: Option<bson::Uuid>,
-    /// `{operationType, documentKey}` or `{operationType, operationDescription?}`.
-    pub event_id: Option<Document>,
+    /// `{operationType, documentKey}` or `{operationType, operationDescription?}`
+    /// (shared: a token is cloned for every queued event).
+    pub event_id: Option<Arc<Document>>,
     /// Which fragment of an event split by `$changeStreamSplitLargeEvent` (0-based).
     pub fragment: Option<i32>,
 }
@@ -56,7 +58,7 @@ impl ResumeToken {
             txn_op_index: 0,
             from_invalidate: false,
             uuid,
-            event_id: Some(event_id),
+            event_id: Some(Arc::new(event_id)),
             fragment: None,
         }
     }
@@ -83,7 +85,7 @@ impl ResumeToken {
             None => {}
         }
         if let Some(id) = &self.event_id {
-            b.append(&Bson::Document(id.clone()), false);
+            b.append_document(id, false);
         }
         if let Some(f) = self.fragment {
             b.append(&Bson::Int32(f), false);
@@ -159,7 +161,7 @@ impl ResumeToken {
         };
         let event_id = match it.next() {
             None => None,
-            Some(Bson::Document(d)) => Some(d),
+            Some(Bson::Document(d)) => Some(Arc::new(d)),
             Some(_) => return Err(invalid("Resume Token eventIdentifier is not an object")),
         };
         let fragment = match it.next() {
