@@ -31,6 +31,14 @@ use tailstream_query::pipeline::{NoCollections, Pipeline};
 use tailstream_storage::Space;
 use token::ResumeToken;
 
+/// An entry read for a stream: its bytes (None: ruled out on its digest, not read),
+/// and its place in the recent oplog when it came from there.
+struct ReadEntry {
+    ts: u64,
+    bytes: Option<Arc<[u8]>>,
+    recent: Option<Arc<recent::RecentEntry>>,
+}
+
 /// What a stream watches.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Scope {
@@ -65,6 +73,13 @@ pub struct StreamSpec {
     /// The user's stages after `$changeStream` (re-parsed per batch: a parsed
     /// pipeline is not `Send`).
     pub stages: Vec<Document>,
+}
+
+impl StreamSpec {
+    /// Default options: the event of a CRUD entry is the same for every such stream.
+    fn plain(&self) -> bool {
+        self.full_document == FullDocument::Default && self.before_change == BeforeChange::Off && !self.show_expanded
+    }
 }
 
 /// Oplog entries read from storage at a time.
@@ -425,12 +440,27 @@ impl ChangeStream {
             self.next_ts = durable + 1;
             return Ok(false);
         }
-        for (ts, bytes) in entries {
+        let shared_events = self.spec.plain() && matches!(self.spec.scope, Scope::Collection(_));
+        for ReadEntry { ts, bytes, recent } in entries {
             self.next_ts = ts + 1;
             // Skipped on its digest: never read, never an event.
             let Some(bytes) = bytes else { continue };
             let entry = bson::RawDocument::from_bytes(&bytes)
                 .map_err(|e| Error::internal(format!("corrupt oplog entry at {:?}: {e}", keys::u64_to_ts(ts))))?;
+            if let (true, Some(recent)) = (shared_events, &recent) {
+                if matches!(entry.get_str("op"), Ok("i" | "u" | "d")) {
+                    let built = recent
+                        .plain_event
+                        .get_or_init(|| event::transform(engine, &self.spec, ts, entry).ok().flatten().map(|e| (e.doc, e.token)));
+                    if let Some((doc, token)) = built {
+                        self.push_through(pipeline, vars, doc.clone(), token.clone())?;
+                        if self.pending.len() >= want {
+                            break;
+                        }
+                        continue;
+                    }
+                }
+            }
             let Some(ev) = event::transform(engine, &self.spec, ts, entry)? else { continue };
             let invalidate = ev.invalidates.then(|| event::invalidate(&ev));
             self.push_through(pipeline, vars, ev.doc, ev.token)?;
@@ -571,7 +601,7 @@ impl ChangeStream {
     /// The next oplog entries of this stream's scope with times in `[next_ts, durable]`;
     /// None for an entry the prefilter rules out on its digest (it is not read).
     /// A stream that keeps up reads them from the in-memory recent oplog.
-    fn read_entries(&self, engine: &Engine, durable: u64) -> Result<Vec<(u64, Option<Arc<[u8]>>)>> {
+    fn read_entries(&self, engine: &Engine, durable: u64) -> Result<Vec<ReadEntry>> {
         let mut out = Vec::new();
         let ns_full = match &self.spec.scope {
             Scope::Collection(ns) => Some(ns.full()),
@@ -588,17 +618,18 @@ impl ChangeStream {
         });
         if let Some(found) = in_memory {
             let mut large = engine.store.point_reader(Space::Oplog);
-            for (ts, digest, bytes) in found {
-                if !self.prefilter.is_empty() && !self.prefilter.may_match(&digest, self.spec.full_document) {
-                    out.push((ts, None));
+            for e in found {
+                let ts = e.ts;
+                if !self.prefilter.is_empty() && !self.prefilter.may_match(&e.digest, self.spec.full_document) {
+                    out.push(ReadEntry { ts, bytes: None, recent: None });
                     continue;
                 }
-                let bytes = match bytes {
-                    Some(b) => Some(b),
+                let bytes = match &e.bytes {
+                    Some(b) => Some(Arc::clone(b)),
                     None => large.get(&keys::oplog_key(ts)).map_err(crate::storage_err)?.map(Arc::from),
                 };
                 if bytes.is_some() {
-                    out.push((ts, bytes));
+                    out.push(ReadEntry { ts, bytes, recent: Some(e) });
                 }
             }
             return Ok(out);
@@ -613,9 +644,9 @@ impl ChangeStream {
                     let (k, digest) = item.map_err(crate::storage_err)?;
                     let ts = u64::from_be_bytes(k[k.len() - 8..].try_into().expect("8-byte time"));
                     if !self.prefilter.is_empty() && !self.prefilter.may_match(&digest, self.spec.full_document) {
-                        out.push((ts, None));
+                        out.push(ReadEntry { ts, bytes: None, recent: None });
                     } else if let Some(v) = entries.get(&keys::oplog_key(ts)).map_err(crate::storage_err)? {
-                        out.push((ts, Some(Arc::from(v))));
+                        out.push(ReadEntry { ts, bytes: Some(Arc::from(v)), recent: None });
                         loaded += 1;
                     }
                     if loaded >= READ_CHUNK || out.len() >= MAX_SCANNED {
@@ -629,7 +660,7 @@ impl ChangeStream {
                 for item in engine.store.scan(Space::Oplog, &lower, Some(&upper), false) {
                     let (k, v) = item.map_err(crate::storage_err)?;
                     let ts = u64::from_be_bytes(k[..8].try_into().expect("8-byte time"));
-                    out.push((ts, Some(Arc::from(v))));
+                    out.push(ReadEntry { ts, bytes: Some(Arc::from(v)), recent: None });
                     if out.len() >= READ_CHUNK {
                         break;
                     }

@@ -23,6 +23,10 @@ pub struct RecentEntry {
     pub digest: Vec<u8>,
     /// The entry's BSON (None for large entries: read them from storage).
     pub bytes: Option<Arc<[u8]>>,
+    /// The change event of a CRUD entry for streams with default options, built by
+    /// the first such stream and copied by the others (fan-out: one build, not one
+    /// per stream).
+    pub plain_event: std::sync::OnceLock<Option<(bson::RawDocumentBuf, super::token::ResumeToken)>>,
 }
 
 impl RecentEntry {
@@ -33,6 +37,7 @@ impl RecentEntry {
             namespaces: crate::oplog::indexed_namespaces(entry),
             digest: crate::oplog::ns_digest(entry),
             bytes: (raw.len() <= MAX_ENTRY_BYTES).then(|| Arc::from(raw)),
+            plain_event: std::sync::OnceLock::new(),
         }
     }
 
@@ -43,7 +48,7 @@ impl RecentEntry {
 
 #[derive(Default)]
 struct Ring {
-    entries: VecDeque<RecentEntry>,
+    entries: VecDeque<Arc<RecentEntry>>,
     bytes: usize,
     /// Every committed entry with a time >= `from` is in `entries`.
     from: u64,
@@ -79,7 +84,7 @@ impl RecentOplog {
         for e in new {
             debug_assert!(r.entries.back().map(|b| b.ts < e.ts).unwrap_or(true), "entries arrive in time order");
             r.bytes += e.size();
-            r.entries.push_back(e);
+            r.entries.push_back(Arc::new(e));
         }
         while r.bytes > MAX_BYTES || r.entries.len() > MAX_ENTRIES {
             let Some(old) = r.entries.pop_front() else { break };
@@ -96,7 +101,7 @@ impl RecentOplog {
         to: u64,
         limit: usize,
         mut wanted: impl FnMut(&RecentEntry) -> bool,
-    ) -> Option<Vec<(u64, Vec<u8>, Option<Arc<[u8]>>)>> {
+    ) -> Option<Vec<Arc<RecentEntry>>> {
         if !self.enabled() {
             return None;
         }
@@ -111,7 +116,7 @@ impl RecentOplog {
                 break;
             }
             if wanted(e) {
-                out.push((e.ts, e.digest.clone(), e.bytes.clone()));
+                out.push(Arc::clone(e));
             }
         }
         Some(out)
