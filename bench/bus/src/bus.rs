@@ -25,8 +25,7 @@ use mongodb::{
     Client, Collection,
 };
 use serde::{Deserialize, Serialize};
-
-use crate::servers::{mono_ns, unix_secs};
+use tailstream_bench_common::machine::mono_ns;
 
 pub const DB: &str = "bench";
 pub const COLL: &str = "bus";
@@ -36,6 +35,14 @@ pub const STREAM: &str = "bench-bus";
 pub const MAX_AWAIT: Duration = Duration::from_millis(1000);
 /// Set by Ctrl-C: producers and consumers stop.
 pub static ABORT: AtomicBool = AtomicBool::new(false);
+
+/// Wall-clock seconds since the epoch (the seed's `{time: <now>}`).
+fn unix_secs() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

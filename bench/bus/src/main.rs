@@ -9,7 +9,7 @@
 
 mod bus;
 mod plot;
-mod servers;
+mod redis_server;
 mod stats;
 
 use std::{
@@ -29,8 +29,14 @@ use mongodb::bson::doc;
 use serde::Serialize;
 
 use bus::{ConsumerResult, ProducerResult, StopCtl, System, ABORT};
-use servers::{clock_ticks, mono_ns, proc_cpu_ticks, self_cpu_ticks_with_children, ServerProc};
 use stats::{stats, Stats};
+use tailstream_bench_common::{
+    fmt::{fmt_int, fmt_ms, fmt_opt},
+    machine::{
+        clock_ticks, mono_ns, proc_cpu_ticks, proc_cpu_ticks_with_children, wait_idle, Machine,
+    },
+    server::{default_server_bin, server_version, ServerProc},
+};
 
 /// The seed's best standard deviation (AwaitData + dummy document, ~3,900 msg/s).
 const SEED_BEST_STDDEV_MS: f64 = 0.662;
@@ -219,10 +225,8 @@ struct Row {
 
 #[derive(Serialize)]
 struct Meta {
-    date: String,
-    nproc: usize,
-    cpu_model: String,
-    mem_total_gib: f64,
+    #[serde(flatten)]
+    machine: Machine,
     tailstream: Option<String>,
     redis: Option<String>,
     messages: u64,
@@ -455,7 +459,7 @@ fn run_row(ctx: &Ctx, sys: System, uri: &str, pid: Option<u32>, sc: ScenarioKind
 
     let pid_s = pid.map(|p| p.to_string());
     let server_t0 = pid_s.as_deref().and_then(proc_cpu_ticks);
-    let bench_t0 = self_cpu_ticks_with_children();
+    let bench_t0 = proc_cpu_ticks_with_children("self");
 
     let uri_p = uri.to_string();
     let window = ctx.args.window;
@@ -480,7 +484,7 @@ fn run_row(ctx: &Ctx, sys: System, uri: &str, pid: Option<u32>, sc: ScenarioKind
         }
     }
     let server_t1 = pid_s.as_deref().and_then(proc_cpu_ticks);
-    let bench_t1 = self_cpu_ticks_with_children();
+    let bench_t1 = proc_cpu_ticks_with_children("self");
     let prod = produced.context("the producer failed")?;
     if !consumer_errors.is_empty() {
         bail!("consumer failed: {}", consumer_errors.join("; "));
@@ -608,35 +612,6 @@ fn run_row(ctx: &Ctx, sys: System, uri: &str, pid: Option<u32>, sc: ScenarioKind
 // ---------------------------------------------------------------------------
 // Report
 
-fn fmt_int(v: u64) -> String {
-    let s = v.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-fn opt(v: Option<f64>, decimals: usize) -> String {
-    v.map(|v| format!("{v:.decimals$}"))
-        .unwrap_or_else(|| "n/a".into())
-}
-
-fn ms(v: f64) -> String {
-    if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 10.0 {
-        format!("{v:.1}")
-    } else if v >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    }
-}
-
 fn delivered(r: &RowResult) -> String {
     let missing: u64 = r.per_consumer.iter().map(|c| c.missing).sum();
     let dups: u64 = r.per_consumer.iter().map(|c| c.duplicates).sum();
@@ -670,16 +645,16 @@ fn scenario_table(sc: ScenarioKind, rows: &[&RowResult], n: u64, plot: Option<&s
             r.seconds,
             fmt_int(r.throughput.round() as u64),
             fmt_int(r.send_rate.round() as u64),
-            ms(l.p50_ms),
-            ms(l.p99_ms),
-            ms(l.p999_ms),
-            ms(l.max_ms),
-            ms(l.mean_ms),
-            ms(l.stddev_ms),
-            ms(r.ack.p50_ms),
-            ms(r.ack.p99_ms),
-            opt(r.server_cpu_s, 2),
-            opt(r.bench_cpu_s, 2),
+            fmt_ms(l.p50_ms),
+            fmt_ms(l.p99_ms),
+            fmt_ms(l.p999_ms),
+            fmt_ms(l.max_ms),
+            fmt_ms(l.mean_ms),
+            fmt_ms(l.stddev_ms),
+            fmt_ms(r.ack.p50_ms),
+            fmt_ms(r.ack.p99_ms),
+            fmt_opt(r.server_cpu_s, 2),
+            fmt_opt(r.bench_cpu_s, 2),
             delivered(r),
         );
     }
@@ -693,10 +668,10 @@ fn scenario_table(sc: ScenarioKind, rows: &[&RowResult], n: u64, plot: Option<&s
                     "| {} | {c} | {} | {} | {} | {} | {} | {} |\n",
                     r.system_label,
                     fmt_int(p.received),
-                    ms(p.stats.p50_ms),
-                    ms(p.stats.p99_ms),
-                    ms(p.stats.max_ms),
-                    ms(p.stats.stddev_ms),
+                    fmt_ms(p.stats.p50_ms),
+                    fmt_ms(p.stats.p99_ms),
+                    fmt_ms(p.stats.max_ms),
+                    fmt_ms(p.stats.stddev_ms),
                     fmt_int(p.out_of_order),
                 );
             }
@@ -727,7 +702,7 @@ fn targets_table(rows: &[Row]) -> String {
                 "| p99 < 1 ms at 20,000 msg/s | {}, paced-20k (sent at {} msg/s) | {} ms | {} |\n",
                 sys.label(),
                 fmt_int(r.send_rate.round() as u64),
-                ms(r.latency.p99_ms),
+                fmt_ms(r.latency.p99_ms),
                 yes(r.latency.p99_ms < 1.0 && r.send_rate >= 19_000.0)
             );
         }
@@ -740,7 +715,7 @@ fn targets_table(rows: &[Row]) -> String {
                     "| stddev < {SEED_BEST_STDDEV_MS} ms (the seed's best) | {}, {} | {} ms | {} |\n",
                     sys.label(),
                     sc.name(),
-                    ms(r.latency.stddev_ms),
+                    fmt_ms(r.latency.stddev_ms),
                     yes(r.latency.stddev_ms < SEED_BEST_STDDEV_MS)
                 );
             }
@@ -780,8 +755,8 @@ fn targets_table(rows: &[Row]) -> String {
                     System::Tailstream.label(),
                     System::RedisStreamsAlways.label(),
                     sc.name(),
-                    ms(a),
-                    ms(b),
+                    fmt_ms(a),
+                    fmt_ms(b),
                     ratio,
                     yes(ratio <= 2.0)
                 );
@@ -796,37 +771,9 @@ fn targets_table(rows: &[Row]) -> String {
 
 // ---------------------------------------------------------------------------
 
-fn default_server_bin() -> PathBuf {
-    if let Some(b) = std::env::var_os("TAILSTREAM_BIN").filter(|b| !b.is_empty()) {
-        return PathBuf::from(b);
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/root"));
-    home.join(".cache/tailstream/target/release/tailstream")
-}
-
-fn find_redis_server() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join("redis-server"))
-        .find(|p| p.is_file())
-}
-
 async fn tailstream_version(uri: &str) -> Result<String> {
     let client = bus::mongo_client(uri, "tailstream-bench-bus-setup", 2).await?;
-    let bi = client
-        .database("admin")
-        .run_command(doc! {"buildInfo": 1})
-        .await?;
-    let version = bi.get_str("version").unwrap_or("?").to_string();
-    Ok(match bi.get_str("tailstreamVersion") {
-        Ok(tv) => format!("Tailstream {tv} (MongoDB {version} compatible)"),
-        Err(_) => format!(
-            "MongoDB {version} ({})",
-            bi.get_str("gitVersion").unwrap_or("?")
-        ),
-    })
+    server_version(&client).await
 }
 
 async fn redis_version(uri: &str) -> Result<String> {
@@ -872,7 +819,7 @@ fn run_all(args: &Args, admin: &tokio::runtime::Runtime) -> Result<()> {
         }
     }
     let redis_bin = if systems.iter().any(|s| !s.is_mongo()) {
-        match args.redis_bin.clone().or_else(find_redis_server) {
+        match args.redis_bin.clone().or_else(redis_server::find) {
             Some(b) => Some(b),
             None => bail!(
                 "redis-server not found: install it (apt-get install -y redis-server; bench/bus.sh does), \
@@ -895,23 +842,26 @@ fn run_all(args: &Args, admin: &tokio::runtime::Runtime) -> Result<()> {
             Some(_) => None,
             None => {
                 let bin = args.server_bin.clone().unwrap_or_else(default_server_bin);
-                let s = ServerProc::tailstream(bin, &parent)?;
+                let s = ServerProc::tailstream(
+                    "the Tailstream server",
+                    bin,
+                    &parent,
+                    "tailstream-bench-bus",
+                    &[],
+                )?;
                 eprintln!(
                     "started {} (pid {}) on port {} with --dbpath {}",
                     s.bin.display(),
                     s.pid,
                     s.port,
-                    s.dir.join("db").display()
+                    s.dbpath().display()
                 );
                 Some(s)
             }
         };
         let (uri, pid) = match (&args.uri, &server) {
             (Some(u), _) => (u.clone(), args.server_pid),
-            (None, Some(s)) => (
-                format!("mongodb://127.0.0.1:{}/?directConnection=true", s.port),
-                Some(s.pid),
-            ),
+            (None, Some(s)) => (s.uri(), Some(s.pid)),
             (None, None) => unreachable!(),
         };
         ts_version = Some(match admin.block_on(tailstream_version(&uri)) {
@@ -927,7 +877,7 @@ fn run_all(args: &Args, admin: &tokio::runtime::Runtime) -> Result<()> {
                     bail!("interrupted");
                 }
                 if let Some(p) = pid {
-                    servers::wait_idle(p, Duration::from_secs(15));
+                    wait_idle(p, Duration::from_secs(15));
                 }
                 eprintln!(
                     "[{} · {}] {} messages...",
@@ -973,7 +923,7 @@ fn run_all(args: &Args, admin: &tokio::runtime::Runtime) -> Result<()> {
     for &sys in systems.iter().filter(|s| !s.is_mongo()) {
         let policy = sys.redis_appendfsync().expect("a Redis system");
         let mut server =
-            ServerProc::redis(redis_bin.clone().expect("redis-server"), &parent, policy)?;
+            redis_server::start(redis_bin.clone().expect("redis-server"), &parent, policy)?;
         eprintln!(
             "started redis-server (pid {}) on port {} ({})",
             server.pid,
@@ -1026,12 +976,7 @@ fn run_all(args: &Args, admin: &tokio::runtime::Runtime) -> Result<()> {
 
     // Report.
     let meta = Meta {
-        date: chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string(),
-        nproc: std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0),
-        cpu_model: servers::cpu_model(),
-        mem_total_gib: servers::mem_total_gib(),
+        machine: Machine::now(),
         tailstream: ts_version,
         redis: redis_ver,
         messages: n,
@@ -1041,11 +986,8 @@ fn run_all(args: &Args, admin: &tokio::runtime::Runtime) -> Result<()> {
     };
     println!("# Message-bus benchmark (issue 4, seed 003: capped collection + tailable/awaitData cursor)\n");
     println!(
-        "{} · machine: {} CPUs ({}), {:.1} GiB RAM · server: {} · {} · {} messages per row · producer window {} · capped collection {} MiB · consumers: {}\n",
-        meta.date,
-        meta.nproc,
-        meta.cpu_model,
-        meta.mem_total_gib,
+        "{} · server: {} · {} · {} messages per row · producer window {} · capped collection {} MiB · consumers: {}\n",
+        meta.machine.header(),
         meta.tailstream.as_deref().unwrap_or("Tailstream not run"),
         meta.redis.as_deref().unwrap_or("Redis not run"),
         fmt_int(n),
@@ -1173,15 +1115,15 @@ fn progress(r: &RowResult) {
         r.seconds,
         fmt_int(r.throughput.round() as u64),
         fmt_int(r.send_rate.round() as u64),
-        ms(r.latency.p50_ms),
-        ms(r.latency.p99_ms),
-        ms(r.latency.max_ms),
-        ms(r.latency.stddev_ms),
-        ms(r.ack.p50_ms),
-        ms(r.ack.p99_ms),
-        ms(r.ack.max_ms),
-        opt(r.server_cpu_s, 2),
-        opt(r.bench_cpu_s, 2),
+        fmt_ms(r.latency.p50_ms),
+        fmt_ms(r.latency.p99_ms),
+        fmt_ms(r.latency.max_ms),
+        fmt_ms(r.latency.stddev_ms),
+        fmt_ms(r.ack.p50_ms),
+        fmt_ms(r.ack.p99_ms),
+        fmt_ms(r.ack.max_ms),
+        fmt_opt(r.server_cpu_s, 2),
+        fmt_opt(r.bench_cpu_s, 2),
         if missing > 0 { format!(", {missing} LOST") } else { String::new() }
     );
     for n in &r.notes {

@@ -6,6 +6,8 @@ use std::path::Path;
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
 
+use tailstream_bench_common::fmt::{fmt_int, fmt_ms};
+
 use crate::stats::Stats;
 
 pub struct Panel<'a> {
@@ -41,7 +43,8 @@ fn decade_ceil(v: f64) -> f64 {
     10f64.powf(v.log10().ceil())
 }
 
-fn fmt_ms(v: f64) -> String {
+/// A latency axis label: whole milliseconds, or as many decimals as a decade below 1 ms needs.
+fn axis_label_ms(v: f64) -> String {
     if v >= 1.0 {
         format!("{v:.0}")
     } else {
@@ -90,11 +93,11 @@ pub fn plot_scenario(path: &Path, title: &str, n: u64, panels: &[Panel]) -> Resu
         let caption = format!(
             "{} — {} messages · p50 {} ms · p99 {} ms · max {} ms · stddev {} ms",
             p.title,
-            crate::fmt_int(s.count),
-            fmt_f(s.p50_ms),
-            fmt_f(s.p99_ms),
-            fmt_f(s.max_ms),
-            fmt_f(s.stddev_ms)
+            fmt_int(s.count),
+            fmt_ms(s.p50_ms),
+            fmt_ms(s.p99_ms),
+            fmt_ms(s.max_ms),
+            fmt_ms(s.stddev_ms)
         );
         let mut chart = ChartBuilder::on(area)
             .caption(caption, ("sans-serif", 17))
@@ -109,7 +112,7 @@ pub fn plot_scenario(path: &Path, title: &str, n: u64, panels: &[Panel]) -> Resu
             .x_desc("message number")
             .y_desc("latency (ms, log)")
             .x_label_formatter(&|v| format!("{v:.0}"))
-            .y_label_formatter(&|v| fmt_ms(*v))
+            .y_label_formatter(&|v| axis_label_ms(*v))
             .label_style(("sans-serif", 13))
             .axis_desc_style(("sans-serif", 14))
             .light_line_style(WHITE.mix(0.0))
@@ -141,16 +144,4 @@ pub fn plot_scenario(path: &Path, title: &str, n: u64, panels: &[Panel]) -> Resu
     root.present()
         .map_err(|e| anyhow!("cannot write {}: {e}", path.display()))?;
     Ok(())
-}
-
-pub fn fmt_f(v: f64) -> String {
-    if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 10.0 {
-        format!("{v:.1}")
-    } else if v >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    }
 }

@@ -18,7 +18,12 @@ use mongodb::{
 };
 use serde::Serialize;
 
-use crate::servers::{clock_ticks, proc_cpu_ticks, ServerProc};
+use tailstream_bench_common::{
+    machine::{clock_ticks, proc_cpu_ticks},
+    server::ServerProc,
+};
+
+use crate::host::mono_ns;
 
 /// maxAwaitTimeMS of every stream's getMore (--max-await-ms; 1 s is the
 /// server's default too).
@@ -134,7 +139,7 @@ impl CpuMark {
             server_pid,
             client: self_cpu_ticks(),
             at: Instant::now(),
-            at_ns: crate::servers::mono_ns(),
+            at_ns: mono_ns(),
         }
     }
 
@@ -257,7 +262,7 @@ async fn produce(
         let permit = sem.clone().acquire_owned().await?;
         max_lag = max_lag.max(tokio::time::Instant::now().saturating_duration_since(at));
         let n = batch.min(total - i);
-        let t = crate::servers::mono_ns();
+        let t = mono_ns();
         let docs: Vec<Document> = (i..i + n).map(|k| make_doc(k, t)).collect();
         let (coll, acked, failed, errors) =
             (coll.clone(), acked.clone(), failed.clone(), errors.clone());

@@ -44,9 +44,9 @@
 //! postBatchResumeToken) on stderr, to see what the server did when a figure
 //! looks wrong.
 
+mod host;
 mod load;
 mod scenarios;
-mod servers;
 mod stats;
 
 use std::{fmt::Write as _, path::PathBuf, process::ExitCode};
@@ -54,6 +54,11 @@ use std::{fmt::Write as _, path::PathBuf, process::ExitCode};
 use anyhow::{Context, Result};
 use clap::{Parser, ValueEnum};
 use serde::Serialize;
+use tailstream_bench_common::{
+    fmt::{fmt_int, fmt_ms},
+    machine::Machine,
+    server::default_server_bin,
+};
 
 use scenarios::{Catchup, Ctx, FanoutRow, Isolation, Latency, Resume};
 
@@ -142,10 +147,8 @@ enum Scenario {
 
 #[derive(Debug, Serialize)]
 struct Meta {
-    date: String,
-    nproc: usize,
-    cpu_model: String,
-    mem_total_gib: f64,
+    #[serde(flatten)]
+    machine: Machine,
     server_bin: String,
     server_version: String,
     quick: bool,
@@ -183,14 +186,7 @@ async fn main() -> ExitCode {
 async fn run() -> Result<bool> {
     let a = Args::parse();
     let q = a.quick;
-    let bin = a
-        .server_bin
-        .clone()
-        .or_else(|| std::env::var_os("TAILSTREAM_BIN").map(PathBuf::from))
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
-                .join(".cache/tailstream/target/release/tailstream")
-        });
+    let bin = a.server_bin.clone().unwrap_or_else(default_server_bin);
     let catchup_docs = a
         .catchup_docs
         .unwrap_or(if q { 100_000 } else { 1_000_000 });
@@ -207,7 +203,7 @@ async fn run() -> Result<bool> {
     let latency_secs = a.latency_secs.unwrap_or(if q { 3.0 } else { 10.0 });
 
     load::MAX_AWAIT_MS.store(a.max_await_ms, std::sync::atomic::Ordering::Relaxed);
-    let nofile = servers::raise_nofile_limit();
+    let nofile = host::raise_nofile_limit();
     let version = std::process::Command::new(&bin)
         .arg("--version")
         .output()
@@ -224,12 +220,7 @@ async fn run() -> Result<bool> {
         })
         .unwrap_or_else(|| "missing".into());
     let meta = Meta {
-        date: chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string(),
-        nproc: std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0),
-        cpu_model: servers::cpu_model(),
-        mem_total_gib: servers::mem_total_gib(),
+        machine: Machine::now(),
         server_bin: format!("{} (built {bin_mtime})", bin.display()),
         server_version: version,
         quick: q,
@@ -237,10 +228,10 @@ async fn run() -> Result<bool> {
     };
     eprintln!(
         "{} · {} CPUs ({}) · {:.1} GiB RAM · {} · {}",
-        meta.date,
-        meta.nproc,
-        meta.cpu_model,
-        meta.mem_total_gib,
+        meta.machine.date,
+        meta.machine.nproc,
+        meta.machine.cpu_model,
+        meta.machine.mem_total_gib,
         meta.server_bin,
         meta.server_version
     );
@@ -321,32 +312,8 @@ fn write_json(path: &PathBuf, rep: &Report) -> Result<()> {
 // ---------------------------------------------------------------------------
 // Markdown
 
-fn fmt_int(v: u64) -> String {
-    let s = v.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-fn ms(v: f64) -> String {
-    if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 10.0 {
-        format!("{v:.1}")
-    } else if v >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    }
-}
-
 fn opt_ms(v: Option<f64>) -> String {
-    v.map(|v| format!("{} ms", ms(v)))
+    v.map(|v| format!("{} ms", fmt_ms(v)))
         .unwrap_or_else(|| "**none**".into())
 }
 
@@ -365,11 +332,8 @@ fn markdown(rep: &Report) -> String {
     if let Some(m) = &rep.meta {
         let _ = writeln!(
             s,
-            "{} · machine: {} CPUs ({}), {:.1} GiB RAM · server: {} · {}{}\n",
-            m.date,
-            m.nproc,
-            m.cpu_model,
-            m.mem_total_gib,
+            "{} · server: {} · {}{}\n",
+            m.machine.header(),
             m.server_version,
             m.server_bin,
             if m.quick {
@@ -432,7 +396,7 @@ fn markdown(rep: &Report) -> String {
              event received); streams are spread over one client per 50 streams (a waiting getMore holds a connection).\n",
             fmt_int(rep.fanout_rate as u64),
             if rep.fanout_batch == 1 { "insert_one".to_string() } else { format!("insert_many of {}", rep.fanout_batch) },
-            ms(rep.fanout_batch as f64 / rep.fanout_rate * 1e3),
+            fmt_ms(rep.fanout_batch as f64 / rep.fanout_rate * 1e3),
             rep.fanout_secs
         );
         let _ = writeln!(s, "| streams | events per stream | streams complete | missing | span s | server CPU s | server CPU s/s | × 1 stream | above producer alone (CPU s/s) | client CPU s |");
@@ -502,7 +466,7 @@ fn markdown(rep: &Report) -> String {
              stream open on collection A (never written); runs ordered without, with, with, without (twice), which cancels a linear drift.\n",
             fmt_int(iso.rate as u64),
             iso.batch,
-            ms(iso.batch as f64 / iso.rate * 1e3),
+            fmt_ms(iso.batch as f64 / iso.rate * 1e3),
             iso.secs
         );
         let _ = writeln!(s, "| run | stream on A | inserts acknowledged | span s | server CPU s | server CPU s/s | client CPU s | events on A |");
@@ -632,9 +596,9 @@ fn markdown(rep: &Report) -> String {
              thread of its own, takes receive − send. Disk reference: {} × (append 4 KB + fdatasync) in the server's \
              dbpath: p50 {} ms, p99 {} ms, max {} ms.\n",
             fmt_int(l.fsync.count),
-            ms(l.fsync.p50_ms),
-            ms(l.fsync.p99_ms),
-            ms(l.fsync.max_ms)
+            fmt_ms(l.fsync.p50_ms),
+            fmt_ms(l.fsync.p99_ms),
+            fmt_ms(l.fsync.max_ms)
         );
         let _ = writeln!(s, "| inserts/s | per insert | events | missing | p50 ms | p99 ms | p99.9 ms | max ms | producer max lag ms | server CPU s | client CPU s | target: p99 ≤ fsync p99 + 1 ms | met |");
         let _ = writeln!(
@@ -655,23 +619,23 @@ fn markdown(rep: &Report) -> String {
                 } else {
                     "0".into()
                 },
-                ms(r.latency.p50_ms),
-                ms(r.latency.p99_ms),
-                ms(r.latency.p999_ms),
-                ms(r.latency.max_ms),
+                fmt_ms(r.latency.p50_ms),
+                fmt_ms(r.latency.p99_ms),
+                fmt_ms(r.latency.p999_ms),
+                fmt_ms(r.latency.max_ms),
                 r.producer.max_lag_ms,
                 r.cpu.server_cpu_s,
                 r.cpu.client_cpu_s,
-                ms(limit),
+                fmt_ms(limit),
                 met(ok)
             );
             targets.push((
                 format!(
                     "latency at {} inserts/s: p99 ≤ fsync p99 + 1 ms ({} ms)",
                     fmt_int(r.rate as u64),
-                    ms(limit)
+                    fmt_ms(limit)
                 ),
-                format!("{} ms", ms(r.latency.p99_ms)),
+                format!("{} ms", fmt_ms(r.latency.p99_ms)),
                 ok,
             ));
         }

@@ -22,13 +22,15 @@ use mongodb::{
     Client, Collection,
 };
 use serde::Serialize;
+use tailstream_bench_common::{
+    machine::{proc_io_bytes, wait_idle},
+    server::ServerProc,
+};
 
+use crate::host::{drop_caches, free_disk_bytes, mono_ns};
 use crate::load::{
     client, drain, filler, max_await, spawn_producer, w1, CpuMark, CpuSpan, Drained, MakeDoc, Pace,
     ProducerResult,
-};
-use crate::servers::{
-    drop_caches, free_disk_bytes, mono_ns, proc_read_bytes, wait_idle, ServerProc,
 };
 use crate::stats::{stats, Stats};
 
@@ -39,8 +41,32 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// Tailstream as a one-member replica set (change streams need one) with an
+    /// oplog of `oplog_mb`, in a fresh directory under --data-dir.
     fn start(&self, oplog_mb: u64) -> Result<ServerProc> {
-        let s = ServerProc::tailstream(&self.bin, &self.data_dir, oplog_mb)?;
+        // The binary is rebuilt now and then by someone else: wait for it a while.
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while !self.bin.is_file() {
+            if Instant::now() > deadline {
+                bail!(
+                    "Tailstream binary {} not found: build it or pass --server-bin / set $TAILSTREAM_BIN",
+                    self.bin.display()
+                );
+            }
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        let s = ServerProc::tailstream(
+            "the server",
+            self.bin.clone(),
+            &self.data_dir,
+            "tailstream-bench-changestream",
+            &[
+                "--replSet".into(),
+                "rs0".into(),
+                "--oplogSize".into(),
+                oplog_mb.to_string(),
+            ],
+        )?;
         eprintln!(
             "  server pid {} on port {} (oplogSize {oplog_mb} MB)",
             s.pid, s.port
@@ -51,7 +77,10 @@ impl Ctx {
     /// Notes how the server ended and what it logged at WARN/ERROR.
     fn finish(&mut self, scenario: &str, mut server: ServerProc) {
         if let Err(e) = server.check_alive() {
-            self.problems.push(format!("{scenario}: {e}"));
+            self.problems.push(format!(
+                "{scenario}: {e}; its log:\n{}",
+                server.log_tail(30)
+            ));
         }
         let lines = server.log_problems();
         if !lines.is_empty() {
@@ -829,7 +858,7 @@ async fn resume_variant(
         }
     }
 
-    let rb0 = proc_read_bytes(server.pid);
+    let rb0 = proc_io_bytes(&server.pid.to_string(), "read_bytes");
     let mark = CpuMark::now(server);
     let t0 = Instant::now();
     let (mut first, mut last, mut markers, mut error) = (None, None, 0u64, None);
@@ -881,7 +910,7 @@ async fn resume_variant(
         }
     }
     let cpu = mark.span();
-    let rb1 = proc_read_bytes(server.pid);
+    let rb1 = proc_io_bytes(&server.pid.to_string(), "read_bytes");
     Ok(ResumeVariant {
         big_collection: big_coll.into(),
         docs,

@@ -8,9 +8,8 @@
 
 use std::{
     fs,
-    net::{SocketAddr, TcpListener, TcpStream},
-    path::{Path, PathBuf},
-    process::{Child, Command, ExitCode, Stdio},
+    path::PathBuf,
+    process::ExitCode,
     sync::{
         atomic::{AtomicBool, AtomicU64, Ordering},
         Arc,
@@ -27,6 +26,12 @@ use mongodb::{
 };
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use serde::Serialize;
+use tailstream_bench_common::{
+    fmt::fmt_opt,
+    machine::{clock_ticks, proc_cpu_ticks, proc_io_bytes, Machine},
+    server::{default_server_bin, server_version, ServerProc},
+    stats::percentile,
+};
 
 const DB: &str = "bench";
 const COLL: &str = "ingest";
@@ -204,10 +209,8 @@ struct RowResult {
 
 #[derive(Serialize)]
 struct Meta {
-    date: String,
-    nproc: usize,
-    cpu_model: String,
-    mem_total_gib: f64,
+    #[serde(flatten)]
+    machine: Machine,
     server_version: String,
     server_started_by_bench: bool,
     server_bin: Option<String>,
@@ -230,59 +233,6 @@ struct Report<'a> {
 // ---------------------------------------------------------------------------
 // /proc readings
 
-fn clock_ticks() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as f64
-    } else {
-        100.0
-    }
-}
-
-/// utime + stime of a process, in clock ticks.
-fn proc_cpu_ticks(pid: &str) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may contain spaces) start at field 3 (state).
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = f.get(11)?.parse().ok()?;
-    let stime: u64 = f.get(12)?.parse().ok()?;
-    Some(utime + stime)
-}
-
-/// Bytes the process caused to be written to storage (/proc/<pid>/io write_bytes).
-fn proc_write_bytes(pid: &str) -> Option<u64> {
-    let io = fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
-    io.lines()
-        .find_map(|l| l.strip_prefix("write_bytes:"))
-        .and_then(|v| v.trim().parse().ok())
-}
-
-fn cpu_model() -> String {
-    fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
-}
-
-fn mem_total_gib() -> f64 {
-    fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        })
-        .map(|kb| kb / 1024.0 / 1024.0)
-        .unwrap_or(0.0)
-}
-
 struct Sample {
     at: Instant,
     server_ticks: Option<u64>,
@@ -295,176 +245,8 @@ fn sample(pid: Option<u32>) -> Sample {
     Sample {
         at: Instant::now(),
         server_ticks: p.as_deref().and_then(proc_cpu_ticks),
-        server_wbytes: p.as_deref().and_then(proc_write_bytes),
+        server_wbytes: p.as_deref().and_then(|p| proc_io_bytes(p, "write_bytes")),
         client_ticks: proc_cpu_ticks("self"),
-    }
-}
-
-// ---------------------------------------------------------------------------
-// The server the benchmark starts itself
-
-struct Server {
-    child: Child,
-    pid: u32,
-    port: u16,
-    dir: PathBuf,
-    log: PathBuf,
-    bin: PathBuf,
-    stopped: bool,
-}
-
-impl Server {
-    fn start(bin: PathBuf, parent: &Path, extra: &[String]) -> Result<Server> {
-        if !bin.is_file() {
-            bail!(
-                "Tailstream binary {} not found: build it (bash scripts/run.sh, or cargo build --release \
-                 in the repository), or pass --server-bin / set $TAILSTREAM_BIN, or benchmark a running \
-                 server with --uri",
-                bin.display()
-            );
-        }
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let dir = parent.join(format!(
-            "tailstream-bench-ingest-{}-{stamp}",
-            std::process::id()
-        ));
-        fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let dbpath = dir.join("db");
-        let log = dir.join("server.log");
-        // A free port: bind port 0, note the number, let it go.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .context("cannot find a free port")?;
-        let logfile = fs::File::create(&log).context("cannot create the server log")?;
-        let child = Command::new(&bin)
-            .arg("--port")
-            .arg(port.to_string())
-            .arg("--bind_ip")
-            .arg("127.0.0.1")
-            .arg("--dbpath")
-            .arg(&dbpath)
-            .arg("--quiet")
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(logfile.try_clone()?)
-            .stderr(logfile)
-            .spawn();
-        let child = match child {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = fs::remove_dir_all(&dir);
-                return Err(anyhow!(e).context(format!("cannot start {}", bin.display())));
-            }
-        };
-        let pid = child.id();
-        let mut server = Server {
-            child,
-            pid,
-            port,
-            dir,
-            log,
-            bin,
-            stopped: false,
-        };
-        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            if let Some(status) = server.child.try_wait()? {
-                server.stopped = true;
-                bail!(
-                    "the server exited during startup ({status}); its log:\n{}",
-                    server.log_tail(40)
-                );
-            }
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                break;
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "the server did not listen on port {port} within 120 s; its log:\n{}",
-                    server.log_tail(40)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Ok(server)
-    }
-
-    fn uri(&self) -> String {
-        format!("mongodb://127.0.0.1:{}/?directConnection=true", self.port)
-    }
-
-    fn log_tail(&self, n: usize) -> String {
-        let text = fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(n)..].join("\n")
-    }
-
-    /// Log lines at WARN or ERROR level (the server runs with --quiet).
-    fn log_problems(&self) -> Vec<String> {
-        fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("panicked"))
-            .map(str::to_string)
-            .collect()
-    }
-
-    /// Whether the server is still running; Err describes how it ended.
-    fn check_alive(&mut self) -> std::result::Result<(), String> {
-        match self.child.try_wait() {
-            Ok(None) => Ok(()),
-            Ok(Some(status)) => Err(format!("the server exited unexpectedly ({status})")),
-            Err(e) => Err(format!("cannot wait for the server: {e}")),
-        }
-    }
-
-    /// SIGTERM, wait up to 60 s, then SIGKILL. Returns a description of an abnormal end.
-    fn stop(&mut self) -> Option<String> {
-        if self.stopped {
-            return None;
-        }
-        self.stopped = true;
-        if let Ok(Some(status)) = self.child.try_wait() {
-            return Some(format!("the server had already exited ({status})"));
-        }
-        // SAFETY: plain kill(2) on our own child's pid, which has not been reaped yet.
-        unsafe {
-            libc::kill(self.pid as libc::pid_t, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => {
-                    return if status.success() || status.code().is_none() {
-                        None
-                    } else {
-                        Some(format!("the server exited with {status} after SIGTERM"))
-                    };
-                }
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(50))
-                }
-                _ => {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    return Some(
-                        "the server did not stop within 60 s of SIGTERM and was killed".into(),
-                    );
-                }
-            }
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop();
-        let _ = fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -758,7 +540,7 @@ async fn run_row(ctx: &Ctx, spec: &RowSpec, warnings: &mut Vec<String>) -> Resul
     let p99 = if lat.is_empty() {
         0.0
     } else {
-        lat[((lat.len() as f64 * 0.99).ceil() as usize).clamp(1, lat.len()) - 1]
+        percentile(&lat, 99.0)
     };
     let cpu = |a: Option<u64>, b: Option<u64>| match (a, b) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / ctx.hz / secs * 100.0),
@@ -921,11 +703,6 @@ fn fmt_secs(s: f64) -> String {
     }
 }
 
-fn opt(v: Option<f64>, decimals: usize) -> String {
-    v.map(|v| format!("{v:.decimals$}"))
-        .unwrap_or_else(|| "n/a".into())
-}
-
 fn markdown_table(
     title: &str,
     desc: &str,
@@ -955,9 +732,9 @@ fn markdown_table(
             r.mb_per_s,
             r.avg_latency_ms,
             r.p99_latency_ms,
-            opt(r.server_cpu_pct, 0),
-            opt(r.client_cpu_pct, 0),
-            opt(r.disk_write_mb_s, 1),
+            fmt_opt(r.server_cpu_pct, 0),
+            fmt_opt(r.client_cpu_pct, 0),
+            fmt_opt(r.disk_write_mb_s, 1),
         );
     }
     if stopped {
@@ -991,7 +768,7 @@ fn targets_table(w1: &RowResult, j: &RowResult) -> String {
             if r.docs_per_s >= target { "yes" } else { "no" },
             r.avg_latency_ms,
             r.p99_latency_ms,
-            opt(r.server_cpu_pct, 0),
+            fmt_opt(r.server_cpu_pct, 0),
         );
     }
     s
@@ -1003,21 +780,6 @@ fn redact(uri: &str) -> String {
         (Some(p), Some(at)) if at > p => format!("{}***{}", &uri[..p + 3], &uri[at..]),
         _ => uri.to_string(),
     }
-}
-
-async fn server_version(client: &Client) -> Result<String> {
-    let bi = client
-        .database("admin")
-        .run_command(doc! {"buildInfo": 1})
-        .await?;
-    let version = bi.get_str("version").unwrap_or("?").to_string();
-    Ok(match bi.get_str("tailstreamVersion") {
-        Ok(tv) => format!("Tailstream {tv} (MongoDB {version} compatible)"),
-        Err(_) => format!(
-            "MongoDB {version} ({})",
-            bi.get_str("gitVersion").unwrap_or("?")
-        ),
-    })
 }
 
 // ---------------------------------------------------------------------------
@@ -1061,12 +823,7 @@ async fn run_all(
         hz: clock_ticks(),
     };
     let meta = Meta {
-        date: chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string(),
-        nproc: std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(0),
-        cpu_model: cpu_model(),
-        mem_total_gib: mem_total_gib(),
+        machine: Machine::now(),
         server_version: version,
         server_started_by_bench: server_bin.is_some(),
         server_bin: server_bin.map(str::to_string),
@@ -1084,11 +841,8 @@ async fn run_all(
     };
     println!("# Ingestion benchmark\n");
     println!(
-        "{} · machine: {} CPUs ({}), {:.1} GiB RAM · server: {} · write concern: {} · scale: {} GiB per row · {} clients, insert_many ordered={}\n",
-        meta.date,
-        meta.nproc,
-        meta.cpu_model,
-        meta.mem_total_gib,
+        "{} · server: {} · write concern: {} · scale: {} GiB per row · {} clients, insert_many ordered={}\n",
+        meta.machine.header(),
         meta.server_version,
         wcs.iter().map(|w| w.label()).collect::<Vec<_>>().join(", "),
         fmt_gb(ctx.gb),
@@ -1153,9 +907,9 @@ async fn run_all(
                     r.mb_per_s,
                     r.avg_latency_ms,
                     r.p99_latency_ms,
-                    opt(r.server_cpu_pct, 0),
-                    opt(r.client_cpu_pct, 0),
-                    opt(r.disk_write_mb_s, 1),
+                    fmt_opt(r.server_cpu_pct, 0),
+                    fmt_opt(r.client_cpu_pct, 0),
+                    fmt_opt(r.disk_write_mb_s, 1),
                     if r.stopped_early { " (stopped early)" } else { "" }
                 );
                 rows.push(r.clone());
@@ -1227,16 +981,6 @@ async fn run_all(
     Ok(())
 }
 
-fn default_server_bin() -> PathBuf {
-    if let Some(b) = std::env::var_os("TAILSTREAM_BIN").filter(|b| !b.is_empty()) {
-        return PathBuf::from(b);
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/root"));
-    home.join(".cache/tailstream/target/release/tailstream")
-}
-
 async fn real_main(args: Args) -> Result<()> {
     if args.gb.is_nan() || args.gb <= 0.0 {
         bail!("--gb must be positive");
@@ -1249,13 +993,19 @@ async fn real_main(args: Args) -> Result<()> {
         None => {
             let bin = args.server_bin.clone().unwrap_or_else(default_server_bin);
             let parent = args.data_dir.clone().unwrap_or_else(std::env::temp_dir);
-            let s = Server::start(bin, &parent, &args.server_arg)?;
+            let s = ServerProc::tailstream(
+                "the server",
+                bin,
+                &parent,
+                "tailstream-bench-ingest",
+                &args.server_arg,
+            )?;
             eprintln!(
                 "started {} (pid {}) on port {} with --dbpath {} {}",
                 s.bin.display(),
                 s.pid,
                 s.port,
-                s.dir.join("db").display(),
+                s.dbpath().display(),
                 args.server_arg.join(" ")
             );
             Some(s)
