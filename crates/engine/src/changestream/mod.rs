@@ -255,6 +255,23 @@ impl Engine {
         }
     }
 
+    /// Whether a change stream has nothing to return now: everything durable read, no
+    /// events queued, nothing pending (a getMore can wait without looking first).
+    pub fn change_stream_caught_up(&self, id: i64) -> bool {
+        let Some(c) = self.cursors.get(id) else { return false };
+        let Some(c) = c.try_lock() else { return false };
+        match &c.source {
+            Source::ChangeStream(s) => {
+                s.pending.is_empty()
+                    && !s.invalidated
+                    && s.verify.is_none()
+                    && s.deferred_error.is_none()
+                    && s.next_ts > self.durability.durable_ts()
+            }
+            _ => false,
+        }
+    }
+
     /// Whether the cursor is an open change stream.
     pub fn is_change_stream_cursor(&self, id: i64) -> bool {
         self.change_stream_interest(id).is_some()

@@ -126,19 +126,35 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     closed.borrow_and_update();
     let deadline = tokio::time::Instant::now() + max_await;
     let mut first_look = true;
+    // The empty batch to answer with at the deadline (read then if never read).
+    let final_ns = ns.clone();
+    let reply_now = |batch: Option<CursorBatch>| async move {
+        let batch = match batch {
+            Some(b) => b,
+            None => blocking(state, move |e| e.get_more(id, &final_ns, batch_size)).await.map_err(label)?,
+        };
+        Ok::<Output, Error>(cursor_output(batch, false))
+    };
     loop {
-        let ns = ns.clone();
-        let batch = blocking(state, move |e| e.get_more(id, &ns, batch_size)).await.map_err(label)?;
-        if !batch.docs.is_empty() || !batch.raw_docs.is_empty() || !batch.await_data {
-            if change_stream && batch.cursor_id != 0 && batch.raw_docs.len() >= PREFETCH_MIN_EVENTS {
-                // A full batch suggests a backlog: build the next one while this one travels.
-                let n = batch.raw_docs.len();
-                let engine = state.engine.clone();
-                tokio::task::spawn_blocking(move || engine.prefetch_change_stream(id, n));
+        // A change stream that has read everything durable (the usual state of a stream
+        // that keeps up, right after its previous batch) skips the look and waits.
+        let skip_look = first_look && change_stream && state.engine.change_stream_caught_up(id);
+        let batch = if skip_look {
+            None
+        } else {
+            let ns = ns.clone();
+            let batch = blocking(state, move |e| e.get_more(id, &ns, batch_size)).await.map_err(label)?;
+            if !batch.docs.is_empty() || !batch.raw_docs.is_empty() || !batch.await_data {
+                if change_stream && batch.cursor_id != 0 && batch.raw_docs.len() >= PREFETCH_MIN_EVENTS {
+                    // A full batch suggests a backlog: build the next one while this one travels.
+                    let n = batch.raw_docs.len();
+                    let engine = state.engine.clone();
+                    tokio::task::spawn_blocking(move || engine.prefetch_change_stream(id, n));
+                }
+                return Ok(cursor_output(batch, false));
             }
-            return Ok(cursor_output(batch, false));
-        }
-        let change_stream = batch.post_batch_resume_token.is_some();
+            Some(batch)
+        };
         // A change stream re-reads once the durable time reaches a commit it cares about.
         let mut wake_at: Option<u64> = None;
         if change_stream && first_look {
@@ -156,7 +172,7 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
             tokio::select! {
                 changed = commits.changed() => {
                     if changed.is_err() {
-                        return Ok(cursor_output(batch, false));
+                        return reply_now(batch).await;
                     }
                     if change_stream {
                         // Only a commit to what the stream watches asks for the fsync and
@@ -171,7 +187,7 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
                 }
                 changed = durable.changed(), if change_stream => {
                     if changed.is_err() {
-                        return Ok(cursor_output(batch, false));
+                        return reply_now(batch).await;
                     }
                     let d = *durable.borrow_and_update();
                     if !wake_at.map(|w| d >= w).unwrap_or(false) {
@@ -180,7 +196,7 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
                 }
                 // Killed meanwhile: the next look reports it (CursorNotFound).
                 _ = closed.changed() => {}
-                _ = tokio::time::sleep_until(deadline) => return Ok(cursor_output(batch, false)),
+                _ = tokio::time::sleep_until(deadline) => return reply_now(batch).await,
             }
             break;
         }
