@@ -167,11 +167,29 @@ impl Engine {
 
     /// The next batch of an open cursor; `ns` must be the cursor's namespace.
     pub fn get_more(&self, cursor_id: i64, ns: &str, batch_size: Option<i64>) -> Result<CursorBatch> {
+        self.get_more_with(cursor_id, ns, batch_size, false)
+    }
+
+    /// A change stream's getMore that reads memory only (the recent oplog), for running
+    /// on an async worker: fails with [`crate::changestream::NEEDS_STORAGE`] when the
+    /// cursor is busy or the batch would need storage (then use [`Self::get_more`]).
+    pub fn get_more_in_memory(&self, cursor_id: i64, ns: &str, batch_size: Option<i64>) -> Result<CursorBatch> {
+        self.get_more_with(cursor_id, ns, batch_size, true)
+    }
+
+    fn get_more_with(&self, cursor_id: i64, ns: &str, batch_size: Option<i64>, memory_only: bool) -> Result<CursorBatch> {
         let batch_size = check_batch_size(batch_size)?;
         let Some(cursor) = self.cursors.get(cursor_id) else {
             return Err(Error::new(codes::CURSOR_NOT_FOUND, format!("cursor id {cursor_id} not found")));
         };
-        let mut c = cursor.lock();
+        let mut c = if memory_only {
+            match cursor.try_lock() {
+                Some(c) if matches!(c.source, Source::ChangeStream(_)) => c,
+                _ => return Err(crate::changestream::needs_storage()),
+            }
+        } else {
+            cursor.lock()
+        };
         if c.ns != ns {
             return Err(Error::new(
                 codes::UNAUTHORIZED,
@@ -182,7 +200,13 @@ impl Engine {
         let mut raw_docs = Vec::new();
         let result = match &mut c.source {
             Source::ChangeStream(stream) => {
-                let r = stream.next_batch(self, batch_size.unwrap_or(0)).map(|(events, closed)| {
+                // A memory-only read runs on an async worker: keep it short.
+                let want = match (memory_only, batch_size.unwrap_or(0)) {
+                    (true, 0) => crate::changestream::MAX_IN_MEMORY_BATCH,
+                    (true, n) => n.min(crate::changestream::MAX_IN_MEMORY_BATCH),
+                    (false, n) => n,
+                };
+                let r = stream.next_batch(self, want, memory_only).map(|(events, closed)| {
                     raw_docs = events;
                     (Vec::new(), closed)
                 });
@@ -209,6 +233,7 @@ impl Engine {
                     raw_docs,
                 })
             }
+            Err(e) if e.code == crate::changestream::NEEDS_STORAGE => Err(e),
             Err(e) => {
                 self.cursors.remove(cursor_id);
                 Err(e)

@@ -109,6 +109,8 @@ pub struct ChangeStream {
     prefilter: prefilter::Prefilter,
     /// An error met while reading ahead, reported by the next getMore.
     deferred_error: Option<Error>,
+    /// Set during a memory-only read (see [`ChangeStream::next_batch`]).
+    memory_only: bool,
 }
 
 /// Parses `$changeStream`'s options and the stages after it.
@@ -237,6 +239,16 @@ fn enum_error(k: &str, v: &Bson) -> Error {
             tailstream_query::compare::type_name(other)
         )),
     }
+}
+
+/// Events at most in one memory-only read (it runs on an async worker thread).
+pub const MAX_IN_MEMORY_BATCH: usize = 256;
+
+/// Internal (never sent): a memory-only read would need storage.
+pub const NEEDS_STORAGE: i32 = -1_000_001;
+
+pub(crate) fn needs_storage() -> Error {
+    Error::new(NEEDS_STORAGE, "this read needs storage")
 }
 
 /// Error codes after which a driver may resume a change stream: mongod labels them
@@ -368,7 +380,7 @@ impl Engine {
         };
         self.enable_recent_oplog();
         let prefilter = prefilter::Prefilter::from_stages(&spec.stages);
-        let stream = ChangeStream { spec, next_ts, verify, pbrt, pending: VecDeque::new(), invalidated: false, prefilter, deferred_error: None };
+        let stream = ChangeStream { spec, next_ts, verify, pbrt, pending: VecDeque::new(), invalidated: false, prefilter, deferred_error: None, memory_only: false };
         let mut cursor = Cursor::new(ns.clone(), Source::ChangeStream(Box::new(stream)));
         cursor.tailable = true;
         cursor.await_data = true;
@@ -381,7 +393,7 @@ impl Engine {
         let (raw_docs, closed, pbrt) = match &mut cursor.source {
             Source::ChangeStream(s) if want == 0 => (Vec::new(), false, s.pbrt.to_document()),
             Source::ChangeStream(s) => {
-                let (docs, closed) = s.next_batch(self, want)?;
+                let (docs, closed) = s.next_batch(self, want, false)?;
                 (docs, closed, s.pbrt.to_document())
             }
             _ => unreachable!("just built as a change stream"),
@@ -398,7 +410,16 @@ impl ChangeStream {
 
     /// Up to `want` events (0: as many as fit in a reply) that are durable now, and
     /// whether the stream ended (invalidated). Never waits.
-    pub fn next_batch(&mut self, engine: &Engine, want: usize) -> Result<(Vec<RawDocumentBuf>, bool)> {
+    /// With `memory_only`, reads only the recent oplog: when more would need storage,
+    /// returns what it has, or fails with [`NEEDS_STORAGE`] if that is nothing.
+    pub fn next_batch(&mut self, engine: &Engine, want: usize, memory_only: bool) -> Result<(Vec<RawDocumentBuf>, bool)> {
+        self.memory_only = memory_only;
+        let r = self.next_batch_inner(engine, want);
+        self.memory_only = false;
+        r
+    }
+
+    fn next_batch_inner(&mut self, engine: &Engine, want: usize) -> Result<(Vec<RawDocumentBuf>, bool)> {
         let want = if want == 0 { usize::MAX } else { want };
         let pipeline = Pipeline::parse(&self.spec.stages, "")?;
         let vars = tailstream_query::expr::Variables { now: Some(bson::DateTime::now()), ..Default::default() };
@@ -426,11 +447,17 @@ impl ChangeStream {
                 self.deferred_error = Some(e);
                 return Ok((out, false));
             }
-            if !self.read_more(engine, &pipeline, &vars, want)? {
-                if self.pending.is_empty() {
-                    self.advance_to(ResumeToken::high_water_mark(self.next_ts.saturating_sub(1)));
+            match self.read_more(engine, &pipeline, &vars, want) {
+                Ok(true) => {}
+                Ok(false) => {
+                    if self.pending.is_empty() {
+                        self.advance_to(ResumeToken::high_water_mark(self.next_ts.saturating_sub(1)));
+                    }
+                    return Ok((out, false));
                 }
-                return Ok((out, false));
+                // A memory-only read stops where storage would be needed.
+                Err(e) if e.code == NEEDS_STORAGE && !out.is_empty() => return Ok((out, false)),
+                Err(e) => return Err(e),
             }
         }
     }
@@ -447,6 +474,9 @@ impl ChangeStream {
                 codes::CHANGE_STREAM_HISTORY_LOST,
                 "Resume of change stream was not possible, as the resume point may no longer be in the oplog.",
             ));
+        }
+        if self.verify.is_some() && self.memory_only {
+            return Err(needs_storage());
         }
         if let Some(expected) = self.verify.take() {
             self.verify_resume_point(engine, &expected, pipeline, vars)?;
@@ -633,6 +663,9 @@ impl ChangeStream {
             (None, Some(prefix)) => e.namespaces.iter().any(|n| n.starts_with(prefix.as_str())),
             (None, None) => true,
         });
+        if self.memory_only && (in_memory.is_none() || in_memory.iter().flatten().any(|e| e.bytes.is_none())) {
+            return Err(needs_storage());
+        }
         if let Some(found) = in_memory {
             let mut large = engine.store.point_reader(Space::Oplog);
             for e in found {

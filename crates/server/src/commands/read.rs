@@ -142,8 +142,23 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
         let batch = if skip_look {
             None
         } else {
-            let ns = ns.clone();
-            let batch = blocking(state, move |e| e.get_more(id, &ns, batch_size)).await.map_err(label)?;
+            // After a wake-up a change stream's new events are in the recent oplog: read
+            // them right here; only a read that needs storage goes to the blocking pool.
+            let in_memory = if change_stream && !first_look {
+                match state.engine.get_more_in_memory(id, &ns, batch_size) {
+                    Err(e) if e.code == tailstream_engine::changestream::NEEDS_STORAGE => None,
+                    other => Some(other.map_err(label)?),
+                }
+            } else {
+                None
+            };
+            let batch = match in_memory {
+                Some(b) => b,
+                None => {
+                    let ns = ns.clone();
+                    blocking(state, move |e| e.get_more(id, &ns, batch_size)).await.map_err(label)?
+                }
+            };
             if !batch.docs.is_empty() || !batch.raw_docs.is_empty() || !batch.await_data {
                 if change_stream && batch.cursor_id != 0 && batch.raw_docs.len() >= PREFETCH_MIN_EVENTS {
                     // A full batch suggests a backlog: build the next one while this one travels.
