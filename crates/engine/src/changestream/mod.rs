@@ -267,41 +267,34 @@ impl Engine {
         }
     }
 
-    /// Whether a change stream has nothing to return now: everything durable read, no
-    /// events queued, nothing pending (a getMore can wait without looking first).
-    pub fn change_stream_caught_up(&self, id: i64) -> bool {
-        let Some(c) = self.cursors.get(id) else { return false };
-        let Some(c) = c.try_lock() else { return false };
+    /// For a change-stream cursor: the commit-notice bits it cares about
+    /// ([`crate::CommitNotice::ns_mask`]: its collection's, or all for database and
+    /// cluster streams), and whether it has nothing to return now (everything durable
+    /// read, nothing queued or pending: a getMore can wait without looking first).
+    /// One registry lookup and one cursor lock for both, at the start of a getMore.
+    pub fn change_stream_state(&self, id: i64) -> Option<(u64, bool)> {
+        let c = self.cursors.get(id)?;
+        let c = c.try_lock()?;
         match &c.source {
             Source::ChangeStream(s) => {
-                s.pending.is_empty()
+                let mask = match &s.spec.scope {
+                    Scope::Collection(ns) => crate::namespace_bit(&ns.full()),
+                    _ => u64::MAX,
+                };
+                let caught_up = s.pending.is_empty()
                     && !s.invalidated
                     && s.verify.is_none()
                     && s.deferred_error.is_none()
-                    && s.next_ts > self.durability.durable_ts()
+                    && s.next_ts > self.durability.durable_ts();
+                Some((mask, caught_up))
             }
-            _ => false,
+            _ => None,
         }
     }
 
     /// Whether the cursor is an open change stream.
     pub fn is_change_stream_cursor(&self, id: i64) -> bool {
-        self.change_stream_interest(id).is_some()
-    }
-
-    /// For a change stream cursor, the commit-notice bits it cares about
-    /// ([`crate::CommitNotice::ns_mask`]): its collection's, or all for database and
-    /// cluster streams.
-    pub fn change_stream_interest(&self, id: i64) -> Option<u64> {
-        let c = self.cursors.get(id)?;
-        let c = c.lock();
-        match &c.source {
-            Source::ChangeStream(s) => Some(match &s.spec.scope {
-                Scope::Collection(ns) => crate::namespace_bit(&ns.full()),
-                _ => u64::MAX,
-            }),
-            _ => None,
-        }
+        self.cursors.get(id).map(|c| matches!(c.lock().source, Source::ChangeStream(_))).unwrap_or(false)
     }
 
     /// `aggregate` with a leading `$changeStream`: opens the stream and returns its

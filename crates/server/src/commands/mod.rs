@@ -114,9 +114,9 @@ fn raw_cursor_reply(state: &ServerState, c: RawCursor) -> Vec<u8> {
         let len = (out.len() - at) as i32;
         out[at..at + 4].copy_from_slice(&len.to_le_bytes());
     }
-    fn elements_of(out: &mut Vec<u8>, d: &Document) {
-        let bytes = bson::to_vec(d).expect("serialising a Document cannot fail");
-        out.extend_from_slice(&bytes[4..bytes.len() - 1]);
+    /// The elements of an encoded document (without its length and final 0).
+    fn elements_of(out: &mut Vec<u8>, doc: &[u8]) {
+        out.extend_from_slice(&doc[4..doc.len() - 1]);
     }
     let docs_len: usize = c.docs.iter().map(|d| d.as_bytes().len() + 9).sum();
     let mut out = Vec::with_capacity(tailstream_wire::MSG_BODY_OFFSET + docs_len + 512);
@@ -137,15 +137,29 @@ fn raw_cursor_reply(state: &ServerState, c: RawCursor) -> Vec<u8> {
     }
     drop(c.docs);
     close(&mut out, array_at);
-    let mut tail = doc! {};
+    let mut tail = RawDocumentBuf::new();
     if let Some(t) = c.post_batch_resume_token {
-        tail.insert("postBatchResumeToken", t);
+        if let Ok(raw) = RawDocumentBuf::from_document(&t) {
+            tail.append("postBatchResumeToken", raw);
+        }
     }
-    tail.insert("id", c.id);
-    tail.insert("ns", c.ns);
-    elements_of(&mut out, &tail);
+    tail.append("id", c.id);
+    tail.append("ns", c.ns);
+    elements_of(&mut out, tail.as_bytes());
     close(&mut out, cursor_at);
-    elements_of(&mut out, &ok_reply(state, Document::new()));
+    // ok, $clusterTime and operationTime, as ok_reply adds them, written raw.
+    let ts = state.engine.cluster_time();
+    let mut signature = RawDocumentBuf::new();
+    signature.append("hash", bson::RawBson::Binary(bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![0; 20] }));
+    signature.append("keyId", 0i64);
+    let mut cluster_time = RawDocumentBuf::new();
+    cluster_time.append("clusterTime", bson::RawBson::Timestamp(ts));
+    cluster_time.append("signature", signature);
+    let mut rest = RawDocumentBuf::new();
+    rest.append("ok", 1.0);
+    rest.append("$clusterTime", cluster_time);
+    rest.append("operationTime", bson::RawBson::Timestamp(ts));
+    elements_of(&mut out, rest.as_bytes());
     close(&mut out, body_at);
     out
 }

@@ -101,8 +101,11 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     };
     let ns = format!("{db}.{coll}");
     state.opcounters.getmore.fetch_add(1, Ordering::Relaxed);
-    let interest = state.engine.change_stream_interest(id);
-    let change_stream = interest.is_some();
+    // A cursor busy in another getMore (or reading ahead) reports no state: it is then
+    // checked the slow way.
+    let stream_state = state.engine.change_stream_state(id);
+    let change_stream = stream_state.is_some() || state.engine.is_change_stream_cursor(id);
+    let interest = stream_state.map(|(mask, _)| mask).or(change_stream.then_some(u64::MAX));
     let label = |e: Error| -> Error {
         if change_stream && tailstream_engine::changestream::RESUMABLE_CODES.contains(&e.code) && e.labels.is_empty() {
             e.with_label("ResumableChangeStreamError")
@@ -138,7 +141,7 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     loop {
         // A change stream that has read everything durable (the usual state of a stream
         // that keeps up, right after its previous batch) skips the look and waits.
-        let skip_look = first_look && change_stream && state.engine.change_stream_caught_up(id);
+        let skip_look = first_look && stream_state.map(|(_, caught_up)| caught_up).unwrap_or(false);
         let batch = if skip_look {
             None
         } else {
