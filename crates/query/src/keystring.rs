@@ -124,6 +124,39 @@ impl KeyStringBuilder {
         append_doc_body(&mut self.buf, d, descending);
     }
 
+    /// Appends components encoded earlier (by another builder's `into_bytes`).
+    pub fn append_encoded(&mut self, encoded: &[u8]) {
+        self.buf.extend_from_slice(encoded);
+    }
+
+    /// Appends the object `{<name1>: <text>, <name2>: <raw>}` (the same bytes as
+    /// `append_document` of that document), reading `raw` without building a
+    /// `Document` (a change event's identifier, built for every event).
+    pub fn append_string_and_raw_document(&mut self, name1: &str, text: &str, name2: &str, raw: &bson::RawDocument) -> Result<()> {
+        let buf = &mut self.buf;
+        put(buf, ctype::OBJECT, false);
+        put(buf, ctype::STRING_LIKE, false);
+        put_bytes(buf, name1.as_bytes(), false);
+        put(buf, 0, false);
+        put(buf, ctype::STRING_LIKE, false);
+        append_string_like(buf, text.as_bytes(), false);
+        put(buf, ctype::OBJECT, false);
+        put_bytes(buf, name2.as_bytes(), false);
+        put(buf, 0, false);
+        put(buf, ctype::OBJECT, false);
+        for item in raw {
+            let (k, v) = item.map_err(|e| format_error(&format!("invalid BSON: {e}")))?;
+            let v = Bson::try_from(v.to_raw_bson()).map_err(|e| format_error(&format!("invalid BSON: {e}")))?;
+            put(buf, generic_ctype(&v), false);
+            put_bytes(buf, k.as_bytes(), false);
+            put(buf, 0, false);
+            append_value(buf, &v, false);
+        }
+        put(buf, 0, false);
+        put(buf, 0, false);
+        Ok(())
+    }
+
     pub fn append_ordered(&mut self, v: &Bson, ord: Ordering) {
         self.append(v, ord == Ordering::Descending);
     }

@@ -256,8 +256,12 @@ impl Store {
     /// A reader for many point lookups in ascending key order: consecutive keys are
     /// read by stepping an iterator (each block is decoded once) instead of one
     /// `get` per key (a block-cache lookup and a block search each).
+    /// The blocks it reads are not added to the block cache: a stream catching up
+    /// reads each entry once, and would only push out blocks that are read again.
     pub fn point_reader(&self, space: Space) -> PointReader<'_> {
-        let it = self.db.raw_iterator_cf(self.cf(space));
+        let mut ro = ReadOptions::default();
+        ro.fill_cache(false);
+        let it = self.db.raw_iterator_cf_opt(self.cf(space), ro);
         PointReader { it, positioned: false }
     }
 

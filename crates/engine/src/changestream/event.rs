@@ -250,14 +250,18 @@ pub(crate) fn transform(engine: &Engine, spec: &StreamSpec, ts: u64, entry: &Raw
         }
         _ => None,
     };
-    let mut event_id = doc! {"operationType": p.op_type};
-    if let Some(k) = &p.document_key {
-        let key = Document::try_from(k.raw()).map_err(|e| Error::internal(format!("corrupt document key: {e}")))?;
-        event_id.insert("documentKey", key);
-    } else if let Some(d) = &p.op_description {
-        event_id.insert("operationDescription", d.clone());
-    }
-    let token = ResumeToken::event(ts, uuid, event_id);
+    let token = if let Some(k) = &p.document_key {
+        // The common case, encoded straight from the raw document key.
+        let mut b = tailstream_query::keystring::KeyStringBuilder::new();
+        b.append_string_and_raw_document("operationType", p.op_type, "documentKey", k.raw())?;
+        ResumeToken::event_with_key(ts, uuid, b.into_bytes())
+    } else {
+        let mut event_id = doc! {"operationType": p.op_type};
+        if let Some(d) = &p.op_description {
+            event_id.insert("operationDescription", d.clone());
+        }
+        ResumeToken::event(ts, uuid, event_id)
+    };
     let invalidates = match &spec.scope {
         Scope::Collection(_) => matches!(p.op_type, "drop" | "rename"),
         Scope::Database(_) => p.op_type == "dropDatabase",

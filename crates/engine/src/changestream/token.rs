@@ -27,9 +27,10 @@ pub struct ResumeToken {
     pub txn_op_index: i64,
     pub from_invalidate: bool,
     pub uuid: Option<bson::Uuid>,
-    /// `{operationType, documentKey}` or `{operationType, operationDescription?}`
-    /// (shared: a token is cloned for every queued event).
-    pub event_id: Option<Arc<Document>>,
+    /// The KeyString of the event identifier, `{operationType, documentKey}` or
+    /// `{operationType, operationDescription?}` (shared: a token is cloned for every
+    /// queued event; compared as bytes, which is comparing the values).
+    pub event_key: Option<Arc<[u8]>>,
     /// Which fragment of an event split by `$changeStreamSplitLargeEvent` (0-based).
     pub fragment: Option<i32>,
 }
@@ -44,13 +45,20 @@ impl ResumeToken {
             txn_op_index: 0,
             from_invalidate: false,
             uuid: None,
-            event_id: None,
+            event_key: None,
             fragment: None,
         }
     }
 
     /// The token of an event: its time, collection UUID and identifier.
     pub fn event(ts: u64, uuid: Option<bson::Uuid>, event_id: Document) -> ResumeToken {
+        let mut b = KeyStringBuilder::new();
+        b.append_document(&event_id, false);
+        Self::event_with_key(ts, uuid, b.into_bytes())
+    }
+
+    /// Like [`Self::event`], with the identifier already KeyString-encoded.
+    pub fn event_with_key(ts: u64, uuid: Option<bson::Uuid>, event_key: Vec<u8>) -> ResumeToken {
         ResumeToken {
             ts,
             version: TOKEN_VERSION,
@@ -58,7 +66,7 @@ impl ResumeToken {
             txn_op_index: 0,
             from_invalidate: false,
             uuid,
-            event_id: Some(Arc::new(event_id)),
+            event_key: Some(Arc::from(event_key)),
             fragment: None,
         }
     }
@@ -84,8 +92,8 @@ impl ResumeToken {
             None if self.version >= 2 => b.append(&Bson::Null, false),
             None => {}
         }
-        if let Some(id) = &self.event_id {
-            b.append_document(id, false);
+        if let Some(key) = &self.event_key {
+            b.append_encoded(key);
         }
         if let Some(f) = self.fragment {
             b.append(&Bson::Int32(f), false);
@@ -159,9 +167,13 @@ impl ResumeToken {
             }
             Some(_) => return Err(invalid("invalid resume token: the UUID is not a UUID")),
         };
-        let event_id = match it.next() {
+        let event_key = match it.next() {
             None => None,
-            Some(Bson::Document(d)) => Some(Arc::new(d)),
+            Some(Bson::Document(d)) => {
+                let mut b = KeyStringBuilder::new();
+                b.append_document(&d, false);
+                Some(Arc::from(b.into_bytes()))
+            }
             Some(_) => return Err(invalid("Resume Token eventIdentifier is not an object")),
         };
         let fragment = match it.next() {
@@ -172,7 +184,7 @@ impl ResumeToken {
         if it.next().is_some() {
             return Err(invalid("invalid oversized resume token"));
         }
-        Ok(ResumeToken { ts, version, token_type, txn_op_index, from_invalidate, uuid, event_id, fragment })
+        Ok(ResumeToken { ts, version, token_type, txn_op_index, from_invalidate, uuid, event_key, fragment })
     }
 
     /// Whether `self` identifies the same event as `other` (its invalidate or not).
@@ -181,11 +193,7 @@ impl ResumeToken {
             && self.token_type == other.token_type
             && self.txn_op_index == other.txn_op_index
             && self.uuid == other.uuid
-            && match (&self.event_id, &other.event_id) {
-                (Some(a), Some(b)) => tailstream_query::compare::cmp_documents(a, b).is_eq(),
-                (None, None) => true,
-                _ => false,
-            }
+            && self.event_key == other.event_key
     }
 }
 
@@ -221,6 +229,19 @@ mod tests {
         let back = ResumeToken::parse(&Bson::Document(d)).unwrap();
         assert!(back.same_event(&t));
         assert_eq!(back.to_document(), t.to_document());
+    }
+
+    #[test]
+    fn identifier_from_raw_key_matches_the_document_encoding() {
+        let oid = bson::oid::ObjectId::parse_str("67c867a2fb1cbcd579f4e4de").unwrap();
+        for key in [doc! {"_id": oid}, doc! {"_id": 7, "sk": {"a": [1, "x"]}}] {
+            let raw = bson::RawDocumentBuf::from_document(&key).unwrap();
+            let mut b = KeyStringBuilder::new();
+            b.append_string_and_raw_document("operationType", "update", "documentKey", &raw).unwrap();
+            let from_raw = ResumeToken::event_with_key(5, None, b.into_bytes());
+            let from_doc = ResumeToken::event(5, None, doc! {"operationType": "update", "documentKey": key.clone()});
+            assert_eq!(from_raw.to_document(), from_doc.to_document());
+        }
     }
 
     #[test]
