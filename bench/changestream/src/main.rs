@@ -18,7 +18,7 @@
 //! 3. **isolation** — one stream on collection A, never written, while 10,000
 //!    inserts/s go to B: a collection stream must not pay for other collections'
 //!    writes (target: server CPU within 5% of the same load without the stream;
-//!    runs in the order A B B A A B B A, A without and B with the stream, which cancels a linear drift such as the collection growing).
+//!    after an uncounted warm-up run, runs in the order A B B A A B B A, A without and B with the stream, which cancels a linear drift such as the collection growing).
 //! 4. **resume** — seed 000 ("Performance Analysis of Resuming a MongoDB Change
 //!    Stream"), scaled down: a marker, 300 × 6 MB documents with a marker after
 //!    every 100, then a stream resumed after the first marker with
@@ -463,7 +463,7 @@ fn markdown(rep: &Report) -> String {
         let _ = writeln!(
             s,
             "{} inserts/s of 1 KB (insert_many of {} every {} ms) into collection B for {} s, with and without one \
-             stream open on collection A (never written); runs ordered without, with, with, without (twice), which cancels a linear drift.\n",
+             stream open on collection A (never written); after an uncounted warm-up run, runs ordered without, with, with, without (twice), which cancels a linear drift.\n",
             fmt_int(iso.rate as u64),
             iso.batch,
             fmt_ms(iso.batch as f64 / iso.rate * 1e3),
