@@ -322,14 +322,14 @@ impl<'e> Txn<'e> {
         self.oplog_added += bytes.len() as u64;
         self.batch.put(Space::Oplog, &keys::oplog_key(t), bytes);
         let raw = bson::RawDocument::from_bytes(bytes).ok();
+        let digest = raw.map(oplog::ns_digest).unwrap_or_default();
         if !ns.is_empty() {
             self.ns_mask |= namespace_bit(ns);
-            let digest = raw.map(oplog::ns_digest).unwrap_or_default();
             self.batch.put(Space::OplogByNs, &keys::oplog_ns_key(ns, t), &digest);
         }
         if self.engine.recent.enabled() {
             if let Some(raw) = raw {
-                self.recent.push(changestream::recent::RecentEntry::new(t, raw));
+                self.recent.push(changestream::recent::RecentEntry::new(t, raw, digest));
             }
         }
         self.last_ts = Some(ts);

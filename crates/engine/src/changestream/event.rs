@@ -78,7 +78,9 @@ fn raw_doc(entry: &RawDocument, field: &str) -> Result<Option<Document>> {
     }
 }
 
-fn parse(entry: &RawDocument) -> Result<Option<Parsed<'_>>> {
+/// None for entries that make no event, and for CRUD entries outside `scope` (dropped
+/// on the namespace alone, before any of the document is decoded).
+fn parse<'a>(entry: &'a RawDocument, scope: &Scope) -> Result<Option<Parsed<'a>>> {
     let corrupt = |what: &str| Error::internal(format!("corrupt oplog entry: {what}"));
     let op = entry.get_str("op").map_err(|_| corrupt("op"))?;
     let ns = entry.get_str("ns").unwrap_or("");
@@ -96,6 +98,9 @@ fn parse(entry: &RawDocument) -> Result<Option<Parsed<'_>>> {
     match op {
         "i" | "u" | "d" => {
             p.nss = Namespace::parse(ns).map_err(|_| corrupt("ns"))?;
+            if !in_scope(scope, &p.nss, None) {
+                return Ok(None);
+            }
             let o = entry.get_document("o").map_err(|_| corrupt("o"))?;
             let o2 = entry.get_document("o2").ok();
             match op {
@@ -218,20 +223,7 @@ fn ns_doc(n: &Namespace) -> Document {
 
 /// The events an oplog entry produces for a stream (none when out of scope).
 pub(crate) fn transform(engine: &Engine, spec: &StreamSpec, ts: u64, entry: &RawDocument) -> Result<Option<Event>> {
-    // Out-of-scope CRUD entries are dropped on the namespace alone, before any decoding.
-    if let (Ok(op), Ok(ns)) = (entry.get_str("op"), entry.get_str("ns")) {
-        if op == "n" {
-            return Ok(None);
-        }
-        if matches!(op, "i" | "u" | "d") {
-            if let Ok(nss) = Namespace::parse(ns) {
-                if !in_scope(&spec.scope, &nss, None) {
-                    return Ok(None);
-                }
-            }
-        }
-    }
-    let Some(p) = parse(entry)? else { return Ok(None) };
+    let Some(p) = parse(entry, &spec.scope)? else { return Ok(None) };
     if p.expanded_only && !spec.show_expanded {
         return Ok(None);
     }
@@ -352,42 +344,48 @@ fn add_images(engine: &Engine, spec: &StreamSpec, ts: u64, uuid: Option<bson::Uu
                 let found = lookup_current(engine, d, uuid)?;
                 d.insert("fullDocument", found.map(Bson::Document).unwrap_or(Bson::Null));
             }
-            FullDocument::WhenAvailable | FullDocument::Required => match image(engine, ts, ImageKind::After)? {
-                Some(img) => {
-                    d.insert("fullDocument", img);
-                }
-                None if spec.full_document == FullDocument::Required => {
-                    return Err(Error::new(
-                        codes::NO_MATCHING_DOCUMENT,
-                        format!(
-                            "Change stream was configured to require a post-image for all update events, but the post-image was not found for event: {}",
-                            crate::format::doc_to_string(d)
-                        ),
-                    ));
-                }
-                None => {
-                    d.insert("fullDocument", Bson::Null);
-                }
-            },
+            FullDocument::WhenAvailable | FullDocument::Required => add_image(
+                engine,
+                ts,
+                ImageKind::After,
+                spec.full_document == FullDocument::Required,
+                "fullDocument",
+                "a post-image for all update events, but the post-image",
+                d,
+            )?,
         }
     }
     if matches!(op.as_str(), "update" | "replace" | "delete") && spec.before_change != BeforeChange::Off {
-        match image(engine, ts, ImageKind::Before)? {
-            Some(img) => {
-                d.insert("fullDocumentBeforeChange", img);
-            }
-            None if spec.before_change == BeforeChange::Required => {
-                return Err(Error::new(
-                    codes::NO_MATCHING_DOCUMENT,
-                    format!(
-                        "Change stream was configured to require a pre-image for all update, delete and replace events, but the pre-image was not found for event: {}",
-                        crate::format::doc_to_string(d)
-                    ),
-                ));
-            }
-            None => {
-                d.insert("fullDocumentBeforeChange", Bson::Null);
-            }
+        add_image(
+            engine,
+            ts,
+            ImageKind::Before,
+            spec.before_change == BeforeChange::Required,
+            "fullDocumentBeforeChange",
+            "a pre-image for all update, delete and replace events, but the pre-image",
+            d,
+        )?;
+    }
+    Ok(())
+}
+
+/// Sets `field` to the stored image, or to null when there is none (an error when required).
+fn add_image(engine: &Engine, ts: u64, kind: ImageKind, required: bool, field: &str, what: &str, d: &mut Document) -> Result<()> {
+    match image(engine, ts, kind)? {
+        Some(img) => {
+            d.insert(field, img);
+        }
+        None if required => {
+            return Err(Error::new(
+                codes::NO_MATCHING_DOCUMENT,
+                format!(
+                    "Change stream was configured to require {what} was not found for event: {}",
+                    crate::format::doc_to_string(d)
+                ),
+            ));
+        }
+        None => {
+            d.insert(field, Bson::Null);
         }
     }
     Ok(())

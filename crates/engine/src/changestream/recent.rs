@@ -30,12 +30,13 @@ pub struct RecentEntry {
 }
 
 impl RecentEntry {
-    pub fn new(ts: u64, entry: &bson::RawDocument) -> RecentEntry {
+    /// `digest`: the entry's `oplog_by_ns` digest, computed once by the writer.
+    pub fn new(ts: u64, entry: &bson::RawDocument, digest: Vec<u8>) -> RecentEntry {
         let raw = entry.as_bytes();
         RecentEntry {
             ts,
             namespaces: crate::oplog::indexed_namespaces(entry),
-            digest: crate::oplog::ns_digest(entry),
+            digest,
             bytes: (raw.len() <= MAX_ENTRY_BYTES).then(|| Arc::from(raw)),
             plain_event: std::sync::OnceLock::new(),
         }
