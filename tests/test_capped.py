@@ -127,6 +127,26 @@ class TestTailable:
         assert [d["_id"] for d in reply["cursor"]["nextBatch"]] == [1]
         assert reply["cursor"]["id"] == cursor_id
 
+    def test_woken_get_more_after_a_large_commit_loses_nothing(self, db):
+        """A woken getMore reads on the connection's task at most 1,000 documents: the
+        rest of a bigger commit comes in the following getMores, in order, once each."""
+        coll = db.create_collection("capped", capped=True, size=16 << 20)
+        first = db.command("find", "capped", tailable=True, awaitData=True)
+        cursor_id = first["cursor"]["id"]
+        timer = threading.Timer(0.3, lambda: coll.insert_many([{"_id": i} for i in range(2500)]))
+        timer.start()
+        reply = db.command("getMore", cursor_id, collection="capped", maxTimeMS=30_000)
+        timer.join()
+        got = [d["_id"] for d in reply["cursor"]["nextBatch"]]
+        assert got, "the insert's wake-up ends the getMore with documents"
+        while len(got) < 2500:
+            reply = db.command("getMore", cursor_id, collection="capped", maxTimeMS=1000)
+            batch = [d["_id"] for d in reply["cursor"]["nextBatch"]]
+            assert batch, f"stalled after {len(got)} documents"
+            got += batch
+        assert got == list(range(2500))
+        assert reply["cursor"]["id"] == cursor_id
+
     def test_await_times_out_with_an_empty_batch_and_stays_open(self, db):
         db.create_collection("capped", capped=True, size=1 << 20)
         first = db.command("find", "capped", tailable=True, awaitData=True)

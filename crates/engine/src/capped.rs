@@ -38,17 +38,34 @@ struct PendingInsert {
 
 /// The limits of a capped collection from its options.
 pub fn limits(meta: &CollMeta) -> (u64, u64) {
-    let size = meta.options.get("size").and_then(crate::find::as_i64).unwrap_or(0).max(0) as u64;
-    let max = meta.options.get("max").and_then(crate::find::as_i64).unwrap_or(0).max(0) as u64;
+    let size = meta
+        .options
+        .get("size")
+        .and_then(crate::find::as_i64)
+        .unwrap_or(0)
+        .max(0) as u64;
+    let max = meta
+        .options
+        .get("max")
+        .and_then(crate::find::as_i64)
+        .unwrap_or(0)
+        .max(0) as u64;
     (size, max)
 }
 
 impl Engine {
     /// The capped state of a collection, computed from storage on first use.
-    fn capped_state<'a>(&self, states: &'a mut std::collections::HashMap<u32, CappedState>, meta: &CollMeta) -> Result<&'a mut CappedState> {
+    fn capped_state<'a>(
+        &self,
+        states: &'a mut std::collections::HashMap<u32, CappedState>,
+        meta: &CollMeta,
+    ) -> Result<&'a mut CappedState> {
         if !states.contains_key(&meta.id) {
             let prefix = meta.id.to_be_bytes();
-            let mut st = CappedState { head: prefix.to_vec(), ..Default::default() };
+            let mut st = CappedState {
+                head: prefix.to_vec(),
+                ..Default::default()
+            };
             for item in self.store.scan_prefix(Space::Natural, &prefix, false) {
                 let (_, id_ks) = item.map_err(storage_err)?;
                 if let Some(size) = self.stored_size(meta.id, &id_ks)? {
@@ -67,7 +84,9 @@ impl Engine {
         match self.store.get(Space::Docs, &key).map_err(storage_err)? {
             None => Ok(None),
             Some(v) => match read::stored_bytes(&self.store, &v) {
-                Ok(read::StoredDoc::InOplog(entry)) => Ok(Some(read::inserted_document(&entry)?.as_bytes().len() as u64)),
+                Ok(read::StoredDoc::InOplog(entry)) => Ok(Some(
+                    read::inserted_document(&entry)?.as_bytes().len() as u64,
+                )),
                 _ => Ok(Some(v.len() as u64)),
             },
         }
@@ -90,12 +109,23 @@ impl Engine {
         let st = self.capped_state(&mut states, meta)?;
         st.bytes += size;
         st.count += 1;
-        st.pending.push_back(PendingInsert { natural_key, id_ks: id_ks.to_vec(), size, index_keys });
+        st.pending.push_back(PendingInsert {
+            natural_key,
+            id_ks: id_ks.to_vec(),
+            size,
+            index_keys,
+        });
         self.evict(txn, meta, st)
     }
 
     /// Adjusts the totals after an update changed a document's size, evicting if needed.
-    pub(crate) fn capped_resized(&self, txn: &mut Txn<'_>, meta: &CollMeta, old: u64, new: u64) -> Result<()> {
+    pub(crate) fn capped_resized(
+        &self,
+        txn: &mut Txn<'_>,
+        meta: &CollMeta,
+        old: u64,
+        new: u64,
+    ) -> Result<()> {
         let mut states = self.capped.lock();
         let st = self.capped_state(&mut states, meta)?;
         st.bytes = (st.bytes + new).saturating_sub(old);
@@ -113,11 +143,18 @@ impl Engine {
 
     /// convertToCapped: the collection becomes capped with its documents in `_id` order
     /// as insertion order, then is cut to `size`.
-    pub fn convert_to_capped(&self, ns: &crate::namespace::Namespace, size: &bson::Bson) -> Result<crate::Committed> {
+    pub fn convert_to_capped(
+        &self,
+        ns: &crate::namespace::Namespace,
+        size: &bson::Bson,
+    ) -> Result<crate::Committed> {
         use tailstream_query::error::{codes, Error};
         let mut txn = self.begin();
         let Some(meta) = txn.catalog().get(ns) else {
-            return Err(Error::new(codes::NAMESPACE_NOT_FOUND, format!("source collection {} does not exist", ns.full())));
+            return Err(Error::new(
+                codes::NAMESPACE_NOT_FOUND,
+                format!("source collection {} does not exist", ns.full()),
+            ));
         };
         let size = crate::ddl::round_capped_size(size)?;
         let mut options = meta.options.clone();
@@ -126,14 +163,32 @@ impl Engine {
         if !meta.is_capped() {
             // Existing documents get insertion positions below any real cluster time.
             let prefix = keys::coll_prefix(meta.id);
-            for (n, item) in self.store.scan_prefix(Space::Docs, &prefix, false).enumerate() {
+            for (n, item) in self
+                .store
+                .scan_prefix(Space::Docs, &prefix, false)
+                .enumerate()
+            {
                 let (k, _) = item.map_err(storage_err)?;
-                txn.batch().put(Space::Natural, &keys::natural_key(meta.id, n as u64 + 1), &k[4..]);
+                txn.batch().put(
+                    Space::Natural,
+                    &keys::natural_key(meta.id, n as u64 + 1),
+                    &k[4..],
+                );
             }
         }
-        let converted = CollMeta { ns: meta.ns.clone(), id: meta.id, uuid: meta.uuid, options, indexes: meta.indexes.clone() };
+        let converted = CollMeta {
+            ns: meta.ns.clone(),
+            id: meta.id,
+            uuid: meta.uuid,
+            options,
+            indexes: meta.indexes.clone(),
+        };
         let converted = txn.put_collection(converted);
-        txn.log(crate::oplog::OplogChange::command(&ns.db, Some(meta.uuid), bson::doc! {"convertToCapped": ns.coll.clone(), "size": size}));
+        txn.log(crate::oplog::OplogChange::command(
+            &ns.db,
+            Some(meta.uuid),
+            bson::doc! {"convertToCapped": ns.coll.clone(), "size": size},
+        ));
         self.capped_forget(meta.id);
         let committed = txn.commit()?;
         // Cut to size in a second transaction, now that the natural entries are stored.
@@ -145,7 +200,13 @@ impl Engine {
             self.evict(&mut txn, &converted, st)?;
         }
         let trimmed = txn.commit()?;
-        Ok(if trimmed.last_ts.is_some() || trimmed.seq > committed.seq { trimmed } else { committed })
+        Ok(
+            if trimmed.last_ts.is_some() || trimmed.seq > committed.seq {
+                trimmed
+            } else {
+                committed
+            },
+        )
     }
 
     /// Forgets a dropped collection's totals.
@@ -169,12 +230,19 @@ impl Engine {
 
     fn evict(&self, txn: &mut Txn<'_>, meta: &CollMeta, st: &mut CappedState) -> Result<()> {
         let (size_limit, max) = limits(meta);
-        let over = |st: &CappedState| (size_limit > 0 && st.bytes > size_limit) || (max > 0 && st.count > max);
+        let over = |st: &CappedState| {
+            (size_limit > 0 && st.bytes > size_limit) || (max > 0 && st.count > max)
+        };
         while over(st) && st.count > 0 {
             // Stored documents are older than this transaction's own inserts.
             if st.count as usize > st.pending.len() {
                 let upper = prefix_successor(&meta.id.to_be_bytes()).expect("collection prefix");
-                let first = self.store.scan(Space::Natural, &st.head, Some(&upper), false).next().transpose().map_err(storage_err)?;
+                let first = self
+                    .store
+                    .scan(Space::Natural, &st.head, Some(&upper), false)
+                    .next()
+                    .transpose()
+                    .map_err(storage_err)?;
                 let Some((nkey, id_ks)) = first else { break };
                 txn.batch().delete(Space::Natural, &nkey);
                 st.head = nkey.to_vec();
@@ -186,12 +254,15 @@ impl Engine {
                 self.remove_document(txn, meta, &id_ks, &doc);
                 st.bytes = st.bytes.saturating_sub(size);
             } else {
-                let Some(p) = st.pending.pop_front() else { break };
+                let Some(p) = st.pending.pop_front() else {
+                    break;
+                };
                 txn.batch().delete(Space::Natural, &p.natural_key);
                 for k in &p.index_keys {
                     txn.batch().delete(Space::Index, k);
                 }
-                txn.batch().delete(Space::Docs, &keys::doc_key(meta.id, &p.id_ks));
+                txn.batch()
+                    .delete(Space::Docs, &keys::doc_key(meta.id, &p.id_ks));
                 st.bytes = st.bytes.saturating_sub(p.size);
             }
             st.count -= 1;
@@ -203,8 +274,12 @@ impl Engine {
     /// deletions follow from the inserts, as in mongod).
     fn remove_document(&self, txn: &mut Txn<'_>, meta: &CollMeta, id_ks: &[u8], doc: &Document) {
         for (index_id, values_ks) in self.index_entries_of(meta, doc) {
-            txn.batch().delete(Space::Index, &keys::index_entry_key(index_id, &values_ks, id_ks));
+            txn.batch().delete(
+                Space::Index,
+                &keys::index_entry_key(index_id, &values_ks, id_ks),
+            );
         }
-        txn.batch().delete(Space::Docs, &keys::doc_key(meta.id, id_ks));
+        txn.batch()
+            .delete(Space::Docs, &keys::doc_key(meta.id, id_ks));
     }
 }

@@ -31,8 +31,14 @@ pub struct IndexMeta {
 impl IndexMeta {
     /// Builds from a stored or validated spec document.
     pub fn from_spec(id: u32, spec: &Document) -> Result<IndexMeta> {
-        let key = spec.get_document("key").map_err(|_| Error::bad_value("index spec without key"))?.clone();
-        let name = spec.get_str("name").map_err(|_| Error::bad_value("index spec without name"))?.to_string();
+        let key = spec
+            .get_document("key")
+            .map_err(|_| Error::bad_value("index spec without key"))?
+            .clone();
+        let name = spec
+            .get_str("name")
+            .map_err(|_| Error::bad_value("index spec without name"))?
+            .to_string();
         let pattern = KeyPattern::parse(&key)?;
         let partial_filter = spec.get_document("partialFilterExpression").ok().cloned();
         let partial_matcher = match &partial_filter {
@@ -67,7 +73,11 @@ impl IndexMeta {
             }
         }
         if self.sparse {
-            return self.pattern.fields.iter().any(|(path, _)| path_present(doc, path));
+            return self
+                .pattern
+                .fields
+                .iter()
+                .any(|(path, _)| path_present(doc, path));
         }
         true
     }
@@ -79,13 +89,18 @@ fn path_present(doc: &Document, path: &str) -> bool {
             return true;
         }
         match v {
-            Bson::Document(d) => d.get(parts[0]).map(|c| walk(c, &parts[1..])).unwrap_or(false),
+            Bson::Document(d) => d
+                .get(parts[0])
+                .map(|c| walk(c, &parts[1..]))
+                .unwrap_or(false),
             Bson::Array(a) => a.iter().any(|e| walk(e, parts)),
             _ => false,
         }
     }
     let parts: Vec<&str> = path.split('.').collect();
-    doc.get(parts[0]).map(|v| walk(v, &parts[1..])).unwrap_or(false)
+    doc.get(parts[0])
+        .map(|v| walk(v, &parts[1..]))
+        .unwrap_or(false)
 }
 
 /// One collection.
@@ -112,8 +127,11 @@ impl CollMeta {
     }
 
     pub fn to_document(&self) -> Document {
-        let indexes: Vec<Bson> =
-            self.indexes.iter().map(|i| Bson::Document(doc! {"id": i.id as i64, "spec": i.spec.clone()})).collect();
+        let indexes: Vec<Bson> = self
+            .indexes
+            .iter()
+            .map(|i| Bson::Document(doc! {"id": i.id as i64, "spec": i.spec.clone()}))
+            .collect();
         doc! {
             "ns": self.ns.full(),
             "id": self.id as i64,
@@ -136,9 +154,18 @@ impl CollMeta {
         for i in d.get_array("indexes").map_err(|_| bad("indexes"))? {
             let i = i.as_document().ok_or_else(|| bad("index"))?;
             let iid = i.get_i64("id").map_err(|_| bad("index id"))? as u32;
-            indexes.push(Arc::new(IndexMeta::from_spec(iid, i.get_document("spec").map_err(|_| bad("spec"))?)?));
+            indexes.push(Arc::new(IndexMeta::from_spec(
+                iid,
+                i.get_document("spec").map_err(|_| bad("spec"))?,
+            )?));
         }
-        Ok(CollMeta { ns, id, uuid, options, indexes })
+        Ok(CollMeta {
+            ns,
+            id,
+            uuid,
+            options,
+            indexes,
+        })
     }
 
     pub fn index_by_name(&self, name: &str) -> Option<&Arc<IndexMeta>> {
@@ -151,7 +178,13 @@ impl CollMeta {
 
     /// A copy with a different index list (DDL builds new snapshots).
     pub fn with_indexes(&self, indexes: Vec<Arc<IndexMeta>>) -> CollMeta {
-        CollMeta { ns: self.ns.clone(), id: self.id, uuid: self.uuid, options: self.options.clone(), indexes }
+        CollMeta {
+            ns: self.ns.clone(),
+            id: self.id,
+            uuid: self.uuid,
+            options: self.options.clone(),
+            indexes,
+        }
     }
 
     /// The `_id` index as `listIndexes` shows it.
@@ -182,7 +215,11 @@ impl Catalog {
     }
 
     pub fn collections_in(&self, db: &str) -> Vec<Arc<CollMeta>> {
-        self.colls.values().filter(|c| c.ns.db == db).cloned().collect()
+        self.colls
+            .values()
+            .filter(|c| c.ns.db == db)
+            .cloned()
+            .collect()
     }
 
     pub fn counters_document(&self) -> Document {
@@ -196,7 +233,11 @@ mod tests {
 
     #[test]
     fn collection_meta_roundtrips_through_bson() {
-        let idx = IndexMeta::from_spec(7, &doc! {"v": 2, "key": {"a": 1}, "name": "a_1", "unique": true}).unwrap();
+        let idx = IndexMeta::from_spec(
+            7,
+            &doc! {"v": 2, "key": {"a": 1}, "name": "a_1", "unique": true},
+        )
+        .unwrap();
         let meta = CollMeta {
             ns: Namespace::new("db", "c"),
             id: 3,
@@ -215,7 +256,11 @@ mod tests {
 
     #[test]
     fn sparse_and_partial_coverage() {
-        let sparse = IndexMeta::from_spec(1, &doc! {"v": 2, "key": {"a.b": 1}, "name": "x", "sparse": true}).unwrap();
+        let sparse = IndexMeta::from_spec(
+            1,
+            &doc! {"v": 2, "key": {"a.b": 1}, "name": "x", "sparse": true},
+        )
+        .unwrap();
         assert!(sparse.covers(&doc! {"a": [{"b": 1}]}));
         assert!(!sparse.covers(&doc! {"a": {"c": 1}}));
         let partial = IndexMeta::from_spec(

@@ -29,7 +29,12 @@ pub enum Source {
     Buffered(VecDeque<Document>),
     /// A scan that continues on the next getMore.
     /// `buf` holds documents read ahead of the client, so storage is read in chunks.
-    Scan { meta: Arc<CollMeta>, matcher: Arc<Matcher>, scan: Box<Scan>, buf: VecDeque<Document> },
+    Scan {
+        meta: Arc<CollMeta>,
+        matcher: Arc<Matcher>,
+        scan: Box<Scan>,
+        buf: VecDeque<Document>,
+    },
     /// A change stream (read by `Engine::get_more` through its own `next_batch`).
     ChangeStream(Box<crate::changestream::ChangeStream>),
 }
@@ -79,7 +84,11 @@ impl Cursor {
 
     /// Up to `batch_size` documents (0 or None: as many as fit in a reply), and
     /// whether the cursor is exhausted afterwards.
-    pub fn next_batch(&mut self, store: &tailstream_storage::Store, batch_size: Option<usize>) -> Result<(Vec<Document>, bool)> {
+    pub fn next_batch(
+        &mut self,
+        store: &tailstream_storage::Store,
+        batch_size: Option<usize>,
+    ) -> Result<(Vec<Document>, bool)> {
         let want = match batch_size {
             Some(0) | None => usize::MAX,
             Some(n) => n,
@@ -138,7 +147,12 @@ impl Cursor {
     fn pull(&mut self, store: &tailstream_storage::Store) -> Result<Option<Document>> {
         match &mut self.source {
             Source::Buffered(q) => Ok(q.pop_front()),
-            Source::Scan { meta, matcher, scan, buf } => {
+            Source::Scan {
+                meta,
+                matcher,
+                scan,
+                buf,
+            } => {
                 if buf.is_empty() {
                     let mut got = Vec::new();
                     while got.is_empty() && !scan.done {
@@ -174,7 +188,10 @@ impl Default for CursorRegistry {
 
 impl CursorRegistry {
     pub fn new() -> CursorRegistry {
-        CursorRegistry { cursors: Mutex::new(HashMap::new()), closed: tokio::sync::watch::channel(0).0 }
+        CursorRegistry {
+            cursors: Mutex::new(HashMap::new()),
+            closed: tokio::sync::watch::channel(0).0,
+        }
     }
 
     /// A receiver that changes whenever cursors are closed.
@@ -190,7 +207,10 @@ impl CursorRegistry {
     pub fn register(&self, mut cursor: Cursor) -> Result<i64> {
         let mut map = self.cursors.lock();
         if map.len() >= MAX_OPEN_CURSORS {
-            return Err(Error::new(codes::OPERATION_FAILED, format!("too many open cursors (limit {MAX_OPEN_CURSORS})")));
+            return Err(Error::new(
+                codes::OPERATION_FAILED,
+                format!("too many open cursors (limit {MAX_OPEN_CURSORS})"),
+            ));
         }
         let id = loop {
             let id = (rand_u64() >> 1) as i64;
@@ -246,7 +266,14 @@ impl CursorRegistry {
         let before = map.len();
         map.retain(|_, c| {
             let c = c.lock();
-            !c.lsid.as_ref().map(|l| lsids.iter().any(|k| tailstream_query::compare::bson_eq(k, l))).unwrap_or(false)
+            !c.lsid
+                .as_ref()
+                .map(|l| {
+                    lsids
+                        .iter()
+                        .any(|k| tailstream_query::compare::bson_eq(k, l))
+                })
+                .unwrap_or(false)
         });
         let n = before - map.len();
         drop(map);

@@ -20,18 +20,55 @@ pub const MAX_INDEXES: usize = 63;
 
 /// Options `create` accepts; anything else is refused (as mongod's IDL parser does).
 const CREATE_OPTIONS: &[&str] = &[
-    "capped", "size", "max", "validator", "validationLevel", "validationAction", "collation",
-    "changeStreamPreAndPostImages", "storageEngine", "indexOptionDefaults", "viewOn", "pipeline",
-    "timeseries", "expireAfterSeconds", "clusteredIndex", "idIndex", "autoIndexId", "flags",
-    "encryptedFields", "comment",
+    "capped",
+    "size",
+    "max",
+    "validator",
+    "validationLevel",
+    "validationAction",
+    "collation",
+    "changeStreamPreAndPostImages",
+    "storageEngine",
+    "indexOptionDefaults",
+    "viewOn",
+    "pipeline",
+    "timeseries",
+    "expireAfterSeconds",
+    "clusteredIndex",
+    "idIndex",
+    "autoIndexId",
+    "flags",
+    "encryptedFields",
+    "comment",
 ];
 
 /// Options an index specification may carry.
 const INDEX_OPTIONS: &[&str] = &[
-    "key", "name", "v", "unique", "sparse", "partialFilterExpression", "expireAfterSeconds",
-    "background", "hidden", "collation", "storageEngine", "ns", "dropDups", "wildcardProjection",
-    "default_language", "language_override", "textIndexVersion", "weights", "2dsphereIndexVersion",
-    "bits", "min", "max", "bucketSize", "prepareUnique", "clustered",
+    "key",
+    "name",
+    "v",
+    "unique",
+    "sparse",
+    "partialFilterExpression",
+    "expireAfterSeconds",
+    "background",
+    "hidden",
+    "collation",
+    "storageEngine",
+    "ns",
+    "dropDups",
+    "wildcardProjection",
+    "default_language",
+    "language_override",
+    "textIndexVersion",
+    "weights",
+    "2dsphereIndexVersion",
+    "bits",
+    "min",
+    "max",
+    "bucketSize",
+    "prepareUnique",
+    "clustered",
 ];
 
 pub struct CreateIndexesOutcome {
@@ -44,14 +81,23 @@ pub struct CreateIndexesOutcome {
 
 impl Engine {
     /// The collection's metadata, creating the collection (with an oplog entry) if needed.
-    pub(crate) fn ensure_collection(&self, txn: &mut Txn<'_>, ns: &Namespace) -> Result<Arc<CollMeta>> {
+    pub(crate) fn ensure_collection(
+        &self,
+        txn: &mut Txn<'_>,
+        ns: &Namespace,
+    ) -> Result<Arc<CollMeta>> {
         if let Some(m) = txn.catalog().get(ns) {
             return Ok(m);
         }
         self.create_in(txn, ns, Document::new())
     }
 
-    fn create_in(&self, txn: &mut Txn<'_>, ns: &Namespace, options: Document) -> Result<Arc<CollMeta>> {
+    fn create_in(
+        &self,
+        txn: &mut Txn<'_>,
+        ns: &Namespace,
+        options: Document,
+    ) -> Result<Arc<CollMeta>> {
         ns.validate_for_write()?;
         let id = {
             let c = txn.catalog_mut();
@@ -59,7 +105,13 @@ impl Engine {
             c.next_coll_id += 1;
             id
         };
-        let meta = CollMeta { ns: ns.clone(), id, uuid: bson::Uuid::new(), options: options.clone(), indexes: Vec::new() };
+        let meta = CollMeta {
+            ns: ns.clone(),
+            id,
+            uuid: bson::Uuid::new(),
+            options: options.clone(),
+            indexes: Vec::new(),
+        };
         let uuid = meta.uuid;
         let meta = txn.put_collection(meta);
         let mut o = doc! {"create": ns.coll.clone()};
@@ -74,11 +126,17 @@ impl Engine {
         ns.validate_for_write()?;
         for k in options.keys() {
             if !CREATE_OPTIONS.contains(&k.as_str()) {
-                return Err(Error::new(codes::UNRECOGNIZED_COMMAND_FIELD, format!("BSON field 'create.{k}' is an unknown field.")));
+                return Err(Error::new(
+                    codes::UNRECOGNIZED_COMMAND_FIELD,
+                    format!("BSON field 'create.{k}' is an unknown field."),
+                ));
             }
         }
         if options.contains_key("viewOn") || options.contains_key("timeseries") {
-            return Err(Error::new(codes::COMMAND_NOT_SUPPORTED, "views and time-series collections are not supported"));
+            return Err(Error::new(
+                codes::COMMAND_NOT_SUPPORTED,
+                "views and time-series collections are not supported",
+            ));
         }
         let options = normalize_create_options(options)?;
         let mut txn = self.begin();
@@ -86,7 +144,10 @@ impl Engine {
             if existing.options == options {
                 return txn.commit();
             }
-            return Err(Error::new(codes::NAMESPACE_EXISTS, format!("Collection {} already exists.", ns.full())));
+            return Err(Error::new(
+                codes::NAMESPACE_EXISTS,
+                format!("Collection {} already exists.", ns.full()),
+            ));
         }
         self.create_in(&mut txn, ns, options)?;
         txn.commit()
@@ -99,7 +160,10 @@ impl Engine {
             return Ok(None);
         };
         if ns.db == "local" && ns.coll == "oplog.rs" {
-            return Err(Error::new(codes::ILLEGAL_OPERATION, "can't drop live oplog while replicating"));
+            return Err(Error::new(
+                codes::ILLEGAL_OPERATION,
+                "can't drop live oplog while replicating",
+            ));
         }
         self.drop_in(&mut txn, &meta);
         Ok(Some(txn.commit()?))
@@ -107,18 +171,25 @@ impl Engine {
 
     fn drop_in(&self, txn: &mut Txn<'_>, meta: &CollMeta) {
         let p = keys::coll_prefix(meta.id);
-        txn.batch().delete_range(Space::Docs, &p, &prefix_successor(&p).expect("prefix"));
+        txn.batch()
+            .delete_range(Space::Docs, &p, &prefix_successor(&p).expect("prefix"));
         for i in &meta.indexes {
             let p = keys::index_prefix(i.id);
-            txn.batch().delete_range(Space::Index, &p, &prefix_successor(&p).expect("prefix"));
+            txn.batch()
+                .delete_range(Space::Index, &p, &prefix_successor(&p).expect("prefix"));
         }
         if meta.is_capped() {
             let p = meta.id.to_be_bytes();
-            txn.batch().delete_range(Space::Natural, &p, &prefix_successor(&p).expect("prefix"));
+            txn.batch()
+                .delete_range(Space::Natural, &p, &prefix_successor(&p).expect("prefix"));
             self.capped_forget(meta.id);
         }
         txn.remove_collection(&meta.ns);
-        txn.log(OplogChange::command(&meta.ns.db, Some(meta.uuid), doc! {"drop": meta.ns.coll.clone()}));
+        txn.log(OplogChange::command(
+            &meta.ns.db,
+            Some(meta.uuid),
+            doc! {"drop": meta.ns.coll.clone()},
+        ));
     }
 
     /// Drops every collection of a database, then records `dropDatabase`.
@@ -138,19 +209,33 @@ impl Engine {
 
     /// Renames a collection (also across databases); documents stay where they are,
     /// only the catalog entry moves.
-    pub fn rename_collection(&self, from: &Namespace, to: &Namespace, drop_target: bool) -> Result<Committed> {
+    pub fn rename_collection(
+        &self,
+        from: &Namespace,
+        to: &Namespace,
+        drop_target: bool,
+    ) -> Result<Committed> {
         to.validate_for_write()?;
         if from == to {
-            return Err(Error::new(codes::ILLEGAL_OPERATION, "Can't rename a collection to itself"));
+            return Err(Error::new(
+                codes::ILLEGAL_OPERATION,
+                "Can't rename a collection to itself",
+            ));
         }
         let mut txn = self.begin();
         let Some(meta) = txn.catalog().get(from) else {
-            return Err(Error::new(codes::NAMESPACE_NOT_FOUND, format!("Source collection {} does not exist", from.full())));
+            return Err(Error::new(
+                codes::NAMESPACE_NOT_FOUND,
+                format!("Source collection {} does not exist", from.full()),
+            ));
         };
         let mut dropped_target = None;
         if let Some(target) = txn.catalog().get(to) {
             if !drop_target {
-                return Err(Error::new(codes::NAMESPACE_EXISTS, "target namespace exists"));
+                return Err(Error::new(
+                    codes::NAMESPACE_EXISTS,
+                    "target namespace exists",
+                ));
             }
             dropped_target = Some(target.uuid);
             self.drop_in(&mut txn, &target);
@@ -162,7 +247,13 @@ impl Engine {
             crate::materialize_collection(self, txn.batch(), meta.id)?;
             bson::Uuid::new()
         };
-        let moved = CollMeta { ns: to.clone(), id: meta.id, uuid, options: meta.options.clone(), indexes: meta.indexes.clone() };
+        let moved = CollMeta {
+            ns: to.clone(),
+            id: meta.id,
+            uuid,
+            options: meta.options.clone(),
+            indexes: meta.indexes.clone(),
+        };
         txn.put_collection(moved);
         let mut o = doc! {"renameCollection": from.full(), "to": to.full(), "stayTemp": false};
         match dropped_target {
@@ -174,10 +265,16 @@ impl Engine {
     }
 
     /// Builds indexes from their specifications (creating the collection if needed).
-    pub fn create_indexes(&self, ns: &Namespace, specs: &[Document]) -> Result<CreateIndexesOutcome> {
+    pub fn create_indexes(
+        &self,
+        ns: &Namespace,
+        specs: &[Document],
+    ) -> Result<CreateIndexesOutcome> {
         ns.validate_for_write()?;
         if specs.is_empty() {
-            return Err(Error::bad_value("Must specify at least one index to create"));
+            return Err(Error::bad_value(
+                "Must specify at least one index to create",
+            ));
         }
         let mut txn = self.begin();
         let created_collection = txn.catalog().get(ns).is_none();
@@ -191,7 +288,10 @@ impl Engine {
             let key = spec.get_document("key").cloned().unwrap_or_default();
             if is_id_index(&key) {
                 if name != "_id_" && !name.is_empty() {
-                    return Err(Error::new(codes::INDEX_OPTIONS_CONFLICT, format!("Index already exists with a different name: _id_")));
+                    return Err(Error::new(
+                        codes::INDEX_OPTIONS_CONFLICT,
+                        format!("Index already exists with a different name: _id_"),
+                    ));
                 }
                 continue;
             }
@@ -204,9 +304,18 @@ impl Engine {
                     format!("An existing index has the same name as the requested index. When index names are not specified, they are auto generated and can cause conflicts. Please refer to our documentation. Requested index: {}, existing index: {}", crate::format::doc_to_string(&spec), crate::format::doc_to_string(&existing.spec)),
                 ));
             }
-            if let Some(existing) = indexes.iter().find(|i| tailstream_query::compare::cmp_documents(&i.key, &key).is_eq()) {
+            if let Some(existing) = indexes
+                .iter()
+                .find(|i| tailstream_query::compare::cmp_documents(&i.key, &key).is_eq())
+            {
                 if same_options(&existing.spec, &spec) {
-                    return Err(Error::new(codes::INDEX_OPTIONS_CONFLICT, format!("Index already exists with a different name: {}", existing.name)));
+                    return Err(Error::new(
+                        codes::INDEX_OPTIONS_CONFLICT,
+                        format!(
+                            "Index already exists with a different name: {}",
+                            existing.name
+                        ),
+                    ));
                 }
                 return Err(Error::new(
                     codes::INDEX_OPTIONS_CONFLICT,
@@ -214,7 +323,14 @@ impl Engine {
                 ));
             }
             if indexes.len() >= MAX_INDEXES {
-                return Err(Error::new(codes::CANNOT_CREATE_INDEX, format!("add index fails, too many indexes for {} key:{}", ns.full(), crate::format::doc_to_string(&key))));
+                return Err(Error::new(
+                    codes::CANNOT_CREATE_INDEX,
+                    format!(
+                        "add index fails, too many indexes for {} key:{}",
+                        ns.full(),
+                        crate::format::doc_to_string(&key)
+                    ),
+                ));
             }
             let id = {
                 let c = txn.catalog_mut();
@@ -252,8 +368,13 @@ impl Engine {
                     for values in key_sets {
                         let values_ks = encode_key(index, &values);
                         if index.unique && !seen_unique[n].insert(values_ks.clone()) {
-                            let key_value: Document =
-                                index.pattern.fields.iter().map(|(f, _)| f.clone()).zip(values.into_iter()).collect();
+                            let key_value: Document = index
+                                .pattern
+                                .fields
+                                .iter()
+                                .map(|(f, _)| f.clone())
+                                .zip(values.into_iter())
+                                .collect();
                             return Err(Error::new(
                                 codes::DUPLICATE_KEY,
                                 format!(
@@ -265,7 +386,11 @@ impl Engine {
                             )
                             .with_info(doc! {"keyPattern": index.key.clone(), "keyValue": key_value}));
                         }
-                        txn.batch().put(Space::Index, &keys::index_entry_key(index.id, &values_ks, id_ks), id_ks);
+                        txn.batch().put(
+                            Space::Index,
+                            &keys::index_entry_key(index.id, &values_ks, id_ks),
+                            id_ks,
+                        );
                     }
                 }
             }
@@ -278,7 +403,13 @@ impl Engine {
             o.extend(index.spec.clone());
             txn.log(OplogChange::command(&ns.db, Some(uuid), o));
         }
-        Ok(CreateIndexesOutcome { before, after, created_collection, note: None, committed: Some(txn.commit()?) })
+        Ok(CreateIndexesOutcome {
+            before,
+            after,
+            created_collection,
+            note: None,
+            committed: Some(txn.commit()?),
+        })
     }
 
     /// Drops indexes by name, key pattern, list of names, or "*" (all but `_id`).
@@ -286,23 +417,49 @@ impl Engine {
     pub fn drop_indexes(&self, ns: &Namespace, which: &Bson) -> Result<(usize, Committed)> {
         let mut txn = self.begin();
         let Some(meta) = txn.catalog().get(ns) else {
-            return Err(Error::new(codes::NAMESPACE_NOT_FOUND, format!("ns not found {}", ns.full())));
+            return Err(Error::new(
+                codes::NAMESPACE_NOT_FOUND,
+                format!("ns not found {}", ns.full()),
+            ));
         };
         let before = meta.indexes.len() + 1;
         let names: Vec<String> = match which {
             Bson::String(s) if s == "*" => meta.indexes.iter().map(|i| i.name.clone()).collect(),
             Bson::String(s) => vec![s.clone()],
-            Bson::Array(a) => a.iter().map(|v| v.as_str().map(str::to_string).ok_or_else(|| Error::type_mismatch("dropIndexes: index names must be strings"))).collect::<Result<_>>()?,
+            Bson::Array(a) => a
+                .iter()
+                .map(|v| {
+                    v.as_str().map(str::to_string).ok_or_else(|| {
+                        Error::type_mismatch("dropIndexes: index names must be strings")
+                    })
+                })
+                .collect::<Result<_>>()?,
             Bson::Document(key) => {
                 if is_id_index(key) {
                     return Err(Error::invalid_options("cannot drop _id index"));
                 }
-                match meta.indexes.iter().find(|i| tailstream_query::compare::cmp_documents(&i.key, key).is_eq()) {
+                match meta
+                    .indexes
+                    .iter()
+                    .find(|i| tailstream_query::compare::cmp_documents(&i.key, key).is_eq())
+                {
                     Some(i) => vec![i.name.clone()],
-                    None => return Err(Error::new(codes::INDEX_NOT_FOUND, format!("can't find index with key: {}", crate::format::doc_to_string(key)))),
+                    None => {
+                        return Err(Error::new(
+                            codes::INDEX_NOT_FOUND,
+                            format!(
+                                "can't find index with key: {}",
+                                crate::format::doc_to_string(key)
+                            ),
+                        ))
+                    }
                 }
             }
-            _ => return Err(Error::type_mismatch("dropIndexes: 'index' must be a string, an array of strings or a document")),
+            _ => {
+                return Err(Error::type_mismatch(
+                    "dropIndexes: 'index' must be a string, an array of strings or a document",
+                ))
+            }
         };
         let mut remaining = meta.indexes.clone();
         for name in &names {
@@ -310,14 +467,22 @@ impl Engine {
                 return Err(Error::invalid_options("cannot drop _id index"));
             }
             let Some(pos) = remaining.iter().position(|i| &i.name == name) else {
-                return Err(Error::new(codes::INDEX_NOT_FOUND, format!("index not found with name [{name}]")));
+                return Err(Error::new(
+                    codes::INDEX_NOT_FOUND,
+                    format!("index not found with name [{name}]"),
+                ));
             };
             let index = remaining.remove(pos);
             let p = keys::index_prefix(index.id);
-            txn.batch().delete_range(Space::Index, &p, &prefix_successor(&p).expect("prefix"));
+            txn.batch()
+                .delete_range(Space::Index, &p, &prefix_successor(&p).expect("prefix"));
             // As mongod: o2 carries the dropped index's specification (the dropIndexes event's
             // operationDescription).
-            let mut change = OplogChange::command(&ns.db, Some(meta.uuid), doc! {"dropIndexes": ns.coll.clone(), "index": name.clone()});
+            let mut change = OplogChange::command(
+                &ns.db,
+                Some(meta.uuid),
+                doc! {"dropIndexes": ns.coll.clone(), "index": name.clone()},
+            );
             change.o2 = Some(index.spec.clone());
             txn.log(change);
         }
@@ -330,7 +495,10 @@ impl Engine {
     pub fn coll_mod(&self, ns: &Namespace, cmd: &Document) -> Result<(Document, Committed)> {
         let mut txn = self.begin();
         let Some(meta) = txn.catalog().get(ns) else {
-            return Err(Error::new(codes::NAMESPACE_NOT_FOUND, format!("ns does not exist: {}", ns.full())));
+            return Err(Error::new(
+                codes::NAMESPACE_NOT_FOUND,
+                format!("ns does not exist: {}", ns.full()),
+            ));
         };
         let mut options = meta.options.clone();
         let mut indexes = meta.indexes.clone();
@@ -338,18 +506,42 @@ impl Engine {
         let mut logged = doc! {"collMod": ns.coll.clone()};
         for (k, v) in cmd {
             match k.as_str() {
-                "collMod" | "$db" | "lsid" | "$clusterTime" | "$readPreference" | "writeConcern" | "comment" | "txnNumber" | "apiVersion" | "apiStrict" | "apiDeprecationErrors" | "maxTimeMS" => continue,
+                "collMod"
+                | "$db"
+                | "lsid"
+                | "$clusterTime"
+                | "$readPreference"
+                | "writeConcern"
+                | "comment"
+                | "txnNumber"
+                | "apiVersion"
+                | "apiStrict"
+                | "apiDeprecationErrors"
+                | "maxTimeMS" => continue,
                 "index" => {
-                    let spec = v.as_document().ok_or_else(|| Error::type_mismatch("collMod.index must be an object"))?;
+                    let spec = v
+                        .as_document()
+                        .ok_or_else(|| Error::type_mismatch("collMod.index must be an object"))?;
                     let pos = if let Ok(name) = spec.get_str("name") {
                         indexes.iter().position(|i| i.name == name)
                     } else if let Ok(kp) = spec.get_document("keyPattern") {
-                        indexes.iter().position(|i| tailstream_query::compare::cmp_documents(&i.key, kp).is_eq())
+                        indexes.iter().position(|i| {
+                            tailstream_query::compare::cmp_documents(&i.key, kp).is_eq()
+                        })
                     } else {
-                        return Err(Error::invalid_options("collMod.index requires either a name or a keyPattern"));
+                        return Err(Error::invalid_options(
+                            "collMod.index requires either a name or a keyPattern",
+                        ));
                     };
                     let Some(pos) = pos else {
-                        return Err(Error::new(codes::INDEX_NOT_FOUND, format!("cannot find index {} for ns {}", crate::format::doc_to_string(spec), ns.full())));
+                        return Err(Error::new(
+                            codes::INDEX_NOT_FOUND,
+                            format!(
+                                "cannot find index {} for ns {}",
+                                crate::format::doc_to_string(spec),
+                                ns.full()
+                            ),
+                        ));
                     };
                     let mut new_spec = indexes[pos].spec.clone();
                     for (ok, ov) in spec {
@@ -357,46 +549,75 @@ impl Engine {
                             "name" | "keyPattern" => {}
                             "expireAfterSeconds" => {
                                 if !indexes[pos].spec.contains_key("expireAfterSeconds") {
-                                    return Err(Error::invalid_options("no expireAfterSeconds field to update"));
+                                    return Err(Error::invalid_options(
+                                        "no expireAfterSeconds field to update",
+                                    ));
                                 }
-                                reply.insert("expireAfterSeconds_old", indexes[pos].spec.get("expireAfterSeconds").cloned().unwrap_or(Bson::Null));
+                                reply.insert(
+                                    "expireAfterSeconds_old",
+                                    indexes[pos]
+                                        .spec
+                                        .get("expireAfterSeconds")
+                                        .cloned()
+                                        .unwrap_or(Bson::Null),
+                                );
                                 reply.insert("expireAfterSeconds_new", ov.clone());
                                 new_spec.insert("expireAfterSeconds", ov.clone());
                             }
                             "hidden" => {
-                                reply.insert("hidden_old", indexes[pos].spec.get_bool("hidden").unwrap_or(false));
+                                reply.insert(
+                                    "hidden_old",
+                                    indexes[pos].spec.get_bool("hidden").unwrap_or(false),
+                                );
                                 reply.insert("hidden_new", ov.clone());
                                 new_spec.insert("hidden", ov.clone());
                             }
                             "unique" | "prepareUnique" => {
                                 new_spec.insert(ok.clone(), ov.clone());
                             }
-                            other => return Err(Error::invalid_options(format!("unknown collMod index option {other}"))),
+                            other => {
+                                return Err(Error::invalid_options(format!(
+                                    "unknown collMod index option {other}"
+                                )))
+                            }
                         }
                     }
                     indexes[pos] = Arc::new(IndexMeta::from_spec(indexes[pos].id, &new_spec)?);
                     logged.insert("index", spec.clone());
                 }
-                "validator" | "validationLevel" | "validationAction" | "changeStreamPreAndPostImages" | "expireAfterSeconds" => {
+                "validator"
+                | "validationLevel"
+                | "validationAction"
+                | "changeStreamPreAndPostImages"
+                | "expireAfterSeconds" => {
                     options.insert(k.clone(), v.clone());
                     logged.insert(k.clone(), v.clone());
                 }
                 "cappedSize" => {
                     if !meta.is_capped() {
-                        return Err(Error::invalid_options(format!("Unable to modify capped size of a non-capped collection {}", ns.full())));
+                        return Err(Error::invalid_options(format!(
+                            "Unable to modify capped size of a non-capped collection {}",
+                            ns.full()
+                        )));
                     }
                     options.insert("size", round_capped_size(v)?);
                     logged.insert(k.clone(), v.clone());
                 }
                 "cappedMax" => {
                     if !meta.is_capped() {
-                        return Err(Error::invalid_options(format!("Unable to modify capped max of a non-capped collection {}", ns.full())));
+                        return Err(Error::invalid_options(format!(
+                            "Unable to modify capped max of a non-capped collection {}",
+                            ns.full()
+                        )));
                     }
                     options.insert("max", v.clone());
                     logged.insert(k.clone(), v.clone());
                 }
                 other => {
-                    return Err(Error::new(codes::INVALID_OPTIONS, format!("unknown option to collMod: {other}")));
+                    return Err(Error::new(
+                        codes::INVALID_OPTIONS,
+                        format!("unknown option to collMod: {other}"),
+                    ));
                 }
             }
         }
@@ -408,7 +629,13 @@ impl Engine {
             .filter(|k| options.get(*k) != meta.options.get(*k))
             .filter_map(|k| meta.options.get(k).map(|v| (k.clone(), v.clone())))
             .collect();
-        let changed = CollMeta { ns: meta.ns.clone(), id: meta.id, uuid: meta.uuid, options, indexes };
+        let changed = CollMeta {
+            ns: meta.ns.clone(),
+            id: meta.id,
+            uuid: meta.uuid,
+            options,
+            indexes,
+        };
         txn.put_collection(changed);
         let mut change = OplogChange::command(&ns.db, Some(meta.uuid), logged);
         if !old_options.is_empty() {
@@ -420,12 +647,19 @@ impl Engine {
 }
 
 fn is_id_index(key: &Document) -> bool {
-    key.len() == 1 && key.get("_id").map(|v| tailstream_query::compare::as_f64(v) == Some(1.0)).unwrap_or(false)
+    key.len() == 1
+        && key
+            .get("_id")
+            .map(|v| tailstream_query::compare::as_f64(v) == Some(1.0))
+            .unwrap_or(false)
 }
 
 fn same_options(a: &Document, b: &Document) -> bool {
     let strip = |d: &Document| -> Document {
-        d.iter().filter(|(k, _)| !matches!(k.as_str(), "name" | "v" | "background" | "ns")).map(|(k, v)| (k.clone(), v.clone())).collect()
+        d.iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "name" | "v" | "background" | "ns"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     };
     strip(a) == strip(b)
 }
@@ -439,31 +673,59 @@ fn validate_index_spec(spec: &Document) -> Result<Document> {
     let key = match spec.get("key") {
         Some(Bson::Document(k)) => k.clone(),
         Some(_) => return Err(Error::type_mismatch("The 'key' field must be an object")),
-        None => return Err(Error::failed_to_parse("The 'key' field is a required property of an index specification")),
+        None => {
+            return Err(Error::failed_to_parse(
+                "The 'key' field is a required property of an index specification",
+            ))
+        }
     };
     if key.is_empty() {
-        return Err(Error::new(codes::CANNOT_CREATE_INDEX, "Index keys cannot be empty."));
+        return Err(Error::new(
+            codes::CANNOT_CREATE_INDEX,
+            "Index keys cannot be empty.",
+        ));
     }
     for (k, v) in &key {
         if let Bson::String(kind) = v {
-            return Err(Error::new(codes::CANNOT_CREATE_INDEX, format!("Index type '{kind}' on field '{k}' is not supported")));
+            return Err(Error::new(
+                codes::CANNOT_CREATE_INDEX,
+                format!("Index type '{kind}' on field '{k}' is not supported"),
+            ));
         }
         if tailstream_query::compare::as_f64(v) == Some(0.0) {
-            return Err(Error::new(codes::CANNOT_CREATE_INDEX, format!("Values in the index key pattern can't be all zeros or negative zero: {}", crate::format::doc_to_string(&key))));
+            return Err(Error::new(
+                codes::CANNOT_CREATE_INDEX,
+                format!(
+                    "Values in the index key pattern can't be all zeros or negative zero: {}",
+                    crate::format::doc_to_string(&key)
+                ),
+            ));
         }
     }
     KeyPattern::parse(&key)?;
     let name = match spec.get("name") {
         Some(Bson::String(n)) if !n.is_empty() => n.clone(),
-        Some(Bson::String(_)) => return Err(Error::new(codes::CANNOT_CREATE_INDEX, "index name cannot be empty")),
+        Some(Bson::String(_)) => {
+            return Err(Error::new(
+                codes::CANNOT_CREATE_INDEX,
+                "index name cannot be empty",
+            ))
+        }
         Some(_) => return Err(Error::type_mismatch("The 'name' field must be a string")),
-        None => return Err(Error::failed_to_parse("The 'name' field is a required property of an index specification")),
+        None => {
+            return Err(Error::failed_to_parse(
+                "The 'name' field is a required property of an index specification",
+            ))
+        }
     };
     for k in spec.keys() {
         if !INDEX_OPTIONS.contains(&k.as_str()) {
             return Err(Error::new(
                 codes::INVALID_INDEX_SPECIFICATION_OPTION,
-                format!("The field '{k}' is not valid for an index specification. Specification: {}", crate::format::doc_to_string(spec)),
+                format!(
+                    "The field '{k}' is not valid for an index specification. Specification: {}",
+                    crate::format::doc_to_string(spec)
+                ),
             ));
         }
     }
@@ -472,13 +734,17 @@ fn validate_index_spec(spec: &Document) -> Result<Document> {
         match k.as_str() {
             "key" | "name" | "v" | "ns" => {}
             "unique" | "sparse" | "hidden" => {
-                if v.as_bool().unwrap_or(false) || matches!(v, Bson::Int32(1) | Bson::Int64(1) | Bson::Double(_)) && tailstream_query::compare::as_f64(v) != Some(0.0) {
+                if v.as_bool().unwrap_or(false)
+                    || matches!(v, Bson::Int32(1) | Bson::Int64(1) | Bson::Double(_))
+                        && tailstream_query::compare::as_f64(v) != Some(0.0)
+                {
                     out.insert(k.clone(), true);
                 }
             }
             "expireAfterSeconds" => {
-                let secs = tailstream_query::compare::as_f64(v)
-                    .ok_or_else(|| Error::type_mismatch("TTL index 'expireAfterSeconds' option must be numeric"))?;
+                let secs = tailstream_query::compare::as_f64(v).ok_or_else(|| {
+                    Error::type_mismatch("TTL index 'expireAfterSeconds' option must be numeric")
+                })?;
                 if secs < 0.0 || secs > i32::MAX as f64 {
                     return Err(Error::new(codes::CANNOT_CREATE_INDEX, format!("TTL index 'expireAfterSeconds' option must be within an acceptable range, try a lower number. Got {secs}")));
                 }
@@ -488,7 +754,9 @@ fn validate_index_spec(spec: &Document) -> Result<Document> {
                 out.insert(k.clone(), secs as i32);
             }
             "partialFilterExpression" => {
-                let f = v.as_document().ok_or_else(|| Error::type_mismatch("partialFilterExpression must be an object"))?;
+                let f = v.as_document().ok_or_else(|| {
+                    Error::type_mismatch("partialFilterExpression must be an object")
+                })?;
                 Matcher::new(f)?;
                 out.insert(k.clone(), v.clone());
             }
@@ -503,10 +771,18 @@ fn validate_index_spec(spec: &Document) -> Result<Document> {
 /// Checks `create` options and normalises capped sizes (rounded up to 256 bytes).
 fn normalize_create_options(mut options: Document) -> Result<Document> {
     options.remove("comment");
-    let capped = options.get("capped").map(|v| v.as_bool().unwrap_or(false) || tailstream_query::compare::as_f64(v).unwrap_or(0.0) != 0.0).unwrap_or(false);
+    let capped = options
+        .get("capped")
+        .map(|v| {
+            v.as_bool().unwrap_or(false)
+                || tailstream_query::compare::as_f64(v).unwrap_or(0.0) != 0.0
+        })
+        .unwrap_or(false);
     if capped {
         options.insert("capped", true);
-        let size = options.get("size").ok_or_else(|| Error::invalid_options("the 'size' field is required when 'capped' is true"))?;
+        let size = options.get("size").ok_or_else(|| {
+            Error::invalid_options("the 'size' field is required when 'capped' is true")
+        })?;
         let size = round_capped_size(size)?;
         options.insert("size", size);
     } else {
@@ -521,7 +797,8 @@ fn normalize_create_options(mut options: Document) -> Result<Document> {
 }
 
 pub(crate) fn round_capped_size(v: &Bson) -> Result<i64> {
-    let size = tailstream_query::compare::as_f64(v).ok_or_else(|| Error::type_mismatch("capped size must be a number"))?;
+    let size = tailstream_query::compare::as_f64(v)
+        .ok_or_else(|| Error::type_mismatch("capped size must be a number"))?;
     if size <= 0.0 {
         return Err(Error::bad_value("capped size must be greater than 0"));
     }

@@ -52,6 +52,11 @@ pub struct CursorBatch {
     pub raw_docs: Vec<bson::RawDocumentBuf>,
 }
 
+/// Most documents a tailable cursor's getMore returns when it runs on an async worker
+/// (see [`Engine::get_more_in_memory`]); a client behind by more gets them in the
+/// following getMores.
+pub const INLINE_TAIL_BATCH: usize = 1000;
+
 impl Engine {
     pub fn find(&self, ns: &Namespace, req: FindRequest) -> Result<CursorBatch> {
         let (filter, _) = crate::write::bind_let(&req.filter, req.let_vars.as_ref())?;
@@ -81,19 +86,29 @@ impl Engine {
             }
             if let Some(s) = &sort {
                 if !(s.fields.len() == 1 && s.fields[0].0 == "$natural" && !s.fields[0].1) {
-                    return Err(Error::bad_value("cannot use tailable option with a sort other than {$natural: 1}"));
+                    return Err(Error::bad_value(
+                        "cannot use tailable option with a sort other than {$natural: 1}",
+                    ));
                 }
             }
         } else if req.await_data {
-            return Err(Error::failed_to_parse("Cannot set 'awaitData' without also setting 'tailable'"));
+            return Err(Error::failed_to_parse(
+                "Cannot set 'awaitData' without also setting 'tailable'",
+            ));
         }
         let source = if is_oplog {
-            let reverse = sort.as_ref().map(|s| s.fields.len() == 1 && s.fields[0].1).unwrap_or(false);
+            let reverse = sort
+                .as_ref()
+                .map(|s| s.fields.len() == 1 && s.fields[0].1)
+                .unwrap_or(false);
             let from = oplog_start(&matcher);
             Some(Source::Scan {
                 meta: Arc::new(oplog_meta()),
                 matcher: matcher.clone(),
-                scan: Box::new(Scan::new(Access::OplogScan { from: if reverse { 0 } else { from }, reverse })),
+                scan: Box::new(Scan::new(Access::OplogScan {
+                    from: if reverse { 0 } else { from },
+                    reverse,
+                })),
                 buf: VecDeque::new(),
             })
         } else {
@@ -101,7 +116,14 @@ impl Engine {
                 None => None,
                 Some(meta) => {
                     let plan = read::plan(&meta, &matcher, sort.as_ref(), req.hint.as_ref())?;
-                    Some(self.source_for(meta, matcher.clone(), plan, sort.as_ref(), req.limit, req.skip)?)
+                    Some(self.source_for(
+                        meta,
+                        matcher.clone(),
+                        plan,
+                        sort.as_ref(),
+                        req.limit,
+                        req.skip,
+                    )?)
                 }
             }
         };
@@ -109,7 +131,13 @@ impl Engine {
             Some(s) => s,
             // A tailable cursor on a capped collection that does not exist yet stays dead,
             // as in mongod (there is no collection to tail).
-            None => return Ok(CursorBatch { cursor_id: 0, ns: ns.full(), ..Default::default() }),
+            None => {
+                return Ok(CursorBatch {
+                    cursor_id: 0,
+                    ns: ns.full(),
+                    ..Default::default()
+                })
+            }
         };
         let mut cursor = Cursor::new(ns.full(), source);
         cursor.projection = projection;
@@ -119,7 +147,11 @@ impl Engine {
         cursor.lsid = req.lsid.clone();
         cursor.tailable = req.tailable;
         cursor.await_data = req.tailable && req.await_data;
-        self.first_batch(cursor, Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)), req.single_batch)
+        self.first_batch(
+            cursor,
+            Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)),
+            req.single_batch,
+        )
     }
 
     /// Builds the cursor source for a plan: a lazy scan when the plan yields the sort
@@ -135,56 +167,106 @@ impl Engine {
     ) -> Result<Source> {
         let mut scan = Scan::new(plan.access.clone());
         if plan.sorted || sort.is_none() {
-            return Ok(Source::Scan { meta, matcher, scan: Box::new(scan), buf: VecDeque::new() });
+            return Ok(Source::Scan {
+                meta,
+                matcher,
+                scan: Box::new(scan),
+                buf: VecDeque::new(),
+            });
         }
         let sort = sort.unwrap();
         let all = scan.collect_all(&self.store, meta.id, &matcher)?;
-        let mut keyed: Vec<(Vec<Bson>, Document)> = all.into_iter().map(|(_, d)| (sort.key(&d), d)).collect();
+        let mut keyed: Vec<(Vec<Bson>, Document)> =
+            all.into_iter().map(|(_, d)| (sort.key(&d), d)).collect();
         keyed.sort_by(|a, b| sort.compare_keys(&a.0, &b.0));
         if let Some(l) = limit.filter(|l| *l > 0) {
             keyed.truncate((l as u64 + skip) as usize);
         }
-        Ok(Source::Buffered(keyed.into_iter().map(|(_, d)| d).collect()))
+        Ok(Source::Buffered(
+            keyed.into_iter().map(|(_, d)| d).collect(),
+        ))
     }
 
     /// Fills the first batch and registers the cursor if more remains.
-    pub fn first_batch(&self, mut cursor: Cursor, batch_size: Option<usize>, single_batch: bool) -> Result<CursorBatch> {
+    pub fn first_batch(
+        &self,
+        mut cursor: Cursor,
+        batch_size: Option<usize>,
+        single_batch: bool,
+    ) -> Result<CursorBatch> {
         if batch_size == Some(0) && !single_batch {
             // batchSize 0: open the cursor without producing anything yet (mongod does the same).
             let ns = cursor.ns.clone();
             let id = self.cursors.register(cursor)?;
-            return Ok(CursorBatch { cursor_id: id, ns, await_data: false, ..Default::default() });
+            return Ok(CursorBatch {
+                cursor_id: id,
+                ns,
+                await_data: false,
+                ..Default::default()
+            });
         }
         let (docs, exhausted) = cursor.next_batch(&self.store, batch_size)?;
         let ns = cursor.ns.clone();
         if exhausted || single_batch {
-            return Ok(CursorBatch { cursor_id: 0, ns, docs, ..Default::default() });
+            return Ok(CursorBatch {
+                cursor_id: 0,
+                ns,
+                docs,
+                ..Default::default()
+            });
         }
         let await_data = cursor.await_data;
         let id = self.cursors.register(cursor)?;
-        Ok(CursorBatch { cursor_id: id, ns, docs, await_data, ..Default::default() })
+        Ok(CursorBatch {
+            cursor_id: id,
+            ns,
+            docs,
+            await_data,
+            ..Default::default()
+        })
     }
 
     /// The next batch of an open cursor; `ns` must be the cursor's namespace.
-    pub fn get_more(&self, cursor_id: i64, ns: &str, batch_size: Option<i64>) -> Result<CursorBatch> {
+    pub fn get_more(
+        &self,
+        cursor_id: i64,
+        ns: &str,
+        batch_size: Option<i64>,
+    ) -> Result<CursorBatch> {
         self.get_more_with(cursor_id, ns, batch_size, false)
     }
 
-    /// A change stream's getMore that reads memory only (the recent oplog), for running
-    /// on an async worker: fails with [`crate::changestream::NEEDS_STORAGE`] when the
-    /// cursor is busy or the batch would need storage (then use [`Self::get_more`]).
-    pub fn get_more_in_memory(&self, cursor_id: i64, ns: &str, batch_size: Option<i64>) -> Result<CursorBatch> {
+    /// A getMore short enough to run on an async worker, right after a wake-up: a
+    /// change stream reads memory only (the recent oplog); a tailable cursor reads at
+    /// most [`INLINE_TAIL_BATCH`] documents (what a commit just added, usually a few).
+    /// Fails with [`crate::changestream::NEEDS_STORAGE`] when the cursor is busy, is of
+    /// another kind, or the batch would need storage (then use [`Self::get_more`]).
+    pub fn get_more_in_memory(
+        &self,
+        cursor_id: i64,
+        ns: &str,
+        batch_size: Option<i64>,
+    ) -> Result<CursorBatch> {
         self.get_more_with(cursor_id, ns, batch_size, true)
     }
 
-    fn get_more_with(&self, cursor_id: i64, ns: &str, batch_size: Option<i64>, memory_only: bool) -> Result<CursorBatch> {
+    fn get_more_with(
+        &self,
+        cursor_id: i64,
+        ns: &str,
+        batch_size: Option<i64>,
+        memory_only: bool,
+    ) -> Result<CursorBatch> {
         let batch_size = check_batch_size(batch_size)?;
         let Some(cursor) = self.cursors.get(cursor_id) else {
-            return Err(Error::new(codes::CURSOR_NOT_FOUND, format!("cursor id {cursor_id} not found")));
+            return Err(Error::new(
+                codes::CURSOR_NOT_FOUND,
+                format!("cursor id {cursor_id} not found"),
+            ));
         };
         let mut c = if memory_only {
             match cursor.try_lock() {
-                Some(c) if matches!(c.source, Source::ChangeStream(_)) => c,
+                Some(c) if matches!(c.source, Source::ChangeStream(_)) || c.tailable => c,
                 _ => return Err(crate::changestream::needs_storage()),
             }
         } else {
@@ -206,12 +288,21 @@ impl Engine {
                     (true, n) => n.min(crate::changestream::MAX_IN_MEMORY_BATCH),
                     (false, n) => n,
                 };
-                let r = stream.next_batch(self, want, memory_only).map(|(events, closed)| {
-                    raw_docs = events;
-                    (Vec::new(), closed)
-                });
+                let r = stream
+                    .next_batch(self, want, memory_only)
+                    .map(|(events, closed)| {
+                        raw_docs = events;
+                        (Vec::new(), closed)
+                    });
                 pbrt = Some(stream.post_batch_resume_token());
                 r
+            }
+            _ if memory_only => {
+                let want = batch_size
+                    .filter(|n| *n > 0)
+                    .unwrap_or(INLINE_TAIL_BATCH)
+                    .min(INLINE_TAIL_BATCH);
+                c.next_batch(&self.store, Some(want))
             }
             _ => c.next_batch(&self.store, batch_size),
         };
@@ -255,7 +346,14 @@ impl Engine {
         (killed, not_found)
     }
 
-    pub fn count(&self, ns: &Namespace, query: &Document, skip: u64, limit: u64, hint: Option<&Bson>) -> Result<u64> {
+    pub fn count(
+        &self,
+        ns: &Namespace,
+        query: &Document,
+        skip: u64,
+        limit: u64,
+        hint: Option<&Bson>,
+    ) -> Result<u64> {
         let matcher = Matcher::new(query)?;
         let Some(meta) = self.collection(ns) else {
             return Ok(0);
@@ -313,10 +411,21 @@ impl Engine {
                 let ns = Namespace::new(db, c);
                 let stats = self.coll_stats_document(&ns, spec)?;
                 let rest = Pipeline::parse(&stages[1..], db)?;
-                let vars = tailstream_query::expr::Variables { now: Some(bson::DateTime::now()), ..Default::default() };
-                let docs = rest.run(Box::new(std::iter::once(Ok(stats))), &EngineSource { engine: self }, &vars)?;
+                let vars = tailstream_query::expr::Variables {
+                    now: Some(bson::DateTime::now()),
+                    ..Default::default()
+                };
+                let docs = rest.run(
+                    Box::new(std::iter::once(Ok(stats))),
+                    &EngineSource { engine: self },
+                    &vars,
+                )?;
                 let cursor = Cursor::new(ns.full(), Source::Buffered(docs.into()));
-                return self.first_batch(cursor, Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)), false);
+                return self.first_batch(
+                    cursor,
+                    Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)),
+                    false,
+                );
             }
         }
         // No session catalog is kept: `$listLocalSessions` (a source stage) yields nothing.
@@ -328,19 +437,30 @@ impl Engine {
         let source = EngineSource { engine: self };
         let vars = match let_vars {
             Some(l) => tailstream_query::expr::let_variables(l)?,
-            None => tailstream_query::expr::Variables { now: Some(bson::DateTime::now()), ..Default::default() },
+            None => tailstream_query::expr::Variables {
+                now: Some(bson::DateTime::now()),
+                ..Default::default()
+            },
         };
         let docs = match coll {
             Some(c) => {
                 let ns = Namespace::new(db, c);
-                let input: Box<dyn Iterator<Item = Result<Document>> + '_> = match self.collection(&ns) {
-                    None => Box::new(std::iter::empty()),
-                    Some(meta) => {
-                        let matcher = Arc::new(Matcher::new(pipeline.leading_match().unwrap_or(&Document::new()))?);
-                        let plan = read::plan(&meta, &matcher, None, None)?;
-                        Box::new(ScanIter::new(&self.store, meta, matcher, Scan::new(plan.access)))
-                    }
-                };
+                let input: Box<dyn Iterator<Item = Result<Document>> + '_> =
+                    match self.collection(&ns) {
+                        None => Box::new(std::iter::empty()),
+                        Some(meta) => {
+                            let matcher = Arc::new(Matcher::new(
+                                pipeline.leading_match().unwrap_or(&Document::new()),
+                            )?);
+                            let plan = read::plan(&meta, &matcher, None, None)?;
+                            Box::new(ScanIter::new(
+                                &self.store,
+                                meta,
+                                matcher,
+                                Scan::new(plan.access),
+                            ))
+                        }
+                    };
                 pipeline.run(input, &source, &vars)?
             }
             None => pipeline.run(Box::new(std::iter::empty()), &source, &vars)?,
@@ -351,24 +471,43 @@ impl Engine {
         };
         if let Some(out) = pipeline.output_stage() {
             self.write_output_stage(db, out, docs)?;
-            return Ok(CursorBatch { cursor_id: 0, ns: cursor_ns, ..Default::default() });
+            return Ok(CursorBatch {
+                cursor_id: 0,
+                ns: cursor_ns,
+                ..Default::default()
+            });
         }
         let mut cursor = Cursor::new(cursor_ns, Source::Buffered(docs.into()));
         cursor.lsid = lsid;
-        self.first_batch(cursor, Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)), false)
+        self.first_batch(
+            cursor,
+            Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)),
+            false,
+        )
     }
 
     /// `$out` replaces the target collection; `$merge` upserts into it by `_id`.
-    fn write_output_stage(&self, db: &str, stage: &Document, docs: Vec<Document>) -> Result<WriteOutcome> {
-        let (name, spec) = stage.iter().next().ok_or_else(|| Error::internal("empty output stage"))?;
+    fn write_output_stage(
+        &self,
+        db: &str,
+        stage: &Document,
+        docs: Vec<Document>,
+    ) -> Result<WriteOutcome> {
+        let (name, spec) = stage
+            .iter()
+            .next()
+            .ok_or_else(|| Error::internal("empty output stage"))?;
         let target = |v: &Bson| -> Result<Namespace> {
             match v {
                 Bson::String(c) => Ok(Namespace::new(db, c)),
                 Bson::Document(d) => Ok(Namespace::new(
                     d.get_str("db").unwrap_or(db),
-                    d.get_str("coll").map_err(|_| Error::failed_to_parse("output stage needs a collection"))?,
+                    d.get_str("coll")
+                        .map_err(|_| Error::failed_to_parse("output stage needs a collection"))?,
                 )),
-                _ => Err(Error::failed_to_parse(format!("{name} needs a collection name or a document"))),
+                _ => Err(Error::failed_to_parse(format!(
+                    "{name} needs a collection name or a document"
+                ))),
             }
         };
         if name == "$out" {
@@ -384,7 +523,10 @@ impl Engine {
             return Ok(out);
         }
         let into = match spec {
-            Bson::Document(d) => target(d.get("into").ok_or_else(|| Error::failed_to_parse("$merge requires 'into'"))?)?,
+            Bson::Document(d) => target(
+                d.get("into")
+                    .ok_or_else(|| Error::failed_to_parse("$merge requires 'into'"))?,
+            )?,
             other => target(other)?,
         };
         let when_matched = match spec {
@@ -395,8 +537,20 @@ impl Engine {
             .into_iter()
             .map(|d| {
                 let id = d.get("_id").cloned().unwrap_or(Bson::Null);
-                let u = if when_matched == "replace" { Bson::Document(d) } else { Bson::Document(doc! {"$set": d}) };
-                UpdateOp { q: doc! {"_id": id}, u, multi: false, upsert: when_matched != "fail", array_filters: None, hint: None, let_vars: None }
+                let u = if when_matched == "replace" {
+                    Bson::Document(d)
+                } else {
+                    Bson::Document(doc! {"$set": d})
+                };
+                UpdateOp {
+                    q: doc! {"_id": id},
+                    u,
+                    multi: false,
+                    upsert: when_matched != "fail",
+                    array_filters: None,
+                    hint: None,
+                    let_vars: None,
+                }
             })
             .collect();
         let out = self.update(&into, ops, true)?;
@@ -430,10 +584,16 @@ impl Engine {
     pub fn collection_numbers(&self, meta: &CollMeta) -> (i64, i64) {
         let (mut count, mut size) = (0i64, 0i64);
         let prefix = crate::keys::coll_prefix(meta.id);
-        for (_, v) in self.store.scan_prefix(tailstream_storage::Space::Docs, &prefix, false).flatten() {
+        for (_, v) in self
+            .store
+            .scan_prefix(tailstream_storage::Space::Docs, &prefix, false)
+            .flatten()
+        {
             count += 1;
             size += match read::stored_bytes(&self.store, &v) {
-                Ok(read::StoredDoc::InOplog(entry)) => read::inserted_document(&entry).map(|d| d.as_bytes().len()).unwrap_or(0) as i64,
+                Ok(read::StoredDoc::InOplog(entry)) => read::inserted_document(&entry)
+                    .map(|d| d.as_bytes().len())
+                    .unwrap_or(0) as i64,
                 _ => v.len() as i64,
             };
         }
@@ -441,7 +601,13 @@ impl Engine {
     }
 
     /// The plan a find would use, for explain.
-    pub fn explain_find(&self, ns: &Namespace, filter: &Document, sort: Option<&Document>, hint: Option<&Bson>) -> Result<Document> {
+    pub fn explain_find(
+        &self,
+        ns: &Namespace,
+        filter: &Document,
+        sort: Option<&Document>,
+        hint: Option<&Bson>,
+    ) -> Result<Document> {
         let matcher = Matcher::new(filter)?;
         let sort = match sort {
             Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?),
@@ -461,7 +627,9 @@ impl Engine {
 
 fn check_batch_size(b: Option<i64>) -> Result<Option<usize>> {
     match b {
-        Some(n) if n < 0 => Err(Error::bad_value(format!("BatchSize value must be non-negative, but received: {n}"))),
+        Some(n) if n < 0 => Err(Error::bad_value(format!(
+            "BatchSize value must be non-negative, but received: {n}"
+        ))),
         Some(n) => Ok(Some(n as usize)),
         None => Ok(None),
     }
@@ -469,7 +637,13 @@ fn check_batch_size(b: Option<i64>) -> Result<Option<usize>> {
 
 /// The oplog's pseudo-collection metadata (scans of it ignore the id).
 fn oplog_meta() -> CollMeta {
-    CollMeta { ns: Namespace::new(OPLOG_DB, OPLOG_COLL), id: 0, uuid: bson::Uuid::from_bytes([0; 16]), options: doc! {"capped": true}, indexes: vec![] }
+    CollMeta {
+        ns: Namespace::new(OPLOG_DB, OPLOG_COLL),
+        id: 0,
+        uuid: bson::Uuid::from_bytes([0; 16]),
+        options: doc! {"capped": true},
+        indexes: vec![],
+    }
 }
 
 /// Where an oplog query can start: the lower bound of its `ts` predicate.
@@ -528,7 +702,13 @@ struct ScanIter<'a> {
 
 impl<'a> ScanIter<'a> {
     fn new(store: &'a Store, meta: Arc<CollMeta>, matcher: Arc<Matcher>, scan: Scan) -> Self {
-        ScanIter { store, meta, matcher, scan, buf: VecDeque::new() }
+        ScanIter {
+            store,
+            meta,
+            matcher,
+            scan,
+            buf: VecDeque::new(),
+        }
     }
 }
 
@@ -537,7 +717,10 @@ impl Iterator for ScanIter<'_> {
     fn next(&mut self) -> Option<Result<Document>> {
         while self.buf.is_empty() && !self.scan.done {
             let mut got = Vec::new();
-            if let Err(e) = self.scan.next_batch(self.store, self.meta.id, &self.matcher, 512, &mut got) {
+            if let Err(e) =
+                self.scan
+                    .next_batch(self.store, self.meta.id, &self.matcher, 512, &mut got)
+            {
                 self.scan.done = true;
                 return Some(Err(e));
             }
@@ -560,7 +743,11 @@ impl CollectionSource for EngineSource<'_> {
         };
         let all = Matcher::new(&Document::new())?;
         let mut scan = Scan::new(Access::CollScan { reverse: false });
-        Ok(scan.collect_all(&self.engine.store, meta.id, &all)?.into_iter().map(|(_, d)| d).collect())
+        Ok(scan
+            .collect_all(&self.engine.store, meta.id, &all)?
+            .into_iter()
+            .map(|(_, d)| d)
+            .collect())
     }
 }
 

@@ -7,7 +7,10 @@ pub fn doc_to_string(d: &Document) -> String {
     if d.is_empty() {
         return "{}".to_string();
     }
-    let parts: Vec<String> = d.iter().map(|(k, v)| format!("{k}: {}", value_to_string(v))).collect();
+    let parts: Vec<String> = d
+        .iter()
+        .map(|(k, v)| format!("{k}: {}", value_to_string(v)))
+        .collect();
     format!("{{ {} }}", parts.join(", "))
 }
 
@@ -26,7 +29,10 @@ pub fn value_to_string(v: &Bson) -> String {
             if a.is_empty() {
                 "[]".to_string()
             } else {
-                format!("[ {} ]", a.iter().map(value_to_string).collect::<Vec<_>>().join(", "))
+                format!(
+                    "[ {} ]",
+                    a.iter().map(value_to_string).collect::<Vec<_>>().join(", ")
+                )
             }
         }
         Bson::Boolean(b) => b.to_string(),
@@ -62,7 +68,10 @@ mod tests {
     #[test]
     fn renders_like_mongod() {
         assert_eq!(doc_to_string(&doc! {"_id": 1}), "{ _id: 1 }");
-        assert_eq!(doc_to_string(&doc! {"a": "x", "b": [1, 2.5], "c": {}}), "{ a: \"x\", b: [ 1, 2.5 ], c: {} }");
+        assert_eq!(
+            doc_to_string(&doc! {"a": "x", "b": [1, 2.5], "c": {}}),
+            "{ a: \"x\", b: [ 1, 2.5 ], c: {} }"
+        );
         assert_eq!(value_to_string(&Bson::Double(2.0)), "2.0");
     }
 }

@@ -43,7 +43,10 @@ pub fn ts_to_u64(ts: bson::Timestamp) -> u64 {
 }
 
 pub fn u64_to_ts(v: u64) -> bson::Timestamp {
-    bson::Timestamp { time: (v >> 32) as u32, increment: v as u32 }
+    bson::Timestamp {
+        time: (v >> 32) as u32,
+        increment: v as u32,
+    }
 }
 
 /// `Oplog` key of an entry.
@@ -128,11 +131,26 @@ mod tests {
 
     #[test]
     fn timestamps_sort_as_u64() {
-        let a = ts_to_u64(bson::Timestamp { time: 5, increment: 9 });
-        let b = ts_to_u64(bson::Timestamp { time: 6, increment: 1 });
+        let a = ts_to_u64(bson::Timestamp {
+            time: 5,
+            increment: 9,
+        });
+        let b = ts_to_u64(bson::Timestamp {
+            time: 6,
+            increment: 1,
+        });
         assert!(a < b);
         assert!(oplog_key(a) < oplog_key(b));
-        assert_eq!(u64_to_ts(a), bson::Timestamp { time: 5, increment: 9 });
-        assert!(oplog_ns_key("a.b", b) < oplog_ns_key("a.bc", a), "namespace first, separator sorts low");
+        assert_eq!(
+            u64_to_ts(a),
+            bson::Timestamp {
+                time: 5,
+                increment: 9
+            }
+        );
+        assert!(
+            oplog_ns_key("a.b", b) < oplog_ns_key("a.bc", a),
+            "namespace first, separator sorts low"
+        );
     }
 }

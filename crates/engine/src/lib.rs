@@ -113,7 +113,10 @@ impl Engine {
     /// Opens the data directory (creating it), refusing if another process holds it.
     pub fn open(opts: EngineOptions) -> Result<Arc<Engine>> {
         std::fs::create_dir_all(&opts.dbpath).map_err(|e| {
-            Error::internal(format!("cannot create data directory {}: {e}", opts.dbpath.display()))
+            Error::internal(format!(
+                "cannot create data directory {}: {e}",
+                opts.dbpath.display()
+            ))
         })?;
         let lock_file = lock_dbpath(&opts.dbpath)?;
         let store = Arc::new(
@@ -122,11 +125,20 @@ impl Engine {
         );
         let catalog = load_catalog(&store)?;
         let last = store.last(Space::Oplog, &[], None).map_err(storage_err)?;
-        let last_ts = last.as_ref().map(|(k, _)| keys::u64_to_ts(u64::from_be_bytes(k[..8].try_into().unwrap())));
-        let (trim_ts, oplog_bytes) = match store.get(Space::Meta, keys::META_OPLOG_TRIM).map_err(storage_err)? {
+        let last_ts = last
+            .as_ref()
+            .map(|(k, _)| keys::u64_to_ts(u64::from_be_bytes(k[..8].try_into().unwrap())));
+        let (trim_ts, oplog_bytes) = match store
+            .get(Space::Meta, keys::META_OPLOG_TRIM)
+            .map_err(storage_err)?
+        {
             Some(v) => {
-                let d = Document::from_reader(&mut v.as_slice()).map_err(|e| Error::internal(e.to_string()))?;
-                (d.get_i64("trim").unwrap_or(0) as u64, d.get_i64("bytes").unwrap_or(0) as u64)
+                let d = Document::from_reader(&mut v.as_slice())
+                    .map_err(|e| Error::internal(e.to_string()))?;
+                (
+                    d.get_i64("trim").unwrap_or(0) as u64,
+                    d.get_i64("bytes").unwrap_or(0) as u64,
+                )
             }
             None => (0, 0),
         };
@@ -146,7 +158,11 @@ impl Engine {
         Ok(Arc::new(Engine {
             store,
             catalog: RwLock::new(Arc::new(catalog)),
-            writer: Mutex::new(Writer { clock: ClusterClock::after(last_ts), oplog_bytes, trim_ts }),
+            writer: Mutex::new(Writer {
+                clock: ClusterClock::after(last_ts),
+                oplog_bytes,
+                trim_ts,
+            }),
             durability,
             cursors: cursor::CursorRegistry::new(),
             capped: Mutex::new(std::collections::HashMap::new()),
@@ -231,7 +247,13 @@ impl Engine {
     /// advance the cluster time for readers.
     pub fn write_noop(&self, msg: &str) -> Result<Committed> {
         let mut txn = self.begin();
-        txn.log(OplogChange { op: "n", ns: String::new(), ui: None, o: doc! {"msg": msg}, o2: None });
+        txn.log(OplogChange {
+            op: "n",
+            ns: String::new(),
+            ui: None,
+            o: doc! {"msg": msg},
+            o2: None,
+        });
         txn.commit()
     }
 }
@@ -276,13 +298,19 @@ impl<'e> Txn<'e> {
         let ts = self.w.clock.next();
         let entry = change.to_entry(ts, self.wall);
         let mut bytes = Vec::with_capacity(256);
-        entry.to_writer(&mut bytes).expect("serialising a Document into a Vec cannot fail");
+        entry
+            .to_writer(&mut bytes)
+            .expect("serialising a Document into a Vec cannot fail");
         self.put_oplog(&change.ns, ts, &bytes);
         if change.op == "c" {
             let raw = bson::RawDocument::from_bytes(&bytes).expect("just serialised");
             for target in oplog::indexed_namespaces(raw).iter().skip(1) {
                 self.ns_mask |= namespace_bit(target);
-                self.batch.put(Space::OplogByNs, &keys::oplog_ns_key(target, keys::ts_to_u64(ts)), b"c");
+                self.batch.put(
+                    Space::OplogByNs,
+                    &keys::oplog_ns_key(target, keys::ts_to_u64(ts)),
+                    b"c",
+                );
             }
         }
         ts
@@ -291,13 +319,24 @@ impl<'e> Txn<'e> {
     /// Stores a change-stream image (`before` or after) of the document the entry at `ts` changed.
     pub fn put_image(&mut self, ts: bson::Timestamp, kind: keys::ImageKind, doc: &Document) {
         let mut bytes = Vec::new();
-        doc.to_writer(&mut bytes).expect("serialising a Document into a Vec cannot fail");
-        self.batch.put(Space::Images, &keys::image_key(keys::ts_to_u64(ts), kind), &bytes);
+        doc.to_writer(&mut bytes)
+            .expect("serialising a Document into a Vec cannot fail");
+        self.batch.put(
+            Space::Images,
+            &keys::image_key(keys::ts_to_u64(ts), kind),
+            &bytes,
+        );
     }
 
     /// Appends an insert's oplog entry, built directly from the document's raw bytes
     /// (the hot path of bulk inserts: no Document is built or re-encoded).
-    pub fn log_insert(&mut self, ns: &str, ui: bson::Uuid, doc: &bson::RawDocument, id: &bson::RawBsonRef<'_>) -> bson::Timestamp {
+    pub fn log_insert(
+        &mut self,
+        ns: &str,
+        ui: bson::Uuid,
+        doc: &bson::RawDocument,
+        id: &bson::RawBsonRef<'_>,
+    ) -> bson::Timestamp {
         use bson::raw::{RawBinaryRef, RawBsonRef};
         let ts = self.w.clock.next();
         let mut o2 = bson::RawDocumentBuf::new();
@@ -306,7 +345,13 @@ impl<'e> Txn<'e> {
         let mut e = bson::RawDocumentBuf::new();
         e.append("op", "i");
         e.append("ns", ns);
-        e.append_ref("ui", RawBsonRef::Binary(RawBinaryRef { subtype: bson::spec::BinarySubtype::Uuid, bytes: &ui_bytes }));
+        e.append_ref(
+            "ui",
+            RawBsonRef::Binary(RawBinaryRef {
+                subtype: bson::spec::BinarySubtype::Uuid,
+                bytes: &ui_bytes,
+            }),
+        );
         e.append_ref("o", RawBsonRef::Document(doc));
         e.append_ref("o2", RawBsonRef::Document(&o2));
         e.append("ts", ts);
@@ -325,11 +370,13 @@ impl<'e> Txn<'e> {
         let digest = raw.map(oplog::ns_digest).unwrap_or_default();
         if !ns.is_empty() {
             self.ns_mask |= namespace_bit(ns);
-            self.batch.put(Space::OplogByNs, &keys::oplog_ns_key(ns, t), &digest);
+            self.batch
+                .put(Space::OplogByNs, &keys::oplog_ns_key(ns, t), &digest);
         }
         if self.engine.recent.enabled() {
             if let Some(raw) = raw {
-                self.recent.push(changestream::recent::RecentEntry::new(t, raw, digest));
+                self.recent
+                    .push(changestream::recent::RecentEntry::new(t, raw, digest));
             }
         }
         self.last_ts = Some(ts);
@@ -349,7 +396,9 @@ impl<'e> Txn<'e> {
     /// Installs a collection's new metadata (persisted in this batch).
     pub fn put_collection(&mut self, meta: CollMeta) -> Arc<CollMeta> {
         let mut bytes = Vec::new();
-        meta.to_document().to_writer(&mut bytes).expect("serialise catalog entry");
+        meta.to_document()
+            .to_writer(&mut bytes)
+            .expect("serialise catalog entry");
         let key = keys::catalog_key(&meta.ns.full());
         self.batch.put(Space::Catalog, &key, &bytes);
         let arc = Arc::new(meta);
@@ -359,13 +408,17 @@ impl<'e> Txn<'e> {
     }
 
     pub fn remove_collection(&mut self, ns: &Namespace) {
-        self.batch.delete(Space::Catalog, &keys::catalog_key(&ns.full()));
+        self.batch
+            .delete(Space::Catalog, &keys::catalog_key(&ns.full()));
         self.catalog_mut().colls.remove(&ns.full());
     }
 
     fn persist_counters(&mut self) {
         let mut bytes = Vec::new();
-        self.catalog().counters_document().to_writer(&mut bytes).expect("serialise counters");
+        self.catalog()
+            .counters_document()
+            .to_writer(&mut bytes)
+            .expect("serialise counters");
         self.batch.put(Space::Meta, keys::META_COUNTERS, &bytes);
     }
 
@@ -376,7 +429,10 @@ impl<'e> Txn<'e> {
     /// Commits atomically; returns the durability sequence number.
     pub fn commit(mut self) -> Result<Committed> {
         if self.batch.is_empty() {
-            return Ok(Committed { seq: self.engine.durability.last_committed(), last_ts: None });
+            return Ok(Committed {
+                seq: self.engine.durability.last_committed(),
+                last_ts: None,
+            });
         }
         let touched_capped = std::mem::take(&mut self.touched_capped);
         if self.oplog_added > 0 {
@@ -409,7 +465,11 @@ impl<'e> Txn<'e> {
             *engine.catalog.write() = Arc::new(c);
         }
         if let Some(ts) = last_ts {
-            engine.commits.send_replace(CommitNotice { seq, last_ts: keys::ts_to_u64(ts), ns_mask: self.ns_mask });
+            engine.commits.send_replace(CommitNotice {
+                seq,
+                last_ts: keys::ts_to_u64(ts),
+                ns_mask: self.ns_mask,
+            });
         }
         if self.w.oplog_bytes > engine.opts.oplog_size_bytes {
             if let Err(e) = trim_oplog(engine, &mut self.w) {
@@ -432,8 +492,12 @@ fn trim_oplog(engine: &Engine, w: &mut Writer) -> Result<()> {
     let target = cap - slack;
     let mut to_free = w.oplog_bytes.saturating_sub(target);
     let mut namespaces = std::collections::BTreeSet::new();
-    let coll_ids: std::collections::HashMap<bson::Uuid, u32> =
-        engine.catalog().colls.values().map(|c| (c.uuid, c.id)).collect();
+    let coll_ids: std::collections::HashMap<bson::Uuid, u32> = engine
+        .catalog()
+        .colls
+        .values()
+        .map(|c| (c.uuid, c.id))
+        .collect();
     let mut batch = engine.store.batch();
     let mut new_trim = w.trim_ts;
     let newest = keys::ts_to_u64(w.clock.last());
@@ -460,13 +524,27 @@ fn trim_oplog(engine: &Engine, w: &mut Writer) -> Result<()> {
     if new_trim <= w.trim_ts {
         return Ok(());
     }
-    batch.delete_range(Space::Oplog, &keys::oplog_key(w.trim_ts), &keys::oplog_key(new_trim));
+    batch.delete_range(
+        Space::Oplog,
+        &keys::oplog_key(w.trim_ts),
+        &keys::oplog_key(new_trim),
+    );
     for ns in &namespaces {
-        batch.delete_range(Space::OplogByNs, &keys::oplog_ns_key(ns, 0), &keys::oplog_ns_key(ns, new_trim));
+        batch.delete_range(
+            Space::OplogByNs,
+            &keys::oplog_ns_key(ns, 0),
+            &keys::oplog_ns_key(ns, new_trim),
+        );
     }
-    batch.delete_range(Space::Images, &keys::image_key(0, keys::ImageKind::Before), &keys::image_key(new_trim, keys::ImageKind::Before));
+    batch.delete_range(
+        Space::Images,
+        &keys::image_key(0, keys::ImageKind::Before),
+        &keys::image_key(new_trim, keys::ImageKind::Before),
+    );
     w.trim_ts = new_trim;
-    engine.trim_ts.store(new_trim, std::sync::atomic::Ordering::Release);
+    engine
+        .trim_ts
+        .store(new_trim, std::sync::atomic::Ordering::Release);
     w.oplog_bytes = w.oplog_bytes.saturating_sub(freed);
     let state = doc! {"trim": w.trim_ts as i64, "bytes": w.oplog_bytes as i64};
     let mut bytes = Vec::new();
@@ -486,7 +564,9 @@ fn materialize_insert(
     entry: &bson::RawDocument,
     ts: u64,
 ) -> Result<()> {
-    let Ok(bson::RawBsonRef::Binary(ui)) = entry.get("ui").map(|v| v.unwrap_or(bson::RawBsonRef::Null)) else {
+    let Ok(bson::RawBsonRef::Binary(ui)) =
+        entry.get("ui").map(|v| v.unwrap_or(bson::RawBsonRef::Null))
+    else {
         return Ok(());
     };
     let Ok(uuid) = <[u8; 16]>::try_from(ui.bytes).map(bson::Uuid::from_bytes) else {
@@ -495,8 +575,14 @@ fn materialize_insert(
     let Some(&coll_id) = coll_ids.get(&uuid) else {
         return Ok(());
     };
-    let doc = entry.get_document("o").map_err(|e| Error::internal(format!("corrupt insert oplog entry: {e}")))?;
-    let id = doc.get("_id").ok().flatten().ok_or_else(|| Error::internal("insert oplog entry without _id"))?;
+    let doc = entry
+        .get_document("o")
+        .map_err(|e| Error::internal(format!("corrupt insert oplog entry: {e}")))?;
+    let id = doc
+        .get("_id")
+        .ok()
+        .flatten()
+        .ok_or_else(|| Error::internal("insert oplog entry without _id"))?;
     let id = bson::Bson::try_from(id.to_raw_bson()).map_err(|e| Error::internal(e.to_string()))?;
     let key = keys::doc_key(coll_id, &keys::id_key(&id));
     if let Some(v) = engine.store.get(Space::Docs, &key).map_err(storage_err)? {
@@ -509,7 +595,11 @@ fn materialize_insert(
 
 /// Rewrites every pointer value of a collection with its document (before the
 /// collection changes UUID, which trimming uses to find it).
-pub(crate) fn materialize_collection(engine: &Engine, batch: &mut Batch<'_>, coll_id: u32) -> Result<()> {
+pub(crate) fn materialize_collection(
+    engine: &Engine,
+    batch: &mut Batch<'_>,
+    coll_id: u32,
+) -> Result<()> {
     let prefix = keys::coll_prefix(coll_id);
     for item in engine.store.scan_prefix(Space::Docs, &prefix, false) {
         let (k, v) = item.map_err(storage_err)?;
@@ -524,12 +614,17 @@ fn load_catalog(store: &Store) -> Result<Catalog> {
     let mut catalog = Catalog::default();
     for item in store.scan_prefix(Space::Catalog, b"coll:", false) {
         let (_, v) = item.map_err(storage_err)?;
-        let d = Document::from_reader(&mut &v[..]).map_err(|e| Error::internal(format!("corrupt catalog: {e}")))?;
+        let d = Document::from_reader(&mut &v[..])
+            .map_err(|e| Error::internal(format!("corrupt catalog: {e}")))?;
         let meta = CollMeta::from_document(&d)?;
         catalog.colls.insert(meta.ns.full(), Arc::new(meta));
     }
-    if let Some(v) = store.get(Space::Meta, keys::META_COUNTERS).map_err(storage_err)? {
-        let d = Document::from_reader(&mut v.as_slice()).map_err(|e| Error::internal(e.to_string()))?;
+    if let Some(v) = store
+        .get(Space::Meta, keys::META_COUNTERS)
+        .map_err(storage_err)?
+    {
+        let d =
+            Document::from_reader(&mut v.as_slice()).map_err(|e| Error::internal(e.to_string()))?;
         catalog.next_coll_id = d.get_i64("nextCollId").unwrap_or(0) as u32;
         catalog.next_index_id = d.get_i64("nextIndexId").unwrap_or(0) as u32;
     }

@@ -15,7 +15,10 @@ pub struct Namespace {
 
 impl Namespace {
     pub fn new(db: &str, coll: &str) -> Namespace {
-        Namespace { db: db.to_string(), coll: coll.to_string() }
+        Namespace {
+            db: db.to_string(),
+            coll: coll.to_string(),
+        }
     }
 
     /// `db.coll` as stored in the catalog and the oplog.
@@ -27,7 +30,10 @@ impl Namespace {
     pub fn parse(full: &str) -> Result<Namespace> {
         match full.split_once('.') {
             Some((db, coll)) if !db.is_empty() && !coll.is_empty() => Ok(Namespace::new(db, coll)),
-            _ => Err(Error::new(codes::INVALID_NAMESPACE, format!("Invalid namespace specified '{full}'"))),
+            _ => Err(Error::new(
+                codes::INVALID_NAMESPACE,
+                format!("Invalid namespace specified '{full}'"),
+            )),
         }
     }
 
@@ -43,14 +49,29 @@ impl Namespace {
         if self.full().len() > MAX_NAMESPACE_LEN {
             return Err(Error::new(
                 codes::INVALID_NAMESPACE,
-                format!("Fully qualified namespace is too long. Namespace: {} Max: {}", self.full(), MAX_NAMESPACE_LEN),
+                format!(
+                    "Fully qualified namespace is too long. Namespace: {} Max: {}",
+                    self.full(),
+                    MAX_NAMESPACE_LEN
+                ),
             ));
         }
         if self.db == "local" && self.coll == "oplog.rs" {
-            return Err(Error::new(codes::INVALID_NAMESPACE, "cannot write to 'local.oplog.rs'"));
+            return Err(Error::new(
+                codes::INVALID_NAMESPACE,
+                "cannot write to 'local.oplog.rs'",
+            ));
         }
-        if self.coll.starts_with("system.") && !matches!(self.coll.as_str(), "system.js" | "system.views" | "system.profile") {
-            return Err(Error::new(codes::INVALID_NAMESPACE, format!("Invalid system namespace: {}", self.full())));
+        if self.coll.starts_with("system.")
+            && !matches!(
+                self.coll.as_str(),
+                "system.js" | "system.views" | "system.profile"
+            )
+        {
+            return Err(Error::new(
+                codes::INVALID_NAMESPACE,
+                format!("Invalid system namespace: {}", self.full()),
+            ));
         }
         Ok(())
     }
@@ -64,29 +85,53 @@ impl std::fmt::Display for Namespace {
 
 pub fn validate_db_name(db: &str) -> Result<()> {
     if db.is_empty() {
-        return Err(Error::new(codes::INVALID_NAMESPACE, "Invalid empty database name"));
+        return Err(Error::new(
+            codes::INVALID_NAMESPACE,
+            "Invalid empty database name",
+        ));
     }
     if db.len() > MAX_DB_NAME_LEN {
-        return Err(Error::new(codes::INVALID_NAMESPACE, format!("db name is too long: {db}")));
+        return Err(Error::new(
+            codes::INVALID_NAMESPACE,
+            format!("db name is too long: {db}"),
+        ));
     }
-    if let Some(c) = db.chars().find(|c| matches!(c, '/' | '\\' | '.' | ' ' | '"' | '$' | '\0')) {
-        return Err(Error::new(codes::INVALID_NAMESPACE, format!("Invalid database name: '{db}' (contains '{c}')")));
+    if let Some(c) = db
+        .chars()
+        .find(|c| matches!(c, '/' | '\\' | '.' | ' ' | '"' | '$' | '\0'))
+    {
+        return Err(Error::new(
+            codes::INVALID_NAMESPACE,
+            format!("Invalid database name: '{db}' (contains '{c}')"),
+        ));
     }
     Ok(())
 }
 
 pub fn validate_collection_name(coll: &str) -> Result<()> {
     if coll.is_empty() {
-        return Err(Error::new(codes::INVALID_NAMESPACE, "Invalid empty namespace specified"));
+        return Err(Error::new(
+            codes::INVALID_NAMESPACE,
+            "Invalid empty namespace specified",
+        ));
     }
     if coll.contains('\0') {
-        return Err(Error::new(codes::INVALID_NAMESPACE, "namespaces cannot have embedded null characters"));
+        return Err(Error::new(
+            codes::INVALID_NAMESPACE,
+            "namespaces cannot have embedded null characters",
+        ));
     }
     if coll.contains('$') {
-        return Err(Error::new(codes::INVALID_NAMESPACE, format!("Invalid collection name: {coll}")));
+        return Err(Error::new(
+            codes::INVALID_NAMESPACE,
+            format!("Invalid collection name: {coll}"),
+        ));
     }
     if coll.starts_with('.') || coll.ends_with('.') {
-        return Err(Error::new(codes::INVALID_NAMESPACE, format!("Invalid collection name: {coll}")));
+        return Err(Error::new(
+            codes::INVALID_NAMESPACE,
+            format!("Invalid collection name: {coll}"),
+        ));
     }
     Ok(())
 }
@@ -102,7 +147,9 @@ mod tests {
         assert!(Namespace::parse("nodot").is_err());
         assert!(Namespace::new("te$t", "c").validate_for_write().is_err());
         assert!(Namespace::new("test", "a$b").validate_for_write().is_err());
-        assert!(Namespace::new("local", "oplog.rs").validate_for_write().is_err());
+        assert!(Namespace::new("local", "oplog.rs")
+            .validate_for_write()
+            .is_err());
         assert!(Namespace::new("test", "ok").validate_for_write().is_ok());
     }
 }

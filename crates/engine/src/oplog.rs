@@ -39,21 +39,45 @@ impl OplogChange {
     }
 
     pub fn insert(ns: String, ui: bson::Uuid, document: Document, id: Bson) -> OplogChange {
-        OplogChange { op: "i", ns, ui: Some(ui), o: document, o2: Some(doc! {"_id": id}) }
+        OplogChange {
+            op: "i",
+            ns,
+            ui: Some(ui),
+            o: document,
+            o2: Some(doc! {"_id": id}),
+        }
     }
 
     pub fn delete(ns: String, ui: bson::Uuid, id: Bson) -> OplogChange {
-        OplogChange { op: "d", ns, ui: Some(ui), o: doc! {"_id": id}, o2: None }
+        OplogChange {
+            op: "d",
+            ns,
+            ui: Some(ui),
+            o: doc! {"_id": id},
+            o2: None,
+        }
     }
 
     /// An update as a `$v: 2` diff, or a whole replacement document.
     pub fn update(ns: String, ui: bson::Uuid, id: Bson, o: Document) -> OplogChange {
-        OplogChange { op: "u", ns, ui: Some(ui), o, o2: Some(doc! {"_id": id}) }
+        OplogChange {
+            op: "u",
+            ns,
+            ui: Some(ui),
+            o,
+            o2: Some(doc! {"_id": id}),
+        }
     }
 
     /// A DDL command entry on `<db>.$cmd`.
     pub fn command(db: &str, ui: Option<bson::Uuid>, o: Document) -> OplogChange {
-        OplogChange { op: "c", ns: format!("{db}.$cmd"), ui, o, o2: None }
+        OplogChange {
+            op: "c",
+            ns: format!("{db}.$cmd"),
+            ui,
+            o,
+            o2: None,
+        }
     }
 }
 
@@ -108,7 +132,12 @@ pub fn ns_digest(entry: &bson::RawDocument) -> Vec<u8> {
     let op = entry.get_str("op").unwrap_or("");
     let o = entry.get_document("o").ok();
     let kind = match op {
-        "u" if o.map(|o| o.get("$v").ok().flatten().is_none()).unwrap_or(false) => b'r',
+        "u" if o
+            .map(|o| o.get("$v").ok().flatten().is_none())
+            .unwrap_or(false) =>
+        {
+            b'r'
+        }
         "i" | "u" | "d" | "c" | "n" => op.as_bytes()[0],
         _ => return Vec::new(),
     };
@@ -132,7 +161,11 @@ pub fn ns_digest(entry: &bson::RawDocument) -> Vec<u8> {
 pub fn update_diff(post: &Document, updated: &Document, removed: &[String]) -> Document {
     let mut root = Node::default();
     for (path, value) in updated {
-        root.set(post, &path.split('.').collect::<Vec<_>>(), Some(value.clone()));
+        root.set(
+            post,
+            &path.split('.').collect::<Vec<_>>(),
+            Some(value.clone()),
+        );
     }
     for path in removed {
         root.set(post, &path.split('.').collect::<Vec<_>>(), None);
@@ -223,7 +256,9 @@ fn array_diff(old: &[Bson], new: &[Bson]) -> Option<Document> {
         match old.get(i) {
             Some(ov) if ov == nv => {}
             Some(Bson::Document(od)) if matches!(nv, Bson::Document(_)) => {
-                let Bson::Document(nd) = nv else { unreachable!() };
+                let Bson::Document(nd) = nv else {
+                    unreachable!()
+                };
                 match doc_diff(od, nd) {
                     Some(sub) => d.insert(format!("s{i}"), sub),
                     None => d.insert(format!("u{i}"), nv.clone()),
@@ -328,7 +363,13 @@ mod tests {
     #[test]
     fn entry_has_mongod_field_order() {
         let c = OplogChange::delete("db.c".into(), bson::Uuid::new(), Bson::Int32(1));
-        let e = c.to_entry(bson::Timestamp { time: 1, increment: 2 }, bson::DateTime::from_millis(5));
+        let e = c.to_entry(
+            bson::Timestamp {
+                time: 1,
+                increment: 2,
+            },
+            bson::DateTime::from_millis(5),
+        );
         let keys: Vec<&str> = e.keys().map(|k| k.as_str()).collect();
         assert_eq!(keys, vec!["op", "ns", "ui", "o", "ts", "t", "v", "wall"]);
     }

@@ -24,7 +24,11 @@ pub enum Access {
     /// Every document of the collection in `_id` order.
     CollScan { reverse: bool },
     /// Ranges `[lower, upper)` of one index, in order.
-    IndexScan { index: Arc<IndexMeta>, ranges: Vec<(Vec<u8>, Vec<u8>)>, reverse: bool },
+    IndexScan {
+        index: Arc<IndexMeta>,
+        ranges: Vec<(Vec<u8>, Vec<u8>)>,
+        reverse: bool,
+    },
     /// The oplog from a cluster time on (`local.oplog.rs`).
     OplogScan { from: u64, reverse: bool },
     /// A capped collection in insertion order (its `Natural` entries).
@@ -46,7 +50,11 @@ impl Plan {
             Access::CollScan { reverse } => {
                 bson::doc! {"stage": "COLLSCAN", "direction": if *reverse { "backward" } else { "forward" }}
             }
-            Access::IndexScan { index, ranges, reverse } => bson::doc! {
+            Access::IndexScan {
+                index,
+                ranges,
+                reverse,
+            } => bson::doc! {
                 "stage": "FETCH",
                 "inputStage": {
                     "stage": "IXSCAN",
@@ -66,11 +74,18 @@ impl Plan {
 
 /// Chooses the access path for a query on a collection. A capped collection's
 /// collection scans follow insertion order, as mongod's do.
-pub fn plan(meta: &CollMeta, matcher: &Matcher, sort: Option<&SortSpec>, hint: Option<&Bson>) -> Result<Plan> {
+pub fn plan(
+    meta: &CollMeta,
+    matcher: &Matcher,
+    sort: Option<&SortSpec>,
+    hint: Option<&Bson>,
+) -> Result<Plan> {
     let mut p = plan_access(meta, matcher, sort, hint)?;
     if meta.is_capped() {
         if let Access::CollScan { reverse } = p.access {
-            let by_id = sort.map(|s| s.fields.len() == 1 && s.fields[0].0 == "_id").unwrap_or(false);
+            let by_id = sort
+                .map(|s| s.fields.len() == 1 && s.fields[0].0 == "_id")
+                .unwrap_or(false);
             if !by_id {
                 p.access = Access::NaturalScan { reverse };
             }
@@ -79,18 +94,32 @@ pub fn plan(meta: &CollMeta, matcher: &Matcher, sort: Option<&SortSpec>, hint: O
     Ok(p)
 }
 
-fn plan_access(meta: &CollMeta, matcher: &Matcher, sort: Option<&SortSpec>, hint: Option<&Bson>) -> Result<Plan> {
+fn plan_access(
+    meta: &CollMeta,
+    matcher: &Matcher,
+    sort: Option<&SortSpec>,
+    hint: Option<&Bson>,
+) -> Result<Plan> {
     let sort_fields: &[(String, bool)] = sort.map(|s| s.fields.as_slice()).unwrap_or(&[]);
     let natural = sort_fields.len() == 1 && sort_fields[0].0 == "$natural";
     if let Some(h) = hint {
         return plan_with_hint(meta, matcher, sort_fields, h);
     }
     if natural {
-        return Ok(Plan { access: Access::CollScan { reverse: sort_fields[0].1 }, sorted: true });
+        return Ok(Plan {
+            access: Access::CollScan {
+                reverse: sort_fields[0].1,
+            },
+            sorted: true,
+        });
     }
     if let Some(ids) = id_points(matcher) {
-        let sorted = sort_fields.is_empty() || (sort_fields.len() == 1 && sort_fields[0] == ("_id".to_string(), false));
-        return Ok(Plan { access: Access::IdPoints(ids), sorted });
+        let sorted = sort_fields.is_empty()
+            || (sort_fields.len() == 1 && sort_fields[0] == ("_id".to_string(), false));
+        return Ok(Plan {
+            access: Access::IdPoints(ids),
+            sorted,
+        });
     }
     // Prefer an index whose leading field the filter constrains, equality over ranges.
     let preds = matcher.index_predicates();
@@ -104,9 +133,20 @@ fn plan_access(meta: &CollMeta, matcher: &Matcher, sort: Option<&SortSpec>, hint
         if let Some((_, b)) = preds.iter().find(|(p, _)| p == lead) {
             if let Some((rank, ranges)) = bounds_to_ranges(index.id, b, *desc) {
                 let reverse = sort_matches_index(sort_fields, index) == Some(true);
-                let sorted = sort_fields.is_empty() || sort_matches_index(sort_fields, index).is_some();
+                let sorted =
+                    sort_fields.is_empty() || sort_matches_index(sort_fields, index).is_some();
                 if best.as_ref().map(|(r, _)| rank < *r).unwrap_or(true) {
-                    best = Some((rank, Plan { access: Access::IndexScan { index: index.clone(), ranges, reverse }, sorted }));
+                    best = Some((
+                        rank,
+                        Plan {
+                            access: Access::IndexScan {
+                                index: index.clone(),
+                                ranges,
+                                reverse,
+                            },
+                            sorted,
+                        },
+                    ));
                 }
             }
         }
@@ -116,27 +156,50 @@ fn plan_access(meta: &CollMeta, matcher: &Matcher, sort: Option<&SortSpec>, hint
     }
     if !sort_fields.is_empty() {
         if sort_fields.len() == 1 && sort_fields[0].0 == "_id" {
-            return Ok(Plan { access: Access::CollScan { reverse: sort_fields[0].1 }, sorted: true });
+            return Ok(Plan {
+                access: Access::CollScan {
+                    reverse: sort_fields[0].1,
+                },
+                sorted: true,
+            });
         }
         for index in &meta.indexes {
             if index.partial_filter.is_some() || index.sparse {
                 continue;
             }
             if let Some(reverse) = sort_matches_index(sort_fields, index) {
-                return Ok(Plan { access: Access::IndexScan { index: index.clone(), ranges: vec![full_range(index.id)], reverse }, sorted: true });
+                return Ok(Plan {
+                    access: Access::IndexScan {
+                        index: index.clone(),
+                        ranges: vec![full_range(index.id)],
+                        reverse,
+                    },
+                    sorted: true,
+                });
             }
         }
     }
-    Ok(Plan { access: Access::CollScan { reverse: false }, sorted: sort_fields.is_empty() })
+    Ok(Plan {
+        access: Access::CollScan { reverse: false },
+        sorted: sort_fields.is_empty(),
+    })
 }
 
-fn plan_with_hint(meta: &CollMeta, matcher: &Matcher, sort_fields: &[(String, bool)], hint: &Bson) -> Result<Plan> {
+fn plan_with_hint(
+    meta: &CollMeta,
+    matcher: &Matcher,
+    sort_fields: &[(String, bool)],
+    hint: &Bson,
+) -> Result<Plan> {
     let index = match hint {
         Bson::String(name) if name == "_id_" => None,
         Bson::String(name) => Some(meta.index_by_name(name).cloned().ok_or_else(bad_hint)?),
         Bson::Document(d) if d.contains_key("$natural") => {
             let reverse = matches!(d.get("$natural"), Some(v) if tailstream_query::compare::as_f64(v).unwrap_or(1.0) < 0.0);
-            return Ok(Plan { access: Access::CollScan { reverse }, sorted: sort_fields.is_empty() });
+            return Ok(Plan {
+                access: Access::CollScan { reverse },
+                sorted: sort_fields.is_empty(),
+            });
         }
         Bson::Document(d) if d == &bson::doc! {"_id": 1} || d == &bson::doc! {"_id": -1} => None,
         Bson::Document(d) => Some(
@@ -151,11 +214,18 @@ fn plan_with_hint(meta: &CollMeta, matcher: &Matcher, sort_fields: &[(String, bo
     match index {
         None => {
             if let Some(ids) = id_points(matcher) {
-                return Ok(Plan { access: Access::IdPoints(ids), sorted: sort_fields.is_empty() });
+                return Ok(Plan {
+                    access: Access::IdPoints(ids),
+                    sorted: sort_fields.is_empty(),
+                });
             }
             let reverse = sort_fields.len() == 1 && sort_fields[0].0 == "_id" && sort_fields[0].1;
-            let sorted = sort_fields.is_empty() || (sort_fields.len() == 1 && sort_fields[0].0 == "_id");
-            Ok(Plan { access: Access::CollScan { reverse }, sorted })
+            let sorted =
+                sort_fields.is_empty() || (sort_fields.len() == 1 && sort_fields[0].0 == "_id");
+            Ok(Plan {
+                access: Access::CollScan { reverse },
+                sorted,
+            })
         }
         Some(index) => {
             let preds = matcher.index_predicates();
@@ -168,7 +238,11 @@ fn plan_with_hint(meta: &CollMeta, matcher: &Matcher, sort_fields: &[(String, bo
                 .unwrap_or_else(|| vec![full_range(index.id)]);
             let m = sort_matches_index(sort_fields, &index);
             Ok(Plan {
-                access: Access::IndexScan { index: index.clone(), ranges, reverse: m == Some(true) },
+                access: Access::IndexScan {
+                    index: index.clone(),
+                    ranges,
+                    reverse: m == Some(true),
+                },
                 sorted: sort_fields.is_empty() || m.is_some(),
             })
         }
@@ -184,8 +258,14 @@ fn sort_matches_index(sort_fields: &[(String, bool)], index: &IndexMeta) -> Opti
     if sort_fields.is_empty() || sort_fields.len() > index.pattern.fields.len() {
         return None;
     }
-    let fwd = sort_fields.iter().zip(&index.pattern.fields).all(|(s, i)| s.0 == i.0 && s.1 == i.1);
-    let bwd = sort_fields.iter().zip(&index.pattern.fields).all(|(s, i)| s.0 == i.0 && s.1 != i.1);
+    let fwd = sort_fields
+        .iter()
+        .zip(&index.pattern.fields)
+        .all(|(s, i)| s.0 == i.0 && s.1 == i.1);
+    let bwd = sort_fields
+        .iter()
+        .zip(&index.pattern.fields)
+        .all(|(s, i)| s.0 == i.0 && s.1 != i.1);
     if fwd {
         Some(false)
     } else if bwd {
@@ -197,7 +277,10 @@ fn sort_matches_index(sort_fields: &[(String, bool)], index: &IndexMeta) -> Opti
 
 fn full_range(index_id: u32) -> (Vec<u8>, Vec<u8>) {
     let p = keys::index_prefix(index_id);
-    (p.to_vec(), prefix_successor(&p).unwrap_or_else(|| vec![0xFF; 5]))
+    (
+        p.to_vec(),
+        prefix_successor(&p).unwrap_or_else(|| vec![0xFF; 5]),
+    )
 }
 
 /// The `_id`s pinned by the filter (`{_id: v}` or `{_id: {$in: [...]}}`), encoded and sorted.
@@ -222,7 +305,10 @@ fn id_points(matcher: &Matcher) -> Option<Vec<Vec<u8>>> {
 /// Equality values an index lookup answers exactly: not arrays (they match elements too),
 /// not regexes (they match by pattern), not null (it also matches missing fields).
 fn usable_point(v: &Bson) -> bool {
-    !matches!(v, Bson::Array(_) | Bson::RegularExpression(_) | Bson::Null | Bson::Undefined)
+    !matches!(
+        v,
+        Bson::Array(_) | Bson::RegularExpression(_) | Bson::Null | Bson::Undefined
+    )
 }
 
 /// Index key ranges for predicates on the index's leading field, with a rank
@@ -257,8 +343,14 @@ fn bounds_to_ranges(
         return Some((1, ranges));
     }
     // A range: bounds of the same type bracket as the operand (type bracketing).
-    let lower = b.gt.as_ref().map(|v| (v, false)).or(b.gte.as_ref().map(|v| (v, true)));
-    let upper = b.lt.as_ref().map(|v| (v, false)).or(b.lte.as_ref().map(|v| (v, true)));
+    let lower =
+        b.gt.as_ref()
+            .map(|v| (v, false))
+            .or(b.gte.as_ref().map(|v| (v, true)));
+    let upper =
+        b.lt.as_ref()
+            .map(|v| (v, false))
+            .or(b.lte.as_ref().map(|v| (v, true)));
     if lower.is_none() && upper.is_none() {
         return None;
     }
@@ -320,9 +412,27 @@ fn type_bracket(v: &Bson) -> (Bson, Bson) {
     match canonical_type(v) {
         10 => (Bson::Double(f64::NAN), Bson::String(String::new())),
         15 => (Bson::String(String::new()), Bson::Document(Document::new())),
-        35 => (Bson::ObjectId(bson::oid::ObjectId::from_bytes([0; 12])), Bson::Boolean(false)),
-        45 => (Bson::DateTime(bson::DateTime::from_millis(i64::MIN)), Bson::Timestamp(bson::Timestamp { time: 0, increment: 0 })),
-        _ => (Bson::Timestamp(bson::Timestamp { time: 0, increment: 0 }), Bson::RegularExpression(bson::Regex { pattern: String::new(), options: String::new() })),
+        35 => (
+            Bson::ObjectId(bson::oid::ObjectId::from_bytes([0; 12])),
+            Bson::Boolean(false),
+        ),
+        45 => (
+            Bson::DateTime(bson::DateTime::from_millis(i64::MIN)),
+            Bson::Timestamp(bson::Timestamp {
+                time: 0,
+                increment: 0,
+            }),
+        ),
+        _ => (
+            Bson::Timestamp(bson::Timestamp {
+                time: 0,
+                increment: 0,
+            }),
+            Bson::RegularExpression(bson::Regex {
+                pattern: String::new(),
+                options: String::new(),
+            }),
+        ),
     }
 }
 
@@ -345,7 +455,15 @@ const MAX_KEYS_PER_STEP: usize = 10_000;
 
 impl Scan {
     pub fn new(access: Access) -> Scan {
-        Scan { access, range_idx: 0, position: None, seen: HashSet::new(), done: false, keys_examined: 0, docs_examined: 0 }
+        Scan {
+            access,
+            range_idx: 0,
+            position: None,
+            seen: HashSet::new(),
+            done: false,
+            keys_examined: 0,
+            docs_examined: 0,
+        }
     }
 
     /// Appends matching documents (with their record keys) to `out` until `want` are
@@ -382,18 +500,31 @@ impl Scan {
                     let reverse = *reverse;
                     let prefix = keys::coll_prefix(coll_id);
                     let upper = prefix_successor(&prefix).expect("collection prefix");
-                    self.scan_range(store, Space::Docs, (&prefix, &upper, reverse), matcher, (want, start_len), &mut steps, out, |k, v| {
-                        Ok(Some((k[4..].to_vec(), load_stored(store, k, v)?)))
-                    })?;
+                    self.scan_range(
+                        store,
+                        Space::Docs,
+                        (&prefix, &upper, reverse),
+                        matcher,
+                        (want, start_len),
+                        &mut steps,
+                        out,
+                        |k, v| Ok(Some((k[4..].to_vec(), load_stored(store, k, v)?))),
+                    )?;
                 }
-                Access::IndexScan { ranges, reverse, .. } => {
+                Access::IndexScan {
+                    ranges, reverse, ..
+                } => {
                     let reverse = *reverse;
                     let n = ranges.len();
                     if self.range_idx >= n {
                         self.done = true;
                         break;
                     }
-                    let ri = if reverse { n - 1 - self.range_idx } else { self.range_idx };
+                    let ri = if reverse {
+                        n - 1 - self.range_idx
+                    } else {
+                        self.range_idx
+                    };
                     let (lo0, hi0) = ranges[ri].clone();
                     let (lo, hi) = resume_bounds(&lo0, &hi0, self.position.as_deref(), reverse);
                     let mut last = None;
@@ -428,18 +559,34 @@ impl Scan {
                     self.check_position(store, Space::Natural)?;
                     let prefix = coll_id.to_be_bytes();
                     let upper = prefix_successor(&prefix).expect("collection prefix");
-                    self.scan_range(store, Space::Natural, (&prefix, &upper, reverse), matcher, (want, start_len), &mut steps, out, |_, id_ks| {
-                        // A dangling entry (its document deleted) is skipped.
-                        Ok(fetch(store, coll_id, id_ks)?.map(|doc| (id_ks.to_vec(), doc)))
-                    })?;
+                    self.scan_range(
+                        store,
+                        Space::Natural,
+                        (&prefix, &upper, reverse),
+                        matcher,
+                        (want, start_len),
+                        &mut steps,
+                        out,
+                        |_, id_ks| {
+                            // A dangling entry (its document deleted) is skipped.
+                            Ok(fetch(store, coll_id, id_ks)?.map(|doc| (id_ks.to_vec(), doc)))
+                        },
+                    )?;
                 }
                 Access::OplogScan { from, reverse } => {
                     let (from, reverse) = (*from, *reverse);
                     self.check_position(store, Space::Oplog)?;
                     let lower = keys::oplog_key(from);
-                    self.scan_range(store, Space::Oplog, (&lower, &[0xFF; 9], reverse), matcher, (want, start_len), &mut steps, out, |k, v| {
-                        Ok(Some((k.to_vec(), decode(v)?)))
-                    })?;
+                    self.scan_range(
+                        store,
+                        Space::Oplog,
+                        (&lower, &[0xFF; 9], reverse),
+                        matcher,
+                        (want, start_len),
+                        &mut steps,
+                        out,
+                        |k, v| Ok(Some((k.to_vec(), decode(v)?))),
+                    )?;
                 }
             }
         }
@@ -504,7 +651,12 @@ impl Scan {
     }
 
     /// Every matching document (for writes and in-memory sorts).
-    pub fn collect_all(&mut self, store: &Store, coll_id: u32, matcher: &Matcher) -> Result<Vec<(Vec<u8>, Document)>> {
+    pub fn collect_all(
+        &mut self,
+        store: &Store,
+        coll_id: u32,
+        matcher: &Matcher,
+    ) -> Result<Vec<(Vec<u8>, Document)>> {
         let mut out = Vec::new();
         while !self.done {
             self.next_batch(store, coll_id, matcher, usize::MAX, &mut out)?;
@@ -514,7 +666,12 @@ impl Scan {
 }
 
 /// Bounds of the rest of a range after `position` (exclusive).
-fn resume_bounds(lo: &[u8], hi: &[u8], position: Option<&[u8]>, reverse: bool) -> (Vec<u8>, Vec<u8>) {
+fn resume_bounds(
+    lo: &[u8],
+    hi: &[u8],
+    position: Option<&[u8]>,
+    reverse: bool,
+) -> (Vec<u8>, Vec<u8>) {
     match position {
         None => (lo.to_vec(), hi.to_vec()),
         Some(p) if !reverse => {
@@ -542,7 +699,8 @@ pub fn load_stored(store: &Store, key: &[u8], value: &[u8]) -> Result<Document> 
         Ok(StoredDoc::Inline) => decode(value),
         Ok(StoredDoc::InOplog(entry)) => {
             let raw = inserted_document(&entry)?;
-            Document::try_from(raw).map_err(|e| Error::internal(format!("corrupt oplog entry: {e}")))
+            Document::try_from(raw)
+                .map_err(|e| Error::internal(format!("corrupt oplog entry: {e}")))
         }
         Err(e) => match store.get(Space::Docs, key).map_err(storage_err)? {
             Some(v) if keys::parse_doc_pointer(&v).is_none() => decode(&v),
@@ -562,18 +720,30 @@ pub fn stored_bytes(store: &Store, value: &[u8]) -> Result<StoredDoc> {
     let Some(ts) = keys::parse_doc_pointer(value) else {
         return Ok(StoredDoc::Inline);
     };
-    match store.get(Space::Oplog, &keys::oplog_key(ts)).map_err(storage_err)? {
+    match store
+        .get(Space::Oplog, &keys::oplog_key(ts))
+        .map_err(storage_err)?
+    {
         Some(entry) => Ok(StoredDoc::InOplog(entry)),
-        None => Err(Error::internal(format!("document points at oplog entry {ts} which is gone"))),
+        None => Err(Error::internal(format!(
+            "document points at oplog entry {ts} which is gone"
+        ))),
     }
 }
 
 /// The `o` field (the inserted document) of an insert oplog entry.
 pub fn inserted_document(entry: &[u8]) -> Result<&bson::RawDocument> {
-    let raw = bson::RawDocument::from_bytes(entry).map_err(|e| Error::internal(format!("corrupt oplog entry: {e}")))?;
-    raw.get_document("o").map_err(|e| Error::internal(format!("oplog entry without a document: {e}")))
+    let raw = bson::RawDocument::from_bytes(entry)
+        .map_err(|e| Error::internal(format!("corrupt oplog entry: {e}")))?;
+    raw.get_document("o")
+        .map_err(|e| Error::internal(format!("oplog entry without a document: {e}")))
 }
 
 pub fn decode(bytes: &[u8]) -> Result<Document> {
-    Document::from_reader(&mut &bytes[..]).map_err(|e| Error::new(codes::INTERNAL_ERROR, format!("corrupt stored document: {e}")))
+    Document::from_reader(&mut &bytes[..]).map_err(|e| {
+        Error::new(
+            codes::INTERNAL_ERROR,
+            format!("corrupt stored document: {e}"),
+        )
+    })
 }

@@ -40,16 +40,29 @@ impl Engine {
         let mut removed = 0;
         for meta in catalog.colls.values() {
             for index in &meta.indexes {
-                let Some(secs) = index.expire_after_seconds else { continue };
+                let Some(secs) = index.expire_after_seconds else {
+                    continue;
+                };
                 if index.pattern.fields.len() != 1 {
                     continue;
                 }
                 let field = &index.pattern.fields[0].0;
-                let cutoff = bson::DateTime::from_millis(bson::DateTime::now().timestamp_millis() - secs * 1000);
+                let cutoff = bson::DateTime::from_millis(
+                    bson::DateTime::now().timestamp_millis() - secs * 1000,
+                );
                 // A date, or an array holding a date, older than the cutoff.
                 let q = doc! {field.clone(): {"$lt": Bson::DateTime(cutoff)}};
                 let ns = Namespace::new(&meta.ns.db, &meta.ns.coll);
-                match self.delete(&ns, vec![DeleteOp { q, limit: 0, hint: None, let_vars: None }], false) {
+                match self.delete(
+                    &ns,
+                    vec![DeleteOp {
+                        q,
+                        limit: 0,
+                        hint: None,
+                        let_vars: None,
+                    }],
+                    false,
+                ) {
                     Ok(out) => removed += out.n,
                     Err(e) => tracing::warn!(ns = %ns, "TTL deletion failed: {e}"),
                 }

@@ -11,12 +11,12 @@ use bson::{doc, Bson, Document, RawDocumentBuf};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use tailstream_query::error::{codes, Error, Result};
+use tailstream_query::expr::Variables;
 use tailstream_query::index_keys::index_keys;
 use tailstream_query::keystring::KeyStringBuilder;
 use tailstream_query::matcher::Matcher;
 use tailstream_query::path::get_path;
 use tailstream_query::sort::SortSpec;
-use tailstream_query::expr::Variables;
 use tailstream_query::update::{ApplyContext, ConditionMatcher, UpdateKind, UpdateSpec};
 use tailstream_storage::Space;
 
@@ -59,11 +59,17 @@ pub struct DeleteOp {
 }
 
 /// A filter with the `let` variables bound into its `$expr` parts, and the variables.
-pub(crate) fn bind_let(filter: &Document, let_vars: Option<&Document>) -> Result<(Document, Variables)> {
+pub(crate) fn bind_let(
+    filter: &Document,
+    let_vars: Option<&Document>,
+) -> Result<(Document, Variables)> {
     match let_vars {
         Some(l) if !l.is_empty() => {
             let vars = tailstream_query::expr::let_variables(l)?;
-            Ok((tailstream_query::pipeline::substitute_vars(filter, &vars), vars))
+            Ok((
+                tailstream_query::pipeline::substitute_vars(filter, &vars),
+                vars,
+            ))
         }
         _ => Ok((filter.clone(), Variables::default())),
     }
@@ -106,7 +112,11 @@ pub(crate) struct QueryConditions;
 
 impl ConditionMatcher for QueryConditions {
     fn matches_value(&self, condition: &Document, value: &Bson) -> Result<bool> {
-        let operator_form = condition.keys().next().map(|k| k.starts_with('$') && !matches!(k.as_str(), "$and" | "$or" | "$nor" | "$expr")).unwrap_or(false);
+        let operator_form = condition
+            .keys()
+            .next()
+            .map(|k| k.starts_with('$') && !matches!(k.as_str(), "$and" | "$or" | "$nor" | "$expr"))
+            .unwrap_or(false);
         if operator_form || !matches!(value, Bson::Document(_)) {
             if !operator_form && !condition.is_empty() {
                 // A field condition against a non-document element never matches.
@@ -115,14 +125,21 @@ impl ConditionMatcher for QueryConditions {
             let m = Matcher::new(&doc! {"v": condition.clone()})?;
             return Ok(m.matches(&doc! {"v": value.clone()}));
         }
-        let Bson::Document(d) = value else { unreachable!() };
+        let Bson::Document(d) = value else {
+            unreachable!()
+        };
         Ok(Matcher::new(condition)?.matches(d))
     }
 }
 
 impl Engine {
     /// Inserts documents given as `Document`s (converted to raw BSON first).
-    pub fn insert_documents(&self, ns: &Namespace, docs: Vec<Document>, ordered: bool) -> Result<WriteOutcome> {
+    pub fn insert_documents(
+        &self,
+        ns: &Namespace,
+        docs: Vec<Document>,
+        ordered: bool,
+    ) -> Result<WriteOutcome> {
         let raw = docs
             .iter()
             .map(|d| RawDocumentBuf::from_document(d).map_err(|e| Error::bad_value(e.to_string())))
@@ -131,7 +148,12 @@ impl Engine {
     }
 
     /// Inserts documents; an ordered insert stops at the first error.
-    pub fn insert(&self, ns: &Namespace, docs: Vec<RawDocumentBuf>, ordered: bool) -> Result<WriteOutcome> {
+    pub fn insert(
+        &self,
+        ns: &Namespace,
+        docs: Vec<RawDocumentBuf>,
+        ordered: bool,
+    ) -> Result<WriteOutcome> {
         ns.validate_for_write()?;
         let mut out = WriteOutcome::default();
         let mut txn = self.begin();
@@ -155,19 +177,42 @@ impl Engine {
     /// Adds one document to the transaction; returns its `_id`. The document's bytes go
     /// to storage and into the oplog entry as they are; a `Document` is built only when
     /// secondary indexes need key values.
-    fn insert_in(&self, txn: &mut Txn<'_>, meta: &Arc<CollMeta>, raw: RawDocumentBuf, pending: &mut PendingIndex) -> Result<Bson> {
+    fn insert_in(
+        &self,
+        txn: &mut Txn<'_>,
+        meta: &Arc<CollMeta>,
+        raw: RawDocumentBuf,
+        pending: &mut PendingIndex,
+    ) -> Result<Bson> {
         let raw = prepare_new_raw(raw)?;
         check_stored_limits(&raw, true)?;
-        let id_ref = raw.get("_id").ok().flatten().expect("prepared documents have an _id");
-        let id = Bson::try_from(id_ref.to_raw_bson()).map_err(|e| Error::bad_value(e.to_string()))?;
+        let id_ref = raw
+            .get("_id")
+            .ok()
+            .flatten()
+            .expect("prepared documents have an _id");
+        let id =
+            Bson::try_from(id_ref.to_raw_bson()).map_err(|e| Error::bad_value(e.to_string()))?;
         let id_ks = keys::id_key(&id);
         let dkey = keys::doc_key(meta.id, &id_ks);
-        if pending.ids.contains(&id_ks) || self.store.get(Space::Docs, &dkey).map_err(storage_err)?.is_some() {
-            return Err(duplicate_key_error(meta, "_id_", &doc! {"_id": 1}, &doc! {"_id": id.clone()}));
+        if pending.ids.contains(&id_ks)
+            || self
+                .store
+                .get(Space::Docs, &dkey)
+                .map_err(storage_err)?
+                .is_some()
+        {
+            return Err(duplicate_key_error(
+                meta,
+                "_id_",
+                &doc! {"_id": 1},
+                &doc! {"_id": id.clone()},
+            ));
         }
         let mut index_keys = Vec::new();
         if !meta.indexes.is_empty() {
-            let doc = Document::try_from(raw.as_ref()).map_err(|e| Error::bad_value(e.to_string()))?;
+            let doc =
+                Document::try_from(raw.as_ref()).map_err(|e| Error::bad_value(e.to_string()))?;
             let entries = self.index_entries_checked(meta, &doc, &id_ks, pending, &[])?;
             for (index_id, values_ks) in entries {
                 let k = keys::index_entry_key(index_id, &values_ks, &id_ks);
@@ -179,10 +224,18 @@ impl Engine {
         // The document is stored once, in its oplog entry; the collection keeps a pointer
         // until the entry is trimmed (see `trim_oplog`) or the document is rewritten.
         let ts = txn.log_insert(&meta.ns.full(), meta.uuid, &raw, &id_ref);
-        txn.batch().put(Space::Docs, &dkey, &keys::doc_pointer(keys::ts_to_u64(ts)));
+        txn.batch()
+            .put(Space::Docs, &dkey, &keys::doc_pointer(keys::ts_to_u64(ts)));
         if meta.is_capped() {
             txn.touch_capped();
-            self.capped_insert(txn, meta, ts, &id_ks, raw.as_bytes().len() as u64, index_keys)?;
+            self.capped_insert(
+                txn,
+                meta,
+                ts,
+                &id_ks,
+                raw.as_bytes().len() as u64,
+                index_keys,
+            )?;
         }
         pending.ids.insert(id_ks);
         Ok(id)
@@ -207,9 +260,23 @@ impl Engine {
             let (key_sets, _multikey) = index_keys(doc, &index.pattern)?;
             for values in key_sets {
                 let values_ks = encode_key(index, &values);
-                if index.unique && !old.iter().any(|(i, v)| *i == index.id && *v == values_ks) && self.unique_conflict(index, &values_ks, id_ks, pending)? {
-                    let key_value: Document = index.pattern.fields.iter().map(|(f, _)| f.clone()).zip(values.into_iter()).collect();
-                    return Err(duplicate_key_error(meta, &index.name, &index.key, &key_value));
+                if index.unique
+                    && !old.iter().any(|(i, v)| *i == index.id && *v == values_ks)
+                    && self.unique_conflict(index, &values_ks, id_ks, pending)?
+                {
+                    let key_value: Document = index
+                        .pattern
+                        .fields
+                        .iter()
+                        .map(|(f, _)| f.clone())
+                        .zip(values.into_iter())
+                        .collect();
+                    return Err(duplicate_key_error(
+                        meta,
+                        &index.name,
+                        &index.key,
+                        &key_value,
+                    ));
                 }
                 out.push((index.id, values_ks));
             }
@@ -217,7 +284,13 @@ impl Engine {
         Ok(out)
     }
 
-    fn unique_conflict(&self, index: &IndexMeta, values_ks: &[u8], id_ks: &[u8], pending: &PendingIndex) -> Result<bool> {
+    fn unique_conflict(
+        &self,
+        index: &IndexMeta,
+        values_ks: &[u8],
+        id_ks: &[u8],
+        pending: &PendingIndex,
+    ) -> Result<bool> {
         if let Some(other) = pending.added.get(&(index.id, values_ks.to_vec())) {
             if other != id_ks {
                 return Ok(true);
@@ -259,7 +332,12 @@ impl Engine {
     }
 
     /// Runs update operations; each is its own atomic batch, so later operations see earlier ones.
-    pub fn update(&self, ns: &Namespace, ops: Vec<UpdateOp>, ordered: bool) -> Result<WriteOutcome> {
+    pub fn update(
+        &self,
+        ns: &Namespace,
+        ops: Vec<UpdateOp>,
+        ordered: bool,
+    ) -> Result<WriteOutcome> {
         Ok(run_statements(&ops, ordered, |i, op, out| {
             let (n, modified, upserted, committed) = self.update_op(ns, op)?;
             out.n += n;
@@ -271,12 +349,18 @@ impl Engine {
         }))
     }
 
-    fn update_op(&self, ns: &Namespace, op: &UpdateOp) -> Result<(u64, u64, Option<Bson>, Option<Committed>)> {
+    fn update_op(
+        &self,
+        ns: &Namespace,
+        op: &UpdateOp,
+    ) -> Result<(u64, u64, Option<Bson>, Option<Committed>)> {
         let (filter, vars) = bind_let(&op.q, op.let_vars.as_ref())?;
         let matcher = Matcher::new(&filter)?;
         let spec = UpdateSpec::parse(&op.u, op.array_filters.as_deref())?;
         if op.multi && matches!(spec.kind(), UpdateKind::Replacement) {
-            return Err(Error::failed_to_parse("multi update is not supported for replacement-style update"));
+            return Err(Error::failed_to_parse(
+                "multi update is not supported for replacement-style update",
+            ));
         }
         if op.upsert || self.collection(ns).is_some() {
             ns.validate_for_write()?;
@@ -302,7 +386,19 @@ impl Engine {
         let (mut n, mut modified) = (0, 0);
         for (id_ks, old) in targets {
             n += 1;
-            if self.update_in(&mut txn, &meta, &filter, &spec, id_ks, old, &mut pending, &vars)?.is_some() {
+            if self
+                .update_in(
+                    &mut txn,
+                    &meta,
+                    &filter,
+                    &spec,
+                    id_ks,
+                    old,
+                    &mut pending,
+                    &vars,
+                )?
+                .is_some()
+            {
                 modified += 1;
             }
         }
@@ -340,7 +436,11 @@ impl Engine {
                 if !outcome.modified {
                     return Ok(None);
                 }
-                (outcome.updated_fields, outcome.removed_fields, matches!(kind, UpdateKind::Replacement))
+                (
+                    outcome.updated_fields,
+                    outcome.removed_fields,
+                    matches!(kind, UpdateKind::Replacement),
+                )
             }
         };
         if new == old {
@@ -370,10 +470,13 @@ impl Engine {
             pending.removed.remove(&k);
             pending.added.insert(e.clone(), id_ks.clone());
         }
-        txn.batch().put(Space::Docs, &keys::doc_key(meta.id, &id_ks), &bytes);
+        txn.batch()
+            .put(Space::Docs, &keys::doc_key(meta.id, &id_ks), &bytes);
         if meta.is_capped() {
             txn.touch_capped();
-            let old_len = RawDocumentBuf::from_document(&old).map(|r| r.as_bytes().len()).unwrap_or(0);
+            let old_len = RawDocumentBuf::from_document(&old)
+                .map(|r| r.as_bytes().len())
+                .unwrap_or(0);
             self.capped_resized(txn, meta, old_len as u64, bytes.len() as u64)?;
         }
         let o = if replaced {
@@ -393,12 +496,27 @@ impl Engine {
     }
 
     /// Inserts the document an upsert creates from its query and update.
-    fn upsert_in(&self, txn: &mut Txn<'_>, meta: &Arc<CollMeta>, query: &Document, spec: &UpdateSpec, vars: &Variables) -> Result<Bson> {
+    fn upsert_in(
+        &self,
+        txn: &mut Txn<'_>,
+        meta: &Arc<CollMeta>,
+        query: &Document,
+        spec: &UpdateSpec,
+        vars: &Variables,
+    ) -> Result<Bson> {
         let seed = upsert_seed(query)?;
         let doc = match spec.kind() {
             UpdateKind::Replacement => {
                 let mut d = Document::new();
-                spec.apply(&mut d, &ApplyContext { is_insert: true, positional: None, now: bson::DateTime::now(), matcher: &QueryConditions })?;
+                spec.apply(
+                    &mut d,
+                    &ApplyContext {
+                        is_insert: true,
+                        positional: None,
+                        now: bson::DateTime::now(),
+                        matcher: &QueryConditions,
+                    },
+                )?;
                 if !d.contains_key("_id") {
                     if let Some(id) = seed.get("_id") {
                         let mut with_id = doc! {"_id": id.clone()};
@@ -411,7 +529,15 @@ impl Engine {
             UpdateKind::Pipeline => run_pipeline_update(spec, &seed, vars)?,
             UpdateKind::Operators => {
                 let mut d = seed.clone();
-                spec.apply(&mut d, &ApplyContext { is_insert: true, positional: None, now: bson::DateTime::now(), matcher: &QueryConditions })?;
+                spec.apply(
+                    &mut d,
+                    &ApplyContext {
+                        is_insert: true,
+                        positional: None,
+                        now: bson::DateTime::now(),
+                        matcher: &QueryConditions,
+                    },
+                )?;
                 if seed.get("_id").is_some() && d.get("_id") != seed.get("_id") {
                     return Err(Error::new(codes::IMMUTABLE_FIELD, "Performing an update on the path '_id' would modify the immutable field '_id'"));
                 }
@@ -419,12 +545,18 @@ impl Engine {
             }
         };
         let mut pending = PendingIndex::default();
-        let raw = RawDocumentBuf::from_document(&doc).map_err(|e| Error::bad_value(e.to_string()))?;
+        let raw =
+            RawDocumentBuf::from_document(&doc).map_err(|e| Error::bad_value(e.to_string()))?;
         self.insert_in(txn, meta, raw, &mut pending)
     }
 
     /// Runs delete operations; each is its own atomic batch.
-    pub fn delete(&self, ns: &Namespace, ops: Vec<DeleteOp>, ordered: bool) -> Result<WriteOutcome> {
+    pub fn delete(
+        &self,
+        ns: &Namespace,
+        ops: Vec<DeleteOp>,
+        ordered: bool,
+    ) -> Result<WriteOutcome> {
         Ok(run_statements(&ops, ordered, |_, op, out| {
             let (n, committed) = self.delete_op(ns, op)?;
             out.n += n;
@@ -434,7 +566,10 @@ impl Engine {
 
     fn delete_op(&self, ns: &Namespace, op: &DeleteOp) -> Result<(u64, Option<Committed>)> {
         if op.limit != 0 && op.limit != 1 {
-            return Err(Error::failed_to_parse(format!("The limit field in delete objects must be 0 or 1. Got {}", op.limit)));
+            return Err(Error::failed_to_parse(format!(
+                "The limit field in delete objects must be 0 or 1. Got {}",
+                op.limit
+            )));
         }
         let (filter, _) = bind_let(&op.q, op.let_vars.as_ref())?;
         let matcher = Matcher::new(&filter)?;
@@ -455,7 +590,13 @@ impl Engine {
 
     /// The documents a write operation applies to: every match, or the first one.
     /// Collected before any change so the writes cannot disturb the scan.
-    fn targets(&self, meta: &CollMeta, matcher: &Matcher, hint: Option<&Bson>, all: bool) -> Result<Vec<(Vec<u8>, Document)>> {
+    fn targets(
+        &self,
+        meta: &CollMeta,
+        matcher: &Matcher,
+        hint: Option<&Bson>,
+        all: bool,
+    ) -> Result<Vec<(Vec<u8>, Document)>> {
         let plan = read::plan(meta, matcher, None, hint)?;
         let mut scan = Scan::new(plan.access);
         if all {
@@ -468,13 +609,25 @@ impl Engine {
         Ok(first)
     }
 
-    pub(crate) fn delete_in(&self, txn: &mut Txn<'_>, meta: &CollMeta, id_ks: &[u8], doc: &Document) {
+    pub(crate) fn delete_in(
+        &self,
+        txn: &mut Txn<'_>,
+        meta: &CollMeta,
+        id_ks: &[u8],
+        doc: &Document,
+    ) {
         for (index_id, values_ks) in self.index_entries_of(meta, doc) {
-            txn.batch().delete(Space::Index, &keys::index_entry_key(index_id, &values_ks, id_ks));
+            txn.batch().delete(
+                Space::Index,
+                &keys::index_entry_key(index_id, &values_ks, id_ks),
+            );
         }
-        txn.batch().delete(Space::Docs, &keys::doc_key(meta.id, id_ks));
+        txn.batch()
+            .delete(Space::Docs, &keys::doc_key(meta.id, id_ks));
         if meta.is_capped() {
-            let len = RawDocumentBuf::from_document(doc).map(|r| r.as_bytes().len()).unwrap_or(0);
+            let len = RawDocumentBuf::from_document(doc)
+                .map(|r| r.as_bytes().len())
+                .unwrap_or(0);
             // A failed reload of the totals is retried on the next use of the collection.
             let _ = self.capped_deleted(meta, len as u64);
         }
@@ -494,17 +647,30 @@ impl Engine {
             _ => None,
         };
         let projection = match &req.fields {
-            Some(f) if !f.is_empty() => Some(tailstream_query::projection::Projection::new(f, Some(&req.query))?),
+            Some(f) if !f.is_empty() => Some(tailstream_query::projection::Projection::new(
+                f,
+                Some(&req.query),
+            )?),
             _ => None,
         };
         let spec = match (&req.update, req.remove) {
-            (Some(_), true) => return Err(Error::failed_to_parse("Cannot specify both an update and remove=true")),
-            (None, false) => return Err(Error::failed_to_parse("Either an update or remove=true must be specified")),
+            (Some(_), true) => {
+                return Err(Error::failed_to_parse(
+                    "Cannot specify both an update and remove=true",
+                ))
+            }
+            (None, false) => {
+                return Err(Error::failed_to_parse(
+                    "Either an update or remove=true must be specified",
+                ))
+            }
             (Some(u), false) => Some(UpdateSpec::parse(u, req.array_filters.as_deref())?),
             (None, true) => None,
         };
         if req.remove && (req.upsert || req.new) {
-            return Err(Error::failed_to_parse("Cannot specify both upsert=true and remove=true"));
+            return Err(Error::failed_to_parse(
+                "Cannot specify both upsert=true and remove=true",
+            ));
         }
         if req.upsert || spec.is_some() {
             ns.validate_for_write()?;
@@ -526,7 +692,9 @@ impl Engine {
             v.pop()
         } else {
             let mut all = scan.collect_all(&self.store, meta.id, &matcher)?;
-            let s = sort.as_ref().expect("unsorted plans only when a sort is requested");
+            let s = sort
+                .as_ref()
+                .expect("unsorted plans only when a sort is requested");
             all.sort_by(|a, b| s.compare(&a.1, &b.1));
             all.into_iter().next()
         };
@@ -544,7 +712,16 @@ impl Engine {
             }
             (Some((id_ks, old)), Some(spec)) => {
                 let mut pending = PendingIndex::default();
-                let new = self.update_in(&mut txn, &meta, &filter, &spec, id_ks, old.clone(), &mut pending, &vars)?;
+                let new = self.update_in(
+                    &mut txn,
+                    &meta,
+                    &filter,
+                    &spec,
+                    id_ks,
+                    old.clone(),
+                    &mut pending,
+                    &vars,
+                )?;
                 out.n = 1;
                 out.updated_existing = true;
                 out.value = Some(project(if req.new { new.unwrap_or(old) } else { old })?);
@@ -628,12 +805,24 @@ pub fn prepare_new_document(doc: Document) -> Result<Document> {
         Some(_) => doc,
     };
     match doc.get("_id") {
-        Some(Bson::Array(_)) => Err(Error::new(codes::INVALID_ID_FIELD, "The '_id' value cannot be of type array")),
-        Some(Bson::RegularExpression(_)) => Err(Error::new(codes::INVALID_ID_FIELD, "can't use a regex for _id")),
-        Some(Bson::Undefined) => Err(Error::new(codes::INVALID_ID_FIELD, "can't use a undefined for _id")),
+        Some(Bson::Array(_)) => Err(Error::new(
+            codes::INVALID_ID_FIELD,
+            "The '_id' value cannot be of type array",
+        )),
+        Some(Bson::RegularExpression(_)) => Err(Error::new(
+            codes::INVALID_ID_FIELD,
+            "can't use a regex for _id",
+        )),
+        Some(Bson::Undefined) => Err(Error::new(
+            codes::INVALID_ID_FIELD,
+            "can't use a undefined for _id",
+        )),
         Some(Bson::Document(d)) if d.keys().any(|k| k.starts_with('$')) => Err(Error::new(
             codes::DOLLAR_PREFIXED_FIELD_NAME,
-            format!("_id fields may not contain '$'-prefixed fields: {} is not valid for storage.", d.keys().find(|k| k.starts_with('$')).unwrap()),
+            format!(
+                "_id fields may not contain '$'-prefixed fields: {} is not valid for storage.",
+                d.keys().find(|k| k.starts_with('$')).unwrap()
+            ),
         )),
         _ => Ok(doc),
     }
@@ -644,13 +833,33 @@ pub fn prepare_new_document(doc: Document) -> Result<Document> {
 fn prepare_new_raw(raw: RawDocumentBuf) -> Result<RawDocumentBuf> {
     use bson::raw::RawBsonRef;
     let first_is_id = matches!(raw.iter().next(), Some(Ok((k, _))) if k == "_id");
-    let id = raw.get("_id").map_err(|e| Error::bad_value(e.to_string()))?;
+    let id = raw
+        .get("_id")
+        .map_err(|e| Error::bad_value(e.to_string()))?;
     match id {
-        Some(RawBsonRef::Array(_)) => return Err(Error::new(codes::INVALID_ID_FIELD, "The '_id' value cannot be of type array")),
-        Some(RawBsonRef::RegularExpression(_)) => return Err(Error::new(codes::INVALID_ID_FIELD, "can't use a regex for _id")),
-        Some(RawBsonRef::Undefined) => return Err(Error::new(codes::INVALID_ID_FIELD, "can't use a undefined for _id")),
+        Some(RawBsonRef::Array(_)) => {
+            return Err(Error::new(
+                codes::INVALID_ID_FIELD,
+                "The '_id' value cannot be of type array",
+            ))
+        }
+        Some(RawBsonRef::RegularExpression(_)) => {
+            return Err(Error::new(
+                codes::INVALID_ID_FIELD,
+                "can't use a regex for _id",
+            ))
+        }
+        Some(RawBsonRef::Undefined) => {
+            return Err(Error::new(
+                codes::INVALID_ID_FIELD,
+                "can't use a undefined for _id",
+            ))
+        }
         Some(RawBsonRef::Document(d)) => {
-            if let Some(Ok((k, _))) = d.iter().find(|e| matches!(e, Ok((k, _)) if k.starts_with('$'))) {
+            if let Some(Ok((k, _))) = d
+                .iter()
+                .find(|e| matches!(e, Ok((k, _)) if k.starts_with('$')))
+            {
                 return Err(Error::new(
                     codes::DOLLAR_PREFIXED_FIELD_NAME,
                     format!("_id fields may not contain '$'-prefixed fields: {k} is not valid for storage."),
@@ -686,13 +895,21 @@ fn check_stored_limits(raw: &bson::RawDocument, insert: bool) -> Result<()> {
     let len = raw.as_bytes().len();
     if len > MAX_DOCUMENT_SIZE {
         return Err(if insert {
-            Error::bad_value(format!("object to insert too large. size in bytes: {len}, max size: {MAX_DOCUMENT_SIZE}"))
+            Error::bad_value(format!(
+                "object to insert too large. size in bytes: {len}, max size: {MAX_DOCUMENT_SIZE}"
+            ))
         } else {
-            Error::new(17419, format!("Resulting document after update is larger than {MAX_DOCUMENT_SIZE}"))
+            Error::new(
+                17419,
+                format!("Resulting document after update is larger than {MAX_DOCUMENT_SIZE}"),
+            )
         });
     }
     if raw_depth(raw, 1) > MAX_NESTING_DEPTH {
-        return Err(Error::new(codes::OVERFLOW, format!("Document exceeds maximum nesting depth of {MAX_NESTING_DEPTH}")));
+        return Err(Error::new(
+            codes::OVERFLOW,
+            format!("Document exceeds maximum nesting depth of {MAX_NESTING_DEPTH}"),
+        ));
     }
     Ok(())
 }
@@ -730,13 +947,21 @@ fn raw_value_depth(v: bson::raw::RawBsonRef<'_>, depth: usize) -> usize {
 /// Serialises a document for storage, enforcing the size and depth limits.
 fn encode_checked(doc: &Document, insert: bool) -> Result<Vec<u8>> {
     let mut bytes = Vec::with_capacity(256);
-    doc.to_writer(&mut bytes).map_err(|e| Error::bad_value(format!("cannot serialise document: {e}")))?;
+    doc.to_writer(&mut bytes)
+        .map_err(|e| Error::bad_value(format!("cannot serialise document: {e}")))?;
     if bytes.len() > MAX_DOCUMENT_SIZE {
         // mongod: BadValue from fixDocumentForInsert, 17419 from the update path.
         return Err(if insert {
-            Error::bad_value(format!("object to insert too large. size in bytes: {}, max size: {}", bytes.len(), MAX_DOCUMENT_SIZE))
+            Error::bad_value(format!(
+                "object to insert too large. size in bytes: {}, max size: {}",
+                bytes.len(),
+                MAX_DOCUMENT_SIZE
+            ))
         } else {
-            Error::new(17419, format!("Resulting document after update is larger than {MAX_DOCUMENT_SIZE}"))
+            Error::new(
+                17419,
+                format!("Resulting document after update is larger than {MAX_DOCUMENT_SIZE}"),
+            )
         });
     }
     if tailstream_query::path::nesting_depth(doc) > MAX_NESTING_DEPTH {
@@ -748,7 +973,12 @@ fn encode_checked(doc: &Document, insert: bool) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
-fn duplicate_key_error(meta: &CollMeta, index_name: &str, key_pattern: &Document, key_value: &Document) -> Error {
+fn duplicate_key_error(
+    meta: &CollMeta,
+    index_name: &str,
+    key_pattern: &Document,
+    key_value: &Document,
+) -> Error {
     Error::new(
         codes::DUPLICATE_KEY,
         format!(
@@ -785,10 +1015,12 @@ fn collect_equalities(query: &Document, seed: &mut Document) -> Result<()> {
             continue;
         }
         let value = match v {
-            Bson::Document(d) if d.keys().next().map(|f| f.starts_with('$')).unwrap_or(false) => match d.get("$eq") {
-                Some(e) if d.len() == 1 => e.clone(),
-                _ => continue,
-            },
+            Bson::Document(d) if d.keys().next().map(|f| f.starts_with('$')).unwrap_or(false) => {
+                match d.get("$eq") {
+                    Some(e) if d.len() == 1 => e.clone(),
+                    _ => continue,
+                }
+            }
             Bson::RegularExpression(_) => continue,
             other => other.clone(),
         };
@@ -804,10 +1036,15 @@ fn set_path(doc: &mut Document, path: &str, value: Bson) -> Result<()> {
             Ok(())
         }
         Some((head, rest)) => {
-            let entry = doc.entry(head.to_string()).or_insert_with(|| Bson::Document(Document::new()));
+            let entry = doc
+                .entry(head.to_string())
+                .or_insert_with(|| Bson::Document(Document::new()));
             match entry {
                 Bson::Document(d) => set_path(d, rest, value),
-                _ => Err(Error::new(codes::NOT_SINGLE_VALUE_FIELD, format!("cannot infer query fields to set, path '{path}' is matched twice"))),
+                _ => Err(Error::new(
+                    codes::NOT_SINGLE_VALUE_FIELD,
+                    format!("cannot infer query fields to set, path '{path}' is matched twice"),
+                )),
             }
         }
     }
@@ -834,22 +1071,31 @@ pub(crate) fn positional_index(filter: &Document, doc: &Document) -> Option<usiz
         let parts: Vec<&str> = k.split('.').collect();
         for plen in 1..=parts.len() {
             let prefix = parts[..plen].join(".");
-            let Some(Bson::Array(arr)) = get_path(doc, &prefix) else { continue };
+            let Some(Bson::Array(arr)) = get_path(doc, &prefix) else {
+                continue;
+            };
             let rest = parts[plen..].join(".");
             for (i, e) in arr.iter().enumerate() {
                 let ok = if rest.is_empty() {
                     match cond {
-                        Bson::Document(c) if c.contains_key("$elemMatch") => {
-                            QueryConditions.matches_value(c.get_document("$elemMatch").unwrap_or(&Document::new()), e).unwrap_or(false)
-                        }
-                        Bson::Document(c) if c.keys().next().map(|f| f.starts_with('$')).unwrap_or(false) => {
+                        Bson::Document(c) if c.contains_key("$elemMatch") => QueryConditions
+                            .matches_value(
+                                c.get_document("$elemMatch").unwrap_or(&Document::new()),
+                                e,
+                            )
+                            .unwrap_or(false),
+                        Bson::Document(c)
+                            if c.keys().next().map(|f| f.starts_with('$')).unwrap_or(false) =>
+                        {
                             QueryConditions.matches_value(c, e).unwrap_or(false)
                         }
                         other => tailstream_query::compare::bson_eq(other, e),
                     }
                 } else {
                     match e {
-                        Bson::Document(ed) => Matcher::new(&doc! {rest.clone(): cond.clone()}).map(|m| m.matches(ed)).unwrap_or(false),
+                        Bson::Document(ed) => Matcher::new(&doc! {rest.clone(): cond.clone()})
+                            .map(|m| m.matches(ed))
+                            .unwrap_or(false),
                         _ => false,
                     }
                 };
@@ -863,11 +1109,16 @@ pub(crate) fn positional_index(filter: &Document, doc: &Document) -> Option<usiz
 }
 
 fn run_pipeline_update(spec: &UpdateSpec, doc: &Document, vars: &Variables) -> Result<Document> {
-    let stages = spec.pipeline().ok_or_else(|| Error::internal("pipeline update without stages"))?;
+    let stages = spec
+        .pipeline()
+        .ok_or_else(|| Error::internal("pipeline update without stages"))?;
     let pipeline = tailstream_query::pipeline::Pipeline::parse(stages, "")?;
     let input = vec![Ok(doc.clone())];
     let out = pipeline.run(Box::new(input.into_iter()), &NoCollections, vars)?;
-    let mut new = out.into_iter().next().ok_or_else(|| Error::bad_value("the update pipeline removed the document"))?;
+    let mut new = out
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::bad_value("the update pipeline removed the document"))?;
     // A pipeline that drops `_id` (e.g. $replaceWith) keeps the document's `_id`, first.
     if let (None, Some(id)) = (new.get("_id"), doc.get("_id")) {
         let mut with_id = doc! {"_id": id.clone()};
@@ -881,7 +1132,10 @@ struct NoCollections;
 
 impl tailstream_query::pipeline::CollectionSource for NoCollections {
     fn scan(&self, _db: &str, _coll: &str) -> Result<Vec<Document>> {
-        Err(Error::new(codes::ILLEGAL_OPERATION, "stages reading other collections are not allowed in an update pipeline"))
+        Err(Error::new(
+            codes::ILLEGAL_OPERATION,
+            "stages reading other collections are not allowed in an update pipeline",
+        ))
     }
 }
 
@@ -893,7 +1147,11 @@ fn top_level_diff(old: &Document, new: &Document) -> (Document, Vec<String>) {
             updated.insert(k.clone(), v.clone());
         }
     }
-    let removed = old.keys().filter(|k| !new.contains_key(k.as_str())).cloned().collect();
+    let removed = old
+        .keys()
+        .filter(|k| !new.contains_key(k.as_str()))
+        .cloned()
+        .collect();
     (updated, removed)
 }
 
@@ -913,15 +1171,23 @@ mod tests {
     fn raw_depth_counts_documents_and_arrays() {
         let raw = RawDocumentBuf::from_document(&doc! {"a": {"b": [1, {"c": 1}]}}).unwrap();
         assert_eq!(raw_depth(&raw, 1), 4);
-        assert_eq!(raw_depth(&RawDocumentBuf::from_document(&doc! {"a": 1}).unwrap(), 1), 1);
+        assert_eq!(
+            raw_depth(&RawDocumentBuf::from_document(&doc! {"a": 1}).unwrap(), 1),
+            1
+        );
     }
 
     #[test]
     fn nesting_limit_is_enforced_on_raw_documents() {
         let ok = RawDocumentBuf::from_document(&nested(MAX_NESTING_DEPTH)).unwrap();
         assert!(check_stored_limits(&ok, true).is_ok());
-        let deep = RawDocumentBuf::from_document(&doc! {"first": 1, "deep": nested(MAX_NESTING_DEPTH)}).unwrap();
-        assert_eq!(check_stored_limits(&deep, true).unwrap_err().code, codes::OVERFLOW);
+        let deep =
+            RawDocumentBuf::from_document(&doc! {"first": 1, "deep": nested(MAX_NESTING_DEPTH)})
+                .unwrap();
+        assert_eq!(
+            check_stored_limits(&deep, true).unwrap_err().code,
+            codes::OVERFLOW
+        );
     }
 
     #[test]
@@ -929,8 +1195,13 @@ mod tests {
         let raw = prepare_new_raw(RawDocumentBuf::from_document(&doc! {"a": 1}).unwrap()).unwrap();
         let keys: Vec<String> = raw.iter().map(|e| e.unwrap().0.to_string()).collect();
         assert_eq!(keys, vec!["_id", "a"]);
-        let moved = prepare_new_raw(RawDocumentBuf::from_document(&doc! {"a": 1, "_id": 7}).unwrap()).unwrap();
-        assert_eq!(Document::try_from(moved.as_ref()).unwrap(), doc! {"_id": 7, "a": 1});
+        let moved =
+            prepare_new_raw(RawDocumentBuf::from_document(&doc! {"a": 1, "_id": 7}).unwrap())
+                .unwrap();
+        assert_eq!(
+            Document::try_from(moved.as_ref()).unwrap(),
+            doc! {"_id": 7, "a": 1}
+        );
         let arr = prepare_new_raw(RawDocumentBuf::from_document(&doc! {"_id": [1]}).unwrap());
         assert_eq!(arr.unwrap_err().code, codes::INVALID_ID_FIELD);
     }

@@ -72,7 +72,11 @@ pub fn decimal_to_f64(d: &bson::Decimal128) -> f64 {
     s.parse::<f64>().unwrap_or_else(|_| {
         let l = s.to_ascii_lowercase();
         if l.contains("inf") {
-            if l.starts_with('-') { f64::NEG_INFINITY } else { f64::INFINITY }
+            if l.starts_with('-') {
+                f64::NEG_INFINITY
+            } else {
+                f64::INFINITY
+            }
         } else {
             f64::NAN
         }
@@ -80,7 +84,10 @@ pub fn decimal_to_f64(d: &bson::Decimal128) -> f64 {
 }
 
 pub fn is_number(v: &Bson) -> bool {
-    matches!(v, Bson::Double(_) | Bson::Int32(_) | Bson::Int64(_) | Bson::Decimal128(_))
+    matches!(
+        v,
+        Bson::Double(_) | Bson::Int32(_) | Bson::Int64(_) | Bson::Decimal128(_)
+    )
 }
 
 /// Numeric comparison across types. NaN sorts below every other number and equals NaN.
@@ -122,7 +129,13 @@ fn cmp_i64_f64(x: i64, y: f64) -> Ordering {
     match x.cmp(&ti) {
         Ordering::Equal => {
             let frac = y - t;
-            if frac > 0.0 { Ordering::Less } else if frac < 0.0 { Ordering::Greater } else { Ordering::Equal }
+            if frac > 0.0 {
+                Ordering::Less
+            } else if frac < 0.0 {
+                Ordering::Greater
+            } else {
+                Ordering::Equal
+            }
         }
         o => o,
     }
@@ -136,7 +149,9 @@ pub fn cmp_bson(a: &Bson, b: &Bson) -> Ordering {
     }
     match (a, b) {
         _ if ta == 10 => cmp_numbers(a, b),
-        (Bson::String(x) | Bson::Symbol(x), Bson::String(y) | Bson::Symbol(y)) => x.as_bytes().cmp(y.as_bytes()),
+        (Bson::String(x) | Bson::Symbol(x), Bson::String(y) | Bson::Symbol(y)) => {
+            x.as_bytes().cmp(y.as_bytes())
+        }
         (Bson::Document(x), Bson::Document(y)) => cmp_documents(x, y),
         (Bson::Array(x), Bson::Array(y)) => cmp_arrays(x, y),
         (Bson::Binary(x), Bson::Binary(y)) => x
@@ -148,14 +163,18 @@ pub fn cmp_bson(a: &Bson, b: &Bson) -> Ordering {
         (Bson::ObjectId(x), Bson::ObjectId(y)) => x.bytes().cmp(&y.bytes()),
         (Bson::Boolean(x), Bson::Boolean(y)) => x.cmp(y),
         (Bson::DateTime(x), Bson::DateTime(y)) => x.timestamp_millis().cmp(&y.timestamp_millis()),
-        (Bson::Timestamp(x), Bson::Timestamp(y)) => (x.time, x.increment).cmp(&(y.time, y.increment)),
-        (Bson::RegularExpression(x), Bson::RegularExpression(y)) => {
-            x.pattern.cmp(&y.pattern).then_with(|| x.options.cmp(&y.options))
+        (Bson::Timestamp(x), Bson::Timestamp(y)) => {
+            (x.time, x.increment).cmp(&(y.time, y.increment))
         }
+        (Bson::RegularExpression(x), Bson::RegularExpression(y)) => x
+            .pattern
+            .cmp(&y.pattern)
+            .then_with(|| x.options.cmp(&y.options)),
         (Bson::JavaScriptCode(x), Bson::JavaScriptCode(y)) => x.cmp(y),
-        (Bson::JavaScriptCodeWithScope(x), Bson::JavaScriptCodeWithScope(y)) => {
-            x.code.cmp(&y.code).then_with(|| cmp_documents(&x.scope, &y.scope))
-        }
+        (Bson::JavaScriptCodeWithScope(x), Bson::JavaScriptCodeWithScope(y)) => x
+            .code
+            .cmp(&y.code)
+            .then_with(|| cmp_documents(&x.scope, &y.scope)),
         (Bson::DbPointer(_), Bson::DbPointer(_)) => Ordering::Equal,
         _ => Ordering::Equal, // MinKey, MaxKey, Null, Undefined: one value each
     }
@@ -186,7 +205,9 @@ pub fn cmp_documents(a: &Document, b: &Document) -> Ordering {
 /// Arrays compare like objects whose keys are "0", "1", ...
 pub fn cmp_arrays(a: &[Bson], b: &[Bson]) -> Ordering {
     for (va, vb) in a.iter().zip(b.iter()) {
-        let o = canonical_type(va).cmp(&canonical_type(vb)).then_with(|| cmp_bson(va, vb));
+        let o = canonical_type(va)
+            .cmp(&canonical_type(vb))
+            .then_with(|| cmp_bson(va, vb));
         if o != Ordering::Equal {
             return o;
         }
@@ -213,36 +234,87 @@ mod tests {
             Bson::String("a".into()),
             Bson::Document(doc! {}),
             Bson::Array(vec![]),
-            Bson::Binary(bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![] }),
+            Bson::Binary(bson::Binary {
+                subtype: bson::spec::BinarySubtype::Generic,
+                bytes: vec![],
+            }),
             Bson::ObjectId(ObjectId::new()),
             Bson::Boolean(false),
             Bson::DateTime(bson::DateTime::from_millis(0)),
-            Bson::Timestamp(bson::Timestamp { time: 0, increment: 0 }),
-            Bson::RegularExpression(bson::Regex { pattern: "a".into(), options: "".into() }),
+            Bson::Timestamp(bson::Timestamp {
+                time: 0,
+                increment: 0,
+            }),
+            Bson::RegularExpression(bson::Regex {
+                pattern: "a".into(),
+                options: "".into(),
+            }),
             Bson::MaxKey,
         ];
         for w in ordered.windows(2) {
-            assert_eq!(cmp_bson(&w[0], &w[1]), Ordering::Less, "{:?} < {:?}", w[0], w[1]);
+            assert_eq!(
+                cmp_bson(&w[0], &w[1]),
+                Ordering::Less,
+                "{:?} < {:?}",
+                w[0],
+                w[1]
+            );
         }
     }
 
     #[test]
     fn numbers_compare_across_widths() {
-        assert_eq!(cmp_bson(&Bson::Int32(1), &Bson::Double(1.0)), Ordering::Equal);
-        assert_eq!(cmp_bson(&Bson::Int64(2), &Bson::Double(1.5)), Ordering::Greater);
-        assert_eq!(cmp_bson(&Bson::Double(f64::NAN), &Bson::Int32(i32::MIN)), Ordering::Less);
-        assert_eq!(cmp_bson(&Bson::Int64(i64::MAX), &Bson::Double(9.3e18)), Ordering::Less);
-        assert_eq!(cmp_bson(&Bson::Int64(9_007_199_254_740_993), &Bson::Double(9_007_199_254_740_992.0)), Ordering::Greater);
+        assert_eq!(
+            cmp_bson(&Bson::Int32(1), &Bson::Double(1.0)),
+            Ordering::Equal
+        );
+        assert_eq!(
+            cmp_bson(&Bson::Int64(2), &Bson::Double(1.5)),
+            Ordering::Greater
+        );
+        assert_eq!(
+            cmp_bson(&Bson::Double(f64::NAN), &Bson::Int32(i32::MIN)),
+            Ordering::Less
+        );
+        assert_eq!(
+            cmp_bson(&Bson::Int64(i64::MAX), &Bson::Double(9.3e18)),
+            Ordering::Less
+        );
+        assert_eq!(
+            cmp_bson(
+                &Bson::Int64(9_007_199_254_740_993),
+                &Bson::Double(9_007_199_254_740_992.0)
+            ),
+            Ordering::Greater
+        );
         let dec: bson::Decimal128 = "2.5".parse().unwrap();
-        assert_eq!(cmp_bson(&Bson::Decimal128(dec), &Bson::Int32(2)), Ordering::Greater);
+        assert_eq!(
+            cmp_bson(&Bson::Decimal128(dec), &Bson::Int32(2)),
+            Ordering::Greater
+        );
     }
 
     #[test]
     fn documents_compare_by_type_then_name_then_value() {
-        assert_eq!(cmp_documents(&doc! {"a": 1}, &doc! {"a": 2}), Ordering::Less);
-        assert_eq!(cmp_documents(&doc! {"a": 1}, &doc! {"b": 0}), Ordering::Less);
-        assert_eq!(cmp_documents(&doc! {"b": 1}, &doc! {"a": "x"}), Ordering::Less);
-        assert_eq!(cmp_documents(&doc! {"a": 1}, &doc! {"a": 1, "b": 1}), Ordering::Less);
-        assert_eq!(cmp_arrays(&[Bson::Int32(1)], &[Bson::Int32(1), Bson::Int32(0)]), Ordering::Less);
+        assert_eq!(
+            cmp_documents(&doc! {"a": 1}, &doc! {"a": 2}),
+            Ordering::Less
+        );
+        assert_eq!(
+            cmp_documents(&doc! {"a": 1}, &doc! {"b": 0}),
+            Ordering::Less
+        );
+        assert_eq!(
+            cmp_documents(&doc! {"b": 1}, &doc! {"a": "x"}),
+            Ordering::Less
+        );
+        assert_eq!(
+            cmp_documents(&doc! {"a": 1}, &doc! {"a": 1, "b": 1}),
+            Ordering::Less
+        );
+        assert_eq!(
+            cmp_arrays(&[Bson::Int32(1)], &[Bson::Int32(1), Bson::Int32(0)]),
+            Ordering::Less
+        );
     }
 }

@@ -18,7 +18,12 @@ pub struct Error {
 
 impl Error {
     pub fn new(code: i32, message: impl Into<String>) -> Self {
-        Error { code, message: message.into(), info: None, labels: Vec::new() }
+        Error {
+            code,
+            message: message.into(),
+            info: None,
+            labels: Vec::new(),
+        }
     }
     pub fn with_info(mut self, info: Document) -> Self {
         self.info = Some(info);
@@ -31,13 +36,25 @@ impl Error {
     pub fn code_name(&self) -> String {
         code_name(self.code)
     }
-    pub fn internal(msg: impl Into<String>) -> Self { Self::new(codes::INTERNAL_ERROR, msg) }
-    pub fn bad_value(msg: impl Into<String>) -> Self { Self::new(codes::BAD_VALUE, msg) }
-    pub fn failed_to_parse(msg: impl Into<String>) -> Self { Self::new(codes::FAILED_TO_PARSE, msg) }
-    pub fn type_mismatch(msg: impl Into<String>) -> Self { Self::new(codes::TYPE_MISMATCH, msg) }
-    pub fn invalid_options(msg: impl Into<String>) -> Self { Self::new(codes::INVALID_OPTIONS, msg) }
+    pub fn internal(msg: impl Into<String>) -> Self {
+        Self::new(codes::INTERNAL_ERROR, msg)
+    }
+    pub fn bad_value(msg: impl Into<String>) -> Self {
+        Self::new(codes::BAD_VALUE, msg)
+    }
+    pub fn failed_to_parse(msg: impl Into<String>) -> Self {
+        Self::new(codes::FAILED_TO_PARSE, msg)
+    }
+    pub fn type_mismatch(msg: impl Into<String>) -> Self {
+        Self::new(codes::TYPE_MISMATCH, msg)
+    }
+    pub fn invalid_options(msg: impl Into<String>) -> Self {
+        Self::new(codes::INVALID_OPTIONS, msg)
+    }
     /// A "Location" error: mongod's numbered assertion sites (e.g. 40324 for an unknown stage).
-    pub fn location(code: i32, msg: impl Into<String>) -> Self { Self::new(code, msg) }
+    pub fn location(code: i32, msg: impl Into<String>) -> Self {
+        Self::new(code, msg)
+    }
 }
 
 impl fmt::Display for Error {

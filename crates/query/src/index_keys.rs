@@ -35,7 +35,10 @@ pub struct KeyPattern {
 impl KeyPattern {
     pub fn parse(spec: &Document) -> Result<KeyPattern> {
         if spec.is_empty() {
-            return Err(Error::new(codes::CANNOT_CREATE_INDEX, "Index keys cannot be empty."));
+            return Err(Error::new(
+                codes::CANNOT_CREATE_INDEX,
+                "Index keys cannot be empty.",
+            ));
         }
         let mut fields = Vec::with_capacity(spec.len());
         for (name, v) in spec {
@@ -76,7 +79,10 @@ impl KeyPattern {
                 }
             };
             if fields.iter().any(|(n, _): &(String, bool)| n == name) {
-                return Err(Error::new(codes::CANNOT_CREATE_INDEX, format!("duplicate key pattern field '{name}'")));
+                return Err(Error::new(
+                    codes::CANNOT_CREATE_INDEX,
+                    format!("duplicate key pattern field '{name}'"),
+                ));
             }
             fields.push((name.clone(), desc));
         }
@@ -192,7 +198,12 @@ struct Gen<'a, 'p> {
 }
 
 fn generate(doc: &Document, pattern: &KeyPattern) -> Result<(BTreeMap<Vec<u8>, Vec<Bson>>, bool)> {
-    let mut g = Gen { pattern, keys: BTreeMap::new(), multikey: false, _doc: std::marker::PhantomData };
+    let mut g = Gen {
+        pattern,
+        keys: BTreeMap::new(),
+        multikey: false,
+        _doc: std::marker::PhantomData,
+    };
     let n = pattern.fields.len();
     let names: Vec<String> = pattern.fields.iter().map(|f| f.0.clone()).collect();
     let fixed: Vec<&Bson> = vec![&NULL; n];
@@ -299,7 +310,8 @@ impl<'a, 'p> Gen<'a, 'p> {
                 self.multikey = true;
             }
             let empty = vec![Positional::default(); names.len()];
-            return self.arr_elt_fixed(&names, &fixed, &UNDEFINED, arr_val, &arr_idxs, true, &empty);
+            return self
+                .arr_elt_fixed(&names, &fixed, &UNDEFINED, arr_val, &arr_idxs, true, &empty);
         }
 
         let mut sub = vec![Positional::default(); names.len()];
@@ -319,7 +331,12 @@ impl<'a, 'p> Gen<'a, 'p> {
                 }
                 Some(el) => {
                     let (dotted, _, rest) = extract_path_or_array(Container::Arr(elems), &names[i]);
-                    sub[i] = Positional { indexed: Some(el), dotted, remaining: rest, array_name: arr_name.clone() };
+                    sub[i] = Positional {
+                        indexed: Some(el),
+                        dotted,
+                        remaining: rest,
+                        array_name: arr_name.clone(),
+                    };
                 }
             }
         }
@@ -389,24 +406,56 @@ mod tests {
                 ("f".to_string(), false)
             ]
         );
-        for bad in [doc! {}, doc! {"a": "text"}, doc! {"a": "hashed"}, doc! {"a": "2dsphere"}, doc! {"a": "foo"}, doc! {"a": 0}, doc! {"a": true}, doc! {"a": {"x": 1}}, doc! {"": 1}, doc! {"a..b": 1}] {
+        for bad in [
+            doc! {},
+            doc! {"a": "text"},
+            doc! {"a": "hashed"},
+            doc! {"a": "2dsphere"},
+            doc! {"a": "foo"},
+            doc! {"a": 0},
+            doc! {"a": true},
+            doc! {"a": {"x": 1}},
+            doc! {"": 1},
+            doc! {"a..b": 1},
+        ] {
             let e = KeyPattern::parse(&bad).unwrap_err();
             assert_eq!(e.code, codes::CANNOT_CREATE_INDEX, "{bad:?}");
         }
-        assert!(KeyPattern::parse(&doc! {"a": "text"}).unwrap_err().message.contains("not supported"));
+        assert!(KeyPattern::parse(&doc! {"a": "text"})
+            .unwrap_err()
+            .message
+            .contains("not supported"));
     }
 
     #[test]
     fn scalar_and_missing_fields() {
-        assert_eq!(keys(doc! {"a": 5}, doc! {"a": 1}), (k1(vec![bson!(5)]), false));
-        assert_eq!(keys(doc! {"b": 5}, doc! {"a": 1}), (k1(vec![Bson::Null]), false));
-        assert_eq!(keys(doc! {"a": {"b": "x"}}, doc! {"a.b": 1}), (k1(vec![bson!("x")]), false));
+        assert_eq!(
+            keys(doc! {"a": 5}, doc! {"a": 1}),
+            (k1(vec![bson!(5)]), false)
+        );
+        assert_eq!(
+            keys(doc! {"b": 5}, doc! {"a": 1}),
+            (k1(vec![Bson::Null]), false)
+        );
+        assert_eq!(
+            keys(doc! {"a": {"b": "x"}}, doc! {"a.b": 1}),
+            (k1(vec![bson!("x")]), false)
+        );
         // a path running into a scalar is missing
-        assert_eq!(keys(doc! {"a": 3}, doc! {"a.b": 1}), (k1(vec![Bson::Null]), false));
+        assert_eq!(
+            keys(doc! {"a": 3}, doc! {"a.b": 1}),
+            (k1(vec![Bson::Null]), false)
+        );
         // an explicit null and a missing field give the same key
-        assert_eq!(keys(doc! {"a": null}, doc! {"a": 1}), (k1(vec![Bson::Null]), false));
+        assert_eq!(
+            keys(doc! {"a": null}, doc! {"a": 1}),
+            (k1(vec![Bson::Null]), false)
+        );
         // a whole sub-document
-        assert_eq!(keys(doc! {"a": {"x": 1}}, doc! {"a": 1}), (k1(vec![bson!({"x": 1})]), false));
+        assert_eq!(
+            keys(doc! {"a": {"x": 1}}, doc! {"a": 1}),
+            (k1(vec![bson!({"x": 1})]), false)
+        );
     }
 
     #[test]
@@ -421,15 +470,27 @@ mod tests {
         let (k, _) = keys(doc! {"a": [1, 1.0, 1i64]}, doc! {"a": 1});
         assert_eq!(k.len(), 1);
         // single-element array is still multikey
-        assert_eq!(keys(doc! {"a": [7]}, doc! {"a": 1}), (k1(vec![bson!(7)]), true));
+        assert_eq!(
+            keys(doc! {"a": [7]}, doc! {"a": 1}),
+            (k1(vec![bson!(7)]), true)
+        );
     }
 
     #[test]
     fn empty_array_is_undefined() {
-        assert_eq!(keys(doc! {"a": []}, doc! {"a": 1}), (k1(vec![Bson::Undefined]), true));
+        assert_eq!(
+            keys(doc! {"a": []}, doc! {"a": 1}),
+            (k1(vec![Bson::Undefined]), true)
+        );
         // mid-path empty array: the rest of the path is missing -> null
-        assert_eq!(keys(doc! {"a": []}, doc! {"a.b": 1}), (k1(vec![Bson::Null]), true));
-        assert_eq!(keys(doc! {"a": {"b": []}}, doc! {"a.b": 1}), (k1(vec![Bson::Undefined]), true));
+        assert_eq!(
+            keys(doc! {"a": []}, doc! {"a.b": 1}),
+            (k1(vec![Bson::Null]), true)
+        );
+        assert_eq!(
+            keys(doc! {"a": {"b": []}}, doc! {"a.b": 1}),
+            (k1(vec![Bson::Undefined]), true)
+        );
     }
 
     #[test]
@@ -443,7 +504,10 @@ mod tests {
         // arrays nested along the path expand too
         let (k, _) = keys(doc! {"a": [{"b": [1, 2]}, {"b": 3}]}, doc! {"a.b": 1});
         assert_eq!(k, k1(vec![bson!(1), bson!(2), bson!(3)]));
-        let (k, _) = keys(doc! {"a": {"b": [{"c": 1}, {"c": [2, 3]}]}}, doc! {"a.b.c": 1});
+        let (k, _) = keys(
+            doc! {"a": {"b": [{"c": 1}, {"c": [2, 3]}]}},
+            doc! {"a.b.c": 1},
+        );
         assert_eq!(k, k1(vec![bson!(1), bson!(2), bson!(3)]));
     }
 
@@ -456,19 +520,37 @@ mod tests {
 
     #[test]
     fn positional_paths() {
-        assert_eq!(keys(doc! {"a": [{"b": 1}, {"b": 2}]}, doc! {"a.0.b": 1}), (k1(vec![bson!(1)]), false));
-        assert_eq!(keys(doc! {"a": [{"b": 1}, {"b": 2}]}, doc! {"a.1.b": 1}), (k1(vec![bson!(2)]), false));
-        assert_eq!(keys(doc! {"a": [5, 6]}, doc! {"a.1": 1}), (k1(vec![bson!(6)]), false));
+        assert_eq!(
+            keys(doc! {"a": [{"b": 1}, {"b": 2}]}, doc! {"a.0.b": 1}),
+            (k1(vec![bson!(1)]), false)
+        );
+        assert_eq!(
+            keys(doc! {"a": [{"b": 1}, {"b": 2}]}, doc! {"a.1.b": 1}),
+            (k1(vec![bson!(2)]), false)
+        );
+        assert_eq!(
+            keys(doc! {"a": [5, 6]}, doc! {"a.1": 1}),
+            (k1(vec![bson!(6)]), false)
+        );
         // out of range position: missing, but the array may be expanded (elements lack "5")
-        assert_eq!(keys(doc! {"a": [5, 6]}, doc! {"a.5": 1}), (k1(vec![Bson::Null]), true));
+        assert_eq!(
+            keys(doc! {"a": [5, 6]}, doc! {"a.5": 1}),
+            (k1(vec![Bson::Null]), true)
+        );
         // positional element that is itself an array is indexed whole (not multikey)
-        assert_eq!(keys(doc! {"a": [[1, 2], 3]}, doc! {"a.0": 1}), (k1(vec![bson!([1, 2])]), false));
+        assert_eq!(
+            keys(doc! {"a": [[1, 2], 3]}, doc! {"a.0": 1}),
+            (k1(vec![bson!([1, 2])]), false)
+        );
         // positional element through a further array: that one expands
         let (k, m) = keys(doc! {"a": [{"b": [1, 2]}, {"b": 3}]}, doc! {"a.0.b": 1});
         assert_eq!(k, k1(vec![bson!(1), bson!(2)]));
         assert!(m);
         // a numeric component on a document is a plain field name
-        assert_eq!(keys(doc! {"a": {"0": {"b": 9}}}, doc! {"a.0.b": 1}), (k1(vec![bson!(9)]), false));
+        assert_eq!(
+            keys(doc! {"a": {"0": {"b": 9}}}, doc! {"a.0.b": 1}),
+            (k1(vec![bson!(9)]), false)
+        );
         // ambiguous: array element documents with a field named like the position
         let e = index_keys(&doc! {"a": [{"0": 1}]}, &pat(doc! {"a.0": 1})).unwrap_err();
         assert_eq!(e.code, AMBIGUOUS_POSITIONAL_FIELD);
@@ -480,8 +562,14 @@ mod tests {
         assert_eq!(k, vec![vec![bson!(1), bson!(3)], vec![bson!(1), bson!(2)]]);
         assert!(m);
         // several fields through the same array are fine
-        let (k, _) = keys(doc! {"a": [{"b": 1, "c": "x"}, {"b": 2, "c": "y"}]}, doc! {"a.b": 1, "a.c": 1});
-        assert_eq!(k, vec![vec![bson!(1), bson!("x")], vec![bson!(2), bson!("y")]]);
+        let (k, _) = keys(
+            doc! {"a": [{"b": 1, "c": "x"}, {"b": 2, "c": "y"}]},
+            doc! {"a.b": 1, "a.c": 1},
+        );
+        assert_eq!(
+            k,
+            vec![vec![bson!(1), bson!("x")], vec![bson!(2), bson!("y")]]
+        );
         // missing compound fields are null
         let (k, m) = keys(doc! {"a": 1}, doc! {"a": 1, "z": 1});
         assert_eq!(k, vec![vec![bson!(1), Bson::Null]]);
@@ -490,10 +578,18 @@ mod tests {
 
     #[test]
     fn parallel_arrays_rejected() {
-        let e = index_keys(&doc! {"a": [1, 2], "b": [3, 4]}, &pat(doc! {"a": 1, "b": 1})).unwrap_err();
+        let e = index_keys(
+            &doc! {"a": [1, 2], "b": [3, 4]},
+            &pat(doc! {"a": 1, "b": 1}),
+        )
+        .unwrap_err();
         assert_eq!(e.code, 171);
         assert!(e.message.contains("cannot index parallel arrays"));
-        let e = index_keys(&doc! {"a": [{"b": [1]}, {"b": [2]}], "x": [1]}, &pat(doc! {"a.b": 1, "x": 1})).unwrap_err();
+        let e = index_keys(
+            &doc! {"a": [{"b": [1]}, {"b": [2]}], "x": [1]},
+            &pat(doc! {"a.b": 1, "x": 1}),
+        )
+        .unwrap_err();
         assert_eq!(e.code, 171);
         // only one of them an array: fine
         assert!(index_keys(&doc! {"a": [1, 2], "b": 3}, &pat(doc! {"a": 1, "b": 1})).is_ok());
@@ -511,6 +607,9 @@ mod tests {
         want.append(&bson!("x"), true);
         assert_eq!(enc[0], want.into_bytes());
         let (vals, _) = index_keys(&doc! {"a": [2, 1], "b": "x"}, &p).unwrap();
-        assert_eq!(vals.iter().map(|v| encode_key(v, &p)).collect::<Vec<_>>(), enc);
+        assert_eq!(
+            vals.iter().map(|v| encode_key(v, &p)).collect::<Vec<_>>(),
+            enc
+        );
     }
 }

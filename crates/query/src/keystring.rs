@@ -132,7 +132,13 @@ impl KeyStringBuilder {
     /// Appends the object `{<name1>: <text>, <name2>: <raw>}` (the same bytes as
     /// `append_document` of that document), reading `raw` without building a
     /// `Document` (a change event's identifier, built for every event).
-    pub fn append_string_and_raw_document(&mut self, name1: &str, text: &str, name2: &str, raw: &bson::RawDocument) -> Result<()> {
+    pub fn append_string_and_raw_document(
+        &mut self,
+        name1: &str,
+        text: &str,
+        name2: &str,
+        raw: &bson::RawDocument,
+    ) -> Result<()> {
         let buf = &mut self.buf;
         put(buf, ctype::OBJECT, false);
         put(buf, ctype::STRING_LIKE, false);
@@ -146,7 +152,8 @@ impl KeyStringBuilder {
         put(buf, ctype::OBJECT, false);
         for item in raw {
             let (k, v) = item.map_err(|e| format_error(&format!("invalid BSON: {e}")))?;
-            let v = Bson::try_from(v.to_raw_bson()).map_err(|e| format_error(&format!("invalid BSON: {e}")))?;
+            let v = Bson::try_from(v.to_raw_bson())
+                .map_err(|e| format_error(&format!("invalid BSON: {e}")))?;
             put(buf, generic_ctype(&v), false);
             put_bytes(buf, k.as_bytes(), false);
             put(buf, 0, false);
@@ -244,7 +251,9 @@ pub fn from_hex(s: &str) -> Result<Vec<u8>> {
     }
     let b = s.as_bytes();
     if b.len() % 2 != 0 {
-        return Err(Error::failed_to_parse(format!("odd-length hex string: {s:?}")));
+        return Err(Error::failed_to_parse(format!(
+            "odd-length hex string: {s:?}"
+        )));
     }
     b.chunks(2)
         .map(|p| match (nib(p[0]), nib(p[1])) {
@@ -302,7 +311,9 @@ fn generic_ctype(v: &Bson) -> u8 {
 
 fn append_value(buf: &mut Vec<u8>, v: &Bson, inv: bool) {
     match v {
-        Bson::MinKey | Bson::MaxKey | Bson::Null | Bson::Undefined => put(buf, generic_ctype(v), inv),
+        Bson::MinKey | Bson::MaxKey | Bson::Null | Bson::Undefined => {
+            put(buf, generic_ctype(v), inv)
+        }
         Bson::Double(d) => append_double(buf, *d, DCM_EQUAL_TO_DOUBLE, inv),
         Bson::Int32(i) => append_integer(buf, *i as i64, inv),
         Bson::Int64(i) => append_integer(buf, *i, inv),
@@ -337,7 +348,15 @@ fn append_value(buf: &mut Vec<u8>, v: &Bson, inv: bool) {
             put(buf, ctype::OID, inv);
             put_bytes(buf, &o.bytes(), inv);
         }
-        Bson::Boolean(b) => put(buf, if *b { ctype::BOOL_TRUE } else { ctype::BOOL_FALSE }, inv),
+        Bson::Boolean(b) => put(
+            buf,
+            if *b {
+                ctype::BOOL_TRUE
+            } else {
+                ctype::BOOL_FALSE
+            },
+            inv,
+        ),
         Bson::DateTime(d) => {
             put(buf, ctype::DATE, inv);
             put_u64(buf, (d.timestamp_millis() as u64) ^ (1u64 << 63), inv);
@@ -424,9 +443,15 @@ fn make_db_pointer(ns: &str, oid: [u8; 12]) -> Result<Bson> {
     body.push(0);
     let mut bytes = ((body.len() + 4) as i32).to_le_bytes().to_vec();
     bytes.extend_from_slice(&body);
-    let d = Document::from_reader(&mut bytes.as_slice())
-        .map_err(|e| Error::new(codes::INVALID_BSON, format!("bad DBPointer in KeyString: {e}")))?;
-    d.get("x").cloned().ok_or_else(|| Error::internal("DBPointer decode"))
+    let d = Document::from_reader(&mut bytes.as_slice()).map_err(|e| {
+        Error::new(
+            codes::INVALID_BSON,
+            format!("bad DBPointer in KeyString: {e}"),
+        )
+    })?;
+    d.get("x")
+        .cloned()
+        .ok_or_else(|| Error::internal("DBPointer decode"))
 }
 
 /// int32 / int64 (`_appendInteger`).
@@ -452,10 +477,18 @@ fn append_preshifted_integer(buf: &mut Vec<u8>, value: u64, neg: bool, inv: bool
     let be = value.to_be_bytes();
     let used = &be[8 - bytes_needed..];
     if neg {
-        put(buf, ctype::NUMERIC_NEGATIVE_1_BYTE_INT - (bytes_needed as u8 - 1), inv);
+        put(
+            buf,
+            ctype::NUMERIC_NEGATIVE_1_BYTE_INT - (bytes_needed as u8 - 1),
+            inv,
+        );
         put_bytes(buf, used, !inv);
     } else {
-        put(buf, ctype::NUMERIC_POSITIVE_1_BYTE_INT + (bytes_needed as u8 - 1), inv);
+        put(
+            buf,
+            ctype::NUMERIC_POSITIVE_1_BYTE_INT + (bytes_needed as u8 - 1),
+            inv,
+        );
         put_bytes(buf, used, inv);
     }
 }
@@ -508,7 +541,11 @@ fn append_small_double(buf: &mut Vec<u8>, value: f64, dcm: u64, inv: bool) {
     let mut mag = value.abs();
     put(
         buf,
-        if neg { ctype::NUMERIC_NEGATIVE_SMALL_MAGNITUDE } else { ctype::NUMERIC_POSITIVE_SMALL_MAGNITUDE },
+        if neg {
+            ctype::NUMERIC_NEGATIVE_SMALL_MAGNITUDE
+        } else {
+            ctype::NUMERIC_POSITIVE_SMALL_MAGNITUDE
+        },
         inv,
     );
     let encoded = if mag >= ldexp(1.0, -255) {
@@ -529,7 +566,11 @@ fn append_large_double(buf: &mut Vec<u8>, value: f64, dcm: u64, inv: bool) {
     let pos = value > 0.0;
     put(
         buf,
-        if pos { ctype::NUMERIC_POSITIVE_LARGE_MAGNITUDE } else { ctype::NUMERIC_NEGATIVE_LARGE_MAGNITUDE },
+        if pos {
+            ctype::NUMERIC_POSITIVE_LARGE_MAGNITUDE
+        } else {
+            ctype::NUMERIC_NEGATIVE_LARGE_MAGNITUDE
+        },
         inv,
     );
     let encoded = if value.is_finite() {
@@ -584,9 +625,16 @@ fn parse_decimal(d: &bson::Decimal128) -> DecKind {
         (((hi >> 47) & 0x3fff) as i32, 0u128)
     } else {
         let c = (((hi & ((1u64 << 49) - 1)) as u128) << 64) | lo as u128;
-        (((hi >> 49) & 0x3fff) as i32, if c >= 10u128.pow(34) { 0 } else { c })
+        (
+            ((hi >> 49) & 0x3fff) as i32,
+            if c >= 10u128.pow(34) { 0 } else { c },
+        )
     };
-    DecKind::Finite { neg, coef, exp: exp - DEC_EXP_BIAS }
+    DecKind::Finite {
+        neg,
+        coef,
+        exp: exp - DEC_EXP_BIAS,
+    }
 }
 
 fn make_decimal(neg: bool, coef: u128, exp: i32) -> bson::Decimal128 {
@@ -629,7 +677,11 @@ impl Digits {
         let bits = x.to_bits();
         let e = ((bits >> 52) & 0x7ff) as i32;
         let f = bits & ((1u64 << 52) - 1);
-        let (m, k) = if e == 0 { (f, -1074) } else { (f | (1u64 << 52), e - 1075) };
+        let (m, k) = if e == 0 {
+            (f, -1074)
+        } else {
+            (f | (1u64 << 52), e - 1075)
+        };
         let mut big = vec![m as u32, (m >> 32) as u32];
         if k >= 0 {
             big_shl(&mut big, k as u32);
@@ -662,7 +714,9 @@ impl Digits {
             (false, true) => return CmpOrdering::Greater,
             _ => {}
         }
-        self.adjusted().cmp(&o.adjusted()).then_with(|| self.d.cmp(&o.d))
+        self.adjusted()
+            .cmp(&o.adjusted())
+            .then_with(|| self.d.cmp(&o.d))
     }
 
     /// Rounded away from zero to at most `n` significant digits.
@@ -705,7 +759,11 @@ impl Digits {
     fn coef_at(&self, e: i32) -> u128 {
         let mut c: u128 = 0;
         let shift = self.exp - e;
-        let keep = if shift >= 0 { self.d.len() } else { (self.d.len() as i32 + shift).max(0) as usize };
+        let keep = if shift >= 0 {
+            self.d.len()
+        } else {
+            (self.d.len() as i32 + shift).max(0) as usize
+        };
         for &x in &self.d[..keep] {
             c = c.saturating_mul(10).saturating_add(x as u128);
         }
@@ -798,7 +856,11 @@ fn append_decimal(buf: &mut Vec<u8>, dec: &bson::Decimal128, inv: bool) {
         DecKind::Inf(neg) => {
             put(
                 buf,
-                if neg { ctype::NUMERIC_NEGATIVE_LARGE_MAGNITUDE } else { ctype::NUMERIC_POSITIVE_LARGE_MAGNITUDE },
+                if neg {
+                    ctype::NUMERIC_NEGATIVE_LARGE_MAGNITUDE
+                } else {
+                    ctype::NUMERIC_POSITIVE_LARGE_MAGNITUDE
+                },
                 inv,
             );
             return put_u64(buf, !0u64, if neg { !inv } else { inv });
@@ -820,7 +882,11 @@ fn append_decimal(buf: &mut Vec<u8>, dec: &bson::Decimal128, inv: bool) {
             // Smaller than the smallest subnormal: store the normalized decimal itself.
             put(
                 buf,
-                if neg { ctype::NUMERIC_NEGATIVE_SMALL_MAGNITUDE } else { ctype::NUMERIC_POSITIVE_SMALL_MAGNITUDE },
+                if neg {
+                    ctype::NUMERIC_NEGATIVE_SMALL_MAGNITUDE
+                } else {
+                    ctype::NUMERIC_POSITIVE_SMALL_MAGNITUDE
+                },
                 inv,
             );
             let (c, e) = mag.normalize34();
@@ -842,7 +908,11 @@ fn append_decimal(buf: &mut Vec<u8>, dec: &bson::Decimal128, inv: bool) {
         // Huge: normalized decimal with the high bit forced, between DBL_MAX and Inf.
         put(
             buf,
-            if neg { ctype::NUMERIC_NEGATIVE_LARGE_MAGNITUDE } else { ctype::NUMERIC_POSITIVE_LARGE_MAGNITUDE },
+            if neg {
+                ctype::NUMERIC_NEGATIVE_LARGE_MAGNITUDE
+            } else {
+                ctype::NUMERIC_POSITIVE_LARGE_MAGNITUDE
+            },
             inv,
         );
         let (c, e) = mag.normalize34();
@@ -893,7 +963,11 @@ fn append_decimal(buf: &mut Vec<u8>, dec: &bson::Decimal128, inv: bool) {
     match mag.cmp(&from_bin) {
         CmpOrdering::Equal => append_double(buf, signed(bin), DCM_EQUAL_TO_15, inv),
         o => {
-            let dcm = if o == CmpOrdering::Less { DCM_CONT_LESS_THAN_15 } else { DCM_CONT_LARGER_THAN_15 };
+            let dcm = if o == CmpOrdering::Less {
+                DCM_CONT_LESS_THAN_15
+            } else {
+                DCM_CONT_LARGER_THAN_15
+            };
             append_double(buf, signed(bin), dcm, inv);
             continuation_vs_34(buf);
         }
@@ -910,7 +984,10 @@ struct Reader<'a> {
 }
 
 fn format_error(msg: impl Into<String>) -> Error {
-    Error::new(codes::INVALID_BSON, format!("KeyString format error: {}", msg.into()))
+    Error::new(
+        codes::INVALID_BSON,
+        format!("KeyString format error: {}", msg.into()),
+    )
 }
 
 impl<'a> Reader<'a> {
@@ -918,7 +995,10 @@ impl<'a> Reader<'a> {
         self.pos >= self.b.len()
     }
     fn byte(&mut self, inv: bool) -> Result<u8> {
-        let b = *self.b.get(self.pos).ok_or_else(|| format_error("unexpected end of buffer"))?;
+        let b = *self
+            .b
+            .get(self.pos)
+            .ok_or_else(|| format_error("unexpected end of buffer"))?;
         self.pos += 1;
         Ok(if inv { !b } else { b })
     }
@@ -931,7 +1011,11 @@ impl<'a> Reader<'a> {
         }
         let s = &self.b[self.pos..self.pos + n];
         self.pos += n;
-        Ok(if inv { s.iter().map(|b| !b).collect() } else { s.to_vec() })
+        Ok(if inv {
+            s.iter().map(|b| !b).collect()
+        } else {
+            s.to_vec()
+        })
     }
     fn u64(&mut self, inv: bool) -> Result<u64> {
         let v = self.bytes(8, inv)?;
@@ -1004,7 +1088,8 @@ fn decode_doc_body(r: &mut Reader, inv: bool, depth: u32) -> Result<Document> {
         if generic == 0 {
             return Ok(d);
         }
-        let name = String::from_utf8(r.cstring(inv)?).map_err(|_| format_error("invalid field name"))?;
+        let name =
+            String::from_utf8(r.cstring(inv)?).map_err(|_| format_error("invalid field name"))?;
         let ct = r.byte(inv)?;
         let v = decode_value(r, ct, inv, depth + 1)?;
         d.insert(name, v);
@@ -1023,7 +1108,11 @@ fn int_bson(neg: bool, mag: u64) -> Bson {
 }
 
 fn dec_bson(neg: bool, d: &Digits) -> Bson {
-    let (c, e) = if d.d.len() <= 34 { d.normalize34() } else { d.round_up(34).normalize34() };
+    let (c, e) = if d.d.len() <= 34 {
+        d.normalize34()
+    } else {
+        d.round_up(34).normalize34()
+    };
     Bson::Decimal128(make_decimal(neg, c, e))
 }
 
@@ -1035,7 +1124,10 @@ fn read_continuation_34(r: &mut Reader, vinv: bool, neg: bool, bin: f64) -> Resu
 
 fn decode_value(r: &mut Reader, ct: u8, inv: bool, depth: u32) -> Result<Bson> {
     if depth > 200 {
-        return Err(Error::new(codes::OVERFLOW, "KeyString encoding exceeded maximum nesting depth"));
+        return Err(Error::new(
+            codes::OVERFLOW,
+            "KeyString encoding exceeded maximum nesting depth",
+        ));
     }
     Ok(match ct {
         ctype::MIN_KEY => Bson::MinKey,
@@ -1044,10 +1136,15 @@ fn decode_value(r: &mut Reader, ct: u8, inv: bool, depth: u32) -> Result<Bson> {
         ctype::UNDEFINED => Bson::Undefined,
         ctype::BOOL_TRUE => Bson::Boolean(true),
         ctype::BOOL_FALSE => Bson::Boolean(false),
-        ctype::DATE => Bson::DateTime(bson::DateTime::from_millis((r.u64(inv)? ^ (1u64 << 63)) as i64)),
+        ctype::DATE => Bson::DateTime(bson::DateTime::from_millis(
+            (r.u64(inv)? ^ (1u64 << 63)) as i64,
+        )),
         ctype::TIMESTAMP => {
             let v = r.u64(inv)?;
-            Bson::Timestamp(bson::Timestamp { time: (v >> 32) as u32, increment: v as u32 })
+            Bson::Timestamp(bson::Timestamp {
+                time: (v >> 32) as u32,
+                increment: v as u32,
+            })
         }
         ctype::OID => {
             let b: [u8; 12] = r.bytes(12, inv)?.try_into().unwrap();
@@ -1066,16 +1163,22 @@ fn decode_value(r: &mut Reader, ct: u8, inv: bool, depth: u32) -> Result<Bson> {
                 len = u32::from_be_bytes(r.bytes(4, inv)?.try_into().unwrap()) as usize;
             }
             let subtype = BinarySubtype::from(r.byte(inv)?);
-            Bson::Binary(Binary { subtype, bytes: r.bytes(len, inv)? })
+            Bson::Binary(Binary {
+                subtype,
+                bytes: r.bytes(len, inv)?,
+            })
         }
         ctype::REGEX => {
-            let pattern = String::from_utf8(r.cstring(inv)?).map_err(|_| format_error("bad regex"))?;
-            let options = String::from_utf8(r.cstring(inv)?).map_err(|_| format_error("bad regex"))?;
+            let pattern =
+                String::from_utf8(r.cstring(inv)?).map_err(|_| format_error("bad regex"))?;
+            let options =
+                String::from_utf8(r.cstring(inv)?).map_err(|_| format_error("bad regex"))?;
             Bson::RegularExpression(bson::Regex { pattern, options })
         }
         ctype::DBREF => {
             let n = u32::from_be_bytes(r.bytes(4, inv)?.try_into().unwrap()) as usize;
-            let ns = String::from_utf8(r.bytes(n, inv)?).map_err(|_| format_error("bad DBRef ns"))?;
+            let ns =
+                String::from_utf8(r.bytes(n, inv)?).map_err(|_| format_error("bad DBRef ns"))?;
             let oid: [u8; 12] = r.bytes(12, inv)?.try_into().unwrap();
             make_db_pointer(&ns, oid)?
         }
@@ -1098,7 +1201,11 @@ fn decode_value(r: &mut Reader, ct: u8, inv: bool, depth: u32) -> Result<Bson> {
             let vinv = inv ^ neg;
             let enc = r.u64(vinv)?;
             if enc == !0u64 {
-                Bson::Double(if neg { f64::NEG_INFINITY } else { f64::INFINITY })
+                Bson::Double(if neg {
+                    f64::NEG_INFINITY
+                } else {
+                    f64::INFINITY
+                })
             } else if enc >> 63 == 1 {
                 let lo = r.u64(vinv)?;
                 let hi = enc & !(1u64 << 63);
@@ -1213,7 +1320,10 @@ mod tests {
     }
 
     fn bin(sub: u8, bytes: Vec<u8>) -> Bson {
-        Bson::Binary(Binary { subtype: BinarySubtype::from(sub), bytes })
+        Bson::Binary(Binary {
+            subtype: BinarySubtype::from(sub),
+            bytes,
+        })
     }
 
     fn oid(h: &str) -> Bson {
@@ -1352,16 +1462,40 @@ mod tests {
             Bson::DateTime(bson::DateTime::from_millis(-1)),
             Bson::DateTime(bson::DateTime::from_millis(0)),
             Bson::DateTime(bson::DateTime::from_millis(1_700_000_000_000)),
-            Bson::Timestamp(bson::Timestamp { time: 0, increment: 0 }),
-            Bson::Timestamp(bson::Timestamp { time: 1, increment: 0 }),
-            Bson::Timestamp(bson::Timestamp { time: 0, increment: u32::MAX }),
-            Bson::Timestamp(bson::Timestamp { time: u32::MAX, increment: u32::MAX }),
-            Bson::RegularExpression(bson::Regex { pattern: "a".into(), options: "".into() }),
-            Bson::RegularExpression(bson::Regex { pattern: "a".into(), options: "i".into() }),
-            Bson::RegularExpression(bson::Regex { pattern: "ab".into(), options: "".into() }),
+            Bson::Timestamp(bson::Timestamp {
+                time: 0,
+                increment: 0,
+            }),
+            Bson::Timestamp(bson::Timestamp {
+                time: 1,
+                increment: 0,
+            }),
+            Bson::Timestamp(bson::Timestamp {
+                time: 0,
+                increment: u32::MAX,
+            }),
+            Bson::Timestamp(bson::Timestamp {
+                time: u32::MAX,
+                increment: u32::MAX,
+            }),
+            Bson::RegularExpression(bson::Regex {
+                pattern: "a".into(),
+                options: "".into(),
+            }),
+            Bson::RegularExpression(bson::Regex {
+                pattern: "a".into(),
+                options: "i".into(),
+            }),
+            Bson::RegularExpression(bson::Regex {
+                pattern: "ab".into(),
+                options: "".into(),
+            }),
             Bson::JavaScriptCode("x".into()),
             Bson::JavaScriptCode("y".into()),
-            Bson::JavaScriptCodeWithScope(bson::JavaScriptCodeWithScope { code: "x".into(), scope: doc! {"a": 1} }),
+            Bson::JavaScriptCodeWithScope(bson::JavaScriptCodeWithScope {
+                code: "x".into(),
+                scope: doc! {"a": 1},
+            }),
         ];
         // a sweep of numbers of every width around interesting magnitudes
         for e in [-3i32, -1, 0, 1, 7, 8, 15, 16, 31, 52, 53, 54, 55, 56, 62] {
@@ -1388,7 +1522,9 @@ mod tests {
             Bson::Int32(i) => fin(*i < 0, Digits::from_u128(i.unsigned_abs() as u128, 0)),
             Bson::Int64(i) => fin(*i < 0, Digits::from_u128(i.unsigned_abs() as u128, 0)),
             Bson::Double(d) if d.is_nan() => Some((0, false, Digits::new(vec![], 0))),
-            Bson::Double(d) if d.is_infinite() => Some((if *d > 0.0 { 3 } else { 1 }, false, Digits::new(vec![], 0))),
+            Bson::Double(d) if d.is_infinite() => {
+                Some((if *d > 0.0 { 3 } else { 1 }, false, Digits::new(vec![], 0)))
+            }
             Bson::Double(d) if *d == 0.0 => fin(false, Digits::new(vec![], 0)),
             Bson::Double(d) => fin(*d < 0.0, Digits::from_f64(d.abs())),
             Bson::Decimal128(x) => match parse_decimal(x) {
@@ -1426,7 +1562,9 @@ mod tests {
 
     /// `ref_cmp` over all pairs, computed once (the exact decimal expansion is slow in debug builds).
     fn ref_matrix(vals: &[Bson]) -> Vec<Vec<CmpOrdering>> {
-        vals.iter().map(|a| vals.iter().map(|b| ref_cmp(a, b)).collect()).collect()
+        vals.iter()
+            .map(|a| vals.iter().map(|b| ref_cmp(a, b)).collect())
+            .collect()
     }
 
     #[test]
@@ -1443,8 +1581,18 @@ mod tests {
                 if !matches!(a, Bson::Decimal128(_)) && !matches!(b, Bson::Decimal128(_)) {
                     assert_eq!(cmp_bson(a, b), want, "{a:?} vs {b:?}");
                 }
-                assert_eq!(sign(asc[i].cmp(&asc[j])), sign(want), "asc {a:?} vs {b:?}: {} vs {}", to_hex_upper(&asc[i]), to_hex_upper(&asc[j]));
-                assert_eq!(sign(desc[i].cmp(&desc[j])), sign(want.reverse()), "desc {a:?} vs {b:?}");
+                assert_eq!(
+                    sign(asc[i].cmp(&asc[j])),
+                    sign(want),
+                    "asc {a:?} vs {b:?}: {} vs {}",
+                    to_hex_upper(&asc[i]),
+                    to_hex_upper(&asc[j])
+                );
+                assert_eq!(
+                    sign(desc[i].cmp(&desc[j])),
+                    sign(want.reverse()),
+                    "desc {a:?} vs {b:?}"
+                );
                 // Without kEnd, ascending order still holds (strings: "a" < "a\0..." by prefix).
                 assert_eq!(sign(raw[i].cmp(&raw[j])), sign(want), "raw {a:?} vs {b:?}");
             }
@@ -1456,7 +1604,9 @@ mod tests {
         let vals: Vec<Bson> = sample_values().into_iter().step_by(3).collect();
         let m = ref_matrix(&vals);
         let n = vals.len();
-        let tuples: Vec<(usize, usize)> = (0..n).flat_map(|a| (0..n).step_by(2).map(move |b| (a, b))).collect();
+        let tuples: Vec<(usize, usize)> = (0..n)
+            .flat_map(|a| (0..n).step_by(2).map(move |b| (a, b)))
+            .collect();
         for (d1, d2) in [(false, false), (false, true), (true, false), (true, true)] {
             let encs: Vec<Vec<u8>> = tuples
                 .iter()
@@ -1470,8 +1620,16 @@ mod tests {
                 .collect();
             for (i, x) in tuples.iter().enumerate() {
                 for (j, y) in tuples.iter().enumerate() {
-                    let c1 = if d1 { m[x.0][y.0].reverse() } else { m[x.0][y.0] };
-                    let c2 = if d2 { m[x.1][y.1].reverse() } else { m[x.1][y.1] };
+                    let c1 = if d1 {
+                        m[x.0][y.0].reverse()
+                    } else {
+                        m[x.0][y.0]
+                    };
+                    let c2 = if d2 {
+                        m[x.1][y.1].reverse()
+                    } else {
+                        m[x.1][y.1]
+                    };
                     assert_eq!(
                         sign(encs[i].cmp(&encs[j])),
                         sign(c1.then(c2)),
@@ -1487,11 +1645,33 @@ mod tests {
     #[test]
     fn numerically_equal_values_encode_equal() {
         let groups = vec![
-            vec![Bson::Int32(1), Bson::Int64(1), Bson::Double(1.0), dec("1"), dec("1.000")],
-            vec![Bson::Int32(0), Bson::Int64(0), Bson::Double(0.0), Bson::Double(-0.0), dec("0"), dec("-0E+5")],
-            vec![Bson::Int32(-300), Bson::Int64(-300), Bson::Double(-300.0), dec("-3E2")],
+            vec![
+                Bson::Int32(1),
+                Bson::Int64(1),
+                Bson::Double(1.0),
+                dec("1"),
+                dec("1.000"),
+            ],
+            vec![
+                Bson::Int32(0),
+                Bson::Int64(0),
+                Bson::Double(0.0),
+                Bson::Double(-0.0),
+                dec("0"),
+                dec("-0E+5"),
+            ],
+            vec![
+                Bson::Int32(-300),
+                Bson::Int64(-300),
+                Bson::Double(-300.0),
+                dec("-3E2"),
+            ],
             vec![Bson::Double(2.5), dec("2.5"), dec("2.50")],
-            vec![Bson::Int64(i64::MIN), Bson::Double(-TWO_POW_63), dec("-9223372036854775808")],
+            vec![
+                Bson::Int64(i64::MIN),
+                Bson::Double(-TWO_POW_63),
+                dec("-9223372036854775808"),
+            ],
             vec![Bson::Double(f64::NAN), dec("NaN")],
             vec![Bson::Double(f64::INFINITY), dec("Infinity")],
             vec![Bson::String("ab".into()), Bson::Symbol("ab".into())],
@@ -1519,8 +1699,17 @@ mod tests {
         assert_eq!(hex(Bson::Int32(-1)), "27FD");
         assert_eq!(hex(Bson::String("ab".into())), "3C616200");
         assert_eq!(hex(Bson::String("a\0b".into())), "3C6100FF6200");
-        assert_eq!(hex(Bson::Timestamp(bson::Timestamp { time: 1, increment: 2 })), "820000000100000002");
-        assert_eq!(hex(Bson::DateTime(bson::DateTime::from_millis(0))), "788000000000000000");
+        assert_eq!(
+            hex(Bson::Timestamp(bson::Timestamp {
+                time: 1,
+                increment: 2
+            })),
+            "820000000100000002"
+        );
+        assert_eq!(
+            hex(Bson::DateTime(bson::DateTime::from_millis(0))),
+            "788000000000000000"
+        );
         assert_eq!(hex(bin(4, vec![0xAB])), "5A0104AB");
         assert_eq!(hex(Bson::Array(vec![Bson::Int32(1)])), "502B0200");
         assert_eq!(hex(Bson::Document(doc! {"a": 1})), "461E61002B0200");
@@ -1531,7 +1720,10 @@ mod tests {
         // 1.5 as a double: 1-byte int ctype, integer part 2*1+1, one fraction bit
         assert_eq!(hex(Bson::Double(1.5)), "2B0380000000000000");
         // 0.5: small magnitude, (bits << 2)
-        assert_eq!(hex(Bson::Double(0.5)), format!("2A{:016X}", 0.5f64.to_bits() << 2));
+        assert_eq!(
+            hex(Bson::Double(0.5)),
+            format!("2A{:016X}", 0.5f64.to_bits() << 2)
+        );
     }
 
     /// Real resume tokens printed by mongod (MongoDB community forum and a public
@@ -1542,7 +1734,10 @@ mod tests {
         let t1 = "8263A81537000000012B022C0100296E5A1004199BDC9429644781918CE46FDC2C0DFF46645F6964006463A81537C7C3F623FD5BC92E0004";
         let uuid1 = from_hex("199BDC9429644781918CE46FDC2C0DFF").unwrap();
         let vals1 = vec![
-            Bson::Timestamp(bson::Timestamp { time: 1671959863, increment: 1 }),
+            Bson::Timestamp(bson::Timestamp {
+                time: 1671959863,
+                increment: 1,
+            }),
             Bson::Int32(1),
             Bson::Int32(128),
             Bson::Int32(0),
@@ -1554,7 +1749,10 @@ mod tests {
         let t2 = "8267C867A2000000192B042C0100296E5A1004D3284E04D8914467A2160201812E4C4C463C6F7065726174696F6E54797065003C696E736572740046646F63756D656E744B65790046645F6964006467C867A2FB1CBCD579F4E4DE000004";
         let uuid2 = from_hex("D3284E04D8914467A2160201812E4C4C").unwrap();
         let vals2 = vec![
-            Bson::Timestamp(bson::Timestamp { time: 1741186978, increment: 25 }),
+            Bson::Timestamp(bson::Timestamp {
+                time: 1741186978,
+                increment: 25,
+            }),
             Bson::Int32(2),
             Bson::Int32(128),
             Bson::Int32(0),
@@ -1568,7 +1766,10 @@ mod tests {
         // high-water-mark token
         let t3 = "8267C867A3000000012B0429296E1404";
         let vals3 = vec![
-            Bson::Timestamp(bson::Timestamp { time: 0x67C867A3, increment: 1 }),
+            Bson::Timestamp(bson::Timestamp {
+                time: 0x67C867A3,
+                increment: 1,
+            }),
             Bson::Int32(2),
             Bson::Int32(0),
             Bson::Int32(0),
@@ -1595,22 +1796,46 @@ mod tests {
                 let enc = key(&v, desc);
                 let d = decode_values_directed(&enc, &[desc]).unwrap();
                 assert_eq!(d.len(), 1, "{v:?}");
-                assert_eq!(ref_cmp(&d[0], &v), CmpOrdering::Equal, "{v:?} decoded as {:?}", d[0]);
+                assert_eq!(
+                    ref_cmp(&d[0], &v),
+                    CmpOrdering::Equal,
+                    "{v:?} decoded as {:?}",
+                    d[0]
+                );
                 assert_eq!(key(&d[0], desc), enc, "{v:?} re-encoded from {:?}", d[0]);
                 // types that survive exactly
                 match &v {
-                    Bson::Int32(_) | Bson::String(_) | Bson::Binary(_) | Bson::ObjectId(_)
-                    | Bson::Timestamp(_) | Bson::DateTime(_) | Bson::Boolean(_) | Bson::RegularExpression(_)
-                    | Bson::JavaScriptCode(_) | Bson::Null | Bson::MinKey | Bson::MaxKey => assert_eq!(d[0], v),
+                    Bson::Int32(_)
+                    | Bson::String(_)
+                    | Bson::Binary(_)
+                    | Bson::ObjectId(_)
+                    | Bson::Timestamp(_)
+                    | Bson::DateTime(_)
+                    | Bson::Boolean(_)
+                    | Bson::RegularExpression(_)
+                    | Bson::JavaScriptCode(_)
+                    | Bson::Null
+                    | Bson::MinKey
+                    | Bson::MaxKey => assert_eq!(d[0], v),
                     _ => {}
                 }
             }
         }
-        let d = decode_values(&encode_values(&[Bson::Int64(5), Bson::Double(2.5), Bson::Int64(1 << 40)], &[])).unwrap();
-        assert_eq!(d, vec![Bson::Int32(5), Bson::Double(2.5), Bson::Int64(1 << 40)]);
+        let d = decode_values(&encode_values(
+            &[Bson::Int64(5), Bson::Double(2.5), Bson::Int64(1 << 40)],
+            &[],
+        ))
+        .unwrap();
+        assert_eq!(
+            d,
+            vec![Bson::Int32(5), Bson::Double(2.5), Bson::Int64(1 << 40)]
+        );
         // decimals not representable as doubles come back as (normalized) decimals
         let d = decode_values(&encode_value(&dec("1.23456789012345678901234567890"))).unwrap();
-        assert_eq!(cmp_bson(&d[0], &dec("1.23456789012345678901234567890")), CmpOrdering::Equal);
+        assert_eq!(
+            cmp_bson(&d[0], &dec("1.23456789012345678901234567890")),
+            CmpOrdering::Equal
+        );
         assert!(matches!(d[0], Bson::Decimal128(_)));
     }
 
@@ -1622,7 +1847,12 @@ mod tests {
                 let enc = encode_values(&[Bson::String(s.into())], &[desc]);
                 let (lo, hi) = seek_bounds(&enc);
                 for t in strs {
-                    for id in [Bson::Int32(1), Bson::MinKey, Bson::MaxKey, Bson::String("z".into())] {
+                    for id in [
+                        Bson::Int32(1),
+                        Bson::MinKey,
+                        Bson::MaxKey,
+                        Bson::String("z".into()),
+                    ] {
                         let mut k = encode_values(&[Bson::String(t.into())], &[desc]);
                         k.extend(encode_value(&id));
                         let inside = k >= lo && k < hi;

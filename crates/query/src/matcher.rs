@@ -68,7 +68,11 @@ enum Node {
     And(Vec<Node>),
     Or(Vec<Node>),
     Nor(Vec<Node>),
-    Field { path: String, parts: Vec<String>, preds: Vec<Pred> },
+    Field {
+        path: String,
+        parts: Vec<String>,
+        preds: Vec<Pred>,
+    },
     Expr(Bson),
     Const(bool),
 }
@@ -112,12 +116,26 @@ fn compile_regex(pattern: &str, options: &str) -> Result<RegexPred> {
                 }
             }
             'u' => {}
-            _ => return Err(Error::location(51108, format!("invalid flag in regex options: {c}"))),
+            _ => {
+                return Err(Error::location(
+                    51108,
+                    format!("invalid flag in regex options: {c}"),
+                ))
+            }
         }
     }
-    let full = if flags.is_empty() { pattern.to_string() } else { format!("(?{flags}){pattern}") };
-    let re = Regex::new(&full).map_err(|e| Error::location(51091, format!("Regular expression is invalid: {e}")))?;
-    Ok(RegexPred { re, pattern: pattern.to_string(), options: options.to_string() })
+    let full = if flags.is_empty() {
+        pattern.to_string()
+    } else {
+        format!("(?{flags}){pattern}")
+    };
+    let re = Regex::new(&full)
+        .map_err(|e| Error::location(51091, format!("Regular expression is invalid: {e}")))?;
+    Ok(RegexPred {
+        re,
+        pattern: pattern.to_string(),
+        options: options.to_string(),
+    })
 }
 
 fn regex_from_bson(r: &bson::Regex) -> Result<RegexPred> {
@@ -161,9 +179,17 @@ fn parse_doc(filter: &Document) -> Result<Node> {
             continue;
         }
         let preds = parse_field_value(v)?;
-        nodes.push(Node::Field { path: k.clone(), parts: k.split('.').map(String::from).collect(), preds });
+        nodes.push(Node::Field {
+            path: k.clone(),
+            parts: k.split('.').map(String::from).collect(),
+            preds,
+        });
     }
-    Ok(if nodes.len() == 1 { nodes.pop().unwrap() } else { Node::And(nodes) })
+    Ok(if nodes.len() == 1 {
+        nodes.pop().unwrap()
+    } else {
+        Node::And(nodes)
+    })
 }
 
 /// The value side of `{field: value}`.
@@ -184,7 +210,9 @@ fn parse_in_list(op: &str, v: &Bson) -> Result<Vec<InItem>> {
     for e in arr {
         match e {
             Bson::RegularExpression(r) => out.push(InItem::Regex(regex_from_bson(r)?)),
-            Bson::Document(d) if is_operator_doc(d) => return Err(bad(format!("cannot nest $ under {op}"))),
+            Bson::Document(d) if is_operator_doc(d) => {
+                return Err(bad(format!("cannot nest $ under {op}")))
+            }
             _ => out.push(InItem::Value(e.clone())),
         }
     }
@@ -308,21 +336,27 @@ fn parse_mod(v: &Bson) -> Result<Pred> {
     let d = num(&arr[0], "divisor")?;
     let r = num(&arr[1], "remainder")?;
     if d == 0 {
-        return Err(bad("malformed mod, divisor value is invalid :: caused by :: divisor cannot be 0"));
+        return Err(bad(
+            "malformed mod, divisor value is invalid :: caused by :: divisor cannot be 0",
+        ));
     }
     Ok(Pred::Mod(d, r))
 }
 
 fn parse_size(v: &Bson) -> Result<i64> {
     if !is_number(v) {
-        return Err(bad(format!("Failed to parse $size. Expected a number in: $size: {v}")));
+        return Err(bad(format!(
+            "Failed to parse $size. Expected a number in: $size: {v}"
+        )));
     }
     let f = as_f64(v).unwrap_or(f64::NAN);
     if f.is_nan() || f.fract() != 0.0 {
         return Err(bad("$size must be a whole number"));
     }
     if f < 0.0 {
-        return Err(bad(format!("Failed to parse $size. Expected a non-negative number in: $size: {v}")));
+        return Err(bad(format!(
+            "Failed to parse $size. Expected a non-negative number in: $size: {v}"
+        )));
     }
     Ok(match v {
         Bson::Int32(i) => *i as i64,
@@ -410,9 +444,16 @@ fn parse_operator_doc(d: &Document) -> Result<Vec<Pred>> {
                     Some(Bson::String(p)) => Pred::Regex(compile_regex(p, opts.unwrap_or(""))?),
                     Some(Bson::RegularExpression(r)) => {
                         if opts.is_some() && !r.options.is_empty() {
-                            return Err(Error::location(51075, "options set in both $regex and $options"));
+                            return Err(Error::location(
+                                51075,
+                                "options set in both $regex and $options",
+                            ));
                         }
-                        let o = if r.options.is_empty() { opts.unwrap_or("") } else { r.options.as_str() };
+                        let o = if r.options.is_empty() {
+                            opts.unwrap_or("")
+                        } else {
+                            r.options.as_str()
+                        };
                         Pred::Regex(compile_regex(&r.pattern, o)?)
                     }
                     _ => return Err(bad("$regex has to be a string")),
@@ -433,8 +474,12 @@ fn parse_operator_doc(d: &Document) -> Result<Vec<Pred>> {
                         return Err(bad("$all/$elemMatch has to be consistent"));
                     }
                     match e {
-                        Bson::Document(ed) if first_em => subs.push(parse_elem_match(ed.get("$elemMatch").unwrap())?),
-                        Bson::Document(ed) if is_operator_doc(ed) => return Err(bad("no $ expressions in $all")),
+                        Bson::Document(ed) if first_em => {
+                            subs.push(parse_elem_match(ed.get("$elemMatch").unwrap())?)
+                        }
+                        Bson::Document(ed) if is_operator_doc(ed) => {
+                            return Err(bad("no $ expressions in $all"))
+                        }
                         Bson::RegularExpression(r) => subs.push(Pred::Regex(regex_from_bson(r)?)),
                         _ => subs.push(Pred::Eq(e.clone())),
                     }
@@ -449,16 +494,22 @@ fn parse_operator_doc(d: &Document) -> Result<Vec<Pred>> {
                         return Err(bad("$not cannot be empty"));
                     }
                     if !nd.keys().next().unwrap().starts_with('$') {
-                        return Err(bad(format!("unknown operator: {}", nd.keys().next().unwrap())));
+                        return Err(bad(format!(
+                            "unknown operator: {}",
+                            nd.keys().next().unwrap()
+                        )));
                     }
                     Pred::Not(parse_operator_doc(nd)?)
                 }
                 _ => return Err(bad("$not needs a regex or a document")),
             },
             "$comment" => continue,
-            "$near" | "$nearSphere" | "$geoWithin" | "$geoIntersects" | "$within" | "$box" | "$center"
-            | "$centerSphere" | "$polygon" | "$geometry" | "$maxDistance" | "$minDistance" => {
-                return Err(bad(format!("{k} is not supported (geospatial queries are not available)")))
+            "$near" | "$nearSphere" | "$geoWithin" | "$geoIntersects" | "$within" | "$box"
+            | "$center" | "$centerSphere" | "$polygon" | "$geometry" | "$maxDistance"
+            | "$minDistance" => {
+                return Err(bad(format!(
+                    "{k} is not supported (geospatial queries are not available)"
+                )))
             }
             "$bitsAllSet" | "$bitsAllClear" | "$bitsAnySet" | "$bitsAnyClear" => {
                 return Err(bad(format!("{k} is not supported")))
@@ -570,7 +621,9 @@ fn eq_leaf(leaf: Option<&Bson>, v: &Bson, expand: bool) -> bool {
 fn in_leaf(leaf: Option<&Bson>, items: &[InItem], expand: bool) -> bool {
     items.iter().any(|it| match it {
         InItem::Value(v) => eq_leaf(leaf, v, expand),
-        InItem::Regex(r) => leaf.map(|x| any_expanded(x, expand, &|e| regex_single(e, r))).unwrap_or(false),
+        InItem::Regex(r) => leaf
+            .map(|x| any_expanded(x, expand, &|e| regex_single(e, r)))
+            .unwrap_or(false),
     })
 }
 
@@ -596,7 +649,9 @@ fn mod_single(x: &Bson, d: i64, r: i64) -> bool {
 
 fn type_single(x: &Bson, codes: &[i32]) -> bool {
     let c = type_code(x);
-    codes.iter().any(|&t| t == c || (t == TYPE_NUMBER && is_number(x)))
+    codes
+        .iter()
+        .any(|&t| t == c || (t == TYPE_NUMBER && is_number(x)))
 }
 
 fn array_as_doc(a: &[Bson]) -> Document {
@@ -620,10 +675,22 @@ fn eval_pred(pred: &Pred, ls: &[Option<&Bson>], expand: bool) -> Result<bool> {
         Pred::In(items) => ls.iter().any(|l| in_leaf(*l, items, expand)),
         Pred::Nin(items) => !ls.iter().any(|l| in_leaf(*l, items, expand)),
         Pred::Exists(b) => ls.iter().any(|l| l.is_some()) == *b,
-        Pred::Type(codes) => ls.iter().flatten().any(|x| any_expanded(x, expand, &|e| type_single(e, codes))),
-        Pred::Regex(r) => ls.iter().flatten().any(|x| any_expanded(x, expand, &|e| regex_single(e, r))),
-        Pred::Mod(d, r) => ls.iter().flatten().any(|x| any_expanded(x, expand, &|e| mod_single(e, *d, *r))),
-        Pred::Size(n) => ls.iter().flatten().any(|x| matches!(x, Bson::Array(a) if a.len() as i64 == *n)),
+        Pred::Type(codes) => ls
+            .iter()
+            .flatten()
+            .any(|x| any_expanded(x, expand, &|e| type_single(e, codes))),
+        Pred::Regex(r) => ls
+            .iter()
+            .flatten()
+            .any(|x| any_expanded(x, expand, &|e| regex_single(e, r))),
+        Pred::Mod(d, r) => ls
+            .iter()
+            .flatten()
+            .any(|x| any_expanded(x, expand, &|e| mod_single(e, *d, *r))),
+        Pred::Size(n) => ls
+            .iter()
+            .flatten()
+            .any(|x| matches!(x, Bson::Array(a) if a.len() as i64 == *n)),
         Pred::ElemMatchValue(preds) => {
             for x in ls.iter().flatten() {
                 if let Bson::Array(a) = x {
@@ -731,7 +798,10 @@ fn eval_node(node: &Node, doc: &Document) -> Result<bool> {
 impl Matcher {
     pub fn new(filter: &Document) -> Result<Matcher> {
         let root = parse_doc(filter)?;
-        Ok(Matcher { filter: filter.clone(), root })
+        Ok(Matcher {
+            filter: filter.clone(),
+            root,
+        })
     }
 
     /// Errors while evaluating (e.g. in `$expr`) count as "no match".
@@ -764,11 +834,15 @@ impl Matcher {
 
     /// `{_id: v}` / `{_id: {$eq: v}}` at the top level.
     pub fn id_equality(&self) -> Option<Bson> {
-        self.index_predicates().into_iter().find(|(p, _)| p == "_id").and_then(|(_, b)| b.eq).filter(|v| match v {
-            Bson::RegularExpression(_) => false,
-            Bson::Document(d) => !is_operator_doc(d),
-            _ => true,
-        })
+        self.index_predicates()
+            .into_iter()
+            .find(|(p, _)| p == "_id")
+            .and_then(|(_, b)| b.eq)
+            .filter(|v| match v {
+                Bson::RegularExpression(_) => false,
+                Bson::Document(d) => !is_operator_doc(d),
+                _ => true,
+            })
     }
 }
 
@@ -836,7 +910,10 @@ mod tests {
         assert!(m(filter.clone()).matches(&d), "{filter} should match {d}");
     }
     fn no(filter: Document, d: Document) {
-        assert!(!m(filter.clone()).matches(&d), "{filter} should not match {d}");
+        assert!(
+            !m(filter.clone()).matches(&d),
+            "{filter} should not match {d}"
+        );
     }
     fn err(filter: Document) -> Error {
         match Matcher::new(&filter) {
@@ -893,12 +970,21 @@ mod tests {
         no(doc! {"a": {"$gt": 5}}, doc! {});
         yes(doc! {"a": {"$gt": 5}}, doc! {"a": [1, 10]});
         yes(doc! {"a": {"$gt": 1, "$lt": 3}}, doc! {"a": [0, 5]}); // different elements may satisfy each
-        no(doc! {"a": {"$elemMatch": {"$gt": 1, "$lt": 3}}}, doc! {"a": [0, 5]});
+        no(
+            doc! {"a": {"$elemMatch": {"$gt": 1, "$lt": 3}}},
+            doc! {"a": [0, 5]},
+        );
         yes(doc! {"a": {"$gt": Bson::MinKey}}, doc! {"a": "x"});
         yes(doc! {"a": {"$lt": Bson::MaxKey}}, doc! {"a": {"b": 1}});
         no(doc! {"a": {"$gt": Bson::MaxKey}}, doc! {"a": 1});
-        yes(doc! {"a": {"$gt": bson::DateTime::from_millis(5)}}, doc! {"a": bson::DateTime::from_millis(6)});
-        no(doc! {"a": {"$gt": bson::DateTime::from_millis(5)}}, doc! {"a": 6});
+        yes(
+            doc! {"a": {"$gt": bson::DateTime::from_millis(5)}},
+            doc! {"a": bson::DateTime::from_millis(6)},
+        );
+        no(
+            doc! {"a": {"$gt": bson::DateTime::from_millis(5)}},
+            doc! {"a": 6},
+        );
         no(doc! {"a": {"$lt": 5}}, doc! {"a": f64::NAN});
         yes(doc! {"a": {"$gte": f64::NAN}}, doc! {"a": f64::NAN});
         no(doc! {"a": {"$gt": f64::NAN}}, doc! {"a": 1});
@@ -925,7 +1011,10 @@ mod tests {
             doc! {"a": ["x", "abc"]},
         );
         // $eq with a regex compares regex values, not patterns against strings
-        let re = Bson::RegularExpression(bson::Regex { pattern: "a".into(), options: "".into() });
+        let re = Bson::RegularExpression(bson::Regex {
+            pattern: "a".into(),
+            options: "".into(),
+        });
         no(doc! {"a": {"$eq": re.clone()}}, doc! {"a": "a"});
         yes(doc! {"a": {"$eq": re.clone()}}, doc! {"a": re});
     }
@@ -936,15 +1025,24 @@ mod tests {
         yes(f.clone(), doc! {"a": 1});
         yes(f.clone(), doc! {"b": 6});
         no(f, doc! {"a": 2, "b": 5});
-        yes(doc! {"$and": [{"a": {"$gt": 1}}, {"a": {"$lt": 5}}]}, doc! {"a": 3});
-        no(doc! {"$and": [{"a": {"$gt": 1}}, {"a": {"$lt": 5}}]}, doc! {"a": 7});
+        yes(
+            doc! {"$and": [{"a": {"$gt": 1}}, {"a": {"$lt": 5}}]},
+            doc! {"a": 3},
+        );
+        no(
+            doc! {"$and": [{"a": {"$gt": 1}}, {"a": {"$lt": 5}}]},
+            doc! {"a": 7},
+        );
         yes(doc! {"$nor": [{"a": 1}, {"b": 1}]}, doc! {"a": 2});
         no(doc! {"$nor": [{"a": 1}, {"b": 1}]}, doc! {"b": 1});
         yes(doc! {"a": {"$not": {"$gt": 5}}}, doc! {"a": 3});
         yes(doc! {"a": {"$not": {"$gt": 5}}}, doc! {});
         yes(doc! {"a": {"$not": {"$gt": 5}}}, doc! {"a": "zzz"});
         no(doc! {"a": {"$not": {"$gt": 5}}}, doc! {"a": [1, 6]});
-        let re = Bson::RegularExpression(bson::Regex { pattern: "^x".into(), options: "".into() });
+        let re = Bson::RegularExpression(bson::Regex {
+            pattern: "^x".into(),
+            options: "".into(),
+        });
         no(doc! {"a": {"$not": re.clone()}}, doc! {"a": "xy"});
         yes(doc! {"a": {"$not": re}}, doc! {"a": "yx"});
         yes(doc! {"a": 1, "$comment": "hello"}, doc! {"a": 1});
@@ -958,7 +1056,10 @@ mod tests {
         no(doc! {"a": {"$exists": true}}, doc! {"b": 1});
         yes(doc! {"a": {"$exists": 0}}, doc! {"b": 1});
         yes(doc! {"a": {"$exists": 1}}, doc! {"a": []});
-        yes(doc! {"a.b": {"$exists": true}}, doc! {"a": [{"c": 1}, {"b": 2}]});
+        yes(
+            doc! {"a.b": {"$exists": true}},
+            doc! {"a": [{"c": 1}, {"b": 2}]},
+        );
         no(doc! {"a.b": {"$exists": true}}, doc! {"a": [{"c": 1}, 3]});
         yes(doc! {"a.b": {"$exists": false}}, doc! {"a": [1, 2]});
         yes(doc! {"a": {"$type": "string"}}, doc! {"a": "x"});
@@ -969,7 +1070,10 @@ mod tests {
         yes(doc! {"a": {"$type": "array"}}, doc! {"a": []});
         yes(doc! {"a": {"$type": "int"}}, doc! {"a": ["x", 1]});
         no(doc! {"a": {"$type": "long"}}, doc! {"a": 1});
-        yes(doc! {"a": {"$type": ["long", "null"]}}, doc! {"a": Bson::Null});
+        yes(
+            doc! {"a": {"$type": ["long", "null"]}},
+            doc! {"a": Bson::Null},
+        );
         no(doc! {"a": {"$type": "null"}}, doc! {});
         yes(doc! {"a": {"$type": "double"}}, doc! {"a": 1.0});
         yes(doc! {"a": {"$type": "object"}}, doc! {"a": {}});
@@ -980,20 +1084,44 @@ mod tests {
     fn regex_matching() {
         yes(doc! {"a": {"$regex": "^ab"}}, doc! {"a": "abc"});
         no(doc! {"a": {"$regex": "^ab"}}, doc! {"a": "ABC"});
-        yes(doc! {"a": {"$regex": "^ab", "$options": "i"}}, doc! {"a": "ABC"});
-        yes(doc! {"a": {"$regex": "^b", "$options": "m"}}, doc! {"a": "a\nb"});
+        yes(
+            doc! {"a": {"$regex": "^ab", "$options": "i"}},
+            doc! {"a": "ABC"},
+        );
+        yes(
+            doc! {"a": {"$regex": "^b", "$options": "m"}},
+            doc! {"a": "a\nb"},
+        );
         no(doc! {"a": {"$regex": "^b"}}, doc! {"a": "a\nb"});
-        yes(doc! {"a": {"$regex": "a.b", "$options": "s"}}, doc! {"a": "a\nb"});
-        yes(doc! {"a": {"$regex": "a b # comment", "$options": "x"}}, doc! {"a": "ab"});
-        let re = Bson::RegularExpression(bson::Regex { pattern: "o+".into(), options: "i".into() });
+        yes(
+            doc! {"a": {"$regex": "a.b", "$options": "s"}},
+            doc! {"a": "a\nb"},
+        );
+        yes(
+            doc! {"a": {"$regex": "a b # comment", "$options": "x"}},
+            doc! {"a": "ab"},
+        );
+        let re = Bson::RegularExpression(bson::Regex {
+            pattern: "o+".into(),
+            options: "i".into(),
+        });
         yes(doc! {"a": re.clone()}, doc! {"a": "fOO"});
         yes(doc! {"a": re.clone()}, doc! {"a": ["x", "foo"]});
         no(doc! {"a": re.clone()}, doc! {"a": 100});
         yes(doc! {"a": re.clone()}, doc! {"a": re});
-        yes(doc! {"a": {"$regex": bson::Regex { pattern: "^x".into(), options: "".into() }}}, doc! {"a": "xy"});
+        yes(
+            doc! {"a": {"$regex": bson::Regex { pattern: "^x".into(), options: "".into() }}},
+            doc! {"a": "xy"},
+        );
         assert_eq!(err(doc! {"a": {"$regex": "("}}).code, 51091);
-        assert_eq!(err(doc! {"a": {"$options": "i"}}).message, "$options needs a $regex");
-        assert_eq!(err(doc! {"a": {"$regex": "a", "$options": "q"}}).code, 51108);
+        assert_eq!(
+            err(doc! {"a": {"$options": "i"}}).message,
+            "$options needs a $regex"
+        );
+        assert_eq!(
+            err(doc! {"a": {"$regex": "a", "$options": "q"}}).code,
+            51108
+        );
     }
 
     #[test]
@@ -1018,12 +1146,18 @@ mod tests {
         no(doc! {"a": {"$size": 0}}, doc! {});
         yes(doc! {"a": {"$size": 2.0}}, doc! {"a": [1, 2]});
         no(doc! {"a": {"$size": 2}}, doc! {"a": [[1, 2]]});
-        yes(doc! {"a.b": {"$size": 1}}, doc! {"a": [{"b": [1]}, {"b": [1, 2, 3]}]});
+        yes(
+            doc! {"a.b": {"$size": 1}},
+            doc! {"a": [{"b": [1]}, {"b": [1, 2, 3]}]},
+        );
     }
 
     #[test]
     fn elem_match_forms() {
-        yes(doc! {"a": {"$elemMatch": {"$gt": 1, "$lt": 5}}}, doc! {"a": [0, 3, 9]});
+        yes(
+            doc! {"a": {"$elemMatch": {"$gt": 1, "$lt": 5}}},
+            doc! {"a": [0, 3, 9]},
+        );
         no(doc! {"a": {"$elemMatch": {"$gt": 1}}}, doc! {"a": 3});
         no(doc! {"a": {"$elemMatch": {"$eq": 1}}}, doc! {"a": [[1]]});
         let f = doc! {"a": {"$elemMatch": {"b": 1, "c": {"$gt": 2}}}};
@@ -1032,9 +1166,18 @@ mod tests {
         no(f, doc! {"a": {"b": 1, "c": 3}});
         yes(doc! {"a": {"$elemMatch": {}}}, doc! {"a": [1, {}]});
         no(doc! {"a": {"$elemMatch": {}}}, doc! {"a": [1, 2]});
-        yes(doc! {"a": {"$elemMatch": {"$or": [{"b": 1}, {"b": 2}]}}}, doc! {"a": [{"b": 2}]});
-        yes(doc! {"a.b": {"$elemMatch": {"$gte": 2}}}, doc! {"a": [{"b": [1]}, {"b": [2]}]});
-        yes(doc! {"a": {"$elemMatch": {"$not": {"$gt": 3}}}}, doc! {"a": [5, 2]});
+        yes(
+            doc! {"a": {"$elemMatch": {"$or": [{"b": 1}, {"b": 2}]}}},
+            doc! {"a": [{"b": 2}]},
+        );
+        yes(
+            doc! {"a.b": {"$elemMatch": {"$gte": 2}}},
+            doc! {"a": [{"b": [1]}, {"b": [2]}]},
+        );
+        yes(
+            doc! {"a": {"$elemMatch": {"$not": {"$gt": 3}}}},
+            doc! {"a": [5, 2]},
+        );
     }
 
     #[test]
@@ -1057,54 +1200,114 @@ mod tests {
     #[test]
     fn parse_errors() {
         let e = err(doc! {"$foo": 1});
-        assert_eq!((e.code, e.message.as_str()), (2, "unknown top level operator: $foo"));
-        assert_eq!(err(doc! {"a": {"$foo": 1}}).message, "unknown operator: $foo");
-        assert_eq!(err(doc! {"a": {"$gt": 1, "b": 1}}).message, "unknown operator: b");
-        assert_eq!(err(doc! {"$and": []}).message, "$and must be a nonempty array");
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (2, "unknown top level operator: $foo")
+        );
+        assert_eq!(
+            err(doc! {"a": {"$foo": 1}}).message,
+            "unknown operator: $foo"
+        );
+        assert_eq!(
+            err(doc! {"a": {"$gt": 1, "b": 1}}).message,
+            "unknown operator: b"
+        );
+        assert_eq!(
+            err(doc! {"$and": []}).message,
+            "$and must be a nonempty array"
+        );
         assert_eq!(err(doc! {"$or": 1}).message, "$or must be a nonempty array");
-        assert_eq!(err(doc! {"$nor": [1]}).message, "$or/$and/$nor entries need to be full objects");
+        assert_eq!(
+            err(doc! {"$nor": [1]}).message,
+            "$or/$and/$nor entries need to be full objects"
+        );
         assert_eq!(err(doc! {"a": {"$in": 1}}).message, "$in needs an array");
         assert_eq!(err(doc! {"a": {"$nin": {}}}).message, "$nin needs an array");
         assert_eq!(err(doc! {"a": {"$all": 1}}).message, "$all needs an array");
-        assert_eq!(err(doc! {"a": {"$size": 1.5}}).message, "$size must be a whole number");
+        assert_eq!(
+            err(doc! {"a": {"$size": 1.5}}).message,
+            "$size must be a whole number"
+        );
         assert!(err(doc! {"a": {"$size": -1}})
             .message
             .starts_with("Failed to parse $size. Expected a non-negative number in:"));
         assert_eq!(err(doc! {"a": {"$size": "x"}}).code, 2);
-        assert_eq!(err(doc! {"a": {"$mod": [1]}}).message, "malformed mod, not enough elements");
-        assert_eq!(err(doc! {"a": {"$mod": [1, 2, 3]}}).message, "malformed mod, too many elements");
+        assert_eq!(
+            err(doc! {"a": {"$mod": [1]}}).message,
+            "malformed mod, not enough elements"
+        );
+        assert_eq!(
+            err(doc! {"a": {"$mod": [1, 2, 3]}}).message,
+            "malformed mod, too many elements"
+        );
         assert_eq!(
             err(doc! {"a": {"$mod": [0, 1]}}).message,
             "malformed mod, divisor value is invalid :: caused by :: divisor cannot be 0"
         );
-        assert_eq!(err(doc! {"a": {"$not": 5}}).message, "$not needs a regex or a document");
-        assert_eq!(err(doc! {"a": {"$not": {}}}).message, "$not cannot be empty");
-        assert_eq!(err(doc! {"a": {"$type": "foo"}}).message, "Unknown type name alias: foo");
+        assert_eq!(
+            err(doc! {"a": {"$not": 5}}).message,
+            "$not needs a regex or a document"
+        );
+        assert_eq!(
+            err(doc! {"a": {"$not": {}}}).message,
+            "$not cannot be empty"
+        );
+        assert_eq!(
+            err(doc! {"a": {"$type": "foo"}}).message,
+            "Unknown type name alias: foo"
+        );
         assert_eq!(err(doc! {"a": {"$type": 99}}).code, 2);
-        assert_eq!(err(doc! {"a": {"$elemMatch": 1}}).message, "$elemMatch needs an Object");
+        assert_eq!(
+            err(doc! {"a": {"$elemMatch": 1}}).message,
+            "$elemMatch needs an Object"
+        );
         assert_eq!(err(doc! {"$where": "true"}).code, 2);
         assert_eq!(err(doc! {"$text": {"$search": "x"}}).code, 2);
         assert_eq!(err(doc! {"a": {"$near": [0, 0]}}).code, 2);
         assert_eq!(err(doc! {"a": {"$geoWithin": {}}}).code, 2);
-        assert_eq!(err(doc! {"$and": [{"a": {"$bad": 1}}]}).message, "unknown operator: $bad");
+        assert_eq!(
+            err(doc! {"$and": [{"a": {"$bad": 1}}]}).message,
+            "unknown operator: $bad"
+        );
     }
 
     #[test]
     fn index_predicates_and_id_equality() {
-        let mm = m(doc! {"a": 1, "b": {"$gt": 2, "$lte": 9}, "c": {"$in": [1, 2]}, "$or": [{"d": 1}, {"e": 2}]});
+        let mm = m(
+            doc! {"a": 1, "b": {"$gt": 2, "$lte": 9}, "c": {"$in": [1, 2]}, "$or": [{"d": 1}, {"e": 2}]},
+        );
         let preds = mm.index_predicates();
         assert_eq!(preds.len(), 3);
         assert_eq!(preds[0].0, "a");
         assert_eq!(preds[0].1.eq, Some(Bson::Int32(1)));
         assert_eq!(preds[1].1.gt, Some(Bson::Int32(2)));
         assert_eq!(preds[1].1.lte, Some(Bson::Int32(9)));
-        assert_eq!(preds[2].1.in_values, Some(vec![Bson::Int32(1), Bson::Int32(2)]));
-        let re = Bson::RegularExpression(bson::Regex { pattern: "a".into(), options: "".into() });
-        assert!(m(doc! {"a": {"$in": [1, re.clone()]}}).index_predicates().is_empty());
-        assert_eq!(m(doc! {"$and": [{"x": {"$eq": 3}}]}).index_predicates()[0].1.eq, Some(Bson::Int32(3)));
+        assert_eq!(
+            preds[2].1.in_values,
+            Some(vec![Bson::Int32(1), Bson::Int32(2)])
+        );
+        let re = Bson::RegularExpression(bson::Regex {
+            pattern: "a".into(),
+            options: "".into(),
+        });
+        assert!(m(doc! {"a": {"$in": [1, re.clone()]}})
+            .index_predicates()
+            .is_empty());
+        assert_eq!(
+            m(doc! {"$and": [{"x": {"$eq": 3}}]}).index_predicates()[0]
+                .1
+                .eq,
+            Some(Bson::Int32(3))
+        );
         assert_eq!(m(doc! {"_id": 5}).id_equality(), Some(Bson::Int32(5)));
-        assert_eq!(m(doc! {"_id": {"$eq": "k"}, "x": 1}).id_equality(), Some(bson!("k")));
-        assert_eq!(m(doc! {"_id": {"a": 1}}).id_equality(), Some(bson!({"a": 1})));
+        assert_eq!(
+            m(doc! {"_id": {"$eq": "k"}, "x": 1}).id_equality(),
+            Some(bson!("k"))
+        );
+        assert_eq!(
+            m(doc! {"_id": {"a": 1}}).id_equality(),
+            Some(bson!({"a": 1}))
+        );
         assert_eq!(m(doc! {"_id": re}).id_equality(), None);
         assert_eq!(m(doc! {"_id": {"$gt": 5}}).id_equality(), None);
         assert_eq!(m(doc! {"$or": [{"_id": 5}]}).id_equality(), None);

@@ -26,7 +26,10 @@ pub fn step<'a>(v: &'a Bson, part: &str) -> Option<&'a Bson> {
 
 /// A path component that names an array position ("0", "12"; not "01" or "-1").
 pub fn parse_index(part: &str) -> Option<usize> {
-    if part.is_empty() || !part.bytes().all(|c| c.is_ascii_digit()) || (part.len() > 1 && part.starts_with('0')) {
+    if part.is_empty()
+        || !part.bytes().all(|c| c.is_ascii_digit())
+        || (part.len() > 1 && part.starts_with('0'))
+    {
         return None;
     }
     part.parse().ok()

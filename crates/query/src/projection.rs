@@ -66,7 +66,10 @@ fn is_true_flag(v: &Bson) -> Option<bool> {
 
 fn slice_int(v: &Bson) -> Result<i64> {
     if !is_number(v) {
-        return Err(Error::location(28667, "$slice only supports numbers and [skip, limit] arrays"));
+        return Err(Error::location(
+            28667,
+            "$slice only supports numbers and [skip, limit] arrays",
+        ));
     }
     Ok(match v {
         Bson::Int32(i) => *i as i64,
@@ -86,12 +89,18 @@ fn parse_slice(v: &Bson) -> Result<Slice> {
     match v {
         Bson::Array(a) => {
             if a.len() != 2 {
-                return Err(Error::location(28667, "$slice array argument must be of the form [skip, limit]"));
+                return Err(Error::location(
+                    28667,
+                    "$slice array argument must be of the form [skip, limit]",
+                ));
             }
             let skip = slice_int(&a[0])?;
             let limit = slice_int(&a[1])?;
             if limit <= 0 {
-                return Err(Error::location(28724, format!("$slice limit must be positive, got {limit}")));
+                return Err(Error::location(
+                    28724,
+                    format!("$slice limit must be positive, got {limit}"),
+                ));
             }
             Ok(Slice::Range(skip, limit))
         }
@@ -105,7 +114,11 @@ fn apply_slice(a: &[Bson], s: Slice) -> Vec<Bson> {
         Slice::Count(n) if n >= 0 => (0, n.min(len)),
         Slice::Count(n) => ((len + n).max(0), len),
         Slice::Range(skip, limit) => {
-            let start = if skip < 0 { (len + skip).max(0) } else { skip.min(len) };
+            let start = if skip < 0 {
+                (len + skip).max(0)
+            } else {
+                skip.min(len)
+            };
             (start, start.saturating_add(limit).min(len))
         }
     };
@@ -135,7 +148,10 @@ fn insert_path(root: &mut Vec<(String, PNode)>, path: &str, leaf: PNode) -> Resu
                     _ => {
                         return Err(Error::location(
                             31249,
-                            format!("Path collision at {path} remaining portion {}", parts[i + 1..].join(".")),
+                            format!(
+                                "Path collision at {path} remaining portion {}",
+                                parts[i + 1..].join(".")
+                            ),
                         ))
                     }
                 }
@@ -165,9 +181,16 @@ fn insert_path(root: &mut Vec<(String, PNode)>, path: &str, leaf: PNode) -> Resu
 fn flatten(prefix: &str, spec: &Document, out: &mut Vec<(String, Leaf)>) -> Result<()> {
     for (k, v) in spec {
         if k.is_empty() {
-            return Err(Error::location(40352, "FieldPath cannot be constructed with empty string"));
+            return Err(Error::location(
+                40352,
+                "FieldPath cannot be constructed with empty string",
+            ));
         }
-        let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        let path = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
         if let Some(base) = path.strip_suffix(".$") {
             if is_true_flag(v) != Some(true) {
                 return Err(Error::location(
@@ -281,7 +304,9 @@ impl Projection {
                         if mode == Mode::Exclusion {
                             return Err(Error::location(
                                 31253,
-                                format!("Cannot do inclusion on field {path} in exclusion projection"),
+                                format!(
+                                    "Cannot do inclusion on field {path} in exclusion projection"
+                                ),
                             ));
                         }
                         mode = Mode::Inclusion;
@@ -293,7 +318,9 @@ impl Projection {
                         if mode == Mode::Inclusion {
                             return Err(Error::location(
                                 31254,
-                                format!("Cannot do exclusion on field {path} in inclusion projection"),
+                                format!(
+                                    "Cannot do exclusion on field {path} in inclusion projection"
+                                ),
                             ));
                         }
                         mode = Mode::Exclusion;
@@ -327,7 +354,9 @@ impl Projection {
                     if mode == Mode::Exclusion {
                         return Err(Error::location(
                             31253,
-                            format!("Cannot do inclusion on field {path}.$ in exclusion projection"),
+                            format!(
+                                "Cannot do inclusion on field {path}.$ in exclusion projection"
+                            ),
                         ));
                     }
                     if positional.is_some() {
@@ -347,7 +376,10 @@ impl Projection {
                         ));
                     }
                     let matcher = Matcher::new(&bson::doc! {"$and": conds})?;
-                    positional = Some(Positional { path: path.clone(), matcher });
+                    positional = Some(Positional {
+                        path: path.clone(),
+                        matcher,
+                    });
                     PNode::Positional
                 }
             };
@@ -355,12 +387,20 @@ impl Projection {
         }
         let inclusion = mode == Mode::Inclusion
             || (mode == Mode::Unset
-                && matches!(root.iter().find(|(k, _)| k == "_id"), Some((_, PNode::Include)))
+                && matches!(
+                    root.iter().find(|(k, _)| k == "_id"),
+                    Some((_, PNode::Include))
+                )
                 && root.len() == 1);
         if inclusion && !root.iter().any(|(k, _)| k == "_id") {
             root.insert(0, ("_id".to_string(), PNode::Include));
         }
-        Ok(Projection { inclusion, root, positional, empty: spec.is_empty() })
+        Ok(Projection {
+            inclusion,
+            root,
+            positional,
+            empty: spec.is_empty(),
+        })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -380,7 +420,9 @@ impl Projection {
     }
 
     fn positional_index(&self, root: &Document) -> Result<Option<usize>> {
-        let Some(p) = &self.positional else { return Ok(None) };
+        let Some(p) = &self.positional else {
+            return Ok(None);
+        };
         let parts: Vec<&str> = p.path.split('.').collect();
         let arr = match get_path(root, &p.path) {
             Some(Bson::Array(a)) => a,
@@ -454,7 +496,9 @@ impl Projection {
         for (k, child) in children {
             match child {
                 PNode::Expr(e) => {
-                    if let Some(v) = crate::expr::evaluate_opt(e, root, &crate::expr::Variables::default())? {
+                    if let Some(v) =
+                        crate::expr::evaluate_opt(e, root, &crate::expr::Variables::default())?
+                    {
                         out.insert(k.clone(), v);
                     }
                 }
@@ -494,7 +538,9 @@ impl Projection {
         let mut out = Vec::new();
         for e in a {
             match e {
-                Bson::Document(d) => out.push(Bson::Document(self.incl_doc(d, children, root, false, pos)?)),
+                Bson::Document(d) => out.push(Bson::Document(
+                    self.incl_doc(d, children, root, false, pos)?,
+                )),
                 Bson::Array(inner) => out.push(self.incl_array(inner, children, root, pos)?),
                 _ => {}
             }
@@ -560,12 +606,18 @@ mod tests {
     #[test]
     fn inclusion_keeps_document_order_and_id() {
         let d = doc! {"_id": 1, "c": 3, "a": 1, "b": 2};
-        assert_eq!(ap(doc! {"b": 1, "a": 1}, d.clone()), doc! {"_id": 1, "a": 1, "b": 2});
+        assert_eq!(
+            ap(doc! {"b": 1, "a": 1}, d.clone()),
+            doc! {"_id": 1, "a": 1, "b": 2}
+        );
         assert_eq!(ap(doc! {"b": true, "_id": 0}, d.clone()), doc! {"b": 2});
         assert_eq!(ap(doc! {"b": 2.5}, d.clone()), doc! {"_id": 1, "b": 2});
         assert_eq!(ap(doc! {"zz": 1}, d.clone()), doc! {"_id": 1});
         assert_eq!(ap(doc! {"_id": 1}, d.clone()), doc! {"_id": 1});
-        assert_eq!(ap(doc! {"a": 1}, doc! {"a": 1, "_id": 7}), doc! {"_id": 7, "a": 1});
+        assert_eq!(
+            ap(doc! {"a": 1}, doc! {"a": 1, "_id": 7}),
+            doc! {"_id": 7, "a": 1}
+        );
         assert!(p(doc! {}).is_empty());
         assert_eq!(ap(doc! {}, d.clone()), d);
     }
@@ -573,32 +625,89 @@ mod tests {
     #[test]
     fn exclusion_mode() {
         let d = doc! {"_id": 1, "a": 1, "b": {"c": 1, "d": 2}};
-        assert_eq!(ap(doc! {"a": 0}, d.clone()), doc! {"_id": 1, "b": {"c": 1, "d": 2}});
-        assert_eq!(ap(doc! {"_id": 0}, d.clone()), doc! {"a": 1, "b": {"c": 1, "d": 2}});
-        assert_eq!(ap(doc! {"b.c": false, "_id": 0}, d.clone()), doc! {"a": 1, "b": {"d": 2}});
-        assert_eq!(ap(doc! {"b": {"d": 0}}, d), doc! {"_id": 1, "a": 1, "b": {"c": 1}});
-        assert_eq!(ap(doc! {"a.b": 0}, doc! {"a": [{"b": 1, "c": 2}, 3, [{"b": 4}]]}), doc! {"a": [{"c": 2}, 3, [{}]]});
+        assert_eq!(
+            ap(doc! {"a": 0}, d.clone()),
+            doc! {"_id": 1, "b": {"c": 1, "d": 2}}
+        );
+        assert_eq!(
+            ap(doc! {"_id": 0}, d.clone()),
+            doc! {"a": 1, "b": {"c": 1, "d": 2}}
+        );
+        assert_eq!(
+            ap(doc! {"b.c": false, "_id": 0}, d.clone()),
+            doc! {"a": 1, "b": {"d": 2}}
+        );
+        assert_eq!(
+            ap(doc! {"b": {"d": 0}}, d),
+            doc! {"_id": 1, "a": 1, "b": {"c": 1}}
+        );
+        assert_eq!(
+            ap(
+                doc! {"a.b": 0},
+                doc! {"a": [{"b": 1, "c": 2}, 3, [{"b": 4}]]}
+            ),
+            doc! {"a": [{"c": 2}, 3, [{}]]}
+        );
         assert_eq!(ap(doc! {"a.b": 0}, doc! {"a": 5}), doc! {"a": 5});
     }
 
     #[test]
     fn dotted_inclusion_through_documents_and_arrays() {
-        assert_eq!(ap(doc! {"a.b": 1, "_id": 0}, doc! {"a": {"b": 1, "c": 2}, "x": 1}), doc! {"a": {"b": 1}});
-        assert_eq!(ap(doc! {"a.b": 1, "_id": 0}, doc! {"a": [{"b": 1, "c": 2}, 3]}), doc! {"a": [{"b": 1}]});
-        assert_eq!(ap(doc! {"a.b": 1, "_id": 0}, doc! {"a": [{"c": 2}, [{"b": 5}]]}), doc! {"a": [{}, [{"b": 5}]]});
+        assert_eq!(
+            ap(
+                doc! {"a.b": 1, "_id": 0},
+                doc! {"a": {"b": 1, "c": 2}, "x": 1}
+            ),
+            doc! {"a": {"b": 1}}
+        );
+        assert_eq!(
+            ap(doc! {"a.b": 1, "_id": 0}, doc! {"a": [{"b": 1, "c": 2}, 3]}),
+            doc! {"a": [{"b": 1}]}
+        );
+        assert_eq!(
+            ap(
+                doc! {"a.b": 1, "_id": 0},
+                doc! {"a": [{"c": 2}, [{"b": 5}]]}
+            ),
+            doc! {"a": [{}, [{"b": 5}]]}
+        );
         assert_eq!(ap(doc! {"a.b": 1, "_id": 0}, doc! {"a": 5}), doc! {});
-        assert_eq!(ap(doc! {"a": {"b": 1}, "_id": 0}, doc! {"a": {"b": 1, "c": 2}}), doc! {"a": {"b": 1}});
-        assert_eq!(ap(doc! {"a.b.c": 1, "_id": 0}, doc! {"a": {"b": {"c": 1, "d": 1}}}), doc! {"a": {"b": {"c": 1}}});
+        assert_eq!(
+            ap(doc! {"a": {"b": 1}, "_id": 0}, doc! {"a": {"b": 1, "c": 2}}),
+            doc! {"a": {"b": 1}}
+        );
+        assert_eq!(
+            ap(
+                doc! {"a.b.c": 1, "_id": 0},
+                doc! {"a": {"b": {"c": 1, "d": 1}}}
+            ),
+            doc! {"a": {"b": {"c": 1}}}
+        );
     }
 
     #[test]
     fn mixing_and_collision_errors() {
         let e = perr(doc! {"a": 1, "b": 0}, None);
-        assert_eq!((e.code, e.message.as_str()), (31254, "Cannot do exclusion on field b in inclusion projection"));
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (
+                31254,
+                "Cannot do exclusion on field b in inclusion projection"
+            )
+        );
         let e = perr(doc! {"a": 0, "b": 1}, None);
-        assert_eq!((e.code, e.message.as_str()), (31253, "Cannot do inclusion on field b in exclusion projection"));
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (
+                31253,
+                "Cannot do inclusion on field b in exclusion projection"
+            )
+        );
         let e = perr(doc! {"a": 1, "a.b": 1}, None);
-        assert_eq!((e.code, e.message.as_str()), (31249, "Path collision at a.b remaining portion b"));
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (31249, "Path collision at a.b remaining portion b")
+        );
         assert_eq!(perr(doc! {"a.b": 1, "a": 1}, None).code, 31250);
         assert_eq!(perr(doc! {"a": {"$meta": "textScore"}}, None).code, 2);
         assert_eq!(perr(doc! {"a": {}}, None).code, 51270);
@@ -611,17 +720,41 @@ mod tests {
     #[test]
     fn slice_projection() {
         let d = doc! {"_id": 1, "a": [1, 2, 3, 4, 5], "b": 1};
-        assert_eq!(ap(doc! {"a": {"$slice": 2}}, d.clone()), doc! {"_id": 1, "a": [1, 2], "b": 1});
-        assert_eq!(ap(doc! {"a": {"$slice": -2}}, d.clone()), doc! {"_id": 1, "a": [4, 5], "b": 1});
-        assert_eq!(ap(doc! {"a": {"$slice": [1, 2]}}, d.clone()), doc! {"_id": 1, "a": [2, 3], "b": 1});
-        assert_eq!(ap(doc! {"a": {"$slice": [-2, 5]}}, d.clone()), doc! {"_id": 1, "a": [4, 5], "b": 1});
-        assert_eq!(ap(doc! {"a": {"$slice": [10, 2]}}, d.clone()), doc! {"_id": 1, "a": [], "b": 1});
+        assert_eq!(
+            ap(doc! {"a": {"$slice": 2}}, d.clone()),
+            doc! {"_id": 1, "a": [1, 2], "b": 1}
+        );
+        assert_eq!(
+            ap(doc! {"a": {"$slice": -2}}, d.clone()),
+            doc! {"_id": 1, "a": [4, 5], "b": 1}
+        );
+        assert_eq!(
+            ap(doc! {"a": {"$slice": [1, 2]}}, d.clone()),
+            doc! {"_id": 1, "a": [2, 3], "b": 1}
+        );
+        assert_eq!(
+            ap(doc! {"a": {"$slice": [-2, 5]}}, d.clone()),
+            doc! {"_id": 1, "a": [4, 5], "b": 1}
+        );
+        assert_eq!(
+            ap(doc! {"a": {"$slice": [10, 2]}}, d.clone()),
+            doc! {"_id": 1, "a": [], "b": 1}
+        );
         assert_eq!(ap(doc! {"a": {"$slice": 10}}, d.clone()), d.clone());
-        assert_eq!(ap(doc! {"a": {"$slice": 1}, "b": 0}, d.clone()), doc! {"_id": 1, "a": [1]});
-        assert_eq!(ap(doc! {"a": {"$slice": 1}, "_id": 0, "c": 1}, d.clone()), doc! {"a": [1]});
+        assert_eq!(
+            ap(doc! {"a": {"$slice": 1}, "b": 0}, d.clone()),
+            doc! {"_id": 1, "a": [1]}
+        );
+        assert_eq!(
+            ap(doc! {"a": {"$slice": 1}, "_id": 0, "c": 1}, d.clone()),
+            doc! {"a": [1]}
+        );
         assert_eq!(ap(doc! {"b": {"$slice": 1}}, d.clone()), d);
         assert_eq!(
-            ap(doc! {"x.y": {"$slice": 1}}, doc! {"x": [{"y": [1, 2]}, {"y": [3, 4]}]}),
+            ap(
+                doc! {"x.y": {"$slice": 1}},
+                doc! {"x": [{"y": [1, 2]}, {"y": [3, 4]}]}
+            ),
             doc! {"x": [{"y": [1]}, {"y": [3]}]}
         );
         assert_eq!(perr(doc! {"a": {"$slice": [1, 0]}}, None).code, 28724);
@@ -630,20 +763,39 @@ mod tests {
 
     #[test]
     fn elem_match_projection() {
-        let d = doc! {"_id": 1, "a": [{"x": 1, "y": 1}, {"x": 2, "y": 2}, {"x": 2, "y": 3}], "b": 5};
-        assert_eq!(ap(doc! {"a": {"$elemMatch": {"x": 2}}}, d.clone()), doc! {"_id": 1, "a": [{"x": 2, "y": 2}]});
-        assert_eq!(ap(doc! {"a": {"$elemMatch": {"x": 9}}}, d.clone()), doc! {"_id": 1});
+        let d =
+            doc! {"_id": 1, "a": [{"x": 1, "y": 1}, {"x": 2, "y": 2}, {"x": 2, "y": 3}], "b": 5};
         assert_eq!(
-            ap(doc! {"a": {"$elemMatch": {"y": {"$gt": 2}}}, "b": 1}, d.clone()),
+            ap(doc! {"a": {"$elemMatch": {"x": 2}}}, d.clone()),
+            doc! {"_id": 1, "a": [{"x": 2, "y": 2}]}
+        );
+        assert_eq!(
+            ap(doc! {"a": {"$elemMatch": {"x": 9}}}, d.clone()),
+            doc! {"_id": 1}
+        );
+        assert_eq!(
+            ap(
+                doc! {"a": {"$elemMatch": {"y": {"$gt": 2}}}, "b": 1},
+                d.clone()
+            ),
             doc! {"_id": 1, "b": 5, "a": [{"x": 2, "y": 3}]}
         );
         assert_eq!(
-            ap(doc! {"s": {"$elemMatch": {"$gt": 3}}}, doc! {"_id": 1, "s": [1, 5, 7]}),
+            ap(
+                doc! {"s": {"$elemMatch": {"$gt": 3}}},
+                doc! {"_id": 1, "s": [1, 5, 7]}
+            ),
             doc! {"_id": 1, "s": [5]}
         );
         assert_eq!(ap(doc! {"b": {"$elemMatch": {"x": 1}}}, d), doc! {"_id": 1});
-        assert_eq!(perr(doc! {"a.b": {"$elemMatch": {"x": 1}}}, None).code, 31275);
-        assert_eq!(perr(doc! {"a": 0, "b": {"$elemMatch": {"x": 1}}}, None).code, 31253);
+        assert_eq!(
+            perr(doc! {"a.b": {"$elemMatch": {"x": 1}}}, None).code,
+            31275
+        );
+        assert_eq!(
+            perr(doc! {"a": 0, "b": {"$elemMatch": {"x": 1}}}, None).code,
+            31253
+        );
     }
 
     #[test]
@@ -655,13 +807,18 @@ mod tests {
         let f = doc! {"a.b": 2, "z": 1};
         let pr = Projection::new(&doc! {"a.$": 1, "z": 1}, Some(&f)).unwrap();
         let d = doc! {"_id": 1, "z": 1, "a": [{"b": 1}, {"b": 2, "c": 1}]};
-        assert_eq!(pr.apply(&d).unwrap(), doc! {"_id": 1, "z": 1, "a": [{"b": 2, "c": 1}]});
+        assert_eq!(
+            pr.apply(&d).unwrap(),
+            doc! {"_id": 1, "z": 1, "a": [{"b": 2, "c": 1}]}
+        );
         let f = doc! {"$and": [{"a": {"$elemMatch": {"$gt": 1}}}]};
         let pr = Projection::new(&doc! {"a.$": 1}, Some(&f)).unwrap();
         assert_eq!(pr.apply(&doc! {"a": [0, 3, 5]}).unwrap(), doc! {"a": [3]});
         let e = perr(doc! {"a.$": 1}, Some(doc! {"b": 1}));
         assert_eq!(e.code, 2);
-        assert!(e.message.contains("positional operator '.$' requires corresponding field in query specifier"));
+        assert!(e
+            .message
+            .contains("positional operator '.$' requires corresponding field in query specifier"));
         assert_eq!(perr(doc! {"a.$": 1}, None).code, 2);
     }
 
@@ -675,8 +832,14 @@ mod tests {
     fn expr_computed_fields() {
         let d = doc! {"_id": 1, "a": 2, "b": 3};
         assert_eq!(ap(doc! {"x": "$a"}, d.clone()), doc! {"_id": 1, "x": 2});
-        assert_eq!(ap(doc! {"x": {"$literal": 5}, "_id": 0}, d.clone()), doc! {"x": 5});
-        assert_eq!(ap(doc! {"b": 1, "s": {"$add": ["$a", "$b"]}}, d.clone()), doc! {"_id": 1, "b": 3, "s": 5});
+        assert_eq!(
+            ap(doc! {"x": {"$literal": 5}, "_id": 0}, d.clone()),
+            doc! {"x": 5}
+        );
+        assert_eq!(
+            ap(doc! {"b": 1, "s": {"$add": ["$a", "$b"]}}, d.clone()),
+            doc! {"_id": 1, "b": 3, "s": 5}
+        );
         assert_eq!(ap(doc! {"x": "$missing", "_id": 0}, d), doc! {});
     }
 }

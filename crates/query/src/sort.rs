@@ -16,7 +16,10 @@ pub struct SortSpec {
 }
 
 fn bad_order() -> Error {
-    Error::location(15975, "$sort key ordering must be 1 (for ascending) or -1 (for descending)")
+    Error::location(
+        15975,
+        "$sort key ordering must be 1 (for ascending) or -1 (for descending)",
+    )
 }
 
 impl SortSpec {
@@ -24,7 +27,10 @@ impl SortSpec {
         let mut fields = Vec::with_capacity(spec.len());
         for (k, v) in spec {
             if k.is_empty() {
-                return Err(Error::location(40352, "FieldPath cannot be constructed with empty string"));
+                return Err(Error::location(
+                    40352,
+                    "FieldPath cannot be constructed with empty string",
+                ));
             }
             let desc = match v {
                 Bson::Document(d) => {
@@ -34,7 +40,10 @@ impl SortSpec {
                             d.get("$meta").map(|m| m.to_string()).unwrap_or_default()
                         )));
                     }
-                    return Err(Error::location(17312, "$meta is the only expression supported by $sort right now"));
+                    return Err(Error::location(
+                        17312,
+                        "$meta is the only expression supported by $sort right now",
+                    ));
                 }
                 _ => match as_f64(v) {
                     Some(n) if n > 0.0 => false,
@@ -65,7 +74,10 @@ impl SortSpec {
     }
 
     pub fn key(&self, doc: &Document) -> Vec<Bson> {
-        self.fields.iter().map(|(p, desc)| sort_key_value(doc, p, *desc)).collect()
+        self.fields
+            .iter()
+            .map(|(p, desc)| sort_key_value(doc, p, *desc))
+            .collect()
     }
 
     pub fn compare_keys(&self, a: &[Bson], b: &[Bson]) -> Ordering {
@@ -153,7 +165,8 @@ mod tests {
 
     #[test]
     fn parse_accepts_numbers_and_rejects_others() {
-        let s = SortSpec::parse(&doc! {"a": 1, "b": -1, "c": 2.5, "d": -0.5_f64, "e": 1i64}).unwrap();
+        let s =
+            SortSpec::parse(&doc! {"a": 1, "b": -1, "c": 2.5, "d": -0.5_f64, "e": 1i64}).unwrap();
         assert_eq!(
             s.fields,
             vec![
@@ -167,9 +180,17 @@ mod tests {
         assert_eq!(SortSpec::parse(&doc! {"a": 0}).unwrap_err().code, 15975);
         assert_eq!(SortSpec::parse(&doc! {"a": "x"}).unwrap_err().code, 15975);
         assert_eq!(SortSpec::parse(&doc! {"a": true}).unwrap_err().code, 15975);
-        assert_eq!(SortSpec::parse(&doc! {"a": {"$meta": "textScore"}}).unwrap_err().code, 2);
+        assert_eq!(
+            SortSpec::parse(&doc! {"a": {"$meta": "textScore"}})
+                .unwrap_err()
+                .code,
+            2
+        );
         assert!(SortSpec::parse(&doc! {}).unwrap().fields.is_empty());
-        assert_eq!(SortSpec::parse(&doc! {"$natural": 1}).unwrap().fields[0].0, "$natural");
+        assert_eq!(
+            SortSpec::parse(&doc! {"$natural": 1}).unwrap().fields[0].0,
+            "$natural"
+        );
     }
 
     #[test]
@@ -216,7 +237,10 @@ mod tests {
         let d = doc! {"a": [[1, 2], 0]};
         assert_eq!(sort_key_value(&d, "a", false), Bson::Int32(0));
         assert_eq!(sort_key_value(&d, "a", true), bson::bson!([1, 2]));
-        assert_eq!(sort_key_value(&doc! {"a": [4, 9]}, "a.1", false), Bson::Int32(9));
+        assert_eq!(
+            sort_key_value(&doc! {"a": [4, 9]}, "a.1", false),
+            Bson::Int32(9)
+        );
     }
 
     #[test]
@@ -231,6 +255,9 @@ mod tests {
         let (kx, ky) = (s.key(&x), s.key(&y));
         assert_eq!(kx, vec![Bson::Int32(1), Bson::Int32(1)]);
         assert_eq!(s.compare_keys(&kx, &ky), Ordering::Greater);
-        assert_eq!(s.compare_keys(&s.key(&doc! {"a": 1.0, "b": 1i64}), &kx), Ordering::Equal);
+        assert_eq!(
+            s.compare_keys(&s.key(&doc! {"a": 1.0, "b": 1i64}), &kx),
+            Ordering::Equal
+        );
     }
 }

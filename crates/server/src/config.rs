@@ -4,7 +4,11 @@ use clap::Parser;
 use std::path::PathBuf;
 
 #[derive(Debug, Clone, Parser)]
-#[command(name = "tailstream", version, about = "A MongoDB-compatible server built for change notification")]
+#[command(
+    name = "tailstream",
+    version,
+    about = "A MongoDB-compatible server built for change notification"
+)]
 pub struct Config {
     /// TCP port to listen on.
     #[arg(long, default_value_t = 27017)]
@@ -42,7 +46,11 @@ impl Config {
     /// The `host:port` this server calls itself in `hello` (`me`, `hosts`, `primary`).
     pub fn advertised_host(&self) -> String {
         let ip = self.bind_ip.split(',').next().unwrap_or("127.0.0.1").trim();
-        let ip = if self.bind_ip_all || ip == "0.0.0.0" || ip == "::" { "127.0.0.1" } else { ip };
+        let ip = if self.bind_ip_all || ip == "0.0.0.0" || ip == "::" {
+            "127.0.0.1"
+        } else {
+            ip
+        };
         if ip.contains(':') {
             format!("[{ip}]:{}", self.port)
         } else {
@@ -55,17 +63,28 @@ impl Config {
         if let Some(mb) = self.oplog_size_mb {
             return mb.max(1);
         }
-        let probe = if self.dbpath.exists() { self.dbpath.clone() } else { std::path::PathBuf::from(".") };
+        let probe = if self.dbpath.exists() {
+            self.dbpath.clone()
+        } else {
+            std::path::PathBuf::from(".")
+        };
         let free_mb = fs2::available_space(&probe).map(|b| b >> 20).unwrap_or(0);
         (free_mb / 20).clamp(990, 50 * 1024)
     }
 
     pub fn parameter(&self, name: &str) -> Option<&str> {
-        self.set_parameter.iter().rev().find_map(|p| p.split_once('=').filter(|(k, _)| *k == name).map(|(_, v)| v))
+        self.set_parameter.iter().rev().find_map(|p| {
+            p.split_once('=')
+                .filter(|(k, _)| *k == name)
+                .map(|(_, v)| v)
+        })
     }
 
     pub fn test_commands_enabled(&self) -> bool {
-        matches!(self.parameter("enableTestCommands"), Some("1") | Some("true"))
+        matches!(
+            self.parameter("enableTestCommands"),
+            Some("1") | Some("true")
+        )
     }
 
     /// The arguments as getCmdLineOpts reports them.

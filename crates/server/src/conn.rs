@@ -41,7 +41,9 @@ async fn stream_get_more(
             Some(c) => wire::compress(&bytes, c),
             None => bytes,
         };
-        wr.write_all(&bytes).await.map_err(|e| format!("write failed: {e}"))?;
+        wr.write_all(&bytes)
+            .await
+            .map_err(|e| format!("write failed: {e}"))?;
         if !open {
             return Ok(());
         }
@@ -53,7 +55,9 @@ pub async fn accept_loop(listener: TcpListener, state: Arc<ServerState>) {
     loop {
         match listener.accept().await {
             Ok((sock, peer)) => {
-                if state.current_connections.load(Ordering::Relaxed) >= state.config.max_conns as i64 {
+                if state.current_connections.load(Ordering::Relaxed)
+                    >= state.config.max_conns as i64
+                {
                     tracing::warn!(%peer, "connection refused: too many open connections");
                     drop(sock);
                     continue;
@@ -75,7 +79,11 @@ async fn serve(sock: TcpStream, peer: SocketAddr, state: Arc<ServerState>) {
     state.current_connections.fetch_add(1, Ordering::Relaxed);
     state.total_connections.fetch_add(1, Ordering::Relaxed);
     tracing::debug!(conn = id, %peer, "connection accepted");
-    let mut conn = Conn { id, peer, client: None };
+    let mut conn = Conn {
+        id,
+        peer,
+        client: None,
+    };
     let (rd, mut wr) = sock.into_split();
     let mut rd = BufReader::with_capacity(64 * 1024, rd);
     let result: Result<(), String> = async {
@@ -85,7 +93,8 @@ async fn serve(sock: TcpStream, peer: SocketAddr, state: Arc<ServerState>) {
                 Ok(None) => return Ok(()),
                 Err(e) => return Err(format!("bad message: {e}")),
             };
-            let (request, compressor) = wire::decode(&header, &body).map_err(|e| format!("malformed message: {e}"))?;
+            let (request, compressor) =
+                wire::decode(&header, &body).map_err(|e| format!("malformed message: {e}"))?;
             let reply = match request {
                 Request::Msg(mut msg) => {
                     let fire_and_forget = msg.flags & msg_flags::MORE_TO_COME != 0;
@@ -96,9 +105,19 @@ async fn serve(sock: TcpStream, peer: SocketAddr, state: Arc<ServerState>) {
                         Some("insert") => msg.take_sequence("documents").map(|s| s.documents),
                         _ => None,
                     };
-                    let cmd = msg.into_command().map_err(|e| format!("malformed message: {e}"))?;
+                    let cmd = msg
+                        .into_command()
+                        .map_err(|e| format!("malformed message: {e}"))?;
                     if exhaust {
-                        stream_get_more(&state, &mut conn, &mut wr, cmd, header.request_id, compressor).await?;
+                        stream_get_more(
+                            &state,
+                            &mut conn,
+                            &mut wr,
+                            cmd,
+                            header.request_id,
+                            compressor,
+                        )
+                        .await?;
                         continue;
                     }
                     let reply = commands::dispatch(&state, &mut conn, cmd, payload).await;
@@ -119,7 +138,9 @@ async fn serve(sock: TcpStream, peer: SocketAddr, state: Arc<ServerState>) {
                 Some(c) => wire::compress(&reply, c),
                 None => reply,
             };
-            wr.write_all(&bytes).await.map_err(|e| format!("write failed: {e}"))?;
+            wr.write_all(&bytes)
+                .await
+                .map_err(|e| format!("write failed: {e}"))?;
         }
     }
     .await;

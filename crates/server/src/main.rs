@@ -21,19 +21,38 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() {
     let config = Config::parse();
     init_logging(&config);
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("tailstream").thread_stack_size(8 << 20).build().expect("tokio runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("tailstream")
+        .thread_stack_size(8 << 20)
+        .build()
+        .expect("tokio runtime");
     let code = runtime.block_on(run(config));
     std::process::exit(code);
 }
 
 fn init_logging(config: &Config) {
     // Even --quiet keeps the startup lines: launchers wait for "Waiting for connections".
-    let default = if config.quiet { "warn,startup=info" } else { "info" };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TAILSTREAM_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    let default = if config.quiet {
+        "warn,startup=info"
+    } else {
+        "info"
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TAILSTREAM_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
     match &config.logpath {
-        Some(path) => match std::fs::OpenOptions::new().create(true).append(true).open(path) {
-            Ok(file) => builder.with_ansi(false).with_writer(std::sync::Mutex::new(file)).init(),
+        Some(path) => match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            Ok(file) => builder
+                .with_ansi(false)
+                .with_writer(std::sync::Mutex::new(file))
+                .init(),
             Err(e) => {
                 eprintln!("cannot open log file {}: {e}", path.display());
                 std::process::exit(1);
@@ -41,7 +60,10 @@ fn init_logging(config: &Config) {
         },
         None => {
             use std::io::IsTerminal;
-            builder.with_ansi(std::io::stderr().is_terminal()).with_writer(std::io::stderr).init()
+            builder
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_writer(std::io::stderr)
+                .init()
         }
     }
 }
@@ -74,7 +96,13 @@ async fn run(config: Config) -> i32 {
             .split(',')
             .map(|ip| ip.trim())
             .filter(|ip| !ip.is_empty())
-            .map(|ip| if ip.contains(':') { format!("[{ip}]:{}", config.port) } else { format!("{ip}:{}", config.port) })
+            .map(|ip| {
+                if ip.contains(':') {
+                    format!("[{ip}]:{}", config.port)
+                } else {
+                    format!("{ip}:{}", config.port)
+                }
+            })
             .collect()
     };
     let mut listeners = Vec::new();
@@ -100,7 +128,10 @@ async fn run(config: Config) -> i32 {
             let mut tick = tokio::time::interval(std::time::Duration::from_secs(30));
             loop {
                 tick.tick().await;
-                let n = state.engine.cursors.reap_idle(tailstream_engine::cursor::IDLE_TIMEOUT);
+                let n = state
+                    .engine
+                    .cursors
+                    .reap_idle(tailstream_engine::cursor::IDLE_TIMEOUT);
                 if n > 0 {
                     tracing::info!(closed = n, "closed idle cursors");
                 }

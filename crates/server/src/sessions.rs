@@ -21,7 +21,9 @@ pub struct RetryCache {
 
 impl RetryCache {
     pub fn new() -> RetryCache {
-        RetryCache { inner: Mutex::new((HashMap::new(), VecDeque::new())) }
+        RetryCache {
+            inner: Mutex::new((HashMap::new(), VecDeque::new())),
+        }
     }
 
     fn key(lsid: &Bson, txn_number: i64) -> Key {
@@ -31,11 +33,18 @@ impl RetryCache {
         };
         let mut bytes = Vec::new();
         let _ = bson::doc! {"id": id}.to_writer(&mut bytes);
-        Key { lsid: bytes, txn_number }
+        Key {
+            lsid: bytes,
+            txn_number,
+        }
     }
 
     pub fn get(&self, lsid: &Bson, txn_number: i64) -> Option<Document> {
-        self.inner.lock().0.get(&Self::key(lsid, txn_number)).cloned()
+        self.inner
+            .lock()
+            .0
+            .get(&Self::key(lsid, txn_number))
+            .cloned()
     }
 
     pub fn put(&self, lsid: &Bson, txn_number: i64, reply: Document) {

@@ -58,7 +58,9 @@ impl ServerState {
                 "false" => bson::Bson::Boolean(false),
                 _ => match v.parse::<i64>() {
                     Ok(n) if k == "enableTestCommands" => bson::Bson::Boolean(n != 0),
-                    Ok(n) if n >= i32::MIN as i64 && n <= i32::MAX as i64 => bson::Bson::Int32(n as i32),
+                    Ok(n) if n >= i32::MIN as i64 && n <= i32::MAX as i64 => {
+                        bson::Bson::Int32(n as i32)
+                    }
                     Ok(n) => bson::Bson::Int64(n),
                     Err(_) => bson::Bson::String(v.to_string()),
                 },
@@ -89,7 +91,10 @@ impl ServerState {
 /// Pushes parameters the engine reads from globals (TTL monitor settings).
 pub fn apply_engine_parameters(p: &bson::Document) {
     use tailstream_engine::ttl;
-    if let Some(v) = p.get("ttlMonitorSleepSecs").and_then(tailstream_engine::find::as_i64) {
+    if let Some(v) = p
+        .get("ttlMonitorSleepSecs")
+        .and_then(tailstream_engine::find::as_i64)
+    {
         ttl::TTL_MONITOR_SLEEP_SECS.store(v.max(1) as u64, Ordering::Relaxed);
     }
     if let Some(v) = p.get("ttlMonitorEnabled").and_then(|v| v.as_bool()) {

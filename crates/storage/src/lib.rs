@@ -9,8 +9,8 @@
 //! WAL). The engine calls `sync` from one thread so concurrent writers share it.
 
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Direction, IteratorMode, Options,
-    ReadOptions, WriteBatch, WriteOptions, DB,
+    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Direction,
+    IteratorMode, Options, ReadOptions, WriteBatch, WriteOptions, DB,
 };
 use std::path::Path;
 
@@ -86,7 +86,11 @@ pub struct StoreOptions {
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        StoreOptions { write_buffer_bytes: 64 << 20, min_blob_bytes: 64 << 10, block_cache_bytes: 256 << 20 }
+        StoreOptions {
+            write_buffer_bytes: 64 << 20,
+            min_blob_bytes: 64 << 10,
+            block_cache_bytes: 256 << 20,
+        }
     }
 }
 
@@ -207,7 +211,9 @@ impl Store {
 
     fn cf(&self, space: Space) -> &ColumnFamily {
         // Every space's column family is created at open; absence is a programming error.
-        self.db.cf_handle(space.cf_name()).expect("column family opened at start")
+        self.db
+            .cf_handle(space.cf_name())
+            .expect("column family opened at start")
     }
 
     pub fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -215,7 +221,10 @@ impl Store {
     }
 
     pub fn batch(&self) -> Batch<'_> {
-        Batch { store: self, inner: WriteBatch::default() }
+        Batch {
+            store: self,
+            inner: WriteBatch::default(),
+        }
     }
 
     /// Applies the batch atomically. Survives a process crash on return; call `sync`
@@ -249,8 +258,14 @@ impl Store {
         if let Some(u) = upper {
             ro.set_iterate_upper_bound(u.to_vec());
         }
-        let mode = if reverse { IteratorMode::End } else { IteratorMode::From(lower, Direction::Forward) };
-        self.db.iterator_cf_opt(self.cf(space), ro, mode).map(|r| r.map_err(StorageError::from))
+        let mode = if reverse {
+            IteratorMode::End
+        } else {
+            IteratorMode::From(lower, Direction::Forward)
+        };
+        self.db
+            .iterator_cf_opt(self.cf(space), ro, mode)
+            .map(|r| r.map_err(StorageError::from))
     }
 
     /// A reader for many point lookups in ascending key order: consecutive keys are
@@ -262,7 +277,10 @@ impl Store {
         let mut ro = ReadOptions::default();
         ro.fill_cache(false);
         let it = self.db.raw_iterator_cf_opt(self.cf(space), ro);
-        PointReader { it, positioned: false }
+        PointReader {
+            it,
+            positioned: false,
+        }
     }
 
     /// All keys starting with `prefix`, ascending or descending.
@@ -277,11 +295,24 @@ impl Store {
     }
 
     /// The last key/value of a space whose key is below `upper` (or of the whole space).
-    pub fn last(&self, space: Space, lower: &[u8], upper: Option<&[u8]>) -> Result<Option<(Box<[u8]>, Box<[u8]>)>> {
+    pub fn last(
+        &self,
+        space: Space,
+        lower: &[u8],
+        upper: Option<&[u8]>,
+    ) -> Result<Option<(Box<[u8]>, Box<[u8]>)>> {
         self.scan(space, lower, upper, true).next().transpose()
     }
 
     /// Approximate bytes on disk of one space (for stats).
+    /// RocksDB's statistics of a space (levels, flushes, compactions), for diagnostics.
+    pub fn stats_text(&self, space: Space) -> Option<String> {
+        self.db
+            .property_value_cf(self.cf(space), "rocksdb.cfstats")
+            .ok()
+            .flatten()
+    }
+
     pub fn approximate_size(&self, space: Space) -> u64 {
         self.db
             .property_int_value_cf(self.cf(space), "rocksdb.total-sst-files-size")
@@ -357,18 +388,38 @@ mod tests {
         b.put(Space::Docs, &[2, 0], &[99]);
         store.commit(b).unwrap();
         store.sync().unwrap();
-        let keys: Vec<_> = store.scan_prefix(Space::Docs, &[1], false).map(|r| r.unwrap().0.to_vec()).collect();
+        let keys: Vec<_> = store
+            .scan_prefix(Space::Docs, &[1], false)
+            .map(|r| r.unwrap().0.to_vec())
+            .collect();
         assert_eq!(keys.len(), 10);
         assert_eq!(keys[0], vec![1, 0]);
-        let rev: Vec<_> = store.scan_prefix(Space::Docs, &[1], true).map(|r| r.unwrap().0.to_vec()).collect();
+        let rev: Vec<_> = store
+            .scan_prefix(Space::Docs, &[1], true)
+            .map(|r| r.unwrap().0.to_vec())
+            .collect();
         assert_eq!(rev[0], vec![1, 9]);
         let mut b = store.batch();
         b.delete_range(Space::Docs, &[1, 0], &[1, 5]);
         store.commit(b).unwrap();
-        let keys: Vec<_> = store.scan_prefix(Space::Docs, &[1], false).map(|r| r.unwrap().0.to_vec()).collect();
-        assert_eq!(keys, vec![vec![1, 5], vec![1, 6], vec![1, 7], vec![1, 8], vec![1, 9]]);
+        let keys: Vec<_> = store
+            .scan_prefix(Space::Docs, &[1], false)
+            .map(|r| r.unwrap().0.to_vec())
+            .collect();
+        assert_eq!(
+            keys,
+            vec![vec![1, 5], vec![1, 6], vec![1, 7], vec![1, 8], vec![1, 9]]
+        );
         assert_eq!(store.get(Space::Docs, &[2, 0]).unwrap(), Some(vec![99]));
-        assert_eq!(store.last(Space::Docs, &[], None).unwrap().unwrap().0.to_vec(), vec![2, 0]);
+        assert_eq!(
+            store
+                .last(Space::Docs, &[], None)
+                .unwrap()
+                .unwrap()
+                .0
+                .to_vec(),
+            vec![2, 0]
+        );
     }
 
     #[test]

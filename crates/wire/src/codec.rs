@@ -114,11 +114,14 @@ impl<'a> ByteReader<'a> {
 /// Checks a slice holding exactly one BSON document: trailing NUL, every element, depth.
 fn validate_raw<'b>(bytes: &'b [u8], what: &str) -> Result<&'b RawDocument, WireError> {
     if bytes.last() != Some(&0) {
-        return Err(malformed(format!("{what}: BSON document lacks trailing NUL")));
+        return Err(malformed(format!(
+            "{what}: BSON document lacks trailing NUL"
+        )));
     }
     // Bound the depth on the raw form before building any owned tree: conversion, drop and
     // every later consumer of the document recurse once per level.
-    let raw = RawDocument::from_bytes(bytes).map_err(|e| malformed(format!("{what}: invalid BSON: {e}")))?;
+    let raw = RawDocument::from_bytes(bytes)
+        .map_err(|e| malformed(format!("{what}: invalid BSON: {e}")))?;
     check_depth(raw, 1).map_err(|e| malformed(format!("{what}: {e}")))?;
     Ok(raw)
 }

@@ -201,7 +201,12 @@ pub const MSG_BODY_OFFSET: usize = 16 + 4 + 1;
 
 /// Completes an OP_MSG whose body was written at [`MSG_BODY_OFFSET`] of `buf` (the bytes
 /// before it are overwritten), so a large reply is built in one buffer, never copied.
-pub fn finish_msg_in_place(mut buf: Vec<u8>, request_id: i32, response_to: i32, flags: u32) -> Vec<u8> {
+pub fn finish_msg_in_place(
+    mut buf: Vec<u8>,
+    request_id: i32,
+    response_to: i32,
+    flags: u32,
+) -> Vec<u8> {
     assert!(buf.len() > MSG_BODY_OFFSET, "an OP_MSG needs a body");
     let head = begin_message(request_id, response_to, opcode::MSG);
     buf[..16].copy_from_slice(&head);

@@ -19,7 +19,12 @@ struct Collector {
 }
 
 pub(crate) fn update_description(diff: &Document) -> Document {
-    let mut c = Collector { updated: Document::new(), removed: Vec::new(), truncated: Vec::new(), disambiguated: Document::new() };
+    let mut c = Collector {
+        updated: Document::new(),
+        removed: Vec::new(),
+        truncated: Vec::new(),
+        disambiguated: Document::new(),
+    };
     c.object(diff, &[]);
     doc! {
         "updatedFields": c.updated,
@@ -41,7 +46,9 @@ impl Collector {
         let joined = text.join(".");
         let ambiguous = parts.iter().any(|p| match p {
             Part::Index(_) => true,
-            Part::Field(f) => f.contains('.') || (!f.is_empty() && f.bytes().all(|b| b.is_ascii_digit())),
+            Part::Field(f) => {
+                f.contains('.') || (!f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()))
+            }
         });
         if ambiguous {
             let comps: Vec<Bson> = parts
@@ -106,7 +113,9 @@ impl Collector {
                     _ => continue,
                 };
                 let field = self.path(at);
-                self.truncated.push(Bson::Document(doc! {"field": field, "newSize": size as i32}));
+                self.truncated.push(Bson::Document(
+                    doc! {"field": field, "newSize": size as i32},
+                ));
                 continue;
             }
             let (kind, idx) = k.split_at(1);
@@ -138,15 +147,31 @@ mod tests {
             "sb": {"s1": {"u": {"c": 3}}},
         };
         let d = update_description(&diff);
-        assert_eq!(d.get_document("updatedFields").unwrap(), &doc! {"x": 2, "new": 1, "a.1": "z", "b.1.c": 3});
-        assert_eq!(d.get_array("removedFields").unwrap(), &vec![Bson::String("foo".into())]);
-        assert_eq!(d.get_array("truncatedArrays").unwrap(), &vec![Bson::Document(doc! {"field": "a", "newSize": 2})]);
+        assert_eq!(
+            d.get_document("updatedFields").unwrap(),
+            &doc! {"x": 2, "new": 1, "a.1": "z", "b.1.c": 3}
+        );
+        assert_eq!(
+            d.get_array("removedFields").unwrap(),
+            &vec![Bson::String("foo".into())]
+        );
+        assert_eq!(
+            d.get_array("truncatedArrays").unwrap(),
+            &vec![Bson::Document(doc! {"field": "a", "newSize": 2})]
+        );
         let dis = d.get_document("disambiguatedPaths").unwrap();
-        assert_eq!(dis.get_array("a.1").unwrap(), &vec![Bson::String("a".into()), Bson::Int32(1)]);
+        assert_eq!(
+            dis.get_array("a.1").unwrap(),
+            &vec![Bson::String("a".into()), Bson::Int32(1)]
+        );
         // "b.1.c": the "1" is a numeric field name of an object.
         assert_eq!(
             dis.get_array("b.1.c").unwrap(),
-            &vec![Bson::String("b".into()), Bson::String("1".into()), Bson::String("c".into())]
+            &vec![
+                Bson::String("b".into()),
+                Bson::String("1".into()),
+                Bson::String("c".into())
+            ]
         );
         assert!(!dis.contains_key("x"));
     }

@@ -3,7 +3,7 @@
 //! entry falls in.
 
 use super::token::ResumeToken;
-use super::{FullDocument, BeforeChange, Scope, StreamSpec};
+use super::{BeforeChange, FullDocument, Scope, StreamSpec};
 use crate::keys::{self, ImageKind};
 use crate::namespace::Namespace;
 use crate::Engine;
@@ -65,7 +65,8 @@ fn in_scope(scope: &Scope, nss: &Namespace, to: Option<&Namespace>) -> bool {
     match scope {
         Scope::Collection(c) => nss == c || to == Some(c),
         Scope::Database(db) => {
-            (&nss.db == db && visible(nss)) || to.map(|t| &t.db == db && visible(t)).unwrap_or(false)
+            (&nss.db == db && visible(nss))
+                || to.map(|t| &t.db == db && visible(t)).unwrap_or(false)
         }
         Scope::Cluster => !internal_db(&nss.db) && visible(nss),
     }
@@ -73,7 +74,9 @@ fn in_scope(scope: &Scope, nss: &Namespace, to: Option<&Namespace>) -> bool {
 
 fn raw_doc(entry: &RawDocument, field: &str) -> Result<Option<Document>> {
     match entry.get_document(field) {
-        Ok(d) => Ok(Some(Document::try_from(d).map_err(|e| Error::internal(format!("corrupt oplog entry: {e}")))?)),
+        Ok(d) => Ok(Some(Document::try_from(d).map_err(|e| {
+            Error::internal(format!("corrupt oplog entry: {e}"))
+        })?)),
         Err(_) => Ok(None),
     }
 }
@@ -137,12 +140,19 @@ fn parse<'a>(entry: &'a RawDocument, scope: &Scope) -> Result<Option<Parsed<'a>>
             }
         }
         "c" => {
-            let db = ns.strip_suffix(".$cmd").ok_or_else(|| corrupt("ns of a command"))?;
+            let db = ns
+                .strip_suffix(".$cmd")
+                .ok_or_else(|| corrupt("ns of a command"))?;
             let o = raw_doc(entry, "o")?.ok_or_else(|| corrupt("o"))?;
-            let Some((name, value)) = o.iter().next() else { return Ok(None) };
+            let Some((name, value)) = o.iter().next() else {
+                return Ok(None);
+            };
             let coll = value.as_str().unwrap_or("").to_string();
             let except = |skip: &[&str]| -> Document {
-                o.iter().filter(|(k, _)| !skip.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect()
+                o.iter()
+                    .filter(|(k, _)| !skip.contains(&k.as_str()))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
             };
             match name.as_str() {
                 "drop" => {
@@ -152,7 +162,8 @@ fn parse<'a>(entry: &'a RawDocument, scope: &Scope) -> Result<Option<Parsed<'a>>
                 "renameCollection" => {
                     p.op_type = "rename";
                     p.nss = Namespace::parse(&coll).map_err(|_| corrupt("renameCollection"))?;
-                    let to = Namespace::parse(o.get_str("to").map_err(|_| corrupt("to"))?).map_err(|_| corrupt("to"))?;
+                    let to = Namespace::parse(o.get_str("to").map_err(|_| corrupt("to"))?)
+                        .map_err(|_| corrupt("to"))?;
                     let mut desc = except(&["renameCollection", "stayTemp"]);
                     desc.insert("to", ns_doc(&to));
                     p.op_description = Some(desc);
@@ -222,8 +233,15 @@ fn ns_doc(n: &Namespace) -> Document {
 }
 
 /// The events an oplog entry produces for a stream (none when out of scope).
-pub(crate) fn transform(engine: &Engine, spec: &StreamSpec, ts: u64, entry: &RawDocument) -> Result<Option<Event>> {
-    let Some(p) = parse(entry, &spec.scope)? else { return Ok(None) };
+pub(crate) fn transform(
+    engine: &Engine,
+    spec: &StreamSpec,
+    ts: u64,
+    entry: &RawDocument,
+) -> Result<Option<Event>> {
+    let Some(p) = parse(entry, &spec.scope)? else {
+        return Ok(None);
+    };
     if p.expanded_only && !spec.show_expanded {
         return Ok(None);
     }
@@ -237,9 +255,9 @@ pub(crate) fn transform(engine: &Engine, spec: &StreamSpec, ts: u64, entry: &Raw
         return Ok(None);
     }
     let uuid = match entry.get_binary("ui") {
-        Ok(b) if b.bytes.len() == 16 && p.op_type != "dropDatabase" => {
-            Some(bson::Uuid::from_bytes(b.bytes.try_into().expect("16 bytes")))
-        }
+        Ok(b) if b.bytes.len() == 16 && p.op_type != "dropDatabase" => Some(
+            bson::Uuid::from_bytes(b.bytes.try_into().expect("16 bytes")),
+        ),
         _ => None,
     };
     let token = if let Some(k) = &p.document_key {
@@ -260,12 +278,16 @@ pub(crate) fn transform(engine: &Engine, spec: &StreamSpec, ts: u64, entry: &Raw
         Scope::Cluster => false,
     };
 
-    let to_raw = |d: &Document| RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()));
+    let to_raw =
+        |d: &Document| RawDocumentBuf::from_document(d).map_err(|e| Error::internal(e.to_string()));
     // Sized up front: growing the buffer field by field reallocated it several times
     // per event.
     let estimate = 512
         + p.full_document.map(|f| f.as_bytes().len()).unwrap_or(0)
-        + p.document_key.as_ref().map(|k| 2 * k.raw().as_bytes().len()).unwrap_or(0);
+        + p.document_key
+            .as_ref()
+            .map(|k| 2 * k.raw().as_bytes().len())
+            .unwrap_or(0);
     let mut buf = Vec::with_capacity(estimate);
     buf.extend_from_slice(&[5, 0, 0, 0, 0]);
     let mut d = RawDocumentBuf::from_bytes(buf).map_err(|e| Error::internal(e.to_string()))?;
@@ -278,7 +300,10 @@ pub(crate) fn transform(engine: &Engine, spec: &StreamSpec, ts: u64, entry: &Raw
     d.append("clusterTime", bson::RawBson::Timestamp(keys::u64_to_ts(ts)));
     if spec.show_expanded {
         if let Some(u) = uuid {
-            d.append("collectionUUID", bson::RawBson::Binary(bson::Binary::from_uuid(u).into()));
+            d.append(
+                "collectionUUID",
+                bson::RawBson::Binary(bson::Binary::from_uuid(u).into()),
+            );
         }
     }
     if let Ok(Some(wall)) = entry.get("wall") {
@@ -306,16 +331,24 @@ pub(crate) fn transform(engine: &Engine, spec: &StreamSpec, ts: u64, entry: &Raw
         d.append("stateBeforeChange", to_raw(s)?);
     }
     let wants_images = match p.op_type {
-        "update" => spec.full_document != FullDocument::Default || spec.before_change != BeforeChange::Off,
+        "update" => {
+            spec.full_document != FullDocument::Default || spec.before_change != BeforeChange::Off
+        }
         "replace" | "delete" => spec.before_change != BeforeChange::Off,
         _ => false,
     };
     if wants_images {
-        let mut full = d.to_document().map_err(|e| Error::internal(e.to_string()))?;
+        let mut full = d
+            .to_document()
+            .map_err(|e| Error::internal(e.to_string()))?;
         add_images(engine, spec, ts, uuid, &mut full)?;
         d = to_raw(&full)?;
     }
-    Ok(Some(Event { doc: d, token, invalidates }))
+    Ok(Some(Event {
+        doc: d,
+        token,
+        invalidates,
+    }))
 }
 
 /// The invalidate event that follows an invalidating event.
@@ -330,19 +363,32 @@ pub(crate) fn invalidate(cause: &Event) -> Event {
             d.append_ref(f, v);
         }
     }
-    Event { doc: d, token, invalidates: true }
+    Event {
+        doc: d,
+        token,
+        invalidates: true,
+    }
 }
 
 /// fullDocument for updates (updateLookup or the stored post-image) and
 /// fullDocumentBeforeChange (the stored pre-image).
-fn add_images(engine: &Engine, spec: &StreamSpec, ts: u64, uuid: Option<bson::Uuid>, d: &mut Document) -> Result<()> {
+fn add_images(
+    engine: &Engine,
+    spec: &StreamSpec,
+    ts: u64,
+    uuid: Option<bson::Uuid>,
+    d: &mut Document,
+) -> Result<()> {
     let op = d.get_str("operationType").unwrap_or("").to_string();
     if op == "update" {
         match spec.full_document {
             FullDocument::Default => {}
             FullDocument::UpdateLookup => {
                 let found = lookup_current(engine, d, uuid)?;
-                d.insert("fullDocument", found.map(Bson::Document).unwrap_or(Bson::Null));
+                d.insert(
+                    "fullDocument",
+                    found.map(Bson::Document).unwrap_or(Bson::Null),
+                );
             }
             FullDocument::WhenAvailable | FullDocument::Required => add_image(
                 engine,
@@ -355,7 +401,9 @@ fn add_images(engine: &Engine, spec: &StreamSpec, ts: u64, uuid: Option<bson::Uu
             )?,
         }
     }
-    if matches!(op.as_str(), "update" | "replace" | "delete") && spec.before_change != BeforeChange::Off {
+    if matches!(op.as_str(), "update" | "replace" | "delete")
+        && spec.before_change != BeforeChange::Off
+    {
         add_image(
             engine,
             ts,
@@ -370,7 +418,15 @@ fn add_images(engine: &Engine, spec: &StreamSpec, ts: u64, uuid: Option<bson::Uu
 }
 
 /// Sets `field` to the stored image, or to null when there is none (an error when required).
-fn add_image(engine: &Engine, ts: u64, kind: ImageKind, required: bool, field: &str, what: &str, d: &mut Document) -> Result<()> {
+fn add_image(
+    engine: &Engine,
+    ts: u64,
+    kind: ImageKind,
+    required: bool,
+    field: &str,
+    what: &str,
+    d: &mut Document,
+) -> Result<()> {
     match image(engine, ts, kind)? {
         Some(img) => {
             d.insert(field, img);
@@ -392,7 +448,11 @@ fn add_image(engine: &Engine, ts: u64, kind: ImageKind, required: bool, field: &
 }
 
 fn image(engine: &Engine, ts: u64, kind: ImageKind) -> Result<Option<Document>> {
-    match engine.store.get(Space::Images, &keys::image_key(ts, kind)).map_err(crate::storage_err)? {
+    match engine
+        .store
+        .get(Space::Images, &keys::image_key(ts, kind))
+        .map_err(crate::storage_err)?
+    {
         Some(bytes) => Ok(Some(crate::read::decode(&bytes)?)),
         None => Ok(None),
     }
@@ -400,13 +460,30 @@ fn image(engine: &Engine, ts: u64, kind: ImageKind) -> Result<Option<Document>> 
 
 /// The document's current version (updateLookup): null when it is gone or its
 /// collection was dropped or replaced since.
-fn lookup_current(engine: &Engine, d: &Document, uuid: Option<bson::Uuid>) -> Result<Option<Document>> {
-    let Ok(ns) = d.get_document("ns") else { return Ok(None) };
-    let nss = Namespace::new(ns.get_str("db").unwrap_or(""), ns.get_str("coll").unwrap_or(""));
-    let Some(meta) = engine.collection(&nss) else { return Ok(None) };
+fn lookup_current(
+    engine: &Engine,
+    d: &Document,
+    uuid: Option<bson::Uuid>,
+) -> Result<Option<Document>> {
+    let Ok(ns) = d.get_document("ns") else {
+        return Ok(None);
+    };
+    let nss = Namespace::new(
+        ns.get_str("db").unwrap_or(""),
+        ns.get_str("coll").unwrap_or(""),
+    );
+    let Some(meta) = engine.collection(&nss) else {
+        return Ok(None);
+    };
     if Some(meta.uuid) != uuid {
         return Ok(None);
     }
-    let Some(id) = d.get_document("documentKey").ok().and_then(|k| k.get("_id")) else { return Ok(None) };
+    let Some(id) = d
+        .get_document("documentKey")
+        .ok()
+        .and_then(|k| k.get("_id"))
+    else {
+        return Ok(None);
+    };
     crate::read::fetch(&engine.store, meta.id, &keys::id_key(id))
 }

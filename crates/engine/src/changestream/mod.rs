@@ -78,7 +78,9 @@ pub struct StreamSpec {
 impl StreamSpec {
     /// Default options: the event of a CRUD entry is the same for every such stream.
     fn plain(&self) -> bool {
-        self.full_document == FullDocument::Default && self.before_change == BeforeChange::Off && !self.show_expanded
+        self.full_document == FullDocument::Default
+            && self.before_change == BeforeChange::Off
+            && !self.show_expanded
     }
 }
 
@@ -114,7 +116,12 @@ pub struct ChangeStream {
 }
 
 /// Parses `$changeStream`'s options and the stages after it.
-fn parse_spec(db: &str, coll: Option<&str>, opts: &Document, rest: &[Document]) -> Result<(StreamSpec, Document)> {
+fn parse_spec(
+    db: &str,
+    coll: Option<&str>,
+    opts: &Document,
+    rest: &[Document],
+) -> Result<(StreamSpec, Document)> {
     let mut full_document = FullDocument::Default;
     let mut before_change = BeforeChange::Off;
     let mut show_expanded = false;
@@ -152,7 +159,10 @@ fn parse_spec(db: &str, coll: Option<&str>, opts: &Document, rest: &[Document]) 
             }
             "showExpandedEvents" => show_expanded = bool_opt()?,
             "allChangesForCluster" => all_for_cluster = bool_opt()?,
-            "showSystemEvents" | "allowToRunOnConfigDB" | "allowToRunOnSystemNS" | "showMigrationEvents" => {
+            "showSystemEvents"
+            | "allowToRunOnConfigDB"
+            | "allowToRunOnSystemNS"
+            | "showMigrationEvents" => {
                 bool_opt()?;
             }
             _ => {
@@ -207,9 +217,15 @@ fn parse_spec(db: &str, coll: Option<&str>, opts: &Document, rest: &[Document]) 
     // The stages after $changeStream: only document-by-document transformations.
     let mut stages = rest.to_vec();
     let mut split_large = false;
-    if let Some(pos) = stages.iter().position(|s| s.contains_key("$changeStreamSplitLargeEvent")) {
+    if let Some(pos) = stages
+        .iter()
+        .position(|s| s.contains_key("$changeStreamSplitLargeEvent"))
+    {
         if pos + 1 != stages.len() {
-            return Err(Error::new(7182802, "$changeStreamSplitLargeEvent must be the last stage in the pipeline"));
+            return Err(Error::new(
+                7182802,
+                "$changeStreamSplitLargeEvent must be the last stage in the pipeline",
+            ));
         }
         stages.pop();
         split_large = true;
@@ -218,15 +234,39 @@ fn parse_spec(db: &str, coll: Option<&str>, opts: &Document, rest: &[Document]) 
     for s in &stages {
         let name = s.keys().next().map(String::as_str).unwrap_or("");
         if name == "$changeStream" {
-            return Err(Error::new(40602, "$changeStream is only valid as the first stage in a pipeline"));
+            return Err(Error::new(
+                40602,
+                "$changeStream is only valid as the first stage in a pipeline",
+            ));
         }
-        const ALLOWED: [&str; 8] =
-            ["$match", "$project", "$addFields", "$set", "$unset", "$replaceRoot", "$replaceWith", "$redact"];
+        const ALLOWED: [&str; 8] = [
+            "$match",
+            "$project",
+            "$addFields",
+            "$set",
+            "$unset",
+            "$replaceRoot",
+            "$replaceWith",
+            "$redact",
+        ];
         if !ALLOWED.contains(&name) {
-            return Err(Error::new(codes::ILLEGAL_OPERATION, format!("{name} is not permitted in a $changeStream pipeline")));
+            return Err(Error::new(
+                codes::ILLEGAL_OPERATION,
+                format!("{name} is not permitted in a $changeStream pipeline"),
+            ));
         }
     }
-    Ok((StreamSpec { scope, full_document, before_change, show_expanded, split_large, stages }, start))
+    Ok((
+        StreamSpec {
+            scope,
+            full_document,
+            before_change,
+            show_expanded,
+            split_large,
+            stages,
+        },
+        start,
+    ))
 }
 
 fn enum_error(k: &str, v: &Bson) -> Error {
@@ -253,14 +293,17 @@ pub(crate) fn needs_storage() -> Error {
 
 /// Error codes after which a driver may resume a change stream: mongod labels them
 /// `ResumableChangeStreamError` when a change stream's getMore fails with them.
-pub const RESUMABLE_CODES: [i32; 17] =
-    [6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436, 63, 150, 13388, 234, 133];
+pub const RESUMABLE_CODES: [i32; 17] = [
+    6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436, 63, 150, 13388, 234, 133,
+];
 
 impl Engine {
     /// Reads ahead on a change stream cursor (see [`ChangeStream::prefetch`]); skipped
     /// when a getMore holds the cursor.
     pub fn prefetch_change_stream(&self, id: i64, max_events: usize) {
-        let Some(c) = self.cursors.get(id) else { return };
+        let Some(c) = self.cursors.get(id) else {
+            return;
+        };
         let Some(mut c) = c.try_lock() else { return };
         if let Source::ChangeStream(s) = &mut c.source {
             s.prefetch(self, max_events);
@@ -294,7 +337,10 @@ impl Engine {
 
     /// Whether the cursor is an open change stream.
     pub fn is_change_stream_cursor(&self, id: i64) -> bool {
-        self.cursors.get(id).map(|c| matches!(c.lock().source, Source::ChangeStream(_))).unwrap_or(false)
+        self.cursors
+            .get(id)
+            .map(|c| matches!(c.lock().source, Source::ChangeStream(_)))
+            .unwrap_or(false)
     }
 
     /// `aggregate` with a leading `$changeStream`: opens the stream and returns its
@@ -312,11 +358,17 @@ impl Engine {
         let (spec, start) = parse_spec(db, coll, opts, rest)?;
         if start.len() > 1 {
             if start.contains_key("resumeAfter") && start.contains_key("startAfter") {
-                return Err(Error::new(50865, "Do not specify both 'startAfter' and 'resumeAfter' in a $changeStream stage."));
+                return Err(Error::new(
+                    50865,
+                    "Do not specify both 'startAfter' and 'resumeAfter' in a $changeStream stage.",
+                ));
             }
             return Err(Error::new(
                 40674,
-                format!("Only one type of resume option is allowed, but multiple were found: {}", crate::format::doc_to_string(&start)),
+                format!(
+                    "Only one type of resume option is allowed, but multiple were found: {}",
+                    crate::format::doc_to_string(&start)
+                ),
             ));
         }
         let trim_ts = self.oplog_trim_ts();
@@ -373,7 +425,17 @@ impl Engine {
         };
         self.enable_recent_oplog();
         let prefilter = prefilter::Prefilter::from_stages(&spec.stages);
-        let stream = ChangeStream { spec, next_ts, verify, pbrt, pending: VecDeque::new(), invalidated: false, prefilter, deferred_error: None, memory_only: false };
+        let stream = ChangeStream {
+            spec,
+            next_ts,
+            verify,
+            pbrt,
+            pending: VecDeque::new(),
+            invalidated: false,
+            prefilter,
+            deferred_error: None,
+            memory_only: false,
+        };
         let mut cursor = Cursor::new(ns.clone(), Source::ChangeStream(Box::new(stream)));
         cursor.tailable = true;
         cursor.await_data = true;
@@ -391,8 +453,19 @@ impl Engine {
             }
             _ => unreachable!("just built as a change stream"),
         };
-        let id = if closed { 0 } else { self.cursors.register(cursor)? };
-        Ok(CursorBatch { cursor_id: id, ns, raw_docs, await_data: id != 0, post_batch_resume_token: Some(pbrt), ..Default::default() })
+        let id = if closed {
+            0
+        } else {
+            self.cursors.register(cursor)?
+        };
+        Ok(CursorBatch {
+            cursor_id: id,
+            ns,
+            raw_docs,
+            await_data: id != 0,
+            post_batch_resume_token: Some(pbrt),
+            ..Default::default()
+        })
     }
 }
 
@@ -405,17 +478,29 @@ impl ChangeStream {
     /// whether the stream ended (invalidated). Never waits.
     /// With `memory_only`, reads only the recent oplog: when more would need storage,
     /// returns what it has, or fails with [`NEEDS_STORAGE`] if that is nothing.
-    pub fn next_batch(&mut self, engine: &Engine, want: usize, memory_only: bool) -> Result<(Vec<RawDocumentBuf>, bool)> {
+    pub fn next_batch(
+        &mut self,
+        engine: &Engine,
+        want: usize,
+        memory_only: bool,
+    ) -> Result<(Vec<RawDocumentBuf>, bool)> {
         self.memory_only = memory_only;
         let r = self.next_batch_inner(engine, want);
         self.memory_only = false;
         r
     }
 
-    fn next_batch_inner(&mut self, engine: &Engine, want: usize) -> Result<(Vec<RawDocumentBuf>, bool)> {
+    fn next_batch_inner(
+        &mut self,
+        engine: &Engine,
+        want: usize,
+    ) -> Result<(Vec<RawDocumentBuf>, bool)> {
         let want = if want == 0 { usize::MAX } else { want };
         let pipeline = Pipeline::parse(&self.spec.stages, "")?;
-        let vars = tailstream_query::expr::Variables { now: Some(bson::DateTime::now()), ..Default::default() };
+        let vars = tailstream_query::expr::Variables {
+            now: Some(bson::DateTime::now()),
+            ..Default::default()
+        };
         let mut out = Vec::new();
         let mut bytes = 0usize;
         loop {
@@ -444,7 +529,9 @@ impl ChangeStream {
                 Ok(true) => {}
                 Ok(false) => {
                     if self.pending.is_empty() {
-                        self.advance_to(ResumeToken::high_water_mark(self.next_ts.saturating_sub(1)));
+                        self.advance_to(ResumeToken::high_water_mark(
+                            self.next_ts.saturating_sub(1),
+                        ));
                     }
                     return Ok((out, false));
                 }
@@ -457,7 +544,13 @@ impl ChangeStream {
 
     /// Reads the next chunk of durable entries into `pending` (up to `want` events);
     /// false when there was nothing left to read.
-    fn read_more(&mut self, engine: &Engine, pipeline: &Pipeline, vars: &tailstream_query::expr::Variables, want: usize) -> Result<bool> {
+    fn read_more(
+        &mut self,
+        engine: &Engine,
+        pipeline: &Pipeline,
+        vars: &tailstream_query::expr::Variables,
+        want: usize,
+    ) -> Result<bool> {
         let durable = engine.durability.durable_ts();
         if self.next_ts > durable {
             return Ok(false);
@@ -485,13 +578,20 @@ impl ChangeStream {
             self.next_ts = ts + 1;
             // Skipped on its digest: never read, never an event.
             let Some(bytes) = bytes else { continue };
-            let entry = bson::RawDocument::from_bytes(&bytes)
-                .map_err(|e| Error::internal(format!("corrupt oplog entry at {:?}: {e}", keys::u64_to_ts(ts))))?;
+            let entry = bson::RawDocument::from_bytes(&bytes).map_err(|e| {
+                Error::internal(format!(
+                    "corrupt oplog entry at {:?}: {e}",
+                    keys::u64_to_ts(ts)
+                ))
+            })?;
             if let (true, Some(recent)) = (shared_events, &recent) {
                 if matches!(entry.get_str("op"), Ok("i" | "u" | "d")) {
-                    let built = recent
-                        .plain_event
-                        .get_or_init(|| event::transform(engine, &self.spec, ts, entry).ok().flatten().map(|e| (e.doc, e.token)));
+                    let built = recent.plain_event.get_or_init(|| {
+                        event::transform(engine, &self.spec, ts, entry)
+                            .ok()
+                            .flatten()
+                            .map(|e| (e.doc, e.token))
+                    });
                     if let Some((doc, token)) = built {
                         self.push_through(pipeline, vars, doc.clone(), token.clone())?;
                         if self.pending.len() >= want {
@@ -501,7 +601,9 @@ impl ChangeStream {
                     }
                 }
             }
-            let Some(ev) = event::transform(engine, &self.spec, ts, entry)? else { continue };
+            let Some(ev) = event::transform(engine, &self.spec, ts, entry)? else {
+                continue;
+            };
             let invalidate = ev.invalidates.then(|| event::invalidate(&ev));
             self.push_through(pipeline, vars, ev.doc, ev.token)?;
             if let Some(inv) = invalidate {
@@ -525,10 +627,16 @@ impl ChangeStream {
     /// Only for streams without stages of their own (whose errors could otherwise be
     /// reported out of order); an error is kept for the next getMore.
     pub fn prefetch(&mut self, engine: &Engine, max_events: usize) {
-        if !self.spec.stages.is_empty() || self.invalidated || self.verify.is_some() || self.deferred_error.is_some() {
+        if !self.spec.stages.is_empty()
+            || self.invalidated
+            || self.verify.is_some()
+            || self.deferred_error.is_some()
+        {
             return;
         }
-        let Ok(pipeline) = Pipeline::parse(&[], "") else { return };
+        let Ok(pipeline) = Pipeline::parse(&[], "") else {
+            return;
+        };
         let vars = tailstream_query::expr::Variables::default();
         let mut bytes: usize = self.pending.iter().map(|(d, _)| d.as_bytes().len()).sum();
         while self.pending.len() < max_events && bytes < MAX_BATCH_BYTES && !self.invalidated {
@@ -541,7 +649,12 @@ impl ChangeStream {
                     break;
                 }
             }
-            bytes += self.pending.iter().skip(before).map(|(d, _)| d.as_bytes().len()).sum::<usize>();
+            bytes += self
+                .pending
+                .iter()
+                .skip(before)
+                .map(|(d, _)| d.as_bytes().len())
+                .sum::<usize>();
         }
     }
 
@@ -556,9 +669,15 @@ impl ChangeStream {
         pipeline: &Pipeline,
         vars: &tailstream_query::expr::Variables,
     ) -> Result<()> {
-        let bytes = engine.store.get(Space::Oplog, &keys::oplog_key(expected.ts)).map_err(crate::storage_err)?;
-        let Some(bytes) = bytes else { return Err(token_not_found(expected)) };
-        let entry = bson::RawDocument::from_bytes(&bytes).map_err(|e| Error::internal(format!("corrupt oplog entry: {e}")))?;
+        let bytes = engine
+            .store
+            .get(Space::Oplog, &keys::oplog_key(expected.ts))
+            .map_err(crate::storage_err)?;
+        let Some(bytes) = bytes else {
+            return Err(token_not_found(expected));
+        };
+        let entry = bson::RawDocument::from_bytes(&bytes)
+            .map_err(|e| Error::internal(format!("corrupt oplog entry: {e}")))?;
         let Some(ev) = event::transform(engine, &self.spec, expected.ts, entry)? else {
             return Err(token_not_found(expected));
         };
@@ -590,11 +709,19 @@ impl ChangeStream {
     }
 
     /// Runs an event through the user's stages and queues what comes out.
-    fn push_through(&mut self, pipeline: &Pipeline, vars: &tailstream_query::expr::Variables, doc: RawDocumentBuf, token: ResumeToken) -> Result<()> {
+    fn push_through(
+        &mut self,
+        pipeline: &Pipeline,
+        vars: &tailstream_query::expr::Variables,
+        doc: RawDocumentBuf,
+        token: ResumeToken,
+    ) -> Result<()> {
         let results = if self.spec.stages.is_empty() {
             vec![doc]
         } else {
-            let decoded = doc.to_document().map_err(|e| Error::internal(e.to_string()))?;
+            let decoded = doc
+                .to_document()
+                .map_err(|e| Error::internal(e.to_string()))?;
             let id = decoded.get("_id").cloned();
             let mut out = Vec::new();
             for r in pipeline.run(Box::new(std::iter::once(Ok(decoded))), &NoCollections, vars)? {
@@ -607,7 +734,10 @@ impl ChangeStream {
                     )
                     .with_label("NonResumableChangeStreamError"));
                 }
-                out.push(RawDocumentBuf::from_document(&r).map_err(|e| Error::internal(e.to_string()))?);
+                out.push(
+                    RawDocumentBuf::from_document(&r)
+                        .map_err(|e| Error::internal(e.to_string()))?,
+                );
             }
             out
         };
@@ -620,9 +750,12 @@ impl ChangeStream {
             if size <= MAX_EVENT_BYTES {
                 self.pending.push_back((r, token.clone()));
             } else if self.spec.split_large {
-                let decoded = r.to_document().map_err(|e| Error::internal(e.to_string()))?;
+                let decoded = r
+                    .to_document()
+                    .map_err(|e| Error::internal(e.to_string()))?;
                 for (doc, t) in split_event(decoded, &token)? {
-                    let raw = RawDocumentBuf::from_document(&doc).map_err(|e| Error::internal(e.to_string()))?;
+                    let raw = RawDocumentBuf::from_document(&doc)
+                        .map_err(|e| Error::internal(e.to_string()))?;
                     self.pending.push_back((raw, t));
                 }
             } else {
@@ -651,28 +784,45 @@ impl ChangeStream {
             Scope::Database(db) => Some(format!("{db}.")),
             _ => None,
         };
-        let in_memory = engine.recent.read(self.next_ts, durable, READ_CHUNK, |e| match (&ns_full, &db_prefix) {
-            (Some(ns), _) => e.namespaces.iter().any(|n| n == ns),
-            (None, Some(prefix)) => e.namespaces.iter().any(|n| n.starts_with(prefix.as_str())),
-            (None, None) => true,
+        let in_memory = engine.recent.read(self.next_ts, durable, READ_CHUNK, |e| {
+            match (&ns_full, &db_prefix) {
+                (Some(ns), _) => e.namespaces.iter().any(|n| n == ns),
+                (None, Some(prefix)) => e.namespaces.iter().any(|n| n.starts_with(prefix.as_str())),
+                (None, None) => true,
+            }
         });
-        if self.memory_only && (in_memory.is_none() || in_memory.iter().flatten().any(|e| e.bytes.is_none())) {
+        if self.memory_only
+            && (in_memory.is_none() || in_memory.iter().flatten().any(|e| e.bytes.is_none()))
+        {
             return Err(needs_storage());
         }
         if let Some(found) = in_memory {
             let mut large = engine.store.point_reader(Space::Oplog);
             for e in found {
                 let ts = e.ts;
-                if !self.prefilter.is_empty() && !self.prefilter.may_match(&e.digest, self.spec.full_document) {
-                    out.push(ReadEntry { ts, bytes: None, recent: None });
+                if !self.prefilter.is_empty()
+                    && !self.prefilter.may_match(&e.digest, self.spec.full_document)
+                {
+                    out.push(ReadEntry {
+                        ts,
+                        bytes: None,
+                        recent: None,
+                    });
                     continue;
                 }
                 let bytes = match &e.bytes {
                     Some(b) => Some(Arc::clone(b)),
-                    None => large.get(&keys::oplog_key(ts)).map_err(crate::storage_err)?.map(Arc::from),
+                    None => large
+                        .get(&keys::oplog_key(ts))
+                        .map_err(crate::storage_err)?
+                        .map(Arc::from),
                 };
                 if bytes.is_some() {
-                    out.push(ReadEntry { ts, bytes, recent: Some(e) });
+                    out.push(ReadEntry {
+                        ts,
+                        bytes,
+                        recent: Some(e),
+                    });
                 }
             }
             return Ok(out);
@@ -683,13 +833,29 @@ impl ChangeStream {
                 let lower = keys::oplog_ns_key(ns, self.next_ts);
                 let upper = keys::oplog_ns_key(ns, durable.saturating_add(1));
                 let mut entries = engine.store.point_reader(Space::Oplog);
-                for item in engine.store.scan(Space::OplogByNs, &lower, Some(&upper), false) {
+                for item in engine
+                    .store
+                    .scan(Space::OplogByNs, &lower, Some(&upper), false)
+                {
                     let (k, digest) = item.map_err(crate::storage_err)?;
                     let ts = u64::from_be_bytes(k[k.len() - 8..].try_into().expect("8-byte time"));
-                    if !self.prefilter.is_empty() && !self.prefilter.may_match(&digest, self.spec.full_document) {
-                        out.push(ReadEntry { ts, bytes: None, recent: None });
-                    } else if let Some(v) = entries.get(&keys::oplog_key(ts)).map_err(crate::storage_err)? {
-                        out.push(ReadEntry { ts, bytes: Some(Arc::from(v)), recent: None });
+                    if !self.prefilter.is_empty()
+                        && !self.prefilter.may_match(&digest, self.spec.full_document)
+                    {
+                        out.push(ReadEntry {
+                            ts,
+                            bytes: None,
+                            recent: None,
+                        });
+                    } else if let Some(v) = entries
+                        .get(&keys::oplog_key(ts))
+                        .map_err(crate::storage_err)?
+                    {
+                        out.push(ReadEntry {
+                            ts,
+                            bytes: Some(Arc::from(v)),
+                            recent: None,
+                        });
                         loaded += 1;
                     }
                     if loaded >= READ_CHUNK || out.len() >= MAX_SCANNED {
@@ -703,7 +869,11 @@ impl ChangeStream {
                 for item in engine.store.scan(Space::Oplog, &lower, Some(&upper), false) {
                     let (k, v) = item.map_err(crate::storage_err)?;
                     let ts = u64::from_be_bytes(k[..8].try_into().expect("8-byte time"));
-                    out.push(ReadEntry { ts, bytes: Some(Arc::from(v)), recent: None });
+                    out.push(ReadEntry {
+                        ts,
+                        bytes: Some(Arc::from(v)),
+                        recent: None,
+                    });
                     if out.len() >= READ_CHUNK {
                         break;
                     }
@@ -726,7 +896,9 @@ fn split_event(doc: Document, token: &ResumeToken) -> Result<Vec<(Document, Resu
     let mut groups: Vec<Document> = vec![Document::new()];
     let mut size = 0usize;
     for (k, v) in doc.into_iter().filter(|(k, _)| k != "_id") {
-        let field = bson::to_vec(&bson::doc! {k.clone(): v.clone()}).map(|b| b.len()).unwrap_or(0);
+        let field = bson::to_vec(&bson::doc! {k.clone(): v.clone()})
+            .map(|b| b.len())
+            .unwrap_or(0);
         if field + OVERHEAD > MAX_EVENT_BYTES {
             return Err(Error::new(
                 codes::BSON_OBJECT_TOO_LARGE,

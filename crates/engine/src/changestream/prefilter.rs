@@ -50,7 +50,9 @@ impl Prefilter {
                     if let Some(allowed) = string_set(v) {
                         self.ops = Some(match self.ops.take() {
                             None => allowed,
-                            Some(prev) => prev.into_iter().filter(|o| allowed.contains(o)).collect(),
+                            Some(prev) => {
+                                prev.into_iter().filter(|o| allowed.contains(o)).collect()
+                            }
                         });
                     }
                 }
@@ -69,7 +71,9 @@ impl Prefilter {
     /// False only when the entry with this digest cannot produce an event the filter
     /// keeps.
     pub fn may_match(&self, digest: &[u8], full_document: FullDocument) -> bool {
-        let Some(&kind) = digest.first() else { return true };
+        let Some(&kind) = digest.first() else {
+            return true;
+        };
         let op = match kind {
             b'i' => "insert",
             b'u' => "update",
@@ -92,7 +96,9 @@ impl Prefilter {
             _ => match digest.get(1) {
                 Some(1) => {
                     let names: Vec<&[u8]> = digest[2..].split(|b| *b == 0).collect();
-                    self.full_document_fields.iter().all(|f| names.contains(&f.as_bytes()))
+                    self.full_document_fields
+                        .iter()
+                        .all(|f| names.contains(&f.as_bytes()))
                 }
                 _ => true,
             },
@@ -106,9 +112,10 @@ fn string_set(v: &Bson) -> Option<Vec<String>> {
         Bson::String(s) => Some(vec![s.clone()]),
         Bson::Document(d) if d.len() == 1 => match d.iter().next() {
             Some((op, Bson::String(s))) if op == "$eq" => Some(vec![s.clone()]),
-            Some((op, Bson::Array(a))) if op == "$in" => {
-                a.iter().map(|x| x.as_str().map(str::to_string)).collect::<Option<Vec<_>>>()
-            }
+            Some((op, Bson::Array(a))) if op == "$in" => a
+                .iter()
+                .map(|x| x.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>(),
             _ => None,
         },
         _ => None,
@@ -119,12 +126,20 @@ fn string_set(v: &Bson) -> Option<Vec<String>> {
 fn requires_existence(v: &Bson) -> bool {
     match v {
         Bson::Null | Bson::Undefined => false,
-        Bson::Document(d) if d.keys().any(|k| k.starts_with('$')) => d.iter().any(|(op, arg)| match op.as_str() {
-            "$exists" => matches!(arg, Bson::Boolean(true)) || matches!(arg, Bson::Int32(1) | Bson::Int64(1)),
-            "$eq" | "$gt" | "$gte" | "$lt" | "$lte" => !matches!(arg, Bson::Null | Bson::Undefined | Bson::MinKey | Bson::MaxKey),
-            "$regex" | "$size" | "$all" | "$elemMatch" => true,
-            _ => false,
-        }),
+        Bson::Document(d) if d.keys().any(|k| k.starts_with('$')) => {
+            d.iter().any(|(op, arg)| match op.as_str() {
+                "$exists" => {
+                    matches!(arg, Bson::Boolean(true))
+                        || matches!(arg, Bson::Int32(1) | Bson::Int64(1))
+                }
+                "$eq" | "$gt" | "$gte" | "$lt" | "$lte" => !matches!(
+                    arg,
+                    Bson::Null | Bson::Undefined | Bson::MinKey | Bson::MaxKey
+                ),
+                "$regex" | "$size" | "$all" | "$elemMatch" => true,
+                _ => false,
+            })
+        }
         _ => true,
     }
 }
@@ -149,7 +164,10 @@ mod tests {
     #[test]
     fn field_existence_on_large_documents() {
         let p = Prefilter::from_stages(&[doc! {"$match": {"fullDocument.msg": {"$exists": true}}}]);
-        assert!(!p.may_match(&digest(b'i', Some(&["_id", "i", "s"])), FullDocument::Default));
+        assert!(!p.may_match(
+            &digest(b'i', Some(&["_id", "i", "s"])),
+            FullDocument::Default
+        ));
         assert!(p.may_match(&digest(b'i', Some(&["_id", "msg"])), FullDocument::Default));
         // Small documents list no names: read them.
         assert!(p.may_match(&digest(b'i', None), FullDocument::Default));
@@ -162,7 +180,9 @@ mod tests {
 
     #[test]
     fn operation_types() {
-        let p = Prefilter::from_stages(&[doc! {"$match": {"$and": [{"operationType": {"$in": ["insert", "delete"]}}]}}]);
+        let p = Prefilter::from_stages(&[
+            doc! {"$match": {"$and": [{"operationType": {"$in": ["insert", "delete"]}}]}},
+        ]);
         assert!(p.may_match(b"i", FullDocument::Default));
         assert!(p.may_match(b"d", FullDocument::Default));
         assert!(!p.may_match(b"u", FullDocument::Default));
@@ -179,7 +199,10 @@ mod tests {
             doc! {"operationType": {"$ne": "insert"}},
         ] {
             let p = Prefilter::from_stages(&[doc! {"$match": m.clone()}]);
-            assert!(p.may_match(&digest(b'i', Some(&["_id"])), FullDocument::Default), "{m}");
+            assert!(
+                p.may_match(&digest(b'i', Some(&["_id"])), FullDocument::Default),
+                "{m}"
+            );
             assert!(p.may_match(b"d", FullDocument::Default), "{m}");
         }
         assert!(Prefilter::from_stages(&[doc! {"$project": {"a": 1}}]).is_empty());

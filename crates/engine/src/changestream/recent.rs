@@ -83,12 +83,17 @@ impl RecentOplog {
     pub fn push(&self, new: Vec<RecentEntry>) {
         let mut r = self.ring.write();
         for e in new {
-            debug_assert!(r.entries.back().map(|b| b.ts < e.ts).unwrap_or(true), "entries arrive in time order");
+            debug_assert!(
+                r.entries.back().map(|b| b.ts < e.ts).unwrap_or(true),
+                "entries arrive in time order"
+            );
             r.bytes += e.size();
             r.entries.push_back(Arc::new(e));
         }
         while r.bytes > MAX_BYTES || r.entries.len() > MAX_ENTRIES {
-            let Some(old) = r.entries.pop_front() else { break };
+            let Some(old) = r.entries.pop_front() else {
+                break;
+            };
             r.bytes -= old.size();
             r.from = old.ts + 1;
         }

@@ -128,26 +128,40 @@ impl ResumeToken {
                 )))
             }
         };
-        let bytes = keystring::from_hex(data).map_err(|_| invalid("resume token string was not a valid hex string"))?;
-        let values = keystring::decode_values(&bytes).map_err(|e| invalid(format!("invalid resume token: {}", e.message)))?;
+        let bytes = keystring::from_hex(data)
+            .map_err(|_| invalid("resume token string was not a valid hex string"))?;
+        let values = keystring::decode_values(&bytes)
+            .map_err(|e| invalid(format!("invalid resume token: {}", e.message)))?;
         let mut it = values.into_iter();
         let ts = match it.next() {
             Some(Bson::Timestamp(t)) => keys::ts_to_u64(t),
-            Some(_) => return Err(invalid("invalid resume token: clusterTime is not a Timestamp")),
+            Some(_) => {
+                return Err(invalid(
+                    "invalid resume token: clusterTime is not a Timestamp",
+                ))
+            }
             None => return Err(invalid("invalid empty resume token")),
         };
         let int = |v: Option<Bson>, what: &str| -> Result<i64> {
             match v {
                 Some(Bson::Int32(i)) => Ok(i as i64),
                 Some(Bson::Int64(i)) => Ok(i),
-                _ => Err(invalid(format!("Resume Token does not contain a valid {what}"))),
+                _ => Err(invalid(format!(
+                    "Resume Token does not contain a valid {what}"
+                ))),
             }
         };
         let version = int(it.next(), "version")? as i32;
         if !(0..=2).contains(&version) {
-            return Err(invalid("Invalid Resume Token: only supports version 0, 1 and 2"));
+            return Err(invalid(
+                "Invalid Resume Token: only supports version 0, 1 and 2",
+            ));
         }
-        let token_type = if version >= 1 { int(it.next(), "tokenType")? as i32 } else { EVENT };
+        let token_type = if version >= 1 {
+            int(it.next(), "tokenType")? as i32
+        } else {
+            EVENT
+        };
         if token_type != EVENT && token_type != HIGH_WATER_MARK {
             return Err(invalid(format!("Token type {token_type} not recognized")));
         }
@@ -162,9 +176,9 @@ impl ResumeToken {
         };
         let uuid = match it.next() {
             None | Some(Bson::Null) => None,
-            Some(Bson::Binary(b)) if b.bytes.len() == 16 => {
-                Some(bson::Uuid::from_bytes(b.bytes.as_slice().try_into().expect("16 bytes")))
-            }
+            Some(Bson::Binary(b)) if b.bytes.len() == 16 => Some(bson::Uuid::from_bytes(
+                b.bytes.as_slice().try_into().expect("16 bytes"),
+            )),
             Some(_) => return Err(invalid("invalid resume token: the UUID is not a UUID")),
         };
         let event_key = match it.next() {
@@ -179,12 +193,25 @@ impl ResumeToken {
         let fragment = match it.next() {
             None => None,
             Some(Bson::Int32(f)) if f >= 0 && version >= 2 => Some(f),
-            Some(_) => return Err(invalid("Resume token 'fragmentNum' must be a non-negative integer.")),
+            Some(_) => {
+                return Err(invalid(
+                    "Resume token 'fragmentNum' must be a non-negative integer.",
+                ))
+            }
         };
         if it.next().is_some() {
             return Err(invalid("invalid oversized resume token"));
         }
-        Ok(ResumeToken { ts, version, token_type, txn_op_index, from_invalidate, uuid, event_key, fragment })
+        Ok(ResumeToken {
+            ts,
+            version,
+            token_type,
+            txn_op_index,
+            from_invalidate,
+            uuid,
+            event_key,
+            fragment,
+        })
     }
 
     /// Whether `self` identifies the same event as `other` (its invalidate or not).
@@ -208,8 +235,14 @@ mod tests {
     #[test]
     fn high_water_mark_matches_mongod() {
         // A high-water-mark token printed by mongod 7.0 (Timestamp(0x67C867A3, 1)).
-        let t = ResumeToken::high_water_mark(keys::ts_to_u64(bson::Timestamp { time: 0x67C867A3, increment: 1 }));
-        assert_eq!(t.to_document().get_str("_data").unwrap(), "8267C867A3000000012B0429296E1404");
+        let t = ResumeToken::high_water_mark(keys::ts_to_u64(bson::Timestamp {
+            time: 0x67C867A3,
+            increment: 1,
+        }));
+        assert_eq!(
+            t.to_document().get_str("_data").unwrap(),
+            "8267C867A3000000012B0429296E1404"
+        );
     }
 
     #[test]
@@ -217,7 +250,10 @@ mod tests {
         let uuid = bson::Uuid::parse_str("d3284e04-d891-4467-a216-0201812e4c4c").unwrap();
         let oid = bson::oid::ObjectId::parse_str("67c867a2fb1cbcd579f4e4de").unwrap();
         let t = ResumeToken::event(
-            keys::ts_to_u64(bson::Timestamp { time: 1741186978, increment: 25 }),
+            keys::ts_to_u64(bson::Timestamp {
+                time: 1741186978,
+                increment: 25,
+            }),
             Some(uuid),
             doc! {"operationType": "insert", "documentKey": {"_id": oid}},
         );
@@ -237,9 +273,14 @@ mod tests {
         for key in [doc! {"_id": oid}, doc! {"_id": 7, "sk": {"a": [1, "x"]}}] {
             let raw = bson::RawDocumentBuf::from_document(&key).unwrap();
             let mut b = KeyStringBuilder::new();
-            b.append_string_and_raw_document("operationType", "update", "documentKey", &raw).unwrap();
+            b.append_string_and_raw_document("operationType", "update", "documentKey", &raw)
+                .unwrap();
             let from_raw = ResumeToken::event_with_key(5, None, b.into_bytes());
-            let from_doc = ResumeToken::event(5, None, doc! {"operationType": "update", "documentKey": key.clone()});
+            let from_doc = ResumeToken::event(
+                5,
+                None,
+                doc! {"operationType": "update", "documentKey": key.clone()},
+            );
             assert_eq!(from_raw.to_document(), from_doc.to_document());
         }
     }

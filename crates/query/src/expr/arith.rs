@@ -22,7 +22,10 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
                     Some(x) => {
                         return Err(Error::new(
                             codes::TYPE_MISMATCH,
-                            format!("$multiply only supports numeric types, not {}", type_name(x)),
+                            format!(
+                                "$multiply only supports numeric types, not {}",
+                                type_name(x)
+                            ),
                         ))
                     }
                     None => unreachable!(),
@@ -97,7 +100,9 @@ pub fn accumulate(name: &str, items: &[&Bson]) -> Bson {
                     None => Some(v),
                     Some(b) => {
                         let o = cmp_bson(v, b);
-                        if (name == "$min" && o == Ordering::Less) || (name == "$max" && o == Ordering::Greater) {
+                        if (name == "$min" && o == Ordering::Less)
+                            || (name == "$max" && o == Ordering::Greater)
+                        {
                             Some(v)
                         } else {
                             Some(b)
@@ -108,7 +113,11 @@ pub fn accumulate(name: &str, items: &[&Bson]) -> Bson {
             best.cloned().unwrap_or(Bson::Null)
         }
         _ => {
-            let xs: Vec<f64> = items.iter().filter(|v| is_number(v)).filter_map(|v| as_f64(v)).collect();
+            let xs: Vec<f64> = items
+                .iter()
+                .filter(|v| is_number(v))
+                .filter_map(|v| as_f64(v))
+                .collect();
             std_dev(&xs, name == "$stdDevSamp")
         }
     }
@@ -131,7 +140,10 @@ fn add(vals: &[Option<Bson>]) -> R {
         match v {
             Some(Bson::DateTime(d)) => {
                 if date.is_some() {
-                    return Err(Error::location(16612, "only one date allowed in an $add expression"));
+                    return Err(Error::location(
+                        16612,
+                        "only one date allowed in an $add expression",
+                    ));
                 }
                 date = Some(d.timestamp_millis());
             }
@@ -142,7 +154,10 @@ fn add(vals: &[Option<Bson>]) -> R {
             Some(x) => {
                 return Err(Error::new(
                     codes::TYPE_MISMATCH,
-                    format!("$add only supports numeric or date types, not {}", type_name(x)),
+                    format!(
+                        "$add only supports numeric or date types, not {}",
+                        type_name(x)
+                    ),
                 ))
             }
             None => unreachable!(),
@@ -160,7 +175,9 @@ fn add(vals: &[Option<Bson>]) -> R {
                 f.round() as i64
             }
         };
-        let total = ms.checked_add(add).ok_or_else(|| Error::new(codes::OVERFLOW, "date overflow in $add"))?;
+        let total = ms
+            .checked_add(add)
+            .ok_or_else(|| Error::new(codes::OVERFLOW, "date overflow in $add"))?;
         return done(Bson::DateTime(bson::DateTime::from_millis(total)));
     }
     done(s.result())
@@ -172,14 +189,18 @@ fn subtract(a: &Option<Bson>, b: &Option<Bson>) -> R {
     }
     let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
     match (a, b) {
-        (Bson::DateTime(x), Bson::DateTime(y)) => done(Bson::Int64(x.timestamp_millis().wrapping_sub(y.timestamp_millis()))),
+        (Bson::DateTime(x), Bson::DateTime(y)) => done(Bson::Int64(
+            x.timestamp_millis().wrapping_sub(y.timestamp_millis()),
+        )),
         (Bson::DateTime(x), y) if is_number(y) => {
             let sub = match y {
                 Bson::Int32(i) => *i as i64,
                 Bson::Int64(l) => *l,
                 other => as_f64(other).unwrap_or(0.0).round() as i64,
             };
-            done(Bson::DateTime(bson::DateTime::from_millis(x.timestamp_millis().wrapping_sub(sub))))
+            done(Bson::DateTime(bson::DateTime::from_millis(
+                x.timestamp_millis().wrapping_sub(sub),
+            )))
         }
         (x, y) if is_number(x) && is_number(y) => {
             let mut s = Summer::default();
@@ -192,7 +213,10 @@ fn subtract(a: &Option<Bson>, b: &Option<Bson>) -> R {
                 }
                 None => {
                     // i64::MIN cannot be negated: compute wide.
-                    let (xi, yi) = (num::as_exact_i64(x).unwrap_or(0) as i128, num::as_exact_i64(y).unwrap_or(0) as i128);
+                    let (xi, yi) = (
+                        num::as_exact_i64(x).unwrap_or(0) as i128,
+                        num::as_exact_i64(y).unwrap_or(0) as i128,
+                    );
                     done(num::int_result(xi - yi, NumKind::Long))
                 }
             }
@@ -235,7 +259,11 @@ fn divide(a: &Option<Bson>, b: &Option<Bson>) -> R {
         _ if nullish(a) || nullish(b) => null(),
         _ => Err(Error::new(
             codes::TYPE_MISMATCH,
-            format!("$divide only supports numeric types, not {} and {}", type_name_opt(a), type_name_opt(b)),
+            format!(
+                "$divide only supports numeric types, not {} and {}",
+                type_name_opt(a),
+                type_name_opt(b)
+            ),
         )),
     }
 }
@@ -258,14 +286,22 @@ fn modulo(a: &Option<Bson>, b: &Option<Bson>) -> R {
                         return Err(Error::bad_value("can't $mod by zero"));
                     }
                     let r = fx % fy;
-                    done(if kind == NumKind::Decimal { num::dec_bson(r) } else { Bson::Double(r) })
+                    done(if kind == NumKind::Decimal {
+                        num::dec_bson(r)
+                    } else {
+                        Bson::Double(r)
+                    })
                 }
             }
         }
         _ if nullish(a) || nullish(b) => null(),
         _ => Err(Error::new(
             codes::TYPE_MISMATCH,
-            format!("$mod only supports numeric types, not {} and {}", type_name_opt(a), type_name_opt(b)),
+            format!(
+                "$mod only supports numeric types, not {} and {}",
+                type_name_opt(a),
+                type_name_opt(b)
+            ),
         )),
     }
 }
@@ -276,11 +312,20 @@ fn unary(name: &str, v: &Option<Bson>) -> R {
     }
     let x = v.as_ref().unwrap();
     if !is_number(x) {
-        return Err(Error::location(28765, format!("{name} only supports numeric types, not {}", type_name(x))));
+        return Err(Error::location(
+            28765,
+            format!("{name} only supports numeric types, not {}", type_name(x)),
+        ));
     }
     let f = as_f64(x).unwrap();
     let is_dec = matches!(x, Bson::Decimal128(_));
-    let wrap = |r: f64| -> Bson { if is_dec { num::dec_bson(r) } else { Bson::Double(r) } };
+    let wrap = |r: f64| -> Bson {
+        if is_dec {
+            num::dec_bson(r)
+        } else {
+            Bson::Double(r)
+        }
+    };
     match name {
         "$abs" => done(match x {
             Bson::Int32(i) => match i.checked_abs() {
@@ -302,9 +347,18 @@ fn unary(name: &str, v: &Option<Bson>) -> R {
             Bson::Decimal128(_) => match Dec::from_bson(x) {
                 Some(d) => {
                     let t = num::round_dec(d, 0, true).unwrap_or(d);
-                    let adjust = if name == "$ceil" { !d.neg && t != d } else { d.neg && t != d };
+                    let adjust = if name == "$ceil" {
+                        !d.neg && t != d
+                    } else {
+                        d.neg && t != d
+                    };
                     let r = if adjust {
-                        t.add(Dec { neg: name == "$floor", coeff: 1, exp: 0 }).unwrap_or(t)
+                        t.add(Dec {
+                            neg: name == "$floor",
+                            coeff: 1,
+                            exp: 0,
+                        })
+                        .unwrap_or(t)
                     } else {
                         t
                     };
@@ -316,7 +370,10 @@ fn unary(name: &str, v: &Option<Bson>) -> R {
         }),
         "$sqrt" => {
             if f < 0.0 {
-                return Err(Error::location(28714, "$sqrt's argument must be greater than or equal to 0"));
+                return Err(Error::location(
+                    28714,
+                    "$sqrt's argument must be greater than or equal to 0",
+                ));
             }
             done(wrap(f.sqrt()))
         }
@@ -324,7 +381,13 @@ fn unary(name: &str, v: &Option<Bson>) -> R {
         "$ln" | "$log10" => {
             if !(f > 0.0) && !f.is_nan() {
                 let code = if name == "$ln" { 28766 } else { 28761 };
-                return Err(Error::location(code, format!("{name}'s argument must be a positive number, but is {}", show(x))));
+                return Err(Error::location(
+                    code,
+                    format!(
+                        "{name}'s argument must be a positive number, but is {}",
+                        show(x)
+                    ),
+                ));
             }
             done(wrap(if name == "$ln" { f.ln() } else { f.log10() }))
         }
@@ -336,26 +399,30 @@ fn round(name: &str, v: &Option<Bson>, place: Option<&Option<Bson>>) -> R {
     if nullish(v) {
         return null();
     }
-    let place = match place {
-        None => 0,
-        Some(p) if nullish(p) => return null(),
-        Some(Some(p)) => match num::as_exact_i64(p) {
-            Some(n) if (-20..=100).contains(&n) => n as i32,
-            Some(n) => {
-                return Err(Error::location(
+    let place =
+        match place {
+            None => 0,
+            Some(p) if nullish(p) => return null(),
+            Some(Some(p)) => match num::as_exact_i64(p) {
+                Some(n) if (-20..=100).contains(&n) => n as i32,
+                Some(n) => return Err(Error::location(
                     51155,
-                    format!("cannot apply {name} with precision value {n} value must be in [-20, 100]"),
-                ))
-            }
-            None => {
-                return Err(Error::location(
-                    51081,
-                    format!("precision argument to {name} must be a integral value, found {}", show(p)),
-                ))
-            }
-        },
-        Some(None) => unreachable!(),
-    };
+                    format!(
+                        "cannot apply {name} with precision value {n} value must be in [-20, 100]"
+                    ),
+                )),
+                None => {
+                    return Err(Error::location(
+                        51081,
+                        format!(
+                            "precision argument to {name} must be a integral value, found {}",
+                            show(p)
+                        ),
+                    ))
+                }
+            },
+            Some(None) => unreachable!(),
+        };
     let x = v.as_ref().unwrap();
     let trunc = name == "$trunc";
     match x {
@@ -379,17 +446,28 @@ fn round(name: &str, v: &Option<Bson>, place: Option<&Option<Bson>>) -> R {
             let res = q * m;
             done(match num::int_result(res, kind) {
                 Bson::Double(_) => {
-                    return Err(Error::location(51080, format!("invalid conversion from long to int in {name}")));
+                    return Err(Error::location(
+                        51080,
+                        format!("invalid conversion from long to int in {name}"),
+                    ));
                 }
                 other => other,
             })
         }
         Bson::Double(d) => done(Bson::Double(num::round_f64(*d, place, trunc))),
         Bson::Decimal128(_) => match Dec::from_bson(x) {
-            Some(d) => done(Bson::Decimal128(num::round_dec(d, place, trunc).unwrap_or(d).to_decimal128())),
+            Some(d) => done(Bson::Decimal128(
+                num::round_dec(d, place, trunc).unwrap_or(d).to_decimal128(),
+            )),
             None => done(x.clone()),
         },
-        other => Err(Error::location(51081, format!("{name} only supports numeric types, not {}", type_name(other)))),
+        other => Err(Error::location(
+            51081,
+            format!(
+                "{name} only supports numeric types, not {}",
+                type_name(other)
+            ),
+        )),
     }
 }
 
@@ -399,14 +477,23 @@ fn pow(base: &Option<Bson>, exp: &Option<Bson>) -> R {
     }
     let (b, e) = (base.as_ref().unwrap(), exp.as_ref().unwrap());
     if !is_number(b) {
-        return Err(Error::location(28762, format!("$pow's base must be numeric, not {}", type_name(b))));
+        return Err(Error::location(
+            28762,
+            format!("$pow's base must be numeric, not {}", type_name(b)),
+        ));
     }
     if !is_number(e) {
-        return Err(Error::location(28763, format!("$pow's exponent must be numeric, not {}", type_name(e))));
+        return Err(Error::location(
+            28763,
+            format!("$pow's exponent must be numeric, not {}", type_name(e)),
+        ));
     }
     let (fb, fe) = (as_f64(b).unwrap(), as_f64(e).unwrap());
     if fb == 0.0 && fe < 0.0 {
-        return Err(Error::location(28764, "$pow cannot take a base of 0 and a negative exponent"));
+        return Err(Error::location(
+            28764,
+            "$pow cannot take a base of 0 and a negative exponent",
+        ));
     }
     let kind = kind_of(b).unwrap().max(kind_of(e).unwrap());
     match kind {
@@ -424,7 +511,9 @@ fn pow(base: &Option<Bson>, exp: &Option<Bson>) -> R {
             let ie_u = ie as u64;
             if ie_u <= 128 {
                 for _ in 0..ie_u {
-                    acc = acc.and_then(|a| a.checked_mul(ib as i128)).filter(|a| i64::try_from(*a).is_ok());
+                    acc = acc
+                        .and_then(|a| a.checked_mul(ib as i128))
+                        .filter(|a| i64::try_from(*a).is_ok());
                     if acc.is_none() {
                         break;
                     }
@@ -432,7 +521,11 @@ fn pow(base: &Option<Bson>, exp: &Option<Bson>) -> R {
             } else if ib.abs() > 1 {
                 acc = None;
             } else {
-                acc = Some(if ib == -1 && ie % 2 == 1 { -1 } else { ib.abs() as i128 });
+                acc = Some(if ib == -1 && ie % 2 == 1 {
+                    -1
+                } else {
+                    ib.abs() as i128
+                });
             }
             match acc {
                 Some(r) => done(num::int_result(r, kind)),
@@ -450,17 +543,35 @@ fn log(n: &Option<Bson>, base: &Option<Bson>) -> R {
     }
     let (x, b) = (n.as_ref().unwrap(), base.as_ref().unwrap());
     if !is_number(x) {
-        return Err(Error::location(28756, format!("$log's argument must be numeric, not {}", type_name(x))));
+        return Err(Error::location(
+            28756,
+            format!("$log's argument must be numeric, not {}", type_name(x)),
+        ));
     }
     if !is_number(b) {
-        return Err(Error::location(28757, format!("$log's base must be numeric, not {}", type_name(b))));
+        return Err(Error::location(
+            28757,
+            format!("$log's base must be numeric, not {}", type_name(b)),
+        ));
     }
     let (fx, fb) = (as_f64(x).unwrap(), as_f64(b).unwrap());
     if !(fx > 0.0) {
-        return Err(Error::location(28758, format!("$log's argument must be a positive number, but is {}", show(x))));
+        return Err(Error::location(
+            28758,
+            format!(
+                "$log's argument must be a positive number, but is {}",
+                show(x)
+            ),
+        ));
     }
     if !(fb > 0.0) || fb == 1.0 {
-        return Err(Error::location(28759, format!("$log's base must be a positive number not equal to 1, but is {}", show(b))));
+        return Err(Error::location(
+            28759,
+            format!(
+                "$log's base must be a positive number not equal to 1, but is {}",
+                show(b)
+            ),
+        ));
     }
     let r = fx.ln() / fb.ln();
     if matches!(x, Bson::Decimal128(_)) || matches!(b, Bson::Decimal128(_)) {

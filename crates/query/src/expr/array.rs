@@ -30,7 +30,10 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
             Some(Bson::Array(a)) => done(Bson::Int32(a.len() as i32)),
             other => Err(Error::location(
                 17124,
-                format!("The argument to $size must be an array. Type of the argument was: {}", type_name_opt(other)),
+                format!(
+                    "The argument to $size must be an array. Type of the argument was: {}",
+                    type_name_opt(other)
+                ),
             )),
         },
         "$isArray" => done(Bson::Boolean(matches!(vals[0], Some(Bson::Array(_))))),
@@ -39,11 +42,23 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
                 return null();
             }
             let Some(Bson::Array(a)) = &vals[0] else {
-                return Err(Error::location(28689, format!("$arrayElemAt's first argument must be an array, but is {}", type_name_opt(&vals[0]))));
+                return Err(Error::location(
+                    28689,
+                    format!(
+                        "$arrayElemAt's first argument must be an array, but is {}",
+                        type_name_opt(&vals[0])
+                    ),
+                ));
             };
             let idx = vals[1].as_ref().unwrap();
             if !is_number(idx) {
-                return Err(Error::location(28690, format!("$arrayElemAt's second argument must be a numeric value, but is {}", type_name(idx))));
+                return Err(Error::location(
+                    28690,
+                    format!(
+                        "$arrayElemAt's second argument must be a numeric value, but is {}",
+                        type_name(idx)
+                    ),
+                ));
             }
             let Some(i) = num::as_exact_i32(idx) else {
                 return Err(Error::location(28691, format!("$arrayElemAt's second argument must be representable as a 32-bit integer: {}", show(idx))));
@@ -52,8 +67,18 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
         }
         "$first" | "$last" => match &vals[0] {
             v if nullish(v) => null(),
-            Some(Bson::Array(a)) => Ok(Some(if name == "$first" { a.first().cloned() } else { a.last().cloned() })),
-            other => Err(Error::location(28689, format!("{name}'s argument must be an array, but is {}", type_name_opt(other)))),
+            Some(Bson::Array(a)) => Ok(Some(if name == "$first" {
+                a.first().cloned()
+            } else {
+                a.last().cloned()
+            })),
+            other => Err(Error::location(
+                28689,
+                format!(
+                    "{name}'s argument must be an array, but is {}",
+                    type_name_opt(other)
+                ),
+            )),
         },
         "$slice" => slice(vals),
         "$concatArrays" => {
@@ -62,20 +87,42 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
                 match v {
                     Some(Bson::Array(a)) => out.extend(a.iter().cloned()),
                     v if nullish(v) => return null(),
-                    other => return Err(Error::location(28664, format!("$concatArrays only supports arrays, not {}", type_name_opt(other)))),
+                    other => {
+                        return Err(Error::location(
+                            28664,
+                            format!(
+                                "$concatArrays only supports arrays, not {}",
+                                type_name_opt(other)
+                            ),
+                        ))
+                    }
                 }
             }
             done(Bson::Array(out))
         }
         "$in" => match &vals[1] {
             Some(Bson::Array(a)) => done(Bson::Boolean(contains(a, or_undefined(&vals[0])))),
-            other => Err(Error::location(40081, format!("$in requires an array as a second argument, found: {}", type_name_opt(other)))),
+            other => Err(Error::location(
+                40081,
+                format!(
+                    "$in requires an array as a second argument, found: {}",
+                    type_name_opt(other)
+                ),
+            )),
         },
         "$indexOfArray" => {
             let a = match &vals[0] {
                 v if nullish(v) => return null(),
                 Some(Bson::Array(a)) => a,
-                other => return Err(Error::location(40090, format!("$indexOfArray requires an array as a first argument, found: {}", type_name_opt(other)))),
+                other => {
+                    return Err(Error::location(
+                        40090,
+                        format!(
+                            "$indexOfArray requires an array as a first argument, found: {}",
+                            type_name_opt(other)
+                        ),
+                    ))
+                }
             };
             let idx = |i: usize| -> Result<Option<usize>> {
                 match vals.get(i) {
@@ -108,7 +155,13 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
         "$reverseArray" => match &vals[0] {
             v if nullish(v) => null(),
             Some(Bson::Array(a)) => done(Bson::Array(a.iter().rev().cloned().collect())),
-            other => Err(Error::location(34435, format!("The argument to $reverseArray must be an array, but was of type: {}", type_name_opt(other)))),
+            other => Err(Error::location(
+                34435,
+                format!(
+                    "The argument to $reverseArray must be an array, but was of type: {}",
+                    type_name_opt(other)
+                ),
+            )),
         },
         "$setUnion" => {
             let mut all = Vec::new();
@@ -116,7 +169,13 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
                 match v {
                     Some(Bson::Array(a)) => all.extend(a.iter().cloned()),
                     v if nullish(v) => return null(),
-                    other => return Err(Error::location(17043, format!("All operands of $setUnion must be arrays. One argument is of type: {}", type_name_opt(other)))),
+                    other => return Err(Error::location(
+                        17043,
+                        format!(
+                            "All operands of $setUnion must be arrays. One argument is of type: {}",
+                            type_name_opt(other)
+                        ),
+                    )),
                 }
             }
             done(Bson::Array(dedup(all)))
@@ -149,7 +208,9 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
             let Some(Bson::Array(b)) = &vals[1] else {
                 return Err(Error::location(17049, format!("both operands of $setDifference must be arrays. Second argument is of type: {}", type_name_opt(&vals[1]))));
             };
-            done(Bson::Array(dedup(a.iter().filter(|x| !contains(b, x)).cloned())))
+            done(Bson::Array(dedup(
+                a.iter().filter(|x| !contains(b, x)).cloned(),
+            )))
         }
         "$setEquals" => {
             let mut sets: Vec<&Vec<Bson>> = Vec::new();
@@ -160,7 +221,9 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
                 }
             }
             let first = sets[0];
-            let eq = sets[1..].iter().all(|s| s.iter().all(|x| contains(first, x)) && first.iter().all(|x| contains(s, x)));
+            let eq = sets[1..].iter().all(|s| {
+                s.iter().all(|x| contains(first, x)) && first.iter().all(|x| contains(s, x))
+            });
             done(Bson::Boolean(eq))
         }
         "$setIsSubset" => {
@@ -174,18 +237,40 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
         }
         "$anyElementTrue" | "$allElementsTrue" => {
             let Some(Bson::Array(a)) = &vals[0] else {
-                let code = if name == "$anyElementTrue" { 17041 } else { 17040 };
-                return Err(Error::location(code, format!("{name}'s argument must be an array, but is {}", type_name_opt(&vals[0]))));
+                let code = if name == "$anyElementTrue" {
+                    17041
+                } else {
+                    17040
+                };
+                return Err(Error::location(
+                    code,
+                    format!(
+                        "{name}'s argument must be an array, but is {}",
+                        type_name_opt(&vals[0])
+                    ),
+                ));
             };
             let mut it = a.iter().map(|v| truthy(&Some(v.clone())));
-            done(Bson::Boolean(if name == "$anyElementTrue" { it.any(|b| b) } else { it.all(|b| b) }))
+            done(Bson::Boolean(if name == "$anyElementTrue" {
+                it.any(|b| b)
+            } else {
+                it.all(|b| b)
+            }))
         }
         "$objectToArray" => match &vals[0] {
             v if nullish(v) => null(),
             Some(Bson::Document(d)) => done(Bson::Array(
-                d.iter().map(|(k, v)| Bson::Document(bson::doc! {"k": k.clone(), "v": v.clone()})).collect(),
+                d.iter()
+                    .map(|(k, v)| Bson::Document(bson::doc! {"k": k.clone(), "v": v.clone()}))
+                    .collect(),
             )),
-            other => Err(Error::location(40390, format!("$objectToArray requires a document input, found: {}", type_name_opt(other)))),
+            other => Err(Error::location(
+                40390,
+                format!(
+                    "$objectToArray requires a document input, found: {}",
+                    type_name_opt(other)
+                ),
+            )),
         },
         "$arrayToObject" => array_to_object(&vals[0]),
         "$mergeObjects" => {
@@ -210,7 +295,11 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
                     other => {
                         return Err(Error::location(
                             40400,
-                            format!("$mergeObjects requires object inputs, but input {} is of type {}", super::util::show_opt(other), type_name_opt(other)),
+                            format!(
+                                "$mergeObjects requires object inputs, but input {} is of type {}",
+                                super::util::show_opt(other),
+                                type_name_opt(other)
+                            ),
                         ))
                     }
                 }
@@ -239,14 +328,32 @@ fn slice(vals: &[Option<Bson>]) -> R {
         return null();
     }
     let Some(Bson::Array(a)) = &vals[0] else {
-        return Err(Error::location(28724, format!("First argument to $slice must be an array, but is of type: {}", type_name_opt(&vals[0]))));
+        return Err(Error::location(
+            28724,
+            format!(
+                "First argument to $slice must be an array, but is of type: {}",
+                type_name_opt(&vals[0])
+            ),
+        ));
     };
     let second = vals[1].as_ref().unwrap();
     if !is_number(second) {
-        return Err(Error::location(28725, format!("Second argument to $slice must be a numeric value, but is of type: {}", type_name(second))));
+        return Err(Error::location(
+            28725,
+            format!(
+                "Second argument to $slice must be a numeric value, but is of type: {}",
+                type_name(second)
+            ),
+        ));
     }
     let Some(n1) = num::as_exact_i32(second) else {
-        return Err(Error::location(28726, format!("Second argument to $slice can't be represented as a 32-bit integer: {}", show(second))));
+        return Err(Error::location(
+            28726,
+            format!(
+                "Second argument to $slice can't be represented as a 32-bit integer: {}",
+                show(second)
+            ),
+        ));
     };
     let len = a.len() as i64;
     let (start, count) = if vals.len() == 2 {
@@ -259,16 +366,35 @@ fn slice(vals: &[Option<Bson>]) -> R {
     } else {
         let third = vals[2].as_ref().unwrap();
         if !is_number(third) {
-            return Err(Error::location(28727, format!("Third argument to $slice must be numeric, but is of type: {}", type_name(third))));
+            return Err(Error::location(
+                28727,
+                format!(
+                    "Third argument to $slice must be numeric, but is of type: {}",
+                    type_name(third)
+                ),
+            ));
         }
         let Some(n2) = num::as_exact_i32(third) else {
-            return Err(Error::location(28728, format!("Third argument to $slice can't be represented as a 32-bit integer: {}", show(third))));
+            return Err(Error::location(
+                28728,
+                format!(
+                    "Third argument to $slice can't be represented as a 32-bit integer: {}",
+                    show(third)
+                ),
+            ));
         };
         if n2 <= 0 {
-            return Err(Error::location(28729, format!("Third argument to $slice must be positive: {}", show(third))));
+            return Err(Error::location(
+                28729,
+                format!("Third argument to $slice must be positive: {}", show(third)),
+            ));
         }
         let pos = n1 as i64;
-        let start = if pos >= 0 { pos.min(len) } else { (len + pos).max(0) };
+        let start = if pos >= 0 {
+            pos.min(len)
+        } else {
+            (len + pos).max(0)
+        };
         (start, n2 as i64)
     };
     let end = (start + count).min(len);
@@ -287,9 +413,16 @@ fn range(vals: &[Option<Bson>]) -> R {
     };
     let start = get(0, "starting", 34443, 34444)?;
     let end = get(1, "ending", 34445, 34446)?;
-    let step = if vals.len() > 2 { get(2, "step", 34447, 34448)? } else { 1 };
+    let step = if vals.len() > 2 {
+        get(2, "step", 34447, 34448)?
+    } else {
+        1
+    };
     if step == 0 {
-        return Err(Error::location(34449, "$range requires a non-zero step value"));
+        return Err(Error::location(
+            34449,
+            "$range requires a non-zero step value",
+        ));
     }
     let mut out = Vec::new();
     let mut i = start;
@@ -304,7 +437,15 @@ fn array_to_object(v: &Option<Bson>) -> R {
     let a = match v {
         v if nullish(v) => return null(),
         Some(Bson::Array(a)) => a,
-        other => return Err(Error::location(40386, format!("$arrayToObject requires an array input, found: {}", type_name_opt(other)))),
+        other => {
+            return Err(Error::location(
+                40386,
+                format!(
+                    "$arrayToObject requires an array input, found: {}",
+                    type_name_opt(other)
+                ),
+            ))
+        }
     };
     let mut out = Document::new();
     let mut pairs_form: Option<bool> = None;
@@ -342,7 +483,13 @@ fn array_to_object(v: &Option<Bson>) -> R {
                 out.insert(k.clone(), val.clone());
             }
             other => {
-                return Err(Error::location(40398, format!("Unrecognised input type format for $arrayToObject: {}", type_name(other))));
+                return Err(Error::location(
+                    40398,
+                    format!(
+                        "Unrecognised input type format for $arrayToObject: {}",
+                        type_name(other)
+                    ),
+                ));
             }
         }
     }
@@ -351,50 +498,104 @@ fn array_to_object(v: &Option<Bson>) -> R {
 
 fn check_key(k: &str) -> Result<()> {
     if k.contains('\0') {
-        return Err(Error::location(4940400, "Key field cannot contain an embedded null byte"));
+        return Err(Error::location(
+            4940400,
+            "Key field cannot contain an embedded null byte",
+        ));
     }
     Ok(())
 }
 
-pub fn zip(inputs: Option<Bson>, longest: Option<Bson>, defaults: Option<Bson>, has_defaults: bool) -> Result<Option<Bson>> {
+pub fn zip(
+    inputs: Option<Bson>,
+    longest: Option<Bson>,
+    defaults: Option<Bson>,
+    has_defaults: bool,
+) -> Result<Option<Bson>> {
     let inputs = match inputs {
         Some(Bson::Array(a)) => a,
-        other => return Err(Error::location(34461, format!("inputs must be an array of expressions, found {}", type_name_opt(&other)))),
+        other => {
+            return Err(Error::location(
+                34461,
+                format!(
+                    "inputs must be an array of expressions, found {}",
+                    type_name_opt(&other)
+                ),
+            ))
+        }
     };
     let longest = match &longest {
         None => false,
         Some(Bson::Boolean(b)) => *b,
-        Some(other) => return Err(Error::location(34463, format!("useLongestLength must be a bool, found {}", type_name(other)))),
+        Some(other) => {
+            return Err(Error::location(
+                34463,
+                format!(
+                    "useLongestLength must be a bool, found {}",
+                    type_name(other)
+                ),
+            ))
+        }
     };
     if has_defaults && !longest {
-        return Err(Error::location(34466, "cannot specify defaults unless useLongestLength is true"));
+        return Err(Error::location(
+            34466,
+            "cannot specify defaults unless useLongestLength is true",
+        ));
     }
     let mut arrays = Vec::with_capacity(inputs.len());
     for v in inputs {
         match v {
             Bson::Null | Bson::Undefined => return Ok(Some(Bson::Null)),
             Bson::Array(a) => arrays.push(a),
-            other => return Err(Error::location(34468, format!("$zip found a non-array expression in input: {}", show(&other)))),
+            other => {
+                return Err(Error::location(
+                    34468,
+                    format!(
+                        "$zip found a non-array expression in input: {}",
+                        show(&other)
+                    ),
+                ))
+            }
         }
     }
     let defaults = match defaults {
         None => vec![Bson::Null; arrays.len()],
         Some(Bson::Array(d)) => {
             if d.len() != arrays.len() {
-                return Err(Error::location(34467, "defaults and inputs must have the same length"));
+                return Err(Error::location(
+                    34467,
+                    "defaults and inputs must have the same length",
+                ));
             }
             d
         }
-        Some(other) => return Err(Error::location(34462, format!("defaults must be an array of expressions, found {}", type_name(&other)))),
+        Some(other) => {
+            return Err(Error::location(
+                34462,
+                format!(
+                    "defaults must be an array of expressions, found {}",
+                    type_name(&other)
+                ),
+            ))
+        }
     };
     if arrays.is_empty() {
         return Ok(Some(Bson::Array(vec![])));
     }
-    let n = if longest { arrays.iter().map(|a| a.len()).max().unwrap_or(0) } else { arrays.iter().map(|a| a.len()).min().unwrap_or(0) };
+    let n = if longest {
+        arrays.iter().map(|a| a.len()).max().unwrap_or(0)
+    } else {
+        arrays.iter().map(|a| a.len()).min().unwrap_or(0)
+    };
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
         out.push(Bson::Array(
-            arrays.iter().enumerate().map(|(j, a)| a.get(i).cloned().unwrap_or_else(|| defaults[j].clone())).collect(),
+            arrays
+                .iter()
+                .enumerate()
+                .map(|(j, a)| a.get(i).cloned().unwrap_or_else(|| defaults[j].clone()))
+                .collect(),
         ));
     }
     Ok(Some(Bson::Array(out)))
@@ -406,14 +607,27 @@ pub fn sort_array(a: &mut [Bson], sort_by: &Bson) {
         Bson::Document(spec) => {
             let keys: Vec<(Vec<String>, bool)> = spec
                 .iter()
-                .map(|(k, v)| (super::split_path(k), crate::compare::as_f64(v).unwrap_or(1.0) < 0.0))
+                .map(|(k, v)| {
+                    (
+                        super::split_path(k),
+                        crate::compare::as_f64(v).unwrap_or(1.0) < 0.0,
+                    )
+                })
                 .collect();
             a.sort_by(|x, y| {
                 for (path, desc) in &keys {
                     let kx = super::path_value(x, path).unwrap_or(Bson::Null);
                     let ky = super::path_value(y, path).unwrap_or(Bson::Null);
-                    let kx = if matches!(x, Bson::Document(_)) { kx } else { Bson::Null };
-                    let ky = if matches!(y, Bson::Document(_)) { ky } else { Bson::Null };
+                    let kx = if matches!(x, Bson::Document(_)) {
+                        kx
+                    } else {
+                        Bson::Null
+                    };
+                    let ky = if matches!(y, Bson::Document(_)) {
+                        ky
+                    } else {
+                        Bson::Null
+                    };
                     let o = cmp_bson(&kx, &ky);
                     let o = if *desc { o.reverse() } else { o };
                     if o != Ordering::Equal {
@@ -427,7 +641,11 @@ pub fn sort_array(a: &mut [Bson], sort_by: &Bson) {
             let desc = crate::compare::as_f64(other).unwrap_or(1.0) < 0.0;
             a.sort_by(|x, y| {
                 let o = cmp_bson(x, y);
-                if desc { o.reverse() } else { o }
+                if desc {
+                    o.reverse()
+                } else {
+                    o
+                }
             });
         }
     }

@@ -18,7 +18,11 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
                 None => "missing".into(),
             }))))
         }
-        "$isNumber" => return Ok(Some(Some(Bson::Boolean(matches!(&vals[0], Some(v) if is_number(v)))))),
+        "$isNumber" => {
+            return Ok(Some(Some(Bson::Boolean(
+                matches!(&vals[0], Some(v) if is_number(v)),
+            ))))
+        }
         "$binarySize" => {
             return match &vals[0] {
                 v if nullish(v) => Ok(Some(Some(Bson::Null))),
@@ -26,7 +30,10 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
                 Some(Bson::Binary(b)) => Ok(Some(Some(Bson::Int32(b.bytes.len() as i32)))),
                 Some(other) => Err(Error::location(
                     51276,
-                    format!("$binarySize requires a string or BinData argument, found: {}", type_name(other)),
+                    format!(
+                        "$binarySize requires a string or BinData argument, found: {}",
+                        type_name(other)
+                    ),
                 )),
                 None => unreachable!(),
             }
@@ -36,12 +43,16 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
                 v if nullish(v) => Ok(Some(Some(Bson::Null))),
                 Some(Bson::Document(d)) => {
                     let mut buf = Vec::new();
-                    d.to_writer(&mut buf).map_err(|e| Error::internal(e.to_string()))?;
+                    d.to_writer(&mut buf)
+                        .map_err(|e| Error::internal(e.to_string()))?;
                     Ok(Some(Some(Bson::Int32(buf.len() as i32))))
                 }
                 Some(other) => Err(Error::location(
                     31393,
-                    format!("$bsonSize requires a document input, found: {}", type_name(other)),
+                    format!(
+                        "$bsonSize requires a document input, found: {}",
+                        type_name(other)
+                    ),
                 )),
                 None => unreachable!(),
             }
@@ -56,7 +67,12 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
         "$toObjectId" => "objectId",
         _ => return Ok(None),
     };
-    Ok(Some(convert(vals[0].clone(), Some(Bson::String(to.into())), None, None)?))
+    Ok(Some(convert(
+        vals[0].clone(),
+        Some(Bson::String(to.into())),
+        None,
+        None,
+    )?))
 }
 
 fn target_name(to: &Bson) -> Result<&'static str> {
@@ -78,12 +94,16 @@ fn target_name(to: &Bson) -> Result<&'static str> {
             .ok_or_else(|| Error::bad_value(format!("Unknown type name: {s}"))),
         v if is_number(v) => {
             let code = num::as_exact_i64(v).unwrap_or(-1);
-            NAMES.iter().find(|(_, c)| *c as i64 == code).map(|(n, _)| *n).ok_or_else(|| {
-                Error::failed_to_parse(format!(
+            NAMES
+                .iter()
+                .find(|(_, c)| *c as i64 == code)
+                .map(|(n, _)| *n)
+                .ok_or_else(|| {
+                    Error::failed_to_parse(format!(
                     "In $convert, numeric value for 'to' does not correspond to a BSON type: {}",
                     show(v)
                 ))
-            })
+                })
         }
         other => Err(Error::failed_to_parse(format!(
             "$convert's 'to' argument must be a string or number, but is {}",
@@ -93,7 +113,12 @@ fn target_name(to: &Bson) -> Result<&'static str> {
 }
 
 /// `$convert` with optional `onError` / `onNull` (outer `Some` = the argument was given).
-pub fn convert(input: Option<Bson>, to: Option<Bson>, on_error: Option<Option<Bson>>, on_null: Option<Option<Bson>>) -> Result<Option<Bson>> {
+pub fn convert(
+    input: Option<Bson>,
+    to: Option<Bson>,
+    on_error: Option<Option<Bson>>,
+    on_null: Option<Option<Bson>>,
+) -> Result<Option<Bson>> {
     let to = match to {
         None | Some(Bson::Null) | Some(Bson::Undefined) => return Ok(Some(Bson::Null)),
         Some(t) => target_name(&t)?,
@@ -118,11 +143,18 @@ pub fn convert(input: Option<Bson>, to: Option<Bson>, on_error: Option<Option<Bs
 }
 
 fn fail(msg: String) -> Error {
-    Error::new(CONVERSION_FAILURE, format!("{msg} in $convert with no onError value"))
+    Error::new(
+        CONVERSION_FAILURE,
+        format!("{msg} in $convert with no onError value"),
+    )
 }
 
 fn unsupported(v: &Bson, to: &str) -> Error {
-    fail(format!("Unsupported conversion from {} to {}", type_name(v), to))
+    fail(format!(
+        "Unsupported conversion from {} to {}",
+        type_name(v),
+        to
+    ))
 }
 
 fn f64_to_int(f: f64, lo: f64, hi: f64) -> Result<i64> {
@@ -130,42 +162,64 @@ fn f64_to_int(f: f64, lo: f64, hi: f64) -> Result<i64> {
         return Err(fail("Attempt to convert NaN value to integer type".into()));
     }
     if f.is_infinite() {
-        return Err(fail("Attempt to convert infinity value to integer type".into()));
+        return Err(fail(
+            "Attempt to convert infinity value to integer type".into(),
+        ));
     }
     let t = f.trunc();
     if t < lo || t > hi {
-        return Err(fail(format!("Conversion would overflow target type: {}", format_double(f))));
+        return Err(fail(format!(
+            "Conversion would overflow target type: {}",
+            format_double(f)
+        )));
     }
     Ok(t as i64)
 }
 
 fn parse_int_str(s: &str, to: &str) -> Result<i64> {
-    let ok = !s.is_empty() && s.strip_prefix('-').unwrap_or(s).bytes().all(|c| c.is_ascii_digit()) && s != "-";
+    let ok = !s.is_empty()
+        && s.strip_prefix('-')
+            .unwrap_or(s)
+            .bytes()
+            .all(|c| c.is_ascii_digit())
+        && s != "-";
     if !ok {
         return Err(fail(format!("Failed to parse number '{s}'")));
     }
-    s.parse::<i64>().map_err(|_| fail(format!("Failed to parse number '{s}': Overflow"))).and_then(|v| {
-        if to == "int" && i32::try_from(v).is_err() {
-            Err(fail(format!("Failed to parse number '{s}': Overflow")))
-        } else {
-            Ok(v)
-        }
-    })
+    s.parse::<i64>()
+        .map_err(|_| fail(format!("Failed to parse number '{s}': Overflow")))
+        .and_then(|v| {
+            if to == "int" && i32::try_from(v).is_err() {
+                Err(fail(format!("Failed to parse number '{s}': Overflow")))
+            } else {
+                Ok(v)
+            }
+        })
 }
 
 fn parse_f64_str(s: &str) -> Result<f64> {
     let l = s.to_ascii_lowercase();
-    let t = l.strip_prefix('-').or_else(|| l.strip_prefix('+')).unwrap_or(&l);
+    let t = l
+        .strip_prefix('-')
+        .or_else(|| l.strip_prefix('+'))
+        .unwrap_or(&l);
     let neg = l.starts_with('-');
     match t {
-        "inf" | "infinity" => return Ok(if neg { f64::NEG_INFINITY } else { f64::INFINITY }),
+        "inf" | "infinity" => {
+            return Ok(if neg {
+                f64::NEG_INFINITY
+            } else {
+                f64::INFINITY
+            })
+        }
         "nan" => return Ok(f64::NAN),
         _ => {}
     }
     if s.trim() != s || s.is_empty() {
         return Err(fail(format!("Failed to parse number '{s}'")));
     }
-    s.parse::<f64>().map_err(|_| fail(format!("Failed to parse number '{s}'")))
+    s.parse::<f64>()
+        .map_err(|_| fail(format!("Failed to parse number '{s}'")))
 }
 
 pub fn convert_value(v: &Bson, to: &str) -> Result<Bson> {
@@ -180,8 +234,11 @@ pub fn convert_value(v: &Bson, to: &str) -> Result<Bson> {
         }),
         "int" => Bson::Int32(match v {
             Bson::Int32(i) => *i,
-            Bson::Int64(l) => i32::try_from(*l).map_err(|_| fail(format!("Conversion would overflow target type: {l}")))?,
-            Bson::Double(_) | Bson::Decimal128(_) => f64_to_int(as_f64(v).unwrap(), i32::MIN as f64, i32::MAX as f64)? as i32,
+            Bson::Int64(l) => i32::try_from(*l)
+                .map_err(|_| fail(format!("Conversion would overflow target type: {l}")))?,
+            Bson::Double(_) | Bson::Decimal128(_) => {
+                f64_to_int(as_f64(v).unwrap(), i32::MIN as f64, i32::MAX as f64)? as i32
+            }
             Bson::Boolean(b) => *b as i32,
             Bson::String(s) => parse_int_str(s, "int")? as i32,
             _ => return Err(unsupported(v, to)),
@@ -189,9 +246,11 @@ pub fn convert_value(v: &Bson, to: &str) -> Result<Bson> {
         "long" => Bson::Int64(match v {
             Bson::Int32(i) => *i as i64,
             Bson::Int64(l) => *l,
-            Bson::Double(_) | Bson::Decimal128(_) => {
-                f64_to_int(as_f64(v).unwrap(), -9.223_372_036_854_775_808e18, 9.223_372_036_854_775_807e18)?
-            }
+            Bson::Double(_) | Bson::Decimal128(_) => f64_to_int(
+                as_f64(v).unwrap(),
+                -9.223_372_036_854_775_808e18,
+                9.223_372_036_854_775_807e18,
+            )?,
             Bson::Boolean(b) => *b as i64,
             Bson::String(s) => parse_int_str(s, "long")?,
             Bson::DateTime(d) => d.timestamp_millis(),
@@ -203,11 +262,15 @@ pub fn convert_value(v: &Bson, to: &str) -> Result<Bson> {
             Bson::Boolean(b) => (if *b { "1" } else { "0" }).parse().unwrap(),
             Bson::String(s) => {
                 let ok = num::Dec::parse(s).is_some()
-                    || matches!(s.to_ascii_lowercase().trim_start_matches(['-', '+']), "nan" | "inf" | "infinity");
+                    || matches!(
+                        s.to_ascii_lowercase().trim_start_matches(['-', '+']),
+                        "nan" | "inf" | "infinity"
+                    );
                 if !ok {
                     return Err(fail(format!("Failed to parse number '{s}'")));
                 }
-                s.parse().map_err(|_| fail(format!("Failed to parse number '{s}'")))?
+                s.parse()
+                    .map_err(|_| fail(format!("Failed to parse number '{s}'")))?
             }
             Bson::DateTime(d) => num::to_decimal(&Bson::Int64(d.timestamp_millis())).unwrap(),
             _ => return Err(unsupported(v, to)),
@@ -225,9 +288,11 @@ pub fn convert_value(v: &Bson, to: &str) -> Result<Bson> {
             Bson::Boolean(b) => b.to_string(),
             Bson::ObjectId(o) => o.to_hex(),
             Bson::DateTime(d) => format_date_iso(d.timestamp_millis()),
-            Bson::String(_) | Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => {
-                coerce_to_string(&Some(v.clone()))?
-            }
+            Bson::String(_)
+            | Bson::Int32(_)
+            | Bson::Int64(_)
+            | Bson::Double(_)
+            | Bson::Decimal128(_) => coerce_to_string(&Some(v.clone()))?,
             _ => return Err(unsupported(v, to)),
         }),
         "objectId" => match v {
@@ -239,30 +304,36 @@ pub fn convert_value(v: &Bson, to: &str) -> Result<Bson> {
                         s.len()
                     )));
                 }
-                Bson::ObjectId(ObjectId::parse_str(s).map_err(|_| fail(format!("Failed to parse objectId '{s}': Invalid character found in hex string")))?)
+                Bson::ObjectId(ObjectId::parse_str(s).map_err(|_| {
+                    fail(format!(
+                        "Failed to parse objectId '{s}': Invalid character found in hex string"
+                    ))
+                })?)
             }
             _ => return Err(unsupported(v, to)),
         },
-        "date" => Bson::DateTime(match v {
-            Bson::DateTime(d) => *d,
-            Bson::Int64(l) => bson::DateTime::from_millis(*l),
-            Bson::Double(_) | Bson::Decimal128(_) => {
-                let f = as_f64(v).unwrap();
-                bson::DateTime::from_millis(f64_to_int(f, -9.2e18, 9.2e18)?)
-            }
-            Bson::ObjectId(o) => bson::DateTime::from_millis(o.timestamp().timestamp_millis()),
-            Bson::Timestamp(t) => bson::DateTime::from_millis(t.time as i64 * 1000),
-            Bson::String(s) => match super::date::parse_date_string(s, None) {
-                Some(ms) => bson::DateTime::from_millis(ms),
-                None => {
-                    return Err(Error::new(
-                        CONVERSION_FAILURE,
-                        format!("Error parsing date string '{s}'; in $convert with no onError value"),
-                    ))
+        "date" => {
+            Bson::DateTime(match v {
+                Bson::DateTime(d) => *d,
+                Bson::Int64(l) => bson::DateTime::from_millis(*l),
+                Bson::Double(_) | Bson::Decimal128(_) => {
+                    let f = as_f64(v).unwrap();
+                    bson::DateTime::from_millis(f64_to_int(f, -9.2e18, 9.2e18)?)
                 }
-            },
-            _ => return Err(unsupported(v, to)),
-        }),
+                Bson::ObjectId(o) => bson::DateTime::from_millis(o.timestamp().timestamp_millis()),
+                Bson::Timestamp(t) => bson::DateTime::from_millis(t.time as i64 * 1000),
+                Bson::String(s) => match super::date::parse_date_string(s, None) {
+                    Some(ms) => bson::DateTime::from_millis(ms),
+                    None => return Err(Error::new(
+                        CONVERSION_FAILURE,
+                        format!(
+                            "Error parsing date string '{s}'; in $convert with no onError value"
+                        ),
+                    )),
+                },
+                _ => return Err(unsupported(v, to)),
+            })
+        }
         _ => return Err(unsupported(v, to)),
     })
 }

@@ -6,7 +6,9 @@ use super::util::{nullish, show, type_name, type_name_opt};
 use crate::compare::is_number;
 use crate::error::{Error, Result};
 use bson::{doc, Bson};
-use chrono::{DateTime, Datelike, Duration, FixedOffset, NaiveDate, NaiveDateTime, TimeZone, Timelike, Utc};
+use chrono::{
+    DateTime, Datelike, Duration, FixedOffset, NaiveDate, NaiveDateTime, TimeZone, Timelike, Utc,
+};
 
 const CONVERSION_FAILURE: i32 = 241;
 
@@ -16,7 +18,10 @@ pub fn to_millis(v: &Bson) -> Result<i64> {
         Bson::DateTime(d) => Ok(d.timestamp_millis()),
         Bson::Timestamp(t) => Ok(t.time as i64 * 1000),
         Bson::ObjectId(o) => Ok(o.timestamp().timestamp_millis()),
-        other => Err(Error::location(16006, format!("can't convert from BSON type {} to Date", type_name(other)))),
+        other => Err(Error::location(
+            16006,
+            format!("can't convert from BSON type {} to Date", type_name(other)),
+        )),
     }
 }
 
@@ -24,16 +29,24 @@ pub fn to_millis(v: &Bson) -> Result<i64> {
 pub fn parse_tz(tz: &Option<Bson>) -> Result<Option<i32>> {
     match tz {
         None | Some(Bson::Null) | Some(Bson::Undefined) => Ok(None),
-        Some(Bson::String(s)) => parse_tz_str(s)
-            .map(Some)
-            .ok_or_else(|| Error::location(40485, format!("unrecognized time zone identifier: \"{s}\""))),
-        Some(other) => Err(Error::location(40517, format!("timezone must evaluate to a string, found {}", type_name(other)))),
+        Some(Bson::String(s)) => parse_tz_str(s).map(Some).ok_or_else(|| {
+            Error::location(40485, format!("unrecognized time zone identifier: \"{s}\""))
+        }),
+        Some(other) => Err(Error::location(
+            40517,
+            format!(
+                "timezone must evaluate to a string, found {}",
+                type_name(other)
+            ),
+        )),
     }
 }
 
 fn parse_tz_str(s: &str) -> Option<i32> {
     match s {
-        "UTC" | "GMT" | "Z" | "Etc/UTC" | "Etc/GMT" | "UCT" | "Zulu" | "Universal" => return Some(0),
+        "UTC" | "GMT" | "Z" | "Etc/UTC" | "Etc/GMT" | "UCT" | "Zulu" | "Universal" => {
+            return Some(0)
+        }
         _ => {}
     }
     let (sign, rest) = match s.as_bytes().first()? {
@@ -47,7 +60,10 @@ fn parse_tz_str(s: &str) -> Option<i32> {
     }
     let (h, m) = match digits.len() {
         2 => (digits.parse::<i32>().ok()?, 0),
-        4 => (digits[..2].parse::<i32>().ok()?, digits[2..].parse::<i32>().ok()?),
+        4 => (
+            digits[..2].parse::<i32>().ok()?,
+            digits[2..].parse::<i32>().ok()?,
+        ),
         _ => return None,
     };
     if rest.contains(':') && !(rest.len() == 5 && rest.as_bytes()[2] == b':') {
@@ -57,7 +73,8 @@ fn parse_tz_str(s: &str) -> Option<i32> {
 }
 
 fn local(ms: i64, offset: i32) -> Result<DateTime<FixedOffset>> {
-    let off = FixedOffset::east_opt(offset).ok_or_else(|| Error::bad_value("invalid timezone offset"))?;
+    let off =
+        FixedOffset::east_opt(offset).ok_or_else(|| Error::bad_value("invalid timezone offset"))?;
     let utc = Utc
         .timestamp_millis_opt(ms)
         .single()
@@ -72,7 +89,12 @@ fn week_of_year(d: &DateTime<FixedOffset>) -> u32 {
     ((doy + 7 - dow) / 7) as u32
 }
 
-pub fn date_part(name: &str, date: Option<Bson>, tz: Option<Bson>, _has_tz: bool) -> Result<Option<Bson>> {
+pub fn date_part(
+    name: &str,
+    date: Option<Bson>,
+    tz: Option<Bson>,
+    _has_tz: bool,
+) -> Result<Option<Bson>> {
     let offset = parse_tz(&tz)?;
     if nullish(&date) || (tz.is_some() && offset.is_none()) {
         return Ok(Some(Bson::Null));
@@ -108,7 +130,10 @@ pub fn format_date(ms: i64, format: &str, offset: i32) -> Result<String> {
             continue;
         }
         let Some(f) = chars.next() else {
-            return Err(Error::location(18535, "Unmatched '%' at end of format string"));
+            return Err(Error::location(
+                18535,
+                "Unmatched '%' at end of format string",
+            ));
         };
         match f {
             'd' => out.push_str(&format!("{:02}", d.day())),
@@ -134,20 +159,33 @@ pub fn format_date(ms: i64, format: &str, offset: i32) -> Result<String> {
             'B' => out.push_str(&d.format("%B").to_string()),
             '%' => out.push('%'),
             other => {
-                return Err(Error::location(18536, format!("Invalid format character '%{other}' in format string")))
+                return Err(Error::location(
+                    18536,
+                    format!("Invalid format character '%{other}' in format string"),
+                ))
             }
         }
     }
     Ok(out)
 }
 
-pub fn date_to_string(get: &dyn Fn(&str) -> Option<Bson>, has: &dyn Fn(&str) -> bool) -> Result<Option<Bson>> {
+pub fn date_to_string(
+    get: &dyn Fn(&str) -> Option<Bson>,
+    has: &dyn Fn(&str) -> bool,
+) -> Result<Option<Bson>> {
     let format = match get("format") {
         None if !has("format") => None,
         None | Some(Bson::Null) | Some(Bson::Undefined) => return Ok(Some(Bson::Null)),
         Some(Bson::String(s)) => Some(s),
         Some(other) => {
-            return Err(Error::location(18533, format!("$dateToString requires that 'format' be a string, found: {} with value {}", type_name(&other), show(&other))))
+            return Err(Error::location(
+                18533,
+                format!(
+                    "$dateToString requires that 'format' be a string, found: {} with value {}",
+                    type_name(&other),
+                    show(&other)
+                ),
+            ))
         }
     };
     let tz = get("timezone");
@@ -157,13 +195,25 @@ pub fn date_to_string(get: &dyn Fn(&str) -> Option<Bson>, has: &dyn Fn(&str) -> 
     }
     let date = get("date");
     if nullish(&date) {
-        return Ok(if has("onNull") { get("onNull") } else { Some(Bson::Null) });
+        return Ok(if has("onNull") {
+            get("onNull")
+        } else {
+            Some(Bson::Null)
+        });
     }
     let ms = to_millis(date.as_ref().unwrap())?;
     let fmt = format.unwrap_or_else(|| {
-        if offset.unwrap_or(0) == 0 { "%Y-%m-%dT%H:%M:%S.%LZ".into() } else { "%Y-%m-%dT%H:%M:%S.%L".into() }
+        if offset.unwrap_or(0) == 0 {
+            "%Y-%m-%dT%H:%M:%S.%LZ".into()
+        } else {
+            "%Y-%m-%dT%H:%M:%S.%L".into()
+        }
     });
-    Ok(Some(Bson::String(format_date(ms, &fmt, offset.unwrap_or(0))?)))
+    Ok(Some(Bson::String(format_date(
+        ms,
+        &fmt,
+        offset.unwrap_or(0),
+    )?)))
 }
 
 /// Parses common ISO-8601 forms; a string without offset uses `default_offset` (else UTC).
@@ -172,7 +222,12 @@ pub fn parse_date_string(s: &str, default_offset: Option<i32>) -> Option<i64> {
     if let Ok(d) = DateTime::parse_from_rfc3339(s) {
         return Some(d.timestamp_millis());
     }
-    for f in ["%Y-%m-%dT%H:%M:%S%.f%z", "%Y-%m-%d %H:%M:%S%.f%z", "%Y-%m-%dT%H:%M%z", "%Y-%m-%dT%H:%M:%S%.f%:z"] {
+    for f in [
+        "%Y-%m-%dT%H:%M:%S%.f%z",
+        "%Y-%m-%d %H:%M:%S%.f%z",
+        "%Y-%m-%dT%H:%M%z",
+        "%Y-%m-%dT%H:%M:%S%.f%:z",
+    ] {
         if let Ok(d) = DateTime::parse_from_str(s, f) {
             return Some(d.timestamp_millis());
         }
@@ -182,7 +237,13 @@ pub fn parse_date_string(s: &str, default_offset: Option<i32>) -> Option<i64> {
         None => (s, false),
     };
     let off = if utc { 0 } else { default_offset.unwrap_or(0) } as i64;
-    for f in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y/%m/%d %H:%M:%S%.f"] {
+    for f in [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M",
+        "%Y-%m-%d %H:%M",
+        "%Y/%m/%d %H:%M:%S%.f",
+    ] {
         if let Ok(d) = NaiveDateTime::parse_from_str(body, f) {
             return Some(d.and_utc().timestamp_millis() - off * 1000);
         }
@@ -205,7 +266,10 @@ fn mongo_format_to_chrono(f: &str) -> Result<(String, bool)> {
             continue;
         }
         let Some(n) = chars.next() else {
-            return Err(Error::location(18535, "Unmatched '%' at end of format string"));
+            return Err(Error::location(
+                18535,
+                "Unmatched '%' at end of format string",
+            ));
         };
         match n {
             'd' | 'H' | 'm' | 'M' | 'S' | 'Y' | 'j' | 'b' | 'B' | 'U' | 'V' | 'G' | 'u' => {
@@ -222,48 +286,81 @@ fn mongo_format_to_chrono(f: &str) -> Result<(String, bool)> {
                 out.push_str("%z")
             }
             '%' => out.push_str("%%"),
-            other => return Err(Error::location(18536, format!("Invalid format character '%{other}' in format string"))),
+            other => {
+                return Err(Error::location(
+                    18536,
+                    format!("Invalid format character '%{other}' in format string"),
+                ))
+            }
         }
     }
     Ok((out, has_tz))
 }
 
-pub fn date_from_string(get: &dyn Fn(&str) -> Option<Bson>, has: &dyn Fn(&str) -> bool) -> Result<Option<Bson>> {
+pub fn date_from_string(
+    get: &dyn Fn(&str) -> Option<Bson>,
+    has: &dyn Fn(&str) -> bool,
+) -> Result<Option<Bson>> {
     let tz = get("timezone");
     let offset = parse_tz(&tz)?;
     let s = match get("dateString") {
-        v if nullish(&v) => return Ok(if has("onNull") { get("onNull") } else { Some(Bson::Null) }),
+        v if nullish(&v) => {
+            return Ok(if has("onNull") {
+                get("onNull")
+            } else {
+                Some(Bson::Null)
+            })
+        }
         Some(Bson::String(s)) => s,
         Some(other) => {
             let e = Error::new(CONVERSION_FAILURE, format!("$dateFromString requires that 'dateString' be a string, found: {} with value {}", type_name(&other), show(&other)));
-            return if has("onError") { Ok(get("onError")) } else { Err(e) };
+            return if has("onError") {
+                Ok(get("onError"))
+            } else {
+                Err(e)
+            };
         }
         None => unreachable!(),
     };
-    let parsed = match get("format") {
-        None | Some(Bson::Null) => parse_date_string(&s, offset),
-        Some(Bson::String(f)) => {
-            let (cf, has_tz) = mongo_format_to_chrono(&f)?;
-            if has_tz {
-                DateTime::parse_from_str(&s, &cf).ok().map(|d| d.timestamp_millis())
-            } else {
-                NaiveDateTime::parse_from_str(&s, &cf)
-                    .ok()
-                    .or_else(|| NaiveDate::parse_from_str(&s, &cf).ok().and_then(|d| d.and_hms_opt(0, 0, 0)))
-                    .map(|d| d.and_utc().timestamp_millis() - offset.unwrap_or(0) as i64 * 1000)
+    let parsed =
+        match get("format") {
+            None | Some(Bson::Null) => parse_date_string(&s, offset),
+            Some(Bson::String(f)) => {
+                let (cf, has_tz) = mongo_format_to_chrono(&f)?;
+                if has_tz {
+                    DateTime::parse_from_str(&s, &cf)
+                        .ok()
+                        .map(|d| d.timestamp_millis())
+                } else {
+                    NaiveDateTime::parse_from_str(&s, &cf)
+                        .ok()
+                        .or_else(|| {
+                            NaiveDate::parse_from_str(&s, &cf)
+                                .ok()
+                                .and_then(|d| d.and_hms_opt(0, 0, 0))
+                        })
+                        .map(|d| d.and_utc().timestamp_millis() - offset.unwrap_or(0) as i64 * 1000)
+                }
             }
-        }
-        Some(other) => {
-            return Err(Error::location(40684, format!("$dateFromString requires that 'format' be a string, found: {} with value {}", type_name(&other), show(&other))))
-        }
-    };
+            Some(other) => return Err(Error::location(
+                40684,
+                format!(
+                    "$dateFromString requires that 'format' be a string, found: {} with value {}",
+                    type_name(&other),
+                    show(&other)
+                ),
+            )),
+        };
     match parsed {
         Some(ms) => Ok(Some(Bson::DateTime(bson::DateTime::from_millis(ms)))),
         None => {
             if has("onError") {
                 Ok(get("onError"))
             } else {
-                Err(Error::new(CONVERSION_FAILURE, format!("Error parsing date string '{s}'")))
+                Err(Error::new(
+                    CONVERSION_FAILURE,
+                    format!("Error parsing date string '{s}'"),
+                ))
             }
         }
     }
@@ -279,7 +376,15 @@ pub fn date_to_parts(get: &dyn Fn(&str) -> Option<Bson>) -> Result<Option<Bson>>
     let iso = match get("iso8601") {
         None => false,
         Some(Bson::Boolean(b)) => b,
-        Some(other) => return Err(Error::location(40521, format!("iso8601 must evaluate to a bool, found {}", type_name(&other)))),
+        Some(other) => {
+            return Err(Error::location(
+                40521,
+                format!(
+                    "iso8601 must evaluate to a bool, found {}",
+                    type_name(&other)
+                ),
+            ))
+        }
     };
     let d = local(to_millis(date.as_ref().unwrap())?, offset.unwrap_or(0))?;
     let ms = (d.timestamp_subsec_millis() % 1000) as i32;
@@ -297,12 +402,18 @@ pub fn date_to_parts(get: &dyn Fn(&str) -> Option<Bson>) -> Result<Option<Bson>>
     })))
 }
 
-pub fn date_from_parts(get: &dyn Fn(&str) -> Option<Bson>, has: &dyn Fn(&str) -> bool) -> Result<Option<Bson>> {
+pub fn date_from_parts(
+    get: &dyn Fn(&str) -> Option<Bson>,
+    has: &dyn Fn(&str) -> bool,
+) -> Result<Option<Bson>> {
     let tz = get("timezone");
     let offset = parse_tz(&tz)?.unwrap_or(0) as i64;
     let iso = has("isoWeekYear");
     if !iso && !has("year") {
-        return Err(Error::location(40516, "$dateFromParts requires either 'year' or 'isoWeekYear' to be present"));
+        return Err(Error::location(
+            40516,
+            "$dateFromParts requires either 'year' or 'isoWeekYear' to be present",
+        ));
     }
     let part = |k: &str, default: i64| -> Result<Option<i64>> {
         if !has(k) {
@@ -310,17 +421,46 @@ pub fn date_from_parts(get: &dyn Fn(&str) -> Option<Bson>, has: &dyn Fn(&str) ->
         }
         match get(k) {
             v if nullish(&v) => Ok(None),
-            Some(v) if is_number(&v) => num::as_exact_i64(&v)
-                .map(Some)
-                .ok_or_else(|| Error::location(40515, format!("'{k}' must evaluate to an integer, found {} with value {}", type_name(&v), show(&v)))),
-            v => Err(Error::location(40515, format!("'{k}' must evaluate to an integer, found {}", type_name_opt(&v)))),
+            Some(v) if is_number(&v) => num::as_exact_i64(&v).map(Some).ok_or_else(|| {
+                Error::location(
+                    40515,
+                    format!(
+                        "'{k}' must evaluate to an integer, found {} with value {}",
+                        type_name(&v),
+                        show(&v)
+                    ),
+                )
+            }),
+            v => Err(Error::location(
+                40515,
+                format!(
+                    "'{k}' must evaluate to an integer, found {}",
+                    type_name_opt(&v)
+                ),
+            )),
         }
     };
     let mut fields = Vec::new();
     let names: &[(&str, i64)] = if iso {
-        &[("isoWeekYear", 1970), ("isoWeek", 1), ("isoDayOfWeek", 1), ("hour", 0), ("minute", 0), ("second", 0), ("millisecond", 0)]
+        &[
+            ("isoWeekYear", 1970),
+            ("isoWeek", 1),
+            ("isoDayOfWeek", 1),
+            ("hour", 0),
+            ("minute", 0),
+            ("second", 0),
+            ("millisecond", 0),
+        ]
     } else {
-        &[("year", 1970), ("month", 1), ("day", 1), ("hour", 0), ("minute", 0), ("second", 0), ("millisecond", 0)]
+        &[
+            ("year", 1970),
+            ("month", 1),
+            ("day", 1),
+            ("hour", 0),
+            ("minute", 0),
+            ("second", 0),
+            ("millisecond", 0),
+        ]
     };
     for (k, d) in names {
         match part(k, *d)? {
@@ -330,7 +470,12 @@ pub fn date_from_parts(get: &dyn Fn(&str) -> Option<Bson>, has: &dyn Fn(&str) ->
     }
     let base = if iso {
         NaiveDate::from_isoywd_opt(fields[0] as i32, 1, chrono::Weekday::Mon)
-            .ok_or_else(|| Error::location(31095, "'isoWeekYear' must evaluate to an integer in the range 1 to 9999"))?
+            .ok_or_else(|| {
+                Error::location(
+                    31095,
+                    "'isoWeekYear' must evaluate to an integer in the range 1 to 9999",
+                )
+            })?
             .and_hms_opt(0, 0, 0)
             .unwrap()
             + Duration::weeks(fields[1] - 1)
@@ -338,7 +483,10 @@ pub fn date_from_parts(get: &dyn Fn(&str) -> Option<Bson>, has: &dyn Fn(&str) ->
     } else {
         let y = fields[0];
         if !(1..=9999).contains(&y) {
-            return Err(Error::location(40523, format!("'year' must evaluate to an integer in the range 0 to 9999, found {y}")));
+            return Err(Error::location(
+                40523,
+                format!("'year' must evaluate to an integer in the range 0 to 9999, found {y}"),
+            ));
         }
         let months = fields[1] - 1;
         let y2 = y + months.div_euclid(12);
@@ -349,8 +497,14 @@ pub fn date_from_parts(get: &dyn Fn(&str) -> Option<Bson>, has: &dyn Fn(&str) ->
             .unwrap()
             + Duration::days(fields[2] - 1)
     };
-    let dt = base + Duration::hours(fields[3]) + Duration::minutes(fields[4]) + Duration::seconds(fields[5]) + Duration::milliseconds(fields[6]);
-    Ok(Some(Bson::DateTime(bson::DateTime::from_millis(dt.and_utc().timestamp_millis() - offset * 1000))))
+    let dt = base
+        + Duration::hours(fields[3])
+        + Duration::minutes(fields[4])
+        + Duration::seconds(fields[5])
+        + Duration::milliseconds(fields[6]);
+    Ok(Some(Bson::DateTime(bson::DateTime::from_millis(
+        dt.and_utc().timestamp_millis() - offset * 1000,
+    ))))
 }
 
 fn unit_arg(v: Option<Bson>, op: &str) -> Result<Option<String>> {
@@ -384,14 +538,23 @@ pub fn date_add(name: &str, get: &dyn Fn(&str) -> Option<Bson>) -> Result<Option
     let ms = to_millis(start.as_ref().unwrap())?;
     let amount = amount.unwrap();
     let Some(mut n) = num::as_exact_i64(&amount).filter(|_| is_number(&amount)) else {
-        return Err(Error::location(5166403, format!("{name} requires 'amount' to be an integer, but got {}", type_name(&amount))));
+        return Err(Error::location(
+            5166403,
+            format!(
+                "{name} requires 'amount' to be an integer, but got {}",
+                type_name(&amount)
+            ),
+        ));
     };
     if name == "$dateSubtract" {
         n = -n;
     }
     let unit = unit.unwrap();
     let fixed = |per: i64| -> Result<Option<Bson>> {
-        let r = n.checked_mul(per).and_then(|d| ms.checked_add(d)).ok_or_else(|| Error::location(5166406, format!("{name} overflowed")))?;
+        let r = n
+            .checked_mul(per)
+            .and_then(|d| ms.checked_add(d))
+            .ok_or_else(|| Error::location(5166406, format!("{name} overflowed")))?;
         Ok(Some(Bson::DateTime(bson::DateTime::from_millis(r))))
     };
     match unit.as_str() {
@@ -408,8 +571,11 @@ pub fn date_add(name: &str, get: &dyn Fn(&str) -> Option<Bson>) -> Result<Option
                 _ => n * 12,
             };
             let d = local(ms, offset)?;
-            let r = add_months(d, months).ok_or_else(|| Error::location(5166406, format!("{name} overflowed")))?;
-            Ok(Some(Bson::DateTime(bson::DateTime::from_millis(r.timestamp_millis()))))
+            let r = add_months(d, months)
+                .ok_or_else(|| Error::location(5166406, format!("{name} overflowed")))?;
+            Ok(Some(Bson::DateTime(bson::DateTime::from_millis(
+                r.timestamp_millis(),
+            ))))
         }
     }
 }
@@ -422,14 +588,23 @@ pub fn date_diff(get: &dyn Fn(&str) -> Option<Bson>) -> Result<Option<Bson>> {
     if nullish(&s) || nullish(&e) || unit.is_none() {
         return Ok(Some(Bson::Null));
     }
-    let (a, b) = (to_millis(s.as_ref().unwrap())?, to_millis(e.as_ref().unwrap())?);
+    let (a, b) = (
+        to_millis(s.as_ref().unwrap())?,
+        to_millis(e.as_ref().unwrap())?,
+    );
     let (la, lb) = (local(a, offset)?, local(b, offset)?);
     let off = offset as i64 * 1000;
     let floor_diff = |per: i64| (b + off).div_euclid(per) - (a + off).div_euclid(per);
     let r = match unit.unwrap().as_str() {
         "year" => (lb.year() - la.year()) as i64,
-        "quarter" => (lb.year() as i64 * 4 + (lb.month0() / 3) as i64) - (la.year() as i64 * 4 + (la.month0() / 3) as i64),
-        "month" => (lb.year() as i64 * 12 + lb.month0() as i64) - (la.year() as i64 * 12 + la.month0() as i64),
+        "quarter" => {
+            (lb.year() as i64 * 4 + (lb.month0() / 3) as i64)
+                - (la.year() as i64 * 4 + (la.month0() / 3) as i64)
+        }
+        "month" => {
+            (lb.year() as i64 * 12 + lb.month0() as i64)
+                - (la.year() as i64 * 12 + la.month0() as i64)
+        }
         "week" => {
             let sow = match get("startOfWeek") {
                 Some(Bson::String(s)) => week_start(&s)?,
@@ -460,7 +635,12 @@ fn week_start(s: &str) -> Result<u32> {
         "thu" | "thursday" => 4,
         "fri" | "friday" => 5,
         "sat" | "saturday" => 6,
-        _ => return Err(Error::location(5439015, format!("unknown startOfWeek: {s}"))),
+        _ => {
+            return Err(Error::location(
+                5439015,
+                format!("unknown startOfWeek: {s}"),
+            ))
+        }
     })
 }
 
@@ -503,14 +683,23 @@ pub fn date_trunc(get: &dyn Fn(&str) -> Option<Bson>) -> Result<Option<Bson>> {
             (ms + off - r).div_euclid(per) * per + r - off
         }
         u => {
-            let per = match u { "month" => 1, "quarter" => 3, _ => 12 } * bin;
+            let per = match u {
+                "month" => 1,
+                "quarter" => 3,
+                _ => 12,
+            } * bin;
             let d = local(ms, offset)?;
             let months = (d.year() as i64 - 2000) * 12 + d.month0() as i64;
             let t = months.div_euclid(per) * per;
             let y = 2000 + t.div_euclid(12);
             let m = t.rem_euclid(12) + 1;
-            let nd = NaiveDate::from_ymd_opt(y as i32, m as u32, 1).ok_or_else(|| Error::bad_value("date out of range"))?;
-            nd.and_hms_opt(0, 0, 0).unwrap().and_utc().timestamp_millis() - off
+            let nd = NaiveDate::from_ymd_opt(y as i32, m as u32, 1)
+                .ok_or_else(|| Error::bad_value("date out of range"))?;
+            nd.and_hms_opt(0, 0, 0)
+                .unwrap()
+                .and_utc()
+                .timestamp_millis()
+                - off
         }
     };
     Ok(Some(Bson::DateTime(bson::DateTime::from_millis(r))))

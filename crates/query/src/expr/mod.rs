@@ -56,7 +56,10 @@ impl Variables {
 /// The variables of a command's `let` option: each value is an expression evaluated
 /// once, against no document.
 pub fn let_variables(let_doc: &Document) -> Result<Variables> {
-    let mut vars = Variables { now: Some(bson::DateTime::now()), ..Default::default() };
+    let mut vars = Variables {
+        now: Some(bson::DateTime::now()),
+        ..Default::default()
+    };
     let empty = Document::new();
     for (name, e) in let_doc {
         let value = evaluate(e, &empty, &vars)?;
@@ -93,11 +96,30 @@ pub enum Expr {
     /// An operator with named arguments (`$dateToString`, `$regexMatch`, ...).
     Named(String, Vec<(String, Expr)>),
     Let(Vec<(String, Expr)>, Box<Expr>),
-    Map { input: Box<Expr>, var: String, body: Box<Expr> },
-    Filter { input: Box<Expr>, var: String, cond: Box<Expr>, limit: Option<Box<Expr>> },
-    Reduce { input: Box<Expr>, initial: Box<Expr>, body: Box<Expr> },
-    Switch { branches: Vec<(Expr, Expr)>, default: Option<Box<Expr>> },
-    SortArray { input: Box<Expr>, sort_by: Bson },
+    Map {
+        input: Box<Expr>,
+        var: String,
+        body: Box<Expr>,
+    },
+    Filter {
+        input: Box<Expr>,
+        var: String,
+        cond: Box<Expr>,
+        limit: Option<Box<Expr>>,
+    },
+    Reduce {
+        input: Box<Expr>,
+        initial: Box<Expr>,
+        body: Box<Expr>,
+    },
+    Switch {
+        branches: Vec<(Expr, Expr)>,
+        default: Option<Box<Expr>>,
+    },
+    SortArray {
+        input: Box<Expr>,
+        sort_by: Bson,
+    },
 }
 
 /// A frame of `$let`/`$map`/`$filter`/`$reduce` bindings.
@@ -130,7 +152,10 @@ fn parse_field_path(s: &str) -> Result<Vec<String>> {
     let parts: Vec<String> = s.split('.').map(|p| p.to_string()).collect();
     for p in &parts {
         if p.is_empty() {
-            return Err(Error::location(15998, "FieldPath field names may not be empty strings."));
+            return Err(Error::location(
+                15998,
+                "FieldPath field names may not be empty strings.",
+            ));
         }
         if p.starts_with('$') {
             return Err(Error::location(
@@ -139,7 +164,10 @@ fn parse_field_path(s: &str) -> Result<Vec<String>> {
             ));
         }
         if p.contains('\0') {
-            return Err(Error::location(16411, "FieldPath field names may not contain '\\0'."));
+            return Err(Error::location(
+                16411,
+                "FieldPath field names may not contain '\\0'.",
+            ));
         }
     }
     Ok(parts)
@@ -149,7 +177,10 @@ fn parse_field_path(s: &str) -> Result<Vec<String>> {
 pub fn validate_variable_name(name: &str) -> Result<()> {
     let mut chars = name.chars();
     let Some(first) = chars.next() else {
-        return Err(Error::location(16866, "empty variable names are not allowed"));
+        return Err(Error::location(
+            16866,
+            "empty variable names are not allowed",
+        ));
     };
     if !(first.is_ascii_lowercase() || !first.is_ascii()) {
         return Err(Error::location(
@@ -180,8 +211,8 @@ fn arity(name: &str) -> Option<(usize, Option<usize>)> {
     let exact = |n| Some((n, Some(n)));
     match name {
         "$add" | "$multiply" | "$and" | "$or" | "$concat" | "$concatArrays" | "$setUnion"
-        | "$setIntersection" | "$mergeObjects" | "$sum" | "$avg" | "$min" | "$max" | "$stdDevPop"
-        | "$stdDevSamp" => Some((0, None)),
+        | "$setIntersection" | "$mergeObjects" | "$sum" | "$avg" | "$min" | "$max"
+        | "$stdDevPop" | "$stdDevSamp" => Some((0, None)),
         "$ifNull" => Some((2, None)),
         "$setEquals" => Some((2, None)),
         "$subtract" | "$divide" | "$mod" | "$pow" | "$log" | "$eq" | "$ne" | "$gt" | "$gte"
@@ -203,31 +234,71 @@ fn arity(name: &str) -> Option<(usize, Option<usize>)> {
 }
 
 const DATE_PARTS: &[&str] = &[
-    "$year", "$month", "$dayOfMonth", "$hour", "$minute", "$second", "$millisecond", "$dayOfWeek",
-    "$dayOfYear", "$week", "$isoWeek", "$isoWeekYear", "$isoDayOfWeek",
+    "$year",
+    "$month",
+    "$dayOfMonth",
+    "$hour",
+    "$minute",
+    "$second",
+    "$millisecond",
+    "$dayOfWeek",
+    "$dayOfYear",
+    "$week",
+    "$isoWeek",
+    "$isoWeekYear",
+    "$isoDayOfWeek",
 ];
 
 /// Named-argument operators: (allowed keys, required keys).
 fn named_spec(name: &str) -> Option<(&'static [&'static str], &'static [&'static str])> {
     Some(match name {
         "$dateToString" => (&["date", "format", "timezone", "onNull"], &["date"]),
-        "$dateFromString" => (&["dateString", "format", "timezone", "onError", "onNull"], &["dateString"]),
+        "$dateFromString" => (
+            &["dateString", "format", "timezone", "onError", "onNull"],
+            &["dateString"],
+        ),
         "$dateFromParts" => (
-            &["year", "month", "day", "hour", "minute", "second", "millisecond", "timezone", "isoWeekYear", "isoWeek", "isoDayOfWeek"],
+            &[
+                "year",
+                "month",
+                "day",
+                "hour",
+                "minute",
+                "second",
+                "millisecond",
+                "timezone",
+                "isoWeekYear",
+                "isoWeek",
+                "isoDayOfWeek",
+            ],
             &[],
         ),
         "$dateToParts" => (&["date", "timezone", "iso8601"], &["date"]),
-        "$regexMatch" | "$regexFind" | "$regexFindAll" => (&["input", "regex", "options"], &["input", "regex"]),
-        "$replaceOne" | "$replaceAll" => (&["input", "find", "replacement"], &["input", "find", "replacement"]),
+        "$regexMatch" | "$regexFind" | "$regexFindAll" => {
+            (&["input", "regex", "options"], &["input", "regex"])
+        }
+        "$replaceOne" | "$replaceAll" => (
+            &["input", "find", "replacement"],
+            &["input", "find", "replacement"],
+        ),
         "$trim" | "$ltrim" | "$rtrim" => (&["input", "chars"], &["input"]),
         "$zip" => (&["inputs", "useLongestLength", "defaults"], &["inputs"]),
         "$convert" => (&["input", "to", "onError", "onNull"], &["input", "to"]),
         "$getField" => (&["field", "input"], &["field"]),
         "$setField" => (&["field", "input", "value"], &["field", "input", "value"]),
         "$unsetField" => (&["field", "input"], &["field", "input"]),
-        "$dateAdd" | "$dateSubtract" => (&["startDate", "unit", "amount", "timezone"], &["startDate", "unit", "amount"]),
-        "$dateDiff" => (&["startDate", "endDate", "unit", "timezone", "startOfWeek"], &["startDate", "endDate", "unit"]),
-        "$dateTrunc" => (&["date", "unit", "binSize", "timezone", "startOfWeek"], &["date", "unit"]),
+        "$dateAdd" | "$dateSubtract" => (
+            &["startDate", "unit", "amount", "timezone"],
+            &["startDate", "unit", "amount"],
+        ),
+        "$dateDiff" => (
+            &["startDate", "endDate", "unit", "timezone", "startOfWeek"],
+            &["startDate", "endDate", "unit"],
+        ),
+        "$dateTrunc" => (
+            &["date", "unit", "binSize", "timezone", "startOfWeek"],
+            &["date", "unit"],
+        ),
         _ => return None,
     })
 }
@@ -235,15 +306,17 @@ fn named_spec(name: &str) -> Option<(&'static [&'static str], &'static [&'static
 fn named_err(op: &str, what: NamedErr, key: &str) -> Error {
     // mongod uses a distinct assertion code per operator; the common ones are mirrored here.
     match (op, what) {
-        ("$dateToString", NamedErr::Unknown) => {
-            Error::location(18534, format!("Unrecognized argument to $dateToString: {key}"))
-        }
+        ("$dateToString", NamedErr::Unknown) => Error::location(
+            18534,
+            format!("Unrecognized argument to $dateToString: {key}"),
+        ),
         ("$dateToString", NamedErr::Missing) => {
             Error::location(18628, "Missing 'date' parameter to $dateToString")
         }
-        ("$dateFromString", NamedErr::Unknown) => {
-            Error::location(40541, format!("Unrecognized argument to $dateFromString: {key}"))
-        }
+        ("$dateFromString", NamedErr::Unknown) => Error::location(
+            40541,
+            format!("Unrecognized argument to $dateFromString: {key}"),
+        ),
         ("$dateFromString", NamedErr::Missing) => {
             Error::location(40542, "Missing 'dateString' parameter to $dateFromString")
         }
@@ -261,7 +334,11 @@ fn named_err(op: &str, what: NamedErr, key: &str) -> Error {
             Error::location(51750, format!("{op} found an unknown argument: {key}"))
         }
         ("$replaceOne" | "$replaceAll", NamedErr::Missing) => {
-            let code = match key { "input" => 51749, "find" => 51748, _ => 51747 };
+            let code = match key {
+                "input" => 51749,
+                "find" => 51748,
+                _ => 51747,
+            };
             Error::location(code, format!("{op} requires '{key}' to be specified"))
         }
         ("$trim" | "$ltrim" | "$rtrim", NamedErr::Unknown) => {
@@ -270,7 +347,9 @@ fn named_err(op: &str, what: NamedErr, key: &str) -> Error {
         ("$trim" | "$ltrim" | "$rtrim", NamedErr::Missing) => {
             Error::location(50695, format!("{op} requires an 'input' field"))
         }
-        ("$zip", NamedErr::Unknown) => Error::location(34464, format!("$zip found an unknown argument: {key}")),
+        ("$zip", NamedErr::Unknown) => {
+            Error::location(34464, format!("$zip found an unknown argument: {key}"))
+        }
         ("$zip", NamedErr::Missing) => Error::location(34465, "Missing 'inputs' parameter to $zip"),
         ("$convert", NamedErr::Unknown) => {
             Error::failed_to_parse(format!("$convert found an unknown argument: {key}"))
@@ -284,8 +363,12 @@ fn named_err(op: &str, what: NamedErr, key: &str) -> Error {
         ("$getField" | "$setField" | "$unsetField", NamedErr::Missing) => {
             Error::location(3041702, format!("{op} requires '{key}' to be specified"))
         }
-        (_, NamedErr::Unknown) => Error::failed_to_parse(format!("Unrecognized argument to {op}: {key}")),
-        (_, NamedErr::Missing) => Error::failed_to_parse(format!("Missing '{key}' parameter to {op}")),
+        (_, NamedErr::Unknown) => {
+            Error::failed_to_parse(format!("Unrecognized argument to {op}: {key}"))
+        }
+        (_, NamedErr::Missing) => {
+            Error::failed_to_parse(format!("Missing '{key}' parameter to {op}"))
+        }
     }
 }
 
@@ -306,7 +389,10 @@ impl Expr {
                     None => (body, None),
                 };
                 if name.is_empty() {
-                    return Err(Error::location(16869, "empty variable names are not allowed"));
+                    return Err(Error::location(
+                        16869,
+                        "empty variable names are not allowed",
+                    ));
                 }
                 let is_system = name.chars().next().is_some_and(|c| c.is_ascii_uppercase());
                 if !is_system {
@@ -320,7 +406,10 @@ impl Expr {
             }
             Bson::String(s) if s.starts_with('$') => {
                 if s.len() == 1 {
-                    return Err(Error::location(16872, "'$' by itself is not a valid FieldPath"));
+                    return Err(Error::location(
+                        16872,
+                        "'$' by itself is not a valid FieldPath",
+                    ));
                 }
                 Ok(Expr::Field(parse_field_path(&s[1..])?))
             }
@@ -357,10 +446,16 @@ impl Expr {
                 ));
             }
             if k.contains('.') {
-                return Err(Error::location(16412, "FieldPath field names may not contain '.'."));
+                return Err(Error::location(
+                    16412,
+                    "FieldPath field names may not contain '.'.",
+                ));
             }
             if k.is_empty() {
-                return Err(Error::location(15998, "FieldPath field names may not be empty strings."));
+                return Err(Error::location(
+                    15998,
+                    "FieldPath field names may not be empty strings.",
+                ));
             }
             fields.push((k.clone(), Expr::parse(v)?));
         }
@@ -371,16 +466,29 @@ impl Expr {
         let (allowed, required) = named_spec(name).unwrap();
         let Bson::Document(d) = arg else {
             return Err(match name {
-                "$trim" | "$ltrim" | "$rtrim" => {
-                    Error::location(50696, format!("{name} only supports an object as its argument"))
-                }
-                "$dateToString" => Error::location(18629, "$dateToString only supports an object as its argument"),
-                "$regexMatch" | "$regexFind" | "$regexFindAll" => {
-                    Error::location(31018, format!("{name} expects an object of named arguments but found: {}", util::type_name(arg)))
-                }
+                "$trim" | "$ltrim" | "$rtrim" => Error::location(
+                    50696,
+                    format!("{name} only supports an object as its argument"),
+                ),
+                "$dateToString" => Error::location(
+                    18629,
+                    "$dateToString only supports an object as its argument",
+                ),
+                "$regexMatch" | "$regexFind" | "$regexFindAll" => Error::location(
+                    31018,
+                    format!(
+                        "{name} expects an object of named arguments but found: {}",
+                        util::type_name(arg)
+                    ),
+                ),
                 "$zip" => Error::location(34460, "$zip only supports an object as an argument"),
-                "$convert" => Error::failed_to_parse("$convert expects an object of named arguments but found: ".to_string() + util::type_name(arg)),
-                _ => Error::failed_to_parse(format!("{name} only supports an object as its argument")),
+                "$convert" => Error::failed_to_parse(
+                    "$convert expects an object of named arguments but found: ".to_string()
+                        + util::type_name(arg),
+                ),
+                _ => Error::failed_to_parse(format!(
+                    "{name} only supports an object as its argument"
+                )),
             });
         };
         let mut out = Vec::new();
@@ -417,17 +525,28 @@ impl Expr {
                             "if" => iff = Some(Expr::parse(v)?),
                             "then" => then = Some(Expr::parse(v)?),
                             "else" => els = Some(Expr::parse(v)?),
-                            _ => return Err(Error::location(17083, format!("Unrecognized parameter to $cond: {k}"))),
+                            _ => {
+                                return Err(Error::location(
+                                    17083,
+                                    format!("Unrecognized parameter to $cond: {k}"),
+                                ))
+                            }
                         }
                     }
-                    let iff = iff.ok_or_else(|| Error::location(17080, "Missing 'if' parameter to $cond"))?;
-                    let then = then.ok_or_else(|| Error::location(17081, "Missing 'then' parameter to $cond"))?;
-                    let els = els.ok_or_else(|| Error::location(17082, "Missing 'else' parameter to $cond"))?;
+                    let iff = iff
+                        .ok_or_else(|| Error::location(17080, "Missing 'if' parameter to $cond"))?;
+                    let then = then.ok_or_else(|| {
+                        Error::location(17081, "Missing 'then' parameter to $cond")
+                    })?;
+                    let els = els.ok_or_else(|| {
+                        Error::location(17082, "Missing 'else' parameter to $cond")
+                    })?;
                     return Ok(Expr::Op(name.to_string(), vec![iff, then, els]));
                 }
             }
             "$getField" => {
-                if !matches!(arg, Bson::Document(d) if d.keys().next().is_some_and(|k| !k.starts_with('$'))) {
+                if !matches!(arg, Bson::Document(d) if d.keys().next().is_some_and(|k| !k.starts_with('$')))
+                {
                     // Shorthand: {$getField: "name"} (or an expression for the field).
                     let f = Expr::parse(arg)?;
                     return Ok(Expr::Named(name.to_string(), vec![("field".into(), f)]));
@@ -457,10 +576,16 @@ impl Expr {
         }
         if n < min || max.is_some_and(|m| n > m) {
             if name == "$ifNull" {
-                return Err(Error::location(1257300, format!("$ifNull needs at least two arguments, had: {n}")));
+                return Err(Error::location(
+                    1257300,
+                    format!("$ifNull needs at least two arguments, had: {n}"),
+                ));
             }
             if name == "$setEquals" {
-                return Err(Error::location(17045, format!("$setEquals needs at least two arguments had: {n}")));
+                return Err(Error::location(
+                    17045,
+                    format!("$setEquals needs at least two arguments had: {n}"),
+                ));
             }
             return Err(Error::location(
                 28667,
@@ -470,7 +595,10 @@ impl Expr {
                 ),
             ));
         }
-        let args = raw.into_iter().map(Expr::parse).collect::<Result<Vec<_>>>()?;
+        let args = raw
+            .into_iter()
+            .map(Expr::parse)
+            .collect::<Result<Vec<_>>>()?;
         Ok(Expr::Op(name.to_string(), args))
     }
 
@@ -481,11 +609,22 @@ impl Expr {
                 for (k, v) in d {
                     match k.as_str() {
                         "date" | "timezone" => out.push((k.clone(), Expr::parse(v)?)),
-                        _ => return Err(Error::location(40535, format!("unrecognized option to {name}: \"{k}\""))),
+                        _ => {
+                            return Err(Error::location(
+                                40535,
+                                format!("unrecognized option to {name}: \"{k}\""),
+                            ))
+                        }
                     }
                 }
                 if !d.contains_key("date") {
-                    return Err(Error::location(40539, format!("missing 'date' argument to {name}, provided: {}", util::show(arg))));
+                    return Err(Error::location(
+                        40539,
+                        format!(
+                            "missing 'date' argument to {name}, provided: {}",
+                            util::show(arg)
+                        ),
+                    ));
                 }
                 return Ok(Expr::Named(name.to_string(), out));
             }
@@ -494,15 +633,24 @@ impl Expr {
         if raw.len() != 1 {
             return Err(Error::location(
                 16020,
-                format!("Expression {name} takes exactly 1 arguments. {} were passed in.", raw.len()),
+                format!(
+                    "Expression {name} takes exactly 1 arguments. {} were passed in.",
+                    raw.len()
+                ),
             ));
         }
-        Ok(Expr::Named(name.to_string(), vec![("date".into(), Expr::parse(raw[0])?)]))
+        Ok(Expr::Named(
+            name.to_string(),
+            vec![("date".into(), Expr::parse(raw[0])?)],
+        ))
     }
 
     fn parse_let(arg: &Bson) -> Result<Expr> {
         let Bson::Document(d) = arg else {
-            return Err(Error::location(16874, "$let only supports an object as its argument"));
+            return Err(Error::location(
+                16874,
+                "$let only supports an object as its argument",
+            ));
         };
         let mut vars = None;
         let mut body = None;
@@ -510,7 +658,10 @@ impl Expr {
             match k.as_str() {
                 "vars" => {
                     let Bson::Document(vd) = v else {
-                        return Err(Error::location(10065, "invalid parameter: expected an object (vars)"));
+                        return Err(Error::location(
+                            10065,
+                            "invalid parameter: expected an object (vars)",
+                        ));
                     };
                     let mut list = Vec::new();
                     for (n, e) in vd {
@@ -520,17 +671,26 @@ impl Expr {
                     vars = Some(list);
                 }
                 "in" => body = Some(Expr::parse(v)?),
-                _ => return Err(Error::location(16875, format!("Unrecognized parameter to $let: {k}"))),
+                _ => {
+                    return Err(Error::location(
+                        16875,
+                        format!("Unrecognized parameter to $let: {k}"),
+                    ))
+                }
             }
         }
-        let vars = vars.ok_or_else(|| Error::location(16876, "Missing 'vars' parameter to $let"))?;
+        let vars =
+            vars.ok_or_else(|| Error::location(16876, "Missing 'vars' parameter to $let"))?;
         let body = body.ok_or_else(|| Error::location(16877, "Missing 'in' parameter to $let"))?;
         Ok(Expr::Let(vars, Box::new(body)))
     }
 
     fn parse_map(arg: &Bson) -> Result<Expr> {
         let Bson::Document(d) = arg else {
-            return Err(Error::location(16878, "$map only supports an object as its argument"));
+            return Err(Error::location(
+                16878,
+                "$map only supports an object as its argument",
+            ));
         };
         let (mut input, mut var, mut body) = (None, None, None);
         for (k, v) in d {
@@ -538,17 +698,30 @@ impl Expr {
                 "input" => input = Some(Expr::parse(v)?),
                 "as" => var = Some(var_name(v, "$map")?),
                 "in" => body = Some(Expr::parse(v)?),
-                _ => return Err(Error::location(16879, format!("Unrecognized parameter to $map: {k}"))),
+                _ => {
+                    return Err(Error::location(
+                        16879,
+                        format!("Unrecognized parameter to $map: {k}"),
+                    ))
+                }
             }
         }
-        let input = input.ok_or_else(|| Error::location(16880, "Missing 'input' parameter to $map"))?;
+        let input =
+            input.ok_or_else(|| Error::location(16880, "Missing 'input' parameter to $map"))?;
         let body = body.ok_or_else(|| Error::location(16882, "Missing 'in' parameter to $map"))?;
-        Ok(Expr::Map { input: Box::new(input), var: var.unwrap_or_else(|| "this".into()), body: Box::new(body) })
+        Ok(Expr::Map {
+            input: Box::new(input),
+            var: var.unwrap_or_else(|| "this".into()),
+            body: Box::new(body),
+        })
     }
 
     fn parse_filter(arg: &Bson) -> Result<Expr> {
         let Bson::Document(d) = arg else {
-            return Err(Error::location(28646, "$filter only supports an object as its argument"));
+            return Err(Error::location(
+                28646,
+                "$filter only supports an object as its argument",
+            ));
         };
         let (mut input, mut var, mut cond, mut limit) = (None, None, None, None);
         for (k, v) in d {
@@ -557,11 +730,18 @@ impl Expr {
                 "as" => var = Some(var_name(v, "$filter")?),
                 "cond" => cond = Some(Expr::parse(v)?),
                 "limit" => limit = Some(Box::new(Expr::parse(v)?)),
-                _ => return Err(Error::location(28647, format!("Unrecognized parameter to $filter: {k}"))),
+                _ => {
+                    return Err(Error::location(
+                        28647,
+                        format!("Unrecognized parameter to $filter: {k}"),
+                    ))
+                }
             }
         }
-        let input = input.ok_or_else(|| Error::location(28648, "Missing 'input' parameter to $filter"))?;
-        let cond = cond.ok_or_else(|| Error::location(28650, "Missing 'cond' parameter to $filter"))?;
+        let input =
+            input.ok_or_else(|| Error::location(28648, "Missing 'input' parameter to $filter"))?;
+        let cond =
+            cond.ok_or_else(|| Error::location(28650, "Missing 'cond' parameter to $filter"))?;
         Ok(Expr::Filter {
             input: Box::new(input),
             var: var.unwrap_or_else(|| "this".into()),
@@ -572,7 +752,13 @@ impl Expr {
 
     fn parse_reduce(arg: &Bson) -> Result<Expr> {
         let Bson::Document(d) = arg else {
-            return Err(Error::location(40075, format!("$reduce requires an object as an argument, found: {}", util::type_name(arg))));
+            return Err(Error::location(
+                40075,
+                format!(
+                    "$reduce requires an object as an argument, found: {}",
+                    util::type_name(arg)
+                ),
+            ));
         };
         let (mut input, mut initial, mut body) = (None, None, None);
         for (k, v) in d {
@@ -580,18 +766,37 @@ impl Expr {
                 "input" => input = Some(Expr::parse(v)?),
                 "initialValue" => initial = Some(Expr::parse(v)?),
                 "in" => body = Some(Expr::parse(v)?),
-                _ => return Err(Error::location(40076, format!("$reduce found an unknown argument: {k}"))),
+                _ => {
+                    return Err(Error::location(
+                        40076,
+                        format!("$reduce found an unknown argument: {k}"),
+                    ))
+                }
             }
         }
-        let input = input.ok_or_else(|| Error::location(40077, "$reduce requires 'input' to be specified"))?;
-        let initial = initial.ok_or_else(|| Error::location(40078, "$reduce requires 'initialValue' to be specified"))?;
-        let body = body.ok_or_else(|| Error::location(40079, "$reduce requires 'in' to be specified"))?;
-        Ok(Expr::Reduce { input: Box::new(input), initial: Box::new(initial), body: Box::new(body) })
+        let input = input
+            .ok_or_else(|| Error::location(40077, "$reduce requires 'input' to be specified"))?;
+        let initial = initial.ok_or_else(|| {
+            Error::location(40078, "$reduce requires 'initialValue' to be specified")
+        })?;
+        let body =
+            body.ok_or_else(|| Error::location(40079, "$reduce requires 'in' to be specified"))?;
+        Ok(Expr::Reduce {
+            input: Box::new(input),
+            initial: Box::new(initial),
+            body: Box::new(body),
+        })
     }
 
     fn parse_switch(arg: &Bson) -> Result<Expr> {
         let Bson::Document(d) = arg else {
-            return Err(Error::location(40060, format!("$switch requires an object as an argument, found: {}", util::type_name(arg))));
+            return Err(Error::location(
+                40060,
+                format!(
+                    "$switch requires an object as an argument, found: {}",
+                    util::type_name(arg)
+                ),
+            ));
         };
         let mut branches = Vec::new();
         let mut default = None;
@@ -599,38 +804,78 @@ impl Expr {
             match k.as_str() {
                 "branches" => {
                     let Bson::Array(arr) = v else {
-                        return Err(Error::location(40061, format!("$switch expected an array for 'branches', found: {}", util::type_name(v))));
+                        return Err(Error::location(
+                            40061,
+                            format!(
+                                "$switch expected an array for 'branches', found: {}",
+                                util::type_name(v)
+                            ),
+                        ));
                     };
                     for b in arr {
                         let Bson::Document(bd) = b else {
-                            return Err(Error::location(40062, format!("$switch expected each branch to be an object, found: {}", util::type_name(b))));
+                            return Err(Error::location(
+                                40062,
+                                format!(
+                                    "$switch expected each branch to be an object, found: {}",
+                                    util::type_name(b)
+                                ),
+                            ));
                         };
                         let (mut case, mut then) = (None, None);
                         for (bk, bv) in bd {
                             match bk.as_str() {
                                 "case" => case = Some(Expr::parse(bv)?),
                                 "then" => then = Some(Expr::parse(bv)?),
-                                _ => return Err(Error::location(40063, format!("$switch found an unknown argument to a branch: {bk}"))),
+                                _ => {
+                                    return Err(Error::location(
+                                        40063,
+                                        format!(
+                                            "$switch found an unknown argument to a branch: {bk}"
+                                        ),
+                                    ))
+                                }
                             }
                         }
-                        let case = case.ok_or_else(|| Error::location(40064, "$switch requires each branch have a 'case' expression"))?;
-                        let then = then.ok_or_else(|| Error::location(40065, "$switch requires each branch have a 'then' expression."))?;
+                        let case = case.ok_or_else(|| {
+                            Error::location(
+                                40064,
+                                "$switch requires each branch have a 'case' expression",
+                            )
+                        })?;
+                        let then = then.ok_or_else(|| {
+                            Error::location(
+                                40065,
+                                "$switch requires each branch have a 'then' expression.",
+                            )
+                        })?;
                         branches.push((case, then));
                     }
                 }
                 "default" => default = Some(Box::new(Expr::parse(v)?)),
-                _ => return Err(Error::location(40067, format!("$switch found an unknown argument: {k}"))),
+                _ => {
+                    return Err(Error::location(
+                        40067,
+                        format!("$switch found an unknown argument: {k}"),
+                    ))
+                }
             }
         }
         if branches.is_empty() {
-            return Err(Error::location(40068, "$switch requires at least one branch."));
+            return Err(Error::location(
+                40068,
+                "$switch requires at least one branch.",
+            ));
         }
         Ok(Expr::Switch { branches, default })
     }
 
     fn parse_sort_array(arg: &Bson) -> Result<Expr> {
         let Bson::Document(d) = arg else {
-            return Err(Error::location(2942500, "$sortArray requires an object as an argument"));
+            return Err(Error::location(
+                2942500,
+                "$sortArray requires an object as an argument",
+            ));
         };
         let (mut input, mut sort_by) = (None, None);
         for (k, v) in d {
@@ -646,17 +891,33 @@ impl Expr {
                     }
                     sort_by = Some(v.clone());
                 }
-                _ => return Err(Error::location(2942501, format!("$sortArray found an unknown argument: {k}"))),
+                _ => {
+                    return Err(Error::location(
+                        2942501,
+                        format!("$sortArray found an unknown argument: {k}"),
+                    ))
+                }
             }
         }
-        let input = input.ok_or_else(|| Error::location(2942502, "$sortArray requires 'input' to be specified"))?;
-        let sort_by = sort_by.ok_or_else(|| Error::location(2942503, "$sortArray requires 'sortBy' to be specified"))?;
-        Ok(Expr::SortArray { input: Box::new(input), sort_by })
+        let input = input.ok_or_else(|| {
+            Error::location(2942502, "$sortArray requires 'input' to be specified")
+        })?;
+        let sort_by = sort_by.ok_or_else(|| {
+            Error::location(2942503, "$sortArray requires 'sortBy' to be specified")
+        })?;
+        Ok(Expr::SortArray {
+            input: Box::new(input),
+            sort_by,
+        })
     }
 
     /// Evaluates against `root` (also `$$CURRENT` unless `vars` rebinds it).
     pub fn evaluate(&self, root: &Document, vars: &Variables) -> Result<Option<Bson>> {
-        let env = Env { root, vars, frame: None };
+        let env = Env {
+            root,
+            vars,
+            frame: None,
+        };
         self.eval(&env)
     }
 
@@ -704,10 +965,19 @@ impl Expr {
                                 increment: 1,
                             })
                         }
-                        _ => return Err(Error::location(17276, format!("Use of undefined variable: {name}"))),
+                        _ => {
+                            return Err(Error::location(
+                                17276,
+                                format!("Use of undefined variable: {name}"),
+                            ))
+                        }
                     },
                 };
-                Ok(if path.is_empty() { Some(base) } else { path_value(&base, path) })
+                Ok(if path.is_empty() {
+                    Some(base)
+                } else {
+                    path_value(&base, path)
+                })
             }
             Expr::Doc(fields) => {
                 let mut out = Document::new();
@@ -733,7 +1003,9 @@ impl Expr {
                     vals.push((k.as_str(), e.eval(env)?));
                 }
                 let get = |k: &str| -> Option<Bson> {
-                    vals.iter().find(|(n, _)| *n == k).and_then(|(_, v)| v.clone())
+                    vals.iter()
+                        .find(|(n, _)| *n == k)
+                        .and_then(|(_, v)| v.clone())
                 };
                 let has = |k: &str| vals.iter().any(|(n, _)| *n == k);
                 eval_named(name, &get, &has, env)
@@ -743,8 +1015,14 @@ impl Expr {
                 for (n, e) in vars {
                     bound.push((n.as_str(), e.eval(env)?.unwrap_or(Bson::Null)));
                 }
-                let frame = Frame { vars: bound, next: env.frame };
-                let env2 = Env { frame: Some(&frame), ..*env };
+                let frame = Frame {
+                    vars: bound,
+                    next: env.frame,
+                };
+                let env2 = Env {
+                    frame: Some(&frame),
+                    ..*env
+                };
                 body.eval(&env2)
             }
             Expr::Map { input, var, body } => {
@@ -753,24 +1031,44 @@ impl Expr {
                     None | Some(Bson::Null) | Some(Bson::Undefined) => return Ok(Some(Bson::Null)),
                     Some(Bson::Array(a)) => a,
                     Some(other) => {
-                        return Err(Error::location(16883, format!("input to $map must be an array not {}", type_name(&other))))
+                        return Err(Error::location(
+                            16883,
+                            format!("input to $map must be an array not {}", type_name(&other)),
+                        ))
                     }
                 };
                 let mut out = Vec::with_capacity(arr.len());
                 for item in arr {
-                    let frame = Frame { vars: vec![(var.as_str(), item)], next: env.frame };
-                    let env2 = Env { frame: Some(&frame), ..*env };
+                    let frame = Frame {
+                        vars: vec![(var.as_str(), item)],
+                        next: env.frame,
+                    };
+                    let env2 = Env {
+                        frame: Some(&frame),
+                        ..*env
+                    };
                     out.push(body.eval(&env2)?.unwrap_or(Bson::Null));
                 }
                 Ok(Some(Bson::Array(out)))
             }
-            Expr::Filter { input, var, cond, limit } => {
+            Expr::Filter {
+                input,
+                var,
+                cond,
+                limit,
+            } => {
                 let inp = input.eval(env)?;
                 let arr = match inp {
                     None | Some(Bson::Null) | Some(Bson::Undefined) => return Ok(Some(Bson::Null)),
                     Some(Bson::Array(a)) => a,
                     Some(other) => {
-                        return Err(Error::location(28651, format!("input to $filter must be an array not {}", type_name(&other))))
+                        return Err(Error::location(
+                            28651,
+                            format!(
+                                "input to $filter must be an array not {}",
+                                type_name(&other)
+                            ),
+                        ))
                     }
                 };
                 let limit = match limit {
@@ -793,8 +1091,14 @@ impl Expr {
                     if limit.is_some_and(|l| out.len() >= l) {
                         break;
                     }
-                    let frame = Frame { vars: vec![(var.as_str(), item)], next: env.frame };
-                    let env2 = Env { frame: Some(&frame), ..*env };
+                    let frame = Frame {
+                        vars: vec![(var.as_str(), item)],
+                        next: env.frame,
+                    };
+                    let env2 = Env {
+                        frame: Some(&frame),
+                        ..*env
+                    };
                     let keep = truthy(&cond.eval(&env2)?);
                     if keep {
                         out.push(frame.vars.into_iter().next().unwrap().1);
@@ -802,19 +1106,35 @@ impl Expr {
                 }
                 Ok(Some(Bson::Array(out)))
             }
-            Expr::Reduce { input, initial, body } => {
+            Expr::Reduce {
+                input,
+                initial,
+                body,
+            } => {
                 let inp = input.eval(env)?;
                 let arr = match inp {
                     None | Some(Bson::Null) | Some(Bson::Undefined) => return Ok(Some(Bson::Null)),
                     Some(Bson::Array(a)) => a,
                     Some(other) => {
-                        return Err(Error::location(40080, format!("$reduce requires that 'input' be an array, found: {}", util::show(&other))))
+                        return Err(Error::location(
+                            40080,
+                            format!(
+                                "$reduce requires that 'input' be an array, found: {}",
+                                util::show(&other)
+                            ),
+                        ))
                     }
                 };
                 let mut acc = initial.eval(env)?.unwrap_or(Bson::Null);
                 for item in arr {
-                    let frame = Frame { vars: vec![("value", acc), ("this", item)], next: env.frame };
-                    let env2 = Env { frame: Some(&frame), ..*env };
+                    let frame = Frame {
+                        vars: vec![("value", acc), ("this", item)],
+                        next: env.frame,
+                    };
+                    let env2 = Env {
+                        frame: Some(&frame),
+                        ..*env
+                    };
                     acc = body.eval(&env2)?.unwrap_or(Bson::Null);
                 }
                 Ok(Some(acc))
@@ -870,7 +1190,11 @@ impl Expr {
                 return Ok(Some(Bson::Boolean(false)));
             }
             "$cond" => {
-                return if truthy(&args[0].eval(env)?) { args[1].eval(env) } else { args[2].eval(env) };
+                return if truthy(&args[0].eval(env)?) {
+                    args[1].eval(env)
+                } else {
+                    args[2].eval(env)
+                };
             }
             "$ifNull" => {
                 let (last, rest) = args.split_last().unwrap();
@@ -898,7 +1222,9 @@ fn var_name(v: &Bson, op: &str) -> Result<String> {
             validate_variable_name(s)?;
             Ok(s.clone())
         }
-        _ => Err(Error::failed_to_parse(format!("'as' in {op} must be a string"))),
+        _ => Err(Error::failed_to_parse(format!(
+            "'as' in {op} must be a string"
+        ))),
     }
 }
 
@@ -981,11 +1307,25 @@ fn eval_named(
         "$dateAdd" | "$dateSubtract" => date::date_add(name, get),
         "$dateDiff" => date::date_diff(get),
         "$dateTrunc" => date::date_trunc(get),
-        "$regexMatch" | "$regexFind" | "$regexFindAll" => string::regex_op(name, get("input"), get("regex"), get("options")),
-        "$replaceOne" | "$replaceAll" => string::replace_op(name, get("input"), get("find"), get("replacement")),
+        "$regexMatch" | "$regexFind" | "$regexFindAll" => {
+            string::regex_op(name, get("input"), get("regex"), get("options"))
+        }
+        "$replaceOne" | "$replaceAll" => {
+            string::replace_op(name, get("input"), get("find"), get("replacement"))
+        }
         "$trim" | "$ltrim" | "$rtrim" => string::trim_op(name, get("input"), get("chars")),
-        "$zip" => array::zip(get("inputs"), get("useLongestLength"), get("defaults"), has("defaults")),
-        "$convert" => convert::convert(get("input"), get("to"), has("onError").then(|| get("onError")), has("onNull").then(|| get("onNull"))),
+        "$zip" => array::zip(
+            get("inputs"),
+            get("useLongestLength"),
+            get("defaults"),
+            has("defaults"),
+        ),
+        "$convert" => convert::convert(
+            get("input"),
+            get("to"),
+            has("onError").then(|| get("onError")),
+            has("onNull").then(|| get("onNull")),
+        ),
         "$getField" => {
             let field = field_name_arg(name, get("field"))?;
             let input = if has("input") {
@@ -1012,11 +1352,18 @@ fn eval_named(
                 Some(other) => {
                     return Err(Error::location(
                         4161105,
-                        format!("{name} requires 'input' to evaluate to type Object, but got {}", type_name(&other)),
+                        format!(
+                            "{name} requires 'input' to evaluate to type Object, but got {}",
+                            type_name(&other)
+                        ),
                     ))
                 }
             };
-            let value = if name == "$unsetField" { None } else { get("value") };
+            let value = if name == "$unsetField" {
+                None
+            } else {
+                get("value")
+            };
             match value {
                 Some(v) => {
                     d.insert(field, v);
@@ -1039,7 +1386,10 @@ fn field_name_arg(op: &str, v: Option<Bson>) -> Result<String> {
         Some(Bson::String(s)) => Ok(s),
         other => Err(Error::location(
             3041704,
-            format!("{op} requires 'field' to evaluate to type String, but got {}", util::type_name_opt(&other)),
+            format!(
+                "{op} requires 'field' to evaluate to type String, but got {}",
+                util::type_name_opt(&other)
+            ),
         )),
     }
 }

@@ -36,7 +36,11 @@ pub struct Dec {
 
 impl Dec {
     pub fn zero() -> Dec {
-        Dec { neg: false, coeff: 0, exp: 0 }
+        Dec {
+            neg: false,
+            coeff: 0,
+            exp: 0,
+        }
     }
 
     pub fn parse(s: &str) -> Option<Dec> {
@@ -60,14 +64,30 @@ impl Dec {
         }
         let digits = format!("{int}{frac}");
         let digits = digits.trim_start_matches('0');
-        let coeff: u128 = if digits.is_empty() { 0 } else { digits.parse().ok()? };
-        Some(Dec { neg, coeff, exp: e - frac.len() as i32 })
+        let coeff: u128 = if digits.is_empty() {
+            0
+        } else {
+            digits.parse().ok()?
+        };
+        Some(Dec {
+            neg,
+            coeff,
+            exp: e - frac.len() as i32,
+        })
     }
 
     pub fn from_bson(v: &Bson) -> Option<Dec> {
         match v {
-            Bson::Int32(i) => Some(Dec { neg: *i < 0, coeff: (*i as i128).unsigned_abs(), exp: 0 }),
-            Bson::Int64(i) => Some(Dec { neg: *i < 0, coeff: (*i as i128).unsigned_abs(), exp: 0 }),
+            Bson::Int32(i) => Some(Dec {
+                neg: *i < 0,
+                coeff: (*i as i128).unsigned_abs(),
+                exp: 0,
+            }),
+            Bson::Int64(i) => Some(Dec {
+                neg: *i < 0,
+                coeff: (*i as i128).unsigned_abs(),
+                exp: 0,
+            }),
             Bson::Double(d) => {
                 if !d.is_finite() {
                     return None;
@@ -83,34 +103,74 @@ impl Dec {
         // exp <= self.exp
         let diff = (self.exp - exp) as u32;
         let m = 10u128.checked_pow(diff)?;
-        Some(Dec { neg: self.neg, coeff: self.coeff.checked_mul(m)?, exp })
+        Some(Dec {
+            neg: self.neg,
+            coeff: self.coeff.checked_mul(m)?,
+            exp,
+        })
     }
 
     pub fn add(self, o: Dec) -> Option<Dec> {
         let e = self.exp.min(o.exp);
-        let a = if self.coeff == 0 { Dec { exp: e, ..self } } else { self.scale_to(e)? };
-        let b = if o.coeff == 0 { Dec { exp: e, ..o } } else { o.scale_to(e)? };
-        let r = if a.neg == b.neg {
-            Dec { neg: a.neg, coeff: a.coeff.checked_add(b.coeff)?, exp: e }
-        } else if a.coeff >= b.coeff {
-            Dec { neg: a.neg, coeff: a.coeff - b.coeff, exp: e }
+        let a = if self.coeff == 0 {
+            Dec { exp: e, ..self }
         } else {
-            Dec { neg: b.neg, coeff: b.coeff - a.coeff, exp: e }
+            self.scale_to(e)?
         };
-        Some(if r.coeff == 0 { Dec { neg: false, ..r } } else { r })
+        let b = if o.coeff == 0 {
+            Dec { exp: e, ..o }
+        } else {
+            o.scale_to(e)?
+        };
+        let r = if a.neg == b.neg {
+            Dec {
+                neg: a.neg,
+                coeff: a.coeff.checked_add(b.coeff)?,
+                exp: e,
+            }
+        } else if a.coeff >= b.coeff {
+            Dec {
+                neg: a.neg,
+                coeff: a.coeff - b.coeff,
+                exp: e,
+            }
+        } else {
+            Dec {
+                neg: b.neg,
+                coeff: b.coeff - a.coeff,
+                exp: e,
+            }
+        };
+        Some(if r.coeff == 0 {
+            Dec { neg: false, ..r }
+        } else {
+            r
+        })
     }
 
     pub fn neg(self) -> Dec {
-        Dec { neg: !self.neg && self.coeff != 0, ..self }
+        Dec {
+            neg: !self.neg && self.coeff != 0,
+            ..self
+        }
     }
 
     pub fn mul(self, o: Dec) -> Option<Dec> {
         let coeff = self.coeff.checked_mul(o.coeff)?;
-        Some(Dec { neg: (self.neg != o.neg) && coeff != 0, coeff, exp: self.exp + o.exp })
+        Some(Dec {
+            neg: (self.neg != o.neg) && coeff != 0,
+            coeff,
+            exp: self.exp + o.exp,
+        })
     }
 
     pub fn to_f64(self) -> f64 {
-        let s = format!("{}{}e{}", if self.neg { "-" } else { "" }, self.coeff, self.exp);
+        let s = format!(
+            "{}{}e{}",
+            if self.neg { "-" } else { "" },
+            self.coeff,
+            self.exp
+        );
         s.parse().unwrap_or(f64::NAN)
     }
 
@@ -138,7 +198,11 @@ pub fn f64_to_decimal(f: f64) -> Decimal128 {
         return "NaN".parse().unwrap();
     }
     if f.is_infinite() {
-        return if f > 0.0 { "Infinity".parse().unwrap() } else { "-Infinity".parse().unwrap() };
+        return if f > 0.0 {
+            "Infinity".parse().unwrap()
+        } else {
+            "-Infinity".parse().unwrap()
+        };
     }
     // MongoDB converts doubles to decimals with 15 significant digits.
     let s = format!("{:.14e}", f);
@@ -178,7 +242,10 @@ pub fn as_exact_i64(v: &Bson) -> Option<i64> {
         Bson::Int32(i) => Some(*i as i64),
         Bson::Int64(i) => Some(*i),
         Bson::Double(d) => {
-            if d.fract() == 0.0 && *d >= -9.223_372_036_854_775_808e18 && *d < 9.223_372_036_854_775_808e18 {
+            if d.fract() == 0.0
+                && *d >= -9.223_372_036_854_775_808e18
+                && *d < 9.223_372_036_854_775_808e18
+            {
                 Some(*d as i64)
             } else {
                 None
@@ -260,7 +327,11 @@ impl Summer {
         // Kahan summation for doubles.
         let y = f - self.comp;
         let t = self.double_total + y;
-        self.comp = if t.is_finite() { (t - self.double_total) - y } else { 0.0 };
+        self.comp = if t.is_finite() {
+            (t - self.double_total) - y
+        } else {
+            0.0
+        };
         self.double_total = t;
         if let Some(d) = self.dec_total {
             self.dec_total = Dec::from_bson(v).and_then(|x| d.add(x));
@@ -319,7 +390,11 @@ pub fn multiply(vals: &[Bson]) -> Bson {
     let mut kind = NumKind::Int;
     let mut int_prod: Option<i64> = Some(1);
     let mut dprod = 1.0f64;
-    let mut dec: Option<Dec> = Some(Dec { neg: false, coeff: 1, exp: 0 });
+    let mut dec: Option<Dec> = Some(Dec {
+        neg: false,
+        coeff: 1,
+        exp: 0,
+    });
     for v in vals {
         let k = kind_of(v).unwrap_or(NumKind::Double);
         kind = kind.max(k);
@@ -357,11 +432,19 @@ pub fn round_f64(x: f64, place: i32, trunc: bool) -> f64 {
         }
         let m = 10f64.powi(place);
         let y = x * m;
-        (if trunc { y.trunc() } else { y.round_ties_even_compat() }) / m
+        (if trunc {
+            y.trunc()
+        } else {
+            y.round_ties_even_compat()
+        }) / m
     } else {
         let m = 10f64.powi(-place);
         let y = x / m;
-        (if trunc { y.trunc() } else { y.round_ties_even_compat() }) * m
+        (if trunc {
+            y.trunc()
+        } else {
+            y.round_ties_even_compat()
+        }) * m
     }
 }
 
@@ -387,12 +470,24 @@ pub fn round_dec(d: Dec, place: i32, trunc: bool) -> Option<Dec> {
     }
     let drop = (target_exp - d.exp) as u32;
     if drop > 38 {
-        return Some(Dec { neg: false, coeff: 0, exp: target_exp });
+        return Some(Dec {
+            neg: false,
+            coeff: 0,
+            exp: target_exp,
+        });
     }
     let m = 10u128.checked_pow(drop)?;
     let q = d.coeff / m;
     let r = d.coeff % m;
     let half = m / 2;
-    let q = if trunc || r < half || (r == half && q % 2 == 0) { q } else { q + 1 };
-    Some(Dec { neg: d.neg && q != 0, coeff: q, exp: target_exp })
+    let q = if trunc || r < half || (r == half && q % 2 == 0) {
+        q
+    } else {
+        q + 1
+    };
+    Some(Dec {
+        neg: d.neg && q != 0,
+        coeff: q,
+        exp: target_exp,
+    })
 }

@@ -17,7 +17,13 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
                     Some(Bson::String(s)) => out.push_str(s),
                     v if nullish(v) => return null(),
                     other => {
-                        return Err(Error::location(16702, format!("$concat only supports strings, not {}", type_name_opt(other))))
+                        return Err(Error::location(
+                            16702,
+                            format!(
+                                "$concat only supports strings, not {}",
+                                type_name_opt(other)
+                            ),
+                        ))
                     }
                 }
             }
@@ -25,15 +31,31 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
         }
         "$substr" | "$substrBytes" => substr_bytes(&vals[0], &vals[1], &vals[2]),
         "$substrCP" => substr_cp(&vals[0], &vals[1], &vals[2]),
-        "$toLower" => done(Bson::String(coerce_to_string(&vals[0])?.to_ascii_lowercase())),
-        "$toUpper" => done(Bson::String(coerce_to_string(&vals[0])?.to_ascii_uppercase())),
+        "$toLower" => done(Bson::String(
+            coerce_to_string(&vals[0])?.to_ascii_lowercase(),
+        )),
+        "$toUpper" => done(Bson::String(
+            coerce_to_string(&vals[0])?.to_ascii_uppercase(),
+        )),
         "$strLenBytes" => match &vals[0] {
             Some(Bson::String(s)) => done(len_bson(s.len())),
-            other => Err(Error::location(34473, format!("$strLenBytes requires a string argument, found: {}", type_name_opt(other)))),
+            other => Err(Error::location(
+                34473,
+                format!(
+                    "$strLenBytes requires a string argument, found: {}",
+                    type_name_opt(other)
+                ),
+            )),
         },
         "$strLenCP" => match &vals[0] {
             Some(Bson::String(s)) => done(len_bson(s.chars().count())),
-            other => Err(Error::location(34471, format!("$strLenCP requires a string argument, found: {}", type_name_opt(other)))),
+            other => Err(Error::location(
+                34471,
+                format!(
+                    "$strLenCP requires a string argument, found: {}",
+                    type_name_opt(other)
+                ),
+            )),
         },
         "$strcasecmp" => {
             let a = coerce_to_string(&vals[0])?.to_ascii_lowercase();
@@ -65,9 +87,16 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
                 }
             };
             if sep.is_empty() {
-                return Err(Error::location(40087, "$split requires a non-empty separator"));
+                return Err(Error::location(
+                    40087,
+                    "$split requires a non-empty separator",
+                ));
             }
-            done(Bson::Array(s.split(sep.as_str()).map(|p| Bson::String(p.to_string())).collect()))
+            done(Bson::Array(
+                s.split(sep.as_str())
+                    .map(|p| Bson::String(p.to_string()))
+                    .collect(),
+            ))
         }
         "$indexOfBytes" | "$indexOfCP" => index_of(name, vals),
         _ => Ok(None),
@@ -85,7 +114,10 @@ fn substr_bytes(s: &Option<Bson>, start: &Option<Bson>, len: &Option<Bson>) -> R
         other => {
             return Err(Error::location(
                 16034,
-                format!("$substrBytes: starting index must be a numeric type (is BSON type {})", type_name_opt(other)),
+                format!(
+                    "$substrBytes: starting index must be a numeric type (is BSON type {})",
+                    type_name_opt(other)
+                ),
             ))
         }
     };
@@ -94,7 +126,10 @@ fn substr_bytes(s: &Option<Bson>, start: &Option<Bson>, len: &Option<Bson>) -> R
         other => {
             return Err(Error::location(
                 16035,
-                format!("$substrBytes: length must be a numeric type (is BSON type {})", type_name_opt(other)),
+                format!(
+                    "$substrBytes: length must be a numeric type (is BSON type {})",
+                    type_name_opt(other)
+                ),
             ))
         }
     };
@@ -103,12 +138,22 @@ fn substr_bytes(s: &Option<Bson>, start: &Option<Bson>, len: &Option<Bson>) -> R
     }
     let bytes = s.as_bytes();
     let lo = (start as usize).min(bytes.len());
-    let hi = if len < 0.0 { bytes.len() } else { lo.saturating_add(len as usize).min(bytes.len()) };
+    let hi = if len < 0.0 {
+        bytes.len()
+    } else {
+        lo.saturating_add(len as usize).min(bytes.len())
+    };
     if !s.is_char_boundary(lo) {
-        return Err(Error::location(28656, "$substrBytes:  Invalid range, starting index is a UTF-8 continuation byte."));
+        return Err(Error::location(
+            28656,
+            "$substrBytes:  Invalid range, starting index is a UTF-8 continuation byte.",
+        ));
     }
     if !s.is_char_boundary(hi) {
-        return Err(Error::location(28657, "$substrBytes:  Invalid range, ending index is in the middle of a UTF-8 character."));
+        return Err(Error::location(
+            28657,
+            "$substrBytes:  Invalid range, ending index is in the middle of a UTF-8 character.",
+        ));
     }
     done(Bson::String(s[lo..hi].to_string()))
 }
@@ -132,30 +177,43 @@ fn substr_cp(s: &Option<Bson>, start: &Option<Bson>, len: &Option<Bson>) -> R {
             ))
         }
     };
-    let len = match len {
-        Some(v) if is_number(v) => match num::as_exact_i32(v) {
-            Some(i) => i,
-            None => {
-                return Err(Error::location(
+    let len =
+        match len {
+            Some(v) if is_number(v) => match num::as_exact_i32(v) {
+                Some(i) => i,
+                None => return Err(Error::location(
                     34453,
-                    format!("$substrCP: length cannot be represented as a 32-bit integral value: {}", show(v)),
+                    format!(
+                        "$substrCP: length cannot be represented as a 32-bit integral value: {}",
+                        show(v)
+                    ),
+                )),
+            },
+            other => {
+                return Err(Error::location(
+                    34452,
+                    format!(
+                        "$substrCP: length must be a numeric type (is BSON type {})",
+                        type_name_opt(other)
+                    ),
                 ))
             }
-        },
-        other => {
-            return Err(Error::location(
-                34452,
-                format!("$substrCP: length must be a numeric type (is BSON type {})", type_name_opt(other)),
-            ))
-        }
-    };
+        };
     if start < 0 {
-        return Err(Error::location(34455, "$substrCP: the starting index must be nonnegative integer."));
+        return Err(Error::location(
+            34455,
+            "$substrCP: the starting index must be nonnegative integer.",
+        ));
     }
     if len < 0 {
-        return Err(Error::location(34454, "$substrCP: length must be a nonnegative integer."));
+        return Err(Error::location(
+            34454,
+            "$substrCP: length must be a nonnegative integer.",
+        ));
     }
-    done(Bson::String(s.chars().skip(start as usize).take(len as usize).collect()))
+    done(Bson::String(
+        s.chars().skip(start as usize).take(len as usize).collect(),
+    ))
 }
 
 fn index_of(name: &str, vals: &[Option<Bson>]) -> R {
@@ -165,13 +223,25 @@ fn index_of(name: &str, vals: &[Option<Bson>]) -> R {
         Some(Bson::String(s)) => s,
         v if nullish(v) => return null(),
         other => {
-            return Err(Error::location(c1, format!("{name} requires a string as the first argument, found: {}", type_name_opt(other))))
+            return Err(Error::location(
+                c1,
+                format!(
+                    "{name} requires a string as the first argument, found: {}",
+                    type_name_opt(other)
+                ),
+            ))
         }
     };
     let needle = match &vals[1] {
         Some(Bson::String(s)) => s,
         other => {
-            return Err(Error::location(c2, format!("{name} requires a string as the second argument, found: {}", type_name_opt(other))))
+            return Err(Error::location(
+                c2,
+                format!(
+                    "{name} requires a string as the second argument, found: {}",
+                    type_name_opt(other)
+                ),
+            ))
         }
     };
     let idx_arg = |i: usize| -> Result<Option<usize>> {
@@ -233,35 +303,67 @@ pub fn build_regex(pattern: &str, options: &str, op: &str) -> Result<regex::Rege
         match c {
             'i' | 'm' | 's' | 'x' => flags.push(c),
             'u' => {}
-            _ => return Err(Error::location(51108, format!("{op} invalid flag in regex options: {c}"))),
+            _ => {
+                return Err(Error::location(
+                    51108,
+                    format!("{op} invalid flag in regex options: {c}"),
+                ))
+            }
         }
     }
-    let full = if flags.is_empty() { pattern.to_string() } else { format!("(?{flags}){pattern}") };
-    regex::Regex::new(&full).map_err(|e| Error::location(51111, format!("Invalid Regex in {op}: {e}")))
+    let full = if flags.is_empty() {
+        pattern.to_string()
+    } else {
+        format!("(?{flags}){pattern}")
+    };
+    regex::Regex::new(&full)
+        .map_err(|e| Error::location(51111, format!("Invalid Regex in {op}: {e}")))
 }
 
-pub fn regex_op(name: &str, input: Option<Bson>, regex: Option<Bson>, options: Option<Bson>) -> Result<Option<Bson>> {
+pub fn regex_op(
+    name: &str,
+    input: Option<Bson>,
+    regex: Option<Bson>,
+    options: Option<Bson>,
+) -> Result<Option<Bson>> {
     let (pattern, mut opts) = match &regex {
         Some(Bson::String(s)) => (s.clone(), String::new()),
         Some(Bson::RegularExpression(r)) => (r.pattern.clone(), r.options.clone()),
         v if nullish(v) => (String::new(), String::new()),
-        _ => return Err(Error::location(51105, format!("{name} needs 'regex' to be of type string or regex"))),
+        _ => {
+            return Err(Error::location(
+                51105,
+                format!("{name} needs 'regex' to be of type string or regex"),
+            ))
+        }
     };
     let regex_null = nullish(&regex);
     match &options {
         Some(Bson::String(o)) => {
-            if matches!(regex, Some(Bson::RegularExpression(ref r)) if !r.options.is_empty()) && !o.is_empty() {
+            if matches!(regex, Some(Bson::RegularExpression(ref r)) if !r.options.is_empty())
+                && !o.is_empty()
+            {
                 return Err(Error::location(51075, format!("{name} found regex option(s) specified in both 'regex' and 'option' fields")));
             }
             opts.push_str(o);
         }
         v if nullish(v) => {}
-        _ => return Err(Error::location(51106, format!("{name} needs 'options' to be of type string"))),
+        _ => {
+            return Err(Error::location(
+                51106,
+                format!("{name} needs 'options' to be of type string"),
+            ))
+        }
     }
     let input = match &input {
         Some(Bson::String(s)) => Some(s.clone()),
         v if nullish(v) => None,
-        _ => return Err(Error::location(51104, format!("{name} needs 'input' to be of type string"))),
+        _ => {
+            return Err(Error::location(
+                51104,
+                format!("{name} needs 'input' to be of type string"),
+            ))
+        }
     };
     let (Some(input), false) = (input, regex_null) else {
         return Ok(Some(match name {
@@ -275,7 +377,11 @@ pub fn regex_op(name: &str, input: Option<Bson>, regex: Option<Bson>, options: O
         let m = c.get(0).unwrap();
         let idx = input[..m.start()].chars().count() as i32;
         let captures: Vec<Bson> = (1..c.len())
-            .map(|i| c.get(i).map(|g| Bson::String(g.as_str().to_string())).unwrap_or(Bson::Null))
+            .map(|i| {
+                c.get(i)
+                    .map(|g| Bson::String(g.as_str().to_string()))
+                    .unwrap_or(Bson::Null)
+            })
             .collect();
         Bson::Document(doc! {"match": m.as_str(), "idx": idx, "captures": captures})
     };
@@ -286,31 +392,44 @@ pub fn regex_op(name: &str, input: Option<Bson>, regex: Option<Bson>, options: O
     }))
 }
 
-pub fn replace_op(name: &str, input: Option<Bson>, find: Option<Bson>, repl: Option<Bson>) -> Result<Option<Bson>> {
+pub fn replace_op(
+    name: &str,
+    input: Option<Bson>,
+    find: Option<Bson>,
+    repl: Option<Bson>,
+) -> Result<Option<Bson>> {
     let check = |v: &Option<Bson>, what: &str, code: i32| -> Result<()> {
         match v {
             Some(Bson::String(_)) => Ok(()),
             v if nullish(v) => Ok(()),
-            other => Err(Error::location(code, format!("{name} requires that '{what}' be a string, found: {}", show_or_type(other)))),
+            other => Err(Error::location(
+                code,
+                format!(
+                    "{name} requires that '{what}' be a string, found: {}",
+                    show_or_type(other)
+                ),
+            )),
         }
     };
     check(&input, "input", 51746)?;
     check(&find, "find", 51745)?;
     check(&repl, "replacement", 51744)?;
     match (input, find, repl) {
-        (Some(Bson::String(i)), Some(Bson::String(f)), Some(Bson::String(r))) => Ok(Some(Bson::String(if name == "$replaceOne" {
-            i.replacen(&f, &r, 1)
-        } else if f.is_empty() {
-            // Empty find: matches between every character, as mongod does.
-            let mut out = String::from(&r);
-            for c in i.chars() {
-                out.push(c);
-                out.push_str(&r);
-            }
-            out
-        } else {
-            i.replace(&f, &r)
-        }))),
+        (Some(Bson::String(i)), Some(Bson::String(f)), Some(Bson::String(r))) => {
+            Ok(Some(Bson::String(if name == "$replaceOne" {
+                i.replacen(&f, &r, 1)
+            } else if f.is_empty() {
+                // Empty find: matches between every character, as mongod does.
+                let mut out = String::from(&r);
+                for c in i.chars() {
+                    out.push(c);
+                    out.push_str(&r);
+                }
+                out
+            } else {
+                i.replace(&f, &r)
+            })))
+        }
         _ => Ok(Some(Bson::Null)),
     }
 }
@@ -325,8 +444,8 @@ fn show_or_type(v: &Option<Bson>) -> String {
 fn is_default_ws(c: char) -> bool {
     matches!(
         c,
-        '\0' | ' ' | '\t' | '\n' | '\u{0B}' | '\u{0C}' | '\r' | '\u{A0}' | '\u{1680}' | '\u{2000}'..='\u{200A}'
-            | '\u{2028}' | '\u{2029}' | '\u{202F}' | '\u{205F}' | '\u{3000}'
+        '\0' | ' ' | '\t' | '\n' | '\u{0B}' | '\u{0C}' | '\r' | '\u{A0}' | '\u{1680}' | '\u{2000}'
+            ..='\u{200A}' | '\u{2028}' | '\u{2029}' | '\u{202F}' | '\u{205F}' | '\u{3000}'
     )
 }
 
@@ -337,7 +456,11 @@ pub fn trim_op(name: &str, input: Option<Bson>, chars: Option<Bson>) -> Result<O
         Some(other) => {
             return Err(Error::location(
                 50699,
-                format!("{name} requires its input to be a string, got {} (of type {}) instead.", show(other), type_name(other)),
+                format!(
+                    "{name} requires its input to be a string, got {} (of type {}) instead.",
+                    show(other),
+                    type_name(other)
+                ),
             ))
         }
         None => unreachable!(),
@@ -349,7 +472,11 @@ pub fn trim_op(name: &str, input: Option<Bson>, chars: Option<Bson>) -> Result<O
         Some(other) => {
             return Err(Error::location(
                 50700,
-                format!("{name} requires 'chars' to be a string, got {} (of type {}) instead.", show(other), type_name(other)),
+                format!(
+                    "{name} requires 'chars' to be a string, got {} (of type {}) instead.",
+                    show(other),
+                    type_name(other)
+                ),
             ))
         }
     };

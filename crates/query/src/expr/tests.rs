@@ -21,7 +21,9 @@ fn code(expr: Bson, d: &Document) -> i32 {
 }
 
 fn msg(expr: Bson) -> String {
-    evaluate(&expr, &doc! {}, &Variables::default()).unwrap_err().message
+    evaluate(&expr, &doc! {}, &Variables::default())
+        .unwrap_err()
+        .message
 }
 
 fn dec(s: &str) -> Bson {
@@ -47,10 +49,18 @@ fn field_paths_and_variables() {
     let mut vars = Variables::default();
     vars.set("v", bson!({"y": [1, 2]}));
     assert_eq!(evaluate(&bson!("$$v.y"), &d, &vars).unwrap(), bson!([1, 2]));
-    assert_eq!(evaluate(&bson!("$$undefinedVar"), &d, &Variables::default()).unwrap_err().code, 17276);
+    assert_eq!(
+        evaluate(&bson!("$$undefinedVar"), &d, &Variables::default())
+            .unwrap_err()
+            .code,
+        17276
+    );
     // Literal, nested document and array expressions.
     assert_eq!(ev(bson!({"$literal": "$a"}), &d), bson!("$a"));
-    assert_eq!(ev(bson!({"k": "$a.b", "m": ["$a.b", "$nope", 1]}), &d), bson!({"k": 5, "m": [5, null, 1]}));
+    assert_eq!(
+        ev(bson!({"k": "$a.b", "m": ["$a.b", "$nope", 1]}), &d),
+        bson!({"k": 5, "m": [5, null, 1]})
+    );
     assert_eq!(ev(bson!({"k": "$nope"}), &d), bson!({}));
     assert_eq!(ev(bson!({"$const": 3}), &d), bson!(3));
 }
@@ -60,21 +70,36 @@ fn parse_errors() {
     assert_eq!(code(bson!({"$foo": 1}), &doc! {}), 168);
     assert_eq!(msg(bson!({"$foo": 1})), "Unrecognized expression '$foo'");
     assert_eq!(code(bson!({"$subtract": [1]}), &doc! {}), 16020);
-    assert_eq!(msg(bson!({"$subtract": [1, 2, 3]})), "Expression $subtract takes exactly 2 arguments. 3 were passed in.");
+    assert_eq!(
+        msg(bson!({"$subtract": [1, 2, 3]})),
+        "Expression $subtract takes exactly 2 arguments. 3 were passed in."
+    );
     assert_eq!(code(bson!({"$slice": [[1]]}), &doc! {}), 28667);
     assert_eq!(code(bson!({"$add": 1, "$sub": 2}), &doc! {}), 15983);
     assert_eq!(code(bson!("$"), &doc! {}), 16872);
     assert_eq!(code(bson!({"a": 1, "$b": 2}), &doc! {}), 16410);
-    assert_eq!(code(bson!({"$cond": {"if": true, "then": 1}}), &doc! {}), 17082);
-    assert_eq!(code(bson!({"$let": {"vars": {"Bad": 1}, "in": 1}}), &doc! {}), 16867);
+    assert_eq!(
+        code(bson!({"$cond": {"if": true, "then": 1}}), &doc! {}),
+        17082
+    );
+    assert_eq!(
+        code(bson!({"$let": {"vars": {"Bad": 1}, "in": 1}}), &doc! {}),
+        16867
+    );
 }
 
 #[test]
 fn arithmetic_promotion() {
     assert_eq!(e0(bson!({"$add": [1, 2]})), Bson::Int32(3));
-    assert_eq!(e0(bson!({"$add": [i32::MAX, 1]})), Bson::Int64(i32::MAX as i64 + 1));
+    assert_eq!(
+        e0(bson!({"$add": [i32::MAX, 1]})),
+        Bson::Int64(i32::MAX as i64 + 1)
+    );
     assert_eq!(e0(bson!({"$add": [1i64, 2]})), Bson::Int64(3));
-    assert_eq!(e0(bson!({"$add": [i64::MAX, 1i64]})), Bson::Double(i64::MAX as f64 + 1.0));
+    assert_eq!(
+        e0(bson!({"$add": [i64::MAX, 1i64]})),
+        Bson::Double(i64::MAX as f64 + 1.0)
+    );
     assert_eq!(e0(bson!({"$add": [1, 2.5]})), Bson::Double(3.5));
     assert_eq!(e0(bson!({"$add": [dec("0.1"), dec("0.2")]})), dec("0.3"));
     assert_eq!(e0(bson!({"$add": [dec("1.5"), 1]})), dec("2.5"));
@@ -82,16 +107,28 @@ fn arithmetic_promotion() {
     assert_eq!(e0(bson!({"$add": [date(1000), 500]})), date(1500));
     assert_eq!(code(bson!({"$add": [date(1), date(2)]}), &doc! {}), 16612);
     assert_eq!(code(bson!({"$add": [1, "x"]}), &doc! {}), 14);
-    assert_eq!(msg(bson!({"$add": [1, "x"]})), "$add only supports numeric or date types, not string");
+    assert_eq!(
+        msg(bson!({"$add": [1, "x"]})),
+        "$add only supports numeric or date types, not string"
+    );
     assert_eq!(e0(bson!({"$add": [1, null]})), Bson::Null);
     assert_eq!(ev(bson!({"$add": [1, "$missing"]}), &doc! {}), Bson::Null);
     assert_eq!(e0(bson!({"$subtract": [5, 7]})), Bson::Int32(-2));
-    assert_eq!(e0(bson!({"$subtract": [i32::MIN, 1]})), Bson::Int64(i32::MIN as i64 - 1));
-    assert_eq!(e0(bson!({"$subtract": [date(5000), date(2000)]})), Bson::Int64(3000));
+    assert_eq!(
+        e0(bson!({"$subtract": [i32::MIN, 1]})),
+        Bson::Int64(i32::MIN as i64 - 1)
+    );
+    assert_eq!(
+        e0(bson!({"$subtract": [date(5000), date(2000)]})),
+        Bson::Int64(3000)
+    );
     assert_eq!(e0(bson!({"$subtract": [date(5000), 1000]})), date(4000));
     assert_eq!(code(bson!({"$subtract": [1, date(0)]}), &doc! {}), 14);
     assert_eq!(e0(bson!({"$multiply": [3, 4]})), Bson::Int32(12));
-    assert_eq!(e0(bson!({"$multiply": [100000, 100000]})), Bson::Int64(10_000_000_000));
+    assert_eq!(
+        e0(bson!({"$multiply": [100000, 100000]})),
+        Bson::Int64(10_000_000_000)
+    );
     assert_eq!(e0(bson!({"$multiply": [2, 1.5]})), Bson::Double(3.0));
     assert_eq!(e0(bson!({"$multiply": [dec("1.1"), 3]})), dec("3.3"));
     assert_eq!(e0(bson!({"$divide": [7, 2]})), Bson::Double(3.5));
@@ -139,9 +176,15 @@ fn math_functions() {
 fn comparison_and_boolean() {
     let d = doc! {"a": 1, "n": null};
     assert_eq!(ev(bson!({"$eq": ["$a", 1.0]}), &d), Bson::Boolean(true));
-    assert_eq!(ev(bson!({"$eq": ["$missing", null]}), &d), Bson::Boolean(false));
+    assert_eq!(
+        ev(bson!({"$eq": ["$missing", null]}), &d),
+        Bson::Boolean(false)
+    );
     assert_eq!(ev(bson!({"$eq": ["$n", null]}), &d), Bson::Boolean(true));
-    assert_eq!(ev(bson!({"$lt": ["$missing", null]}), &d), Bson::Boolean(true));
+    assert_eq!(
+        ev(bson!({"$lt": ["$missing", null]}), &d),
+        Bson::Boolean(true)
+    );
     assert_eq!(ev(bson!({"$gt": ["a", 5]}), &d), Bson::Boolean(true));
     assert_eq!(ev(bson!({"$ne": [1, 2]}), &d), Bson::Boolean(true));
     assert_eq!(ev(bson!({"$gte": [2, 2]}), &d), Bson::Boolean(true));
@@ -151,20 +194,38 @@ fn comparison_and_boolean() {
     assert_eq!(ev(bson!({"$and": [1, "x", []]}), &d), Bson::Boolean(true));
     assert_eq!(ev(bson!({"$and": [1, 0]}), &d), Bson::Boolean(false));
     assert_eq!(ev(bson!({"$and": []}), &d), Bson::Boolean(true));
-    assert_eq!(ev(bson!({"$or": [null, "$missing", false]}), &d), Bson::Boolean(false));
-    assert_eq!(ev(bson!({"$or": [0, {"$gt": ["$a", 0]}]}), &d), Bson::Boolean(true));
+    assert_eq!(
+        ev(bson!({"$or": [null, "$missing", false]}), &d),
+        Bson::Boolean(false)
+    );
+    assert_eq!(
+        ev(bson!({"$or": [0, {"$gt": ["$a", 0]}]}), &d),
+        Bson::Boolean(true)
+    );
     assert_eq!(ev(bson!({"$not": [0]}), &d), Bson::Boolean(true));
     assert_eq!(ev(bson!({"$not": "$a"}), &d), Bson::Boolean(false));
     // $and short-circuits: the failing divide is never evaluated.
-    assert_eq!(ev(bson!({"$and": [false, {"$divide": [1, 0]}]}), &d), Bson::Boolean(false));
+    assert_eq!(
+        ev(bson!({"$and": [false, {"$divide": [1, 0]}]}), &d),
+        Bson::Boolean(false)
+    );
 }
 
 #[test]
 fn conditionals() {
     let d = doc! {"a": 5, "n": null};
-    assert_eq!(ev(bson!({"$cond": [{"$gt": ["$a", 3]}, "big", "small"]}), &d), bson!("big"));
-    assert_eq!(ev(bson!({"$cond": {"if": "$n", "then": 1, "else": 2}}), &d), bson!(2));
-    assert_eq!(ev(bson!({"$ifNull": ["$n", "$missing", "d"]}), &d), bson!("d"));
+    assert_eq!(
+        ev(bson!({"$cond": [{"$gt": ["$a", 3]}, "big", "small"]}), &d),
+        bson!("big")
+    );
+    assert_eq!(
+        ev(bson!({"$cond": {"if": "$n", "then": 1, "else": 2}}), &d),
+        bson!(2)
+    );
+    assert_eq!(
+        ev(bson!({"$ifNull": ["$n", "$missing", "d"]}), &d),
+        bson!("d")
+    );
     assert_eq!(ev(bson!({"$ifNull": ["$a", "d"]}), &d), bson!(5));
     assert_eq!(evo(bson!({"$ifNull": ["$n", "$missing"]}), &d), None);
     assert_eq!(code(bson!({"$ifNull": ["$n"]}), &d), 1257300);
@@ -187,37 +248,97 @@ fn string_operators() {
     assert_eq!(ev(bson!({"$toUpper": "$n"}), &d), bson!(""));
     assert_eq!(ev(bson!({"$toLower": 12}), &d), bson!("12"));
     assert_eq!(ev(bson!({"$substr": ["$s", 0, 5]}), &d), bson!("Hello"));
-    assert_eq!(ev(bson!({"$substrBytes": ["$s", 6, -1]}), &d), bson!("World"));
+    assert_eq!(
+        ev(bson!({"$substrBytes": ["$s", 6, -1]}), &d),
+        bson!("World")
+    );
     assert_eq!(ev(bson!({"$substrCP": ["héllo", 1, 3]}), &d), bson!("éll"));
     assert_eq!(code(bson!({"$substrBytes": ["héllo", 2, 1]}), &d), 28656);
     assert_eq!(ev(bson!({"$strLenBytes": "héllo"}), &d), bson!(6));
     assert_eq!(ev(bson!({"$strLenCP": "héllo"}), &d), bson!(5));
     assert_eq!(code(bson!({"$strLenCP": 5}), &d), 34471);
-    assert_eq!(ev(bson!({"$split": ["a,b,,c", ","]}), &d), bson!(["a", "b", "", "c"]));
+    assert_eq!(
+        ev(bson!({"$split": ["a,b,,c", ","]}), &d),
+        bson!(["a", "b", "", "c"])
+    );
     assert_eq!(ev(bson!({"$split": ["$n", ","]}), &d), Bson::Null);
     assert_eq!(code(bson!({"$split": ["abc", ""]}), &d), 40087);
-    assert_eq!(ev(bson!({"$trim": {"input": "  x y \n"}}), &d), bson!("x y"));
-    assert_eq!(ev(bson!({"$ltrim": {"input": "xxaxx", "chars": "x"}}), &d), bson!("axx"));
-    assert_eq!(ev(bson!({"$rtrim": {"input": "xxaxx", "chars": "x"}}), &d), bson!("xxa"));
+    assert_eq!(
+        ev(bson!({"$trim": {"input": "  x y \n"}}), &d),
+        bson!("x y")
+    );
+    assert_eq!(
+        ev(bson!({"$ltrim": {"input": "xxaxx", "chars": "x"}}), &d),
+        bson!("axx")
+    );
+    assert_eq!(
+        ev(bson!({"$rtrim": {"input": "xxaxx", "chars": "x"}}), &d),
+        bson!("xxa")
+    );
     assert_eq!(ev(bson!({"$trim": {"input": "$n"}}), &d), Bson::Null);
     assert_eq!(ev(bson!({"$indexOfBytes": ["abcabc", "c"]}), &d), bson!(2));
-    assert_eq!(ev(bson!({"$indexOfBytes": ["abcabc", "c", 3]}), &d), bson!(5));
+    assert_eq!(
+        ev(bson!({"$indexOfBytes": ["abcabc", "c", 3]}), &d),
+        bson!(5)
+    );
     assert_eq!(ev(bson!({"$indexOfCP": ["héllo", "l"]}), &d), bson!(2));
     assert_eq!(ev(bson!({"$indexOfCP": ["abc", "z"]}), &d), bson!(-1));
     assert_eq!(ev(bson!({"$indexOfCP": ["$n", "z"]}), &d), Bson::Null);
     assert_eq!(ev(bson!({"$strcasecmp": ["ABC", "abc"]}), &d), bson!(0));
     assert_eq!(ev(bson!({"$strcasecmp": ["a", "B"]}), &d), bson!(-1));
-    assert_eq!(ev(bson!({"$regexMatch": {"input": "$s", "regex": "world", "options": "i"}}), &d), Bson::Boolean(true));
     assert_eq!(
-        ev(bson!({"$regexFind": {"input": "xaby", "regex": "a(b)(z)?"}}), &d),
+        ev(
+            bson!({"$regexMatch": {"input": "$s", "regex": "world", "options": "i"}}),
+            &d
+        ),
+        Bson::Boolean(true)
+    );
+    assert_eq!(
+        ev(
+            bson!({"$regexFind": {"input": "xaby", "regex": "a(b)(z)?"}}),
+            &d
+        ),
         bson!({"match": "ab", "idx": 1, "captures": ["b", null]})
     );
-    assert_eq!(ev(bson!({"$regexFindAll": {"input": "a1b22", "regex": "[0-9]+"}}), &d).as_array().unwrap().len(), 2);
-    assert_eq!(ev(bson!({"$regexMatch": {"input": "$n", "regex": "a"}}), &d), Bson::Boolean(false));
-    assert_eq!(code(bson!({"$regexMatch": {"input": 5, "regex": "a"}}), &d), 51104);
-    assert_eq!(ev(bson!({"$replaceOne": {"input": "aXbXc", "find": "X", "replacement": "-"}}), &d), bson!("a-bXc"));
-    assert_eq!(ev(bson!({"$replaceAll": {"input": "aXbXc", "find": "X", "replacement": "-"}}), &d), bson!("a-b-c"));
-    assert_eq!(ev(bson!({"$replaceAll": {"input": "$n", "find": "X", "replacement": "-"}}), &d), Bson::Null);
+    assert_eq!(
+        ev(
+            bson!({"$regexFindAll": {"input": "a1b22", "regex": "[0-9]+"}}),
+            &d
+        )
+        .as_array()
+        .unwrap()
+        .len(),
+        2
+    );
+    assert_eq!(
+        ev(bson!({"$regexMatch": {"input": "$n", "regex": "a"}}), &d),
+        Bson::Boolean(false)
+    );
+    assert_eq!(
+        code(bson!({"$regexMatch": {"input": 5, "regex": "a"}}), &d),
+        51104
+    );
+    assert_eq!(
+        ev(
+            bson!({"$replaceOne": {"input": "aXbXc", "find": "X", "replacement": "-"}}),
+            &d
+        ),
+        bson!("a-bXc")
+    );
+    assert_eq!(
+        ev(
+            bson!({"$replaceAll": {"input": "aXbXc", "find": "X", "replacement": "-"}}),
+            &d
+        ),
+        bson!("a-b-c")
+    );
+    assert_eq!(
+        ev(
+            bson!({"$replaceAll": {"input": "$n", "find": "X", "replacement": "-"}}),
+            &d
+        ),
+        Bson::Null
+    );
 }
 
 #[test]
@@ -225,7 +346,10 @@ fn array_operators() {
     let d = doc! {"a": [1, 2, 3, 4], "n": null, "s": "x"};
     assert_eq!(ev(bson!({"$size": "$a"}), &d), bson!(4));
     assert_eq!(code(bson!({"$size": "$s"}), &d), 17124);
-    assert_eq!(msg(bson!({"$size": 1})), "The argument to $size must be an array. Type of the argument was: int");
+    assert_eq!(
+        msg(bson!({"$size": 1})),
+        "The argument to $size must be an array. Type of the argument was: int"
+    );
     assert_eq!(code(bson!({"$size": "$missing"}), &d), 17124);
     assert_eq!(ev(bson!({"$arrayElemAt": ["$a", 1]}), &d), bson!(2));
     assert_eq!(ev(bson!({"$arrayElemAt": ["$a", -1]}), &d), bson!(4));
@@ -240,7 +364,10 @@ fn array_operators() {
     assert_eq!(ev(bson!({"$slice": ["$a", 1, 2]}), &d), bson!([2, 3]));
     assert_eq!(ev(bson!({"$slice": ["$a", -3, 2]}), &d), bson!([2, 3]));
     assert_eq!(code(bson!({"$slice": ["$a", 1, 0]}), &d), 28729);
-    assert_eq!(ev(bson!({"$concatArrays": ["$a", [5], []]}), &d), bson!([1, 2, 3, 4, 5]));
+    assert_eq!(
+        ev(bson!({"$concatArrays": ["$a", [5], []]}), &d),
+        bson!([1, 2, 3, 4, 5])
+    );
     assert_eq!(ev(bson!({"$concatArrays": ["$a", "$n"]}), &d), Bson::Null);
     assert_eq!(code(bson!({"$concatArrays": ["$a", "$s"]}), &d), 28664);
     assert_eq!(ev(bson!({"$in": [2.0, "$a"]}), &d), Bson::Boolean(true));
@@ -255,37 +382,100 @@ fn array_operators() {
     assert_eq!(ev(bson!({"$range": [5, 0, -2]}), &d), bson!([5, 3, 1]));
     assert_eq!(code(bson!({"$range": [0, 5, 0]}), &d), 34449);
     assert_eq!(ev(bson!({"$reverseArray": "$a"}), &d), bson!([4, 3, 2, 1]));
-    assert_eq!(ev(bson!({"$zip": {"inputs": [[1, 2], ["a", "b", "c"]]}}), &d), bson!([[1, "a"], [2, "b"]]));
     assert_eq!(
-        ev(bson!({"$zip": {"inputs": [[1], ["a", "b"]], "useLongestLength": true, "defaults": [0, "z"]}}), &d),
+        ev(bson!({"$zip": {"inputs": [[1, 2], ["a", "b", "c"]]}}), &d),
+        bson!([[1, "a"], [2, "b"]])
+    );
+    assert_eq!(
+        ev(
+            bson!({"$zip": {"inputs": [[1], ["a", "b"]], "useLongestLength": true, "defaults": [0, "z"]}}),
+            &d
+        ),
         bson!([[1, "a"], [0, "b"]])
     );
     assert_eq!(
-        ev(bson!({"$sortArray": {"input": [{"v": 3}, {"v": 1}], "sortBy": {"v": 1}}}), &d),
+        ev(
+            bson!({"$sortArray": {"input": [{"v": 3}, {"v": 1}], "sortBy": {"v": 1}}}),
+            &d
+        ),
         bson!([{"v": 1}, {"v": 3}])
     );
-    assert_eq!(ev(bson!({"$sortArray": {"input": [3, 1, 2], "sortBy": -1}}), &d), bson!([3, 2, 1]));
+    assert_eq!(
+        ev(
+            bson!({"$sortArray": {"input": [3, 1, 2], "sortBy": -1}}),
+            &d
+        ),
+        bson!([3, 2, 1])
+    );
 }
 
 #[test]
 fn higher_order_operators() {
     let d = doc! {"a": [1, 2, 3, 4], "k": 10};
-    assert_eq!(ev(bson!({"$map": {"input": "$a", "as": "x", "in": {"$multiply": ["$$x", 2]}}}), &d), bson!([2, 4, 6, 8]));
-    assert_eq!(ev(bson!({"$map": {"input": "$a", "in": {"$add": ["$$this", "$k"]}}}), &d), bson!([11, 12, 13, 14]));
-    assert_eq!(ev(bson!({"$map": {"input": "$missing", "in": 1}}), &d), Bson::Null);
-    assert_eq!(code(bson!({"$map": {"input": "$k", "in": 1}}), &d), 16883);
-    assert_eq!(ev(bson!({"$filter": {"input": "$a", "as": "x", "cond": {"$gt": ["$$x", 2]}}}), &d), bson!([3, 4]));
-    assert_eq!(ev(bson!({"$filter": {"input": "$a", "cond": {"$gt": ["$$this", 1]}, "limit": 2}}), &d), bson!([2, 3]));
-    assert_eq!(code(bson!({"$filter": {"input": "$k", "cond": true}}), &d), 28651);
-    assert_eq!(ev(bson!({"$reduce": {"input": "$a", "initialValue": 0, "in": {"$add": ["$$value", "$$this"]}}}), &d), bson!(10));
     assert_eq!(
-        ev(bson!({"$reduce": {"input": [[1], [2, 3]], "initialValue": [], "in": {"$concatArrays": ["$$value", "$$this"]}}}), &d),
+        ev(
+            bson!({"$map": {"input": "$a", "as": "x", "in": {"$multiply": ["$$x", 2]}}}),
+            &d
+        ),
+        bson!([2, 4, 6, 8])
+    );
+    assert_eq!(
+        ev(
+            bson!({"$map": {"input": "$a", "in": {"$add": ["$$this", "$k"]}}}),
+            &d
+        ),
+        bson!([11, 12, 13, 14])
+    );
+    assert_eq!(
+        ev(bson!({"$map": {"input": "$missing", "in": 1}}), &d),
+        Bson::Null
+    );
+    assert_eq!(code(bson!({"$map": {"input": "$k", "in": 1}}), &d), 16883);
+    assert_eq!(
+        ev(
+            bson!({"$filter": {"input": "$a", "as": "x", "cond": {"$gt": ["$$x", 2]}}}),
+            &d
+        ),
+        bson!([3, 4])
+    );
+    assert_eq!(
+        ev(
+            bson!({"$filter": {"input": "$a", "cond": {"$gt": ["$$this", 1]}, "limit": 2}}),
+            &d
+        ),
+        bson!([2, 3])
+    );
+    assert_eq!(
+        code(bson!({"$filter": {"input": "$k", "cond": true}}), &d),
+        28651
+    );
+    assert_eq!(
+        ev(
+            bson!({"$reduce": {"input": "$a", "initialValue": 0, "in": {"$add": ["$$value", "$$this"]}}}),
+            &d
+        ),
+        bson!(10)
+    );
+    assert_eq!(
+        ev(
+            bson!({"$reduce": {"input": [[1], [2, 3]], "initialValue": [], "in": {"$concatArrays": ["$$value", "$$this"]}}}),
+            &d
+        ),
         bson!([1, 2, 3])
     );
-    assert_eq!(ev(bson!({"$let": {"vars": {"x": 2, "y": "$k"}, "in": {"$multiply": ["$$x", "$$y"]}}}), &d), bson!(20));
+    assert_eq!(
+        ev(
+            bson!({"$let": {"vars": {"x": 2, "y": "$k"}, "in": {"$multiply": ["$$x", "$$y"]}}}),
+            &d
+        ),
+        bson!(20)
+    );
     // Nested scopes shadow outer ones.
     assert_eq!(
-        ev(bson!({"$let": {"vars": {"x": 1}, "in": {"$let": {"vars": {"x": 2}, "in": "$$x"}}}}), &d),
+        ev(
+            bson!({"$let": {"vars": {"x": 1}, "in": {"$let": {"vars": {"x": 2}, "in": "$$x"}}}}),
+            &d
+        ),
         bson!(2)
     );
 }
@@ -293,14 +483,38 @@ fn higher_order_operators() {
 #[test]
 fn set_operators() {
     let d = doc! {};
-    assert_eq!(e0(bson!({"$setUnion": [[1, 2], [2, 3, 1.0]]})), bson!([1, 2, 3]));
-    assert_eq!(e0(bson!({"$setIntersection": [[1, 2, 3], [2, 3, 4]]})), bson!([2, 3]));
-    assert_eq!(e0(bson!({"$setDifference": [[1, 2, 3], [2]]})), bson!([1, 3]));
-    assert_eq!(e0(bson!({"$setEquals": [[1, 2], [2, 1, 1]]})), Bson::Boolean(true));
-    assert_eq!(e0(bson!({"$setIsSubset": [[1], [1, 2]]})), Bson::Boolean(true));
-    assert_eq!(e0(bson!({"$anyElementTrue": [[0, false, 1]]})), Bson::Boolean(true));
-    assert_eq!(e0(bson!({"$allElementsTrue": [[1, []]]})), Bson::Boolean(true));
-    assert_eq!(e0(bson!({"$allElementsTrue": [[1, null]]})), Bson::Boolean(false));
+    assert_eq!(
+        e0(bson!({"$setUnion": [[1, 2], [2, 3, 1.0]]})),
+        bson!([1, 2, 3])
+    );
+    assert_eq!(
+        e0(bson!({"$setIntersection": [[1, 2, 3], [2, 3, 4]]})),
+        bson!([2, 3])
+    );
+    assert_eq!(
+        e0(bson!({"$setDifference": [[1, 2, 3], [2]]})),
+        bson!([1, 3])
+    );
+    assert_eq!(
+        e0(bson!({"$setEquals": [[1, 2], [2, 1, 1]]})),
+        Bson::Boolean(true)
+    );
+    assert_eq!(
+        e0(bson!({"$setIsSubset": [[1], [1, 2]]})),
+        Bson::Boolean(true)
+    );
+    assert_eq!(
+        e0(bson!({"$anyElementTrue": [[0, false, 1]]})),
+        Bson::Boolean(true)
+    );
+    assert_eq!(
+        e0(bson!({"$allElementsTrue": [[1, []]]})),
+        Bson::Boolean(true)
+    );
+    assert_eq!(
+        e0(bson!({"$allElementsTrue": [[1, null]]})),
+        Bson::Boolean(false)
+    );
     assert_eq!(e0(bson!({"$setUnion": [[1], null]})), Bson::Null);
     assert_eq!(code(bson!({"$setUnion": [[1], 1]}), &d), 17043);
     assert_eq!(code(bson!({"$setIsSubset": [1, [1]]}), &d), 17046);
@@ -309,18 +523,51 @@ fn set_operators() {
 #[test]
 fn object_operators() {
     let d = doc! {"o": {"a": 1, "b": 2}};
-    assert_eq!(ev(bson!({"$objectToArray": "$o"}), &d), bson!([{"k": "a", "v": 1}, {"k": "b", "v": 2}]));
-    assert_eq!(ev(bson!({"$arrayToObject": [[["a", 1], ["b", 2]]]}), &d), bson!({"a": 1, "b": 2}));
-    assert_eq!(ev(bson!({"$arrayToObject": [[{"k": "x", "v": 1}, {"k": "x", "v": 2}]]}), &d), bson!({"x": 2}));
+    assert_eq!(
+        ev(bson!({"$objectToArray": "$o"}), &d),
+        bson!([{"k": "a", "v": 1}, {"k": "b", "v": 2}])
+    );
+    assert_eq!(
+        ev(bson!({"$arrayToObject": [[["a", 1], ["b", 2]]]}), &d),
+        bson!({"a": 1, "b": 2})
+    );
+    assert_eq!(
+        ev(
+            bson!({"$arrayToObject": [[{"k": "x", "v": 1}, {"k": "x", "v": 2}]]}),
+            &d
+        ),
+        bson!({"x": 2})
+    );
     assert_eq!(code(bson!({"$arrayToObject": [[["a", 1, 2]]]}), &d), 40397);
-    assert_eq!(ev(bson!({"$mergeObjects": ["$o", {"b": 3, "c": 4}, null]}), &d), bson!({"a": 1, "b": 3, "c": 4}));
+    assert_eq!(
+        ev(bson!({"$mergeObjects": ["$o", {"b": 3, "c": 4}, null]}), &d),
+        bson!({"a": 1, "b": 3, "c": 4})
+    );
     assert_eq!(code(bson!({"$mergeObjects": ["$o", 1]}), &d), 40400);
-    assert_eq!(ev(bson!({"$mergeObjects": [[{"a": 1}, null, {"b": 2}]]}), &d), bson!({"a": 1, "b": 2}));
+    assert_eq!(
+        ev(bson!({"$mergeObjects": [[{"a": 1}, null, {"b": 2}]]}), &d),
+        bson!({"a": 1, "b": 2})
+    );
     assert_eq!(ev(bson!({"$mergeObjects": [null, null]}), &d), bson!({}));
-    assert_eq!(ev(bson!({"$getField": {"field": "a", "input": "$o"}}), &d), bson!(1));
+    assert_eq!(
+        ev(bson!({"$getField": {"field": "a", "input": "$o"}}), &d),
+        bson!(1)
+    );
     assert_eq!(ev(bson!({"$getField": "o"}), &d), bson!({"a": 1, "b": 2}));
-    assert_eq!(ev(bson!({"$setField": {"field": "z", "input": "$o", "value": 9}}), &d), bson!({"a": 1, "b": 2, "z": 9}));
-    assert_eq!(ev(bson!({"$setField": {"field": "a", "input": "$o", "value": "$$REMOVE"}}), &d), bson!({"b": 2}));
+    assert_eq!(
+        ev(
+            bson!({"$setField": {"field": "z", "input": "$o", "value": 9}}),
+            &d
+        ),
+        bson!({"a": 1, "b": 2, "z": 9})
+    );
+    assert_eq!(
+        ev(
+            bson!({"$setField": {"field": "a", "input": "$o", "value": "$$REMOVE"}}),
+            &d
+        ),
+        bson!({"b": 2})
+    );
 }
 
 #[test]
@@ -336,7 +583,10 @@ fn accumulator_expressions() {
     assert_eq!(ev(bson!({"$min": "$a"}), &d), bson!(1));
     assert_eq!(ev(bson!({"$min": [5, null, 2]}), &d), bson!(2));
     assert_eq!(ev(bson!({"$max": "$e"}), &d), Bson::Null);
-    assert_eq!(ev(bson!({"$stdDevPop": [[2, 4, 4, 4, 5, 5, 7, 9]]}), &d), Bson::Double(2.0));
+    assert_eq!(
+        ev(bson!({"$stdDevPop": [[2, 4, 4, 4, 5, 5, 7, 9]]}), &d),
+        Bson::Double(2.0)
+    );
 }
 
 #[test]
@@ -355,19 +605,43 @@ fn type_operators() {
     assert_eq!(ev(bson!({"$toDecimal": 1.5}), &d), dec("1.5"));
     assert_eq!(ev(bson!({"$toString": 1.5}), &d), bson!("1.5"));
     assert_eq!(ev(bson!({"$toString": 3.0}), &d), bson!("3"));
-    assert_eq!(ev(bson!({"$toString": date(0)}), &d), bson!("1970-01-01T00:00:00.000Z"));
+    assert_eq!(
+        ev(bson!({"$toString": date(0)}), &d),
+        bson!("1970-01-01T00:00:00.000Z")
+    );
     assert_eq!(ev(bson!({"$toBool": 0}), &d), Bson::Boolean(false));
     assert_eq!(ev(bson!({"$toBool": ""}), &d), Bson::Boolean(true));
     assert_eq!(ev(bson!({"$toInt": "$n"}), &d), Bson::Null);
     assert_eq!(ev(bson!({"$toDate": 86400000i64}), &d), date(86_400_000));
-    assert_eq!(ev(bson!({"$toDate": "2021-03-04T05:06:07.089Z"}), &d), date(1_614_834_367_089));
+    assert_eq!(
+        ev(bson!({"$toDate": "2021-03-04T05:06:07.089Z"}), &d),
+        date(1_614_834_367_089)
+    );
     let oid = bson::oid::ObjectId::parse_str("5ab9cbfa31c2ab715d42129e").unwrap();
-    assert_eq!(ev(bson!({"$toObjectId": "5ab9cbfa31c2ab715d42129e"}), &d), Bson::ObjectId(oid));
+    assert_eq!(
+        ev(bson!({"$toObjectId": "5ab9cbfa31c2ab715d42129e"}), &d),
+        Bson::ObjectId(oid)
+    );
     assert_eq!(code(bson!({"$toInt": "abc"}), &d), 241);
     assert_eq!(code(bson!({"$toInt": 3e10}), &d), 241);
-    assert_eq!(ev(bson!({"$convert": {"input": "abc", "to": "int", "onError": -1}}), &d), bson!(-1));
-    assert_eq!(ev(bson!({"$convert": {"input": "$n", "to": "int", "onNull": 0}}), &d), bson!(0));
-    assert_eq!(ev(bson!({"$convert": {"input": "7", "to": 18}}), &d), Bson::Int64(7));
+    assert_eq!(
+        ev(
+            bson!({"$convert": {"input": "abc", "to": "int", "onError": -1}}),
+            &d
+        ),
+        bson!(-1)
+    );
+    assert_eq!(
+        ev(
+            bson!({"$convert": {"input": "$n", "to": "int", "onNull": 0}}),
+            &d
+        ),
+        bson!(0)
+    );
+    assert_eq!(
+        ev(bson!({"$convert": {"input": "7", "to": 18}}), &d),
+        Bson::Int64(7)
+    );
     assert_eq!(code(bson!({"$convert": {"input": 1, "to": "nope"}}), &d), 2);
     assert!(msg(bson!({"$toInt": [[1]]})).starts_with("Unsupported conversion from array to int"));
 }
@@ -387,21 +661,97 @@ fn date_operators() {
     assert_eq!(ev(bson!({"$dayOfYear": "$d"}), &d), bson!(63));
     assert_eq!(ev(bson!({"$week": "$d"}), &d), bson!(9));
     assert_eq!(ev(bson!({"$isoWeek": "$d"}), &d), bson!(9));
-    assert_eq!(ev(bson!({"$hour": {"date": "$d", "timezone": "+05:30"}}), &d), bson!(10));
+    assert_eq!(
+        ev(bson!({"$hour": {"date": "$d", "timezone": "+05:30"}}), &d),
+        bson!(10)
+    );
     assert_eq!(ev(bson!({"$year": "$n"}), &d), Bson::Null);
     assert_eq!(code(bson!({"$year": "x"}), &d), 16006);
-    assert_eq!(code(bson!({"$year": {"date": "$d", "timezone": "Mars/Base"}}), &d), 40485);
-    assert_eq!(ev(bson!({"$dateToString": {"date": "$d"}}), &d), bson!("2021-03-04T05:06:07.089Z"));
-    assert_eq!(ev(bson!({"$dateToString": {"date": "$d", "format": "%Y/%m/%d %H:%M:%S.%L %j %w %u %U %V %G %%"}}), &d), bson!("2021/03/04 05:06:07.089 063 5 4 09 09 2021 %"));
-    assert_eq!(ev(bson!({"$dateToString": {"date": "$d", "format": "%H:%M %z", "timezone": "-0800"}}), &d), bson!("21:06 -0800"));
-    assert_eq!(ev(bson!({"$dateToString": {"date": "$n", "onNull": "none"}}), &d), bson!("none"));
-    assert_eq!(code(bson!({"$dateToString": {"date": "$d", "format": "%Q"}}), &d), 18536);
-    assert_eq!(ev(bson!({"$dateFromString": {"dateString": "2021-03-04"}}), &d), date(1_614_816_000_000));
-    assert_eq!(ev(bson!({"$dateFromString": {"dateString": "04/03/2021", "format": "%d/%m/%Y"}}), &d), date(1_614_816_000_000));
-    assert_eq!(ev(bson!({"$dateFromString": {"dateString": "garbage", "onError": "bad"}}), &d), bson!("bad"));
-    assert_eq!(ev(bson!({"$dateAdd": {"startDate": "$d", "unit": "day", "amount": 1}}), &d), date(1_614_834_367_089 + 86_400_000));
-    assert_eq!(ev(bson!({"$dateDiff": {"startDate": date(0), "endDate": "$d", "unit": "year"}}), &d), Bson::Int64(51));
-    assert_eq!(ev(bson!({"$dateTrunc": {"date": "$d", "unit": "day"}}), &d), date(1_614_816_000_000));
-    assert_eq!(ev(bson!({"$dateFromParts": {"year": 2021, "month": 3, "day": 4}}), &d), date(1_614_816_000_000));
-    assert_eq!(ev(bson!({"$dateToParts": {"date": "$d"}}), &d).as_document().unwrap().get_i32("day").unwrap(), 4);
+    assert_eq!(
+        code(
+            bson!({"$year": {"date": "$d", "timezone": "Mars/Base"}}),
+            &d
+        ),
+        40485
+    );
+    assert_eq!(
+        ev(bson!({"$dateToString": {"date": "$d"}}), &d),
+        bson!("2021-03-04T05:06:07.089Z")
+    );
+    assert_eq!(
+        ev(
+            bson!({"$dateToString": {"date": "$d", "format": "%Y/%m/%d %H:%M:%S.%L %j %w %u %U %V %G %%"}}),
+            &d
+        ),
+        bson!("2021/03/04 05:06:07.089 063 5 4 09 09 2021 %")
+    );
+    assert_eq!(
+        ev(
+            bson!({"$dateToString": {"date": "$d", "format": "%H:%M %z", "timezone": "-0800"}}),
+            &d
+        ),
+        bson!("21:06 -0800")
+    );
+    assert_eq!(
+        ev(
+            bson!({"$dateToString": {"date": "$n", "onNull": "none"}}),
+            &d
+        ),
+        bson!("none")
+    );
+    assert_eq!(
+        code(bson!({"$dateToString": {"date": "$d", "format": "%Q"}}), &d),
+        18536
+    );
+    assert_eq!(
+        ev(bson!({"$dateFromString": {"dateString": "2021-03-04"}}), &d),
+        date(1_614_816_000_000)
+    );
+    assert_eq!(
+        ev(
+            bson!({"$dateFromString": {"dateString": "04/03/2021", "format": "%d/%m/%Y"}}),
+            &d
+        ),
+        date(1_614_816_000_000)
+    );
+    assert_eq!(
+        ev(
+            bson!({"$dateFromString": {"dateString": "garbage", "onError": "bad"}}),
+            &d
+        ),
+        bson!("bad")
+    );
+    assert_eq!(
+        ev(
+            bson!({"$dateAdd": {"startDate": "$d", "unit": "day", "amount": 1}}),
+            &d
+        ),
+        date(1_614_834_367_089 + 86_400_000)
+    );
+    assert_eq!(
+        ev(
+            bson!({"$dateDiff": {"startDate": date(0), "endDate": "$d", "unit": "year"}}),
+            &d
+        ),
+        Bson::Int64(51)
+    );
+    assert_eq!(
+        ev(bson!({"$dateTrunc": {"date": "$d", "unit": "day"}}), &d),
+        date(1_614_816_000_000)
+    );
+    assert_eq!(
+        ev(
+            bson!({"$dateFromParts": {"year": 2021, "month": 3, "day": 4}}),
+            &d
+        ),
+        date(1_614_816_000_000)
+    );
+    assert_eq!(
+        ev(bson!({"$dateToParts": {"date": "$d"}}), &d)
+            .as_document()
+            .unwrap()
+            .get_i32("day")
+            .unwrap(),
+        4
+    );
 }

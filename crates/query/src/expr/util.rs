@@ -38,7 +38,9 @@ pub fn truthy(v: &Option<Bson>) -> bool {
         Some(Bson::Int32(i)) => *i != 0,
         Some(Bson::Int64(i)) => *i != 0,
         Some(Bson::Double(d)) => *d != 0.0,
-        Some(v @ Bson::Decimal128(_)) => crate::compare::as_f64(v).map(|f| f != 0.0).unwrap_or(true),
+        Some(v @ Bson::Decimal128(_)) => {
+            crate::compare::as_f64(v).map(|f| f != 0.0).unwrap_or(true)
+        }
         Some(_) => true,
     }
 }
@@ -49,10 +51,18 @@ pub fn format_double(d: f64) -> String {
         return "NaN".into();
     }
     if d.is_infinite() {
-        return if d > 0.0 { "Infinity".into() } else { "-Infinity".into() };
+        return if d > 0.0 {
+            "Infinity".into()
+        } else {
+            "-Infinity".into()
+        };
     }
     if d == 0.0 {
-        return if d.is_sign_negative() { "-0".into() } else { "0".into() };
+        return if d.is_sign_negative() {
+            "-0".into()
+        } else {
+            "0".into()
+        };
     }
     let abs = d.abs();
     if (1e-5..1e21).contains(&abs) {
@@ -93,7 +103,13 @@ pub fn coerce_to_string(v: &Option<Bson>) -> Result<String> {
         Some(Bson::Timestamp(t)) => format!("Timestamp({}, {})", t.time, t.increment),
         Some(Bson::JavaScriptCode(c)) => c.clone(),
         Some(other) => {
-            return Err(Error::location(16007, format!("can't convert from BSON type {} to String", type_name(other))))
+            return Err(Error::location(
+                16007,
+                format!(
+                    "can't convert from BSON type {} to String",
+                    type_name(other)
+                ),
+            ))
         }
     })
 }
@@ -109,7 +125,11 @@ pub fn show(v: &Bson) -> String {
         Bson::DateTime(d) => format_date_iso(d.timestamp_millis()),
         Bson::Document(d) => {
             let parts: Vec<String> = d.iter().map(|(k, v)| format!("{k}: {}", show(v))).collect();
-            if parts.is_empty() { "{}".into() } else { format!("{{ {} }}", parts.join(", ")) }
+            if parts.is_empty() {
+                "{}".into()
+            } else {
+                format!("{{ {} }}", parts.join(", "))
+            }
         }
         Bson::Array(a) => {
             let parts: Vec<String> = a.iter().map(show).collect();

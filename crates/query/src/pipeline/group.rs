@@ -35,16 +35,28 @@ impl AccSpec {
     /// Parses `field: {$op: <expr>}` of a `$group` (or `$bucket.output`).
     pub fn parse(field: &str, v: &Bson) -> Result<AccSpec> {
         if field.contains('.') {
-            return Err(Error::location(40235, format!("The field name '{field}' cannot contain '.'")));
+            return Err(Error::location(
+                40235,
+                format!("The field name '{field}' cannot contain '.'"),
+            ));
         }
         if field.starts_with('$') {
-            return Err(Error::location(40236, format!("The field name '{field}' cannot be an operator name")));
+            return Err(Error::location(
+                40236,
+                format!("The field name '{field}' cannot be an operator name"),
+            ));
         }
         let Bson::Document(d) = v else {
-            return Err(Error::location(40234, format!("The field '{field}' must be an accumulator object")));
+            return Err(Error::location(
+                40234,
+                format!("The field '{field}' must be an accumulator object"),
+            ));
         };
         if d.len() != 1 {
-            return Err(Error::location(40238, format!("The field '{field}' must specify one accumulator")));
+            return Err(Error::location(
+                40238,
+                format!("The field '{field}' must specify one accumulator"),
+            ));
         }
         let (op_name, arg) = d.iter().next().unwrap();
         let op = match op_name.as_str() {
@@ -60,18 +72,37 @@ impl AccSpec {
             "$stdDevPop" => AccOp::StdDevPop,
             "$stdDevSamp" => AccOp::StdDevSamp,
             "$count" => AccOp::Count,
-            other => return Err(Error::location(15952, format!("unknown group operator '{other}'"))),
+            other => {
+                return Err(Error::location(
+                    15952,
+                    format!("unknown group operator '{other}'"),
+                ))
+            }
         };
         if op == AccOp::Count {
             if !matches!(arg, Bson::Document(a) if a.is_empty()) {
-                return Err(Error::location(40160, "$count takes no arguments, i.e. $count:{}"));
+                return Err(Error::location(
+                    40160,
+                    "$count takes no arguments, i.e. $count:{}",
+                ));
             }
-            return Ok(AccSpec { name: field.to_string(), op, arg: Expr::Const(Bson::Int32(1)) });
+            return Ok(AccSpec {
+                name: field.to_string(),
+                op,
+                arg: Expr::Const(Bson::Int32(1)),
+            });
         }
         if matches!(arg, Bson::Array(_)) {
-            return Err(Error::location(40237, format!("The {op_name} accumulator is a unary operator")));
+            return Err(Error::location(
+                40237,
+                format!("The {op_name} accumulator is a unary operator"),
+            ));
         }
-        Ok(AccSpec { name: field.to_string(), op, arg: Expr::parse(arg)? })
+        Ok(AccSpec {
+            name: field.to_string(),
+            op,
+            arg: Expr::parse(arg)?,
+        })
     }
 }
 
@@ -119,7 +150,8 @@ impl AccState {
                         None => true,
                         Some(b) => {
                             let o = cmp_bson(&v, b);
-                            (op == AccOp::Min && o == Ordering::Less) || (op == AccOp::Max && o == Ordering::Greater)
+                            (op == AccOp::Min && o == Ordering::Less)
+                                || (op == AccOp::Max && o == Ordering::Greater)
                         }
                     };
                     if replace {
@@ -157,7 +189,11 @@ impl AccState {
                 Some(other) => {
                     return Err(Error::location(
                         40400,
-                        format!("$mergeObjects requires object inputs, but input {} is of type {}", util::show(&other), util::type_name(&other)),
+                        format!(
+                            "$mergeObjects requires object inputs, but input {} is of type {}",
+                            util::show(&other),
+                            util::type_name(&other)
+                        ),
                     ))
                 }
             },
@@ -199,7 +235,9 @@ fn write_key(v: &Bson, out: &mut String) {
     use std::fmt::Write;
     match v {
         Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => {
-            if let Some(i) = crate::expr::num::as_exact_i64(v).filter(|_| !matches!(v, Bson::Decimal128(_))) {
+            if let Some(i) =
+                crate::expr::num::as_exact_i64(v).filter(|_| !matches!(v, Bson::Decimal128(_)))
+            {
                 let _ = write!(out, "n{i};");
             } else {
                 let f = as_f64(v).unwrap_or(f64::NAN);
@@ -236,13 +274,23 @@ fn write_key(v: &Bson, out: &mut String) {
         Bson::Null => out.push_str("z;"),
         Bson::Undefined => out.push_str("u;"),
         other => {
-            let _ = write!(out, "t{}:{:?};", crate::compare::canonical_type(other), other);
+            let _ = write!(
+                out,
+                "t{}:{:?};",
+                crate::compare::canonical_type(other),
+                other
+            );
         }
     }
 }
 
 /// Groups documents by `id` and folds the accumulators.
-pub fn run_group(id: &Expr, accs: &[AccSpec], docs: Vec<Document>, vars: &Variables) -> Result<Vec<Document>> {
+pub fn run_group(
+    id: &Expr,
+    accs: &[AccSpec],
+    docs: Vec<Document>,
+    vars: &Variables,
+) -> Result<Vec<Document>> {
     let mut index: HashMap<String, usize> = HashMap::new();
     let mut groups: Vec<(Bson, Vec<AccState>)> = Vec::new();
     for doc in &docs {

@@ -109,12 +109,22 @@ struct BucketStage {
 enum Stage {
     Match(Box<MatchStage>),
     Project(project::Tree),
-    Sort { spec: SortSpec, limit: Option<usize> },
+    Sort {
+        spec: SortSpec,
+        limit: Option<usize>,
+    },
     Limit(usize),
     Skip(usize),
-    Group { id: Expr, accs: Vec<AccSpec> },
+    Group {
+        id: Expr,
+        accs: Vec<AccSpec>,
+    },
     Count(String),
-    Unwind { path: Vec<String>, index: Option<String>, preserve: bool },
+    Unwind {
+        path: Vec<String>,
+        index: Option<String>,
+        preserve: bool,
+    },
     ReplaceRoot(Expr),
     Lookup(Box<LookupStage>),
     GraphLookup(Box<GraphLookupStage>),
@@ -122,7 +132,11 @@ enum Stage {
     SortByCount(Expr),
     Sample(usize),
     Bucket(Box<BucketStage>),
-    UnionWith { db: String, coll: String, pipeline: Option<Pipeline> },
+    UnionWith {
+        db: String,
+        coll: String,
+        pipeline: Option<Pipeline>,
+    },
     Redact(Expr),
     Documents(Expr),
     /// `$out` / `$merge`: documents pass through; the engine writes them.
@@ -156,7 +170,10 @@ pub struct Pipeline {
 
 impl std::fmt::Debug for Pipeline {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pipeline").field("db", &self.db).field("stages", &self.specs).finish()
+        f.debug_struct("Pipeline")
+            .field("db", &self.db)
+            .field("stages", &self.specs)
+            .finish()
     }
 }
 
@@ -170,7 +187,10 @@ enum Context {
 
 fn stage_name(spec: &Document) -> Result<(&str, &Bson)> {
     if spec.len() != 1 {
-        return Err(Error::location(40323, "A pipeline stage specification object must contain exactly one field."));
+        return Err(Error::location(
+            40323,
+            "A pipeline stage specification object must contain exactly one field.",
+        ));
     }
     let (k, v) = spec.iter().next().unwrap();
     Ok((k.as_str(), v))
@@ -195,7 +215,13 @@ fn parse_count_value(v: &Bson, stage: &str) -> Result<i64> {
 
 fn strings_with_vars(v: &Bson) -> bool {
     match v {
-        Bson::String(s) => s.starts_with("$$") && s[2..].chars().next().is_some_and(|c| !c.is_ascii_uppercase()),
+        Bson::String(s) => {
+            s.starts_with("$$")
+                && s[2..]
+                    .chars()
+                    .next()
+                    .is_some_and(|c| !c.is_ascii_uppercase())
+        }
         Bson::Document(d) => d.values().any(strings_with_vars),
         Bson::Array(a) => a.iter().any(strings_with_vars),
         _ => false,
@@ -227,7 +253,11 @@ pub fn substitute_vars(filter: &Document, vars: &Variables) -> Document {
                     None => v.clone(),
                 }
             }
-            Bson::Document(d) => Bson::Document(d.iter().map(|(k, x)| (k.clone(), in_expr(x, vars))).collect()),
+            Bson::Document(d) => Bson::Document(
+                d.iter()
+                    .map(|(k, x)| (k.clone(), in_expr(x, vars)))
+                    .collect(),
+            ),
             Bson::Array(a) => Bson::Array(a.iter().map(|x| in_expr(x, vars)).collect()),
             other => other.clone(),
         }
@@ -236,7 +266,16 @@ pub fn substitute_vars(filter: &Document, vars: &Variables) -> Document {
         match v {
             Bson::Document(d) => Bson::Document(
                 d.iter()
-                    .map(|(k, x)| (k.clone(), if k == "$expr" { in_expr(x, vars) } else { walk(x, vars) }))
+                    .map(|(k, x)| {
+                        (
+                            k.clone(),
+                            if k == "$expr" {
+                                in_expr(x, vars)
+                            } else {
+                                walk(x, vars)
+                            },
+                        )
+                    })
                     .collect(),
             ),
             Bson::Array(a) => Bson::Array(a.iter().map(|x| walk(x, vars)).collect()),
@@ -252,7 +291,11 @@ pub fn substitute_vars(filter: &Document, vars: &Variables) -> Document {
 fn string_arg<'a>(stage: &str, name: &str, v: &'a Bson) -> Result<&'a str> {
     match v {
         Bson::String(s) => Ok(s),
-        other => Err(Error::failed_to_parse(format!("{stage} argument '{name}' must be a string, found {}: {}", type_name(other), util::show(other)))),
+        other => Err(Error::failed_to_parse(format!(
+            "{stage} argument '{name}' must be a string, found {}: {}",
+            type_name(other),
+            util::show(other)
+        ))),
     }
 }
 
@@ -260,8 +303,12 @@ fn parse_from(stage: &str, v: &Bson, db: &str) -> Result<(String, String)> {
     match v {
         Bson::String(s) => Ok((db.to_string(), s.clone())),
         Bson::Document(d) => {
-            let dbn = d.get_str("db").map_err(|_| Error::failed_to_parse(format!("{stage} 'from' must have a string 'db' field")))?;
-            let coll = d.get_str("coll").map_err(|_| Error::failed_to_parse(format!("{stage} 'from' must have a string 'coll' field")))?;
+            let dbn = d.get_str("db").map_err(|_| {
+                Error::failed_to_parse(format!("{stage} 'from' must have a string 'db' field"))
+            })?;
+            let coll = d.get_str("coll").map_err(|_| {
+                Error::failed_to_parse(format!("{stage} 'from' must have a string 'coll' field"))
+            })?;
             Ok((dbn.to_string(), coll.to_string()))
         }
         other => Err(Error::failed_to_parse(format!(
@@ -273,7 +320,10 @@ fn parse_from(stage: &str, v: &Bson, db: &str) -> Result<(String, String)> {
 
 fn parse_sub_pipeline(v: &Bson, db: &str, ctx: Context, stage: &str) -> Result<Pipeline> {
     let Bson::Array(a) = v else {
-        return Err(Error::failed_to_parse(format!("{stage} 'pipeline' must be an array, found {}", type_name(v))));
+        return Err(Error::failed_to_parse(format!(
+            "{stage} 'pipeline' must be an array, found {}",
+            type_name(v)
+        )));
     };
     let mut stages = Vec::with_capacity(a.len());
     for s in a {
@@ -294,11 +344,17 @@ fn parse_field_name_option(stage: &str, opt: &str, v: &Bson) -> Result<String> {
     match v {
         Bson::String(s) if !s.is_empty() => {
             if s.starts_with('$') {
-                return Err(Error::location(16410, format!("{stage}: '{opt}' field names may not start with '$': {s}")));
+                return Err(Error::location(
+                    16410,
+                    format!("{stage}: '{opt}' field names may not start with '$': {s}"),
+                ));
             }
             Ok(s.clone())
         }
-        other => Err(Error::failed_to_parse(format!("{stage} '{opt}' must be a non-empty string, found {}", type_name(other)))),
+        other => Err(Error::failed_to_parse(format!(
+            "{stage} '{opt}' must be a non-empty string, found {}",
+            type_name(other)
+        ))),
     }
 }
 
@@ -315,19 +371,42 @@ impl Pipeline {
             let (name, arg) = stage_name(spec)?;
             if (name == "$out" || name == "$merge") && ctx != Context::Top {
                 return Err(match ctx {
-                    Context::Facet => Error::location(40600, format!("{name} is not allowed to be used within a $facet stage")),
-                    Context::Lookup => Error::location(51047, format!("{name} is not allowed within a $lookup's sub-pipeline")),
-                    _ => Error::location(31441, format!("{name} is not allowed within a $unionWith's sub-pipeline")),
+                    Context::Facet => Error::location(
+                        40600,
+                        format!("{name} is not allowed to be used within a $facet stage"),
+                    ),
+                    Context::Lookup => Error::location(
+                        51047,
+                        format!("{name} is not allowed within a $lookup's sub-pipeline"),
+                    ),
+                    _ => Error::location(
+                        31441,
+                        format!("{name} is not allowed within a $unionWith's sub-pipeline"),
+                    ),
                 });
             }
             if (name == "$out" || name == "$merge") && i + 1 != n {
-                return Err(Error::location(40601, format!("{name} can only be the final stage in the pipeline")));
+                return Err(Error::location(
+                    40601,
+                    format!("{name} can only be the final stage in the pipeline"),
+                ));
             }
-            if ctx == Context::Facet && matches!(name, "$facet" | "$collStats" | "$indexStats" | "$geoNear" | "$changeStream") {
-                return Err(Error::location(40600, format!("{name} is not allowed to be used within a $facet stage")));
+            if ctx == Context::Facet
+                && matches!(
+                    name,
+                    "$facet" | "$collStats" | "$indexStats" | "$geoNear" | "$changeStream"
+                )
+            {
+                return Err(Error::location(
+                    40600,
+                    format!("{name} is not allowed to be used within a $facet stage"),
+                ));
             }
             if name == "$documents" && i != 0 {
-                return Err(Error::location(40602, "$documents is only valid as the first stage in a pipeline"));
+                return Err(Error::location(
+                    40602,
+                    "$documents is only valid as the first stage in a pipeline",
+                ));
             }
             parsed.push(Self::parse_stage(name, arg, db, ctx)?);
         }
@@ -339,14 +418,21 @@ impl Pipeline {
                 }
             }
         }
-        Ok(Pipeline { stages: parsed, specs: stages.to_vec(), db: db.to_string() })
+        Ok(Pipeline {
+            stages: parsed,
+            specs: stages.to_vec(),
+            db: db.to_string(),
+        })
     }
 
     fn parse_stage(name: &str, arg: &Bson, db: &str, _ctx: Context) -> Result<Stage> {
         Ok(match name {
             "$match" => {
                 let Bson::Document(filter) = arg else {
-                    return Err(Error::location(15959, "the match filter must be an expression in an object"));
+                    return Err(Error::location(
+                        15959,
+                        "the match filter must be an expression in an object",
+                    ));
                 };
                 let mut rest = Document::new();
                 let mut expr = None;
@@ -358,18 +444,37 @@ impl Pipeline {
                     }
                 }
                 let uses_vars = strings_with_vars(&Bson::Document(rest.clone()));
-                let matcher = if rest.is_empty() { None } else { Some(Matcher::new(&rest)?) };
-                Stage::Match(Box::new(MatchStage { filter: filter.clone(), expr, rest, matcher, uses_vars }))
+                let matcher = if rest.is_empty() {
+                    None
+                } else {
+                    Some(Matcher::new(&rest)?)
+                };
+                Stage::Match(Box::new(MatchStage {
+                    filter: filter.clone(),
+                    expr,
+                    rest,
+                    matcher,
+                    uses_vars,
+                }))
             }
             "$project" => {
                 let Bson::Document(spec) = arg else {
-                    return Err(Error::location(15969, "$project specification must be an object"));
+                    return Err(Error::location(
+                        15969,
+                        "$project specification must be an object",
+                    ));
                 };
                 Stage::Project(project::Tree::parse_project(spec)?)
             }
             "$addFields" | "$set" => {
                 let Bson::Document(spec) = arg else {
-                    return Err(Error::location(40272, format!("{name} specification stage must be an object, got {}", type_name(arg))));
+                    return Err(Error::location(
+                        40272,
+                        format!(
+                            "{name} specification stage must be an object, got {}",
+                            type_name(arg)
+                        ),
+                    ));
                 };
                 if spec.is_empty() {
                     return Err(Error::location(40177, format!("Invalid {name} :: caused by :: specification must have at least one field")));
@@ -379,12 +484,21 @@ impl Pipeline {
             "$unset" => Stage::Project(project::Tree::parse_unset(arg)?),
             "$sort" => {
                 let Bson::Document(spec) = arg else {
-                    return Err(Error::location(15973, "the $sort key specification must be an object"));
+                    return Err(Error::location(
+                        15973,
+                        "the $sort key specification must be an object",
+                    ));
                 };
                 if spec.is_empty() {
-                    return Err(Error::location(15976, "$sort stage must have at least one sort key"));
+                    return Err(Error::location(
+                        15976,
+                        "$sort stage must have at least one sort key",
+                    ));
                 }
-                Stage::Sort { spec: SortSpec::parse(spec)?, limit: None }
+                Stage::Sort {
+                    spec: SortSpec::parse(spec)?,
+                    limit: None,
+                }
             }
             "$limit" => {
                 let n = parse_count_value(arg, "$limit")?;
@@ -396,13 +510,19 @@ impl Pipeline {
             "$skip" => {
                 let n = parse_count_value(arg, "$skip")?;
                 if n < 0 {
-                    return Err(Error::location(15956, "Argument to $skip cannot be negative"));
+                    return Err(Error::location(
+                        15956,
+                        "Argument to $skip cannot be negative",
+                    ));
                 }
                 Stage::Skip(n as usize)
             }
             "$group" => {
                 let Bson::Document(spec) = arg else {
-                    return Err(Error::location(15947, "a group's fields must be specified in an object"));
+                    return Err(Error::location(
+                        15947,
+                        "a group's fields must be specified in an object",
+                    ));
                 };
                 let mut id = None;
                 let mut accs = Vec::new();
@@ -411,23 +531,37 @@ impl Pipeline {
                         id = Some(Expr::parse(v)?);
                     } else {
                         if accs.iter().any(|a: &AccSpec| &a.name == k) {
-                            return Err(Error::location(16406, format!("duplicate field name specified in object literal: {k}")));
+                            return Err(Error::location(
+                                16406,
+                                format!("duplicate field name specified in object literal: {k}"),
+                            ));
                         }
                         accs.push(AccSpec::parse(k, v)?);
                     }
                 }
-                let id = id.ok_or_else(|| Error::location(15955, "a group specification must include an _id"))?;
+                let id = id.ok_or_else(|| {
+                    Error::location(15955, "a group specification must include an _id")
+                })?;
                 Stage::Group { id, accs }
             }
             "$count" => {
                 let Bson::String(f) = arg else {
-                    return Err(Error::location(40156, "the count field must be a non-empty string"));
+                    return Err(Error::location(
+                        40156,
+                        "the count field must be a non-empty string",
+                    ));
                 };
                 if f.is_empty() {
-                    return Err(Error::location(40157, "the count field must be a non-empty string"));
+                    return Err(Error::location(
+                        40157,
+                        "the count field must be a non-empty string",
+                    ));
                 }
                 if f.starts_with('$') {
-                    return Err(Error::location(40158, "the count field cannot be a $-prefixed path"));
+                    return Err(Error::location(
+                        40158,
+                        "the count field cannot be a $-prefixed path",
+                    ));
                 }
                 if f.contains('.') {
                     return Err(Error::location(40160, "the count field cannot contain '.'"));
@@ -437,27 +571,50 @@ impl Pipeline {
             "$unwind" => Self::parse_unwind(arg)?,
             "$replaceRoot" => {
                 let Bson::Document(d) = arg else {
-                    return Err(Error::location(40229, format!("expected an object as specification for $replaceRoot stage, got {}", type_name(arg))));
+                    return Err(Error::location(
+                        40229,
+                        format!(
+                            "expected an object as specification for $replaceRoot stage, got {}",
+                            type_name(arg)
+                        ),
+                    ));
                 };
                 let mut new_root = None;
                 for (k, v) in d {
                     if k == "newRoot" {
                         new_root = Some(Expr::parse(v)?);
                     } else {
-                        return Err(Error::location(40415, format!("BSON field '$replaceRoot.{k}' is an unknown field.")));
+                        return Err(Error::location(
+                            40415,
+                            format!("BSON field '$replaceRoot.{k}' is an unknown field."),
+                        ));
                     }
                 }
-                Stage::ReplaceRoot(new_root.ok_or_else(|| Error::location(40414, "BSON field '$replaceRoot.newRoot' is missing but a required field"))?)
+                Stage::ReplaceRoot(new_root.ok_or_else(|| {
+                    Error::location(
+                        40414,
+                        "BSON field '$replaceRoot.newRoot' is missing but a required field",
+                    )
+                })?)
             }
             "$replaceWith" => Stage::ReplaceRoot(Expr::parse(arg)?),
             "$lookup" => Self::parse_lookup(arg, db)?,
             "$graphLookup" => Self::parse_graph_lookup(arg, db)?,
             "$facet" => {
                 let Bson::Document(d) = arg else {
-                    return Err(Error::location(15955, format!("the $facet specification must be a non-empty object, but found: {}", util::show(arg))));
+                    return Err(Error::location(
+                        15955,
+                        format!(
+                            "the $facet specification must be a non-empty object, but found: {}",
+                            util::show(arg)
+                        ),
+                    ));
                 };
                 if d.is_empty() {
-                    return Err(Error::location(40169, "the $facet specification must be a non-empty object"));
+                    return Err(Error::location(
+                        40169,
+                        "the $facet specification must be a non-empty object",
+                    ));
                 }
                 let mut facets = Vec::new();
                 for (k, v) in d {
@@ -465,16 +622,27 @@ impl Pipeline {
                         return Err(Error::location(40353, format!("$facet output field names may not start with '$' or contain '.': {k}")));
                     }
                     if !matches!(v, Bson::Array(_)) {
-                        return Err(Error::location(40170, format!("arguments to $facet must be arrays, {k} is type {}", type_name(v))));
+                        return Err(Error::location(
+                            40170,
+                            format!(
+                                "arguments to $facet must be arrays, {k} is type {}",
+                                type_name(v)
+                            ),
+                        ));
                     }
-                    facets.push((k.clone(), parse_sub_pipeline(v, db, Context::Facet, "$facet")?));
+                    facets.push((
+                        k.clone(),
+                        parse_sub_pipeline(v, db, Context::Facet, "$facet")?,
+                    ));
                 }
                 Stage::Facet(facets)
             }
             "$sortByCount" => {
                 let ok = match arg {
                     Bson::String(s) => s.starts_with('$'),
-                    Bson::Document(d) => d.len() == 1 && d.keys().next().is_some_and(|k| k.starts_with('$')),
+                    Bson::Document(d) => {
+                        d.len() == 1 && d.keys().next().is_some_and(|k| k.starts_with('$'))
+                    }
                     _ => false,
                 };
                 if !ok {
@@ -484,24 +652,40 @@ impl Pipeline {
             }
             "$sample" => {
                 let Bson::Document(d) = arg else {
-                    return Err(Error::location(28745, "the $sample stage specification must be an object"));
+                    return Err(Error::location(
+                        28745,
+                        "the $sample stage specification must be an object",
+                    ));
                 };
                 let mut size = None;
                 for (k, v) in d {
                     if k == "size" {
                         if !crate::compare::is_number(v) {
-                            return Err(Error::location(28746, "size argument to $sample must be a number"));
+                            return Err(Error::location(
+                                28746,
+                                "size argument to $sample must be a number",
+                            ));
                         }
                         let n = crate::compare::as_f64(v).unwrap();
                         if n < 0.0 {
-                            return Err(Error::location(28747, "size argument to $sample must not be negative"));
+                            return Err(Error::location(
+                                28747,
+                                "size argument to $sample must not be negative",
+                            ));
                         }
                         size = Some(n as usize);
                     } else {
-                        return Err(Error::location(28748, format!("unrecognized option to $sample: {k}")));
+                        return Err(Error::location(
+                            28748,
+                            format!("unrecognized option to $sample: {k}"),
+                        ));
                     }
                 }
-                Stage::Sample(size.ok_or_else(|| Error::location(28749, "$sample stage must specify a size"))?)
+                Stage::Sample(
+                    size.ok_or_else(|| {
+                        Error::location(28749, "$sample stage must specify a size")
+                    })?,
+                )
             }
             "$bucket" => Self::parse_bucket(arg)?,
             "$unionWith" => {
@@ -527,7 +711,11 @@ impl Pipeline {
                         )))
                     }
                 };
-                Stage::UnionWith { db: db.to_string(), coll, pipeline }
+                Stage::UnionWith {
+                    db: db.to_string(),
+                    coll,
+                    pipeline,
+                }
             }
             "$redact" => Stage::Redact(Expr::parse(arg)?),
             "$documents" => Stage::Documents(Expr::parse(arg)?),
@@ -545,7 +733,10 @@ impl Pipeline {
                 Stage::Output
             }
             _ => {
-                return Err(Error::location(40324, format!("Unrecognized pipeline stage name: '{name}'")));
+                return Err(Error::location(
+                    40324,
+                    format!("Unrecognized pipeline stage name: '{name}'"),
+                ));
             }
         })
     }
@@ -592,17 +783,30 @@ impl Pipeline {
             }
         };
         let Some(p) = path.strip_prefix('$') else {
-            return Err(Error::location(28818, format!("path option to $unwind stage should be prefixed with a '$': {path}")));
+            return Err(Error::location(
+                28818,
+                format!("path option to $unwind stage should be prefixed with a '$': {path}"),
+            ));
         };
         if p.is_empty() || p.starts_with('$') || p.split('.').any(|x| x.is_empty()) {
-            return Err(Error::location(28818, format!("path option to $unwind stage should be prefixed with a '$': {path}")));
+            return Err(Error::location(
+                28818,
+                format!("path option to $unwind stage should be prefixed with a '$': {path}"),
+            ));
         }
-        Ok(Stage::Unwind { path: crate::expr::split_path(p), index, preserve })
+        Ok(Stage::Unwind {
+            path: crate::expr::split_path(p),
+            index,
+            preserve,
+        })
     }
 
     fn parse_lookup(arg: &Bson, db: &str) -> Result<Stage> {
         let Bson::Document(d) = arg else {
-            return Err(Error::failed_to_parse(format!("the $lookup specification must be an Object, but found {}", type_name(arg))));
+            return Err(Error::failed_to_parse(format!(
+                "the $lookup specification must be an Object, but found {}",
+                type_name(arg)
+            )));
         };
         let mut from = None;
         let mut as_path = None;
@@ -615,10 +819,15 @@ impl Pipeline {
                 "from" => from = Some(parse_from("$lookup", v, db)?),
                 "as" => as_path = Some(string_arg("$lookup", "as", v)?.to_string()),
                 "localField" => local = Some(string_arg("$lookup", "localField", v)?.to_string()),
-                "foreignField" => foreign = Some(string_arg("$lookup", "foreignField", v)?.to_string()),
+                "foreignField" => {
+                    foreign = Some(string_arg("$lookup", "foreignField", v)?.to_string())
+                }
                 "let" => {
                     let Bson::Document(l) = v else {
-                        return Err(Error::failed_to_parse(format!("$lookup argument 'let' must be an object, found {}", type_name(v))));
+                        return Err(Error::failed_to_parse(format!(
+                            "$lookup argument 'let' must be an object, found {}",
+                            type_name(v)
+                        )));
                     };
                     for (n, e) in l {
                         crate::expr::validate_variable_name(n)?;
@@ -626,10 +835,15 @@ impl Pipeline {
                     }
                 }
                 "pipeline" => pipeline_spec = Some(v.clone()),
-                _ => return Err(Error::failed_to_parse(format!("unknown argument to $lookup: {k}"))),
+                _ => {
+                    return Err(Error::failed_to_parse(format!(
+                        "unknown argument to $lookup: {k}"
+                    )))
+                }
             }
         }
-        let as_path = as_path.ok_or_else(|| Error::failed_to_parse("must specify 'as' field for a $lookup"))?;
+        let as_path = as_path
+            .ok_or_else(|| Error::failed_to_parse("must specify 'as' field for a $lookup"))?;
         if local.is_some() != foreign.is_some() || (local.is_none() && pipeline_spec.is_none()) {
             return Err(Error::failed_to_parse(
                 "$lookup requires either 'pipeline' or both 'localField' and 'foreignField' to be specified",
@@ -643,7 +857,9 @@ impl Pipeline {
             .as_ref()
             .is_some_and(|p| matches!(p.stages.first(), Some(Stage::Documents(_))));
         if from.is_none() && !starts_with_documents {
-            return Err(Error::failed_to_parse("must specify 'from' field for a $lookup"));
+            return Err(Error::failed_to_parse(
+                "must specify 'from' field for a $lookup",
+            ));
         }
         let (from_db, from) = match from {
             Some((d, c)) => (d, Some(c)),
@@ -662,7 +878,9 @@ impl Pipeline {
 
     fn parse_graph_lookup(arg: &Bson, db: &str) -> Result<Stage> {
         let Bson::Document(d) = arg else {
-            return Err(Error::failed_to_parse("the $graphLookup stage specification must be an object"));
+            return Err(Error::failed_to_parse(
+                "the $graphLookup stage specification must be an object",
+            ));
         };
         let mut from = None;
         let mut start_with = None;
@@ -676,27 +894,56 @@ impl Pipeline {
             match k.as_str() {
                 "from" => from = Some(parse_from("$graphLookup", v, db)?),
                 "startWith" => start_with = Some(Expr::parse(v)?),
-                "connectFromField" => connect_from = Some(parse_field_name_option("$graphLookup", k, v)?),
-                "connectToField" => connect_to = Some(parse_field_name_option("$graphLookup", k, v)?),
+                "connectFromField" => {
+                    connect_from = Some(parse_field_name_option("$graphLookup", k, v)?)
+                }
+                "connectToField" => {
+                    connect_to = Some(parse_field_name_option("$graphLookup", k, v)?)
+                }
                 "as" => as_field = Some(parse_field_name_option("$graphLookup", k, v)?),
                 "depthField" => depth_field = Some(parse_field_name_option("$graphLookup", k, v)?),
                 "maxDepth" => {
-                    let n = crate::expr::num::as_exact_i64(v).filter(|_| crate::compare::is_number(v));
+                    let n =
+                        crate::expr::num::as_exact_i64(v).filter(|_| crate::compare::is_number(v));
                     match n {
                         Some(n) if n >= 0 => max_depth = Some(n),
-                        _ => return Err(Error::location(40101, format!("maxDepth requires a nonnegative argument, found: {}", util::show(v)))),
+                        _ => {
+                            return Err(Error::location(
+                                40101,
+                                format!(
+                                    "maxDepth requires a nonnegative argument, found: {}",
+                                    util::show(v)
+                                ),
+                            ))
+                        }
                     }
                 }
                 "restrictSearchWithMatch" => {
                     let Bson::Document(m) = v else {
-                        return Err(Error::location(40185, format!("restrictSearchWithMatch must be an object, found {}", type_name(v))));
+                        return Err(Error::location(
+                            40185,
+                            format!(
+                                "restrictSearchWithMatch must be an object, found {}",
+                                type_name(v)
+                            ),
+                        ));
                     };
                     restrict = Some(Matcher::new(m)?);
                 }
-                _ => return Err(Error::location(40104, format!("Unknown argument to $graphLookup: {k}"))),
+                _ => {
+                    return Err(Error::location(
+                        40104,
+                        format!("Unknown argument to $graphLookup: {k}"),
+                    ))
+                }
             }
         }
-        let missing = |n: &str| Error::location(40105, format!("$graphLookup requires '{n}' to be specified"));
+        let missing = |n: &str| {
+            Error::location(
+                40105,
+                format!("$graphLookup requires '{n}' to be specified"),
+            )
+        };
         let (from_db, from) = from.ok_or_else(|| missing("from"))?;
         Ok(Stage::GraphLookup(Box::new(GraphLookupStage {
             from_db,
@@ -713,7 +960,13 @@ impl Pipeline {
 
     fn parse_bucket(arg: &Bson) -> Result<Stage> {
         let Bson::Document(d) = arg else {
-            return Err(Error::location(40201, format!("Argument to $bucket stage must be an object, but found type: {}.", type_name(arg))));
+            return Err(Error::location(
+                40201,
+                format!(
+                    "Argument to $bucket stage must be an object, but found type: {}.",
+                    type_name(arg)
+                ),
+            ));
         };
         let mut group_by = None;
         let mut boundaries = None;
@@ -740,7 +993,9 @@ impl Pipeline {
                         return Err(Error::location(40192, format!("The $bucket 'boundaries' field must have at least 2 values, but found {} value(s).", a.len())));
                     }
                     for w in a.windows(2) {
-                        if crate::compare::canonical_type(&w[0]) != crate::compare::canonical_type(&w[1]) {
+                        if crate::compare::canonical_type(&w[0])
+                            != crate::compare::canonical_type(&w[1])
+                        {
                             return Err(Error::location(40193, format!("All values in the the 'boundaries' option to $bucket must have the same type. Found conflicting types {} and {}.", type_name(&w[0]), type_name(&w[1]))));
                         }
                         if cmp_bson(&w[0], &w[1]) != std::cmp::Ordering::Less {
@@ -752,17 +1007,31 @@ impl Pipeline {
                 "default" => default = Some(v.clone()),
                 "output" => {
                     let Bson::Document(o) = v else {
-                        return Err(Error::location(40196, format!("The $bucket 'output' field must be an object, but found type: {}.", type_name(v))));
+                        return Err(Error::location(
+                            40196,
+                            format!(
+                                "The $bucket 'output' field must be an object, but found type: {}.",
+                                type_name(v)
+                            ),
+                        ));
                     };
                     for (n, spec) in o {
                         output.push(AccSpec::parse(n, spec)?);
                     }
                 }
-                _ => return Err(Error::location(40197, format!("Unrecognized option to $bucket: {k}."))),
+                _ => {
+                    return Err(Error::location(
+                        40197,
+                        format!("Unrecognized option to $bucket: {k}."),
+                    ))
+                }
             }
         }
         let (Some(group_by), Some(boundaries)) = (group_by, boundaries) else {
-            return Err(Error::location(40198, "$bucket requires 'groupBy' and 'boundaries' to be specified."));
+            return Err(Error::location(
+                40198,
+                "$bucket requires 'groupBy' and 'boundaries' to be specified.",
+            ));
         };
         if let Some(def) = &default {
             let lo = &boundaries[0];
@@ -777,7 +1046,12 @@ impl Pipeline {
         if output.is_empty() {
             output.push(AccSpec::parse("count", &Bson::Document(doc! {"$sum": 1}))?);
         }
-        Ok(Stage::Bucket(Box::new(BucketStage { group_by, boundaries, default, output })))
+        Ok(Stage::Bucket(Box::new(BucketStage {
+            group_by,
+            boundaries,
+            default,
+            output,
+        })))
     }
 
     /// The leading `$match` filter (if the first stage is `$match`), so the engine can use an index.
@@ -791,9 +1065,16 @@ impl Pipeline {
     /// The `$sort` specification that directly follows the leading `$match` (or is first),
     /// and the `$limit` right after it, as hints for the engine.
     pub fn leading_sort(&self) -> Option<(&bson::Document, Option<usize>)> {
-        let i = if matches!(self.stages.first(), Some(Stage::Match(_))) { 1 } else { 0 };
+        let i = if matches!(self.stages.first(), Some(Stage::Match(_))) {
+            1
+        } else {
+            0
+        };
         match self.stages.get(i) {
-            Some(Stage::Sort { limit, .. }) => self.specs[i].get_document("$sort").ok().map(|d| (d, *limit)),
+            Some(Stage::Sort { limit, .. }) => self.specs[i]
+                .get_document("$sort")
+                .ok()
+                .map(|d| (d, *limit)),
             _ => None,
         }
     }
@@ -824,7 +1105,10 @@ impl Pipeline {
         vars: &crate::expr::Variables,
     ) -> crate::Result<Vec<bson::Document>> {
         let vars = vars.with_now();
-        let ctx = RunCtx { source, cache: RefCell::new(HashMap::new()) };
+        let ctx = RunCtx {
+            source,
+            cache: RefCell::new(HashMap::new()),
+        };
         self.run_in(input, &ctx, &vars)
     }
 
@@ -843,7 +1127,11 @@ impl Pipeline {
                 }
             }
         }
-        let prefix = self.stages.iter().position(|s| !s.is_streaming()).unwrap_or(self.stages.len());
+        let prefix = self
+            .stages
+            .iter()
+            .position(|s| !s.is_streaming())
+            .unwrap_or(self.stages.len());
         let mut counters: Vec<usize> = self
             .stages
             .iter()
@@ -864,7 +1152,8 @@ impl Pipeline {
                 let doc = item?;
                 let mut batch = vec![doc];
                 for i in 0..prefix {
-                    batch = self.apply_streaming(i, batch, ctx, vars, &matchers, &mut counters[i])?;
+                    batch =
+                        self.apply_streaming(i, batch, ctx, vars, &matchers, &mut counters[i])?;
                     if batch.is_empty() {
                         break;
                     }
@@ -935,7 +1224,11 @@ impl Pipeline {
                     out.push(d);
                 }
             }
-            Stage::Unwind { path, index, preserve } => {
+            Stage::Unwind {
+                path,
+                index,
+                preserve,
+            } => {
                 for d in docs {
                     unwind(d, path, index.as_deref(), *preserve, &mut out);
                 }
@@ -972,7 +1265,8 @@ impl Pipeline {
             }
             Stage::Redact(e) => {
                 let mut rv = vars.clone();
-                rv.vars.insert("DESCEND".into(), Bson::String("descend".into()));
+                rv.vars
+                    .insert("DESCEND".into(), Bson::String("descend".into()));
                 rv.vars.insert("PRUNE".into(), Bson::String("prune".into()));
                 rv.vars.insert("KEEP".into(), Bson::String("keep".into()));
                 for d in docs {
@@ -987,7 +1281,13 @@ impl Pipeline {
         Ok(out)
     }
 
-    fn apply_blocking(&self, st: &Stage, docs: Vec<Document>, ctx: &RunCtx, vars: &Variables) -> Result<Vec<Document>> {
+    fn apply_blocking(
+        &self,
+        st: &Stage,
+        docs: Vec<Document>,
+        ctx: &RunCtx,
+        vars: &Variables,
+    ) -> Result<Vec<Document>> {
         Ok(match st {
             Stage::Sort { spec, limit } => sort_docs(spec, docs, *limit),
             Stage::Group { id, accs } => group::run_group(id, accs, docs, vars)?,
@@ -1005,9 +1305,13 @@ impl Pipeline {
             Stage::Facet(facets) => {
                 let mut out = Document::new();
                 for (name, p) in facets {
-                    let input: Box<dyn Iterator<Item = Result<Document>>> = Box::new(docs.clone().into_iter().map(Ok));
+                    let input: Box<dyn Iterator<Item = Result<Document>>> =
+                        Box::new(docs.clone().into_iter().map(Ok));
                     let res = p.run_in(input, ctx, vars)?;
-                    out.insert(name.clone(), Bson::Array(res.into_iter().map(Bson::Document).collect()));
+                    out.insert(
+                        name.clone(),
+                        Bson::Array(res.into_iter().map(Bson::Document).collect()),
+                    );
                 }
                 vec![out]
             }
@@ -1034,7 +1338,8 @@ impl Pipeline {
                 let other = ctx.scan(db, coll)?;
                 let extra = match pipeline {
                     Some(p) => {
-                        let input: Box<dyn Iterator<Item = Result<Document>>> = Box::new(other.iter().cloned().map(Ok));
+                        let input: Box<dyn Iterator<Item = Result<Document>>> =
+                            Box::new(other.iter().cloned().map(Ok));
                         p.run_in(input, ctx, vars)?
                     }
                     None => other.as_ref().clone(),
@@ -1060,14 +1365,25 @@ impl Pipeline {
                         }
                         out
                     }
-                    _ => return Err(Error::location(5858203, "error during aggregation :: caused by :: an array is expected")),
+                    _ => {
+                        return Err(Error::location(
+                            5858203,
+                            "error during aggregation :: caused by :: an array is expected",
+                        ))
+                    }
                 }
             }
             _ => unreachable!("streaming stage in blocking path"),
         })
     }
 
-    fn lookup(&self, l: &LookupStage, mut doc: Document, ctx: &RunCtx, vars: &Variables) -> Result<Document> {
+    fn lookup(
+        &self,
+        l: &LookupStage,
+        mut doc: Document,
+        ctx: &RunCtx,
+        vars: &Variables,
+    ) -> Result<Document> {
         let foreign: Rc<Vec<Document>> = match &l.from {
             Some(c) => ctx.scan(&l.from_db, c)?,
             None => Rc::new(Vec::new()),
@@ -1080,7 +1396,12 @@ impl Pipeline {
                     .filter(|fd| {
                         let fvals = matcher_values(fd, ff);
                         locals.iter().any(|lv| {
-                            if matches!(lv, Bson::Null) && (fvals.is_empty() || fvals.iter().any(|f| matches!(f, Bson::Null | Bson::Undefined))) {
+                            if matches!(lv, Bson::Null)
+                                && (fvals.is_empty()
+                                    || fvals
+                                        .iter()
+                                        .any(|f| matches!(f, Bson::Null | Bson::Undefined)))
+                            {
                                 return true;
                             }
                             fvals.iter().any(|f| bson_eq(f, lv))
@@ -1097,10 +1418,15 @@ impl Pipeline {
                 let v = e.evaluate(&doc, vars)?.unwrap_or(Bson::Null);
                 sub_vars.vars.insert(n.clone(), v);
             }
-            let input: Box<dyn Iterator<Item = Result<Document>>> = Box::new(std::mem::take(&mut candidates).into_iter().map(Ok));
+            let input: Box<dyn Iterator<Item = Result<Document>>> =
+                Box::new(std::mem::take(&mut candidates).into_iter().map(Ok));
             candidates = p.run_in(input, ctx, &sub_vars)?;
         }
-        set_path(&mut doc, &l.as_path, Bson::Array(candidates.into_iter().map(Bson::Document).collect()));
+        set_path(
+            &mut doc,
+            &l.as_path,
+            Bson::Array(candidates.into_iter().map(Bson::Document).collect()),
+        );
         Ok(doc)
     }
 }
@@ -1123,7 +1449,10 @@ impl RunCtx<'_> {
 }
 
 fn sort_docs(spec: &SortSpec, docs: Vec<Document>, limit: Option<usize>) -> Vec<Document> {
-    let mut keyed: Vec<(Vec<Bson>, Document)> = Vec::with_capacity(docs.len().min(limit.map(|l| l * 2 + 1).unwrap_or(usize::MAX)));
+    let mut keyed: Vec<(Vec<Bson>, Document)> = Vec::with_capacity(
+        docs.len()
+            .min(limit.map(|l| l * 2 + 1).unwrap_or(usize::MAX)),
+    );
     let cmp = |a: &(Vec<Bson>, Document), b: &(Vec<Bson>, Document)| spec.compare_keys(&a.0, &b.0);
     match limit {
         Some(k) if k.saturating_mul(4) < docs.len() => {
@@ -1195,7 +1524,13 @@ fn remove_parts(doc: &mut Document, parts: &[String]) {
     }
 }
 
-fn unwind(doc: Document, path: &[String], index: Option<&str>, preserve: bool, out: &mut Vec<Document>) {
+fn unwind(
+    doc: Document,
+    path: &[String],
+    index: Option<&str>,
+    preserve: bool,
+    out: &mut Vec<Document>,
+) {
     let joined = path.join(".");
     match get_plain(&doc, path) {
         Some(Bson::Array(a)) if !a.is_empty() => {
@@ -1300,7 +1635,12 @@ fn local_values(doc: &Document, path: &str) -> Vec<Bson> {
     out
 }
 
-fn graph_lookup(g: &GraphLookupStage, mut doc: Document, ctx: &RunCtx, vars: &Variables) -> Result<Document> {
+fn graph_lookup(
+    g: &GraphLookupStage,
+    mut doc: Document,
+    ctx: &RunCtx,
+    vars: &Variables,
+) -> Result<Document> {
     let foreign = ctx.scan(&g.from_db, &g.from)?;
     let start = g.start_with.evaluate(&doc, vars)?.unwrap_or(Bson::Null);
     let mut frontier: Vec<Bson> = match start {
@@ -1337,7 +1677,8 @@ fn graph_lookup(g: &GraphLookupStage, mut doc: Document, ctx: &RunCtx, vars: &Va
                 set_path(&mut r, df, Bson::Int64(depth));
             }
             for v in local_values(fd, &g.connect_from) {
-                if !matches!(v, Bson::Null) || crate::path::get_path(fd, &g.connect_from).is_some() {
+                if !matches!(v, Bson::Null) || crate::path::get_path(fd, &g.connect_from).is_some()
+                {
                     next.push(v);
                 }
             }
@@ -1346,7 +1687,11 @@ fn graph_lookup(g: &GraphLookupStage, mut doc: Document, ctx: &RunCtx, vars: &Va
         frontier = next;
         depth += 1;
     }
-    set_path(&mut doc, &g.as_field, Bson::Array(results.into_iter().map(Bson::Document).collect()));
+    set_path(
+        &mut doc,
+        &g.as_field,
+        Bson::Array(results.into_iter().map(Bson::Document).collect()),
+    );
     Ok(doc)
 }
 
@@ -1380,7 +1725,12 @@ fn bucket(b: &BucketStage, docs: Vec<Document>, vars: &Variables) -> Result<Vec<
                 n - 1
             }
         };
-        let st = states[idx].get_or_insert_with(|| b.output.iter().map(|a| group::AccState::new(a.op)).collect());
+        let st = states[idx].get_or_insert_with(|| {
+            b.output
+                .iter()
+                .map(|a| group::AccState::new(a.op))
+                .collect()
+        });
         for (a, s) in b.output.iter().zip(st.iter_mut()) {
             s.add(a.op, a.arg.evaluate(d, vars)?)?;
         }
@@ -1388,7 +1738,11 @@ fn bucket(b: &BucketStage, docs: Vec<Document>, vars: &Variables) -> Result<Vec<
     let mut out: Vec<Document> = Vec::new();
     for (i, st) in states.into_iter().enumerate() {
         let Some(st) = st else { continue };
-        let id = if i == n - 1 { b.default.clone().unwrap() } else { b.boundaries[i].clone() };
+        let id = if i == n - 1 {
+            b.default.clone().unwrap()
+        } else {
+            b.boundaries[i].clone()
+        };
         let mut d = doc! {"_id": id};
         for (a, s) in b.output.iter().zip(st) {
             d.insert(a.name.clone(), s.result(a.op));
@@ -1399,8 +1753,14 @@ fn bucket(b: &BucketStage, docs: Vec<Document>, vars: &Variables) -> Result<Vec<
     Ok(out)
 }
 
-fn redact(e: &Expr, root: &Document, cur: &Document, vars: &mut Variables) -> Result<Option<Document>> {
-    vars.vars.insert("CURRENT".into(), Bson::Document(cur.clone()));
+fn redact(
+    e: &Expr,
+    root: &Document,
+    cur: &Document,
+    vars: &mut Variables,
+) -> Result<Option<Document>> {
+    vars.vars
+        .insert("CURRENT".into(), Bson::Document(cur.clone()));
     let r = e.evaluate(root, vars)?;
     match r.as_ref().and_then(|v| v.as_str()) {
         Some("prune") => Ok(None),

@@ -32,7 +32,12 @@ fn find<'a>(fields: &'a [(String, Node)], k: &str) -> Option<&'a Node> {
 
 fn check_field_name(stage: &str, name: &str) -> Result<()> {
     if name.is_empty() {
-        return Err(Error::location(40352, format!("Invalid {stage} :: caused by :: FieldPath cannot be constructed with empty string")));
+        return Err(Error::location(
+            40352,
+            format!(
+                "Invalid {stage} :: caused by :: FieldPath cannot be constructed with empty string"
+            ),
+        ));
     }
     if name.starts_with('$') {
         return Err(Error::location(
@@ -43,13 +48,22 @@ fn check_field_name(stage: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
-fn insert_path(stage: &str, fields: &mut Vec<(String, Node)>, parts: &[&str], node: Node, full: &str) -> Result<()> {
+fn insert_path(
+    stage: &str,
+    fields: &mut Vec<(String, Node)>,
+    parts: &[&str],
+    node: Node,
+    full: &str,
+) -> Result<()> {
     let (first, rest) = parts.split_first().unwrap();
     check_field_name(stage, first)?;
     let pos = fields.iter().position(|(n, _)| n == first);
     if rest.is_empty() {
         if pos.is_some() {
-            return Err(Error::location(31250, format!("Invalid {stage} :: caused by :: Path collision at {full}")));
+            return Err(Error::location(
+                31250,
+                format!("Invalid {stage} :: caused by :: Path collision at {full}"),
+            ));
         }
         fields.push((first.to_string(), node));
         return Ok(());
@@ -65,7 +79,10 @@ fn insert_path(stage: &str, fields: &mut Vec<(String, Node)>, parts: &[&str], no
             Node::Sub(sub) => insert_path(stage, sub, rest, node, full),
             _ => Err(Error::location(
                 31249,
-                format!("Invalid {stage} :: caused by :: Path collision at {full} remaining portion {}", rest.join(".")),
+                format!(
+                    "Invalid {stage} :: caused by :: Path collision at {full} remaining portion {}",
+                    rest.join(".")
+                ),
             )),
         },
     }
@@ -76,7 +93,10 @@ fn is_operator_doc(v: &Bson) -> bool {
 }
 
 fn is_flag(v: &Bson) -> bool {
-    matches!(v, Bson::Boolean(_) | Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_))
+    matches!(
+        v,
+        Bson::Boolean(_) | Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_)
+    )
 }
 
 impl Tree {
@@ -90,7 +110,14 @@ impl Tree {
         let mut mode: Option<Mode> = None;
         let mut id_excluded = false;
         let mut id_mentioned = false;
-        Self::parse_project_level(spec, "", &mut fields, &mut mode, &mut id_excluded, &mut id_mentioned)?;
+        Self::parse_project_level(
+            spec,
+            "",
+            &mut fields,
+            &mut mode,
+            &mut id_excluded,
+            &mut id_mentioned,
+        )?;
         let mode = match mode {
             Some(m) => m,
             // Only `_id` was given: `{_id: 0}` is an exclusion, `{_id: 1}` an inclusion.
@@ -118,7 +145,11 @@ impl Tree {
         id_mentioned: &mut bool,
     ) -> Result<()> {
         for (k, v) in spec {
-            let full = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+            let full = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
             let parts: Vec<&str> = k.split('.').collect();
             let is_id = full == "_id";
             if is_id {
@@ -139,7 +170,11 @@ impl Tree {
                     }
                     *mode = Some(Mode::Exclusion);
                 }
-                let node = if include { Node::Include } else { Node::Exclude };
+                let node = if include {
+                    Node::Include
+                } else {
+                    Node::Exclude
+                };
                 insert_path("$project", fields, &parts, node, &full)?;
             } else if let Bson::Document(d) = v {
                 if is_operator_doc(v) {
@@ -179,12 +214,24 @@ impl Tree {
     pub fn parse_add_fields(stage: &str, spec: &Document) -> Result<Tree> {
         let mut fields = Vec::new();
         Self::parse_add_level(stage, spec, "", &mut fields)?;
-        Ok(Tree { mode: Mode::AddFields, fields })
+        Ok(Tree {
+            mode: Mode::AddFields,
+            fields,
+        })
     }
 
-    fn parse_add_level(stage: &str, spec: &Document, prefix: &str, fields: &mut Vec<(String, Node)>) -> Result<()> {
+    fn parse_add_level(
+        stage: &str,
+        spec: &Document,
+        prefix: &str,
+        fields: &mut Vec<(String, Node)>,
+    ) -> Result<()> {
         for (k, v) in spec {
-            let full = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+            let full = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
             let parts: Vec<&str> = k.split('.').collect();
             match v {
                 Bson::Document(d) if !d.is_empty() && !is_operator_doc(v) => {
@@ -207,7 +254,10 @@ impl Tree {
             Bson::String(s) => vec![s.as_str()],
             Bson::Array(a) => {
                 if a.is_empty() {
-                    return Err(Error::location(31119, "$unset specification must be a string or an array with at least one field"));
+                    return Err(Error::location(
+                        31119,
+                        "$unset specification must be a string or an array with at least one field",
+                    ));
                 }
                 let mut out = Vec::new();
                 for v in a {
@@ -218,14 +268,22 @@ impl Tree {
                 }
                 out
             }
-            _ => return Err(Error::location(31002, "$unset specification must be a string or an array")),
+            _ => {
+                return Err(Error::location(
+                    31002,
+                    "$unset specification must be a string or an array",
+                ))
+            }
         };
         let mut fields = Vec::new();
         for p in paths {
             let parts: Vec<&str> = p.split('.').collect();
             insert_path("$unset", &mut fields, &parts, Node::Exclude, p)?;
         }
-        Ok(Tree { mode: Mode::Exclusion, fields })
+        Ok(Tree {
+            mode: Mode::Exclusion,
+            fields,
+        })
     }
 
     pub fn apply(&self, doc: &Document, vars: &Variables) -> Result<Document> {
@@ -246,7 +304,9 @@ impl Tree {
 }
 
 fn prefix_err(mut e: Error, stage: &str) -> Error {
-    if !e.message.starts_with("Invalid ") && e.code != crate::error::codes::INVALID_PIPELINE_OPERATOR {
+    if !e.message.starts_with("Invalid ")
+        && e.code != crate::error::codes::INVALID_PIPELINE_OPERATOR
+    {
         e.message = format!("Invalid {stage} :: caused by :: {}", e.message);
     }
     e
@@ -302,7 +362,12 @@ fn include_array(sub: &[(String, Node)], a: &[Bson]) -> Vec<Bson> {
 }
 
 /// Pass 2: computed fields (and nested computed fields), in specification order.
-fn computed(fields: &[(String, Node)], out: &mut Document, root: &Document, vars: &Variables) -> Result<()> {
+fn computed(
+    fields: &[(String, Node)],
+    out: &mut Document,
+    root: &Document,
+    vars: &Variables,
+) -> Result<()> {
     for (k, node) in fields {
         match node {
             Node::Computed(e) => match e.evaluate(root, vars)? {
@@ -335,7 +400,12 @@ fn computed(fields: &[(String, Node)], out: &mut Document, root: &Document, vars
     Ok(())
 }
 
-fn computed_array(sub: &[(String, Node)], a: Vec<Bson>, root: &Document, vars: &Variables) -> Result<Vec<Bson>> {
+fn computed_array(
+    sub: &[(String, Node)],
+    a: Vec<Bson>,
+    root: &Document,
+    vars: &Variables,
+) -> Result<Vec<Bson>> {
     a.into_iter()
         .map(|item| {
             Ok(match item {

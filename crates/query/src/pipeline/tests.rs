@@ -5,13 +5,25 @@ struct Colls(HashMap<String, Vec<Document>>);
 
 impl CollectionSource for Colls {
     fn scan(&self, db: &str, coll: &str) -> Result<Vec<Document>> {
-        Ok(self.0.get(&format!("{db}.{coll}")).cloned().unwrap_or_default())
+        Ok(self
+            .0
+            .get(&format!("{db}.{coll}"))
+            .cloned()
+            .unwrap_or_default())
     }
 }
 
-fn run_with(stages: Vec<Document>, input: Vec<Document>, src: &dyn CollectionSource) -> Result<Vec<Document>> {
+fn run_with(
+    stages: Vec<Document>,
+    input: Vec<Document>,
+    src: &dyn CollectionSource,
+) -> Result<Vec<Document>> {
     let p = Pipeline::parse(&stages, "test")?;
-    p.run(Box::new(input.into_iter().map(Ok)), src, &Variables::default())
+    p.run(
+        Box::new(input.into_iter().map(Ok)),
+        src,
+        &Variables::default(),
+    )
 }
 
 fn run(stages: Vec<Document>, input: Vec<Document>) -> Vec<Document> {
@@ -36,47 +48,94 @@ fn people() -> Vec<Document> {
 }
 
 fn ids(docs: &[Document]) -> Vec<Bson> {
-    docs.iter().map(|d| d.get("_id").cloned().unwrap_or(Bson::Null)).collect()
+    docs.iter()
+        .map(|d| d.get("_id").cloned().unwrap_or(Bson::Null))
+        .collect()
 }
 
 #[test]
 fn parse_errors() {
     assert_eq!(parse_code(vec![doc! {"$foo": 1}]), 40324);
     assert_eq!(
-        Pipeline::parse(&[doc! {"$foo": 1}], "t").unwrap_err().message,
+        Pipeline::parse(&[doc! {"$foo": 1}], "t")
+            .unwrap_err()
+            .message,
         "Unrecognized pipeline stage name: '$foo'"
     );
     assert_eq!(parse_code(vec![doc! {"$match": {}, "$limit": 1}]), 40323);
     assert_eq!(parse_code(vec![doc! {}]), 40323);
-    assert_eq!(parse_code(vec![doc! {"$out": "c"}, doc! {"$match": {}}]), 40601);
-    assert_eq!(parse_code(vec![doc! {"$merge": {"into": "c"}}, doc! {"$match": {}}]), 40601);
+    assert_eq!(
+        parse_code(vec![doc! {"$out": "c"}, doc! {"$match": {}}]),
+        40601
+    );
+    assert_eq!(
+        parse_code(vec![doc! {"$merge": {"into": "c"}}, doc! {"$match": {}}]),
+        40601
+    );
     assert_eq!(parse_code(vec![doc! {"$limit": 0}]), 15958);
-    assert_eq!(Pipeline::parse(&[doc! {"$limit": -1}], "t").unwrap_err().message, "the limit must be positive");
+    assert_eq!(
+        Pipeline::parse(&[doc! {"$limit": -1}], "t")
+            .unwrap_err()
+            .message,
+        "the limit must be positive"
+    );
     assert_eq!(parse_code(vec![doc! {"$limit": "x"}]), 15957);
     assert_eq!(parse_code(vec![doc! {"$skip": -1}]), 15956);
     assert_eq!(parse_code(vec![doc! {"$skip": "a"}]), 15972);
     assert_eq!(parse_code(vec![doc! {"$match": 1}]), 15959);
     assert_eq!(parse_code(vec![doc! {"$sort": {}}]), 15976);
     assert_eq!(parse_code(vec![doc! {"$group": {"n": {"$sum": 1}}}]), 15955);
-    assert_eq!(parse_code(vec![doc! {"$group": {"_id": null, "n": {"$bogus": 1}}}]), 15952);
-    assert_eq!(parse_code(vec![doc! {"$group": {"_id": null, "n": 1}}]), 40234);
+    assert_eq!(
+        parse_code(vec![doc! {"$group": {"_id": null, "n": {"$bogus": 1}}}]),
+        15952
+    );
+    assert_eq!(
+        parse_code(vec![doc! {"$group": {"_id": null, "n": 1}}]),
+        40234
+    );
     assert_eq!(parse_code(vec![doc! {"$project": {"a": 1, "b": 0}}]), 31254);
     assert_eq!(parse_code(vec![doc! {"$project": {"b": 0, "a": 1}}]), 31253);
     assert_eq!(parse_code(vec![doc! {"$project": {}}]), 51272);
-    assert_eq!(parse_code(vec![doc! {"$project": {"a": {"$nope": 1}}}]), 168);
+    assert_eq!(
+        parse_code(vec![doc! {"$project": {"a": {"$nope": 1}}}]),
+        168
+    );
     assert_eq!(parse_code(vec![doc! {"$unwind": "a"}]), 28818);
     assert_eq!(parse_code(vec![doc! {"$count": "$x"}]), 40158);
     assert_eq!(parse_code(vec![doc! {"$count": ""}]), 40157);
-    assert_eq!(parse_code(vec![doc! {"$facet": {"f": [{"$out": "x"}]}}]), 40600);
+    assert_eq!(
+        parse_code(vec![doc! {"$facet": {"f": [{"$out": "x"}]}}]),
+        40600
+    );
     assert_eq!(parse_code(vec![doc! {"$sample": {"size": -1}}]), 28747);
-    assert_eq!(parse_code(vec![doc! {"$lookup": {"from": "c", "as": "x", "localField": "a"}}]), 9);
+    assert_eq!(
+        parse_code(vec![
+            doc! {"$lookup": {"from": "c", "as": "x", "localField": "a"}}
+        ]),
+        9
+    );
     // Errors are reported at parse time, before any data is read.
-    assert_eq!(parse_code(vec![doc! {"$match": {}}, doc! {"$project": {"a": {"$add": [1]}, "b": {"$subtract": [1]}}}]), 16020);
+    assert_eq!(
+        parse_code(vec![
+            doc! {"$match": {}},
+            doc! {"$project": {"a": {"$add": [1]}, "b": {"$subtract": [1]}}}
+        ]),
+        16020
+    );
 }
 
 #[test]
 fn leading_match_and_output_stage() {
-    let p = Pipeline::parse(&[doc! {"$match": {"a": 1}}, doc! {"$sort": {"b": 1}}, doc! {"$limit": 3}, doc! {"$out": "dest"}], "t").unwrap();
+    let p = Pipeline::parse(
+        &[
+            doc! {"$match": {"a": 1}},
+            doc! {"$sort": {"b": 1}},
+            doc! {"$limit": 3},
+            doc! {"$out": "dest"},
+        ],
+        "t",
+    )
+    .unwrap();
     assert_eq!(p.leading_match(), Some(&doc! {"a": 1}));
     assert_eq!(p.output_stage(), Some(&doc! {"$out": "dest"}));
     assert_eq!(p.leading_sort(), Some((&doc! {"b": 1}, Some(3))));
@@ -84,7 +143,10 @@ fn leading_match_and_output_stage() {
     assert_eq!(p.leading_match(), None);
     assert_eq!(p.output_stage(), None);
     // $out passes documents through for the engine to write.
-    let out = run(vec![doc! {"$match": {"city": "x"}}, doc! {"$out": "dest"}], people());
+    let out = run(
+        vec![doc! {"$match": {"city": "x"}}, doc! {"$out": "dest"}],
+        people(),
+    );
     assert_eq!(ids(&out), vec![bson!(1), bson!(3)]);
 }
 
@@ -92,7 +154,10 @@ fn leading_match_and_output_stage() {
 fn match_limit_skip() {
     let out = run(vec![doc! {"$match": {"city": "x"}}], people());
     assert_eq!(ids(&out), vec![bson!(1), bson!(3)]);
-    let out = run(vec![doc! {"$match": {"$expr": {"$gt": ["$age", 26]}}}], people());
+    let out = run(
+        vec![doc! {"$match": {"$expr": {"$gt": ["$age", 26]}}}],
+        people(),
+    );
     assert_eq!(ids(&out), vec![bson!(1), bson!(3)]);
     let out = run(vec![doc! {"$skip": 1}, doc! {"$limit": 2}], people());
     assert_eq!(ids(&out), vec![bson!(2), bson!(3)]);
@@ -105,55 +170,110 @@ fn match_limit_skip() {
         pulled.set(pulled.get() + 1);
         Ok(doc! {"_id": i})
     });
-    let out = p.run(Box::new(it), &NoCollections, &Variables::default()).unwrap();
+    let out = p
+        .run(Box::new(it), &NoCollections, &Variables::default())
+        .unwrap();
     assert_eq!(out.len(), 2);
     assert_eq!(pulled.get(), 2);
     // Input errors propagate.
     let p = Pipeline::parse(&[doc! {"$match": {}}], "t").unwrap();
     let it = vec![Ok(doc! {}), Err(Error::internal("disk"))].into_iter();
-    assert_eq!(p.run(Box::new(it), &NoCollections, &Variables::default()).unwrap_err().code, 1);
+    assert_eq!(
+        p.run(Box::new(it), &NoCollections, &Variables::default())
+            .unwrap_err()
+            .code,
+        1
+    );
 }
 
 #[test]
 fn project_inclusion_exclusion() {
-    let d = vec![doc! {"_id": 1, "a": 1, "b": {"c": 2, "d": 3}, "e": [{"c": 1, "x": 0}, 5, {"x": 1}]}];
-    assert_eq!(run(vec![doc! {"$project": {"a": 1}}], d.clone()), vec![doc! {"_id": 1, "a": 1}]);
-    assert_eq!(run(vec![doc! {"$project": {"a": 1, "_id": 0}}], d.clone()), vec![doc! {"a": 1}]);
-    assert_eq!(run(vec![doc! {"$project": {"b.c": 1}}], d.clone()), vec![doc! {"_id": 1, "b": {"c": 2}}]);
-    assert_eq!(run(vec![doc! {"$project": {"b": {"d": true}}}], d.clone()), vec![doc! {"_id": 1, "b": {"d": 3}}]);
-    assert_eq!(run(vec![doc! {"$project": {"e.c": 1, "_id": 0}}], d.clone()), vec![doc! {"e": [{"c": 1}, {}]}]);
-    assert_eq!(run(vec![doc! {"$project": {"b": 0, "e": 0}}], d.clone()), vec![doc! {"_id": 1, "a": 1}]);
-    assert_eq!(run(vec![doc! {"$project": {"b.c": 0, "e.x": 0, "_id": 0}}], d.clone()), vec![doc! {"a": 1, "b": {"d": 3}, "e": [{"c": 1}, 5, {}]}]);
-    assert_eq!(run(vec![doc! {"$project": {"_id": 0}}], d.clone())[0].contains_key("_id"), false);
+    let d =
+        vec![doc! {"_id": 1, "a": 1, "b": {"c": 2, "d": 3}, "e": [{"c": 1, "x": 0}, 5, {"x": 1}]}];
+    assert_eq!(
+        run(vec![doc! {"$project": {"a": 1}}], d.clone()),
+        vec![doc! {"_id": 1, "a": 1}]
+    );
+    assert_eq!(
+        run(vec![doc! {"$project": {"a": 1, "_id": 0}}], d.clone()),
+        vec![doc! {"a": 1}]
+    );
+    assert_eq!(
+        run(vec![doc! {"$project": {"b.c": 1}}], d.clone()),
+        vec![doc! {"_id": 1, "b": {"c": 2}}]
+    );
+    assert_eq!(
+        run(vec![doc! {"$project": {"b": {"d": true}}}], d.clone()),
+        vec![doc! {"_id": 1, "b": {"d": 3}}]
+    );
+    assert_eq!(
+        run(vec![doc! {"$project": {"e.c": 1, "_id": 0}}], d.clone()),
+        vec![doc! {"e": [{"c": 1}, {}]}]
+    );
+    assert_eq!(
+        run(vec![doc! {"$project": {"b": 0, "e": 0}}], d.clone()),
+        vec![doc! {"_id": 1, "a": 1}]
+    );
+    assert_eq!(
+        run(
+            vec![doc! {"$project": {"b.c": 0, "e.x": 0, "_id": 0}}],
+            d.clone()
+        ),
+        vec![doc! {"a": 1, "b": {"d": 3}, "e": [{"c": 1}, 5, {}]}]
+    );
+    assert_eq!(
+        run(vec![doc! {"$project": {"_id": 0}}], d.clone())[0].contains_key("_id"),
+        false
+    );
     // Computed fields, $$REMOVE and literals.
     let out = run(
-        vec![doc! {"$project": {"s": {"$add": ["$a", "$b.c"]}, "r": "$$REMOVE", "m": "$missing", "lit": {"$literal": 1}, "x.y": "$a"}}],
+        vec![
+            doc! {"$project": {"s": {"$add": ["$a", "$b.c"]}, "r": "$$REMOVE", "m": "$missing", "lit": {"$literal": 1}, "x.y": "$a"}},
+        ],
         d.clone(),
     );
     assert_eq!(out, vec![doc! {"_id": 1, "s": 3, "lit": 1, "x": {"y": 1}}]);
-    let out = run(vec![doc! {"$project": {"_id": 0, "b": {"c": 1, "z": {"$multiply": ["$a", 10]}}}}], d.clone());
+    let out = run(
+        vec![doc! {"$project": {"_id": 0, "b": {"c": 1, "z": {"$multiply": ["$a", 10]}}}}],
+        d.clone(),
+    );
     assert_eq!(out, vec![doc! {"b": {"c": 2, "z": 10}}]);
     // Included fields keep their input order; the mixing error message matches mongod.
     let out = run(vec![doc! {"$project": {"b": 1, "a": 1}}], d.clone());
     assert_eq!(out[0].keys().collect::<Vec<_>>(), vec!["_id", "a", "b"]);
     let e = Pipeline::parse(&[doc! {"$project": {"a": 1, "b": 0}}], "t").unwrap_err();
-    assert_eq!(e.message, "Invalid $project :: caused by :: Cannot do exclusion on field b in inclusion projection");
+    assert_eq!(
+        e.message,
+        "Invalid $project :: caused by :: Cannot do exclusion on field b in inclusion projection"
+    );
 }
 
 #[test]
 fn add_fields_set_unset() {
     let d = vec![doc! {"_id": 1, "a": 1, "o": {"p": 1}, "arr": [{"q": 1}, {"q": 2}]}];
-    let out = run(vec![doc! {"$addFields": {"b": {"$add": ["$a", 1]}, "a": 5}}], d.clone());
-    assert_eq!(out, vec![doc! {"_id": 1, "a": 5, "o": {"p": 1}, "arr": [{"q": 1}, {"q": 2}], "b": 2}]);
+    let out = run(
+        vec![doc! {"$addFields": {"b": {"$add": ["$a", 1]}, "a": 5}}],
+        d.clone(),
+    );
+    assert_eq!(
+        out,
+        vec![doc! {"_id": 1, "a": 5, "o": {"p": 1}, "arr": [{"q": 1}, {"q": 2}], "b": 2}]
+    );
     let out = run(vec![doc! {"$set": {"o.n": 2, "arr.r": 0}}], d.clone());
     assert_eq!(out[0].get("o"), Some(&bson!({"p": 1, "n": 2})));
-    assert_eq!(out[0].get("arr"), Some(&bson!([{"q": 1, "r": 0}, {"q": 2, "r": 0}])));
+    assert_eq!(
+        out[0].get("arr"),
+        Some(&bson!([{"q": 1, "r": 0}, {"q": 2, "r": 0}]))
+    );
     let out = run(vec![doc! {"$set": {"o": {"n": 2}}}], d.clone());
     assert_eq!(out[0].get("o"), Some(&bson!({"p": 1, "n": 2})));
     let out = run(vec![doc! {"$addFields": {"a": "$$REMOVE"}}], d.clone());
     assert!(!out[0].contains_key("a"));
     let out = run(vec![doc! {"$unset": ["a", "o.p"]}], d.clone());
-    assert_eq!(out, vec![doc! {"_id": 1, "o": {}, "arr": [{"q": 1}, {"q": 2}]}]);
+    assert_eq!(
+        out,
+        vec![doc! {"_id": 1, "o": {}, "arr": [{"q": 1}, {"q": 2}]}]
+    );
     let out = run(vec![doc! {"$unset": "arr.q"}], d.clone());
     assert_eq!(out[0].get("arr"), Some(&bson!([{}, {}])));
     assert_eq!(parse_code(vec![doc! {"$unset": 1}]), 31002);
@@ -163,9 +283,19 @@ fn add_fields_set_unset() {
 fn sort_and_top_k() {
     let out = run(vec![doc! {"$sort": {"age": -1, "_id": 1}}], people());
     assert_eq!(ids(&out), vec![bson!(3), bson!(1), bson!(2), bson!(4)]);
-    let many: Vec<Document> = (0..100).map(|i| doc! {"_id": i, "k": (i * 37) % 100}).collect();
-    let out = run(vec![doc! {"$sort": {"k": 1}}, doc! {"$limit": 3}], many.clone());
-    assert_eq!(out.iter().map(|d| d.get_i32("k").unwrap()).collect::<Vec<_>>(), vec![0, 1, 2]);
+    let many: Vec<Document> = (0..100)
+        .map(|i| doc! {"_id": i, "k": (i * 37) % 100})
+        .collect();
+    let out = run(
+        vec![doc! {"$sort": {"k": 1}}, doc! {"$limit": 3}],
+        many.clone(),
+    );
+    assert_eq!(
+        out.iter()
+            .map(|d| d.get_i32("k").unwrap())
+            .collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
     // Ties keep input order (stable).
     let ties: Vec<Document> = (0..50).map(|i| doc! {"_id": i, "k": i % 2}).collect();
     let out = run(vec![doc! {"$sort": {"k": 1}}, doc! {"$limit": 3}], ties);
@@ -183,28 +313,70 @@ fn group_stage() {
     );
     assert_eq!(out.len(), 3);
     // 25 and 25.0 group together.
-    assert_eq!(out[0], doc! {"_id": 25, "n": 2, "names": ["bob", "di"], "avg": 25.0, "first": "bob", "last": "di", "tags": ["y", null], "c": 2});
-    let out = run(vec![doc! {"$group": {"_id": null, "total": {"$sum": "$age"}, "mx": {"$max": "$age"}, "mn": {"$min": "$name"}}}], people());
-    assert_eq!(out, vec![doc! {"_id": null, "total": 115.0, "mx": 35, "mn": "ann"}]);
+    assert_eq!(
+        out[0],
+        doc! {"_id": 25, "n": 2, "names": ["bob", "di"], "avg": 25.0, "first": "bob", "last": "di", "tags": ["y", null], "c": 2}
+    );
+    let out = run(
+        vec![
+            doc! {"$group": {"_id": null, "total": {"$sum": "$age"}, "mx": {"$max": "$age"}, "mn": {"$min": "$name"}}},
+        ],
+        people(),
+    );
+    assert_eq!(
+        out,
+        vec![doc! {"_id": null, "total": 115.0, "mx": 35, "mn": "ann"}]
+    );
     // Document keys, missing keys group as null, $push skips missing.
-    let out = run(vec![doc! {"$group": {"_id": {"c": "$city"}, "t": {"$push": "$tags"}}}, doc! {"$sort": {"_id.c": 1}}], people());
+    let out = run(
+        vec![
+            doc! {"$group": {"_id": {"c": "$city"}, "t": {"$push": "$tags"}}},
+            doc! {"$sort": {"_id.c": 1}},
+        ],
+        people(),
+    );
     assert_eq!(out.len(), 3);
     assert_eq!(out[0], doc! {"_id": {"c": null}, "t": ["solo"]});
     assert_eq!(out[2], doc! {"_id": {"c": "y"}, "t": [[]]});
-    let out = run(vec![doc! {"$group": {"_id": "$nope", "n": {"$sum": 1}}}], people());
+    let out = run(
+        vec![doc! {"$group": {"_id": "$nope", "n": {"$sum": 1}}}],
+        people(),
+    );
     assert_eq!(out, vec![doc! {"_id": null, "n": 4}]);
-    let out = run(vec![doc! {"$group": {"_id": null, "m": {"$mergeObjects": "$o"}, "sd": {"$stdDevPop": "$v"}}}], vec![doc! {"o": {"a": 1}, "v": 1}, doc! {"o": {"b": 2}, "v": 3}]);
-    assert_eq!(out, vec![doc! {"_id": null, "m": {"a": 1, "b": 2}, "sd": 1.0}]);
+    let out = run(
+        vec![
+            doc! {"$group": {"_id": null, "m": {"$mergeObjects": "$o"}, "sd": {"$stdDevPop": "$v"}}},
+        ],
+        vec![doc! {"o": {"a": 1}, "v": 1}, doc! {"o": {"b": 2}, "v": 3}],
+    );
+    assert_eq!(
+        out,
+        vec![doc! {"_id": null, "m": {"a": 1, "b": 2}, "sd": 1.0}]
+    );
     // Int overflow in $sum widens to long.
-    let out = run(vec![doc! {"$group": {"_id": null, "s": {"$sum": "$v"}}}], vec![doc! {"v": i32::MAX}, doc! {"v": 1}]);
+    let out = run(
+        vec![doc! {"$group": {"_id": null, "s": {"$sum": "$v"}}}],
+        vec![doc! {"v": i32::MAX}, doc! {"v": 1}],
+    );
     assert_eq!(out[0].get("s"), Some(&Bson::Int64(i32::MAX as i64 + 1)));
-    assert!(run(vec![doc! {"$group": {"_id": null, "n": {"$sum": 1}}}], vec![]).is_empty());
+    assert!(run(
+        vec![doc! {"$group": {"_id": null, "n": {"$sum": 1}}}],
+        vec![]
+    )
+    .is_empty());
 }
 
 #[test]
 fn count_and_sort_by_count() {
-    assert_eq!(run(vec![doc! {"$count": "n"}], people()), vec![doc! {"n": 4}]);
-    assert!(run(vec![doc! {"$match": {"city": "zz"}}, doc! {"$count": "n"}], people()).is_empty());
+    assert_eq!(
+        run(vec![doc! {"$count": "n"}], people()),
+        vec![doc! {"n": 4}]
+    );
+    assert!(run(
+        vec![doc! {"$match": {"city": "zz"}}, doc! {"$count": "n"}],
+        people()
+    )
+    .is_empty());
     let out = run(vec![doc! {"$sortByCount": "$city"}], people());
     assert_eq!(out[0], doc! {"_id": "x", "count": 2});
     assert_eq!(out.len(), 3);
@@ -214,25 +386,48 @@ fn count_and_sort_by_count() {
 fn unwind_stage() {
     let out = run(vec![doc! {"$unwind": "$tags"}], people());
     assert_eq!(out.len(), 3);
-    assert_eq!(out[0], doc! {"_id": 1, "name": "ann", "age": 30, "city": "x", "tags": "a"});
+    assert_eq!(
+        out[0],
+        doc! {"_id": 1, "name": "ann", "age": 30, "city": "x", "tags": "a"}
+    );
     assert_eq!(out[2].get("tags"), Some(&bson!("solo")));
-    let out = run(vec![doc! {"$unwind": {"path": "$tags", "includeArrayIndex": "i", "preserveNullAndEmptyArrays": true}}], people());
+    let out = run(
+        vec![
+            doc! {"$unwind": {"path": "$tags", "includeArrayIndex": "i", "preserveNullAndEmptyArrays": true}},
+        ],
+        people(),
+    );
     assert_eq!(out.len(), 5);
     assert_eq!(out[1].get("i"), Some(&Bson::Int64(1)));
-    assert_eq!(out[2], doc! {"_id": 2, "name": "bob", "age": 25, "city": "y", "i": null});
+    assert_eq!(
+        out[2],
+        doc! {"_id": 2, "name": "bob", "age": 25, "city": "y", "i": null}
+    );
     assert_eq!(out[3].get("i"), Some(&Bson::Null));
     assert!(!out[3].contains_key("tags"));
-    let out = run(vec![doc! {"$unwind": "$a.b"}], vec![doc! {"a": {"b": [1, 2]}}]);
+    let out = run(
+        vec![doc! {"$unwind": "$a.b"}],
+        vec![doc! {"a": {"b": [1, 2]}}],
+    );
     assert_eq!(out, vec![doc! {"a": {"b": 1}}, doc! {"a": {"b": 2}}]);
-    assert_eq!(parse_code(vec![doc! {"$unwind": {"path": "$a", "bogus": 1}}]), 28811);
+    assert_eq!(
+        parse_code(vec![doc! {"$unwind": {"path": "$a", "bogus": 1}}]),
+        28811
+    );
     assert_eq!(parse_code(vec![doc! {"$unwind": 5}]), 15981);
 }
 
 #[test]
 fn replace_root() {
     let d = vec![doc! {"_id": 1, "sub": {"x": 1}, "n": 5}];
-    assert_eq!(run(vec![doc! {"$replaceRoot": {"newRoot": "$sub"}}], d.clone()), vec![doc! {"x": 1}]);
-    assert_eq!(run(vec![doc! {"$replaceWith": {"a": "$n"}}], d.clone()), vec![doc! {"a": 5}]);
+    assert_eq!(
+        run(vec![doc! {"$replaceRoot": {"newRoot": "$sub"}}], d.clone()),
+        vec![doc! {"x": 1}]
+    );
+    assert_eq!(
+        run(vec![doc! {"$replaceWith": {"a": "$n"}}], d.clone()),
+        vec![doc! {"a": 5}]
+    );
     let e = err(vec![doc! {"$replaceRoot": {"newRoot": "$n"}}], d.clone());
     assert_eq!(e.code, 40228);
     assert!(e.message.starts_with("'newRoot' expression must evaluate to an object, but resulting value was: 5. Type of resulting value: 'int'."));
@@ -266,9 +461,19 @@ fn shop() -> Colls {
 #[test]
 fn lookup_stage() {
     let src = shop();
-    let orders = vec![doc! {"_id": 1, "item": "a"}, doc! {"_id": 2, "item": ["b", "c"]}, doc! {"_id": 3}];
+    let orders = vec![
+        doc! {"_id": 1, "item": "a"},
+        doc! {"_id": 2, "item": ["b", "c"]},
+        doc! {"_id": 3},
+    ];
     let out = run_with(vec![doc! {"$lookup": {"from": "items", "localField": "item", "foreignField": "sku", "as": "m"}}], orders.clone(), &src).unwrap();
-    let m_ids = |d: &Document| -> Vec<Bson> { d.get_array("m").unwrap().iter().map(|x| x.as_document().unwrap().get("_id").unwrap().clone()).collect() };
+    let m_ids = |d: &Document| -> Vec<Bson> {
+        d.get_array("m")
+            .unwrap()
+            .iter()
+            .map(|x| x.as_document().unwrap().get("_id").unwrap().clone())
+            .collect()
+    };
     assert_eq!(m_ids(&out[0]), vec![bson!("i1"), bson!("i3")]);
     assert_eq!(m_ids(&out[1]), vec![bson!("i2"), bson!("i3")]);
     // Missing local field matches foreign documents without the field.
@@ -280,7 +485,10 @@ fn lookup_stage() {
         &src,
     )
     .unwrap();
-    assert_eq!(out[0].get("big"), Some(&bson!([{"_id": "i3"}, {"_id": "i4"}])));
+    assert_eq!(
+        out[0].get("big"),
+        Some(&bson!([{"_id": "i3"}, {"_id": "i4"}]))
+    );
     // Combined (5.0) form: equality first, then the pipeline.
     let out = run_with(
         vec![doc! {"$lookup": {"from": "items", "localField": "item", "foreignField": "sku", "let": {"x": 2}, "pipeline": [{"$match": {"$expr": {"$gt": ["$qty", "$$x"]}}}], "as": "m"}}],
@@ -313,7 +521,10 @@ fn graph_lookup_stage() {
     .unwrap();
     let chain = out[0].get_array("chain").unwrap();
     assert_eq!(chain.len(), 2);
-    assert_eq!(chain[0].as_document().unwrap().get("d"), Some(&Bson::Int64(0)));
+    assert_eq!(
+        chain[0].as_document().unwrap().get("d"),
+        Some(&Bson::Int64(0))
+    );
 }
 
 #[test]
@@ -327,18 +538,55 @@ fn facet_union_bucket_sample() {
     .unwrap();
     assert_eq!(out, vec![doc! {"n": [{"n": 4}], "top": [{"name": "cy"}]}]);
     let out = run_with(vec![doc! {"$project": {"_id": 1}}, doc! {"$unionWith": {"coll": "items", "pipeline": [{"$match": {"qty": {"$gt": 6}}}, {"$project": {"_id": 1}}]}}], people(), &src).unwrap();
-    assert_eq!(ids(&out), vec![bson!(1), bson!(2), bson!(3), bson!(4), bson!("i3"), bson!("i4")]);
+    assert_eq!(
+        ids(&out),
+        vec![
+            bson!(1),
+            bson!(2),
+            bson!(3),
+            bson!(4),
+            bson!("i3"),
+            bson!("i4")
+        ]
+    );
     let out = run_with(vec![doc! {"$unionWith": "items"}], vec![], &src).unwrap();
     assert_eq!(out.len(), 4);
     let out = run(
-        vec![doc! {"$bucket": {"groupBy": "$age", "boundaries": [20, 30, 40], "default": "other", "output": {"n": {"$sum": 1}, "names": {"$push": "$name"}}}}],
-        people().into_iter().chain([doc! {"_id": 9, "name": "old", "age": 99}]).collect(),
+        vec![
+            doc! {"$bucket": {"groupBy": "$age", "boundaries": [20, 30, 40], "default": "other", "output": {"n": {"$sum": 1}, "names": {"$push": "$name"}}}},
+        ],
+        people()
+            .into_iter()
+            .chain([doc! {"_id": 9, "name": "old", "age": 99}])
+            .collect(),
     );
-    assert_eq!(out, vec![doc! {"_id": 20, "n": 2, "names": ["bob", "di"]}, doc! {"_id": 30, "n": 2, "names": ["ann", "cy"]}, doc! {"_id": "other", "n": 1, "names": ["old"]}]);
-    let out = run(vec![doc! {"$bucket": {"groupBy": "$age", "boundaries": [0, 100]}}], people());
+    assert_eq!(
+        out,
+        vec![
+            doc! {"_id": 20, "n": 2, "names": ["bob", "di"]},
+            doc! {"_id": 30, "n": 2, "names": ["ann", "cy"]},
+            doc! {"_id": "other", "n": 1, "names": ["old"]}
+        ]
+    );
+    let out = run(
+        vec![doc! {"$bucket": {"groupBy": "$age", "boundaries": [0, 100]}}],
+        people(),
+    );
     assert_eq!(out, vec![doc! {"_id": 0, "count": 4}]);
-    assert_eq!(err(vec![doc! {"$bucket": {"groupBy": "$age", "boundaries": [0, 26]}}], people()).code, 40066);
-    assert_eq!(parse_code(vec![doc! {"$bucket": {"groupBy": "$age", "boundaries": [5, 1]}}]), 40194);
+    assert_eq!(
+        err(
+            vec![doc! {"$bucket": {"groupBy": "$age", "boundaries": [0, 26]}}],
+            people()
+        )
+        .code,
+        40066
+    );
+    assert_eq!(
+        parse_code(vec![
+            doc! {"$bucket": {"groupBy": "$age", "boundaries": [5, 1]}}
+        ]),
+        40194
+    );
     let out = run(vec![doc! {"$sample": {"size": 2}}], people());
     assert_eq!(out.len(), 2);
     assert_ne!(out[0].get("_id"), out[1].get("_id"));
@@ -347,23 +595,49 @@ fn facet_union_bucket_sample() {
 
 #[test]
 fn redact_and_documents() {
-    let d = vec![doc! {"level": 1, "sub": {"level": 5, "x": 1}, "arr": [{"level": 1, "y": 2}, {"level": 9}]}];
+    let d = vec![
+        doc! {"level": 1, "sub": {"level": 5, "x": 1}, "arr": [{"level": 1, "y": 2}, {"level": 9}]},
+    ];
     let out = run(
-        vec![doc! {"$redact": {"$cond": {"if": {"$lte": ["$level", 3]}, "then": "$$DESCEND", "else": "$$PRUNE"}}}],
+        vec![
+            doc! {"$redact": {"$cond": {"if": {"$lte": ["$level", 3]}, "then": "$$DESCEND", "else": "$$PRUNE"}}},
+        ],
         d,
     );
     assert_eq!(out, vec![doc! {"level": 1, "arr": [{"level": 1, "y": 2}]}]);
-    let out = run(vec![doc! {"$documents": [{"a": 1}, {"a": 2}]}, doc! {"$match": {"a": 2}}], vec![]);
+    let out = run(
+        vec![
+            doc! {"$documents": [{"a": 1}, {"a": 2}]},
+            doc! {"$match": {"a": 2}},
+        ],
+        vec![],
+    );
     assert_eq!(out, vec![doc! {"a": 2}]);
-    assert_eq!(parse_code(vec![doc! {"$match": {}}, doc! {"$documents": []}]), 40602);
+    assert_eq!(
+        parse_code(vec![doc! {"$match": {}}, doc! {"$documents": []}]),
+        40602
+    );
 }
 
 #[test]
 fn variables_and_now() {
     let mut vars = Variables::default();
     vars.set("target", bson!(30));
-    let p = Pipeline::parse(&[doc! {"$match": {"$expr": {"$eq": ["$age", "$$target"]}}}, doc! {"$project": {"t": "$$NOW", "name": 1}}], "t").unwrap();
-    let out = p.run(Box::new(people().into_iter().map(Ok)), &NoCollections, &vars).unwrap();
+    let p = Pipeline::parse(
+        &[
+            doc! {"$match": {"$expr": {"$eq": ["$age", "$$target"]}}},
+            doc! {"$project": {"t": "$$NOW", "name": 1}},
+        ],
+        "t",
+    )
+    .unwrap();
+    let out = p
+        .run(
+            Box::new(people().into_iter().map(Ok)),
+            &NoCollections,
+            &vars,
+        )
+        .unwrap();
     assert_eq!(out.len(), 1);
     assert!(matches!(out[0].get("t"), Some(Bson::DateTime(_))));
 }

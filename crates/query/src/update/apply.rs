@@ -6,9 +6,12 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use super::util::{
-    arith, bit_apply, elem_to_string, id_string, identical, identical_doc, safe_num_debug, type_name, zero_like, Arith,
+    arith, bit_apply, elem_to_string, id_string, identical, identical_doc, safe_num_debug,
+    type_name, zero_like, Arith,
 };
-use super::{ApplyContext, ArrayNode, Node, ObjectNode, Op, PullCond, PushSpec, SortSpec, UpdateOutcome};
+use super::{
+    ApplyContext, ArrayNode, Node, ObjectNode, Op, PullCond, PushSpec, SortSpec, UpdateOutcome,
+};
 use crate::compare::{bson_eq, cmp_bson, is_number};
 use crate::error::{codes, Error};
 use crate::path::{get_path, parse_index, step};
@@ -37,7 +40,14 @@ pub(super) fn apply_operators(
     doc: &mut Document,
     ctx: &ApplyContext,
 ) -> Result<UpdateOutcome> {
-    let mut a = Applier { doc: doc.clone(), original_id: id_string(doc), ctx, filters, log: Vec::new(), changes: 0 };
+    let mut a = Applier {
+        doc: doc.clone(),
+        original_id: id_string(doc),
+        ctx,
+        filters,
+        log: Vec::new(),
+        changes: 0,
+    };
     let mut path = Vec::new();
     a.apply_object(root, &mut path)?;
     if identical_doc(doc, &a.doc) {
@@ -48,7 +58,10 @@ pub(super) fn apply_operators(
     Ok(outcome)
 }
 
-pub(super) fn apply_replacement(replacement: &Document, doc: &mut Document) -> Result<UpdateOutcome> {
+pub(super) fn apply_replacement(
+    replacement: &Document,
+    doc: &mut Document,
+) -> Result<UpdateOutcome> {
     let mut new = replacement.clone();
     if let Some(old_id) = doc.get("_id") {
         match new.get("_id") {
@@ -76,7 +89,10 @@ pub(super) fn apply_replacement(replacement: &Document, doc: &mut Document) -> R
     if identical_doc(doc, &new) {
         return Ok(UpdateOutcome::default());
     }
-    let mut out = UpdateOutcome { modified: true, ..Default::default() };
+    let mut out = UpdateOutcome {
+        modified: true,
+        ..Default::default()
+    };
     for (k, v) in &new {
         if doc.get(k).is_none_or(|old| !identical(old, v)) {
             out.updated_fields.insert(k.clone(), v.clone());
@@ -117,7 +133,9 @@ fn get_mut_at<'d>(doc: &'d mut Document, path: &[String]) -> Option<&'d mut Bson
 
 /// How many leading components of `path` exist in `doc`.
 fn resolve(doc: &Document, path: &[String]) -> usize {
-    let Some(mut cur) = path.first().and_then(|p| doc.get(p)) else { return 0 };
+    let Some(mut cur) = path.first().and_then(|p| doc.get(p)) else {
+        return 0;
+    };
     let mut n = 1;
     for p in &path[1..] {
         match step(cur, p) {
@@ -139,11 +157,17 @@ fn is_prefix(prefix: &[String], path: &[String]) -> bool {
 /// (mongod's UpdateNode::createUpdateNodeByMerging).
 fn merge(a: &Node, b: &Node, path: &mut Vec<String>) -> Result<Node> {
     let conflict = |path: &Vec<String>| {
-        Error::new(codes::CONFLICTING_UPDATE_OPERATORS, format!("Update created a conflict at '{}'", path.join(".")))
+        Error::new(
+            codes::CONFLICTING_UPDATE_OPERATORS,
+            format!("Update created a conflict at '{}'", path.join(".")),
+        )
     };
     match (a, b) {
         (Node::Object(x), Node::Object(y)) => {
-            let mut out = ObjectNode { children: x.children.clone(), positional: None };
+            let mut out = ObjectNode {
+                children: x.children.clone(),
+                positional: None,
+            };
             for (k, v) in &y.children {
                 let merged = match x.children.get(k) {
                     Some(existing) => {
@@ -169,7 +193,9 @@ fn merge(a: &Node, b: &Node, path: &mut Vec<String>) -> Result<Node> {
             Ok(Node::Object(out))
         }
         (Node::Array(x), Node::Array(y)) => {
-            let mut out = ArrayNode { children: x.children.clone() };
+            let mut out = ArrayNode {
+                children: x.children.clone(),
+            };
             for (k, v) in &y.children {
                 let merged = match x.children.get(k) {
                     Some(existing) => {
@@ -203,7 +229,9 @@ impl<'a, 'c> Applier<'a, 'c> {
                     updated.push(p.clone());
                 }
                 LogEntry::Removed(p) => {
-                    if updated.iter().any(|u| is_prefix(u, p)) || removed.iter().any(|r| is_prefix(r, p)) {
+                    if updated.iter().any(|u| is_prefix(u, p))
+                        || removed.iter().any(|r| is_prefix(r, p))
+                    {
                         continue;
                     }
                     updated.retain(|u| !is_prefix(p, u));
@@ -211,7 +239,10 @@ impl<'a, 'c> Applier<'a, 'c> {
                 }
             }
         }
-        let mut out = UpdateOutcome { modified: true, ..Default::default() };
+        let mut out = UpdateOutcome {
+            modified: true,
+            ..Default::default()
+        };
         for p in updated {
             if let Some(v) = get_at(&self.doc, &p) {
                 out.updated_fields.insert(p.join("."), v.clone());
@@ -241,7 +272,11 @@ impl<'a, 'c> Applier<'a, 'c> {
             Some(_) => Some(
                 self.ctx
                     .positional
-                    .ok_or_else(|| Error::bad_value("The positional operator did not find the match needed from the query."))?
+                    .ok_or_else(|| {
+                        Error::bad_value(
+                            "The positional operator did not find the match needed from the query.",
+                        )
+                    })?
                     .to_string(),
             ),
             None => None,
@@ -271,10 +306,14 @@ impl<'a, 'c> Applier<'a, 'c> {
     }
 
     fn filter_matches(&self, id: &str, item: &Bson) -> Result<bool> {
-        let Some(filter) = self.filters.get(id) else { return Ok(false) };
+        let Some(filter) = self.filters.get(id) else {
+            return Ok(false);
+        };
         let mut wrapped = Document::new();
         wrapped.insert(id, item.clone());
-        self.ctx.matcher.matches_value(filter, &Bson::Document(wrapped))
+        self.ctx
+            .matcher
+            .matches_value(filter, &Bson::Document(wrapped))
     }
 
     fn apply_array(&mut self, node: &ArrayNode, path: &mut Vec<String>) -> Result<()> {
@@ -361,7 +400,10 @@ impl<'a, 'c> Applier<'a, 'c> {
     fn immutable_error(path: &[String]) -> Error {
         Error::new(
             codes::IMMUTABLE_FIELD,
-            format!("Performing an update on the path '{}' would modify the immutable field '_id'", path.join(".")),
+            format!(
+                "Performing an update on the path '{}' would modify the immutable field '_id'",
+                path.join(".")
+            ),
         )
     }
 
@@ -432,7 +474,11 @@ impl<'a, 'c> Applier<'a, 'c> {
             let not_viable = |parent: &Bson| {
                 Error::new(
                     codes::PATH_NOT_VIABLE,
-                    format!("Cannot create field '{}' in element {{{}}}", rest[0], elem_to_string(parent_name, parent)),
+                    format!(
+                        "Cannot create field '{}' in element {{{}}}",
+                        rest[0],
+                        elem_to_string(parent_name, parent)
+                    ),
                 )
             };
             let parent = get_mut_at(&mut self.doc, &path[..k]).expect("existing prefix");
@@ -478,7 +524,10 @@ impl<'a, 'c> Applier<'a, 'c> {
     fn now_value(&self, timestamp: bool) -> Bson {
         if timestamp {
             let secs = self.ctx.now.timestamp_millis().div_euclid(1000);
-            Bson::Timestamp(bson::Timestamp { time: secs.clamp(0, u32::MAX as i64) as u32, increment: 1 })
+            Bson::Timestamp(bson::Timestamp {
+                time: secs.clamp(0, u32::MAX as i64) as u32,
+                increment: 1,
+            })
         } else {
             Bson::DateTime(self.ctx.now)
         }
@@ -501,9 +550,12 @@ impl<'a, 'c> Applier<'a, 'c> {
                 Bson::Array(out)
             }
             Op::Bit(ops) => bit_apply(&Bson::Int32(0), ops),
-            Op::Unset | Op::Pull(_) | Op::PullAll(_) | Op::Pop { .. } | Op::Placeholder | Op::Rename { .. } => {
-                return None
-            }
+            Op::Unset
+            | Op::Pull(_)
+            | Op::PullAll(_)
+            | Op::Pop { .. }
+            | Op::Placeholder
+            | Op::Rename { .. } => return None,
         })
     }
 
@@ -514,7 +566,11 @@ impl<'a, 'c> Applier<'a, 'c> {
         Ok(match op {
             Op::Set(v) | Op::SetOnInsert(v) => changed(v.clone()),
             Op::Inc(v) | Op::Mul(v) => {
-                let (name, kind) = if matches!(op, Op::Inc(_)) { ("$inc", Arith::Add) } else { ("$mul", Arith::Mul) };
+                let (name, kind) = if matches!(op, Op::Inc(_)) {
+                    ("$inc", Arith::Add)
+                } else {
+                    ("$mul", Arith::Mul)
+                };
                 if !is_number(cur) {
                     return Err(Error::type_mismatch(format!(
                         "Cannot apply {name} to a value of non-numeric type. {{{}}} has the field '{field}' of non-numeric type {}",
@@ -567,7 +623,10 @@ impl<'a, 'c> Applier<'a, 'c> {
                 for e in arr {
                     let remove = match cond {
                         PullCond::Equal(v) => bson_eq(e, v),
-                        PullCond::Query(q) => matches!(e, Bson::Document(_)) && self.ctx.matcher.matches_value(q, e)?,
+                        PullCond::Query(q) => {
+                            matches!(e, Bson::Document(_))
+                                && self.ctx.matcher.matches_value(q, e)?
+                        }
                         PullCond::Wrapped(c) => self.ctx.matcher.matches_value(c, e)?,
                     };
                     if !remove {
@@ -580,7 +639,11 @@ impl<'a, 'c> Applier<'a, 'c> {
                 let Bson::Array(arr) = cur else {
                     return Err(Error::bad_value("Cannot apply $pull to a non-array value"));
                 };
-                let out: Vec<Bson> = arr.iter().filter(|e| !vals.iter().any(|v| bson_eq(e, v))).cloned().collect();
+                let out: Vec<Bson> = arr
+                    .iter()
+                    .filter(|e| !vals.iter().any(|v| bson_eq(e, v)))
+                    .cloned()
+                    .collect();
                 (out.len() != arr.len()).then_some(Bson::Array(out))
             }
             Op::Pop { first } => {
@@ -671,7 +734,11 @@ fn push_values(mut arr: Vec<Bson>, spec: &PushSpec) -> Vec<Bson> {
         match sort {
             SortSpec::Whole(asc) => arr.sort_by(|a, b| {
                 let o = cmp_bson(a, b);
-                if *asc { o } else { o.reverse() }
+                if *asc {
+                    o
+                } else {
+                    o.reverse()
+                }
             }),
             SortSpec::Fields(fields) => arr.sort_by(|a, b| {
                 for (f, asc) in fields {

@@ -14,9 +14,9 @@ use crate::error::{codes, Error};
 use crate::Result;
 
 mod apply;
-mod util;
 #[cfg(test)]
 mod tests;
+mod util;
 
 pub use util::{bson_to_string, type_name};
 
@@ -110,15 +110,21 @@ pub(crate) enum Op {
     Mul(Bson),
     Min(Bson),
     Max(Bson),
-    CurrentDate { timestamp: bool },
+    CurrentDate {
+        timestamp: bool,
+    },
     Push(PushSpec),
     AddToSet(Vec<Bson>),
     Pull(PullCond),
     PullAll(Vec<Bson>),
-    Pop { first: bool },
+    Pop {
+        first: bool,
+    },
     Bit(Vec<(BitOp, Bson)>),
     /// Lives at the destination path; `from` is the (static) source path.
-    Rename { from: Vec<String> },
+    Rename {
+        from: Vec<String>,
+    },
     /// Occupies the source path of a `$rename` so that conflicts are detected.
     Placeholder,
 }
@@ -167,22 +173,36 @@ impl UpdateSpec {
         match update {
             Bson::Array(stages) => {
                 if !filters.is_empty() {
-                    return Err(Error::failed_to_parse("arrayFilters may not be specified for pipeline-syle updates"));
+                    return Err(Error::failed_to_parse(
+                        "arrayFilters may not be specified for pipeline-syle updates",
+                    ));
                 }
                 let mut out = Vec::with_capacity(stages.len());
                 for s in stages {
                     match s {
                         Bson::Document(d) => out.push(d.clone()),
-                        _ => return Err(Error::type_mismatch("Each element of the 'pipeline' array must be an object")),
+                        _ => {
+                            return Err(Error::type_mismatch(
+                                "Each element of the 'pipeline' array must be an object",
+                            ))
+                        }
                     }
                 }
-                Ok(UpdateSpec { body: Body::Pipeline(out), array_filters: filters, positional: false })
+                Ok(UpdateSpec {
+                    body: Body::Pipeline(out),
+                    array_filters: filters,
+                    positional: false,
+                })
             }
             Bson::Document(d) => {
                 let is_ops = d.keys().next().is_some_and(|k| k.starts_with('$'));
                 if !is_ops {
                     validate_replacement(d)?;
-                    return Ok(UpdateSpec { body: Body::Replacement(d.clone()), array_filters: filters, positional: false });
+                    return Ok(UpdateSpec {
+                        body: Body::Replacement(d.clone()),
+                        array_filters: filters,
+                        positional: false,
+                    });
                 }
                 let mut root = Node::Object(ObjectNode::default());
                 let mut found = BTreeSet::new();
@@ -204,7 +224,8 @@ impl UpdateSpec {
                         }
                     };
                     for (path, arg) in fields {
-                        positional |= parse_and_merge(&mut root, kind, path, arg, &filters, &mut found)?;
+                        positional |=
+                            parse_and_merge(&mut root, kind, path, arg, &filters, &mut found)?;
                     }
                 }
                 for id in filters.keys() {
@@ -219,9 +240,15 @@ impl UpdateSpec {
                     Node::Object(o) => o,
                     _ => unreachable!(),
                 };
-                Ok(UpdateSpec { body: Body::Operators(root), array_filters: filters, positional })
+                Ok(UpdateSpec {
+                    body: Body::Operators(root),
+                    array_filters: filters,
+                    positional,
+                })
             }
-            _ => Err(Error::failed_to_parse("Update argument must be either an object or an array")),
+            _ => Err(Error::failed_to_parse(
+                "Update argument must be either an object or an array",
+            )),
         }
     }
 
@@ -260,7 +287,9 @@ impl UpdateSpec {
         match &self.body {
             Body::Operators(root) => apply::apply_operators(root, &self.array_filters, doc, ctx),
             Body::Replacement(r) => apply::apply_replacement(r, doc),
-            Body::Pipeline(_) => Err(Error::internal("pipeline-style updates are run by the engine through crate::pipeline")),
+            Body::Pipeline(_) => Err(Error::internal(
+                "pipeline-style updates are run by the engine through crate::pipeline",
+            )),
         }
     }
 }
@@ -317,7 +346,9 @@ fn is_array_filter_identifier(part: &str) -> bool {
 }
 
 fn is_dynamic(parts: &[&str]) -> bool {
-    parts.iter().any(|p| *p == "$" || is_array_filter_identifier(p))
+    parts
+        .iter()
+        .any(|p| *p == "$" || is_array_filter_identifier(p))
 }
 
 /// fieldchecker::isUpdatable: no empty path, no empty component.
@@ -340,7 +371,9 @@ fn check_positional(path: &str, parts: &[&str]) -> Result<bool> {
         return Ok(false);
     }
     if count > 1 {
-        return Err(Error::bad_value(format!("Too many positional (i.e. '$') elements found in path '{path}'")));
+        return Err(Error::bad_value(format!(
+            "Too many positional (i.e. '$') elements found in path '{path}'"
+        )));
     }
     if parts[0] == "$" {
         return Err(Error::bad_value(format!(
@@ -365,7 +398,9 @@ fn parse_identifier(
     let id = &part[2..part.len() - 1];
     if !id.is_empty() {
         if !filters.contains_key(id) {
-            return Err(Error::bad_value(format!("No array filter found for identifier '{id}' in path '{path}'")));
+            return Err(Error::bad_value(format!(
+                "No array filter found for identifier '{id}' in path '{path}'"
+            )));
         }
         found.insert(id.to_string());
     }
@@ -414,7 +449,10 @@ fn parse_and_merge(
         let conflict = || {
             Error::new(
                 codes::CONFLICTING_UPDATE_OPERATORS,
-                format!("Updating the path '{path}' would create a conflict at '{}'", parts[..=i].join(".")),
+                format!(
+                    "Updating the path '{path}' would create a conflict at '{}'",
+                    parts[..=i].join(".")
+                ),
             )
         };
         let existing_kind = child_slot(current, &name).map(|n| match n {
@@ -430,7 +468,11 @@ fn parse_and_merge(
                 current = child_slot(current, &name).expect("child exists");
             }
             None => {
-                let new = if should_be_array { Node::Array(ArrayNode::default()) } else { Node::Object(ObjectNode::default()) };
+                let new = if should_be_array {
+                    Node::Array(ArrayNode::default())
+                } else {
+                    Node::Object(ObjectNode::default())
+                };
                 current = insert_child(current, name, new);
             }
         }
@@ -518,7 +560,16 @@ fn integral(v: &Bson) -> Option<i64> {
 fn is_query_level_operator(name: &str) -> bool {
     matches!(
         name,
-        "$and" | "$or" | "$nor" | "$expr" | "$where" | "$text" | "$comment" | "$jsonSchema" | "$alwaysTrue" | "$alwaysFalse"
+        "$and"
+            | "$or"
+            | "$nor"
+            | "$expr"
+            | "$where"
+            | "$text"
+            | "$comment"
+            | "$jsonSchema"
+            | "$alwaysTrue"
+            | "$alwaysFalse"
     )
 }
 
@@ -532,7 +583,11 @@ fn make_leaf(kind: OpKind, field: &str, path: &str, arg: &Bson) -> Result<Op> {
             if !crate::compare::is_number(arg) {
                 return Err(Error::type_mismatch(format!(
                     "Cannot {} with non-numeric argument: {{{}}}",
-                    if kind == OpKind::Inc { "increment" } else { "multiply" },
+                    if kind == OpKind::Inc {
+                        "increment"
+                    } else {
+                        "multiply"
+                    },
                     util::elem_to_string(field, arg)
                 )));
             }
@@ -570,7 +625,9 @@ fn make_leaf(kind: OpKind, field: &str, path: &str, arg: &Bson) -> Result<Op> {
         }
         OpKind::Pull => Op::Pull(match arg {
             Bson::Document(d) => match d.keys().next() {
-                Some(k) if k.starts_with('$') && !is_query_level_operator(k) => PullCond::Wrapped(d.clone()),
+                Some(k) if k.starts_with('$') && !is_query_level_operator(k) => {
+                    PullCond::Wrapped(d.clone())
+                }
                 _ => PullCond::Query(d.clone()),
             },
             Bson::RegularExpression(re) => {
@@ -592,11 +649,17 @@ fn make_leaf(kind: OpKind, field: &str, path: &str, arg: &Bson) -> Result<Op> {
         },
         OpKind::Pop => {
             if !crate::compare::is_number(arg) {
-                return Err(Error::failed_to_parse(format!("Expected a number in: {}", util::elem_to_string(field, arg))));
+                return Err(Error::failed_to_parse(format!(
+                    "Expected a number in: {}",
+                    util::elem_to_string(field, arg)
+                )));
             }
             let n = crate::compare::as_f64(arg).unwrap_or(f64::NAN);
             if n != 1.0 && n != -1.0 {
-                return Err(Error::failed_to_parse(format!("$pop expects 1 or -1, found: {}", num_to_string(arg))));
+                return Err(Error::failed_to_parse(format!(
+                    "$pop expects 1 or -1, found: {}",
+                    num_to_string(arg)
+                )));
             }
             Op::Pop { first: n == -1.0 }
         }
@@ -618,12 +681,18 @@ fn make_leaf(kind: OpKind, field: &str, path: &str, arg: &Bson) -> Result<Op> {
                 )));
             }
             if is_dynamic(&from) {
-                return Err(Error::bad_value(format!("The source field for $rename may not be dynamic: {field}")));
+                return Err(Error::bad_value(format!(
+                    "The source field for $rename may not be dynamic: {field}"
+                )));
             }
             if is_dynamic(&to) {
-                return Err(Error::bad_value(format!("The destination field for $rename may not be dynamic: {path}")));
+                return Err(Error::bad_value(format!(
+                    "The destination field for $rename may not be dynamic: {path}"
+                )));
             }
-            Op::Rename { from: from.iter().map(|s| s.to_string()).collect() }
+            Op::Rename {
+                from: from.iter().map(|s| s.to_string()).collect(),
+            }
         }
     })
 }
@@ -663,12 +732,26 @@ fn parse_current_date(arg: &Bson) -> Result<Op> {
 fn parse_push(arg: &Bson) -> Result<PushSpec> {
     let d = match arg {
         Bson::Document(d) if d.contains_key("$each") => d,
-        other => return Ok(PushSpec { each: vec![other.clone()], slice: None, sort: None, position: None }),
+        other => {
+            return Ok(PushSpec {
+                each: vec![other.clone()],
+                slice: None,
+                sort: None,
+                position: None,
+            })
+        }
     };
-    let mut spec = PushSpec { each: Vec::new(), slice: None, sort: None, position: None };
+    let mut spec = PushSpec {
+        each: Vec::new(),
+        slice: None,
+        sort: None,
+        position: None,
+    };
     for (k, _) in d {
         if !matches!(k.as_str(), "$each" | "$slice" | "$sort" | "$position") {
-            return Err(Error::bad_value(format!("Unrecognized clause in $push: {k}")));
+            return Err(Error::bad_value(format!(
+                "Unrecognized clause in $push: {k}"
+            )));
         }
     }
     match d.get("$each") {
@@ -683,12 +766,18 @@ fn parse_push(arg: &Bson) -> Result<PushSpec> {
     }
     if let Some(s) = d.get("$slice") {
         spec.slice = Some(integral(s).ok_or_else(|| {
-            Error::bad_value(format!("The value for $slice must be an integer value but was given type: {}", type_name(s)))
+            Error::bad_value(format!(
+                "The value for $slice must be an integer value but was given type: {}",
+                type_name(s)
+            ))
         })?);
     }
     if let Some(p) = d.get("$position") {
         spec.position = Some(integral(p).ok_or_else(|| {
-            Error::bad_value(format!("The value for $position must be an integer value, not of type: {}", type_name(p)))
+            Error::bad_value(format!(
+                "The value for $position must be an integer value, not of type: {}",
+                type_name(p)
+            ))
         })?);
     }
     if let Some(s) = d.get("$sort") {
@@ -696,7 +785,9 @@ fn parse_push(arg: &Bson) -> Result<PushSpec> {
             match integral(v) {
                 Some(1) => Ok(true),
                 Some(-1) => Ok(false),
-                _ => Err(Error::bad_value("The $sort element value must be either 1 or -1")),
+                _ => Err(Error::bad_value(
+                    "The $sort element value must be either 1 or -1",
+                )),
             }
         };
         spec.sort = Some(match s {
@@ -793,9 +884,12 @@ fn parse_array_filters(filters: &[Document]) -> Result<BTreeMap<String, Document
         let mut id = None;
         collect(f, &mut id)?;
         let Some(id) = id else {
-            return Err(Error::failed_to_parse("Cannot use an expression without a top-level field name in arrayFilters"));
+            return Err(Error::failed_to_parse(
+                "Cannot use an expression without a top-level field name in arrayFilters",
+            ));
         };
-        let valid = id.chars().next().is_some_and(|c| c.is_ascii_lowercase()) && id.chars().all(|c| c.is_ascii_alphanumeric());
+        let valid = id.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+            && id.chars().all(|c| c.is_ascii_alphanumeric());
         if !valid {
             return Err(Error::bad_value(format!(
                 "Error parsing array filter :: caused by :: The top-level field name must be an alphanumeric string beginning with a lowercase letter, found '{id}'"

@@ -19,7 +19,9 @@ fn ops_match(cond: &Document, v: Option<&Bson>) -> bool {
             "$gte" => matches!(cmp(), Some(Ordering::Greater | Ordering::Equal)),
             "$lt" => cmp() == Some(Ordering::Less),
             "$lte" => matches!(cmp(), Some(Ordering::Less | Ordering::Equal)),
-            "$in" => arg.as_array().is_some_and(|a| a.iter().any(|x| bson_eq(v, x))),
+            "$in" => arg
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| bson_eq(v, x))),
             "$regex" => match (v, arg) {
                 (Bson::String(s), Bson::String(p)) => regex::Regex::new(p).unwrap().is_match(s),
                 _ => false,
@@ -42,7 +44,9 @@ impl ConditionMatcher for TestMatcher {
         if condition.keys().next().is_some_and(|k| k.starts_with('$')) {
             return Ok(ops_match(condition, Some(value)));
         }
-        let Bson::Document(d) = value else { return Ok(false) };
+        let Bson::Document(d) = value else {
+            return Ok(false);
+        };
         Ok(condition.iter().all(|(k, c)| {
             let v = get_path(d, k);
             match is_op_doc(c) {
@@ -65,12 +69,20 @@ fn run_full(
     is_insert: bool,
 ) -> crate::Result<(Document, UpdateOutcome)> {
     let spec = UpdateSpec::parse(&update, filters.as_deref())?;
-    let ctx = ApplyContext { is_insert, positional, now: now(), matcher: &TestMatcher };
+    let ctx = ApplyContext {
+        is_insert,
+        positional,
+        now: now(),
+        matcher: &TestMatcher,
+    };
     let before = d.clone();
     match spec.apply(&mut d, &ctx) {
         Ok(o) => Ok((d, o)),
         Err(e) => {
-            assert!(identical_doc(&before, &d), "document must be untouched on error");
+            assert!(
+                identical_doc(&before, &d),
+                "document must be untouched on error"
+            );
             Err(e)
         }
     }
@@ -90,7 +102,10 @@ fn err(d: Document, u: Document) -> crate::Error {
 
 #[track_caller]
 fn same(actual: &Document, expected: &Document) {
-    assert!(identical_doc(actual, expected), "\n  actual:   {actual:?}\n  expected: {expected:?}");
+    assert!(
+        identical_doc(actual, expected),
+        "\n  actual:   {actual:?}\n  expected: {expected:?}"
+    );
 }
 
 // ---------------------------------------------------------------- parsing
@@ -105,7 +120,8 @@ fn kinds() {
     assert_eq!(pl.kind(), UpdateKind::Pipeline);
     assert_eq!(pl.pipeline().unwrap().len(), 1);
     assert!(UpdateSpec::parse(&bson::bson!([1]), None).is_err());
-    let e = UpdateSpec::parse(&bson::bson!([{"$set": {"a": 1}}]), Some(&[doc! {"x": 1}])).unwrap_err();
+    let e =
+        UpdateSpec::parse(&bson::bson!([{"$set": {"a": 1}}]), Some(&[doc! {"x": 1}])).unwrap_err();
     assert_eq!(e.code, 9);
 }
 
@@ -122,7 +138,12 @@ fn unknown_operator_and_bad_shapes() {
     assert_eq!(err(doc! {}, doc! {"b": 2, "$set": {"a": 1}}).code, 52);
     let e = err(doc! {}, doc! {"$set": 1});
     assert_eq!(e.code, 9);
-    assert!(e.message.starts_with("Modifiers operate on fields but we found type int instead"), "{}", e.message);
+    assert!(
+        e.message
+            .starts_with("Modifiers operate on fields but we found type int instead"),
+        "{}",
+        e.message
+    );
     assert_eq!(err(doc! {}, doc! {"$set": {"": 1}}).code, 56);
     assert_eq!(err(doc! {}, doc! {"$set": {"a..b": 1}}).code, 56);
 }
@@ -138,36 +159,75 @@ fn empty_operator_is_noop() {
 fn conflicting_paths() {
     let e = err(doc! {}, doc! {"$set": {"a": 1}, "$inc": {"a": 1}});
     assert_eq!(e.code, 40);
-    assert_eq!(e.message, "Updating the path 'a' would create a conflict at 'a'");
+    assert_eq!(
+        e.message,
+        "Updating the path 'a' would create a conflict at 'a'"
+    );
     let e = err(doc! {}, doc! {"$set": {"a": 1, "a.b": 1}});
     assert_eq!(e.code, 40);
-    assert_eq!(e.message, "Updating the path 'a.b' would create a conflict at 'a'");
+    assert_eq!(
+        e.message,
+        "Updating the path 'a.b' would create a conflict at 'a'"
+    );
     let e = err(doc! {}, doc! {"$set": {"a.b": 1}, "$unset": {"a": 1}});
-    assert_eq!(e.message, "Updating the path 'a' would create a conflict at 'a'");
-    assert_eq!(err(doc! {}, doc! {"$rename": {"a": "b"}, "$set": {"a": 1}}).code, 40);
+    assert_eq!(
+        e.message,
+        "Updating the path 'a' would create a conflict at 'a'"
+    );
+    assert_eq!(
+        err(doc! {}, doc! {"$rename": {"a": "b"}, "$set": {"a": 1}}).code,
+        40
+    );
     // Siblings are fine.
-    same(&ok(doc! {}, doc! {"$set": {"a.b": 1, "a.c": 2}}), &doc! {"a": {"b": 1, "c": 2}});
+    same(
+        &ok(doc! {}, doc! {"$set": {"a.b": 1, "a.c": 2}}),
+        &doc! {"a": {"b": 1, "c": 2}},
+    );
 }
 
 // ---------------------------------------------------------------- $set / $unset
 
 #[test]
 fn set_creates_paths_in_lexicographic_order() {
-    same(&ok(doc! {"_id": 1}, doc! {"$set": {"b": 1, "a": 2}}), &doc! {"_id": 1, "a": 2, "b": 1});
-    same(&ok(doc! {"_id": 1}, doc! {"$set": {"x.y.z": 1}}), &doc! {"_id": 1, "x": {"y": {"z": 1}}});
+    same(
+        &ok(doc! {"_id": 1}, doc! {"$set": {"b": 1, "a": 2}}),
+        &doc! {"_id": 1, "a": 2, "b": 1},
+    );
+    same(
+        &ok(doc! {"_id": 1}, doc! {"$set": {"x.y.z": 1}}),
+        &doc! {"_id": 1, "x": {"y": {"z": 1}}},
+    );
     // Existing fields keep their position.
-    same(&ok(doc! {"b": 1, "a": 1}, doc! {"$set": {"a": 5, "c": 0}}), &doc! {"b": 1, "a": 5, "c": 0});
+    same(
+        &ok(doc! {"b": 1, "a": 1}, doc! {"$set": {"a": 5, "c": 0}}),
+        &doc! {"b": 1, "a": 5, "c": 0},
+    );
     // "10" sorts before "9".
-    same(&ok(doc! {}, doc! {"$set": {"9": 1, "10": 2}}), &doc! {"10": 2, "9": 1});
+    same(
+        &ok(doc! {}, doc! {"$set": {"9": 1, "10": 2}}),
+        &doc! {"10": 2, "9": 1},
+    );
 }
 
 #[test]
 fn set_into_arrays_and_padding() {
-    same(&ok(doc! {"a": [1, 2]}, doc! {"$set": {"a.1": 5}}), &doc! {"a": [1, 5]});
-    same(&ok(doc! {"a": [1, 2]}, doc! {"$set": {"a.4": 5}}), &doc! {"a": [1, 2, Bson::Null, Bson::Null, 5]});
-    same(&ok(doc! {"a": [{"b": 1}]}, doc! {"$set": {"a.0.c": 2}}), &doc! {"a": [{"b": 1, "c": 2}]});
+    same(
+        &ok(doc! {"a": [1, 2]}, doc! {"$set": {"a.1": 5}}),
+        &doc! {"a": [1, 5]},
+    );
+    same(
+        &ok(doc! {"a": [1, 2]}, doc! {"$set": {"a.4": 5}}),
+        &doc! {"a": [1, 2, Bson::Null, Bson::Null, 5]},
+    );
+    same(
+        &ok(doc! {"a": [{"b": 1}]}, doc! {"$set": {"a.0.c": 2}}),
+        &doc! {"a": [{"b": 1, "c": 2}]},
+    );
     // Numeric components below a missing field create documents.
-    same(&ok(doc! {}, doc! {"$set": {"a.0.b": 1}}), &doc! {"a": {"0": {"b": 1}}});
+    same(
+        &ok(doc! {}, doc! {"$set": {"a.0.b": 1}}),
+        &doc! {"a": {"0": {"b": 1}}},
+    );
 }
 
 #[test]
@@ -177,7 +237,10 @@ fn set_path_not_viable() {
     assert_eq!(e.message, "Cannot create field 'b' in element {a: 1}");
     let e = err(doc! {"a": [1, 2]}, doc! {"$set": {"a.b": 2}});
     assert_eq!(e.code, 28);
-    assert_eq!(e.message, "Cannot create field 'b' in element {a: [ 1, 2 ]}");
+    assert_eq!(
+        e.message,
+        "Cannot create field 'b' in element {a: [ 1, 2 ]}"
+    );
 }
 
 #[test]
@@ -188,25 +251,46 @@ fn set_noop_detection_is_type_sensitive() {
     assert!(o.modified);
     same(&d, &doc! {"a": 1.0});
     // Field order inside documents matters.
-    let (_, o) = run(doc! {"a": {"x": 1, "y": 2}}, doc! {"$set": {"a": {"y": 2, "x": 1}}}).unwrap();
+    let (_, o) = run(
+        doc! {"a": {"x": 1, "y": 2}},
+        doc! {"$set": {"a": {"y": 2, "x": 1}}},
+    )
+    .unwrap();
     assert!(o.modified);
 }
 
 #[test]
 fn dollar_prefixed_fields() {
     // Nested $-prefixed names in values are allowed (5.0+).
-    same(&ok(doc! {}, doc! {"$set": {"a": {"$b": 1}}}), &doc! {"a": {"$b": 1}});
-    same(&ok(doc! {"a": {}}, doc! {"$set": {"a.$b": 1}}), &doc! {"a": {"$b": 1}});
+    same(
+        &ok(doc! {}, doc! {"$set": {"a": {"$b": 1}}}),
+        &doc! {"a": {"$b": 1}},
+    );
+    same(
+        &ok(doc! {"a": {}}, doc! {"$set": {"a.$b": 1}}),
+        &doc! {"a": {"$b": 1}},
+    );
     // A top-level $-prefixed field is not.
     assert_eq!(err(doc! {}, doc! {"$set": {"$b": 1}}).code, 52);
     // ... except when inserting (upsert).
-    let (d, _) = run_full(doc! {}, Bson::Document(doc! {"$set": {"$b": 1}}), None, None, true).unwrap();
+    let (d, _) = run_full(
+        doc! {},
+        Bson::Document(doc! {"$set": {"$b": 1}}),
+        None,
+        None,
+        true,
+    )
+    .unwrap();
     same(&d, &doc! {"$b": 1});
 }
 
 #[test]
 fn unset() {
-    let (d, o) = run(doc! {"_id": 1, "a": 1, "b": {"c": 1, "d": 2}}, doc! {"$unset": {"a": "", "b.c": 1, "zz": 1}}).unwrap();
+    let (d, o) = run(
+        doc! {"_id": 1, "a": 1, "b": {"c": 1, "d": 2}},
+        doc! {"$unset": {"a": "", "b.c": 1, "zz": 1}},
+    )
+    .unwrap();
     same(&d, &doc! {"_id": 1, "b": {"d": 2}});
     assert_eq!(o.removed_fields, vec!["a".to_string(), "b.c".to_string()]);
     // Array elements become null.
@@ -222,12 +306,24 @@ fn unset() {
 
 #[test]
 fn inc_and_mul() {
-    same(&ok(doc! {"a": 1}, doc! {"$inc": {"a": 2, "b": 5}}), &doc! {"a": 3, "b": 5});
-    same(&ok(doc! {"a": 1}, doc! {"$inc": {"a": 0.5}}), &doc! {"a": 1.5});
-    same(&ok(doc! {"a": 1i64}, doc! {"$inc": {"a": 1}}), &doc! {"a": 2i64});
+    same(
+        &ok(doc! {"a": 1}, doc! {"$inc": {"a": 2, "b": 5}}),
+        &doc! {"a": 3, "b": 5},
+    );
+    same(
+        &ok(doc! {"a": 1}, doc! {"$inc": {"a": 0.5}}),
+        &doc! {"a": 1.5},
+    );
+    same(
+        &ok(doc! {"a": 1i64}, doc! {"$inc": {"a": 1}}),
+        &doc! {"a": 2i64},
+    );
     same(&ok(doc! {"a": 3}, doc! {"$mul": {"a": 4}}), &doc! {"a": 12});
     // $mul on a missing field creates a zero of the argument's type.
-    same(&ok(doc! {}, doc! {"$mul": {"a": 4i64, "b": 2.5, "c": 3}}), &doc! {"a": 0i64, "b": 0.0, "c": 0});
+    same(
+        &ok(doc! {}, doc! {"$mul": {"a": 4i64, "b": 2.5, "c": 3}}),
+        &doc! {"a": 0i64, "b": 0.0, "c": 0},
+    );
     let (_, o) = run(doc! {"a": 5}, doc! {"$inc": {"a": 0}}).unwrap();
     assert!(!o.modified);
     let (d, o) = run(doc! {"a": 5}, doc! {"$inc": {"a": 0i64}}).unwrap();
@@ -237,9 +333,18 @@ fn inc_and_mul() {
 
 #[test]
 fn int_overflow_promotion() {
-    same(&ok(doc! {"a": i32::MAX}, doc! {"$inc": {"a": 1}}), &doc! {"a": i32::MAX as i64 + 1});
-    same(&ok(doc! {"a": i32::MIN}, doc! {"$inc": {"a": -1}}), &doc! {"a": i32::MIN as i64 - 1});
-    same(&ok(doc! {"a": 65536}, doc! {"$mul": {"a": 65536}}), &doc! {"a": 4294967296i64});
+    same(
+        &ok(doc! {"a": i32::MAX}, doc! {"$inc": {"a": 1}}),
+        &doc! {"a": i32::MAX as i64 + 1},
+    );
+    same(
+        &ok(doc! {"a": i32::MIN}, doc! {"$inc": {"a": -1}}),
+        &doc! {"a": i32::MIN as i64 - 1},
+    );
+    same(
+        &ok(doc! {"a": 65536}, doc! {"$mul": {"a": 65536}}),
+        &doc! {"a": 4294967296i64},
+    );
     let e = err(doc! {"_id": 1, "a": i64::MAX}, doc! {"$inc": {"a": 1}});
     assert_eq!(e.code, 2);
     assert_eq!(
@@ -256,20 +361,35 @@ fn arithmetic_type_errors() {
     let e = err(doc! {"_id": 1, "a": "x"}, doc! {"$inc": {"a": 1}});
     assert_eq!(e.code, 14);
     assert_eq!(e.message, "Cannot apply $inc to a value of non-numeric type. {_id: 1} has the field 'a' of non-numeric type string");
-    let e = err(doc! {"_id": "k", "a": {"b": [1]}}, doc! {"$mul": {"a.b": 1}});
+    let e = err(
+        doc! {"_id": "k", "a": {"b": [1]}},
+        doc! {"$mul": {"a.b": 1}},
+    );
     assert_eq!(e.message, "Cannot apply $mul to a value of non-numeric type. {_id: \"k\"} has the field 'b' of non-numeric type array");
     let e = err(doc! {}, doc! {"$inc": {"a": "1"}});
     assert_eq!(e.code, 14);
-    assert_eq!(e.message, "Cannot increment with non-numeric argument: {a: \"1\"}");
+    assert_eq!(
+        e.message,
+        "Cannot increment with non-numeric argument: {a: \"1\"}"
+    );
 }
 
 #[test]
 fn min_max() {
-    same(&ok(doc! {"a": 5, "b": 5}, doc! {"$min": {"a": 3, "b": 7}}), &doc! {"a": 3, "b": 5});
-    same(&ok(doc! {"a": 5, "b": 5}, doc! {"$max": {"a": 3, "b": 7}}), &doc! {"a": 5, "b": 7});
+    same(
+        &ok(doc! {"a": 5, "b": 5}, doc! {"$min": {"a": 3, "b": 7}}),
+        &doc! {"a": 3, "b": 5},
+    );
+    same(
+        &ok(doc! {"a": 5, "b": 5}, doc! {"$max": {"a": 3, "b": 7}}),
+        &doc! {"a": 5, "b": 7},
+    );
     same(&ok(doc! {}, doc! {"$min": {"a": 1}}), &doc! {"a": 1});
     // Cross-type comparison uses the BSON order: strings sort above numbers.
-    same(&ok(doc! {"a": 5}, doc! {"$max": {"a": "x"}}), &doc! {"a": "x"});
+    same(
+        &ok(doc! {"a": 5}, doc! {"$max": {"a": "x"}}),
+        &doc! {"a": "x"},
+    );
     let (_, o) = run(doc! {"a": 5}, doc! {"$min": {"a": 5.0}}).unwrap();
     assert!(!o.modified);
 }
@@ -277,12 +397,24 @@ fn min_max() {
 #[test]
 fn bit() {
     same(
-        &ok(doc! {"a": 13, "b": 13, "c": 13}, doc! {"$bit": {"a": {"and": 10}, "b": {"or": 10}, "c": {"xor": 10}}}),
+        &ok(
+            doc! {"a": 13, "b": 13, "c": 13},
+            doc! {"$bit": {"a": {"and": 10}, "b": {"or": 10}, "c": {"xor": 10}}},
+        ),
         &doc! {"a": 8, "b": 15, "c": 7},
     );
-    same(&ok(doc! {"a": 1}, doc! {"$bit": {"a": {"or": 4i64}}}), &doc! {"a": 5i64});
-    same(&ok(doc! {}, doc! {"$bit": {"a": {"or": 6}}}), &doc! {"a": 6});
-    assert_eq!(err(doc! {"a": 1.5}, doc! {"$bit": {"a": {"and": 1}}}).code, 2);
+    same(
+        &ok(doc! {"a": 1}, doc! {"$bit": {"a": {"or": 4i64}}}),
+        &doc! {"a": 5i64},
+    );
+    same(
+        &ok(doc! {}, doc! {"$bit": {"a": {"or": 6}}}),
+        &doc! {"a": 6},
+    );
+    assert_eq!(
+        err(doc! {"a": 1.5}, doc! {"$bit": {"a": {"and": 1}}}).code,
+        2
+    );
     assert_eq!(err(doc! {}, doc! {"$bit": {"a": {"nand": 1}}}).code, 2);
     assert_eq!(err(doc! {}, doc! {"$bit": {"a": {"and": 1.0}}}).code, 2);
     assert_eq!(err(doc! {}, doc! {"$bit": {"a": 1}}).code, 2);
@@ -290,20 +422,43 @@ fn bit() {
 
 #[test]
 fn current_date() {
-    let d = ok(doc! {"a": 1}, doc! {"$currentDate": {"a": true, "b": {"$type": "timestamp"}, "c": {"$type": "date"}}});
+    let d = ok(
+        doc! {"a": 1},
+        doc! {"$currentDate": {"a": true, "b": {"$type": "timestamp"}, "c": {"$type": "date"}}},
+    );
     assert_eq!(d.get("a"), Some(&Bson::DateTime(now())));
-    assert_eq!(d.get("b"), Some(&Bson::Timestamp(bson::Timestamp { time: 1_700_000_000, increment: 1 })));
+    assert_eq!(
+        d.get("b"),
+        Some(&Bson::Timestamp(bson::Timestamp {
+            time: 1_700_000_000,
+            increment: 1
+        }))
+    );
     assert_eq!(d.get("c"), Some(&Bson::DateTime(now())));
-    assert_eq!(err(doc! {}, doc! {"$currentDate": {"a": {"$type": "x"}}}).code, 2);
+    assert_eq!(
+        err(doc! {}, doc! {"$currentDate": {"a": {"$type": "x"}}}).code,
+        2
+    );
     assert_eq!(err(doc! {}, doc! {"$currentDate": {"a": 1}}).code, 2);
 }
 
 #[test]
 fn set_on_insert() {
-    let (d, o) = run(doc! {"_id": 1}, doc! {"$setOnInsert": {"a": 1}, "$set": {"b": 2}}).unwrap();
+    let (d, o) = run(
+        doc! {"_id": 1},
+        doc! {"$setOnInsert": {"a": 1}, "$set": {"b": 2}},
+    )
+    .unwrap();
     same(&d, &doc! {"_id": 1, "b": 2});
     assert!(o.modified);
-    let (d, _) = run_full(doc! {"_id": 1}, Bson::Document(doc! {"$setOnInsert": {"a": 1}, "$set": {"b": 2}}), None, None, true).unwrap();
+    let (d, _) = run_full(
+        doc! {"_id": 1},
+        Bson::Document(doc! {"$setOnInsert": {"a": 1}, "$set": {"b": 2}}),
+        None,
+        None,
+        true,
+    )
+    .unwrap();
     same(&d, &doc! {"_id": 1, "a": 1, "b": 2});
 }
 
@@ -311,110 +466,274 @@ fn set_on_insert() {
 
 #[test]
 fn push_basic_and_errors() {
-    same(&ok(doc! {"a": [1]}, doc! {"$push": {"a": 2}}), &doc! {"a": [1, 2]});
-    same(&ok(doc! {}, doc! {"$push": {"a": [1, 2]}}), &doc! {"a": [[1, 2]]});
+    same(
+        &ok(doc! {"a": [1]}, doc! {"$push": {"a": 2}}),
+        &doc! {"a": [1, 2]},
+    );
+    same(
+        &ok(doc! {}, doc! {"$push": {"a": [1, 2]}}),
+        &doc! {"a": [[1, 2]]},
+    );
     let e = err(doc! {"_id": 1, "a": 1}, doc! {"$push": {"a": 2}});
     assert_eq!(e.code, 2);
-    assert_eq!(e.message, "The field 'a' must be an array but is of type int in document {_id: 1}");
+    assert_eq!(
+        e.message,
+        "The field 'a' must be an array but is of type int in document {_id: 1}"
+    );
     assert_eq!(err(doc! {}, doc! {"$push": {"a": {"$each": 1}}}).code, 2);
-    assert_eq!(err(doc! {}, doc! {"$push": {"a": {"$each": [1], "$foo": 1}}}).message, "Unrecognized clause in $push: $foo");
-    assert_eq!(err(doc! {}, doc! {"$push": {"a": {"$each": [1], "$sort": 2}}}).code, 2);
-    assert_eq!(err(doc! {}, doc! {"$push": {"a": {"$each": [1], "$slice": "x"}}}).code, 2);
+    assert_eq!(
+        err(doc! {}, doc! {"$push": {"a": {"$each": [1], "$foo": 1}}}).message,
+        "Unrecognized clause in $push: $foo"
+    );
+    assert_eq!(
+        err(doc! {}, doc! {"$push": {"a": {"$each": [1], "$sort": 2}}}).code,
+        2
+    );
+    assert_eq!(
+        err(
+            doc! {},
+            doc! {"$push": {"a": {"$each": [1], "$slice": "x"}}}
+        )
+        .code,
+        2
+    );
 }
 
 #[test]
 fn push_modifiers() {
-    same(&ok(doc! {"a": [1]}, doc! {"$push": {"a": {"$each": [2, 3]}}}), &doc! {"a": [1, 2, 3]});
-    same(&ok(doc! {"a": [1, 2]}, doc! {"$push": {"a": {"$each": [9], "$position": 0}}}), &doc! {"a": [9, 1, 2]});
-    same(&ok(doc! {"a": [1, 2, 3]}, doc! {"$push": {"a": {"$each": [9], "$position": -1}}}), &doc! {"a": [1, 2, 9, 3]});
-    same(&ok(doc! {"a": [1, 2]}, doc! {"$push": {"a": {"$each": [9], "$position": 10}}}), &doc! {"a": [1, 2, 9]});
-    same(&ok(doc! {"a": [3, 1]}, doc! {"$push": {"a": {"$each": [2], "$sort": 1}}}), &doc! {"a": [1, 2, 3]});
-    same(&ok(doc! {"a": [3, 1]}, doc! {"$push": {"a": {"$each": [2], "$sort": -1, "$slice": 2}}}), &doc! {"a": [3, 2]});
-    same(&ok(doc! {"a": [1, 2, 3]}, doc! {"$push": {"a": {"$each": [4], "$slice": -2}}}), &doc! {"a": [3, 4]});
-    same(&ok(doc! {"a": [1, 2, 3]}, doc! {"$push": {"a": {"$each": [], "$slice": 0}}}), &doc! {"a": []});
     same(
-        &ok(doc! {"a": [{"s": 3}, {"s": 1}]}, doc! {"$push": {"a": {"$each": [{"s": 2}], "$sort": {"s": 1}}}}),
+        &ok(doc! {"a": [1]}, doc! {"$push": {"a": {"$each": [2, 3]}}}),
+        &doc! {"a": [1, 2, 3]},
+    );
+    same(
+        &ok(
+            doc! {"a": [1, 2]},
+            doc! {"$push": {"a": {"$each": [9], "$position": 0}}},
+        ),
+        &doc! {"a": [9, 1, 2]},
+    );
+    same(
+        &ok(
+            doc! {"a": [1, 2, 3]},
+            doc! {"$push": {"a": {"$each": [9], "$position": -1}}},
+        ),
+        &doc! {"a": [1, 2, 9, 3]},
+    );
+    same(
+        &ok(
+            doc! {"a": [1, 2]},
+            doc! {"$push": {"a": {"$each": [9], "$position": 10}}},
+        ),
+        &doc! {"a": [1, 2, 9]},
+    );
+    same(
+        &ok(
+            doc! {"a": [3, 1]},
+            doc! {"$push": {"a": {"$each": [2], "$sort": 1}}},
+        ),
+        &doc! {"a": [1, 2, 3]},
+    );
+    same(
+        &ok(
+            doc! {"a": [3, 1]},
+            doc! {"$push": {"a": {"$each": [2], "$sort": -1, "$slice": 2}}},
+        ),
+        &doc! {"a": [3, 2]},
+    );
+    same(
+        &ok(
+            doc! {"a": [1, 2, 3]},
+            doc! {"$push": {"a": {"$each": [4], "$slice": -2}}},
+        ),
+        &doc! {"a": [3, 4]},
+    );
+    same(
+        &ok(
+            doc! {"a": [1, 2, 3]},
+            doc! {"$push": {"a": {"$each": [], "$slice": 0}}},
+        ),
+        &doc! {"a": []},
+    );
+    same(
+        &ok(
+            doc! {"a": [{"s": 3}, {"s": 1}]},
+            doc! {"$push": {"a": {"$each": [{"s": 2}], "$sort": {"s": 1}}}},
+        ),
         &doc! {"a": [{"s": 1}, {"s": 2}, {"s": 3}]},
     );
-    same(&ok(doc! {}, doc! {"$push": {"a": {"$each": [3, 1, 2], "$sort": 1, "$slice": 2}}}), &doc! {"a": [1, 2]});
+    same(
+        &ok(
+            doc! {},
+            doc! {"$push": {"a": {"$each": [3, 1, 2], "$sort": 1, "$slice": 2}}},
+        ),
+        &doc! {"a": [1, 2]},
+    );
     let (_, o) = run(doc! {"a": [1]}, doc! {"$push": {"a": {"$each": []}}}).unwrap();
     assert!(!o.modified);
 }
 
 #[test]
 fn add_to_set() {
-    same(&ok(doc! {"a": [1, 2]}, doc! {"$addToSet": {"a": 2}}), &doc! {"a": [1, 2]});
-    same(&ok(doc! {"a": [1, 2]}, doc! {"$addToSet": {"a": {"$each": [2, 3, 3, 4]}}}), &doc! {"a": [1, 2, 3, 4]});
-    same(&ok(doc! {"a": [1]}, doc! {"$addToSet": {"a": 1.0}}), &doc! {"a": [1]});
-    same(&ok(doc! {}, doc! {"$addToSet": {"a": {"$each": [1, 1]}}}), &doc! {"a": [1]});
+    same(
+        &ok(doc! {"a": [1, 2]}, doc! {"$addToSet": {"a": 2}}),
+        &doc! {"a": [1, 2]},
+    );
+    same(
+        &ok(
+            doc! {"a": [1, 2]},
+            doc! {"$addToSet": {"a": {"$each": [2, 3, 3, 4]}}},
+        ),
+        &doc! {"a": [1, 2, 3, 4]},
+    );
+    same(
+        &ok(doc! {"a": [1]}, doc! {"$addToSet": {"a": 1.0}}),
+        &doc! {"a": [1]},
+    );
+    same(
+        &ok(doc! {}, doc! {"$addToSet": {"a": {"$each": [1, 1]}}}),
+        &doc! {"a": [1]},
+    );
     let (_, o) = run(doc! {"a": [1]}, doc! {"$addToSet": {"a": 1}}).unwrap();
     assert!(!o.modified);
     let e = err(doc! {"a": 1}, doc! {"$addToSet": {"a": 1}});
-    assert_eq!(e.message, "Cannot apply $addToSet to non-array field. Field named 'a' has non-array type int");
+    assert_eq!(
+        e.message,
+        "Cannot apply $addToSet to non-array field. Field named 'a' has non-array type int"
+    );
 }
 
 #[test]
 fn pull() {
-    same(&ok(doc! {"a": [1, 2, 1, 3]}, doc! {"$pull": {"a": 1}}), &doc! {"a": [2, 3]});
-    same(&ok(doc! {"a": [1, 6, 7, 2]}, doc! {"$pull": {"a": {"$gte": 6}}}), &doc! {"a": [1, 2]});
-    same(&ok(doc! {"a": [1, 6, 7]}, doc! {"$pull": {"a": {"$in": [1, 7]}}}), &doc! {"a": [6]});
     same(
-        &ok(doc! {"a": [{"x": 1, "y": 1}, {"x": 2}, 5]}, doc! {"$pull": {"a": {"x": 1}}}),
+        &ok(doc! {"a": [1, 2, 1, 3]}, doc! {"$pull": {"a": 1}}),
+        &doc! {"a": [2, 3]},
+    );
+    same(
+        &ok(doc! {"a": [1, 6, 7, 2]}, doc! {"$pull": {"a": {"$gte": 6}}}),
+        &doc! {"a": [1, 2]},
+    );
+    same(
+        &ok(
+            doc! {"a": [1, 6, 7]},
+            doc! {"$pull": {"a": {"$in": [1, 7]}}},
+        ),
+        &doc! {"a": [6]},
+    );
+    same(
+        &ok(
+            doc! {"a": [{"x": 1, "y": 1}, {"x": 2}, 5]},
+            doc! {"$pull": {"a": {"x": 1}}},
+        ),
         &doc! {"a": [{"x": 2}, 5]},
     );
-    same(&ok(doc! {"a": [[1, 2], [3]]}, doc! {"$pull": {"a": [1, 2]}}), &doc! {"a": [[3]]});
     same(
-        &ok(doc! {"a": ["apple", "kiwi"]}, doc! {"$pull": {"a": bson::Regex { pattern: "^a".into(), options: "".into() }}}),
+        &ok(doc! {"a": [[1, 2], [3]]}, doc! {"$pull": {"a": [1, 2]}}),
+        &doc! {"a": [[3]]},
+    );
+    same(
+        &ok(
+            doc! {"a": ["apple", "kiwi"]},
+            doc! {"$pull": {"a": bson::Regex { pattern: "^a".into(), options: "".into() }}},
+        ),
         &doc! {"a": ["kiwi"]},
     );
     let (_, o) = run(doc! {"a": [1]}, doc! {"$pull": {"a": 2, "b": 1}}).unwrap();
     assert!(!o.modified);
-    assert_eq!(err(doc! {"a": 1}, doc! {"$pull": {"a": 1}}).message, "Cannot apply $pull to a non-array value");
+    assert_eq!(
+        err(doc! {"a": 1}, doc! {"$pull": {"a": 1}}).message,
+        "Cannot apply $pull to a non-array value"
+    );
 }
 
 #[test]
 fn pull_all_and_pop() {
-    same(&ok(doc! {"a": [1, 2, 3, 1]}, doc! {"$pullAll": {"a": [1, 3]}}), &doc! {"a": [2]});
-    assert_eq!(err(doc! {}, doc! {"$pullAll": {"a": 1}}).message, "$pullAll requires an array argument but was given a int");
-    same(&ok(doc! {"a": [1, 2, 3], "b": [1, 2, 3]}, doc! {"$pop": {"a": 1, "b": -1}}), &doc! {"a": [1, 2], "b": [2, 3]});
+    same(
+        &ok(doc! {"a": [1, 2, 3, 1]}, doc! {"$pullAll": {"a": [1, 3]}}),
+        &doc! {"a": [2]},
+    );
+    assert_eq!(
+        err(doc! {}, doc! {"$pullAll": {"a": 1}}).message,
+        "$pullAll requires an array argument but was given a int"
+    );
+    same(
+        &ok(
+            doc! {"a": [1, 2, 3], "b": [1, 2, 3]},
+            doc! {"$pop": {"a": 1, "b": -1}},
+        ),
+        &doc! {"a": [1, 2], "b": [2, 3]},
+    );
     let (_, o) = run(doc! {"a": []}, doc! {"$pop": {"a": 1, "z": 1}}).unwrap();
     assert!(!o.modified);
     let e = err(doc! {}, doc! {"$pop": {"a": 2}});
-    assert_eq!((e.code, e.message.as_str()), (9, "$pop expects 1 or -1, found: 2"));
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        (9, "$pop expects 1 or -1, found: 2")
+    );
     assert_eq!(err(doc! {}, doc! {"$pop": {"a": "x"}}).code, 9);
     let e = err(doc! {"a": {"b": 1}}, doc! {"$pop": {"a.b": 1}});
-    assert_eq!((e.code, e.message.as_str()), (14, "Path 'a.b' contains an element of non-array type 'int'"));
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        (14, "Path 'a.b' contains an element of non-array type 'int'")
+    );
 }
 
 // ---------------------------------------------------------------- $rename
 
 #[test]
 fn rename() {
-    let (d, o) = run(doc! {"_id": 1, "a": 1, "b": 2}, doc! {"$rename": {"a": "c"}}).unwrap();
+    let (d, o) = run(
+        doc! {"_id": 1, "a": 1, "b": 2},
+        doc! {"$rename": {"a": "c"}},
+    )
+    .unwrap();
     same(&d, &doc! {"_id": 1, "b": 2, "c": 1});
     same(&o.updated_fields, &doc! {"c": 1});
     assert_eq!(o.removed_fields, vec!["a".to_string()]);
-    same(&ok(doc! {"a": {"b": 1}, "c": 5}, doc! {"$rename": {"a.b": "c"}}), &doc! {"a": {}, "c": 1});
-    same(&ok(doc! {"a": 1}, doc! {"$rename": {"a": "x.y"}}), &doc! {"x": {"y": 1}});
+    same(
+        &ok(doc! {"a": {"b": 1}, "c": 5}, doc! {"$rename": {"a.b": "c"}}),
+        &doc! {"a": {}, "c": 1},
+    );
+    same(
+        &ok(doc! {"a": 1}, doc! {"$rename": {"a": "x.y"}}),
+        &doc! {"x": {"y": 1}},
+    );
     let (_, o) = run(doc! {"a": 1}, doc! {"$rename": {"zz": "y"}}).unwrap();
     assert!(!o.modified);
 }
 
 #[test]
 fn rename_errors() {
-    assert_eq!(err(doc! {}, doc! {"$rename": {"a": 1}}).message, "The 'to' field for $rename must be a string: a: 1");
-    assert_eq!(err(doc! {}, doc! {"$rename": {"a": "a"}}).message, "The source and target field for $rename must differ: a: \"a\"");
+    assert_eq!(
+        err(doc! {}, doc! {"$rename": {"a": 1}}).message,
+        "The 'to' field for $rename must be a string: a: 1"
+    );
+    assert_eq!(
+        err(doc! {}, doc! {"$rename": {"a": "a"}}).message,
+        "The source and target field for $rename must differ: a: \"a\""
+    );
     assert_eq!(
         err(doc! {}, doc! {"$rename": {"a": "a.b"}}).message,
         "The source and target field for $rename must not be on the same path: a: \"a.b\""
     );
-    assert_eq!(err(doc! {}, doc! {"$rename": {"a.$": "b"}}).message, "The source field for $rename may not be dynamic: a.$");
+    assert_eq!(
+        err(doc! {}, doc! {"$rename": {"a.$": "b"}}).message,
+        "The source field for $rename may not be dynamic: a.$"
+    );
     assert_eq!(err(doc! {}, doc! {"$rename": {"a": "b.$[]"}}).code, 2);
-    let e = err(doc! {"_id": 1, "a": [{"b": 1}]}, doc! {"$rename": {"a.0.b": "c"}});
+    let e = err(
+        doc! {"_id": 1, "a": [{"b": 1}]},
+        doc! {"$rename": {"a.0.b": "c"}},
+    );
     assert_eq!(e.message, "The source field cannot be an array element, 'a.0.b' in doc with _id: 1 has an array field called 'a'");
-    let e = err(doc! {"_id": 1, "a": 1, "b": [{}]}, doc! {"$rename": {"a": "b.0.c"}});
+    let e = err(
+        doc! {"_id": 1, "a": 1, "b": [{}]},
+        doc! {"$rename": {"a": "b.0.c"}},
+    );
     assert_eq!(e.code, 2);
-    assert_eq!(err(doc! {"_id": 1}, doc! {"$rename": {"_id": "x"}}).code, 66);
+    assert_eq!(
+        err(doc! {"_id": 1}, doc! {"$rename": {"_id": "x"}}).code,
+        66
+    );
 }
 
 // ---------------------------------------------------------------- _id
@@ -424,12 +743,22 @@ fn id_is_immutable() {
     assert_eq!(err(doc! {"_id": 1}, doc! {"$set": {"_id": 2}}).code, 66);
     assert_eq!(err(doc! {"_id": 1}, doc! {"$unset": {"_id": 1}}).code, 66);
     assert_eq!(err(doc! {"_id": 1}, doc! {"$inc": {"_id": 1}}).code, 66);
-    assert_eq!(err(doc! {"_id": {"a": 1}}, doc! {"$set": {"_id.b": 1}}).code, 66);
+    assert_eq!(
+        err(doc! {"_id": {"a": 1}}, doc! {"$set": {"_id.b": 1}}).code,
+        66
+    );
     // Setting the same value is a no-op, not an error.
     let (_, o) = run(doc! {"_id": 1}, doc! {"$set": {"_id": 1}}).unwrap();
     assert!(!o.modified);
     // During an insert _id may be created.
-    let (d, _) = run_full(doc! {}, Bson::Document(doc! {"$set": {"_id": 5}}), None, None, true).unwrap();
+    let (d, _) = run_full(
+        doc! {},
+        Bson::Document(doc! {"$set": {"_id": 5}}),
+        None,
+        None,
+        true,
+    )
+    .unwrap();
     same(&d, &doc! {"_id": 5});
 }
 
@@ -447,7 +776,10 @@ fn replacement() {
     assert!(!o.modified);
     let (d, _) = run(doc! {"_id": 1, "a": 1}, doc! {}).unwrap();
     same(&d, &doc! {"_id": 1});
-    assert_eq!(err(doc! {"_id": 1}, doc! {"a": {"$x": 1}, "$y": 2}).code, 52);
+    assert_eq!(
+        err(doc! {"_id": 1}, doc! {"a": {"$x": 1}, "$y": 2}).code,
+        52
+    );
 }
 
 // ---------------------------------------------------------------- positional
@@ -459,7 +791,13 @@ fn positional_operator() {
     same(&d, &doc! {"a": [1, 9, 3]});
     same(&o.updated_fields, &doc! {"a.1": 9});
     let e = run_full(doc! {"a": [1]}, u, None, None, false).unwrap_err();
-    assert_eq!((e.code, e.message.as_str()), (2, "The positional operator did not find the match needed from the query."));
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        (
+            2,
+            "The positional operator did not find the match needed from the query."
+        )
+    );
     let (d, _) = run_full(
         doc! {"a": [{"b": 1}, {"b": 2}]},
         Bson::Document(doc! {"$inc": {"a.$.b": 10}}),
@@ -472,8 +810,18 @@ fn positional_operator() {
     assert_eq!(err(doc! {}, doc! {"$set": {"$.a": 1}}).code, 2);
     assert_eq!(err(doc! {}, doc! {"$set": {"a.$.$": 1}}).code, 2);
     // Merged with a child naming the same element.
-    let e = run_full(doc! {"a": [1, 2]}, Bson::Document(doc! {"$set": {"a.$": 1, "a.0": 2}}), None, Some(0), false).unwrap_err();
-    assert_eq!((e.code, e.message.as_str()), (40, "Update created a conflict at 'a.0'"));
+    let e = run_full(
+        doc! {"a": [1, 2]},
+        Bson::Document(doc! {"$set": {"a.$": 1, "a.0": 2}}),
+        None,
+        Some(0),
+        false,
+    )
+    .unwrap_err();
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        (40, "Update created a conflict at 'a.0'")
+    );
     let (d, _) = run_full(
         doc! {"a": [{"x": 1}, {}]},
         Bson::Document(doc! {"$set": {"a.$.y": 1, "a.0.z": 2}}),
@@ -490,11 +838,23 @@ fn all_positional() {
     let (d, o) = run(doc! {"a": [1, 2, 3]}, doc! {"$inc": {"a.$[]": 10}}).unwrap();
     same(&d, &doc! {"a": [11, 12, 13]});
     same(&o.updated_fields, &doc! {"a": [11, 12, 13]});
-    same(&ok(doc! {"a": [{"b": [1, 2]}, {"b": [3]}]}, doc! {"$set": {"a.$[].b.$[]": 0}}), &doc! {"a": [{"b": [0, 0]}, {"b": [0]}]});
+    same(
+        &ok(
+            doc! {"a": [{"b": [1, 2]}, {"b": [3]}]},
+            doc! {"$set": {"a.$[].b.$[]": 0}},
+        ),
+        &doc! {"a": [{"b": [0, 0]}, {"b": [0]}]},
+    );
     let e = err(doc! {"a": 1}, doc! {"$set": {"a.$[]": 0}});
-    assert_eq!(e.message, "Cannot apply array updates to non-array element a: 1");
+    assert_eq!(
+        e.message,
+        "Cannot apply array updates to non-array element a: 1"
+    );
     let e = err(doc! {}, doc! {"$set": {"a.b.$[]": 0}});
-    assert_eq!(e.message, "The path 'a.b' must exist in the document in order to apply array updates.");
+    assert_eq!(
+        e.message,
+        "The path 'a.b' must exist in the document in order to apply array updates."
+    );
     // Single modified element is reported by its own path.
     let (_, o) = run(doc! {"a": [1, 2]}, doc! {"$max": {"a.$[]": 2}}).unwrap();
     same(&o.updated_fields, &doc! {"a.0": 2});
@@ -502,8 +862,15 @@ fn all_positional() {
 
 #[test]
 fn array_filters() {
-    let run_af = |d: Document, u: Document, f: Vec<Document>| run_full(d, Bson::Document(u), Some(f), None, false);
-    let (d, _) = run_af(doc! {"a": [1, 5, 8]}, doc! {"$set": {"a.$[x]": 0}}, vec![doc! {"x": {"$gte": 5}}]).unwrap();
+    let run_af = |d: Document, u: Document, f: Vec<Document>| {
+        run_full(d, Bson::Document(u), Some(f), None, false)
+    };
+    let (d, _) = run_af(
+        doc! {"a": [1, 5, 8]},
+        doc! {"$set": {"a.$[x]": 0}},
+        vec![doc! {"x": {"$gte": 5}}],
+    )
+    .unwrap();
     same(&d, &doc! {"a": [1, 0, 0]});
     let (d, _) = run_af(
         doc! {"a": [{"v": 1, "n": 0}, {"v": 3, "n": 0}]},
@@ -519,23 +886,58 @@ fn array_filters() {
         vec![doc! {"x.v": 1}, doc! {"y.v": {"$in": [1, 2]}}],
     )
     .unwrap();
-    same(&d, &doc! {"a": [{"v": 1, "p": 1, "q": 2}, {"v": 2, "q": 2}]});
+    same(
+        &d,
+        &doc! {"a": [{"v": 1, "p": 1, "q": 2}, {"v": 2, "q": 2}]},
+    );
     let e = run_af(doc! {}, doc! {"$set": {"a.$[y]": 1}}, vec![]).unwrap_err();
-    assert_eq!((e.code, e.message.as_str()), (2, "No array filter found for identifier 'y' in path 'a.$[y]'"));
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        (
+            2,
+            "No array filter found for identifier 'y' in path 'a.$[y]'"
+        )
+    );
     let e = run_af(doc! {}, doc! {"$set": {"a.b": 20}}, vec![doc! {"x": 1}]).unwrap_err();
     assert_eq!(e.code, 9);
-    assert_eq!(e.message, "The array filter for identifier 'x' was not used in the update { $set: { a.b: 20 } }");
-    let e = run_af(doc! {}, doc! {"$set": {"a.$[x]": 1}}, vec![doc! {"x": 1}, doc! {"x": 2}]).unwrap_err();
-    assert_eq!(e.message, "Found multiple array filters with the same top-level field name x");
-    let e = run_af(doc! {}, doc! {"$set": {"a.$[x]": 1}}, vec![doc! {"x": 1, "y": 1}]).unwrap_err();
+    assert_eq!(
+        e.message,
+        "The array filter for identifier 'x' was not used in the update { $set: { a.b: 20 } }"
+    );
+    let e = run_af(
+        doc! {},
+        doc! {"$set": {"a.$[x]": 1}},
+        vec![doc! {"x": 1}, doc! {"x": 2}],
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.message,
+        "Found multiple array filters with the same top-level field name x"
+    );
+    let e = run_af(
+        doc! {},
+        doc! {"$set": {"a.$[x]": 1}},
+        vec![doc! {"x": 1, "y": 1}],
+    )
+    .unwrap_err();
     assert_eq!(e.code, 9);
     let e = run_af(doc! {}, doc! {"$set": {"a.$[X]": 1}}, vec![doc! {"X": 1}]).unwrap_err();
     assert_eq!(e.code, 2);
     let e = run_af(doc! {}, doc! {"$set": {"$[x]": 1}}, vec![doc! {"x": 1}]).unwrap_err();
     assert_eq!(e.message, "Cannot have array filter identifier (i.e. '$[<id>]') element in the first position in path '$[x]'");
-    assert_eq!(run_af(doc! {}, doc! {"$set": {"a": 1}}, vec![doc! {}]).unwrap_err().code, 9);
+    assert_eq!(
+        run_af(doc! {}, doc! {"$set": {"a": 1}}, vec![doc! {}])
+            .unwrap_err()
+            .code,
+        9
+    );
     // Conflict between a filtered element update and an all-elements update of the same leaf.
-    let e = run_af(doc! {"a": [1]}, doc! {"$set": {"a.$[]": 1, "a.$[x]": 2}}, vec![doc! {"x": 1}]).unwrap_err();
+    let e = run_af(
+        doc! {"a": [1]},
+        doc! {"$set": {"a.$[]": 1, "a.$[x]": 2}},
+        vec![doc! {"x": 1}],
+    )
+    .unwrap_err();
     assert_eq!(e.code, 40);
 }
 
@@ -549,7 +951,10 @@ fn update_description() {
     )
     .unwrap();
     assert!(o.modified);
-    same(&o.updated_fields, &doc! {"a.b": 5, "arr": [1, 2, 3], "n": {"m": 1}});
+    same(
+        &o.updated_fields,
+        &doc! {"a.b": 5, "arr": [1, 2, 3], "n": {"m": 1}},
+    );
     assert_eq!(o.removed_fields, vec!["gone".to_string()]);
     assert!(o.truncated_arrays.is_empty());
     // Fields created by sibling operators are reported once, as the created parent.
@@ -566,7 +971,12 @@ fn update_description() {
 #[test]
 fn spec_is_reusable() {
     let spec = UpdateSpec::parse(&Bson::Document(doc! {"$inc": {"n": 1}}), None).unwrap();
-    let ctx = ApplyContext { is_insert: false, positional: None, now: now(), matcher: &TestMatcher };
+    let ctx = ApplyContext {
+        is_insert: false,
+        positional: None,
+        now: now(),
+        matcher: &TestMatcher,
+    };
     let mut a = doc! {"n": 1};
     let mut b = doc! {};
     spec.apply(&mut a, &ctx).unwrap();
@@ -578,6 +988,9 @@ fn spec_is_reusable() {
 
 #[test]
 fn value_rendering() {
-    assert_eq!(bson_to_string(&Bson::Document(doc! {"a": [1, "x", {"b": 2.0}], "e": {}})), "{ a: [ 1, \"x\", { b: 2.0 } ], e: {} }");
+    assert_eq!(
+        bson_to_string(&Bson::Document(doc! {"a": [1, "x", {"b": 2.0}], "e": {}})),
+        "{ a: [ 1, \"x\", { b: 2.0 } ], e: {} }"
+    );
     assert_eq!(type_name(&Bson::Int64(1)), "long");
 }

@@ -12,7 +12,11 @@ fn double_to_string(d: f64) -> String {
     if d.is_nan() {
         "nan".into()
     } else if d.is_infinite() {
-        if d > 0.0 { "inf".into() } else { "-inf".into() }
+        if d > 0.0 {
+            "inf".into()
+        } else {
+            "-inf".into()
+        }
     } else if d.fract() == 0.0 && d.abs() < 1e15 {
         format!("{d:.1}")
     } else {
@@ -102,16 +106,23 @@ pub(crate) fn check_id_value(v: &Bson) -> Result<()> {
 /// the serialized values would say).
 pub(crate) fn identical(a: &Bson, b: &Bson) -> bool {
     match (a, b) {
-        (Bson::Double(x), Bson::Double(y)) => x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()),
+        (Bson::Double(x), Bson::Double(y)) => {
+            x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan())
+        }
         (Bson::Document(x), Bson::Document(y)) => identical_doc(x, y),
-        (Bson::Array(x), Bson::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| identical(p, q)),
+        (Bson::Array(x), Bson::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| identical(p, q))
+        }
         (Bson::Decimal128(x), Bson::Decimal128(y)) => x.bytes() == y.bytes(),
         _ => std::mem::discriminant(a) == std::mem::discriminant(b) && a == b,
     }
 }
 
 pub(crate) fn identical_doc(a: &Document, b: &Document) -> bool {
-    a.len() == b.len() && a.iter().zip(b.iter()).all(|((ka, va), (kb, vb))| ka == kb && identical(va, vb))
+    a.len() == b.len()
+        && a.iter()
+            .zip(b.iter())
+            .all(|((ka, va), (kb, vb))| ka == kb && identical(va, vb))
 }
 
 // ---------------------------------------------------------------------------
@@ -128,7 +139,11 @@ fn to_decimal(f: f64) -> Bson {
     let s = if f.is_nan() {
         "NaN".to_string()
     } else if f.is_infinite() {
-        if f > 0.0 { "Infinity".into() } else { "-Infinity".into() }
+        if f > 0.0 {
+            "Infinity".into()
+        } else {
+            "-Infinity".into()
+        }
     } else {
         format!("{f:e}")
     };
@@ -150,15 +165,30 @@ pub(crate) fn arith(a: &Bson, b: &Bson, op: Arith) -> Option<Bson> {
             let y = crate::compare::as_f64(b)?;
             Some(to_decimal(f(x, y)))
         }
-        (Double(_), _) | (_, Double(_)) => Some(Double(f(crate::compare::as_f64(a)?, crate::compare::as_f64(b)?))),
+        (Double(_), _) | (_, Double(_)) => Some(Double(f(
+            crate::compare::as_f64(a)?,
+            crate::compare::as_f64(b)?,
+        ))),
         (Int32(x), Int32(y)) => {
-            let r = if op == Arith::Add { *x as i64 + *y as i64 } else { *x as i64 * *y as i64 };
-            Some(if let Ok(small) = i32::try_from(r) { Int32(small) } else { Int64(r) })
+            let r = if op == Arith::Add {
+                *x as i64 + *y as i64
+            } else {
+                *x as i64 * *y as i64
+            };
+            Some(if let Ok(small) = i32::try_from(r) {
+                Int32(small)
+            } else {
+                Int64(r)
+            })
         }
         _ => {
             let x = as_i64(a)?;
             let y = as_i64(b)?;
-            let r = if op == Arith::Add { x.checked_add(y) } else { x.checked_mul(y) };
+            let r = if op == Arith::Add {
+                x.checked_add(y)
+            } else {
+                x.checked_mul(y)
+            };
             r.map(Int64)
         }
     }

@@ -24,7 +24,11 @@ pub fn get_parameter(state: &ServerState, cmd: &Document) -> Result<Document> {
             Some(v) => {
                 out.insert(k.clone(), v.clone());
             }
-            None => return Err(Error::invalid_options(format!("no option found to get: {k}"))),
+            None => {
+                return Err(Error::invalid_options(format!(
+                    "no option found to get: {k}"
+                )))
+            }
         }
     }
     if out.is_empty() {
@@ -41,7 +45,9 @@ pub fn set_parameter(state: &ServerState, cmd: &Document) -> Result<Document> {
             continue;
         }
         if k == "enableTestCommands" {
-            return Err(Error::bad_value("enableTestCommands can only be set at startup"));
+            return Err(Error::bad_value(
+                "enableTestCommands can only be set at startup",
+            ));
         }
         if let Some(old) = params.insert(k.clone(), v.clone()) {
             out.insert("was", old);
@@ -59,7 +65,10 @@ pub fn get_cmd_line_opts(state: &ServerState) -> Document {
             set_parameter.insert(k, v);
         }
     }
-    let argv: Vec<Bson> = crate::config::Config::argv().into_iter().map(Bson::String).collect();
+    let argv: Vec<Bson> = crate::config::Config::argv()
+        .into_iter()
+        .map(Bson::String)
+        .collect();
     doc! {
         "argv": argv,
         "parsed": {
@@ -72,13 +81,22 @@ pub fn get_cmd_line_opts(state: &ServerState) -> Document {
 }
 
 pub fn host_info() -> Document {
-    let cores = std::thread::available_parallelism().map(|n| n.get() as i32).unwrap_or(1);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get() as i32)
+        .unwrap_or(1);
     let mem_mb = std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("MemTotal:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|kb| kb.parse::<i64>().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<i64>().ok())
+        })
         .map(|kb| kb / 1024)
         .unwrap_or(0);
-    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_else(|_| "localhost".into());
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
     doc! {
         "system": {"currentTime": bson::DateTime::now(), "hostname": hostname, "cpuAddrSize": 64, "memSizeMB": mem_mb, "numCores": cores, "cpuArch": std::env::consts::ARCH},
         "os": {"type": "Linux", "name": std::env::consts::OS},
@@ -140,11 +158,43 @@ pub fn server_status(state: &ServerState) -> Document {
 
 pub fn list_commands() -> Document {
     let names = [
-        "aggregate", "buildInfo", "collMod", "collStats", "connectionStatus", "count", "create", "createIndexes",
-        "dbStats", "delete", "distinct", "drop", "dropDatabase", "dropIndexes", "endSessions", "explain", "find",
-        "findAndModify", "getCmdLineOpts", "getMore", "getParameter", "hello", "hostInfo", "insert", "isMaster",
-        "killCursors", "killSessions", "listCollections", "listCommands", "listDatabases", "listIndexes", "ping",
-        "renameCollection", "serverStatus", "setParameter", "update", "whatsmyuri",
+        "aggregate",
+        "buildInfo",
+        "collMod",
+        "collStats",
+        "connectionStatus",
+        "count",
+        "create",
+        "createIndexes",
+        "dbStats",
+        "delete",
+        "distinct",
+        "drop",
+        "dropDatabase",
+        "dropIndexes",
+        "endSessions",
+        "explain",
+        "find",
+        "findAndModify",
+        "getCmdLineOpts",
+        "getMore",
+        "getParameter",
+        "hello",
+        "hostInfo",
+        "insert",
+        "isMaster",
+        "killCursors",
+        "killSessions",
+        "listCollections",
+        "listCommands",
+        "listDatabases",
+        "listIndexes",
+        "ping",
+        "renameCollection",
+        "serverStatus",
+        "setParameter",
+        "update",
+        "whatsmyuri",
     ];
     let mut commands = Document::new();
     for n in names {
@@ -218,7 +268,18 @@ pub async fn fsync(state: &Arc<ServerState>) -> Result<Document> {
 }
 
 pub async fn append_oplog_note(state: &Arc<ServerState>, cmd: &Document) -> Result<Document> {
-    let data = cmd.get_document("data").map_err(|_| Error::new(codes::NO_SUCH_KEY, "appendOplogNote requires a 'data' field"))?.clone();
-    blocking(state, move |e| e.write_noop(&tailstream_engine::format::doc_to_string(&data))).await?;
+    let data = cmd
+        .get_document("data")
+        .map_err(|_| {
+            Error::new(
+                codes::NO_SUCH_KEY,
+                "appendOplogNote requires a 'data' field",
+            )
+        })?
+        .clone();
+    blocking(state, move |e| {
+        e.write_noop(&tailstream_engine::format::doc_to_string(&data))
+    })
+    .await?;
     Ok(Document::new())
 }

@@ -36,7 +36,12 @@ pub fn opt_doc_array(cmd: &Document, field: &str) -> Result<Option<Vec<Document>
             .enumerate()
             .map(|(i, v)| match v {
                 Bson::Document(d) => Ok(d.clone()),
-                other => Err(wrong_type(cmd_name(cmd), &format!("{field}.{i}"), other, "object")),
+                other => Err(wrong_type(
+                    cmd_name(cmd),
+                    &format!("{field}.{i}"),
+                    other,
+                    "object",
+                )),
             })
             .collect::<Result<Vec<_>>>()
             .map(Some),
@@ -63,7 +68,10 @@ pub fn opt_i64(cmd: &Document, field: &str) -> Result<Option<i64>> {
         Some(Bson::Int32(i)) => Ok(Some(*i as i64)),
         Some(Bson::Int64(i)) => Ok(Some(*i)),
         Some(Bson::Double(d)) if d.fract() == 0.0 && d.is_finite() => Ok(Some(*d as i64)),
-        Some(Bson::Double(d)) => Err(Error::bad_value(format!("BSON field '{}.{field}' value must be an integer, got {d}", cmd_name(cmd)))),
+        Some(Bson::Double(d)) => Err(Error::bad_value(format!(
+            "BSON field '{}.{field}' value must be an integer, got {d}",
+            cmd_name(cmd)
+        ))),
         Some(v) => Err(wrong_type(cmd_name(cmd), field, v, "long")),
     }
 }
@@ -82,7 +90,10 @@ pub fn collection_arg(cmd: &Document, db: &str) -> Result<Namespace> {
     let name = cmd_name(cmd);
     match cmd.get(name) {
         Some(Bson::String(c)) if !c.is_empty() => Ok(Namespace::new(db, c)),
-        Some(Bson::String(_)) => Err(Error::new(codes::INVALID_NAMESPACE, format!("Invalid namespace specified '{db}.'"))),
+        Some(Bson::String(_)) => Err(Error::new(
+            codes::INVALID_NAMESPACE,
+            format!("Invalid namespace specified '{db}.'"),
+        )),
         Some(v) => Err(Error::new(
             codes::INVALID_NAMESPACE,
             format!("collection name has invalid type {}", type_name(v)),
@@ -104,11 +115,37 @@ pub fn retry_key(cmd: &Document) -> Option<(Bson, i64)> {
 
 /// Fields any command may carry (generic arguments drivers and mongos send).
 pub const GENERIC_ARGS: &[&str] = &[
-    "$db", "lsid", "$clusterTime", "$readPreference", "txnNumber", "readConcern", "writeConcern", "comment",
-    "apiVersion", "apiStrict", "apiDeprecationErrors", "maxTimeMS", "autocommit", "startTransaction", "stmtId",
-    "$audit", "$client", "mayBypassWriteBlocking", "$queryOptions", "$configServerState", "$gleStats", "help",
-    "shardVersion", "databaseVersion", "clientOperationKey", "$traceCtx", "txnRetryCounter", "$topologyTime",
-    "$oplogQueryData", "$replData", "versionContext",
+    "$db",
+    "lsid",
+    "$clusterTime",
+    "$readPreference",
+    "txnNumber",
+    "readConcern",
+    "writeConcern",
+    "comment",
+    "apiVersion",
+    "apiStrict",
+    "apiDeprecationErrors",
+    "maxTimeMS",
+    "autocommit",
+    "startTransaction",
+    "stmtId",
+    "$audit",
+    "$client",
+    "mayBypassWriteBlocking",
+    "$queryOptions",
+    "$configServerState",
+    "$gleStats",
+    "help",
+    "shardVersion",
+    "databaseVersion",
+    "clientOperationKey",
+    "$traceCtx",
+    "txnRetryCounter",
+    "$topologyTime",
+    "$oplogQueryData",
+    "$replData",
+    "versionContext",
 ];
 
 /// Refuses fields a command does not define, as mongod's IDL parser does (40415).
@@ -116,30 +153,101 @@ pub fn check_fields(cmd: &Document, allowed: &[&str]) -> Result<()> {
     let name = cmd_name(cmd);
     for k in cmd.keys().skip(1) {
         if !allowed.contains(&k.as_str()) && !GENERIC_ARGS.contains(&k.as_str()) {
-            return Err(Error::new(codes::UNRECOGNIZED_COMMAND_FIELD, format!("BSON field '{name}.{k}' is an unknown field.")));
+            return Err(Error::new(
+                codes::UNRECOGNIZED_COMMAND_FIELD,
+                format!("BSON field '{name}.{k}' is an unknown field."),
+            ));
         }
     }
     Ok(())
 }
 
 pub const FIND_FIELDS: &[&str] = &[
-    "filter", "projection", "sort", "hint", "skip", "limit", "batchSize", "singleBatch", "max", "min", "returnKey",
-    "showRecordId", "tailable", "oplogReplay", "noCursorTimeout", "awaitData", "allowPartialResults", "collation",
-    "allowDiskUse", "let", "term", "readOnce", "allowSpeculativeMajorityRead", "$_requestResumeToken",
-    "$_resumeAfter", "includeQueryStatsMetrics",
+    "filter",
+    "projection",
+    "sort",
+    "hint",
+    "skip",
+    "limit",
+    "batchSize",
+    "singleBatch",
+    "max",
+    "min",
+    "returnKey",
+    "showRecordId",
+    "tailable",
+    "oplogReplay",
+    "noCursorTimeout",
+    "awaitData",
+    "allowPartialResults",
+    "collation",
+    "allowDiskUse",
+    "let",
+    "term",
+    "readOnce",
+    "allowSpeculativeMajorityRead",
+    "$_requestResumeToken",
+    "$_resumeAfter",
+    "includeQueryStatsMetrics",
 ];
-pub const INSERT_FIELDS: &[&str] = &["documents", "ordered", "bypassDocumentValidation", "stmtIds"];
-pub const UPDATE_FIELDS: &[&str] = &["updates", "ordered", "bypassDocumentValidation", "let", "stmtIds"];
-pub const DELETE_FIELDS: &[&str] = &["deletes", "ordered", "let", "stmtIds", "bypassDocumentValidation"];
+pub const INSERT_FIELDS: &[&str] = &[
+    "documents",
+    "ordered",
+    "bypassDocumentValidation",
+    "stmtIds",
+];
+pub const UPDATE_FIELDS: &[&str] = &[
+    "updates",
+    "ordered",
+    "bypassDocumentValidation",
+    "let",
+    "stmtIds",
+];
+pub const DELETE_FIELDS: &[&str] = &[
+    "deletes",
+    "ordered",
+    "let",
+    "stmtIds",
+    "bypassDocumentValidation",
+];
 pub const AGGREGATE_FIELDS: &[&str] = &[
-    "pipeline", "explain", "allowDiskUse", "cursor", "hint", "collation", "bypassDocumentValidation", "let",
-    "fromMongos", "needsMerge", "isMapReduceCommand", "collectionUUID", "$_generateV2ResumeTokens",
-    "includeQueryStatsMetrics", "exchange", "runtimeConstants",
+    "pipeline",
+    "explain",
+    "allowDiskUse",
+    "cursor",
+    "hint",
+    "collation",
+    "bypassDocumentValidation",
+    "let",
+    "fromMongos",
+    "needsMerge",
+    "isMapReduceCommand",
+    "collectionUUID",
+    "$_generateV2ResumeTokens",
+    "includeQueryStatsMetrics",
+    "exchange",
+    "runtimeConstants",
 ];
 pub const COUNT_FIELDS: &[&str] = &["query", "limit", "skip", "hint", "collation", "fields"];
 pub const DISTINCT_FIELDS: &[&str] = &["key", "query", "collation", "hint"];
 pub const FIND_AND_MODIFY_FIELDS: &[&str] = &[
-    "query", "sort", "remove", "update", "new", "fields", "upsert", "bypassDocumentValidation", "arrayFilters",
-    "hint", "collation", "let",
+    "query",
+    "sort",
+    "remove",
+    "update",
+    "new",
+    "fields",
+    "upsert",
+    "bypassDocumentValidation",
+    "arrayFilters",
+    "hint",
+    "collation",
+    "let",
 ];
-pub const GET_MORE_FIELDS: &[&str] = &["collection", "batchSize", "term", "lastKnownCommittedOpTime", "includeQueryStatsMetrics"];
+pub const GET_MORE_FIELDS: &[&str] = &[
+    "collection",
+    "batchSize",
+    "term",
+    "lastKnownCommittedOpTime",
+    "includeQueryStatsMetrics",
+];

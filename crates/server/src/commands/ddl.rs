@@ -13,18 +13,38 @@ use tailstream_engine::query::matcher::Matcher;
 
 /// Fields every command may carry that are not options of the command itself.
 const GENERIC_FIELDS: &[&str] = &[
-    "$db", "lsid", "$clusterTime", "$readPreference", "txnNumber", "readConcern", "writeConcern", "comment",
-    "apiVersion", "apiStrict", "apiDeprecationErrors", "maxTimeMS", "autocommit", "startTransaction",
-    "$audit", "$client", "mayBypassWriteBlocking",
+    "$db",
+    "lsid",
+    "$clusterTime",
+    "$readPreference",
+    "txnNumber",
+    "readConcern",
+    "writeConcern",
+    "comment",
+    "apiVersion",
+    "apiStrict",
+    "apiDeprecationErrors",
+    "maxTimeMS",
+    "autocommit",
+    "startTransaction",
+    "$audit",
+    "$client",
+    "mayBypassWriteBlocking",
 ];
 
 fn filter_matches(filter: &Option<Matcher>, d: &Document) -> bool {
     filter.as_ref().map(|m| m.matches(d)).unwrap_or(true)
 }
 
-pub async fn list_databases(state: &Arc<ServerState>, _db: &str, cmd: &Document) -> Result<Document> {
+pub async fn list_databases(
+    state: &Arc<ServerState>,
+    _db: &str,
+    cmd: &Document,
+) -> Result<Document> {
     let name_only = opt_bool(cmd, "nameOnly")?.unwrap_or(false);
-    let filter = opt_doc(cmd, "filter")?.map(|f| Matcher::new(&f)).transpose()?;
+    let filter = opt_doc(cmd, "filter")?
+        .map(|f| Matcher::new(&f))
+        .transpose()?;
     let catalog = state.engine.catalog();
     let mut names = catalog.databases();
     if !names.iter().any(|n| n == "local") {
@@ -34,8 +54,16 @@ pub async fn list_databases(state: &Arc<ServerState>, _db: &str, cmd: &Document)
     let mut dbs = Vec::new();
     let mut total = 0i64;
     for name in names {
-        let size: i64 = if name == "local" { 1 << 20 } else { catalog.collections_in(&name).len() as i64 * 4096 };
-        let d = if name_only { doc! {"name": name.clone()} } else { doc! {"name": name.clone(), "sizeOnDisk": size, "empty": false} };
+        let size: i64 = if name == "local" {
+            1 << 20
+        } else {
+            catalog.collections_in(&name).len() as i64 * 4096
+        };
+        let d = if name_only {
+            doc! {"name": name.clone()}
+        } else {
+            doc! {"name": name.clone(), "sizeOnDisk": size, "empty": false}
+        };
         if filter_matches(&filter, &d) {
             total += size;
             dbs.push(Bson::Document(d));
@@ -60,9 +88,15 @@ fn collection_info(meta: &CollMeta, name_only: bool) -> Document {
     }
 }
 
-pub async fn list_collections(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+pub async fn list_collections(
+    state: &Arc<ServerState>,
+    db: &str,
+    cmd: &Document,
+) -> Result<Document> {
     let name_only = opt_bool(cmd, "nameOnly")?.unwrap_or(false);
-    let filter = opt_doc(cmd, "filter")?.map(|f| Matcher::new(&f)).transpose()?;
+    let filter = opt_doc(cmd, "filter")?
+        .map(|f| Matcher::new(&f))
+        .transpose()?;
     let catalog = state.engine.catalog();
     let mut out = Vec::new();
     for meta in catalog.collections_in(db) {
@@ -88,11 +122,16 @@ pub async fn list_collections(state: &Arc<ServerState>, db: &str, cmd: &Document
 pub async fn list_indexes(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
     let Some(meta) = state.engine.collection(&ns) else {
-        return Err(Error::new(codes::NAMESPACE_NOT_FOUND, format!("ns does not exist: {}", ns.full())));
+        return Err(Error::new(
+            codes::NAMESPACE_NOT_FOUND,
+            format!("ns does not exist: {}", ns.full()),
+        ));
     };
     let mut specs = vec![Bson::Document(CollMeta::id_index_spec())];
     specs.extend(meta.indexes.iter().map(|i| Bson::Document(i.spec.clone())));
-    Ok(doc! {"cursor": {"id": 0i64, "ns": format!("{}.$cmd.listIndexes.{}", db, ns.coll), "firstBatch": specs}})
+    Ok(
+        doc! {"cursor": {"id": 0i64, "ns": format!("{}.$cmd.listIndexes.{}", db, ns.coll), "firstBatch": specs}},
+    )
 }
 
 pub async fn create(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
@@ -105,7 +144,10 @@ pub async fn create(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     let committed = blocking(state, move |e| e.create_collection(&ns, options)).await?;
-    Ok(with_wce(Document::new(), await_write_concern(state, wc, Some(committed)).await))
+    Ok(with_wce(
+        Document::new(),
+        await_write_concern(state, wc, Some(committed)).await,
+    ))
 }
 
 fn with_wce(mut reply: Document, wce: Option<Document>) -> Document {
@@ -118,26 +160,42 @@ fn with_wce(mut reply: Document, wce: Option<Document>) -> Document {
 pub async fn drop(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
     let wc = parse_write_concern(cmd)?;
-    let before = state.engine.collection(&ns).map(|m| m.indexes.len() as i32 + 1);
+    let before = state
+        .engine
+        .collection(&ns)
+        .map(|m| m.indexes.len() as i32 + 1);
     let full = ns.full();
     let committed = blocking(state, move |e| e.drop_collection(&ns)).await?;
     let reply = match before {
         Some(n) => doc! {"nIndexesWas": n, "ns": full},
         None => Document::new(),
     };
-    Ok(with_wce(reply, await_write_concern(state, wc, committed).await))
+    Ok(with_wce(
+        reply,
+        await_write_concern(state, wc, committed).await,
+    ))
 }
 
 pub async fn drop_database(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let wc = parse_write_concern(cmd)?;
     let name = db.to_string();
     let committed = blocking(state, move |e| e.drop_database(&name)).await?;
-    Ok(with_wce(doc! {"dropped": db}, await_write_concern(state, wc, committed).await))
+    Ok(with_wce(
+        doc! {"dropped": db},
+        await_write_concern(state, wc, committed).await,
+    ))
 }
 
-pub async fn rename_collection(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+pub async fn rename_collection(
+    state: &Arc<ServerState>,
+    db: &str,
+    cmd: &Document,
+) -> Result<Document> {
     if db != "admin" {
-        return Err(Error::new(codes::UNAUTHORIZED, "renameCollection may only be run against the admin database."));
+        return Err(Error::new(
+            codes::UNAUTHORIZED,
+            "renameCollection may only be run against the admin database.",
+        ));
     }
     let from = match cmd.get("renameCollection") {
         Some(Bson::String(s)) => Namespace::parse(s)?,
@@ -146,12 +204,19 @@ pub async fn rename_collection(state: &Arc<ServerState>, db: &str, cmd: &Documen
     };
     let to = match opt_str(cmd, "to")? {
         Some(s) => Namespace::parse(s)?,
-        None => return Err(Error::failed_to_parse("BSON field 'renameCollection.to' is missing but a required field")),
+        None => {
+            return Err(Error::failed_to_parse(
+                "BSON field 'renameCollection.to' is missing but a required field",
+            ))
+        }
     };
     let drop_target = opt_bool(cmd, "dropTarget")?.unwrap_or(false);
     let wc = parse_write_concern(cmd)?;
     let committed = blocking(state, move |e| e.rename_collection(&from, &to, drop_target)).await?;
-    Ok(with_wce(Document::new(), await_write_concern(state, wc, Some(committed)).await))
+    Ok(with_wce(
+        Document::new(),
+        await_write_concern(state, wc, Some(committed)).await,
+    ))
 }
 
 pub async fn coll_mod(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
@@ -159,18 +224,34 @@ pub async fn coll_mod(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     let wc = parse_write_concern(cmd)?;
     let c = cmd.clone();
     let (reply, committed) = blocking(state, move |e| e.coll_mod(&ns, &c)).await?;
-    Ok(with_wce(reply, await_write_concern(state, wc, Some(committed)).await))
+    Ok(with_wce(
+        reply,
+        await_write_concern(state, wc, Some(committed)).await,
+    ))
 }
 
-pub async fn convert_to_capped(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+pub async fn convert_to_capped(
+    state: &Arc<ServerState>,
+    db: &str,
+    cmd: &Document,
+) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
-    let size = cmd.get("size").cloned().ok_or_else(|| Error::failed_to_parse("BSON field 'convertToCapped.size' is missing but a required field"))?;
+    let size = cmd.get("size").cloned().ok_or_else(|| {
+        Error::failed_to_parse("BSON field 'convertToCapped.size' is missing but a required field")
+    })?;
     let wc = parse_write_concern(cmd)?;
     let committed = blocking(state, move |e| e.convert_to_capped(&ns, &size)).await?;
-    Ok(with_wce(Document::new(), await_write_concern(state, wc, Some(committed)).await))
+    Ok(with_wce(
+        Document::new(),
+        await_write_concern(state, wc, Some(committed)).await,
+    ))
 }
 
-pub async fn create_indexes(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+pub async fn create_indexes(
+    state: &Arc<ServerState>,
+    db: &str,
+    cmd: &Document,
+) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
     let specs: Vec<Document> = match cmd.get("indexes") {
         Some(Bson::Array(a)) => a
@@ -193,15 +274,23 @@ pub async fn create_indexes(state: &Arc<ServerState>, db: &str, cmd: &Document) 
     if let Some(note) = out.note {
         reply.insert("note", note);
     }
-    Ok(with_wce(reply, await_write_concern(state, wc, out.committed).await))
+    Ok(with_wce(
+        reply,
+        await_write_concern(state, wc, out.committed).await,
+    ))
 }
 
 pub async fn drop_indexes(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
-    let which = cmd.get("index").cloned().ok_or_else(|| Error::failed_to_parse("BSON field 'dropIndexes.index' is missing but a required field"))?;
+    let which = cmd.get("index").cloned().ok_or_else(|| {
+        Error::failed_to_parse("BSON field 'dropIndexes.index' is missing but a required field")
+    })?;
     let wc = parse_write_concern(cmd)?;
     let (before, committed) = blocking(state, move |e| e.drop_indexes(&ns, &which)).await?;
-    Ok(with_wce(doc! {"nIndexesWas": before as i32}, await_write_concern(state, wc, Some(committed)).await))
+    Ok(with_wce(
+        doc! {"nIndexesWas": before as i32},
+        await_write_concern(state, wc, Some(committed)).await,
+    ))
 }
 
 fn coll_numbers(state: &ServerState, meta: &CollMeta) -> (i64, i64) {
@@ -247,11 +336,16 @@ pub async fn coll_stats(state: &Arc<ServerState>, db: &str, cmd: &Document) -> R
     let ns = collection_arg(cmd, db)?;
     let scale = super::opt_i64(cmd, "scale")?.unwrap_or(1).max(1);
     let Some(meta) = state.engine.collection(&ns) else {
-        return Err(Error::new(codes::NAMESPACE_NOT_FOUND, format!("Collection [{}] not found.", ns.full())));
+        return Err(Error::new(
+            codes::NAMESPACE_NOT_FOUND,
+            format!("Collection [{}] not found.", ns.full()),
+        ));
     };
     let st = state.clone();
     let m = meta.clone();
-    let (count, size) = tokio::task::spawn_blocking(move || coll_numbers(&st, &m)).await.map_err(|e| Error::internal(e.to_string()))?;
+    let (count, size) = tokio::task::spawn_blocking(move || coll_numbers(&st, &m))
+        .await
+        .map_err(|e| Error::internal(e.to_string()))?;
     let mut index_sizes = doc! {"_id_": 0i64};
     for i in &meta.indexes {
         index_sizes.insert(i.name.clone(), 0i64);

@@ -17,7 +17,12 @@ const ELECTION_ID: [u8; 12] = [0x7f, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 1];
 /// Longest an awaitable hello waits (drivers ask for their heartbeat interval, 10 s).
 const MAX_AWAIT: Duration = Duration::from_secs(10);
 
-pub async fn hello(state: &Arc<ServerState>, conn: &mut Conn, name: &str, cmd: &Document) -> Result<Document> {
+pub async fn hello(
+    state: &Arc<ServerState>,
+    conn: &mut Conn,
+    name: &str,
+    cmd: &Document,
+) -> Result<Document> {
     if conn.client.is_none() {
         if let Some(Bson::Document(client)) = cmd.get("client") {
             conn.client = Some(client.clone());
@@ -25,7 +30,9 @@ pub async fn hello(state: &Arc<ServerState>, conn: &mut Conn, name: &str, cmd: &
     }
     // Awaitable hello (streaming SDAM): nothing about the topology ever changes here,
     // so wait the full time the driver allows, then answer.
-    if let (Some(Bson::Document(tv)), Some(wait)) = (cmd.get("topologyVersion"), cmd.get("maxAwaitTimeMS")) {
+    if let (Some(Bson::Document(tv)), Some(wait)) =
+        (cmd.get("topologyVersion"), cmd.get("maxAwaitTimeMS"))
+    {
         let same = tv.get_object_id("processId").ok() == Some(state.process_id);
         let ms = tailstream_engine::find::as_i64(wait).unwrap_or(0).max(0) as u64;
         if same && ms > 0 {
@@ -39,7 +46,10 @@ pub async fn hello(state: &Arc<ServerState>, conn: &mut Conn, name: &str, cmd: &
     if cmd.get_bool("helloOk").unwrap_or(false) {
         d.insert("helloOk", true);
     }
-    d.insert("topologyVersion", doc! {"processId": state.process_id, "counter": 0i64});
+    d.insert(
+        "topologyVersion",
+        doc! {"processId": state.process_id, "counter": 0i64},
+    );
     d.insert("hosts", vec![Bson::String(me.clone())]);
     d.insert("setName", state.config.repl_set.clone());
     d.insert("setVersion", 1);
@@ -61,9 +71,18 @@ pub async fn hello(state: &Arc<ServerState>, conn: &mut Conn, name: &str, cmd: &
             "majorityWriteDate": now,
         },
     );
-    d.insert("maxBsonObjectSize", tailstream_engine::MAX_DOCUMENT_SIZE as i32);
-    d.insert("maxMessageSizeBytes", tailstream_wire::MAX_MESSAGE_SIZE as i32);
-    d.insert("maxWriteBatchSize", tailstream_engine::MAX_WRITE_BATCH as i32);
+    d.insert(
+        "maxBsonObjectSize",
+        tailstream_engine::MAX_DOCUMENT_SIZE as i32,
+    );
+    d.insert(
+        "maxMessageSizeBytes",
+        tailstream_wire::MAX_MESSAGE_SIZE as i32,
+    );
+    d.insert(
+        "maxWriteBatchSize",
+        tailstream_engine::MAX_WRITE_BATCH as i32,
+    );
     d.insert("localTime", now);
     d.insert("logicalSessionTimeoutMinutes", 30);
     d.insert("connectionId", conn.id);

@@ -18,7 +18,7 @@ use bson::{doc, Bson, Document, RawDocumentBuf};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tailstream_engine::query::error::{codes, code_name, Error, Result};
+use tailstream_engine::query::error::{code_name, codes, Error, Result};
 use tailstream_engine::Engine;
 use tailstream_wire::OpQuery;
 
@@ -53,12 +53,20 @@ impl Body {
     pub fn is_ok_with_open_cursor(&self) -> bool {
         match self {
             Body::Doc(d) => {
-                d.get_f64("ok").unwrap_or(0.0) == 1.0 && d.get_document("cursor").and_then(|c| c.get_i64("id")).unwrap_or(0) != 0
+                d.get_f64("ok").unwrap_or(0.0) == 1.0
+                    && d.get_document("cursor")
+                        .and_then(|c| c.get_i64("id"))
+                        .unwrap_or(0)
+                        != 0
             }
             Body::Msg(m) => Self::raw_body(m)
                 .map(|r| {
                     r.get_f64("ok").unwrap_or(0.0) == 1.0
-                        && r.get_document("cursor").ok().and_then(|c| c.get_i64("id").ok()).unwrap_or(0) != 0
+                        && r.get_document("cursor")
+                            .ok()
+                            .and_then(|c| c.get_i64("id").ok())
+                            .unwrap_or(0)
+                            != 0
                 })
                 .unwrap_or(false),
         }
@@ -74,7 +82,9 @@ impl Body {
     pub fn into_document(self) -> Document {
         match self {
             Body::Doc(d) => d,
-            Body::Msg(m) => Self::raw_body(&m).and_then(|r| Document::try_from(r).ok()).unwrap_or_default(),
+            Body::Msg(m) => Self::raw_body(&m)
+                .and_then(|r| Document::try_from(r).ok())
+                .unwrap_or_default(),
         }
     }
 }
@@ -124,7 +134,11 @@ fn raw_cursor_reply(state: &ServerState, c: RawCursor) -> Vec<u8> {
     let body_at = out.len();
     out.extend_from_slice(&[0; 4]);
     let cursor_at = open(&mut out, 0x03, "cursor");
-    let array_at = open(&mut out, 0x04, if c.first { "firstBatch" } else { "nextBatch" });
+    let array_at = open(
+        &mut out,
+        0x04,
+        if c.first { "firstBatch" } else { "nextBatch" },
+    );
     let mut name = String::new();
     for (i, d) in c.docs.iter().enumerate() {
         use std::fmt::Write;
@@ -150,7 +164,13 @@ fn raw_cursor_reply(state: &ServerState, c: RawCursor) -> Vec<u8> {
     // ok, $clusterTime and operationTime, as ok_reply adds them, written raw.
     let ts = state.engine.cluster_time();
     let mut signature = RawDocumentBuf::new();
-    signature.append("hash", bson::RawBson::Binary(bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![0; 20] }));
+    signature.append(
+        "hash",
+        bson::RawBson::Binary(bson::Binary {
+            subtype: bson::spec::BinarySubtype::Generic,
+            bytes: vec![0; 20],
+        }),
+    );
     signature.append("keyId", 0i64);
     let mut cluster_time = RawDocumentBuf::new();
     cluster_time.append("clusterTime", bson::RawBson::Timestamp(ts));
@@ -166,12 +186,20 @@ fn raw_cursor_reply(state: &ServerState, c: RawCursor) -> Vec<u8> {
 
 /// Runs one OP_MSG command and builds its reply (never fails: errors become `ok: 0` replies).
 /// `payload` holds an insert's documents when they came as a raw document sequence.
-pub async fn dispatch(state: &Arc<ServerState>, conn: &mut Conn, cmd: Document, payload: Option<Vec<RawDocumentBuf>>) -> Reply {
+pub async fn dispatch(
+    state: &Arc<ServerState>,
+    conn: &mut Conn,
+    cmd: Document,
+    payload: Option<Vec<RawDocumentBuf>>,
+) -> Reply {
     let db = match cmd.get("$db") {
         Some(Bson::String(db)) => db.clone(),
         _ => {
             return Reply {
-                body: Body::Doc(error_reply(state, &Error::new(40571, "OP_MSG requests require a $db argument"))),
+                body: Body::Doc(error_reply(
+                    state,
+                    &Error::new(40571, "OP_MSG requests require a $db argument"),
+                )),
                 close_connection: false,
             }
         }
@@ -182,7 +210,13 @@ pub async fn dispatch(state: &Arc<ServerState>, conn: &mut Conn, cmd: Document, 
 /// Runs a legacy OP_QUERY command (drivers' first `isMaster` before they know the server speaks OP_MSG).
 pub async fn dispatch_legacy(state: &Arc<ServerState>, conn: &mut Conn, q: OpQuery) -> Document {
     let Some(db) = q.full_collection_name.strip_suffix(".$cmd") else {
-        return error_reply(state, &Error::new(5739101, "OP_QUERY is no longer supported except for commands on <db>.$cmd"));
+        return error_reply(
+            state,
+            &Error::new(
+                5739101,
+                "OP_QUERY is no longer supported except for commands on <db>.$cmd",
+            ),
+        );
     };
     let db = db.to_string();
     // Legacy commands may be wrapped as {$query: {...}, $readPreference: ...}.
@@ -190,7 +224,11 @@ pub async fn dispatch_legacy(state: &Arc<ServerState>, conn: &mut Conn, q: OpQue
         Some(Bson::Document(inner)) => inner.clone(),
         _ => q.query.clone(),
     };
-    let name = cmd.keys().next().map(|s| s.to_ascii_lowercase()).unwrap_or_default();
+    let name = cmd
+        .keys()
+        .next()
+        .map(|s| s.to_ascii_lowercase())
+        .unwrap_or_default();
     if !matches!(name.as_str(), "ismaster" | "hello") {
         return error_reply(
             state,
@@ -200,15 +238,31 @@ pub async fn dispatch_legacy(state: &Arc<ServerState>, conn: &mut Conn, q: OpQue
     run(state, conn, &db, cmd, None).await.body.into_document()
 }
 
-async fn run(state: &Arc<ServerState>, conn: &mut Conn, db: &str, cmd: Document, payload: Option<Vec<RawDocumentBuf>>) -> Reply {
-    let reply = |body| Reply { body: Body::Doc(body), close_connection: false };
+async fn run(
+    state: &Arc<ServerState>,
+    conn: &mut Conn,
+    db: &str,
+    cmd: Document,
+    payload: Option<Vec<RawDocumentBuf>>,
+) -> Reply {
+    let reply = |body| Reply {
+        body: Body::Doc(body),
+        close_connection: false,
+    };
     let Some(name) = cmd.keys().next().cloned() else {
-        return reply(error_reply(state, &Error::new(codes::FAILED_TO_PARSE, "Empty command object")));
+        return reply(error_reply(
+            state,
+            &Error::new(codes::FAILED_TO_PARSE, "Empty command object"),
+        ));
     };
     state.opcounters.command.fetch_add(1, Ordering::Relaxed);
     let test_commands = state.config.test_commands_enabled();
     let injected = if test_commands {
-        let app = conn.client.as_ref().and_then(|c| c.get_document("application").ok()).and_then(|a| a.get_str("name").ok());
+        let app = conn
+            .client
+            .as_ref()
+            .and_then(|c| c.get_document("application").ok())
+            .and_then(|a| a.get_str("name").ok());
         state.fail_points.fail_command(&name, &cmd, app)
     } else {
         None
@@ -223,7 +277,10 @@ async fn run(state: &Arc<ServerState>, conn: &mut Conn, db: &str, cmd: Document,
             tokio::time::sleep(d).await;
         }
         if inj.close_connection {
-            return Reply { body: Body::Doc(Document::new()), close_connection: true };
+            return Reply {
+                body: Body::Doc(Document::new()),
+                close_connection: true,
+            };
         }
         if let Some(e) = &inj.error {
             return reply(error_reply(state, e));
@@ -232,12 +289,24 @@ async fn run(state: &Arc<ServerState>, conn: &mut Conn, db: &str, cmd: Document,
     let result = match name.as_str() {
         "getMore" => read::get_more(state, db, &cmd).await,
         "aggregate" => read::aggregate(state, db, &cmd).await,
-        _ => run_document_command(state, conn, db, &name, &cmd, payload, test_commands).await.map(Output::Doc),
+        _ => run_document_command(state, conn, db, &name, &cmd, payload, test_commands)
+            .await
+            .map(Output::Doc),
     };
     let mut body = match result {
         Ok(Output::Doc(body)) => ok_reply(state, body),
-        Ok(Output::Cursor(c)) => return Reply { body: Body::Msg(raw_cursor_reply(state, c)), close_connection: false },
-        Err(e) if e.code == testing::CLOSE_CONNECTION => return Reply { body: Body::Doc(Document::new()), close_connection: true },
+        Ok(Output::Cursor(c)) => {
+            return Reply {
+                body: Body::Msg(raw_cursor_reply(state, c)),
+                close_connection: false,
+            }
+        }
+        Err(e) if e.code == testing::CLOSE_CONNECTION => {
+            return Reply {
+                body: Body::Doc(Document::new()),
+                close_connection: true,
+            }
+        }
         Err(e) => error_reply(state, &e),
     };
     if let Some(wce) = injected.and_then(|i| i.write_concern_error) {
@@ -259,7 +328,10 @@ async fn run_document_command(
     match name {
         "configureFailPoint" if test_commands => {
             if db != "admin" {
-                Err(Error::new(codes::UNAUTHORIZED, "configureFailPoint may only be run against the admin database."))
+                Err(Error::new(
+                    codes::UNAUTHORIZED,
+                    "configureFailPoint may only be run against the admin database.",
+                ))
             } else {
                 testing::configure_fail_point(state, &cmd)
             }
@@ -279,12 +351,16 @@ async fn run_document_command(
         "getFreeMonitoringStatus" => Ok(doc! {"state": "disabled"}),
         "replSetGetStatus" => Ok(admin::repl_set_get_status(state)),
         "getDefaultRWConcern" => Ok(admin::default_rw_concern()),
-        "endSessions" | "killSessions" | "killAllSessions" | "killAllSessionsByPattern" | "refreshSessions" | "startSession" => {
-            admin::sessions(state, &name, &cmd)
-        }
-        "logout" | "saslStart" | "saslContinue" | "authenticate" => {
-            Err(Error::new(codes::COMMAND_NOT_SUPPORTED, format!("{name}: authentication is not supported by this server")))
-        }
+        "endSessions"
+        | "killSessions"
+        | "killAllSessions"
+        | "killAllSessionsByPattern"
+        | "refreshSessions"
+        | "startSession" => admin::sessions(state, &name, &cmd),
+        "logout" | "saslStart" | "saslContinue" | "authenticate" => Err(Error::new(
+            codes::COMMAND_NOT_SUPPORTED,
+            format!("{name}: authentication is not supported by this server"),
+        )),
         "listDatabases" => ddl::list_databases(state, db, &cmd).await,
         "listCollections" => ddl::list_collections(state, db, &cmd).await,
         "listIndexes" => ddl::list_indexes(state, db, &cmd).await,
@@ -310,7 +386,10 @@ async fn run_document_command(
         "getLastError" | "resetError" => Ok(doc! {"err": Bson::Null, "n": 0}),
         "fsync" => admin::fsync(state).await,
         "appendOplogNote" => admin::append_oplog_note(state, &cmd).await,
-        _ => Err(Error::new(codes::COMMAND_NOT_FOUND, format!("no such command: '{name}'"))),
+        _ => Err(Error::new(
+            codes::COMMAND_NOT_FOUND,
+            format!("no such command: '{name}'"),
+        )),
     }
 }
 
@@ -352,6 +431,22 @@ fn append_cluster_time(state: &ServerState, body: &mut Document) {
 
 /// Runs a blocking engine call on the blocking pool, so storage I/O never stalls the
 /// connection tasks. An engine panic becomes an error reply instead of a crash.
+/// Runs a small engine operation right on the connection's task: handing it to the
+/// blocking pool costs two thread switches, more than the operation itself (a small
+/// insert commits in microseconds: it does not wait for the disk, durable writers wait
+/// asynchronously afterwards). Larger operations go to [`blocking`].
+pub async fn small_or_blocking<T, F>(state: &Arc<ServerState>, small: bool, f: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&Engine) -> Result<T> + Send + 'static,
+{
+    if small {
+        f(&state.engine)
+    } else {
+        blocking(state, f).await
+    }
+}
+
 pub async fn blocking<T, F>(state: &Arc<ServerState>, f: F) -> Result<T>
 where
     T: Send + 'static,

@@ -1,6 +1,8 @@
 //! find, getMore, killCursors, count, distinct, aggregate and explain.
 
-use super::{blocking, check_fields, collection_arg, opt_bool, opt_doc, opt_doc_array, opt_i64, type_name};
+use super::{
+    blocking, check_fields, collection_arg, opt_bool, opt_doc, opt_doc_array, opt_i64, type_name,
+};
 use super::{Output, RawCursor};
 use super::{AGGREGATE_FIELDS, COUNT_FIELDS, DISTINCT_FIELDS, FIND_FIELDS, GET_MORE_FIELDS};
 use crate::state::ServerState;
@@ -36,7 +38,10 @@ fn cursor_output(batch: CursorBatch, first: bool) -> Output {
 /// A non-negative integer option of find (mongod's IDL error 51024 otherwise).
 fn non_negative(cmd: &Document, field: &str) -> Result<Option<i64>> {
     match opt_i64(cmd, field)? {
-        Some(v) if v < 0 => Err(Error::new(51024, format!("BSON field '{field}' value must be >= 0, actual value '{v}'"))),
+        Some(v) if v < 0 => Err(Error::new(
+            51024,
+            format!("BSON field '{field}' value must be >= 0, actual value '{v}'"),
+        )),
         other => Ok(other),
     }
 }
@@ -53,7 +58,10 @@ fn parse_find(cmd: &Document) -> Result<FindRequest> {
         limit,
         batch_size,
         single_batch: opt_bool(cmd, "singleBatch")?.unwrap_or(false),
-        hint: cmd.get("hint").cloned().filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())),
+        hint: cmd
+            .get("hint")
+            .cloned()
+            .filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())),
         no_cursor_timeout: opt_bool(cmd, "noCursorTimeout")?.unwrap_or(false),
         lsid: cmd.get("lsid").cloned(),
         let_vars: opt_doc(cmd, "let")?,
@@ -90,12 +98,20 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
                 type_name(v)
             )))
         }
-        None => return Err(Error::failed_to_parse("BSON field 'getMore.collection' is missing but a required field")),
+        None => {
+            return Err(Error::failed_to_parse(
+                "BSON field 'getMore.collection' is missing but a required field",
+            ))
+        }
     };
     check_fields(cmd, GET_MORE_FIELDS)?;
     let batch_size = opt_i64(cmd, "batchSize")?;
     let max_await = match opt_i64(cmd, "maxTimeMS")? {
-        Some(ms) if ms < 0 => return Err(Error::bad_value("maxTimeMS value for getMore must be non-negative")),
+        Some(ms) if ms < 0 => {
+            return Err(Error::bad_value(
+                "maxTimeMS value for getMore must be non-negative",
+            ))
+        }
         Some(ms) => Duration::from_millis(ms as u64),
         None => DEFAULT_AWAIT,
     };
@@ -105,9 +121,14 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     // checked the slow way.
     let stream_state = state.engine.change_stream_state(id);
     let change_stream = stream_state.is_some() || state.engine.is_change_stream_cursor(id);
-    let interest = stream_state.map(|(mask, _)| mask).or(change_stream.then_some(u64::MAX));
+    let interest = stream_state
+        .map(|(mask, _)| mask)
+        .or(change_stream.then_some(u64::MAX));
     let label = |e: Error| -> Error {
-        if change_stream && tailstream_engine::changestream::RESUMABLE_CODES.contains(&e.code) && e.labels.is_empty() {
+        if change_stream
+            && tailstream_engine::changestream::RESUMABLE_CODES.contains(&e.code)
+            && e.labels.is_empty()
+        {
             e.with_label("ResumableChangeStreamError")
         } else {
             e
@@ -134,20 +155,26 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     let reply_now = |batch: Option<CursorBatch>| async move {
         let batch = match batch {
             Some(b) => b,
-            None => blocking(state, move |e| e.get_more(id, &final_ns, batch_size)).await.map_err(label)?,
+            None => blocking(state, move |e| e.get_more(id, &final_ns, batch_size))
+                .await
+                .map_err(label)?,
         };
         Ok::<Output, Error>(cursor_output(batch, false))
     };
     loop {
         // A change stream that has read everything durable (the usual state of a stream
         // that keeps up, right after its previous batch) skips the look and waits.
-        let skip_look = first_look && stream_state.map(|(_, caught_up)| caught_up).unwrap_or(false);
+        let skip_look = first_look
+            && stream_state
+                .map(|(_, caught_up)| caught_up)
+                .unwrap_or(false);
         let batch = if skip_look {
             None
         } else {
-            // After a wake-up a change stream's new events are in the recent oplog: read
-            // them right here; only a read that needs storage goes to the blocking pool.
-            let in_memory = if change_stream && !first_look {
+            // After a wake-up a change stream's new events are in the recent oplog, and a
+            // tailable cursor's are the few documents just committed: read them right
+            // here; only a read that needs more goes to the blocking pool.
+            let in_memory = if !first_look {
                 match state.engine.get_more_in_memory(id, &ns, batch_size) {
                     Err(e) if e.code == tailstream_engine::changestream::NEEDS_STORAGE => None,
                     other => Some(other.map_err(label)?),
@@ -159,11 +186,16 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
                 Some(b) => b,
                 None => {
                     let ns = ns.clone();
-                    blocking(state, move |e| e.get_more(id, &ns, batch_size)).await.map_err(label)?
+                    blocking(state, move |e| e.get_more(id, &ns, batch_size))
+                        .await
+                        .map_err(label)?
                 }
             };
             if !batch.docs.is_empty() || !batch.raw_docs.is_empty() || !batch.await_data {
-                if change_stream && batch.cursor_id != 0 && batch.raw_docs.len() >= PREFETCH_MIN_EVENTS {
+                if change_stream
+                    && batch.cursor_id != 0
+                    && batch.raw_docs.len() >= PREFETCH_MIN_EVENTS
+                {
                     // A full batch suggests a backlog: build the next one while this one travels.
                     let n = batch.raw_docs.len();
                     let engine = state.engine.clone();
@@ -240,7 +272,11 @@ pub fn kill_cursors(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
                 ))),
             })
             .collect::<Result<_>>()?,
-        _ => return Err(Error::failed_to_parse("BSON field 'killCursors.cursors' is missing but a required field")),
+        _ => {
+            return Err(Error::failed_to_parse(
+                "BSON field 'killCursors.cursors' is missing but a required field",
+            ))
+        }
     };
     let (killed, not_found) = state.engine.kill_cursors(&ids);
     Ok(doc! {
@@ -257,13 +293,21 @@ pub async fn count(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result
     let query = opt_doc(cmd, "query")?.unwrap_or_default();
     let skip = opt_i64(cmd, "skip")?.unwrap_or(0);
     if skip < 0 {
-        return Err(Error::bad_value(format!("skip value is negative in count query: {skip}")));
+        return Err(Error::bad_value(format!(
+            "skip value is negative in count query: {skip}"
+        )));
     }
     // A negative limit counts like its absolute value, as mongod does.
     let limit = opt_i64(cmd, "limit")?.unwrap_or(0).unsigned_abs();
-    let hint = cmd.get("hint").cloned().filter(|h| !matches!(h, Bson::Document(d) if d.is_empty()));
+    let hint = cmd
+        .get("hint")
+        .cloned()
+        .filter(|h| !matches!(h, Bson::Document(d) if d.is_empty()));
     state.opcounters.command.fetch_add(0, Ordering::Relaxed);
-    let n = blocking(state, move |e| e.count(&ns, &query, skip as u64, limit, hint.as_ref())).await?;
+    let n = blocking(state, move |e| {
+        e.count(&ns, &query, skip as u64, limit, hint.as_ref())
+    })
+    .await?;
     Ok(doc! {"n": n as i64})
 }
 
@@ -278,7 +322,11 @@ pub async fn distinct(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
                 type_name(v)
             )))
         }
-        None => return Err(Error::failed_to_parse("BSON field 'distinct.key' is missing but a required field")),
+        None => {
+            return Err(Error::failed_to_parse(
+                "BSON field 'distinct.key' is missing but a required field",
+            ))
+        }
     };
     let query = opt_doc(cmd, "query")?.unwrap_or_default();
     let values = blocking(state, move |e| e.distinct(&ns, &key, &query)).await?;
@@ -292,33 +340,48 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
         Some(v) => {
             return Err(Error::new(
                 codes::FAILED_TO_PARSE,
-                format!("Invalid {} argument for aggregate: must be a string or 1", type_name(v)),
+                format!(
+                    "Invalid {} argument for aggregate: must be a string or 1",
+                    type_name(v)
+                ),
             ))
         }
         None => return Err(Error::failed_to_parse("aggregate requires a collection")),
     };
     check_fields(cmd, AGGREGATE_FIELDS)?;
-    let pipeline = opt_doc_array(cmd, "pipeline")?.ok_or_else(|| Error::failed_to_parse("BSON field 'aggregate.pipeline' is missing but a required field"))?;
+    let pipeline = opt_doc_array(cmd, "pipeline")?.ok_or_else(|| {
+        Error::failed_to_parse("BSON field 'aggregate.pipeline' is missing but a required field")
+    })?;
     if opt_bool(cmd, "explain")?.unwrap_or(false) {
-        return Ok(Output::Doc(doc! {"explainVersion": "1", "stages": pipeline.into_iter().map(Bson::Document).collect::<Vec<_>>()}));
+        return Ok(Output::Doc(
+            doc! {"explainVersion": "1", "stages": pipeline.into_iter().map(Bson::Document).collect::<Vec<_>>()},
+        ));
     }
-    let cursor = match cmd.get("cursor") {
-        Some(Bson::Document(c)) => c.clone(),
-        Some(v) => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field 'aggregate.cursor' is the wrong type '{}', expected type 'object'",
-                type_name(v)
-            )))
-        }
-        None => return Err(Error::failed_to_parse("The 'cursor' option is required, except for aggregate with the explain argument")),
-    };
+    let cursor =
+        match cmd.get("cursor") {
+            Some(Bson::Document(c)) => c.clone(),
+            Some(v) => {
+                return Err(Error::type_mismatch(format!(
+                    "BSON field 'aggregate.cursor' is the wrong type '{}', expected type 'object'",
+                    type_name(v)
+                )))
+            }
+            None => return Err(Error::failed_to_parse(
+                "The 'cursor' option is required, except for aggregate with the explain argument",
+            )),
+        };
     let batch_size = opt_i64(&cursor, "batchSize")?;
     let lsid = cmd.get("lsid").cloned();
     if let Some(Ok(opts)) = pipeline.first().map(|s| s.get_document("$changeStream")) {
         if pipeline[0].len() != 1 {
-            return Err(Error::new(40323, "A pipeline stage specification object must contain exactly one field."));
+            return Err(Error::new(
+                40323,
+                "A pipeline stage specification object must contain exactly one field.",
+            ));
         }
-        if let Some(level) = opt_doc(cmd, "readConcern")?.and_then(|rc| rc.get_str("level").ok().map(str::to_string)) {
+        if let Some(level) =
+            opt_doc(cmd, "readConcern")?.and_then(|rc| rc.get_str("level").ok().map(str::to_string))
+        {
             if level != "majority" {
                 return Err(Error::new(
                     codes::INVALID_OPTIONS,
@@ -329,7 +392,17 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
         let opts = opts.clone();
         let db = db.to_string();
         state.opcounters.command.fetch_add(0, Ordering::Relaxed);
-        let batch = blocking(state, move |e| e.open_change_stream(&db, coll.as_deref(), &opts, &pipeline[1..], batch_size, lsid)).await?;
+        let batch = blocking(state, move |e| {
+            e.open_change_stream(
+                &db,
+                coll.as_deref(),
+                &opts,
+                &pipeline[1..],
+                batch_size,
+                lsid,
+            )
+        })
+        .await?;
         return Ok(cursor_output(batch, true));
     }
     if let Some(s) = pipeline.first().and_then(|s| s.get("$changeStream")) {
@@ -338,13 +411,33 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
             type_name(s)
         )));
     }
-    if pipeline.iter().skip(1).any(|s| s.contains_key("$changeStream")) {
-        return Err(Error::new(40602, "$changeStream is only valid as the first stage in a pipeline"));
+    if pipeline
+        .iter()
+        .skip(1)
+        .any(|s| s.contains_key("$changeStream"))
+    {
+        return Err(Error::new(
+            40602,
+            "$changeStream is only valid as the first stage in a pipeline",
+        ));
     }
     let db = db.to_string();
-    let writes = pipeline.last().map(|s| s.contains_key("$out") || s.contains_key("$merge")).unwrap_or(false);
+    let writes = pipeline
+        .last()
+        .map(|s| s.contains_key("$out") || s.contains_key("$merge"))
+        .unwrap_or(false);
     let let_vars = opt_doc(cmd, "let")?;
-    let batch = blocking(state, move |e| e.aggregate(&db, coll.as_deref(), &pipeline, batch_size, lsid, let_vars.as_ref())).await?;
+    let batch = blocking(state, move |e| {
+        e.aggregate(
+            &db,
+            coll.as_deref(),
+            &pipeline,
+            batch_size,
+            lsid,
+            let_vars.as_ref(),
+        )
+    })
+    .await?;
     if writes {
         let wc = super::write::parse_write_concern(cmd)?;
         super::write::await_write_concern(state, wc, None).await;
@@ -353,37 +446,76 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
 }
 
 pub async fn explain(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
-    let inner = opt_doc(cmd, "explain")?.ok_or_else(|| Error::failed_to_parse("explain requires a command document"))?;
+    let inner = opt_doc(cmd, "explain")?
+        .ok_or_else(|| Error::failed_to_parse("explain requires a command document"))?;
     let name = inner.keys().next().cloned().unwrap_or_default();
-    let verbosity = cmd.get_str("verbosity").unwrap_or("allPlansExecution").to_string();
+    let verbosity = cmd
+        .get_str("verbosity")
+        .unwrap_or("allPlansExecution")
+        .to_string();
     let ns = match inner.get(&name) {
         Some(Bson::String(c)) => Namespace::new(db, c),
         _ => Namespace::new(db, "$cmd"),
     };
     let (filter, sort, hint) = match name.as_str() {
-        "find" => (opt_doc(&inner, "filter")?.unwrap_or_default(), opt_doc(&inner, "sort")?, inner.get("hint").cloned()),
-        "count" => (opt_doc(&inner, "query")?.unwrap_or_default(), None, inner.get("hint").cloned()),
+        "find" => (
+            opt_doc(&inner, "filter")?.unwrap_or_default(),
+            opt_doc(&inner, "sort")?,
+            inner.get("hint").cloned(),
+        ),
+        "count" => (
+            opt_doc(&inner, "query")?.unwrap_or_default(),
+            None,
+            inner.get("hint").cloned(),
+        ),
         "distinct" => (opt_doc(&inner, "query")?.unwrap_or_default(), None, None),
         "aggregate" => {
             let pipeline = opt_doc_array(&inner, "pipeline")?.unwrap_or_default();
-            let filter = pipeline.first().and_then(|s| s.get_document("$match").ok().cloned()).unwrap_or_default();
+            let filter = pipeline
+                .first()
+                .and_then(|s| s.get_document("$match").ok().cloned())
+                .unwrap_or_default();
             (filter, None, None)
         }
         "update" => {
             let ups = opt_doc_array(&inner, "updates")?.unwrap_or_default();
-            (ups.first().and_then(|u| u.get_document("q").ok().cloned()).unwrap_or_default(), None, None)
+            (
+                ups.first()
+                    .and_then(|u| u.get_document("q").ok().cloned())
+                    .unwrap_or_default(),
+                None,
+                None,
+            )
         }
         "delete" => {
             let ds = opt_doc_array(&inner, "deletes")?.unwrap_or_default();
-            (ds.first().and_then(|u| u.get_document("q").ok().cloned()).unwrap_or_default(), None, None)
+            (
+                ds.first()
+                    .and_then(|u| u.get_document("q").ok().cloned())
+                    .unwrap_or_default(),
+                None,
+                None,
+            )
         }
-        "findAndModify" | "findandmodify" => (opt_doc(&inner, "query")?.unwrap_or_default(), opt_doc(&inner, "sort")?, None),
-        other => return Err(Error::new(codes::COMMAND_NOT_FOUND, format!("Explain failed due to unknown command: {other}"))),
+        "findAndModify" | "findandmodify" => (
+            opt_doc(&inner, "query")?.unwrap_or_default(),
+            opt_doc(&inner, "sort")?,
+            None,
+        ),
+        other => {
+            return Err(Error::new(
+                codes::COMMAND_NOT_FOUND,
+                format!("Explain failed due to unknown command: {other}"),
+            ))
+        }
     };
     let ns_c = ns.clone();
     let f = filter.clone();
     let hint = hint.filter(|h| !matches!(h, Bson::Document(d) if d.is_empty()));
-    let winning = blocking(state, move |e| e.explain_find(&ns_c, &f, sort.as_ref(), hint.as_ref())).await?;
+    let winning = blocking(state, move |e| {
+        e.explain_find(&ns_c, &f, sort.as_ref(), hint.as_ref())
+    })
+    .await?;
     let mut reply = doc! {
         "explainVersion": "1",
         "queryPlanner": {

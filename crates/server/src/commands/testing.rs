@@ -44,19 +44,30 @@ pub struct Injected {
 }
 
 /// Codes whose errors a retryable write may retry: mongod labels them RetryableWriteError.
-const RETRYABLE_WRITE_CODES: &[i32] = &[6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436];
+const RETRYABLE_WRITE_CODES: &[i32] = &[
+    6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436,
+];
 
 impl FailPoints {
     pub fn configure(&self, cmd: &Document) -> Result<Document> {
         let name = match cmd.get("configureFailPoint") {
             Some(Bson::String(n)) => n.clone(),
-            _ => return Err(Error::type_mismatch("configureFailPoint takes the fail point's name")),
+            _ => {
+                return Err(Error::type_mismatch(
+                    "configureFailPoint takes the fail point's name",
+                ))
+            }
         };
         if !matches!(
             name.as_str(),
-            "failCommand" | "failGetMoreAfterCursorCheckout" | "maxTimeAlwaysTimeOut" | "onPrimaryTransactionalWrite"
+            "failCommand"
+                | "failGetMoreAfterCursorCheckout"
+                | "maxTimeAlwaysTimeOut"
+                | "onPrimaryTransactionalWrite"
         ) {
-            return Err(Error::bad_value(format!("Cannot find failPoint named: {name}")));
+            return Err(Error::bad_value(format!(
+                "Cannot find failPoint named: {name}"
+            )));
         }
         let mode = match cmd.get("mode") {
             Some(Bson::String(s)) if s == "off" => Mode::Off,
@@ -69,15 +80,29 @@ impl FailPoints {
                 } else if d.contains_key("activationProbability") {
                     Mode::AlwaysOn
                 } else {
-                    return Err(Error::failed_to_parse(format!("invalid fail point mode: {}", tailstream_engine::format::doc_to_string(d))));
+                    return Err(Error::failed_to_parse(format!(
+                        "invalid fail point mode: {}",
+                        tailstream_engine::format::doc_to_string(d)
+                    )));
                 }
             }
-            _ => return Err(Error::failed_to_parse("fail point mode must be 'off', 'alwaysOn' or a document")),
+            _ => {
+                return Err(Error::failed_to_parse(
+                    "fail point mode must be 'off', 'alwaysOn' or a document",
+                ))
+            }
         };
         let data = cmd.get_document("data").cloned().unwrap_or_default();
         let mut points = self.points.lock();
         let previous = points.get(&name).map(|p| p.entered).unwrap_or(0);
-        points.insert(name, FailPoint { mode, data, entered: 0 });
+        points.insert(
+            name,
+            FailPoint {
+                mode,
+                data,
+                entered: 0,
+            },
+        );
         Ok(doc! {"count": previous})
     }
 
@@ -120,7 +145,12 @@ impl FailPoints {
     }
 
     /// What `failCommand` injects into this command, if it applies.
-    pub fn fail_command(&self, command: &str, cmd: &Document, app_name: Option<&str>) -> Option<Injected> {
+    pub fn fail_command(
+        &self,
+        command: &str,
+        cmd: &Document,
+        app_name: Option<&str>,
+    ) -> Option<Injected> {
         let data = self.fire("failCommand", |data| {
             let listed = match data.get("failCommands") {
                 Some(Bson::Array(names)) => names.iter().any(|n| n.as_str() == Some(command)),
@@ -134,12 +164,22 @@ impl FailPoints {
         })?;
         let mut out = Injected::default();
         if data.get_bool("blockConnection").unwrap_or(false) {
-            let ms = data.get("blockTimeMS").and_then(tailstream_engine::find::as_i64).unwrap_or(0).max(0) as u64;
+            let ms = data
+                .get("blockTimeMS")
+                .and_then(tailstream_engine::find::as_i64)
+                .unwrap_or(0)
+                .max(0) as u64;
             out.block = Some(Duration::from_millis(ms));
         }
         out.close_connection = data.get_bool("closeConnection").unwrap_or(false);
-        if let Some(code) = data.get("errorCode").and_then(tailstream_engine::find::as_i64) {
-            let msg = data.get_str("errmsg").unwrap_or("Failing command via 'failCommand' failpoint").to_string();
+        if let Some(code) = data
+            .get("errorCode")
+            .and_then(tailstream_engine::find::as_i64)
+        {
+            let msg = data
+                .get_str("errmsg")
+                .unwrap_or("Failing command via 'failCommand' failpoint")
+                .to_string();
             let mut e = Error::new(code as i32, msg);
             match data.get("errorLabels") {
                 Some(Bson::Array(labels)) => {
@@ -148,7 +188,9 @@ impl FailPoints {
                     }
                 }
                 _ => {
-                    if cmd.contains_key("txnNumber") && RETRYABLE_WRITE_CODES.contains(&(code as i32)) {
+                    if cmd.contains_key("txnNumber")
+                        && RETRYABLE_WRITE_CODES.contains(&(code as i32))
+                    {
                         e = e.with_label("RetryableWriteError");
                     }
                 }
@@ -164,8 +206,14 @@ impl FailPoints {
     /// The error `failGetMoreAfterCursorCheckout` makes a getMore return, if it fires.
     pub fn fail_get_more(&self) -> Option<Error> {
         let data = self.fire("failGetMoreAfterCursorCheckout", |_| true)?;
-        let code = data.get("errorCode").and_then(tailstream_engine::find::as_i64).unwrap_or(codes::INTERNAL_ERROR as i64);
-        Some(Error::new(code as i32, "Failing getMore via 'failGetMoreAfterCursorCheckout' failpoint"))
+        let code = data
+            .get("errorCode")
+            .and_then(tailstream_engine::find::as_i64)
+            .unwrap_or(codes::INTERNAL_ERROR as i64);
+        Some(Error::new(
+            code as i32,
+            "Failing getMore via 'failGetMoreAfterCursorCheckout' failpoint",
+        ))
     }
 }
 
@@ -179,7 +227,10 @@ impl FailPoints {
             return None;
         }
         self.fire("maxTimeAlwaysTimeOut", |_| true)?;
-        Some(Error::new(codes::MAX_TIME_MS_EXPIRED, "operation exceeded time limit"))
+        Some(Error::new(
+            codes::MAX_TIME_MS_EXPIRED,
+            "operation exceeded time limit",
+        ))
     }
 
     /// `onPrimaryTransactionalWrite`, evaluated once per retryable write command (mongod
@@ -195,7 +246,10 @@ pub fn attach_write_concern_error(body: &mut Document, mut wce: Document, cmd: &
     let labels = match wce.remove("errorLabels") {
         Some(Bson::Array(l)) => l,
         _ => {
-            let code = wce.get("code").and_then(tailstream_engine::find::as_i64).unwrap_or(0) as i32;
+            let code = wce
+                .get("code")
+                .and_then(tailstream_engine::find::as_i64)
+                .unwrap_or(0) as i32;
             if cmd.contains_key("txnNumber") && RETRYABLE_WRITE_CODES.contains(&code) {
                 vec![Bson::String("RetryableWriteError".into())]
             } else {

@@ -2,15 +2,23 @@
 //! (a `j: true` or majority write is acknowledged only once it is on disk), and
 //! retryable writes (a retried `lsid` + `txnNumber` gets the first reply again).
 
-use super::{blocking, check_fields, collection_arg, opt_bool, opt_doc, opt_doc_array, retry_key, type_name};
+use super::{
+    blocking, check_fields, collection_arg, opt_bool, opt_doc, opt_doc_array, retry_key,
+    small_or_blocking, type_name,
+};
 use super::{DELETE_FIELDS, FIND_AND_MODIFY_FIELDS, INSERT_FIELDS, UPDATE_FIELDS};
 use crate::state::ServerState;
 use bson::{doc, Bson, Document, RawDocumentBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tailstream_engine::query::error::{codes, code_name, Error, Result};
+use tailstream_engine::query::error::{code_name, codes, Error, Result};
 use tailstream_engine::write::{DeleteOp, FindAndModify, UpdateOp, WriteOutcome};
 use tailstream_engine::{Committed, MAX_WRITE_BATCH};
+
+/// Inserts of at most this many documents and bytes run on the connection's task
+/// (see [`small_or_blocking`]); bigger ones on the blocking pool.
+const SMALL_WRITE_DOCS: usize = 16;
+const SMALL_WRITE_BYTES: usize = 64 * 1024;
 
 /// What a write concern asks for.
 #[derive(Debug, Clone, Copy, Default)]
@@ -24,7 +32,10 @@ pub struct WriteConcern {
 pub fn parse_write_concern(cmd: &Document) -> Result<WriteConcern> {
     let Some(wc) = cmd.get("writeConcern") else {
         // The default write concern of a replica set is majority: durable.
-        return Ok(WriteConcern { durable: true, unsatisfiable: false });
+        return Ok(WriteConcern {
+            durable: true,
+            unsatisfiable: false,
+        });
     };
     let wc = match wc {
         Bson::Document(d) => d,
@@ -40,10 +51,17 @@ pub fn parse_write_concern(cmd: &Document) -> Result<WriteConcern> {
         None => out.durable = true,
         Some(Bson::String(s)) if s == "majority" => out.durable = true,
         Some(Bson::String(s)) => {
-            return Err(Error::new(79, format!("Write Concern mode '{s}' is not known")));
+            return Err(Error::new(
+                79,
+                format!("Write Concern mode '{s}' is not known"),
+            ));
         }
         Some(v) => match tailstream_engine::find::as_i64(v) {
-            Some(n) if n < 0 => return Err(Error::failed_to_parse("w has to be a non-negative number and not greater than 50")),
+            Some(n) if n < 0 => {
+                return Err(Error::failed_to_parse(
+                    "w has to be a non-negative number and not greater than 50",
+                ))
+            }
             Some(n) if n > 1 => out.unsatisfiable = true,
             Some(_) => {}
             None => return Err(Error::failed_to_parse("w has to be a number or a string")),
@@ -52,7 +70,13 @@ pub fn parse_write_concern(cmd: &Document) -> Result<WriteConcern> {
     match wc.get("j") {
         Some(Bson::Boolean(true)) => out.durable = true,
         Some(Bson::Boolean(false)) => {}
-        Some(v) if tailstream_engine::find::as_i64(v).map(|n| n != 0).unwrap_or(false) => out.durable = true,
+        Some(v)
+            if tailstream_engine::find::as_i64(v)
+                .map(|n| n != 0)
+                .unwrap_or(false) =>
+        {
+            out.durable = true
+        }
         _ => {}
     }
     if wc.get_bool("fsync").unwrap_or(false) {
@@ -62,10 +86,16 @@ pub fn parse_write_concern(cmd: &Document) -> Result<WriteConcern> {
 }
 
 /// Waits as the write concern asks; returns a `writeConcernError` to add to the reply, if any.
-pub async fn await_write_concern(state: &Arc<ServerState>, wc: WriteConcern, committed: Option<Committed>) -> Option<Document> {
+pub async fn await_write_concern(
+    state: &Arc<ServerState>,
+    wc: WriteConcern,
+    committed: Option<Committed>,
+) -> Option<Document> {
     if wc.durable {
         // Even a no-op write waits for what it read to be durable (as majority would).
-        let seq = committed.map(|c| c.seq).unwrap_or_else(|| state.engine.durability.last_committed());
+        let seq = committed
+            .map(|c| c.seq)
+            .unwrap_or_else(|| state.engine.durability.last_committed());
         state.engine.durability.wait_synced(seq).await;
     }
     if wc.unsatisfiable {
@@ -82,7 +112,10 @@ pub async fn await_write_concern(state: &Arc<ServerState>, wc: WriteConcern, com
 /// `sort` there, for example), as its IDL parser does.
 fn check_statement_fields(path: &str, statement: &Document, allowed: &[&str]) -> Result<()> {
     match statement.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(k) => Err(Error::new(codes::UNRECOGNIZED_COMMAND_FIELD, format!("BSON field '{path}.{k}' is an unknown field."))),
+        Some(k) => Err(Error::new(
+            codes::UNRECOGNIZED_COMMAND_FIELD,
+            format!("BSON field '{path}.{k}' is an unknown field."),
+        )),
         None => Ok(()),
     }
 }
@@ -101,7 +134,12 @@ fn merge_let(command_let: &Option<Document>, constants: Option<Document>) -> Opt
 
 fn check_batch(n: usize) -> Result<()> {
     if n == 0 || n > MAX_WRITE_BATCH {
-        return Err(Error::new(16, format!("Write batch sizes must be between 1 and {MAX_WRITE_BATCH}. Got {n} operations.")));
+        return Err(Error::new(
+            16,
+            format!(
+                "Write batch sizes must be between 1 and {MAX_WRITE_BATCH}. Got {n} operations."
+            ),
+        ));
     }
     Ok(())
 }
@@ -113,7 +151,12 @@ fn check_document_sizes(docs: &[RawDocumentBuf]) -> Result<()> {
     for d in docs {
         let len = d.as_bytes().len();
         if len > MAX_INTERNAL {
-            let first = d.iter().next().and_then(|e| e.ok()).map(|(k, _)| k.to_string()).unwrap_or_default();
+            let first = d
+                .iter()
+                .next()
+                .and_then(|e| e.ok())
+                .map(|(k, _)| k.to_string())
+                .unwrap_or_default();
             return Err(Error::new(
                 codes::BSON_OBJECT_TOO_LARGE,
                 format!("BSONObj size: {len} (0x{len:X}) is invalid. Size must be between 0 and 16793600(16MB) First element: {first}"),
@@ -159,14 +202,30 @@ where
     // Test hook: fail before the write, or drop the connection after it (the driver
     // retries, and the retry must get this reply from the cache, not write twice).
     let hook = match &key {
-        Some(_) if state.config.test_commands_enabled() => state.fail_points.on_transactional_write(),
+        Some(_) if state.config.test_commands_enabled() => {
+            state.fail_points.on_transactional_write()
+        }
         _ => None,
     };
-    let close = hook.as_ref().map(|d| d.get_bool("closeConnection").unwrap_or(true)).unwrap_or(false);
-    if let Some(code) = hook.as_ref().and_then(|d| d.get("failBeforeCommitExceptionCode")).and_then(tailstream_engine::find::as_i64) {
+    let close = hook
+        .as_ref()
+        .map(|d| d.get_bool("closeConnection").unwrap_or(true))
+        .unwrap_or(false);
+    if let Some(code) = hook
+        .as_ref()
+        .and_then(|d| d.get("failBeforeCommitExceptionCode"))
+        .and_then(tailstream_engine::find::as_i64)
+    {
         // mongod ends the session (unless closeConnection: false), then fails the write.
-        let code = if close { super::testing::CLOSE_CONNECTION } else { code as i32 };
-        return Err(Error::new(code, "Failing write for test due to failpoint onPrimaryTransactionalWrite"));
+        let code = if close {
+            super::testing::CLOSE_CONNECTION
+        } else {
+            code as i32
+        };
+        return Err(Error::new(
+            code,
+            "Failing write for test due to failpoint onPrimaryTransactionalWrite",
+        ));
     }
     let (mut reply, committed) = run().await?;
     if let Some(wce) = await_write_concern(state, wc, committed).await {
@@ -176,18 +235,30 @@ where
         state.retry_cache.put(&lsid, txn, reply.clone());
     }
     if close {
-        return Err(Error::new(super::testing::CLOSE_CONNECTION, "connection closed by onPrimaryTransactionalWrite"));
+        return Err(Error::new(
+            super::testing::CLOSE_CONNECTION,
+            "connection closed by onPrimaryTransactionalWrite",
+        ));
     }
     Ok(reply)
 }
 
-pub async fn insert(state: &Arc<ServerState>, db: &str, cmd: &Document, payload: Option<Vec<RawDocumentBuf>>) -> Result<Document> {
+pub async fn insert(
+    state: &Arc<ServerState>,
+    db: &str,
+    cmd: &Document,
+    payload: Option<Vec<RawDocumentBuf>>,
+) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
     check_fields(cmd, INSERT_FIELDS)?;
     let docs = match payload {
         Some(docs) => docs,
         None => opt_doc_array(cmd, "documents")?
-            .ok_or_else(|| Error::failed_to_parse("BSON field 'insert.documents' is missing but a required field"))?
+            .ok_or_else(|| {
+                Error::failed_to_parse(
+                    "BSON field 'insert.documents' is missing but a required field",
+                )
+            })?
             .iter()
             .map(|d| RawDocumentBuf::from_document(d).map_err(|e| Error::bad_value(e.to_string())))
             .collect::<Result<Vec<_>>>()?,
@@ -196,8 +267,10 @@ pub async fn insert(state: &Arc<ServerState>, db: &str, cmd: &Document, payload:
     check_document_sizes(&docs)?;
     let ordered = opt_bool(cmd, "ordered")?.unwrap_or(true);
     let count = docs.len() as u64;
+    let small = docs.len() <= SMALL_WRITE_DOCS
+        && docs.iter().map(|d| d.as_bytes().len()).sum::<usize>() <= SMALL_WRITE_BYTES;
     retryable(state, cmd, || async move {
-        let out = blocking(state, move |e| e.insert(&ns, docs, ordered)).await?;
+        let out = small_or_blocking(state, small, move |e| e.insert(&ns, docs, ordered)).await?;
         state.opcounters.insert.fetch_add(count, Ordering::Relaxed);
         let mut reply = doc! {"n": out.n as i64};
         if let Some(we) = write_errors(&out) {
@@ -211,22 +284,54 @@ pub async fn insert(state: &Arc<ServerState>, db: &str, cmd: &Document, payload:
 pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
     check_fields(cmd, UPDATE_FIELDS)?;
-    let raw = opt_doc_array(cmd, "updates")?.ok_or_else(|| Error::failed_to_parse("BSON field 'update.updates' is missing but a required field"))?;
+    let raw = opt_doc_array(cmd, "updates")?.ok_or_else(|| {
+        Error::failed_to_parse("BSON field 'update.updates' is missing but a required field")
+    })?;
     check_batch(raw.len())?;
     let ordered = opt_bool(cmd, "ordered")?.unwrap_or(true);
     let let_vars = opt_doc(cmd, "let")?;
     let mut ops = Vec::with_capacity(raw.len());
     for u in &raw {
-        check_statement_fields("update.updates", u, &["q", "u", "c", "upsert", "multi", "arrayFilters", "hint", "collation"])?;
-        let q = match u.get("q") {
-            Some(Bson::Document(q)) => q.clone(),
-            Some(v) => return Err(Error::type_mismatch(format!("BSON field 'update.updates.q' is the wrong type '{}', expected type 'object'", type_name(v)))),
-            None => return Err(Error::failed_to_parse("BSON field 'update.updates.q' is missing but a required field")),
-        };
+        check_statement_fields(
+            "update.updates",
+            u,
+            &[
+                "q",
+                "u",
+                "c",
+                "upsert",
+                "multi",
+                "arrayFilters",
+                "hint",
+                "collation",
+            ],
+        )?;
+        let q =
+            match u.get("q") {
+                Some(Bson::Document(q)) => q.clone(),
+                Some(v) => return Err(Error::type_mismatch(format!(
+                    "BSON field 'update.updates.q' is the wrong type '{}', expected type 'object'",
+                    type_name(v)
+                ))),
+                None => {
+                    return Err(Error::failed_to_parse(
+                        "BSON field 'update.updates.q' is missing but a required field",
+                    ))
+                }
+            };
         let upd = match u.get("u") {
             Some(v @ (Bson::Document(_) | Bson::Array(_))) => v.clone(),
-            Some(v) => return Err(Error::failed_to_parse(format!("Update argument must be either an object or an array, got {}", type_name(v)))),
-            None => return Err(Error::failed_to_parse("BSON field 'update.updates.u' is missing but a required field")),
+            Some(v) => {
+                return Err(Error::failed_to_parse(format!(
+                    "Update argument must be either an object or an array, got {}",
+                    type_name(v)
+                )))
+            }
+            None => {
+                return Err(Error::failed_to_parse(
+                    "BSON field 'update.updates.u' is missing but a required field",
+                ))
+            }
         };
         ops.push(UpdateOp {
             q,
@@ -234,7 +339,10 @@ pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
             multi: opt_bool(u, "multi")?.unwrap_or(false),
             upsert: opt_bool(u, "upsert")?.unwrap_or(false),
             array_filters: opt_doc_array(u, "arrayFilters")?,
-            hint: u.get("hint").cloned().filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())),
+            hint: u
+                .get("hint")
+                .cloned()
+                .filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())),
             let_vars: merge_let(&let_vars, opt_doc(u, "c")?),
         });
     }
@@ -244,7 +352,11 @@ pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
         state.opcounters.update.fetch_add(count, Ordering::Relaxed);
         let mut reply = doc! {"n": out.n as i64, "nModified": out.n_modified as i64};
         if !out.upserted.is_empty() {
-            let ups: Vec<Bson> = out.upserted.iter().map(|(i, id)| Bson::Document(doc! {"index": *i as i32, "_id": id.clone()})).collect();
+            let ups: Vec<Bson> = out
+                .upserted
+                .iter()
+                .map(|(i, id)| Bson::Document(doc! {"index": *i as i32, "_id": id.clone()}))
+                .collect();
             reply.insert("upserted", ups);
         }
         if let Some(we) = write_errors(&out) {
@@ -258,26 +370,45 @@ pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
 pub async fn delete(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
     check_fields(cmd, DELETE_FIELDS)?;
-    let raw = opt_doc_array(cmd, "deletes")?.ok_or_else(|| Error::failed_to_parse("BSON field 'delete.deletes' is missing but a required field"))?;
+    let raw = opt_doc_array(cmd, "deletes")?.ok_or_else(|| {
+        Error::failed_to_parse("BSON field 'delete.deletes' is missing but a required field")
+    })?;
     check_batch(raw.len())?;
     let ordered = opt_bool(cmd, "ordered")?.unwrap_or(true);
     let let_vars = opt_doc(cmd, "let")?;
     let mut ops = Vec::with_capacity(raw.len());
     for d in &raw {
         check_statement_fields("delete.deletes", d, &["q", "limit", "hint", "collation"])?;
-        let q = match d.get("q") {
-            Some(Bson::Document(q)) => q.clone(),
-            Some(v) => return Err(Error::type_mismatch(format!("BSON field 'delete.deletes.q' is the wrong type '{}', expected type 'object'", type_name(v)))),
-            None => return Err(Error::failed_to_parse("BSON field 'delete.deletes.q' is missing but a required field")),
-        };
+        let q =
+            match d.get("q") {
+                Some(Bson::Document(q)) => q.clone(),
+                Some(v) => return Err(Error::type_mismatch(format!(
+                    "BSON field 'delete.deletes.q' is the wrong type '{}', expected type 'object'",
+                    type_name(v)
+                ))),
+                None => {
+                    return Err(Error::failed_to_parse(
+                        "BSON field 'delete.deletes.q' is missing but a required field",
+                    ))
+                }
+            };
         let limit = match d.get("limit") {
-            Some(v) => tailstream_engine::find::as_i64(v).ok_or_else(|| Error::type_mismatch("BSON field 'delete.deletes.limit' must be a number"))?,
-            None => return Err(Error::failed_to_parse("BSON field 'delete.deletes.limit' is missing but a required field")),
+            Some(v) => tailstream_engine::find::as_i64(v).ok_or_else(|| {
+                Error::type_mismatch("BSON field 'delete.deletes.limit' must be a number")
+            })?,
+            None => {
+                return Err(Error::failed_to_parse(
+                    "BSON field 'delete.deletes.limit' is missing but a required field",
+                ))
+            }
         };
         ops.push(DeleteOp {
             q,
             limit,
-            hint: d.get("hint").cloned().filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())),
+            hint: d
+                .get("hint")
+                .cloned()
+                .filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())),
             let_vars: let_vars.clone(),
         });
     }
@@ -294,13 +425,22 @@ pub async fn delete(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
     .await
 }
 
-pub async fn find_and_modify(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
+pub async fn find_and_modify(
+    state: &Arc<ServerState>,
+    db: &str,
+    cmd: &Document,
+) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
     check_fields(cmd, FIND_AND_MODIFY_FIELDS)?;
     let update = match cmd.get("update") {
         None | Some(Bson::Null) => None,
         Some(v @ (Bson::Document(_) | Bson::Array(_))) => Some(v.clone()),
-        Some(v) => return Err(Error::failed_to_parse(format!("Update argument must be either an object or an array, got {}", type_name(v)))),
+        Some(v) => {
+            return Err(Error::failed_to_parse(format!(
+                "Update argument must be either an object or an array, got {}",
+                type_name(v)
+            )))
+        }
     };
     let req = FindAndModify {
         query: opt_doc(cmd, "query")?.unwrap_or_default(),
@@ -311,7 +451,10 @@ pub async fn find_and_modify(state: &Arc<ServerState>, db: &str, cmd: &Document)
         fields: opt_doc(cmd, "fields")?,
         upsert: opt_bool(cmd, "upsert")?.unwrap_or(false),
         array_filters: opt_doc_array(cmd, "arrayFilters")?,
-        hint: cmd.get("hint").cloned().filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())),
+        hint: cmd
+            .get("hint")
+            .cloned()
+            .filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())),
         let_vars: opt_doc(cmd, "let")?,
     };
     retryable(state, cmd, || async move {
@@ -330,7 +473,10 @@ pub async fn find_and_modify(state: &Arc<ServerState>, db: &str, cmd: &Document)
             last.insert("upserted", id.clone());
         }
         let value = out.value.map(Bson::Document).unwrap_or(Bson::Null);
-        Ok((doc! {"lastErrorObject": last, "value": value}, out.committed))
+        Ok((
+            doc! {"lastErrorObject": last, "value": value},
+            out.committed,
+        ))
     })
     .await
 }
