@@ -373,15 +373,35 @@ impl Engine {
 
     /// Distinct values of a field among matching documents (array elements count individually).
     pub fn distinct(&self, ns: &Namespace, key: &str, query: &Document) -> Result<Vec<Bson>> {
+        self.distinct_in(ns, key, query, None)
+    }
+
+    /// `distinct` over the collection, or over `view` (a transaction's documents).
+    pub fn distinct_in(
+        &self,
+        ns: &Namespace,
+        key: &str,
+        query: &Document,
+        view: Option<Vec<Document>>,
+    ) -> Result<Vec<Bson>> {
         let matcher = Matcher::new(query)?;
-        let Some(meta) = self.collection(ns) else {
-            return Ok(Vec::new());
+        let docs = match view {
+            Some(docs) => docs.into_iter().filter(|d| matcher.matches(d)).collect(),
+            None => {
+                let Some(meta) = self.collection(ns) else {
+                    return Ok(Vec::new());
+                };
+                let plan = read::plan(&meta, &matcher, None, None)?;
+                let mut scan = Scan::new(plan.access);
+                scan.collect_all(&self.store, meta.id, &matcher)?
+                    .into_iter()
+                    .map(|(_, d)| d)
+                    .collect::<Vec<_>>()
+            }
         };
-        let plan = read::plan(&meta, &matcher, None, None)?;
-        let mut scan = Scan::new(plan.access);
         let mut values: Vec<Bson> = Vec::new();
         let parts: Vec<&str> = key.split('.').collect();
-        for (_, doc) in scan.collect_all(&self.store, meta.id, &matcher)? {
+        for doc in docs {
             let mut found = Vec::new();
             collect_path_values(&Bson::Document(doc), &parts, &mut found);
             for v in found {
@@ -404,6 +424,21 @@ impl Engine {
         batch_size: Option<i64>,
         lsid: Option<Bson>,
         let_vars: Option<&Document>,
+    ) -> Result<CursorBatch> {
+        self.aggregate_in(db, coll, stages, batch_size, lsid, let_vars, None)
+    }
+
+    /// `aggregate` reading the collection, or `view` (a transaction's documents).
+    #[allow(clippy::too_many_arguments)]
+    pub fn aggregate_in(
+        &self,
+        db: &str,
+        coll: Option<&str>,
+        stages: &[Document],
+        batch_size: Option<i64>,
+        lsid: Option<Bson>,
+        let_vars: Option<&Document>,
+        view: Option<Vec<Document>>,
     ) -> Result<CursorBatch> {
         let batch_size = check_batch_size(batch_size)?;
         if let (Some(first), Some(c)) = (stages.first(), coll) {
@@ -446,9 +481,10 @@ impl Engine {
             Some(c) => {
                 let ns = Namespace::new(db, c);
                 let input: Box<dyn Iterator<Item = Result<Document>> + '_> =
-                    match self.collection(&ns) {
-                        None => Box::new(std::iter::empty()),
-                        Some(meta) => {
+                    match (view, self.collection(&ns)) {
+                        (Some(docs), _) => Box::new(docs.into_iter().map(Ok)),
+                        (None, None) => Box::new(std::iter::empty()),
+                        (None, Some(meta)) => {
                             let matcher = Arc::new(Matcher::new(
                                 pipeline.leading_match().unwrap_or(&Document::new()),
                             )?);
@@ -625,7 +661,7 @@ impl Engine {
     }
 }
 
-fn check_batch_size(b: Option<i64>) -> Result<Option<usize>> {
+pub(crate) fn check_batch_size(b: Option<i64>) -> Result<Option<usize>> {
     match b {
         Some(n) if n < 0 => Err(Error::bad_value(format!(
             "BatchSize value must be non-negative, but received: {n}"

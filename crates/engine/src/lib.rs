@@ -20,6 +20,7 @@ pub mod keys;
 pub mod namespace;
 pub mod oplog;
 pub mod read;
+pub mod transaction;
 pub mod ttl;
 pub mod write;
 
@@ -105,6 +106,9 @@ pub struct Engine {
     /// Oldest retained oplog time, readable without the writer lock (change streams
     /// check it on every read).
     trim_ts: std::sync::atomic::AtomicU64,
+    /// Documents held by open transactions (see [`transaction`]).
+    transaction_locks: transaction::LockTable,
+    next_transaction_id: std::sync::atomic::AtomicU64,
     _lock_file: std::fs::File,
     syncer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -170,6 +174,8 @@ impl Engine {
             commits,
             recent: Default::default(),
             trim_ts: std::sync::atomic::AtomicU64::new(trim_ts),
+            transaction_locks: Default::default(),
+            next_transaction_id: std::sync::atomic::AtomicU64::new(1),
             _lock_file: lock_file,
             syncer: Mutex::new(Some(syncer)),
         }))

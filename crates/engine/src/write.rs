@@ -101,7 +101,7 @@ pub struct FamOutcome {
 /// Index entries added and removed by the current batch, for unique checks that
 /// must see the batch's own writes.
 #[derive(Default)]
-struct PendingIndex {
+pub(crate) struct PendingIndex {
     added: HashMap<(u32, Vec<u8>), Vec<u8>>,
     removed: HashSet<Vec<u8>>,
     ids: HashSet<Vec<u8>>,
@@ -177,7 +177,7 @@ impl Engine {
     /// Adds one document to the transaction; returns its `_id`. The document's bytes go
     /// to storage and into the oplog entry as they are; a `Document` is built only when
     /// secondary indexes need key values.
-    fn insert_in(
+    pub(crate) fn insert_in(
         &self,
         txn: &mut Txn<'_>,
         meta: &Arc<CollMeta>,
@@ -418,44 +418,32 @@ impl Engine {
         pending: &mut PendingIndex,
         vars: &Variables,
     ) -> Result<Option<Document>> {
-        let mut new = old.clone();
-        let (updated, removed, replaced) = match spec.kind() {
-            UpdateKind::Pipeline => {
-                new = run_pipeline_update(spec, &old, vars)?;
-                let (u, r) = top_level_diff(&old, &new);
-                (u, r, false)
-            }
-            kind => {
-                let ctx = ApplyContext {
-                    is_insert: false,
-                    positional: positional_index(filter, &old),
-                    now: bson::DateTime::now(),
-                    matcher: &QueryConditions,
-                };
-                let outcome = spec.apply(&mut new, &ctx)?;
-                if !outcome.modified {
-                    return Ok(None);
-                }
-                (
-                    outcome.updated_fields,
-                    outcome.removed_fields,
-                    matches!(kind, UpdateKind::Replacement),
-                )
-            }
-        };
-        if new == old {
+        let Some(change) = compute_update(filter, spec, &old, vars)? else {
             return Ok(None);
-        }
+        };
+        self.store_update(txn, meta, &id_ks, old, change, pending)
+            .map(Some)
+    }
+
+    /// Writes an updated document: its index entries, the document, its oplog entry
+    /// (a diff, or the whole document for a replacement) and change-stream images.
+    pub(crate) fn store_update(
+        &self,
+        txn: &mut Txn<'_>,
+        meta: &Arc<CollMeta>,
+        id_ks: &[u8],
+        old: Document,
+        change: ComputedUpdate,
+        pending: &mut PendingIndex,
+    ) -> Result<Document> {
+        let ComputedUpdate {
+            new,
+            updated,
+            removed,
+            replaced,
+        } = change;
+        let id_ks = id_ks.to_vec();
         let old_id = old.get("_id").cloned().unwrap_or(Bson::Null);
-        if new.get("_id") != Some(&old_id) {
-            return Err(Error::new(
-                codes::IMMUTABLE_FIELD,
-                format!(
-                    "After applying the update, the (immutable) field '_id' was found to have been altered to _id: {}",
-                    new.get("_id").map(value_to_string).unwrap_or_default()
-                ),
-            ));
-        }
         let bytes = encode_checked(&new, false)?;
         let old_entries = self.index_entries_of(meta, &old);
         let new_entries = self.index_entries_checked(meta, &new, &id_ks, pending, &old_entries)?;
@@ -492,7 +480,7 @@ impl Engine {
             txn.put_image(ts, keys::ImageKind::Before, &old);
             txn.put_image(ts, keys::ImageKind::After, &new);
         }
-        Ok(Some(new))
+        Ok(new)
     }
 
     /// Inserts the document an upsert creates from its query and update.
@@ -504,46 +492,7 @@ impl Engine {
         spec: &UpdateSpec,
         vars: &Variables,
     ) -> Result<Bson> {
-        let seed = upsert_seed(query)?;
-        let doc = match spec.kind() {
-            UpdateKind::Replacement => {
-                let mut d = Document::new();
-                spec.apply(
-                    &mut d,
-                    &ApplyContext {
-                        is_insert: true,
-                        positional: None,
-                        now: bson::DateTime::now(),
-                        matcher: &QueryConditions,
-                    },
-                )?;
-                if !d.contains_key("_id") {
-                    if let Some(id) = seed.get("_id") {
-                        let mut with_id = doc! {"_id": id.clone()};
-                        with_id.extend(d);
-                        d = with_id;
-                    }
-                }
-                d
-            }
-            UpdateKind::Pipeline => run_pipeline_update(spec, &seed, vars)?,
-            UpdateKind::Operators => {
-                let mut d = seed.clone();
-                spec.apply(
-                    &mut d,
-                    &ApplyContext {
-                        is_insert: true,
-                        positional: None,
-                        now: bson::DateTime::now(),
-                        matcher: &QueryConditions,
-                    },
-                )?;
-                if seed.get("_id").is_some() && d.get("_id") != seed.get("_id") {
-                    return Err(Error::new(codes::IMMUTABLE_FIELD, "Performing an update on the path '_id' would modify the immutable field '_id'"));
-                }
-                d
-            }
-        };
+        let doc = upsert_document(query, spec, vars)?;
         let mut pending = PendingIndex::default();
         let raw =
             RawDocumentBuf::from_document(&doc).map_err(|e| Error::bad_value(e.to_string()))?;
@@ -640,41 +589,14 @@ impl Engine {
 
     /// The findAndModify command: one document, chosen by query and sort, updated or removed.
     pub fn find_and_modify(&self, ns: &Namespace, req: &FindAndModify) -> Result<FamOutcome> {
-        let (filter, vars) = bind_let(&req.query, req.let_vars.as_ref())?;
-        let matcher = Matcher::new(&filter)?;
-        let sort = match &req.sort {
-            Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?),
-            _ => None,
-        };
-        let projection = match &req.fields {
-            Some(f) if !f.is_empty() => Some(tailstream_query::projection::Projection::new(
-                f,
-                Some(&req.query),
-            )?),
-            _ => None,
-        };
-        let spec = match (&req.update, req.remove) {
-            (Some(_), true) => {
-                return Err(Error::failed_to_parse(
-                    "Cannot specify both an update and remove=true",
-                ))
-            }
-            (None, false) => {
-                return Err(Error::failed_to_parse(
-                    "Either an update or remove=true must be specified",
-                ))
-            }
-            (Some(u), false) => Some(UpdateSpec::parse(u, req.array_filters.as_deref())?),
-            (None, true) => None,
-        };
-        if req.remove && (req.upsert || req.new) {
-            return Err(Error::failed_to_parse(
-                "Cannot specify both upsert=true and remove=true",
-            ));
-        }
-        if req.upsert || spec.is_some() {
-            ns.validate_for_write()?;
-        }
+        let FamPlan {
+            filter,
+            vars,
+            matcher,
+            sort,
+            projection,
+            spec,
+        } = FamPlan::parse(ns, req)?;
         let mut out = FamOutcome::default();
         let mut txn = self.begin();
         let meta = match txn.catalog().get(ns) {
@@ -747,6 +669,180 @@ impl Engine {
         out.committed = Some(txn.commit()?);
         Ok(out)
     }
+}
+
+/// A findAndModify request checked and parsed.
+pub(crate) struct FamPlan {
+    pub filter: Document,
+    pub vars: Variables,
+    pub matcher: Matcher,
+    pub sort: Option<SortSpec>,
+    pub projection: Option<tailstream_query::projection::Projection>,
+    /// None: remove.
+    pub spec: Option<UpdateSpec>,
+}
+
+impl FamPlan {
+    pub fn parse(ns: &Namespace, req: &FindAndModify) -> Result<FamPlan> {
+        let (filter, vars) = bind_let(&req.query, req.let_vars.as_ref())?;
+        let matcher = Matcher::new(&filter)?;
+        let sort = match &req.sort {
+            Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?),
+            _ => None,
+        };
+        let projection = match &req.fields {
+            Some(f) if !f.is_empty() => Some(tailstream_query::projection::Projection::new(
+                f,
+                Some(&req.query),
+            )?),
+            _ => None,
+        };
+        let spec = match (&req.update, req.remove) {
+            (Some(_), true) => {
+                return Err(Error::failed_to_parse(
+                    "Cannot specify both an update and remove=true",
+                ))
+            }
+            (None, false) => {
+                return Err(Error::failed_to_parse(
+                    "Either an update or remove=true must be specified",
+                ))
+            }
+            (Some(u), false) => Some(UpdateSpec::parse(u, req.array_filters.as_deref())?),
+            (None, true) => None,
+        };
+        if req.remove && (req.upsert || req.new) {
+            return Err(Error::failed_to_parse(
+                "Cannot specify both upsert=true and remove=true",
+            ));
+        }
+        if req.upsert || spec.is_some() {
+            ns.validate_for_write()?;
+        }
+        Ok(FamPlan {
+            filter,
+            vars,
+            matcher,
+            sort,
+            projection,
+            spec,
+        })
+    }
+}
+
+/// The document an upsert inserts, made from its query's equalities and the update.
+pub(crate) fn upsert_document(
+    query: &Document,
+    spec: &UpdateSpec,
+    vars: &Variables,
+) -> Result<Document> {
+    let seed = upsert_seed(query)?;
+    let doc = match spec.kind() {
+        UpdateKind::Replacement => {
+            let mut d = Document::new();
+            spec.apply(
+                &mut d,
+                &ApplyContext {
+                    is_insert: true,
+                    positional: None,
+                    now: bson::DateTime::now(),
+                    matcher: &QueryConditions,
+                },
+            )?;
+            if !d.contains_key("_id") {
+                if let Some(id) = seed.get("_id") {
+                    let mut with_id = doc! {"_id": id.clone()};
+                    with_id.extend(d);
+                    d = with_id;
+                }
+            }
+            d
+        }
+        UpdateKind::Pipeline => run_pipeline_update(spec, &seed, vars)?,
+        UpdateKind::Operators => {
+            let mut d = seed.clone();
+            spec.apply(
+                &mut d,
+                &ApplyContext {
+                    is_insert: true,
+                    positional: None,
+                    now: bson::DateTime::now(),
+                    matcher: &QueryConditions,
+                },
+            )?;
+            if seed.get("_id").is_some() && d.get("_id") != seed.get("_id") {
+                return Err(Error::new(
+                    codes::IMMUTABLE_FIELD,
+                    "Performing an update on the path '_id' would modify the immutable field '_id'",
+                ));
+            }
+            d
+        }
+    };
+    Ok(doc)
+}
+
+/// A document after an update, with what changed (for the oplog's diff).
+pub(crate) struct ComputedUpdate {
+    pub new: Document,
+    pub updated: Document,
+    pub removed: Vec<String>,
+    /// A replacement document: the oplog entry holds the whole new document.
+    pub replaced: bool,
+}
+
+/// Applies an update (operators, replacement or pipeline) to `old`; None when nothing
+/// changes. Fails if the update would change `_id`.
+pub(crate) fn compute_update(
+    filter: &Document,
+    spec: &UpdateSpec,
+    old: &Document,
+    vars: &Variables,
+) -> Result<Option<ComputedUpdate>> {
+    let mut new = old.clone();
+    let (updated, removed, replaced) = match spec.kind() {
+        UpdateKind::Pipeline => {
+            new = run_pipeline_update(spec, old, vars)?;
+            let (u, r) = top_level_diff(old, &new);
+            (u, r, false)
+        }
+        kind => {
+            let ctx = ApplyContext {
+                is_insert: false,
+                positional: positional_index(filter, old),
+                now: bson::DateTime::now(),
+                matcher: &QueryConditions,
+            };
+            let outcome = spec.apply(&mut new, &ctx)?;
+            if !outcome.modified {
+                return Ok(None);
+            }
+            (
+                outcome.updated_fields,
+                outcome.removed_fields,
+                matches!(kind, UpdateKind::Replacement),
+            )
+        }
+    };
+    if &new == old {
+        return Ok(None);
+    }
+    let old_id = old.get("_id").cloned().unwrap_or(Bson::Null);
+    if new.get("_id") != Some(&old_id) {
+        return Err(Error::new(
+            codes::IMMUTABLE_FIELD,
+            format!(
+                "After applying the update, the (immutable) field '_id' was found to have been altered to _id: {}",
+                new.get("_id").map(value_to_string).unwrap_or_default()
+            ),
+        ));
+    }
+    Ok(Some(ComputedUpdate {
+        new,
+        updated,
+        removed,
+        replaced,
+    }))
 }
 
 /// Runs a write command's statements in order; a failed statement is a write error,
@@ -830,7 +926,7 @@ pub fn prepare_new_document(doc: Document) -> Result<Document> {
 
 /// Gives a new raw document an `_id` (an ObjectId, first) if it has none, moves an
 /// existing `_id` to the front, and checks its type.
-fn prepare_new_raw(raw: RawDocumentBuf) -> Result<RawDocumentBuf> {
+pub(crate) fn prepare_new_raw(raw: RawDocumentBuf) -> Result<RawDocumentBuf> {
     use bson::raw::RawBsonRef;
     let first_is_id = matches!(raw.iter().next(), Some(Ok((k, _))) if k == "_id");
     let id = raw
@@ -891,7 +987,7 @@ fn prepare_new_raw(raw: RawDocumentBuf) -> Result<RawDocumentBuf> {
 }
 
 /// Size and nesting limits of a stored document, checked on its raw bytes.
-fn check_stored_limits(raw: &bson::RawDocument, insert: bool) -> Result<()> {
+pub(crate) fn check_stored_limits(raw: &bson::RawDocument, insert: bool) -> Result<()> {
     let len = raw.as_bytes().len();
     if len > MAX_DOCUMENT_SIZE {
         return Err(if insert {
@@ -945,7 +1041,7 @@ fn raw_value_depth(v: bson::raw::RawBsonRef<'_>, depth: usize) -> usize {
 }
 
 /// Serialises a document for storage, enforcing the size and depth limits.
-fn encode_checked(doc: &Document, insert: bool) -> Result<Vec<u8>> {
+pub(crate) fn encode_checked(doc: &Document, insert: bool) -> Result<Vec<u8>> {
     let mut bytes = Vec::with_capacity(256);
     doc.to_writer(&mut bytes)
         .map_err(|e| Error::bad_value(format!("cannot serialise document: {e}")))?;

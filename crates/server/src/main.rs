@@ -5,6 +5,7 @@ mod config;
 mod conn;
 mod sessions;
 mod state;
+mod transactions;
 
 use clap::Parser;
 use config::Config;

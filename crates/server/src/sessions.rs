@@ -27,14 +27,8 @@ impl RetryCache {
     }
 
     fn key(lsid: &Bson, txn_number: i64) -> Key {
-        let id = match lsid {
-            Bson::Document(d) => d.get("id").cloned().unwrap_or(Bson::Null),
-            other => other.clone(),
-        };
-        let mut bytes = Vec::new();
-        let _ = bson::doc! {"id": id}.to_writer(&mut bytes);
         Key {
-            lsid: bytes,
+            lsid: session_key(lsid),
             txn_number,
         }
     }
@@ -69,4 +63,15 @@ impl RetryCache {
         map.retain(|k, _| !ids.contains(&k.lsid));
         order.retain(|k| !ids.contains(&k.lsid));
     }
+}
+
+/// A session's identity: the bytes of its `lsid.id` (drivers may add other fields).
+pub fn session_key(lsid: &Bson) -> Vec<u8> {
+    let id = match lsid {
+        Bson::Document(d) => d.get("id").cloned().unwrap_or(Bson::Null),
+        other => other.clone(),
+    };
+    let mut bytes = Vec::new();
+    let _ = bson::doc! {"id": id}.to_writer(&mut bytes);
+    bytes
 }

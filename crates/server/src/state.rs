@@ -29,6 +29,8 @@ pub struct ServerState {
     pub current_connections: AtomicI64,
     pub total_connections: AtomicU64,
     pub retry_cache: RetryCache,
+    /// Sessions' multi-document transactions.
+    pub transactions: crate::transactions::Transactions,
     pub opcounters: OpCounters,
     /// Server parameters settable at run time (setParameter).
     pub parameters: RwLock<bson::Document>,
@@ -77,6 +79,7 @@ impl ServerState {
             current_connections: AtomicI64::new(0),
             total_connections: AtomicU64::new(0),
             retry_cache: RetryCache::new(),
+            transactions: Default::default(),
             opcounters: OpCounters::default(),
             parameters: RwLock::new(parameters),
             fail_points: Default::default(),

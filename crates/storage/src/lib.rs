@@ -98,6 +98,47 @@ pub struct Store {
     db: DB,
 }
 
+/// A consistent read view of the whole store as of its creation (a RocksDB snapshot),
+/// owning a reference to the store so it can live as long as a transaction does.
+pub struct OwnedSnapshot {
+    // Declared before `store`, and taken out in `drop`: released before the store can go.
+    snap: Option<rocksdb::SnapshotWithThreadMode<'static, DB>>,
+    store: std::sync::Arc<Store>,
+}
+
+impl Drop for OwnedSnapshot {
+    fn drop(&mut self) {
+        self.snap.take();
+    }
+}
+
+impl OwnedSnapshot {
+    fn snap(&self) -> &rocksdb::SnapshotWithThreadMode<'static, DB> {
+        self.snap.as_ref().expect("released only on drop")
+    }
+
+    pub fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.snap().get_cf(self.store.cf(space), key)?)
+    }
+
+    /// Every key and value starting with `prefix`, in key order.
+    pub fn scan_prefix(&self, space: Space, prefix: &[u8]) -> Result<Vec<(Box<[u8]>, Box<[u8]>)>> {
+        let mut ro = ReadOptions::default();
+        ro.set_iterate_lower_bound(prefix.to_vec());
+        if let Some(u) = prefix_successor(prefix) {
+            ro.set_iterate_upper_bound(u);
+        }
+        self.snap()
+            .iterator_cf_opt(
+                self.store.cf(space),
+                ro,
+                IteratorMode::From(prefix, Direction::Forward),
+            )
+            .map(|r| r.map_err(StorageError::from))
+            .collect()
+    }
+}
+
 /// See [`Store::point_reader`].
 pub struct PointReader<'a> {
     it: rocksdb::DBRawIteratorWithThreadMode<'a, DB>,
@@ -218,6 +259,19 @@ impl Store {
 
     pub fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.db.get_cf(self.cf(space), key)?)
+    }
+
+    /// A read view of everything committed so far (see [`OwnedSnapshot`]).
+    pub fn snapshot(self: &std::sync::Arc<Self>) -> OwnedSnapshot {
+        let snap = self.db.snapshot();
+        // SAFETY: the snapshot borrows `self.db`; the `Arc` stored beside it keeps the
+        // store (and so the DB) alive until `OwnedSnapshot::drop` has released it.
+        let snap: rocksdb::SnapshotWithThreadMode<'static, DB> =
+            unsafe { std::mem::transmute(snap) };
+        OwnedSnapshot {
+            snap: Some(snap),
+            store: std::sync::Arc::clone(self),
+        }
     }
 
     pub fn batch(&self) -> Batch<'_> {

@@ -399,30 +399,31 @@ fn round(name: &str, v: &Option<Bson>, place: Option<&Option<Bson>>) -> R {
     if nullish(v) {
         return null();
     }
-    let place =
-        match place {
-            None => 0,
-            Some(p) if nullish(p) => return null(),
-            Some(Some(p)) => match num::as_exact_i64(p) {
-                Some(n) if (-20..=100).contains(&n) => n as i32,
-                Some(n) => return Err(Error::location(
+    let place = match place {
+        None => 0,
+        Some(p) if nullish(p) => return null(),
+        Some(Some(p)) => match num::as_exact_i64(p) {
+            Some(n) if (-20..=100).contains(&n) => n as i32,
+            Some(n) => {
+                return Err(Error::location(
                     51155,
                     format!(
                         "cannot apply {name} with precision value {n} value must be in [-20, 100]"
                     ),
-                )),
-                None => {
-                    return Err(Error::location(
-                        51081,
-                        format!(
-                            "precision argument to {name} must be a integral value, found {}",
-                            show(p)
-                        ),
-                    ))
-                }
-            },
-            Some(None) => unreachable!(),
-        };
+                ))
+            }
+            None => {
+                return Err(Error::location(
+                    51081,
+                    format!(
+                        "precision argument to {name} must be a integral value, found {}",
+                        show(p)
+                    ),
+                ))
+            }
+        },
+        Some(None) => unreachable!(),
+    };
     let x = v.as_ref().unwrap();
     let trunc = name == "$trunc";
     match x {

@@ -169,13 +169,15 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
                 match v {
                     Some(Bson::Array(a)) => all.extend(a.iter().cloned()),
                     v if nullish(v) => return null(),
-                    other => return Err(Error::location(
-                        17043,
-                        format!(
+                    other => {
+                        return Err(Error::location(
+                            17043,
+                            format!(
                             "All operands of $setUnion must be arrays. One argument is of type: {}",
                             type_name_opt(other)
                         ),
-                    )),
+                        ))
+                    }
                 }
             }
             done(Bson::Array(dedup(all)))

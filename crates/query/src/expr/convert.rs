@@ -312,28 +312,28 @@ pub fn convert_value(v: &Bson, to: &str) -> Result<Bson> {
             }
             _ => return Err(unsupported(v, to)),
         },
-        "date" => {
-            Bson::DateTime(match v {
-                Bson::DateTime(d) => *d,
-                Bson::Int64(l) => bson::DateTime::from_millis(*l),
-                Bson::Double(_) | Bson::Decimal128(_) => {
-                    let f = as_f64(v).unwrap();
-                    bson::DateTime::from_millis(f64_to_int(f, -9.2e18, 9.2e18)?)
-                }
-                Bson::ObjectId(o) => bson::DateTime::from_millis(o.timestamp().timestamp_millis()),
-                Bson::Timestamp(t) => bson::DateTime::from_millis(t.time as i64 * 1000),
-                Bson::String(s) => match super::date::parse_date_string(s, None) {
-                    Some(ms) => bson::DateTime::from_millis(ms),
-                    None => return Err(Error::new(
+        "date" => Bson::DateTime(match v {
+            Bson::DateTime(d) => *d,
+            Bson::Int64(l) => bson::DateTime::from_millis(*l),
+            Bson::Double(_) | Bson::Decimal128(_) => {
+                let f = as_f64(v).unwrap();
+                bson::DateTime::from_millis(f64_to_int(f, -9.2e18, 9.2e18)?)
+            }
+            Bson::ObjectId(o) => bson::DateTime::from_millis(o.timestamp().timestamp_millis()),
+            Bson::Timestamp(t) => bson::DateTime::from_millis(t.time as i64 * 1000),
+            Bson::String(s) => match super::date::parse_date_string(s, None) {
+                Some(ms) => bson::DateTime::from_millis(ms),
+                None => {
+                    return Err(Error::new(
                         CONVERSION_FAILURE,
                         format!(
                             "Error parsing date string '{s}'; in $convert with no onError value"
                         ),
-                    )),
-                },
-                _ => return Err(unsupported(v, to)),
-            })
-        }
+                    ))
+                }
+            },
+            _ => return Err(unsupported(v, to)),
+        }),
         _ => return Err(unsupported(v, to)),
     })
 }

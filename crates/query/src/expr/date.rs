@@ -322,35 +322,36 @@ pub fn date_from_string(
         }
         None => unreachable!(),
     };
-    let parsed =
-        match get("format") {
-            None | Some(Bson::Null) => parse_date_string(&s, offset),
-            Some(Bson::String(f)) => {
-                let (cf, has_tz) = mongo_format_to_chrono(&f)?;
-                if has_tz {
-                    DateTime::parse_from_str(&s, &cf)
-                        .ok()
-                        .map(|d| d.timestamp_millis())
-                } else {
-                    NaiveDateTime::parse_from_str(&s, &cf)
-                        .ok()
-                        .or_else(|| {
-                            NaiveDate::parse_from_str(&s, &cf)
-                                .ok()
-                                .and_then(|d| d.and_hms_opt(0, 0, 0))
-                        })
-                        .map(|d| d.and_utc().timestamp_millis() - offset.unwrap_or(0) as i64 * 1000)
-                }
+    let parsed = match get("format") {
+        None | Some(Bson::Null) => parse_date_string(&s, offset),
+        Some(Bson::String(f)) => {
+            let (cf, has_tz) = mongo_format_to_chrono(&f)?;
+            if has_tz {
+                DateTime::parse_from_str(&s, &cf)
+                    .ok()
+                    .map(|d| d.timestamp_millis())
+            } else {
+                NaiveDateTime::parse_from_str(&s, &cf)
+                    .ok()
+                    .or_else(|| {
+                        NaiveDate::parse_from_str(&s, &cf)
+                            .ok()
+                            .and_then(|d| d.and_hms_opt(0, 0, 0))
+                    })
+                    .map(|d| d.and_utc().timestamp_millis() - offset.unwrap_or(0) as i64 * 1000)
             }
-            Some(other) => return Err(Error::location(
+        }
+        Some(other) => {
+            return Err(Error::location(
                 40684,
                 format!(
                     "$dateFromString requires that 'format' be a string, found: {} with value {}",
                     type_name(&other),
                     show(&other)
                 ),
-            )),
-        };
+            ))
+        }
+    };
     match parsed {
         Some(ms) => Ok(Some(Bson::DateTime(bson::DateTime::from_millis(ms)))),
         None => {

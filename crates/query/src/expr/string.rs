@@ -177,28 +177,29 @@ fn substr_cp(s: &Option<Bson>, start: &Option<Bson>, len: &Option<Bson>) -> R {
             ))
         }
     };
-    let len =
-        match len {
-            Some(v) if is_number(v) => match num::as_exact_i32(v) {
-                Some(i) => i,
-                None => return Err(Error::location(
+    let len = match len {
+        Some(v) if is_number(v) => match num::as_exact_i32(v) {
+            Some(i) => i,
+            None => {
+                return Err(Error::location(
                     34453,
                     format!(
                         "$substrCP: length cannot be represented as a 32-bit integral value: {}",
                         show(v)
                     ),
-                )),
-            },
-            other => {
-                return Err(Error::location(
-                    34452,
-                    format!(
-                        "$substrCP: length must be a numeric type (is BSON type {})",
-                        type_name_opt(other)
-                    ),
                 ))
             }
-        };
+        },
+        other => {
+            return Err(Error::location(
+                34452,
+                format!(
+                    "$substrCP: length must be a numeric type (is BSON type {})",
+                    type_name_opt(other)
+                ),
+            ))
+        }
+    };
     if start < 0 {
         return Err(Error::location(
             34455,

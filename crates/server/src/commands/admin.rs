@@ -245,15 +245,18 @@ pub fn sessions(state: &ServerState, name: &str, cmd: &Document) -> Result<Docum
         }),
         "endSessions" => {
             state.retry_cache.end_sessions(&lsids);
+            lsids.iter().for_each(|l| state.transactions.end_session(l));
             Ok(Document::new())
         }
         "killSessions" => {
             state.engine.cursors.kill_sessions(&lsids);
+            lsids.iter().for_each(|l| state.transactions.end_session(l));
             Ok(Document::new())
         }
         "killAllSessions" | "killAllSessionsByPattern" => {
             if lsids.is_empty() {
                 state.engine.cursors.kill_all();
+                state.transactions.end_all();
             }
             Ok(Document::new())
         }

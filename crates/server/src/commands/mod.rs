@@ -8,7 +8,7 @@ mod ddl;
 mod handshake;
 mod read;
 mod testing;
-mod write;
+pub(crate) mod write;
 
 pub use args::*;
 pub use testing::FailPoints;
@@ -286,13 +286,50 @@ async fn run(
             return reply(error_reply(state, e));
         }
     }
-    let result = match name.as_str() {
-        "getMore" => read::get_more(state, db, &cmd).await,
-        "aggregate" => read::aggregate(state, db, &cmd).await,
-        _ => run_document_command(state, conn, db, &name, &cmd, payload, test_commands)
-            .await
-            .map(Output::Doc),
+    // A command in a transaction runs in it (see `transactions`); a command outside
+    // one with a newer txnNumber ends the session's open transaction.
+    let txn_fields = match crate::transactions::fields(&name, &cmd) {
+        Ok(f) => f,
+        Err(e) => return reply(error_reply(state, &e)),
     };
+    let open = match &txn_fields {
+        Some(f) if !matches!(name.as_str(), "commitTransaction" | "abortTransaction") => {
+            let start = matches!(cmd.get("startTransaction"), Some(Bson::Boolean(true)));
+            match state.transactions.enter(state, f, start) {
+                Ok(t) => Some(t),
+                Err(e) => return reply(error_reply(state, &e)),
+            }
+        }
+        Some(_) => None,
+        None => {
+            if let Some((lsid, n)) = retry_key(&cmd) {
+                state.transactions.newer_number(&lsid, n);
+            }
+            None
+        }
+    };
+    let in_transaction = open.is_some();
+    let result = crate::transactions::scope(open, async {
+        match name.as_str() {
+            "getMore" => read::get_more(state, db, &cmd).await,
+            "aggregate" => read::aggregate(state, db, &cmd).await,
+            _ => run_document_command(state, conn, db, &name, &cmd, payload, test_commands)
+                .await
+                .map(Output::Doc),
+        }
+    })
+    .await;
+    if in_transaction {
+        // As in mongod, a failed command (or write) ends its transaction.
+        let failed = match &result {
+            Err(_) => true,
+            Ok(Output::Doc(d)) => d.contains_key("writeErrors"),
+            Ok(_) => false,
+        };
+        if let (true, Some(f)) = (failed, &txn_fields) {
+            state.transactions.abort_open(f);
+        }
+    }
     let mut body = match result {
         Ok(Output::Doc(body)) => ok_reply(state, body),
         Ok(Output::Cursor(c)) => {
@@ -351,6 +388,25 @@ async fn run_document_command(
         "getFreeMonitoringStatus" => Ok(doc! {"state": "disabled"}),
         "replSetGetStatus" => Ok(admin::repl_set_get_status(state)),
         "getDefaultRWConcern" => Ok(admin::default_rw_concern()),
+        "commitTransaction" | "abortTransaction" => {
+            if db != "admin" {
+                return Err(Error::new(
+                    codes::UNAUTHORIZED,
+                    format!("{name} may only be run against the admin database."),
+                ));
+            }
+            let Some(f) = crate::transactions::fields(name, cmd)? else {
+                return Err(Error::new(
+                    codes::INVALID_OPTIONS,
+                    format!("{name} must be run within a transaction"),
+                ));
+            };
+            if name == "commitTransaction" {
+                crate::transactions::commit(state, cmd, &f).await
+            } else {
+                state.transactions.abort(&f).map(|_| Document::new())
+            }
+        }
         "endSessions"
         | "killSessions"
         | "killAllSessions"
@@ -445,6 +501,29 @@ where
     } else {
         blocking(state, f).await
     }
+}
+
+/// Runs an engine operation on the command's open transaction, on the blocking pool.
+pub async fn in_transaction<T, F>(
+    state: &Arc<ServerState>,
+    t: crate::transactions::OpenTransaction,
+    f: F,
+) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce(&Engine, &mut tailstream_engine::transaction::Transaction) -> Result<T>
+        + Send
+        + 'static,
+{
+    blocking(state, move |e| match t.lock().as_mut() {
+        Some(txn) => f(e, txn),
+        None => Err(Error::new(
+            codes::NO_SUCH_TRANSACTION,
+            "the transaction has been committed",
+        )
+        .with_label("TransientTransactionError")),
+    })
+    .await
 }
 
 pub async fn blocking<T, F>(state: &Arc<ServerState>, f: F) -> Result<T>

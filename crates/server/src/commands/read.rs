@@ -75,7 +75,12 @@ pub async fn find(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<
     check_fields(cmd, FIND_FIELDS)?;
     let req = parse_find(cmd)?;
     state.opcounters.query.fetch_add(1, Ordering::Relaxed);
-    let batch = blocking(state, move |e| e.find(&ns, req)).await?;
+    let batch = match crate::transactions::current() {
+        Some(t) => {
+            super::in_transaction(state, t, move |e, t| e.transaction_find(t, &ns, req)).await?
+        }
+        None => blocking(state, move |e| e.find(&ns, req)).await?,
+    };
     Ok(cursor_reply(batch, true))
 }
 
@@ -329,7 +334,16 @@ pub async fn distinct(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
         }
     };
     let query = opt_doc(cmd, "query")?.unwrap_or_default();
-    let values = blocking(state, move |e| e.distinct(&ns, &key, &query)).await?;
+    let values = match crate::transactions::current() {
+        Some(t) => {
+            super::in_transaction(state, t, move |e, t| {
+                let view = e.transaction_documents(t, &ns)?;
+                e.distinct_in(&ns, &key, &query, Some(view))
+            })
+            .await?
+        }
+        None => blocking(state, move |e| e.distinct(&ns, &key, &query)).await?,
+    };
     Ok(doc! {"values": values})
 }
 
@@ -427,17 +441,42 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
         .map(|s| s.contains_key("$out") || s.contains_key("$merge"))
         .unwrap_or(false);
     let let_vars = opt_doc(cmd, "let")?;
-    let batch = blocking(state, move |e| {
-        e.aggregate(
-            &db,
-            coll.as_deref(),
-            &pipeline,
-            batch_size,
-            lsid,
-            let_vars.as_ref(),
-        )
-    })
-    .await?;
+    let batch = match crate::transactions::current() {
+        Some(t) => {
+            super::in_transaction(state, t, move |e, t| {
+                let view = match coll.as_deref() {
+                    Some(c) => Some(e.transaction_documents(
+                        t,
+                        &tailstream_engine::namespace::Namespace::new(&db, c),
+                    )?),
+                    None => None,
+                };
+                e.aggregate_in(
+                    &db,
+                    coll.as_deref(),
+                    &pipeline,
+                    batch_size,
+                    lsid,
+                    let_vars.as_ref(),
+                    view,
+                )
+            })
+            .await?
+        }
+        None => {
+            blocking(state, move |e| {
+                e.aggregate(
+                    &db,
+                    coll.as_deref(),
+                    &pipeline,
+                    batch_size,
+                    lsid,
+                    let_vars.as_ref(),
+                )
+            })
+            .await?
+        }
+    };
     if writes {
         let wc = super::write::parse_write_concern(cmd)?;
         super::write::await_write_concern(state, wc, None).await;

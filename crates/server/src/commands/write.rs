@@ -2,6 +2,7 @@
 //! (a `j: true` or majority write is acknowledged only once it is on disk), and
 //! retryable writes (a retried `lsid` + `txnNumber` gets the first reply again).
 
+use super::in_transaction;
 use super::{
     blocking, check_fields, collection_arg, opt_bool, opt_doc, opt_doc_array, retry_key,
     small_or_blocking, type_name,
@@ -267,6 +268,14 @@ pub async fn insert(
     check_document_sizes(&docs)?;
     let ordered = opt_bool(cmd, "ordered")?.unwrap_or(true);
     let count = docs.len() as u64;
+    if let Some(t) = crate::transactions::current() {
+        let out = in_transaction(state, t, move |e, t| {
+            e.transaction_insert(t, &ns, docs, ordered)
+        })
+        .await?;
+        state.opcounters.insert.fetch_add(count, Ordering::Relaxed);
+        return transaction_reply(doc! {"n": out.n as i64}, &out);
+    }
     let small = docs.len() <= SMALL_WRITE_DOCS
         && docs.iter().map(|d| d.as_bytes().len()).sum::<usize>() <= SMALL_WRITE_BYTES;
     retryable(state, cmd, || async move {
@@ -306,19 +315,20 @@ pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
                 "collation",
             ],
         )?;
-        let q =
-            match u.get("q") {
-                Some(Bson::Document(q)) => q.clone(),
-                Some(v) => return Err(Error::type_mismatch(format!(
+        let q = match u.get("q") {
+            Some(Bson::Document(q)) => q.clone(),
+            Some(v) => {
+                return Err(Error::type_mismatch(format!(
                     "BSON field 'update.updates.q' is the wrong type '{}', expected type 'object'",
                     type_name(v)
-                ))),
-                None => {
-                    return Err(Error::failed_to_parse(
-                        "BSON field 'update.updates.q' is missing but a required field",
-                    ))
-                }
-            };
+                )))
+            }
+            None => {
+                return Err(Error::failed_to_parse(
+                    "BSON field 'update.updates.q' is missing but a required field",
+                ))
+            }
+        };
         let upd = match u.get("u") {
             Some(v @ (Bson::Document(_) | Bson::Array(_))) => v.clone(),
             Some(v) => {
@@ -347,18 +357,18 @@ pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
         });
     }
     let count = ops.len() as u64;
+    if let Some(t) = crate::transactions::current() {
+        let out = in_transaction(state, t, move |e, t| {
+            e.transaction_update(t, &ns, ops, ordered)
+        })
+        .await?;
+        state.opcounters.update.fetch_add(count, Ordering::Relaxed);
+        return transaction_reply(update_reply(&out), &out);
+    }
     retryable(state, cmd, || async move {
         let out = blocking(state, move |e| e.update(&ns, ops, ordered)).await?;
         state.opcounters.update.fetch_add(count, Ordering::Relaxed);
-        let mut reply = doc! {"n": out.n as i64, "nModified": out.n_modified as i64};
-        if !out.upserted.is_empty() {
-            let ups: Vec<Bson> = out
-                .upserted
-                .iter()
-                .map(|(i, id)| Bson::Document(doc! {"index": *i as i32, "_id": id.clone()}))
-                .collect();
-            reply.insert("upserted", ups);
-        }
+        let mut reply = update_reply(&out);
         if let Some(we) = write_errors(&out) {
             reply.insert("writeErrors", we);
         }
@@ -379,19 +389,20 @@ pub async fn delete(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
     let mut ops = Vec::with_capacity(raw.len());
     for d in &raw {
         check_statement_fields("delete.deletes", d, &["q", "limit", "hint", "collation"])?;
-        let q =
-            match d.get("q") {
-                Some(Bson::Document(q)) => q.clone(),
-                Some(v) => return Err(Error::type_mismatch(format!(
+        let q = match d.get("q") {
+            Some(Bson::Document(q)) => q.clone(),
+            Some(v) => {
+                return Err(Error::type_mismatch(format!(
                     "BSON field 'delete.deletes.q' is the wrong type '{}', expected type 'object'",
                     type_name(v)
-                ))),
-                None => {
-                    return Err(Error::failed_to_parse(
-                        "BSON field 'delete.deletes.q' is missing but a required field",
-                    ))
-                }
-            };
+                )))
+            }
+            None => {
+                return Err(Error::failed_to_parse(
+                    "BSON field 'delete.deletes.q' is missing but a required field",
+                ))
+            }
+        };
         let limit = match d.get("limit") {
             Some(v) => tailstream_engine::find::as_i64(v).ok_or_else(|| {
                 Error::type_mismatch("BSON field 'delete.deletes.limit' must be a number")
@@ -413,6 +424,14 @@ pub async fn delete(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
         });
     }
     let count = ops.len() as u64;
+    if let Some(t) = crate::transactions::current() {
+        let out = in_transaction(state, t, move |e, t| {
+            e.transaction_delete(t, &ns, ops, ordered)
+        })
+        .await?;
+        state.opcounters.delete.fetch_add(count, Ordering::Relaxed);
+        return transaction_reply(doc! {"n": out.n as i64}, &out);
+    }
     retryable(state, cmd, || async move {
         let out = blocking(state, move |e| e.delete(&ns, ops, ordered)).await?;
         state.opcounters.delete.fetch_add(count, Ordering::Relaxed);
@@ -457,9 +476,19 @@ pub async fn find_and_modify(
             .filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())),
         let_vars: opt_doc(cmd, "let")?,
     };
-    retryable(state, cmd, || async move {
+    let in_txn = crate::transactions::current();
+    let in_transaction_now = in_txn.is_some();
+    let run = || async move {
         let remove = req.remove;
-        let out = blocking(state, move |e| e.find_and_modify(&ns, &req)).await?;
+        let out = match in_txn {
+            Some(t) => {
+                in_transaction(state, t, move |e, t| {
+                    e.transaction_find_and_modify(t, &ns, &req)
+                })
+                .await?
+            }
+            None => blocking(state, move |e| e.find_and_modify(&ns, &req)).await?,
+        };
         if remove {
             state.opcounters.delete.fetch_add(1, Ordering::Relaxed);
         } else {
@@ -477,6 +506,42 @@ pub async fn find_and_modify(
             doc! {"lastErrorObject": last, "value": value},
             out.committed,
         ))
-    })
-    .await
+    };
+    if in_transaction_now {
+        // Not a retryable write: every command of a transaction has its txnNumber.
+        let (reply, _) = run().await?;
+        return Ok(reply);
+    }
+    retryable(state, cmd, run).await
+}
+
+/// The reply fields of an update: n, nModified, upserted.
+fn update_reply(out: &WriteOutcome) -> Document {
+    let mut reply = doc! {"n": out.n as i64, "nModified": out.n_modified as i64};
+    if !out.upserted.is_empty() {
+        let ups: Vec<Bson> = out
+            .upserted
+            .iter()
+            .map(|(i, id)| Bson::Document(doc! {"index": *i as i32, "_id": id.clone()}))
+            .collect();
+        reply.insert("upserted", ups);
+    }
+    reply
+}
+
+/// The reply of a write in a transaction. A write conflict fails the whole command
+/// (with its TransientTransactionError label, so the driver may retry the
+/// transaction), as in mongod; other errors are write errors.
+fn transaction_reply(mut reply: Document, out: &WriteOutcome) -> Result<Document> {
+    if let Some(e) = out
+        .errors
+        .iter()
+        .find(|e| e.error.code == codes::WRITE_CONFLICT)
+    {
+        return Err(e.error.clone());
+    }
+    if let Some(we) = write_errors(out) {
+        reply.insert("writeErrors", we);
+    }
+    Ok(reply)
 }

@@ -1,0 +1,538 @@
+//! Multi-document transactions (`startTransaction`, `commitTransaction`, `abortTransaction`).
+//!
+//! A transaction reads a snapshot of the store taken when it starts, with its own
+//! writes laid over it, and writes nothing to storage before it commits: it keeps,
+//! per document it touched, the state at its snapshot and the state now. The commit
+//! applies the differences as one atomic batch under the writer lock, like any other
+//! write, so no reader (find, tailable cursor, change stream) ever sees part of a
+//! transaction, and an abort is just forgetting.
+//!
+//! Conflicts, as mongod reports them (WriteConflict, labelled TransientTransactionError):
+//! a document written by an open transaction is locked to it until it ends, so another
+//! transaction writing it fails; and a transaction writing a document that was changed
+//! since its snapshot fails, at the write or, for a change that lands in between, at
+//! the commit.
+//!
+//! Reads inside a transaction scan the collection (no index is used): transactions are
+//! meant for small units of work.
+
+use crate::catalog::CollMeta;
+use crate::cursor::{Cursor, Source, DEFAULT_FIRST_BATCH};
+use crate::find::{check_batch_size, CursorBatch, FindRequest};
+use crate::namespace::Namespace;
+use crate::write::{
+    compute_update, upsert_document, ComputedUpdate, DeleteOp, PendingIndex, UpdateOp, WriteError,
+    WriteOutcome,
+};
+use crate::{keys, read, storage_err, Committed, Engine};
+use bson::{doc, Bson, Document, RawDocumentBuf};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tailstream_query::error::{codes, Error, Result};
+use tailstream_query::matcher::Matcher;
+use tailstream_query::projection::Projection;
+use tailstream_query::sort::SortSpec;
+use tailstream_query::update::{UpdateKind, UpdateSpec};
+use tailstream_storage::{OwnedSnapshot, Space};
+
+/// Documents an open transaction may touch at most (mongod's limit is the 16 MiB of
+/// its oplog entry; this bounds the memory a transaction holds).
+pub const MAX_TRANSACTION_DOCUMENTS: usize = 100_000;
+
+/// (namespace, `_id` KeyString) of a document.
+type DocKey = (String, Vec<u8>);
+
+/// Which open transaction holds each document it wrote.
+pub(crate) type LockTable = Arc<Mutex<HashMap<DocKey, u64>>>;
+
+struct Touched {
+    ns: Namespace,
+    id_ks: Vec<u8>,
+    /// At the snapshot.
+    base: Option<Document>,
+    /// As the transaction left it (None: deleted).
+    current: Option<Document>,
+}
+
+pub struct Transaction {
+    id: u64,
+    snapshot: OwnedSnapshot,
+    /// In first-touch order, which is the order of the commit's oplog entries.
+    touched: Vec<Touched>,
+    by_key: HashMap<DocKey, usize>,
+    locks: LockTable,
+}
+
+impl Drop for Transaction {
+    fn drop(&mut self) {
+        let mut locks = self.locks.lock();
+        for key in self.by_key.keys() {
+            if locks.get(key) == Some(&self.id) {
+                locks.remove(key);
+            }
+        }
+    }
+}
+
+/// mongod's error for a write that collides with another transaction's or a newer commit.
+pub fn write_conflict() -> Error {
+    Error::new(
+        codes::WRITE_CONFLICT,
+        "Write conflict during plan execution and yielding is disabled. :: Please retry your operation or multi-document transaction.",
+    )
+    .with_label("TransientTransactionError")
+}
+
+impl Engine {
+    /// Starts a transaction: its reads see what is committed now, and its own writes.
+    pub fn begin_transaction(&self) -> Transaction {
+        Transaction {
+            id: self.next_transaction_id.fetch_add(1, Ordering::Relaxed),
+            snapshot: self.store.snapshot(),
+            touched: Vec::new(),
+            by_key: HashMap::new(),
+            locks: Arc::clone(&self.transaction_locks),
+        }
+    }
+
+    fn decode_in_snapshot(&self, t: &Transaction, value: &[u8]) -> Result<Document> {
+        match keys::parse_doc_pointer(value) {
+            None => read::decode(value),
+            Some(ts) => {
+                let entry = t
+                    .snapshot
+                    .get(Space::Oplog, &keys::oplog_key(ts))
+                    .map_err(storage_err)?
+                    .ok_or_else(|| {
+                        Error::internal(format!(
+                            "document points at oplog entry {ts} which is gone"
+                        ))
+                    })?;
+                Document::try_from(read::inserted_document(&entry)?)
+                    .map_err(|e| Error::internal(format!("corrupt oplog entry: {e}")))
+            }
+        }
+    }
+
+    /// A document as the transaction sees it.
+    fn transaction_doc(
+        &self,
+        t: &Transaction,
+        ns: &Namespace,
+        id_ks: &[u8],
+    ) -> Result<Option<Document>> {
+        if let Some(&i) = t.by_key.get(&(ns.full(), id_ks.to_vec())) {
+            return Ok(t.touched[i].current.clone());
+        }
+        let Some(meta) = self.collection(ns) else {
+            return Ok(None);
+        };
+        match t
+            .snapshot
+            .get(Space::Docs, &keys::doc_key(meta.id, id_ks))
+            .map_err(storage_err)?
+        {
+            Some(v) => Ok(Some(self.decode_in_snapshot(t, &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every document of a collection as the transaction sees it, in `_id` order.
+    fn transaction_view(
+        &self,
+        t: &Transaction,
+        ns: &Namespace,
+    ) -> Result<Vec<(Vec<u8>, Document)>> {
+        let mut docs = BTreeMap::new();
+        if let Some(meta) = self.collection(ns) {
+            let prefix = keys::coll_prefix(meta.id);
+            for (k, v) in t
+                .snapshot
+                .scan_prefix(Space::Docs, &prefix)
+                .map_err(storage_err)?
+            {
+                docs.insert(k[prefix.len()..].to_vec(), self.decode_in_snapshot(t, &v)?);
+            }
+        }
+        for x in t.touched.iter().filter(|x| x.ns == *ns) {
+            match &x.current {
+                Some(d) => docs.insert(x.id_ks.clone(), d.clone()),
+                None => docs.remove(&x.id_ks),
+            };
+        }
+        Ok(docs.into_iter().collect())
+    }
+
+    /// The documents of a collection the transaction sees, for a read command.
+    pub fn transaction_documents(&self, t: &Transaction, ns: &Namespace) -> Result<Vec<Document>> {
+        Ok(self
+            .transaction_view(t, ns)?
+            .into_iter()
+            .map(|(_, d)| d)
+            .collect())
+    }
+
+    /// Records the transaction's new state of a document, taking its lock first.
+    fn touch(
+        &self,
+        t: &mut Transaction,
+        ns: &Namespace,
+        id_ks: &[u8],
+        new: Option<Document>,
+    ) -> Result<()> {
+        let key = (ns.full(), id_ks.to_vec());
+        if let Some(&i) = t.by_key.get(&key) {
+            t.touched[i].current = new;
+            return Ok(());
+        }
+        if t.touched.len() >= MAX_TRANSACTION_DOCUMENTS {
+            return Err(Error::new(
+                codes::TRANSACTION_TOO_LARGE,
+                format!("a transaction may write at most {MAX_TRANSACTION_DOCUMENTS} documents"),
+            ));
+        }
+        {
+            let mut locks = t.locks.lock();
+            match locks.get(&key) {
+                Some(owner) if *owner != t.id => return Err(write_conflict()),
+                _ => {
+                    locks.insert(key.clone(), t.id);
+                }
+            }
+        }
+        let base = self.transaction_doc(t, ns, id_ks)?;
+        let latest = match self.collection(ns) {
+            Some(meta) => read::fetch(&self.store, meta.id, id_ks)?,
+            None => None,
+        };
+        t.by_key.insert(key, t.touched.len());
+        t.touched.push(Touched {
+            ns: ns.clone(),
+            id_ks: id_ks.to_vec(),
+            base: base.clone(),
+            current: new,
+        });
+        if latest != base {
+            // Changed by a commit after the snapshot (the lock is released with the
+            // transaction, which the caller aborts).
+            return Err(write_conflict());
+        }
+        Ok(())
+    }
+
+    pub fn transaction_insert(
+        &self,
+        t: &mut Transaction,
+        ns: &Namespace,
+        docs: Vec<RawDocumentBuf>,
+        ordered: bool,
+    ) -> Result<WriteOutcome> {
+        ns.validate_for_write()?;
+        let mut out = WriteOutcome::default();
+        for (index, raw) in docs.into_iter().enumerate() {
+            match self.transaction_insert_one(t, ns, raw) {
+                Ok(_) => out.n += 1,
+                Err(error) => {
+                    out.errors.push(WriteError { index, error });
+                    if ordered {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn transaction_insert_one(
+        &self,
+        t: &mut Transaction,
+        ns: &Namespace,
+        raw: RawDocumentBuf,
+    ) -> Result<Bson> {
+        let raw = crate::write::prepare_new_raw(raw)?;
+        crate::write::check_stored_limits(&raw, true)?;
+        let doc = Document::try_from(raw.as_ref()).map_err(|e| Error::bad_value(e.to_string()))?;
+        let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
+        let id_ks = keys::id_key(&id);
+        if self.transaction_doc(t, ns, &id_ks)?.is_some() {
+            return Err(Error::new(
+                codes::DUPLICATE_KEY,
+                format!(
+                    "E11000 duplicate key error collection: {} index: _id_ dup key: {}",
+                    ns.full(),
+                    crate::format::doc_to_string(&doc! {"_id": id.clone()})
+                ),
+            )
+            .with_info(doc! {"keyPattern": {"_id": 1}, "keyValue": {"_id": id.clone()}}));
+        }
+        self.touch(t, ns, &id_ks, Some(doc))?;
+        Ok(id)
+    }
+
+    pub fn transaction_update(
+        &self,
+        t: &mut Transaction,
+        ns: &Namespace,
+        ops: Vec<UpdateOp>,
+        ordered: bool,
+    ) -> Result<WriteOutcome> {
+        let mut out = WriteOutcome::default();
+        for (index, op) in ops.iter().enumerate() {
+            match self.transaction_update_one(t, ns, op) {
+                Ok((n, modified, upserted)) => {
+                    out.n += n;
+                    out.n_modified += modified;
+                    if let Some(id) = upserted {
+                        out.upserted.push((index, id));
+                    }
+                }
+                Err(error) => {
+                    out.errors.push(WriteError { index, error });
+                    if ordered {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn transaction_update_one(
+        &self,
+        t: &mut Transaction,
+        ns: &Namespace,
+        op: &UpdateOp,
+    ) -> Result<(u64, u64, Option<Bson>)> {
+        let (filter, vars) = crate::write::bind_let(&op.q, op.let_vars.as_ref())?;
+        let matcher = Matcher::new(&filter)?;
+        let spec = UpdateSpec::parse(&op.u, op.array_filters.as_deref())?;
+        if op.multi && matches!(spec.kind(), UpdateKind::Replacement) {
+            return Err(Error::failed_to_parse(
+                "multi update is not supported for replacement-style update",
+            ));
+        }
+        ns.validate_for_write()?;
+        let mut targets = self
+            .transaction_view(t, ns)?
+            .into_iter()
+            .filter(|(_, d)| matcher.matches(d));
+        let targets: Vec<_> = if op.multi {
+            targets.collect()
+        } else {
+            targets.next().into_iter().collect()
+        };
+        if targets.is_empty() {
+            if !op.upsert {
+                return Ok((0, 0, None));
+            }
+            let doc = upsert_document(&filter, &spec, &vars)?;
+            let raw =
+                RawDocumentBuf::from_document(&doc).map_err(|e| Error::bad_value(e.to_string()))?;
+            let id = self.transaction_insert_one(t, ns, raw)?;
+            return Ok((1, 0, Some(id)));
+        }
+        let (mut n, mut modified) = (0, 0);
+        for (id_ks, old) in targets {
+            n += 1;
+            if let Some(change) = compute_update(&filter, &spec, &old, &vars)? {
+                crate::write::encode_checked(&change.new, false)?;
+                self.touch(t, ns, &id_ks, Some(change.new))?;
+                modified += 1;
+            }
+        }
+        Ok((n, modified, None))
+    }
+
+    pub fn transaction_delete(
+        &self,
+        t: &mut Transaction,
+        ns: &Namespace,
+        ops: Vec<DeleteOp>,
+        ordered: bool,
+    ) -> Result<WriteOutcome> {
+        let mut out = WriteOutcome::default();
+        for (index, op) in ops.iter().enumerate() {
+            let result = (|| {
+                if op.limit != 0 && op.limit != 1 {
+                    return Err(Error::failed_to_parse(format!(
+                        "The limit field in delete objects must be 0 or 1. Got {}",
+                        op.limit
+                    )));
+                }
+                let (filter, _) = crate::write::bind_let(&op.q, op.let_vars.as_ref())?;
+                let matcher = Matcher::new(&filter)?;
+                let mut targets = self
+                    .transaction_view(t, ns)?
+                    .into_iter()
+                    .filter(|(_, d)| matcher.matches(d));
+                let targets: Vec<_> = if op.limit == 0 {
+                    targets.collect()
+                } else {
+                    targets.next().into_iter().collect()
+                };
+                for (id_ks, _) in &targets {
+                    self.touch(t, ns, id_ks, None)?;
+                }
+                Ok(targets.len() as u64)
+            })();
+            match result {
+                Ok(n) => out.n += n,
+                Err(error) => {
+                    out.errors.push(WriteError { index, error });
+                    if ordered {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// findAndModify in a transaction; returns (value, n, updatedExisting, upserted _id).
+    pub fn transaction_find_and_modify(
+        &self,
+        t: &mut Transaction,
+        ns: &Namespace,
+        req: &crate::write::FindAndModify,
+    ) -> Result<crate::write::FamOutcome> {
+        let plan = crate::write::FamPlan::parse(ns, req)?;
+        let mut out = crate::write::FamOutcome::default();
+        let mut candidates: Vec<_> = self
+            .transaction_view(t, ns)?
+            .into_iter()
+            .filter(|(_, d)| plan.matcher.matches(d))
+            .collect();
+        if let Some(s) = &plan.sort {
+            candidates.sort_by(|a, b| s.compare(&a.1, &b.1));
+        }
+        let project = |d: Document| -> Result<Document> {
+            match &plan.projection {
+                Some(p) => p.apply(&d),
+                None => Ok(d),
+            }
+        };
+        match (candidates.into_iter().next(), &plan.spec) {
+            (Some((id_ks, doc)), None) => {
+                self.touch(t, ns, &id_ks, None)?;
+                out.n = 1;
+                out.value = Some(project(doc)?);
+            }
+            (Some((id_ks, old)), Some(spec)) => {
+                let new = match compute_update(&plan.filter, spec, &old, &plan.vars)? {
+                    Some(change) => {
+                        crate::write::encode_checked(&change.new, false)?;
+                        self.touch(t, ns, &id_ks, Some(change.new.clone()))?;
+                        change.new
+                    }
+                    None => old.clone(),
+                };
+                out.n = 1;
+                out.updated_existing = true;
+                out.value = Some(project(if req.new { new } else { old })?);
+            }
+            (None, Some(spec)) if req.upsert => {
+                let doc = upsert_document(&plan.filter, spec, &plan.vars)?;
+                let raw = RawDocumentBuf::from_document(&doc)
+                    .map_err(|e| Error::bad_value(e.to_string()))?;
+                let id = self.transaction_insert_one(t, ns, raw)?;
+                out.n = 1;
+                out.upserted = Some(id.clone());
+                if req.new {
+                    out.value = match self.transaction_doc(t, ns, &keys::id_key(&id))? {
+                        Some(d) => Some(project(d)?),
+                        None => None,
+                    };
+                }
+            }
+            _ => {}
+        }
+        Ok(out)
+    }
+
+    /// A find in a transaction: filter, sort, skip, limit and projection over its view.
+    pub fn transaction_find(
+        &self,
+        t: &Transaction,
+        ns: &Namespace,
+        req: FindRequest,
+    ) -> Result<CursorBatch> {
+        let (filter, _) = crate::write::bind_let(&req.filter, req.let_vars.as_ref())?;
+        let matcher = Matcher::new(&filter)?;
+        let projection = match &req.projection {
+            Some(p) if !p.is_empty() => Some(Arc::new(Projection::new(p, Some(&req.filter))?)),
+            _ => None,
+        };
+        if matches!(req.limit, Some(l) if l < 0) {
+            return Err(Error::bad_value("LIMIT must be non-negative"));
+        }
+        let batch_size = check_batch_size(req.batch_size)?;
+        let mut docs: Vec<Document> = self
+            .transaction_documents(t, ns)?
+            .into_iter()
+            .filter(|d| matcher.matches(d))
+            .collect();
+        if let Some(s) = req.sort.as_ref().filter(|s| !s.is_empty()) {
+            let sort = SortSpec::parse(s)?;
+            docs.sort_by(|a, b| sort.compare(a, b));
+        }
+        let mut cursor = Cursor::new(ns.full(), Source::Buffered(docs.into()));
+        cursor.projection = projection;
+        cursor.skip = req.skip;
+        cursor.remaining = req.limit.filter(|l| *l > 0).map(|l| l as u64);
+        cursor.lsid = req.lsid.clone();
+        self.first_batch(
+            cursor,
+            Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)),
+            req.single_batch,
+        )
+    }
+
+    /// Commits: the transaction's changes in one atomic batch (None if it changed nothing).
+    pub fn commit_transaction(&self, t: Transaction) -> Result<Option<Committed>> {
+        if t.touched.iter().all(|x| x.base == x.current) {
+            return Ok(None);
+        }
+        let mut txn = self.begin();
+        let mut pending = PendingIndex::default();
+        for x in t.touched.iter().filter(|x| x.base != x.current) {
+            let meta: Option<Arc<CollMeta>> = txn.catalog().get(&x.ns);
+            let latest = match &meta {
+                Some(m) => read::fetch(&self.store, m.id, &x.id_ks)?,
+                None => None,
+            };
+            if latest != x.base {
+                return Err(write_conflict());
+            }
+            match (&x.base, &x.current, meta) {
+                (None, Some(doc), _) => {
+                    let meta = self.ensure_collection(&mut txn, &x.ns)?;
+                    let raw = RawDocumentBuf::from_document(doc)
+                        .map_err(|e| Error::bad_value(e.to_string()))?;
+                    self.insert_in(&mut txn, &meta, raw, &mut pending)?;
+                }
+                (Some(old), Some(new), Some(meta)) => {
+                    let replaced = crate::oplog::doc_diff(old, new).is_none();
+                    let change = ComputedUpdate {
+                        new: new.clone(),
+                        updated: Document::new(),
+                        removed: Vec::new(),
+                        replaced,
+                    };
+                    self.store_update(
+                        &mut txn,
+                        &meta,
+                        &x.id_ks,
+                        old.clone(),
+                        change,
+                        &mut pending,
+                    )?;
+                }
+                (Some(old), None, Some(meta)) => self.delete_in(&mut txn, &meta, &x.id_ks, old),
+                _ => return Err(write_conflict()),
+            }
+        }
+        txn.commit().map(Some)
+    }
+}

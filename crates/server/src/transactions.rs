@@ -1,0 +1,342 @@
+//! Sessions' multi-document transactions: which transaction each session has open,
+//! and the rules mongod applies to the commands of one (see `engine::transaction` for
+//! what a transaction reads and writes).
+//!
+//! A command is part of a transaction when it carries `autocommit: false` with its
+//! session's `lsid` and a `txnNumber`; the first one also carries `startTransaction:
+//! true`. The transaction lives until `commitTransaction` or `abortTransaction`, an
+//! error in one of its commands, a newer `txnNumber` on the session, or `endSessions`.
+
+use crate::state::ServerState;
+use bson::{Bson, Document};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tailstream_engine::query::compare::type_name;
+use tailstream_engine::query::error::{codes, Error, Result};
+use tailstream_engine::transaction::Transaction;
+
+/// The open transaction a command runs in (taken out by the commit).
+pub type OpenTransaction = Arc<Mutex<Option<Transaction>>>;
+
+/// Sessions with a transaction, open or ended, at most: one more is refused.
+pub const MAX_SESSIONS: usize = 100_000;
+
+tokio::task_local! {
+    /// The transaction of the command running on this task, if any.
+    static CURRENT: OpenTransaction;
+}
+
+/// The transaction of the command being run, if it is part of one.
+pub fn current() -> Option<OpenTransaction> {
+    CURRENT.try_with(|t| t.clone()).ok()
+}
+
+/// Runs a command's future inside its transaction (see [`current`]).
+pub async fn scope<F: std::future::Future>(t: Option<OpenTransaction>, f: F) -> F::Output {
+    match t {
+        Some(t) => CURRENT.scope(t, f).await,
+        None => f.await,
+    }
+}
+
+enum State {
+    Open(OpenTransaction),
+    Committed,
+    Aborted,
+}
+
+struct SessionTransaction {
+    number: i64,
+    state: State,
+}
+
+#[derive(Default)]
+pub struct Transactions {
+    sessions: Mutex<HashMap<Vec<u8>, SessionTransaction>>,
+}
+
+/// Commands mongod runs inside a transaction; any other is refused there.
+const ALLOWED: &[&str] = &[
+    "find",
+    "getMore",
+    "killCursors",
+    "insert",
+    "update",
+    "delete",
+    "findAndModify",
+    "findandmodify",
+    "aggregate",
+    "distinct",
+    "commitTransaction",
+    "abortTransaction",
+    "create",
+    "createIndexes",
+    "bulkWrite",
+];
+
+/// What a command's transaction fields say.
+pub struct TxnFields {
+    pub lsid: Bson,
+    pub number: i64,
+}
+
+fn session_key(lsid: &Bson) -> Vec<u8> {
+    crate::sessions::session_key(lsid)
+}
+
+fn no_such_transaction(number: i64, why: &str) -> Error {
+    Error::new(
+        codes::NO_SUCH_TRANSACTION,
+        format!("Transaction with {{ txnNumber: {number} }} {why}"),
+    )
+    .with_label("TransientTransactionError")
+}
+
+/// The `lsid` and `txnNumber` of a command that is part of a transaction (it has
+/// `autocommit`), checked as mongod checks them; None for other commands.
+pub fn fields(name: &str, cmd: &Document) -> Result<Option<TxnFields>> {
+    let Some(autocommit) = cmd.get("autocommit") else {
+        if cmd.get_bool("startTransaction").is_ok() {
+            return Err(Error::new(
+                codes::INVALID_OPTIONS,
+                "specifying startTransaction requires autocommit: false",
+            ));
+        }
+        return Ok(None);
+    };
+    match autocommit {
+        Bson::Boolean(false) => {}
+        Bson::Boolean(true) => return Err(Error::new(codes::INVALID_OPTIONS, "autocommit must be false")),
+        v => {
+            return Err(Error::type_mismatch(format!(
+                "BSON field 'OperationSessionInfo.autocommit' is the wrong type '{}', expected type 'bool'",
+                type_name(v)
+            )))
+        }
+    }
+    let lsid = cmd.get("lsid").cloned().ok_or_else(|| {
+        Error::new(
+            codes::INVALID_OPTIONS,
+            "Transactions require a session id (lsid)",
+        )
+    })?;
+    let number = match cmd.get("txnNumber") {
+        Some(Bson::Int64(n)) => *n,
+        Some(Bson::Int32(n)) => *n as i64,
+        _ => {
+            return Err(Error::new(
+                codes::INVALID_OPTIONS,
+                "'autocommit' field requires a transaction number to also be specified",
+            ))
+        }
+    };
+    if !ALLOWED.contains(&name) {
+        return Err(Error::new(
+            codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+            format!("Cannot run '{name}' in a multi-document transaction."),
+        ));
+    }
+    let starting = matches!(cmd.get("startTransaction"), Some(Bson::Boolean(true)));
+    if !starting && cmd.contains_key("readConcern") {
+        return Err(Error::new(
+            codes::INVALID_OPTIONS,
+            "Only the first command in a transaction may specify a readConcern",
+        ));
+    }
+    if cmd.contains_key("writeConcern") && !matches!(name, "commitTransaction" | "abortTransaction")
+    {
+        return Err(Error::new(
+            codes::INVALID_OPTIONS,
+            "Cannot set write concern after starting a transaction.",
+        ));
+    }
+    Ok(Some(TxnFields { lsid, number }))
+}
+
+impl Transactions {
+    /// The open transaction a command continues (or starts, with `startTransaction`).
+    pub fn enter(
+        &self,
+        state: &ServerState,
+        f: &TxnFields,
+        start: bool,
+    ) -> Result<OpenTransaction> {
+        let key = session_key(&f.lsid);
+        let mut sessions = self.sessions.lock();
+        let existing = sessions.get(&key);
+        if start {
+            if let Some(s) = existing {
+                if s.number > f.number {
+                    return Err(Error::new(
+                        codes::TRANSACTION_TOO_OLD,
+                        format!("Cannot start transaction {} on session because a newer transaction {} has already started.", f.number, s.number),
+                    ));
+                }
+                if s.number == f.number {
+                    return Err(Error::new(
+                        codes::CONFLICTING_OPERATION_IN_PROGRESS,
+                        format!(
+                            "Transaction with {{ txnNumber: {} }} has already been started.",
+                            f.number
+                        ),
+                    ));
+                }
+            }
+            if existing.is_none() && sessions.len() >= MAX_SESSIONS {
+                sessions.retain(|_, s| matches!(s.state, State::Open(_)));
+                if sessions.len() >= MAX_SESSIONS {
+                    return Err(Error::new(
+                        codes::TOO_MANY_LOGICAL_SESSIONS,
+                        "too many sessions with a transaction",
+                    ));
+                }
+            }
+            let t: OpenTransaction = Arc::new(Mutex::new(Some(state.engine.begin_transaction())));
+            sessions.insert(
+                key,
+                SessionTransaction {
+                    number: f.number,
+                    state: State::Open(t.clone()),
+                },
+            );
+            return Ok(t);
+        }
+        match existing {
+            Some(s) if s.number == f.number => match &s.state {
+                State::Open(t) => Ok(t.clone()),
+                State::Aborted => Err(no_such_transaction(f.number, "has been aborted.")),
+                State::Committed => Err(Error::new(
+                    codes::TRANSACTION_COMMITTED,
+                    format!(
+                        "Transaction with {{ txnNumber: {} }} has been committed.",
+                        f.number
+                    ),
+                )),
+            },
+            Some(s) if s.number > f.number => Err(Error::new(
+                codes::TRANSACTION_TOO_OLD,
+                format!(
+                    "txnNumber {} is less than last txnNumber {} seen in this session",
+                    f.number, s.number
+                ),
+            )),
+            _ => Err(no_such_transaction(
+                f.number,
+                "does not match any in-progress transactions.",
+            )),
+        }
+    }
+
+    /// Ends the session's open transaction (an error in one of its commands, as in mongod).
+    pub fn abort_open(&self, f: &TxnFields) {
+        let mut sessions = self.sessions.lock();
+        if let Some(s) = sessions.get_mut(&session_key(&f.lsid)) {
+            if s.number == f.number && matches!(s.state, State::Open(_)) {
+                s.state = State::Aborted;
+            }
+        }
+    }
+
+    /// A command outside transactions with a newer `txnNumber` ends the open one.
+    pub fn newer_number(&self, lsid: &Bson, number: i64) {
+        let mut sessions = self.sessions.lock();
+        let key = session_key(lsid);
+        if let Some(s) = sessions.get(&key) {
+            if s.number < number {
+                sessions.remove(&key);
+            }
+        }
+    }
+
+    /// endSessions / killSessions: the sessions' open transactions are aborted.
+    pub fn end_session(&self, lsid: &Bson) {
+        self.sessions.lock().remove(&session_key(lsid));
+    }
+
+    pub fn end_all(&self) {
+        self.sessions.lock().clear();
+    }
+
+    /// Takes the open transaction out for its commit; Ok(None) for a commit repeated
+    /// after it succeeded (mongod answers ok again).
+    pub fn take_for_commit(&self, f: &TxnFields) -> Result<Option<Transaction>> {
+        let mut sessions = self.sessions.lock();
+        match sessions.get_mut(&session_key(&f.lsid)) {
+            Some(s) if s.number == f.number => match &s.state {
+                State::Open(t) => {
+                    let t = t.lock().take();
+                    s.state = State::Committed;
+                    Ok(t)
+                }
+                State::Committed => Ok(None),
+                State::Aborted => Err(no_such_transaction(f.number, "has been aborted.")),
+            },
+            _ => Err(no_such_transaction(
+                f.number,
+                "does not match any in-progress transactions.",
+            )),
+        }
+    }
+
+    /// A commit that failed: the transaction is aborted.
+    pub fn commit_failed(&self, f: &TxnFields) {
+        let mut sessions = self.sessions.lock();
+        if let Some(s) = sessions.get_mut(&session_key(&f.lsid)) {
+            if s.number == f.number {
+                s.state = State::Aborted;
+            }
+        }
+    }
+
+    pub fn abort(&self, f: &TxnFields) -> Result<()> {
+        let mut sessions = self.sessions.lock();
+        match sessions.get_mut(&session_key(&f.lsid)) {
+            Some(s) if s.number == f.number => match &s.state {
+                State::Open(_) => {
+                    s.state = State::Aborted;
+                    Ok(())
+                }
+                State::Aborted => Err(no_such_transaction(f.number, "has been aborted.")),
+                State::Committed => Err(Error::new(
+                    codes::TRANSACTION_COMMITTED,
+                    format!(
+                        "Transaction with {{ txnNumber: {} }} has been committed.",
+                        f.number
+                    ),
+                )),
+            },
+            _ => Err(no_such_transaction(
+                f.number,
+                "does not match any in-progress transactions.",
+            )),
+        }
+    }
+}
+
+/// commitTransaction: applies the transaction, then waits as its write concern asks.
+pub async fn commit(state: &Arc<ServerState>, cmd: &Document, f: &TxnFields) -> Result<Document> {
+    let wc = crate::commands::write::parse_write_concern(cmd)?;
+    let committed = match state.transactions.take_for_commit(f)? {
+        Some(t) => {
+            let engine = state.engine.clone();
+            match tokio::task::spawn_blocking(move || engine.commit_transaction(t)).await {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => {
+                    state.transactions.commit_failed(f);
+                    return Err(e);
+                }
+                Err(e) => {
+                    state.transactions.commit_failed(f);
+                    return Err(Error::internal(format!("commit failed: {e}")));
+                }
+            }
+        }
+        None => None,
+    };
+    let mut reply = Document::new();
+    if let Some(wce) = crate::commands::write::await_write_concern(state, wc, committed).await {
+        reply.insert("writeConcernError", wce);
+    }
+    Ok(reply)
+}

@@ -1,0 +1,156 @@
+"""Multi-document transactions (startTransaction / commitTransaction / abortTransaction)."""
+
+import pytest
+from pymongo import ReturnDocument
+from pymongo.errors import OperationFailure
+
+
+def test_commit_makes_every_write_visible_at_once(client, db):
+    coll = db.t
+    coll.insert_many([{"_id": 1, "n": 1}, {"_id": 2, "n": 2}, {"_id": 3, "n": 3}])
+    with client.start_session() as s:
+        with s.start_transaction():
+            coll.insert_one({"_id": 4, "n": 4}, session=s)
+            coll.update_one({"_id": 1}, {"$inc": {"n": 10}}, session=s)
+            coll.delete_one({"_id": 2}, session=s)
+            # Inside: its own writes; outside: nothing yet.
+            assert sorted(d["_id"] for d in coll.find({}, session=s)) == [1, 3, 4]
+            assert coll.find_one({"_id": 1}, session=s)["n"] == 11
+            assert sorted(d["_id"] for d in coll.find()) == [1, 2, 3]
+            assert coll.find_one({"_id": 1})["n"] == 1
+    assert sorted((d["_id"], d["n"]) for d in coll.find()) == [(1, 11), (3, 3), (4, 4)]
+
+
+def test_abort_discards_every_write(client, db):
+    coll = db.t
+    coll.insert_one({"_id": 1})
+    with client.start_session() as s:
+        s.start_transaction()
+        coll.insert_one({"_id": 2}, session=s)
+        coll.delete_one({"_id": 1}, session=s)
+        s.abort_transaction()
+    assert [d["_id"] for d in coll.find()] == [1]
+
+
+def test_reads_see_the_snapshot_taken_at_the_start(client, db):
+    coll = db.t
+    coll.insert_one({"_id": 1})
+    with client.start_session() as s:
+        with s.start_transaction():
+            assert [d["_id"] for d in coll.find({}, session=s)] == [1]
+            coll.insert_one({"_id": 2})  # committed outside, after the snapshot
+            assert [d["_id"] for d in coll.find({}, session=s)] == [1]
+            assert coll.count_documents({}, session=s) == 1
+            assert coll.distinct("_id", session=s) == [1]
+
+
+def test_two_transactions_writing_one_document_conflict(client, db):
+    coll = db.t
+    with client.start_session() as s0, client.start_session() as s1:
+        s0.start_transaction()
+        coll.insert_one({"_id": 1, "by": 0}, session=s0)
+        s1.start_transaction()
+        with pytest.raises(OperationFailure) as exc:
+            coll.insert_one({"_id": 1, "by": 1}, session=s1)
+        assert exc.value.code == 112
+        assert exc.value.has_error_label("TransientTransactionError")
+        s0.commit_transaction()
+        # The failed write ended s1's transaction.
+        with pytest.raises(OperationFailure) as exc:
+            s1.commit_transaction()
+        assert exc.value.code == 251
+    assert list(coll.find()) == [{"_id": 1, "by": 0}]
+
+
+def test_a_document_changed_after_the_snapshot_conflicts(client, db):
+    coll = db.t
+    coll.insert_one({"_id": 1, "n": 0})
+    with client.start_session() as s:
+        s.start_transaction()
+        coll.find_one({"_id": 1}, session=s)
+        coll.update_one({"_id": 1}, {"$set": {"n": 1}})
+        with pytest.raises(OperationFailure) as exc:
+            coll.update_one({"_id": 1}, {"$set": {"n": 2}}, session=s)
+        assert exc.value.code == 112
+        s.abort_transaction()
+    assert coll.find_one({"_id": 1})["n"] == 1
+
+
+def test_a_write_error_aborts_the_transaction(client, db):
+    coll = db.t
+    coll.insert_one({"_id": 1})
+    with client.start_session() as s:
+        s.start_transaction()
+        coll.insert_one({"_id": 2}, session=s)
+        with pytest.raises(OperationFailure) as exc:
+            coll.insert_one({"_id": 1}, session=s)
+        assert "E11000" in str(exc.value)
+        with pytest.raises(OperationFailure) as exc:
+            coll.insert_one({"_id": 3}, session=s)
+        assert exc.value.code == 251
+        assert exc.value.has_error_label("TransientTransactionError")
+        s.abort_transaction()
+    assert [d["_id"] for d in coll.find()] == [1]
+
+
+def test_find_and_modify_upsert_and_aggregate_in_a_transaction(client, db):
+    coll = db.t
+    coll.insert_one({"_id": 1, "n": 1})
+    with client.start_session() as s:
+        with s.start_transaction():
+            doc = coll.find_one_and_update({"_id": 1}, {"$inc": {"n": 1}}, return_document=ReturnDocument.AFTER, session=s)
+            assert doc == {"_id": 1, "n": 2}
+            coll.update_one({"_id": 5}, {"$set": {"n": 5}}, upsert=True, session=s)
+            total = list(coll.aggregate([{"$group": {"_id": None, "sum": {"$sum": "$n"}}}], session=s))
+            assert total[0]["sum"] == 7
+    assert sorted((d["_id"], d["n"]) for d in coll.find()) == [(1, 2), (5, 5)]
+
+
+def test_commit_of_a_new_collection_creates_it(client, db):
+    with client.start_session() as s:
+        with s.start_transaction():
+            db.fresh.insert_one({"_id": 1}, session=s)
+            assert "fresh" not in db.list_collection_names()
+    assert list(db.fresh.find()) == [{"_id": 1}]
+
+
+def test_commit_again_succeeds_and_abort_after_commit_fails(client, db):
+    lsid = client.start_session().session_id
+    db.command("insert", "t", documents=[{"_id": 1}], lsid=lsid, txnNumber=1, startTransaction=True, autocommit=False)
+    client.admin.command("commitTransaction", lsid=lsid, txnNumber=1, autocommit=False)
+    client.admin.command("commitTransaction", lsid=lsid, txnNumber=1, autocommit=False)
+    with pytest.raises(OperationFailure) as exc:
+        client.admin.command("abortTransaction", lsid=lsid, txnNumber=1, autocommit=False)
+    assert exc.value.code == 256
+    assert list(db.t.find()) == [{"_id": 1}]
+
+
+def test_commands_a_transaction_refuses(client, db):
+    lsid = client.start_session().session_id
+    with pytest.raises(OperationFailure) as exc:
+        db.command("count", "t", lsid=lsid, txnNumber=1, startTransaction=True, autocommit=False)
+    assert exc.value.code == 263
+    db.command("find", "t", lsid=lsid, txnNumber=2, startTransaction=True, autocommit=False)
+    with pytest.raises(OperationFailure) as exc:
+        db.command("find", "t", lsid=lsid, txnNumber=2, autocommit=False, readConcern={"level": "snapshot"})
+    assert exc.value.code == 72
+    with pytest.raises(OperationFailure) as exc:
+        db.command("insert", "t", documents=[{}], lsid=lsid, txnNumber=2, autocommit=False, writeConcern={"w": 1})
+    assert exc.value.code == 72
+    with pytest.raises(OperationFailure) as exc:
+        db.command("find", "t", lsid=lsid, txnNumber=7, autocommit=False)
+    assert exc.value.code == 251
+
+
+def test_committed_transaction_reaches_the_oplog_and_change_streams_together(client, db):
+    coll = db.t
+    with coll.watch() as stream:
+        with client.start_session() as s:
+            with s.start_transaction():
+                coll.insert_one({"_id": 1}, session=s)
+                coll.insert_one({"_id": 2}, session=s)
+                assert stream.try_next() is None
+        events = [stream.next()["documentKey"]["_id"] for _ in range(2)]
+    assert events == [1, 2]
+    ops = list(client.local["oplog.rs"].find({"ns": coll.full_name, "op": "i"}))
+    assert [o["o"]["_id"] for o in ops] == [1, 2]
