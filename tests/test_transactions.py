@@ -1,5 +1,6 @@
 """Multi-document transactions (startTransaction / commitTransaction / abortTransaction)."""
 
+import bson
 import pytest
 from pymongo import ReturnDocument
 from pymongo.errors import OperationFailure
@@ -154,3 +155,31 @@ def test_committed_transaction_reaches_the_oplog_and_change_streams_together(cli
     assert events == [1, 2]
     ops = list(client.local["oplog.rs"].find({"ns": coll.full_name, "op": "i"}))
     assert [o["o"]["_id"] for o in ops] == [1, 2]
+
+
+def test_snapshot_session_reads_stay_at_their_first_time(client, db):
+    coll = db.t
+    coll.insert_one({"_id": 1, "x": 1})
+    with client.start_session(snapshot=True) as s:
+        assert coll.find_one({"_id": 1}, session=s) == {"_id": 1, "x": 1}
+        coll.update_one({"_id": 1}, {"$set": {"x": 2}})
+        coll.insert_one({"_id": 2, "x": 2})
+        assert list(coll.find({}, session=s)) == [{"_id": 1, "x": 1}]
+        assert coll.distinct("x", session=s) == [1]
+        assert [d["n"] for d in coll.aggregate([{"$count": "n"}], session=s)] == [1]
+    assert coll.count_documents({}) == 2
+
+
+def test_snapshot_read_concern_is_refused_by_writes_and_old_times(client, db):
+    reply = db.command("find", "t", readConcern={"level": "snapshot"})
+    at = reply["cursor"]["atClusterTime"]
+    with pytest.raises(OperationFailure) as exc:
+        db.command("insert", "t", documents=[{}], readConcern={"level": "snapshot"})
+    assert exc.value.code == 72
+    db.t.insert_one({"_id": "later"})
+    # The time returned is readable again; a time never handed out and now passed is not.
+    assert db.command("find", "t", readConcern={"level": "snapshot", "atClusterTime": at})["cursor"]["firstBatch"] == []
+    older = bson.Timestamp(at.time - 1, 1)
+    with pytest.raises(OperationFailure) as exc:
+        db.command("find", "t", readConcern={"level": "snapshot", "atClusterTime": older})
+    assert exc.value.code == 239

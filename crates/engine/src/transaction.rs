@@ -97,6 +97,18 @@ impl Engine {
         }
     }
 
+    /// A read-only transaction on everything committed, with the cluster time of the
+    /// newest commit it contains (for `readConcern: {level: "snapshot"}` reads).
+    pub fn snapshot_now(&self) -> (bson::Timestamp, Transaction) {
+        // Under the writer lock no commit is half done: the clock's last time is the
+        // newest commit, and the snapshot holds exactly the commits up to it.
+        let w = self.writer.lock();
+        let ts = w.clock.last();
+        let t = self.begin_transaction();
+        drop(w);
+        (ts, t)
+    }
+
     fn decode_in_snapshot(&self, t: &Transaction, value: &[u8]) -> Result<Document> {
         match keys::parse_doc_pointer(value) {
             None => read::decode(value),

@@ -118,13 +118,13 @@ pub mod codes {
     pub const INDEX_ALREADY_EXISTS: i32 = 68;
     pub const NO_SUCH_TRANSACTION: i32 = 251;
     pub const WRITE_CONFLICT: i32 = 112;
+    pub const SNAPSHOT_TOO_OLD: i32 = 239;
     pub const TRANSACTION_TOO_LARGE: i32 = 334;
     pub const TRANSACTION_TOO_OLD: i32 = 225;
     pub const TRANSACTION_COMMITTED: i32 = 256;
     pub const CONFLICTING_OPERATION_IN_PROGRESS: i32 = 117;
     pub const TOO_MANY_LOGICAL_SESSIONS: i32 = 261;
     pub const UNRECOGNIZED_COMMAND_FIELD: i32 = 40415;
-    pub const FAIL_POINT_ENABLED: i32 = 239;
     pub const OPERATION_NOT_SUPPORTED_IN_TRANSACTION: i32 = 263;
     pub const API_STRICT_ERROR: i32 = 323;
 }
@@ -194,7 +194,7 @@ pub fn code_name(code: i32) -> String {
         171 => "CannotIndexParallelArrays",
         197 => "InvalidIndexSpecificationOption",
         224 => "QueryFeatureNotAllowed",
-        239 => "FailPointEnabled",
+        239 => "SnapshotTooOld",
         225 => "TransactionTooOld",
         251 => "NoSuchTransaction",
         256 => "TransactionCommitted",

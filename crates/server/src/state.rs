@@ -31,6 +31,8 @@ pub struct ServerState {
     pub retry_cache: RetryCache,
     /// Sessions' multi-document transactions.
     pub transactions: crate::transactions::Transactions,
+    /// Snapshots of snapshot reads outside transactions.
+    pub snapshots: crate::transactions::Snapshots,
     pub opcounters: OpCounters,
     /// Server parameters settable at run time (setParameter).
     pub parameters: RwLock<bson::Document>,
@@ -80,6 +82,7 @@ impl ServerState {
             total_connections: AtomicU64::new(0),
             retry_cache: RetryCache::new(),
             transactions: Default::default(),
+            snapshots: Default::default(),
             opcounters: OpCounters::default(),
             parameters: RwLock::new(parameters),
             fail_points: Default::default(),

@@ -10,8 +10,9 @@
 use crate::state::ServerState;
 use bson::{Bson, Document};
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tailstream_engine::query::compare::type_name;
 use tailstream_engine::query::error::{codes, Error, Result};
 use tailstream_engine::transaction::Transaction;
@@ -339,4 +340,114 @@ pub async fn commit(state: &Arc<ServerState>, cmd: &Document, f: &TxnFields) -> 
         reply.insert("writeConcernError", wce);
     }
     Ok(reply)
+}
+
+/// Snapshots that snapshot reads outside transactions may name by `atClusterTime`.
+pub const MAX_SNAPSHOTS: usize = 256;
+/// How long a snapshot stays readable (mongod's minSnapshotHistoryWindowInSeconds).
+pub const SNAPSHOT_HISTORY: Duration = Duration::from_secs(300);
+
+/// The store snapshots taken for `readConcern: {level: "snapshot"}` reads, by the
+/// cluster time they reflect: a driver's snapshot session reads first without a
+/// time, gets `atClusterTime` back, and names it in its later reads.
+#[derive(Default)]
+pub struct Snapshots {
+    by_time: Mutex<BTreeMap<u64, (Instant, Arc<Transaction>)>>,
+}
+
+fn snapshot_too_old(at: bson::Timestamp) -> Error {
+    Error::new(
+        codes::SNAPSHOT_TOO_OLD,
+        format!(
+            "Read timestamp Timestamp({}, {}) is older than the oldest available timestamp.",
+            at.time, at.increment
+        ),
+    )
+}
+
+/// The snapshot a read outside a transaction asks for with `readConcern: {level:
+/// "snapshot"}`, and its cluster time (for the reply's `atClusterTime`); None for
+/// other reads.
+pub fn snapshot_read(
+    state: &ServerState,
+    cmd: &Document,
+) -> Result<Option<(Arc<Transaction>, bson::Timestamp)>> {
+    let Ok(rc) = cmd.get_document("readConcern") else {
+        return Ok(None);
+    };
+    if rc.get_str("level") != Ok("snapshot") {
+        return Ok(None);
+    }
+    let engine = &state.engine;
+    let mut by_time = state.snapshots.by_time.lock();
+    by_time.retain(|_, (taken, _)| taken.elapsed() < SNAPSHOT_HISTORY);
+    let at = match rc.get("atClusterTime") {
+        None => None,
+        Some(Bson::Timestamp(t)) => Some(*t),
+        Some(v) => {
+            return Err(Error::type_mismatch(format!(
+                "BSON field 'atClusterTime' is the wrong type '{}', expected type 'timestamp'",
+                type_name(v)
+            )))
+        }
+    };
+    if let Some(at) = at {
+        let key = tailstream_engine::keys::ts_to_u64(at);
+        if let Some((_, t)) = by_time.get(&key) {
+            return Ok(Some((t.clone(), at)));
+        }
+        let now = engine.cluster_time();
+        if key > tailstream_engine::keys::ts_to_u64(now) {
+            return Err(Error::new(
+                codes::INVALID_OPTIONS,
+                "readConcern atClusterTime value must not be greater than the current clusterTime",
+            ));
+        }
+        // Only a time with no commit after it can still be read (a snapshot of now).
+        let (ts, t) = engine.snapshot_now();
+        if ts != at {
+            return Err(snapshot_too_old(at));
+        }
+        let t = Arc::new(t);
+        by_time.insert(key, (Instant::now(), t.clone()));
+        return Ok(Some((t, at)));
+    }
+    let (ts, t) = engine.snapshot_now();
+    let key = tailstream_engine::keys::ts_to_u64(ts);
+    let t = by_time
+        .entry(key)
+        .or_insert_with(|| (Instant::now(), Arc::new(t)))
+        .1
+        .clone();
+    while by_time.len() > MAX_SNAPSHOTS {
+        by_time.pop_first();
+    }
+    Ok(Some((t, ts)))
+}
+
+/// Commands that read at a snapshot outside transactions; the others refuse it.
+pub const SNAPSHOT_READS: &[&str] = &["find", "aggregate", "distinct"];
+
+/// mongod's rule (isTransientTransactionError): which errors of a command in a
+/// transaction mean the whole transaction may be retried.
+pub fn label_transient(name: &str, e: &mut Error) {
+    const TRANSIENT: &[i32] = &[
+        codes::WRITE_CONFLICT,
+        24,  // LockTimeout
+        267, // PreparedTransactionInProgress
+        codes::SNAPSHOT_TOO_OLD,
+        246, // SnapshotUnavailable
+    ];
+    // Network and primary-change errors (ErrorCodes::isRetriableError).
+    const RETRIABLE: &[i32] = &[
+        6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436,
+    ];
+    let commit_or_abort = matches!(name, "commitTransaction" | "abortTransaction");
+    let transient = TRANSIENT.contains(&e.code)
+        || e.code == codes::NO_SUCH_TRANSACTION
+        || (!commit_or_abort && RETRIABLE.contains(&e.code));
+    let label = "TransientTransactionError";
+    if transient && !e.labels.iter().any(|l| l == label) {
+        e.labels.push(label.to_string());
+    }
 }

@@ -257,6 +257,31 @@ async fn run(
     };
     state.opcounters.command.fetch_add(1, Ordering::Relaxed);
     let test_commands = state.config.test_commands_enabled();
+    let txn_fields = match crate::transactions::fields(&name, &cmd) {
+        Ok(f) => f,
+        Err(e) => return reply(error_reply(state, &e)),
+    };
+    // Errors of a command in a transaction carry mongod's TransientTransactionError label.
+    let labelled = |mut e: Error| -> Error {
+        if txn_fields.is_some() {
+            crate::transactions::label_transient(&name, &mut e);
+        }
+        e
+    };
+    if txn_fields.is_none()
+        && !crate::transactions::SNAPSHOT_READS.contains(&name.as_str())
+        && cmd
+            .get_document("readConcern")
+            .ok()
+            .and_then(|rc| rc.get_str("level").ok())
+            == Some("snapshot")
+    {
+        let e = Error::new(
+            codes::INVALID_OPTIONS,
+            format!("Command {name} does not support {{ readConcern: {{ level: \"snapshot\" }} }}"),
+        );
+        return reply(error_reply(state, &e));
+    }
     let injected = if test_commands {
         let app = conn
             .client
@@ -283,15 +308,11 @@ async fn run(
             };
         }
         if let Some(e) = &inj.error {
-            return reply(error_reply(state, e));
+            return reply(error_reply(state, &labelled(e.clone())));
         }
     }
     // A command in a transaction runs in it (see `transactions`); a command outside
     // one with a newer txnNumber ends the session's open transaction.
-    let txn_fields = match crate::transactions::fields(&name, &cmd) {
-        Ok(f) => f,
-        Err(e) => return reply(error_reply(state, &e)),
-    };
     let open = match &txn_fields {
         Some(f) if !matches!(name.as_str(), "commitTransaction" | "abortTransaction") => {
             let start = matches!(cmd.get("startTransaction"), Some(Bson::Boolean(true)));
@@ -344,7 +365,7 @@ async fn run(
                 close_connection: true,
             }
         }
-        Err(e) => error_reply(state, &e),
+        Err(e) => error_reply(state, &labelled(e)),
     };
     if let Some(wce) = injected.and_then(|i| i.write_concern_error) {
         testing::attach_write_concern_error(&mut body, wce, &cmd);
@@ -485,8 +506,6 @@ fn append_cluster_time(state: &ServerState, body: &mut Document) {
     body.insert("operationTime", ts);
 }
 
-/// Runs a blocking engine call on the blocking pool, so storage I/O never stalls the
-/// connection tasks. An engine panic becomes an error reply instead of a crash.
 /// Runs a small engine operation right on the connection's task: handing it to the
 /// blocking pool costs two thread switches, more than the operation itself (a small
 /// insert commits in microseconds: it does not wait for the disk, durable writers wait
@@ -526,6 +545,8 @@ where
     .await
 }
 
+/// Runs a blocking engine call on the blocking pool, so storage I/O never stalls the
+/// connection tasks. An engine panic becomes an error reply instead of a crash.
 pub async fn blocking<T, F>(state: &Arc<ServerState>, f: F) -> Result<T>
 where
     T: Send + 'static,

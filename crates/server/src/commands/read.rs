@@ -75,12 +75,16 @@ pub async fn find(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<
     check_fields(cmd, FIND_FIELDS)?;
     let req = parse_find(cmd)?;
     state.opcounters.query.fetch_add(1, Ordering::Relaxed);
-    let batch = match crate::transactions::current() {
-        Some(t) => {
-            super::in_transaction(state, t, move |e, t| e.transaction_find(t, &ns, req)).await?
-        }
-        None => blocking(state, move |e| e.find(&ns, req)).await?,
-    };
+    if let Some(t) = crate::transactions::current() {
+        let batch =
+            super::in_transaction(state, t, move |e, t| e.transaction_find(t, &ns, req)).await?;
+        return Ok(cursor_reply(batch, true));
+    }
+    if let Some((snap, at)) = crate::transactions::snapshot_read(state, cmd)? {
+        let batch = blocking(state, move |e| e.transaction_find(&snap, &ns, req)).await?;
+        return Ok(with_cluster_time(cursor_reply(batch, true), at));
+    }
+    let batch = blocking(state, move |e| e.find(&ns, req)).await?;
     Ok(cursor_reply(batch, true))
 }
 
@@ -342,7 +346,17 @@ pub async fn distinct(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
             })
             .await?
         }
-        None => blocking(state, move |e| e.distinct(&ns, &key, &query)).await?,
+        None => match crate::transactions::snapshot_read(state, cmd)? {
+            Some((snap, at)) => {
+                let values = blocking(state, move |e| {
+                    let view = e.transaction_documents(&snap, &ns)?;
+                    e.distinct_in(&ns, &key, &query, Some(view))
+                })
+                .await?;
+                return Ok(doc! {"values": values, "atClusterTime": at});
+            }
+            None => blocking(state, move |e| e.distinct(&ns, &key, &query)).await?,
+        },
     };
     Ok(doc! {"values": values})
 }
@@ -441,12 +455,40 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
         .map(|s| s.contains_key("$out") || s.contains_key("$merge"))
         .unwrap_or(false);
     let let_vars = opt_doc(cmd, "let")?;
-    let batch = match crate::transactions::current() {
+    let in_txn = crate::transactions::current();
+    let snapshot = match in_txn {
+        Some(_) => None,
+        None => crate::transactions::snapshot_read(state, cmd)?,
+    };
+    let at = snapshot.as_ref().map(|(_, at)| *at);
+    let batch = match in_txn {
         Some(t) => {
             super::in_transaction(state, t, move |e, t| {
                 let view = match coll.as_deref() {
                     Some(c) => Some(e.transaction_documents(
                         t,
+                        &tailstream_engine::namespace::Namespace::new(&db, c),
+                    )?),
+                    None => None,
+                };
+                e.aggregate_in(
+                    &db,
+                    coll.as_deref(),
+                    &pipeline,
+                    batch_size,
+                    lsid,
+                    let_vars.as_ref(),
+                    view,
+                )
+            })
+            .await?
+        }
+        None if snapshot.is_some() => {
+            let (snap, _) = snapshot.clone().expect("checked just above");
+            blocking(state, move |e| {
+                let view = match coll.as_deref() {
+                    Some(c) => Some(e.transaction_documents(
+                        &snap,
                         &tailstream_engine::namespace::Namespace::new(&db, c),
                     )?),
                     None => None,
@@ -481,7 +523,19 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
         let wc = super::write::parse_write_concern(cmd)?;
         super::write::await_write_concern(state, wc, None).await;
     }
-    Ok(cursor_output(batch, true))
+    match (cursor_output(batch, true), at) {
+        (Output::Doc(d), Some(at)) => Ok(Output::Doc(with_cluster_time(d, at))),
+        (out, _) => Ok(out),
+    }
+}
+
+/// A snapshot read's reply names the time it read at (`cursor.atClusterTime`), which
+/// the driver's snapshot session sends back in its next reads.
+fn with_cluster_time(mut reply: Document, at: bson::Timestamp) -> Document {
+    if let Ok(cursor) = reply.get_document_mut("cursor") {
+        cursor.insert("atClusterTime", at);
+    }
+    reply
 }
 
 pub async fn explain(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {

@@ -188,7 +188,7 @@ impl FailPoints {
                     }
                 }
                 _ => {
-                    if cmd.contains_key("txnNumber")
+                    if retryable_write(command, cmd)
                         && RETRYABLE_WRITE_CODES.contains(&(code as i32))
                     {
                         e = e.with_label("RetryableWriteError");
@@ -250,7 +250,9 @@ pub fn attach_write_concern_error(body: &mut Document, mut wce: Document, cmd: &
                 .get("code")
                 .and_then(tailstream_engine::find::as_i64)
                 .unwrap_or(0) as i32;
-            if cmd.contains_key("txnNumber") && RETRYABLE_WRITE_CODES.contains(&code) {
+            if retryable_write(cmd.keys().next().map(|k| k.as_str()).unwrap_or(""), cmd)
+                && RETRYABLE_WRITE_CODES.contains(&code)
+            {
                 vec![Bson::String("RetryableWriteError".into())]
             } else {
                 Vec::new()
@@ -265,4 +267,13 @@ pub fn attach_write_concern_error(body: &mut Document, mut wce: Document, cmd: &
 
 pub fn configure_fail_point(state: &ServerState, cmd: &Document) -> Result<Document> {
     state.fail_points.configure(cmd)
+}
+
+/// A retryable write (mongod labels its retryable errors RetryableWriteError): a
+/// command with a txnNumber that is not part of a transaction, or the commit or abort
+/// of one.
+fn retryable_write(name: &str, cmd: &Document) -> bool {
+    cmd.contains_key("txnNumber")
+        && (!cmd.contains_key("autocommit")
+            || matches!(name, "commitTransaction" | "abortTransaction"))
 }
