@@ -154,3 +154,86 @@ def test_injected_write_concern_error_gets_the_retryable_label(server, db):
     finally:
         set_fail_point(c, "off", {})
         c.close()
+
+
+# ---- failCommand on the handshake (hello / isMaster) ------------------------
+
+def _legacy_is_master(sock, client_meta=None):
+    """Sends drivers' first handshake: OP_QUERY {ismaster: 1} on admin.$cmd."""
+    from wire import op_query, parse_op_reply, read_message, OP_REPLY
+    q = {"ismaster": 1, "helloOk": True}
+    if client_meta is not None:
+        q["client"] = client_meta
+    rid, msg = op_query("admin.$cmd", q)
+    sock.sendall(msg)
+    _, resp_to, opcode, body = read_message(sock)
+    assert opcode == OP_REPLY and resp_to == rid
+    return parse_op_reply(body)[2][0]
+
+
+def test_hello_fail_point_matches_the_first_handshake_by_app_name(server, fp_client):
+    """The appName filter applies to the very first hello of a connection: the client
+    metadata is taken from that hello before the fail point is evaluated."""
+    import wire
+    set_fail_point(fp_client, "alwaysOn", {"failCommands": ["hello"], "errorCode": 1234,
+                                           "appName": "hello-fails"})
+    s = wire.connect(server.port)
+    try:
+        reply = _legacy_is_master(s, {"application": {"name": "hello-fails"},
+                                      "driver": {"name": "t", "version": "0"}})
+        # failCommands ["hello"] also names the legacy isMaster/ismaster spellings.
+        assert reply["ok"] == 0 and reply["code"] == 1234, reply
+    finally:
+        s.close()
+    other = wire.connect(server.port)
+    try:
+        reply = _legacy_is_master(other, {"application": {"name": "someone-else"},
+                                          "driver": {"name": "t", "version": "0"}})
+        assert reply["ok"] == 1 and reply["ismaster"] is True
+        # Once the handshake is done, the same connection keeps its app name.
+        assert wire.command(other, {"hello": 1, "$db": "admin"})["ok"] == 1
+    finally:
+        other.close()
+
+
+def test_hello_fail_point_closes_a_legacy_handshake_connection(server, fp_client):
+    import wire
+    set_fail_point(fp_client, {"times": 1}, {"failCommands": ["isMaster"], "closeConnection": True,
+                                             "appName": "hello-closes"})
+    s = wire.connect(server.port)
+    try:
+        from wire import op_query
+        _, msg = op_query("admin.$cmd", {"isMaster": 1, "client": {"application": {"name": "hello-closes"}}})
+        s.sendall(msg)
+        assert wire.is_closed(s), "the connection was closed without a reply"
+    finally:
+        s.close()
+
+
+def test_hello_fail_point_fails_the_op_msg_hello(server, fp_client):
+    import wire
+    set_fail_point(fp_client, {"times": 1}, {"failCommands": ["isMaster"], "errorCode": 91,
+                                             "appName": "hello-msg"})
+    s = wire.connect(server.port)
+    try:
+        first = wire.command(s, {"hello": 1, "$db": "admin",
+                                 "client": {"application": {"name": "hello-msg"}}})
+        assert first["ok"] == 0 and first["code"] == 91 and first["codeName"] == "ShutdownInProgress"
+        # {times: 1}: the next hello (e.g. the streaming one) works again.
+        assert wire.command(s, {"hello": 1, "$db": "admin"})["isWritablePrimary"] is True
+    finally:
+        s.close()
+
+
+def test_fail_all_commands(server, fp_client):
+    import wire
+    s = wire.connect(server.port)
+    try:
+        wire.command(s, {"hello": 1, "$db": "admin", "client": {"application": {"name": "fail-all"}}})
+        set_fail_point(fp_client, {"times": 1}, {"failAllCommands": True, "errorCode": 2,
+                                                 "appName": "fail-all"})
+        reply = wire.command(s, {"ping": 1, "$db": "admin"})
+        assert reply["ok"] == 0 and reply["code"] == 2 and reply["codeName"] == "BadValue"
+        assert wire.command(s, {"ping": 1, "$db": "admin"})["ok"] == 1
+    finally:
+        s.close()

@@ -131,7 +131,11 @@ async fn serve(sock: TcpStream, peer: SocketAddr, state: Arc<ServerState>) {
                 }
                 Request::Query(q) => {
                     let reply = commands::dispatch_legacy(&state, &mut conn, q).await;
-                    wire::encode_reply(next_request_id(), header.request_id, 8, 0, 0, &[reply])
+                    if reply.close_connection {
+                        return Err("closed by a failCommand fail point".into());
+                    }
+                    let body = reply.body.into_document();
+                    wire::encode_reply(next_request_id(), header.request_id, 8, 0, 0, &[body])
                 }
             };
             let bytes = match compressor {

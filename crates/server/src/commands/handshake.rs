@@ -19,15 +19,10 @@ const MAX_AWAIT: Duration = Duration::from_secs(10);
 
 pub async fn hello(
     state: &Arc<ServerState>,
-    conn: &mut Conn,
+    conn: &Conn,
     name: &str,
     cmd: &Document,
 ) -> Result<Document> {
-    if conn.client.is_none() {
-        if let Some(Bson::Document(client)) = cmd.get("client") {
-            conn.client = Some(client.clone());
-        }
-    }
     // Awaitable hello (streaming SDAM): nothing about the topology ever changes here,
     // so wait the full time the driver allows, then answer.
     if let (Some(Bson::Document(tv)), Some(wait)) =

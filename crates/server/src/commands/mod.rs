@@ -208,15 +208,19 @@ pub async fn dispatch(
 }
 
 /// Runs a legacy OP_QUERY command (drivers' first `isMaster` before they know the server speaks OP_MSG).
-pub async fn dispatch_legacy(state: &Arc<ServerState>, conn: &mut Conn, q: OpQuery) -> Document {
+pub async fn dispatch_legacy(state: &Arc<ServerState>, conn: &mut Conn, q: OpQuery) -> Reply {
+    let reply = |body| Reply {
+        body: Body::Doc(body),
+        close_connection: false,
+    };
     let Some(db) = q.full_collection_name.strip_suffix(".$cmd") else {
-        return error_reply(
+        return reply(error_reply(
             state,
             &Error::new(
                 5739101,
                 "OP_QUERY is no longer supported except for commands on <db>.$cmd",
             ),
-        );
+        ));
     };
     let db = db.to_string();
     // Legacy commands may be wrapped as {$query: {...}, $readPreference: ...}.
@@ -230,12 +234,12 @@ pub async fn dispatch_legacy(state: &Arc<ServerState>, conn: &mut Conn, q: OpQue
         .map(|s| s.to_ascii_lowercase())
         .unwrap_or_default();
     if !matches!(name.as_str(), "ismaster" | "hello") {
-        return error_reply(
+        return reply(error_reply(
             state,
             &Error::new(352, format!("Unsupported OP_QUERY command: {name}. The client driver may require an upgrade.")),
-        );
+        ));
     }
-    run(state, conn, &db, cmd, None).await.body.into_document()
+    run(state, conn, &db, cmd, None).await
 }
 
 async fn run(
@@ -256,6 +260,14 @@ async fn run(
         ));
     };
     state.opcounters.command.fetch_add(1, Ordering::Relaxed);
+    // The handshake's client metadata is recorded before fail points are evaluated, so a
+    // `failCommand` with an `appName` applies to the very first hello of a connection
+    // (as mongod does).
+    if conn.client.is_none() && matches!(name.as_str(), "hello" | "isMaster" | "ismaster") {
+        if let Some(Bson::Document(client)) = cmd.get("client") {
+            conn.client = Some(client.clone());
+        }
+    }
     let test_commands = state.config.test_commands_enabled();
     let txn_fields = match crate::transactions::fields(&name, &cmd) {
         Ok(f) => f,

@@ -152,10 +152,14 @@ impl FailPoints {
         app_name: Option<&str>,
     ) -> Option<Injected> {
         let data = self.fire("failCommand", |data| {
-            let listed = match data.get("failCommands") {
-                Some(Bson::Array(names)) => names.iter().any(|n| n.as_str() == Some(command)),
-                _ => false,
-            };
+            let listed = data.contains_key("failAllCommands")
+                || match data.get("failCommands") {
+                    Some(Bson::Array(names)) => names
+                        .iter()
+                        .filter_map(|n| n.as_str())
+                        .any(|n| same_command(n, command)),
+                    _ => false,
+                };
             let app_ok = match data.get_str("appName") {
                 Ok(want) => app_name == Some(want),
                 Err(_) => true,
@@ -215,6 +219,24 @@ impl FailPoints {
             "Failing getMore via 'failGetMoreAfterCursorCheckout' failpoint",
         ))
     }
+}
+
+/// Names under which mongod registers one command: `failCommands` matches a command by
+/// any of its names (mongod's `Command::hasAlias`), so `["hello"]` also fails the legacy
+/// `ismaster` handshake drivers send first.
+const COMMAND_ALIASES: &[&[&str]] = &[
+    &["hello", "isMaster", "ismaster"],
+    &["findAndModify", "findandmodify"],
+    &["buildInfo", "buildinfo"],
+    &["dropIndexes", "deleteIndexes"],
+];
+
+/// Whether `listed` (a name in `failCommands`) names the command run as `run_as`.
+fn same_command(listed: &str, run_as: &str) -> bool {
+    listed == run_as
+        || COMMAND_ALIASES
+            .iter()
+            .any(|names| names.contains(&listed) && names.contains(&run_as))
 }
 
 /// An error that makes the connection close without a reply (`onPrimaryTransactionalWrite`).
