@@ -42,8 +42,72 @@ def test_index_background_option_is_reported(coll):
     assert coll.index_information()["a_1"]["background"] is True
 
 
-def test_list_local_sessions_stage(client):
-    assert list(client.admin.aggregate([{"$listLocalSessions": {}}])) == []
+def test_list_local_sessions_lists_sessions_seen_and_forgets_ended_ones(server, client):
+    with client.start_session() as s:
+        client.admin.command("ping", session=s)
+        listed = list(client.admin.aggregate([{"$listLocalSessions": {}}]))
+        ids = [d["_id"]["id"] for d in listed]
+        assert s.session_id["id"] in ids
+        mine = listed[ids.index(s.session_id["id"])]
+        assert len(mine["_id"]["uid"]) == 32 and "lastUse" in mine
+        # The stage composes with later stages (pymongo's database aggregation test).
+        out = list(client.admin.aggregate([
+            {"$listLocalSessions": {"allUsers": True}}, {"$limit": 1},
+            {"$project": {"_id": 0, "dummy": "x"}}]))
+        assert out == [{"dummy": "x"}]
+        sid = s.session_id
+    # pymongo pools server sessions and would reuse this one: end it and list the
+    # sessions over a raw connection that sends no lsid.
+    import wire
+    sock = wire.connect(server.port)
+    try:
+        assert wire.command(sock, {"endSessions": [sid], "$db": "admin"})["ok"] == 1
+        reply = wire.command(sock, {"aggregate": 1, "pipeline": [{"$listLocalSessions": {}}],
+                                    "cursor": {}, "$db": "admin"})
+        ids = [d["_id"]["id"] for d in reply["cursor"]["firstBatch"]]
+        assert sid["id"] not in ids
+    finally:
+        sock.close()
+
+
+def test_list_local_sessions_bad_input(client, db):
+    with pytest.raises(OperationFailure) as exc:
+        list(client.admin.aggregate([{"$listLocalSessions": 1}]))
+    assert exc.value.code == 14
+    with pytest.raises(OperationFailure) as exc:
+        list(db.c.aggregate([{"$listLocalSessions": {}}]))
+    assert exc.value.code == 73
+
+
+def test_users_info_lists_no_users(db):
+    reply = db.command("usersInfo", "someone")
+    assert reply["users"] == [] and reply["ok"] == 1
+
+
+def test_validate_reports_a_consistent_collection(db):
+    db.v.insert_many([{"a": [1, 2, 3]}, {"a": 4}, {"b": 1}])
+    db.v.create_index("a")
+    db.v.create_index("b", sparse=True)
+    db.v.update_one({"b": 1}, {"$set": {"a": [5, 6]}})
+    for opts in ({}, {"full": True}, {"scandata": True}, {"background": True}):
+        r = db.command("validate", "v", **opts)
+        assert r["valid"] is True and r["errors"] == [], r
+        assert r["nrecords"] == 3 and r["nIndexes"] == 3
+        assert r["keysPerIndex"] == {"_id_": 3, "a_1": 6, "b_1": 1}
+        assert r["ns"] == f"{db.name}.v"
+
+
+def test_validate_bad_input(db):
+    db.v.insert_one({})
+    with pytest.raises(OperationFailure) as exc:
+        db.command("validate", "nope")
+    assert exc.value.code == 26 and exc.value.details["codeName"] == "NamespaceNotFound"
+    with pytest.raises(OperationFailure) as exc:
+        db.command("validate", "v", full=True, background=True)
+    assert exc.value.code == 72
+    with pytest.raises(OperationFailure) as exc:
+        db.command("validate", 5)
+    assert exc.value.code == 73
 
 
 def test_let_variables_in_find_update_delete_and_aggregate(db):

@@ -22,6 +22,7 @@ pub mod oplog;
 pub mod read;
 pub mod transaction;
 pub mod ttl;
+pub mod validate;
 pub mod write;
 
 use bson::{doc, Document};

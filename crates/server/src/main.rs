@@ -3,6 +3,7 @@
 mod commands;
 mod config;
 mod conn;
+mod local_sessions;
 mod sessions;
 mod state;
 mod transactions;

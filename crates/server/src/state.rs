@@ -38,6 +38,8 @@ pub struct ServerState {
     pub parameters: RwLock<bson::Document>,
     /// Fail points for drivers' test suites (only with enableTestCommands).
     pub fail_points: crate::commands::FailPoints,
+    /// Sessions seen in commands' `lsid` (`$listLocalSessions`).
+    pub local_sessions: crate::local_sessions::LocalSessions,
 }
 
 impl ServerState {
@@ -86,6 +88,7 @@ impl ServerState {
             opcounters: OpCounters::default(),
             parameters: RwLock::new(parameters),
             fail_points: Default::default(),
+            local_sessions: Default::default(),
         })
     }
 

@@ -194,6 +194,8 @@ pub fn list_commands() -> Document {
         "serverStatus",
         "setParameter",
         "update",
+        "usersInfo",
+        "validate",
         "whatsmyuri",
     ];
     let mut commands = Document::new();
@@ -246,6 +248,7 @@ pub fn sessions(state: &ServerState, name: &str, cmd: &Document) -> Result<Docum
         "endSessions" => {
             state.retry_cache.end_sessions(&lsids);
             lsids.iter().for_each(|l| state.transactions.end_session(l));
+            state.local_sessions.end(&lsids);
             Ok(Document::new())
         }
         "killSessions" => {

@@ -268,6 +268,9 @@ async fn run(
             conn.client = Some(client.clone());
         }
     }
+    if let Some(lsid) = cmd.get("lsid") {
+        state.local_sessions.touch(lsid);
+    }
     let test_commands = state.config.test_commands_enabled();
     let txn_fields = match crate::transactions::fields(&name, &cmd) {
         Ok(f) => f,
@@ -463,6 +466,9 @@ async fn run_document_command(
         "dropIndexes" | "deleteIndexes" => ddl::drop_indexes(state, db, &cmd).await,
         "dbStats" => ddl::db_stats(state, db, &cmd).await,
         "collStats" => ddl::coll_stats(state, db, &cmd).await,
+        "validate" => ddl::validate(state, db, &cmd).await,
+        // Authentication is not supported, so no user exists.
+        "usersInfo" => Ok(doc! {"users": []}),
         "insert" => write::insert(state, db, &cmd, payload).await,
         "update" => write::update(state, db, &cmd).await,
         "delete" => write::delete(state, db, &cmd).await,

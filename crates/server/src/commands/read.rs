@@ -449,6 +449,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
             "$changeStream is only valid as the first stage in a pipeline",
         ));
     }
+    let pipeline = list_local_sessions(state, coll.is_some(), pipeline)?;
     let db = db.to_string();
     let writes = pipeline
         .last()
@@ -536,6 +537,38 @@ fn with_cluster_time(mut reply: Document, at: bson::Timestamp) -> Document {
         cursor.insert("atClusterTime", at);
     }
     reply
+}
+
+/// A pipeline starting with `$listLocalSessions`, with that stage replaced by the
+/// `$documents` it yields (the sessions this server has seen).
+fn list_local_sessions(
+    state: &ServerState,
+    on_collection: bool,
+    mut pipeline: Vec<Document>,
+) -> Result<Vec<Document>> {
+    let Some(arg) = pipeline.first().and_then(|s| s.get("$listLocalSessions")) else {
+        return Ok(pipeline);
+    };
+    if on_collection {
+        return Err(Error::new(
+            codes::INVALID_NAMESPACE,
+            "$listLocalSessions must be run against the database with {aggregate: 1}, not a collection",
+        ));
+    }
+    let Bson::Document(spec) = arg else {
+        return Err(Error::type_mismatch(format!(
+            "$listLocalSessions options must be specified in an object, but found: {}",
+            type_name(arg)
+        )));
+    };
+    let sessions: Vec<Bson> = state
+        .local_sessions
+        .list(spec)
+        .into_iter()
+        .map(Bson::Document)
+        .collect();
+    pipeline[0] = doc! {"$documents": sessions};
+    Ok(pipeline)
 }
 
 pub async fn explain(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
