@@ -237,3 +237,27 @@ def test_fail_all_commands(server, fp_client):
         assert wire.command(s, {"ping": 1, "$db": "admin"})["ok"] == 1
     finally:
         s.close()
+
+
+def test_max_time_always_times_out_on_get_more_of_a_time_limited_cursor(fp_client, db):
+    """A find with maxTimeMS passes its time limit on to its getMores (which drivers send
+    without maxTimeMS): the fail point fires there too, and the cursor is gone after."""
+    coll = fp_client[db.name].mt
+    coll.insert_many([{"i": i} for i in range(10)])
+    limited = coll.find(batch_size=2).max_time_ms(5000)
+    unlimited = coll.find(batch_size=2)
+    next(limited)
+    next(unlimited)
+    set_fail_point(fp_client, "alwaysOn", {}, name="maxTimeAlwaysTimeOut")
+    try:
+        assert len(unlimited.to_list()) == 9, "a cursor without maxTimeMS is not affected"
+        with pytest.raises(OperationFailure) as exc:
+            limited.to_list()
+        assert exc.value.code == 50
+        assert exc.value.details["codeName"] == "MaxTimeMSExpired"
+    finally:
+        set_fail_point(fp_client, "off", {}, name="maxTimeAlwaysTimeOut")
+    cursor_id = limited.cursor_id
+    with pytest.raises(OperationFailure) as exc:
+        fp_client[db.name].command("getMore", cursor_id, collection="mt")
+    assert exc.value.code == 43

@@ -309,6 +309,10 @@ async fn run(
     };
     if test_commands {
         if let Some(e) = state.fail_points.max_time_expired(&cmd) {
+            // An error in a getMore kills its cursor (as in mongod).
+            if let Some(Bson::Int64(id)) = cmd.get("getMore") {
+                state.engine.cursors.remove(*id);
+            }
             return reply(error_reply(state, &e));
         }
     }
@@ -364,6 +368,17 @@ async fn run(
         };
         if let (true, Some(f)) = (failed, &txn_fields) {
             state.transactions.abort_open(f);
+        }
+    }
+    if test_commands {
+        if let Ok(Output::Doc(body)) = &result {
+            let cursor_id = body
+                .get_document("cursor")
+                .and_then(|c| c.get_i64("id"))
+                .unwrap_or(0);
+            state.fail_points.note_cursor(&cmd, cursor_id, |id| {
+                state.engine.cursors.get(id).is_some()
+            });
         }
     }
     let mut body = match result {

@@ -6,7 +6,7 @@
 use crate::state::ServerState;
 use bson::{doc, Bson, Document};
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use tailstream_engine::query::error::{codes, Error, Result};
 
@@ -32,6 +32,9 @@ struct FailPoint {
 #[derive(Default)]
 pub struct FailPoints {
     points: Mutex<HashMap<String, FailPoint>>,
+    /// Cursors opened by a command with `maxTimeMS`: as in mongod, their getMores run
+    /// under that time limit too, so `maxTimeAlwaysTimeOut` fires on them.
+    time_limited_cursors: Mutex<HashSet<i64>>,
 }
 
 /// What `failCommand` makes the server do with one command.
@@ -243,9 +246,15 @@ fn same_command(listed: &str, run_as: &str) -> bool {
 pub const CLOSE_CONNECTION: i32 = i32::MIN;
 
 impl FailPoints {
-    /// `maxTimeAlwaysTimeOut`: every command with a `maxTimeMS` fails as if it ran out of time.
+    /// `maxTimeAlwaysTimeOut`: every command with a `maxTimeMS`, and every getMore on a
+    /// cursor opened with one, fails as if it ran out of time.
     pub fn max_time_expired(&self, cmd: &Document) -> Option<Error> {
-        if !cmd.contains_key("maxTimeMS") {
+        let time_limited = cmd.contains_key("maxTimeMS")
+            || match cmd.get("getMore") {
+                Some(Bson::Int64(id)) => self.time_limited_cursors.lock().contains(id),
+                _ => false,
+            };
+        if !time_limited {
             return None;
         }
         self.fire("maxTimeAlwaysTimeOut", |_| true)?;
@@ -253,6 +262,19 @@ impl FailPoints {
             codes::MAX_TIME_MS_EXPIRED,
             "operation exceeded time limit",
         ))
+    }
+
+    /// Notes the cursor a find or aggregate with `maxTimeMS` left open (`cursor_id` 0:
+    /// none), and forgets cursors that are gone.
+    pub fn note_cursor(&self, cmd: &Document, cursor_id: i64, cursor_open: impl Fn(i64) -> bool) {
+        if cursor_id == 0 || !cmd.contains_key("maxTimeMS") || cmd.contains_key("getMore") {
+            return;
+        }
+        let mut cursors = self.time_limited_cursors.lock();
+        if cursors.len() >= 1024 {
+            cursors.retain(|id| cursor_open(*id));
+        }
+        cursors.insert(cursor_id);
     }
 
     /// `onPrimaryTransactionalWrite`, evaluated once per retryable write command (mongod
