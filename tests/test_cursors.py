@@ -178,3 +178,41 @@ class TestLargeResults:
         coll.insert_many([{"v": v, "pad": "p" * 50} for v in values])
         got = [d["v"] for d in coll.find({}, {"v": 1, "_id": 0}).sort("v", -1)]
         assert got == sorted(values, reverse=True)
+
+
+# ---- min / max ------------------------------------------------------------
+
+def test_min_max_bound_the_hinted_index(coll):
+    coll.create_index("j")
+    coll.create_index([("j", 1), ("k", -1)])
+    coll.insert_many([{"j": j, "k": j} for j in range(10)])
+    def js(cursor):
+        return [d["j"] for d in cursor]
+    assert js(coll.find().max([("j", 3)]).hint("j_1")) == [0, 1, 2]
+    assert js(coll.find().min([("j", 7)]).hint("j_1")) == [7, 8, 9]
+    assert js(coll.find({"j": {"$ne": 4}}).min([("j", 3)]).max([("j", 6)]).hint("j_1")) == [3, 5]
+    # Compound index with a descending field: bounds are in index order.
+    assert js(coll.find().min([("j", 2), ("k", 100)]).max([("j", 4), ("k", 0)]).hint("j_1_k_-1")) == [2, 3, 4]
+    assert js(coll.find().min([("j", 5)]).max([("j", 5)]).hint("j_1")) == []
+    # The legacy $min modifier inside a $query filter.
+    assert js(coll.find({"$query": {}, "$min": {"j": 8}}, hint="j_1")) == [8, 9]
+
+
+def test_min_max_bad_input(coll):
+    from pymongo.errors import OperationFailure
+    coll.create_index([("j", 1), ("k", 1)])
+    coll.insert_one({"j": 1, "k": 1})
+    cases = [
+        (coll.find().max([("k", 3), ("j", 3)]).hint("j_1_k_1"), 51174),         # wrong order
+        (coll.find().max([("j", 3)]).hint("j_1_k_1"), 51174),                 # not every key field
+    ]
+    for cursor, code in cases:
+        with pytest.raises(OperationFailure) as exc:
+            cursor.to_list()
+        assert exc.value.code == code
+    with pytest.raises(OperationFailure) as exc:   # no hint (pymongo refuses it itself)
+        coll.database.command("find", coll.name, max={"j": 3, "k": 3})
+    assert exc.value.code == 51173
+    with pytest.raises(OperationFailure) as exc:
+        coll.database.command("find", coll.name, min=5, hint="j_1_k_1")
+    assert exc.value.code == 14

@@ -36,6 +36,9 @@ pub struct FindRequest {
     pub let_vars: Option<Document>,
     pub tailable: bool,
     pub await_data: bool,
+    /// Inclusive lower and exclusive upper bound on the hinted index's keys.
+    pub min: Option<Document>,
+    pub max: Option<Document>,
 }
 
 /// One batch of a cursor: id 0 means the cursor is exhausted and closed.
@@ -115,7 +118,14 @@ impl Engine {
             match self.collection(ns) {
                 None => None,
                 Some(meta) => {
-                    let plan = read::plan(&meta, &matcher, sort.as_ref(), req.hint.as_ref())?;
+                    let mut plan =
+                        read::plan(&meta, &matcher, sort.as_ref(), req.hint.as_ref())?;
+                    crate::min_max::bound_plan(
+                        &mut plan,
+                        req.hint.is_some(),
+                        req.min.as_ref(),
+                        req.max.as_ref(),
+                    )?;
                     Some(self.source_for(
                         meta,
                         matcher.clone(),

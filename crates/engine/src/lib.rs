@@ -17,6 +17,7 @@ pub mod durability;
 pub mod find;
 pub mod format;
 pub mod keys;
+pub mod min_max;
 pub mod namespace;
 pub mod oplog;
 pub mod read;

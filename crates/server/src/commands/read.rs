@@ -67,6 +67,8 @@ fn parse_find(cmd: &Document) -> Result<FindRequest> {
         let_vars: opt_doc(cmd, "let")?,
         tailable: opt_bool(cmd, "tailable")?.unwrap_or(false),
         await_data: opt_bool(cmd, "awaitData")?.unwrap_or(false),
+        min: opt_doc(cmd, "min")?,
+        max: opt_doc(cmd, "max")?,
     })
 }
 

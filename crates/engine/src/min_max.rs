@@ -1,0 +1,73 @@
+//! find's `min` and `max` options: an inclusive lower and exclusive upper bound on the
+//! keys of the hinted index, in index order (so on a descending field `min` is the
+//! larger value). They replace the index ranges the filter would give; the filter
+//! still applies to every document the bounded scan reaches.
+
+use crate::keys;
+use crate::read::{Access, Plan};
+use bson::Document;
+use tailstream_query::error::{codes, Error, Result};
+use tailstream_query::keystring::KeyStringBuilder;
+
+/// Narrows a plan made for a hinted index to the index keys in `[min, max)`.
+pub fn bound_plan(
+    plan: &mut Plan,
+    hinted: bool,
+    min: Option<&Document>,
+    max: Option<&Document>,
+) -> Result<()> {
+    let min = min.filter(|d| !d.is_empty());
+    let max = max.filter(|d| !d.is_empty());
+    if min.is_none() && max.is_none() {
+        return Ok(());
+    }
+    if !hinted {
+        return Err(Error::new(
+            51173,
+            "When using min()/max() a hint of which index to use must be provided",
+        ));
+    }
+    let Access::IndexScan { index, ranges, .. } = &mut plan.access else {
+        // Documents are stored by _id, with no separate _id index to bound.
+        return Err(Error::new(
+            codes::COMMAND_NOT_SUPPORTED,
+            "min()/max() are supported with a hint of a secondary index only, not _id_ or $natural",
+        ));
+    };
+    let fields = &index.pattern.fields;
+    // mongod's indexCompatibleMaxMin: the bound names every key field, in order.
+    let compatible = |bound: &Document| {
+        bound.len() == fields.len() && bound.keys().zip(fields).all(|(k, (f, _))| k == f)
+    };
+    if !min.map(compatible).unwrap_or(true) || !max.map(compatible).unwrap_or(true) {
+        return Err(Error::new(
+            51174,
+            "The index chosen is not compatible with min/max",
+        ));
+    }
+    let prefix = keys::index_prefix(index.id);
+    // An entry is prefix ++ KeyString(values) ++ KeyString(_id): an entry whose values
+    // equal a bound sorts after the bound's own encoding, so the encoded `min` is an
+    // inclusive and the encoded `max` an exclusive limit.
+    let encode = |bound: &Document| {
+        let mut k = KeyStringBuilder::new();
+        for ((_, value), (_, descending)) in bound.iter().zip(fields) {
+            k.append(value, *descending);
+        }
+        let mut key = prefix.to_vec();
+        key.extend_from_slice(k.as_bytes());
+        key
+    };
+    let whole = (
+        prefix.to_vec(),
+        tailstream_storage::prefix_successor(&prefix).expect("index prefix is never all 0xFF"),
+    );
+    let lower = min.map(encode).unwrap_or(whole.0);
+    let upper = max.map(encode).unwrap_or(whole.1);
+    *ranges = if lower < upper {
+        vec![(lower, upper)]
+    } else {
+        Vec::new()
+    };
+    Ok(())
+}
