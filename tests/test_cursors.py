@@ -216,3 +216,23 @@ def test_min_max_bad_input(coll):
     with pytest.raises(OperationFailure) as exc:
         coll.database.command("find", coll.name, min=5, hint="j_1_k_1")
     assert exc.value.code == 14
+
+
+def test_scan_batch_filled_by_the_last_document_leaves_the_cursor_open(db):
+    """As mongod: an unsorted find notices the end of its scan only when asked for one
+    more document, so a batch ending exactly at the last one keeps the cursor open and
+    the next getMore returns an empty, final batch."""
+    db.ex.insert_many([{"_id": i} for i in range(3)])
+    first = db.command("find", "ex", batchSize=1)["cursor"]
+    assert [d["_id"] for d in first["firstBatch"]] == [0] and first["id"] != 0
+    ids = []
+    cursor_id = first["id"]
+    while True:
+        more = db.command("getMore", cursor_id, collection="ex", batchSize=1)["cursor"]
+        ids.append([d["_id"] for d in more["nextBatch"]])
+        if more["id"] == 0:
+            break
+    assert ids == [[1], [2], []]
+    # A batch the scan cannot fill ends the cursor right away, and so does a limit.
+    assert db.command("find", "ex", batchSize=5)["cursor"]["id"] == 0
+    assert db.command("find", "ex", batchSize=2, limit=2)["cursor"]["id"] == 0

@@ -137,7 +137,12 @@ impl Cursor {
                 && self.front.is_none()
                 && match &self.source {
                     Source::Buffered(q) => q.is_empty(),
-                    Source::Scan { scan, buf, .. } => scan.done && buf.is_empty(),
+                    // As mongod's scans, which notice their end only when asked for one
+                    // more document: a batch filled by the last one leaves the cursor open
+                    // (the next getMore returns an empty, final batch).
+                    Source::Scan { scan, buf, .. } => {
+                        scan.done && buf.is_empty() && out.len() < want
+                    }
                     Source::ChangeStream(_) => false,
                 });
         Ok((out, exhausted))
