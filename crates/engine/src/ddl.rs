@@ -132,6 +132,7 @@ impl Engine {
                 ));
             }
         }
+        crate::validation::check_options("create", &options)?;
         if options.contains_key("viewOn") || options.contains_key("timeseries") {
             return Err(Error::new(
                 codes::COMMAND_NOT_SUPPORTED,
@@ -493,6 +494,7 @@ impl Engine {
     /// collMod: index options (expireAfterSeconds, hidden), validator settings,
     /// pre/post images, capped limits. Returns the changed values (old and new).
     pub fn coll_mod(&self, ns: &Namespace, cmd: &Document) -> Result<(Document, Committed)> {
+        crate::validation::check_options("collMod", cmd)?;
         let mut txn = self.begin();
         let Some(meta) = txn.catalog().get(ns) else {
             return Err(Error::new(

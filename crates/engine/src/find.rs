@@ -596,6 +596,7 @@ impl Engine {
                     array_filters: None,
                     hint: None,
                     let_vars: None,
+                    bypass_document_validation: false,
                 }
             })
             .collect();

@@ -23,6 +23,7 @@ pub mod oplog;
 pub mod read;
 pub mod transaction;
 pub mod ttl;
+mod validation;
 pub mod validate;
 pub mod write;
 

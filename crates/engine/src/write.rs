@@ -6,6 +6,7 @@ use crate::format::{doc_to_string, value_to_string};
 use crate::namespace::Namespace;
 use crate::oplog::{update_diff, OplogChange};
 use crate::read::{self, Scan};
+use crate::validation::DocumentValidator;
 use crate::{keys, storage_err, Committed, Engine, Txn, MAX_DOCUMENT_SIZE, MAX_NESTING_DEPTH};
 use bson::{doc, Bson, Document, RawDocumentBuf};
 use std::collections::{HashMap, HashSet};
@@ -47,6 +48,8 @@ pub struct UpdateOp {
     pub hint: Option<Bson>,
     /// The command's `let` variables (with the statement's `c` constants merged in).
     pub let_vars: Option<Document>,
+    /// The command's `bypassDocumentValidation`.
+    pub bypass_document_validation: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -87,6 +90,7 @@ pub struct FindAndModify {
     pub array_filters: Option<Vec<Document>>,
     pub hint: Option<Bson>,
     pub let_vars: Option<Document>,
+    pub bypass_document_validation: bool,
 }
 
 #[derive(Debug, Default)]
@@ -154,13 +158,33 @@ impl Engine {
         docs: Vec<RawDocumentBuf>,
         ordered: bool,
     ) -> Result<WriteOutcome> {
+        self.insert_validated(ns, docs, ordered, false)
+    }
+
+    /// Inserts documents, checking them against the collection's validator unless
+    /// `bypass_document_validation`; an ordered insert stops at the first error.
+    pub fn insert_validated(
+        &self,
+        ns: &Namespace,
+        docs: Vec<RawDocumentBuf>,
+        ordered: bool,
+        bypass_document_validation: bool,
+    ) -> Result<WriteOutcome> {
         ns.validate_for_write()?;
         let mut out = WriteOutcome::default();
         let mut txn = self.begin();
         let meta = self.ensure_collection(&mut txn, ns)?;
+        let validator = DocumentValidator::for_write(&meta, bypass_document_validation)?;
         let mut pending = PendingIndex::default();
         for (i, doc) in docs.into_iter().enumerate() {
-            match self.insert_in(&mut txn, &meta, doc, &mut pending) {
+            let inserted = match &validator {
+                Some(v) => Document::try_from(doc.as_ref())
+                    .map_err(|e| Error::bad_value(e.to_string()))
+                    .and_then(|d| v.check_new(&d)),
+                None => Ok(()),
+            }
+            .and_then(|_| self.insert_in(&mut txn, &meta, doc, &mut pending));
+            match inserted {
                 Ok(_) => out.n += 1,
                 Err(error) => {
                     out.errors.push(WriteError { index: i, error });
@@ -366,18 +390,22 @@ impl Engine {
             ns.validate_for_write()?;
         }
         let mut txn = self.begin();
+        let bypass = op.bypass_document_validation;
         let Some(meta) = txn.catalog().get(ns) else {
             if !op.upsert {
                 return Ok((0, 0, None, None));
             }
             let meta = self.ensure_collection(&mut txn, ns)?;
-            let id = self.upsert_in(&mut txn, &meta, &filter, &spec, &vars)?;
+            let validator = DocumentValidator::for_write(&meta, bypass)?;
+            let id = self.upsert_in(&mut txn, &meta, &filter, &spec, &vars, validator.as_ref())?;
             return Ok((1, 0, Some(id), Some(txn.commit()?)));
         };
+        let validator = DocumentValidator::for_write(&meta, bypass)?;
         let targets = self.targets(&meta, &matcher, op.hint.as_ref(), op.multi)?;
         if targets.is_empty() {
             if op.upsert {
-                let id = self.upsert_in(&mut txn, &meta, &filter, &spec, &vars)?;
+                let id =
+                    self.upsert_in(&mut txn, &meta, &filter, &spec, &vars, validator.as_ref())?;
                 return Ok((1, 0, Some(id), Some(txn.commit()?)));
             }
             return Ok((0, 0, None, None));
@@ -386,19 +414,20 @@ impl Engine {
         let (mut n, mut modified) = (0, 0);
         for (id_ks, old) in targets {
             n += 1;
-            if self
-                .update_in(
-                    &mut txn,
-                    &meta,
-                    &filter,
-                    &spec,
-                    id_ks,
-                    old,
-                    &mut pending,
-                    &vars,
-                )?
-                .is_some()
-            {
+            let checked = validator.as_ref().filter(|v| v.checks_update_of(&old));
+            if let Some(new) = self.update_in(
+                &mut txn,
+                &meta,
+                &filter,
+                &spec,
+                id_ks,
+                old,
+                &mut pending,
+                &vars,
+            )? {
+                if let Some(v) = checked {
+                    v.check_updated(&new)?;
+                }
                 modified += 1;
             }
         }
@@ -491,8 +520,12 @@ impl Engine {
         query: &Document,
         spec: &UpdateSpec,
         vars: &Variables,
+        validator: Option<&DocumentValidator>,
     ) -> Result<Bson> {
         let doc = upsert_document(query, spec, vars)?;
+        if let Some(v) = validator {
+            v.check_new(&doc)?;
+        }
         let mut pending = PendingIndex::default();
         let raw =
             RawDocumentBuf::from_document(&doc).map_err(|e| Error::bad_value(e.to_string()))?;
@@ -604,6 +637,7 @@ impl Engine {
             None if req.upsert => self.ensure_collection(&mut txn, ns)?,
             None => return Ok(out),
         };
+        let validator = DocumentValidator::for_write(&meta, req.bypass_document_validation)?;
         let plan = read::plan(&meta, &matcher, sort.as_ref(), req.hint.as_ref())?;
         let mut scan = Scan::new(plan.access);
         let target = if plan.sorted {
@@ -634,6 +668,7 @@ impl Engine {
             }
             (Some((id_ks, old)), Some(spec)) => {
                 let mut pending = PendingIndex::default();
+                let checked = validator.as_ref().filter(|v| v.checks_update_of(&old));
                 let new = self.update_in(
                     &mut txn,
                     &meta,
@@ -644,12 +679,16 @@ impl Engine {
                     &mut pending,
                     &vars,
                 )?;
+                if let (Some(v), Some(new)) = (checked, &new) {
+                    v.check_updated(new)?;
+                }
                 out.n = 1;
                 out.updated_existing = true;
                 out.value = Some(project(if req.new { new.unwrap_or(old) } else { old })?);
             }
             (None, Some(spec)) if req.upsert => {
-                let id = self.upsert_in(&mut txn, &meta, &filter, &spec, &vars)?;
+                let id =
+                    self.upsert_in(&mut txn, &meta, &filter, &spec, &vars, validator.as_ref())?;
                 out.n = 1;
                 out.upserted = Some(id.clone());
                 if req.new {

@@ -106,6 +106,7 @@ pub mod codes {
     pub const INVALID_LENGTH: i32 = 16;
     pub const INVALID_PIPELINE_OPERATOR: i32 = 168;
     pub const COMMAND_NOT_SUPPORTED: i32 = 115;
+    pub const DOCUMENT_VALIDATION_FAILURE: i32 = 121;
     pub const INVALID_INDEX_SPECIFICATION_OPTION: i32 = 197;
     pub const QUERY_FEATURE_NOT_ALLOWED: i32 = 224;
     pub const CAPPED_POSITION_LOST: i32 = 136;
@@ -187,6 +188,7 @@ pub fn code_name(code: i32) -> String {
         112 => "WriteConflict",
         115 => "CommandNotSupported",
         117 => "ConflictingOperationInProgress",
+        121 => "DocumentValidationFailure",
         125 => "CommandFailed",
         136 => "CappedPositionLost",
         166 => "CommandNotSupportedOnView",

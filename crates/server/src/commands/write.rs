@@ -267,6 +267,7 @@ pub async fn insert(
     check_batch(docs.len())?;
     check_document_sizes(&docs)?;
     let ordered = opt_bool(cmd, "ordered")?.unwrap_or(true);
+    let bypass = opt_bool(cmd, "bypassDocumentValidation")?.unwrap_or(false);
     let count = docs.len() as u64;
     if let Some(t) = crate::transactions::current() {
         let out = in_transaction(state, t, move |e, t| {
@@ -279,7 +280,10 @@ pub async fn insert(
     let small = docs.len() <= SMALL_WRITE_DOCS
         && docs.iter().map(|d| d.as_bytes().len()).sum::<usize>() <= SMALL_WRITE_BYTES;
     retryable(state, cmd, || async move {
-        let out = small_or_blocking(state, small, move |e| e.insert(&ns, docs, ordered)).await?;
+        let out = small_or_blocking(state, small, move |e| {
+            e.insert_validated(&ns, docs, ordered, bypass)
+        })
+        .await?;
         state.opcounters.insert.fetch_add(count, Ordering::Relaxed);
         let mut reply = doc! {"n": out.n as i64};
         if let Some(we) = write_errors(&out) {
@@ -298,6 +302,7 @@ pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
     })?;
     check_batch(raw.len())?;
     let ordered = opt_bool(cmd, "ordered")?.unwrap_or(true);
+    let bypass = opt_bool(cmd, "bypassDocumentValidation")?.unwrap_or(false);
     let let_vars = opt_doc(cmd, "let")?;
     let mut ops = Vec::with_capacity(raw.len());
     for u in &raw {
@@ -354,6 +359,7 @@ pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
                 .cloned()
                 .filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())),
             let_vars: merge_let(&let_vars, opt_doc(u, "c")?),
+            bypass_document_validation: bypass,
         });
     }
     let count = ops.len() as u64;
@@ -475,6 +481,7 @@ pub async fn find_and_modify(
             .cloned()
             .filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())),
         let_vars: opt_doc(cmd, "let")?,
+        bypass_document_validation: opt_bool(cmd, "bypassDocumentValidation")?.unwrap_or(false),
     };
     let in_txn = crate::transactions::current();
     let in_transaction_now = in_txn.is_some();
