@@ -199,3 +199,39 @@ class TestStats:
         db.c.insert_many([{} for _ in range(3)])
         out = list(db.c.aggregate([{"$collStats": {"count": {}}}]))
         assert out[0]["count"] == 3
+
+
+class TestClusteredIndex:
+    """Collections are stored by _id already; clusteredIndex names and lists that index."""
+
+    def test_clustered_collection_lists_its_index(self, db):
+        db.create_collection("cl", clusteredIndex={"key": {"_id": 1}, "unique": True, "name": "by id"})
+        info = next(db.list_collections(filter={"name": "cl"}))
+        assert info["options"]["clusteredIndex"] == {"v": 2, "key": {"_id": 1}, "name": "by id", "unique": True}
+        assert "idIndex" not in info
+        assert list(db.cl.list_indexes()) == [
+            {"v": 2, "key": {"_id": 1}, "name": "by id", "unique": True, "clustered": True}]
+        db.cl.insert_many([{"_id": 2}, {"_id": 1}])
+        assert [d["_id"] for d in db.cl.find()] == [1, 2]
+        # Same options again: not an error.
+        db.create_collection("cl", clusteredIndex={"key": {"_id": 1}, "unique": True, "name": "by id"},
+                             check_exists=False)
+
+    def test_default_name(self, db):
+        db.create_collection("cl", clusteredIndex={"key": {"_id": 1}, "unique": True})
+        assert next(db.cl.list_indexes())["name"] == "_id_"
+
+    def test_bad_clustered_index(self, db):
+        for spec, code in [
+            ({"key": {"_id": 1}}, 5979700),
+            ({"key": {"a": 1}, "unique": True}, 197),
+            ({"key": {"_id": 1}, "unique": True, "bogus": 1}, 40415),
+            ({"key": {"_id": 1}, "unique": True, "name": 3}, 14),
+        ]:
+            with pytest.raises(OperationFailure) as exc:
+                db.create_collection("bad", clusteredIndex=spec)
+            assert exc.value.code == code, spec
+        with pytest.raises(OperationFailure) as exc:
+            db.command("create", "bad", clusteredIndex=1)
+        assert exc.value.code == 14
+        assert "bad" not in db.list_collection_names()

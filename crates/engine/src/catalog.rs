@@ -191,6 +191,24 @@ impl CollMeta {
     pub fn id_index_spec() -> Document {
         doc! {"v": 2, "key": {"_id": 1}, "name": "_id_"}
     }
+
+    /// Whether the collection was created with `clusteredIndex`.
+    pub fn is_clustered(&self) -> bool {
+        self.options.contains_key("clusteredIndex")
+    }
+
+    /// This collection's `_id` index as `listIndexes` shows it: a clustered collection's
+    /// carries the name it was given and `clustered: true`.
+    pub fn id_index(&self) -> Document {
+        match self.options.get_document("clusteredIndex") {
+            Ok(spec) => {
+                let mut d = spec.clone();
+                d.insert("clustered", true);
+                d
+            }
+            Err(_) => Self::id_index_spec(),
+        }
+    }
 }
 
 /// All collections by full namespace, plus id counters.

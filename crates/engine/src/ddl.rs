@@ -122,7 +122,7 @@ impl Engine {
     }
 
     /// The `create` command. An existing collection with the same options is not an error.
-    pub fn create_collection(&self, ns: &Namespace, options: Document) -> Result<Committed> {
+    pub fn create_collection(&self, ns: &Namespace, mut options: Document) -> Result<Committed> {
         ns.validate_for_write()?;
         for k in options.keys() {
             if !CREATE_OPTIONS.contains(&k.as_str()) {
@@ -133,6 +133,7 @@ impl Engine {
             }
         }
         crate::validation::check_options("create", &options)?;
+        crate::clustered::normalize_options(&mut options)?;
         if options.contains_key("viewOn") || options.contains_key("timeseries") {
             return Err(Error::new(
                 codes::COMMAND_NOT_SUPPORTED,

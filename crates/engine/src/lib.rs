@@ -11,6 +11,7 @@ pub mod capped;
 pub mod catalog;
 pub mod changestream;
 pub mod clock;
+mod clustered;
 pub mod cursor;
 pub mod ddl;
 pub mod durability;

@@ -79,13 +79,17 @@ fn collection_info(meta: &CollMeta, name_only: bool) -> Document {
     if name_only {
         return doc! {"name": meta.ns.coll.clone(), "type": "collection"};
     }
-    doc! {
+    let mut info = doc! {
         "name": meta.ns.coll.clone(),
         "type": "collection",
         "options": meta.options.clone(),
         "info": {"readOnly": false, "uuid": bson::Binary::from_uuid(meta.uuid)},
-        "idIndex": CollMeta::id_index_spec(),
+    };
+    // As mongod: a clustered collection has no separate _id index to describe.
+    if !meta.is_clustered() {
+        info.insert("idIndex", CollMeta::id_index_spec());
     }
+    info
 }
 
 pub async fn list_collections(
@@ -127,7 +131,7 @@ pub async fn list_indexes(state: &Arc<ServerState>, db: &str, cmd: &Document) ->
             format!("ns does not exist: {}", ns.full()),
         ));
     };
-    let mut specs = vec![Bson::Document(CollMeta::id_index_spec())];
+    let mut specs = vec![Bson::Document(meta.id_index())];
     specs.extend(meta.indexes.iter().map(|i| Bson::Document(i.spec.clone())));
     Ok(
         doc! {"cursor": {"id": 0i64, "ns": format!("{}.$cmd.listIndexes.{}", db, ns.coll), "firstBatch": specs}},
