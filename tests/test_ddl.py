@@ -82,6 +82,8 @@ class TestList:
         names = client.list_database_names()
         assert db.name in names
         assert "local" in names
+        # admin exists on mongod from the start (system.version): filters find it.
+        assert [d["name"] for d in client.list_databases(filter={"name": "admin"})] == ["admin"]
 
     def test_oplog_listed_in_local(self, client):
         assert "oplog.rs" in client.local.list_collection_names()

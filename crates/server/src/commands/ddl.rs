@@ -47,15 +47,21 @@ pub async fn list_databases(
         .transpose()?;
     let catalog = state.engine.catalog();
     let mut names = catalog.databases();
-    if !names.iter().any(|n| n == "local") {
-        names.push("local".into());
-        names.sort();
+    // As on mongod, where admin (system.version) and local (the oplog) always exist.
+    for always in ["admin", "local"] {
+        if !names.iter().any(|n| n == always) {
+            names.push(always.into());
+        }
     }
+    names.sort();
     let mut dbs = Vec::new();
     let mut total = 0i64;
     for name in names {
         let size: i64 = if name == "local" {
             1 << 20
+        } else if name == "admin" {
+            // admin holds system.version on mongod: counted as one more collection.
+            (catalog.collections_in(&name).len() as i64 + 1) * 4096
         } else {
             catalog.collections_in(&name).len() as i64 * 4096
         };
