@@ -425,8 +425,9 @@ pub fn snapshot_read(
     Ok(Some((t, ts)))
 }
 
-/// Commands that read at a snapshot outside transactions; the others refuse it.
-pub const SNAPSHOT_READS: &[&str] = &["find", "aggregate", "distinct"];
+/// Commands that read at a snapshot outside transactions (a getMore continues its
+/// cursor's snapshot; drivers may repeat the read concern on it); the others refuse it.
+pub const SNAPSHOT_READS: &[&str] = &["find", "aggregate", "distinct", "getMore"];
 
 /// mongod's rule (isTransientTransactionError): which errors of a command in a
 /// transaction mean the whole transaction may be retried.
