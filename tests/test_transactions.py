@@ -183,3 +183,41 @@ def test_snapshot_read_concern_is_refused_by_writes_and_old_times(client, db):
     with pytest.raises(OperationFailure) as exc:
         db.command("find", "t", readConcern={"level": "snapshot", "atClusterTime": older})
     assert exc.value.code == 239
+
+
+def test_collection_and_index_created_in_a_transaction_appear_at_the_commit(client, db):
+    with client.start_session() as s:
+        with s.start_transaction():
+            db.create_collection("made", session=s)
+            db.made.insert_one({"_id": 1, "k": "a"}, session=s)
+            db.indexed.create_index("k", session=s)
+            assert "made" not in db.list_collection_names()
+            assert "indexed" not in db.list_collection_names()
+    assert list(db.made.find()) == [{"_id": 1, "k": "a"}]
+    assert "k_1" in db.indexed.index_information()
+
+
+def test_create_index_on_an_existing_collection_is_refused_in_a_transaction(client, db):
+    db.t.insert_one({})
+    with client.start_session() as s:
+        s.start_transaction()
+        with pytest.raises(OperationFailure) as exc:
+            db.t.create_index("k", session=s)
+        assert exc.value.code == 263
+        s.abort_transaction()
+    assert list(db.t.index_information()) == ["_id_"]
+
+
+def test_validator_applies_to_writes_in_a_transaction(client, db):
+    db.create_collection("v", validator={"n": {"$type": "int"}})
+    with client.start_session() as s:
+        s.start_transaction()
+        with pytest.raises(OperationFailure) as exc:
+            db.v.insert_one({"n": "text"}, session=s)
+        assert exc.value.code == 121
+        s.abort_transaction()
+    with client.start_session() as s:
+        with s.start_transaction():
+            db.v.insert_one({"_id": 1, "n": 1}, session=s)
+            db.v.insert_one({"_id": 2, "n": "text"}, session=s, bypass_document_validation=True)
+    assert [d["_id"] for d in db.v.find()] == [1, 2]

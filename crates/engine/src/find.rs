@@ -118,8 +118,7 @@ impl Engine {
             match self.collection(ns) {
                 None => None,
                 Some(meta) => {
-                    let mut plan =
-                        read::plan(&meta, &matcher, sort.as_ref(), req.hint.as_ref())?;
+                    let mut plan = read::plan(&meta, &matcher, sort.as_ref(), req.hint.as_ref())?;
                     crate::min_max::bound_plan(
                         &mut plan,
                         req.hint.is_some(),

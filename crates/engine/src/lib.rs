@@ -24,8 +24,8 @@ pub mod oplog;
 pub mod read;
 pub mod transaction;
 pub mod ttl;
-mod validation;
 pub mod validate;
+mod validation;
 pub mod write;
 
 use bson::{doc, Document};

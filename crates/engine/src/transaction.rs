@@ -20,6 +20,7 @@ use crate::catalog::CollMeta;
 use crate::cursor::{Cursor, Source, DEFAULT_FIRST_BATCH};
 use crate::find::{check_batch_size, CursorBatch, FindRequest};
 use crate::namespace::Namespace;
+use crate::validation::DocumentValidator;
 use crate::write::{
     compute_update, upsert_document, ComputedUpdate, DeleteOp, PendingIndex, UpdateOp, WriteError,
     WriteOutcome,
@@ -47,6 +48,13 @@ type DocKey = (String, Vec<u8>);
 /// Which open transaction holds each document it wrote.
 pub(crate) type LockTable = Arc<Mutex<HashMap<DocKey, u64>>>;
 
+/// A collection or indexes created in the transaction: applied at the commit, before
+/// the documents (mongod allows these on collections the transaction creates).
+enum PendingDdl {
+    Create(Namespace, Document),
+    CreateIndexes(Namespace, Vec<Document>),
+}
+
 struct Touched {
     ns: Namespace,
     id_ks: Vec<u8>,
@@ -63,6 +71,7 @@ pub struct Transaction {
     touched: Vec<Touched>,
     by_key: HashMap<DocKey, usize>,
     locks: LockTable,
+    ddl: Vec<PendingDdl>,
 }
 
 impl Drop for Transaction {
@@ -94,6 +103,7 @@ impl Engine {
             touched: Vec::new(),
             by_key: HashMap::new(),
             locks: Arc::clone(&self.transaction_locks),
+            ddl: Vec::new(),
         }
     }
 
@@ -240,11 +250,13 @@ impl Engine {
         ns: &Namespace,
         docs: Vec<RawDocumentBuf>,
         ordered: bool,
+        bypass_document_validation: bool,
     ) -> Result<WriteOutcome> {
         ns.validate_for_write()?;
+        let validator = self.validator(ns, bypass_document_validation)?;
         let mut out = WriteOutcome::default();
         for (index, raw) in docs.into_iter().enumerate() {
-            match self.transaction_insert_one(t, ns, raw) {
+            match self.transaction_insert_one(t, ns, raw, validator.as_ref()) {
                 Ok(_) => out.n += 1,
                 Err(error) => {
                     out.errors.push(WriteError { index, error });
@@ -257,15 +269,27 @@ impl Engine {
         Ok(out)
     }
 
+    /// The collection's validator for a write, if it has one and the write does not bypass it.
+    fn validator(&self, ns: &Namespace, bypass: bool) -> Result<Option<DocumentValidator>> {
+        match self.collection(ns) {
+            Some(meta) => DocumentValidator::for_write(&meta, bypass),
+            None => Ok(None),
+        }
+    }
+
     fn transaction_insert_one(
         &self,
         t: &mut Transaction,
         ns: &Namespace,
         raw: RawDocumentBuf,
+        validator: Option<&DocumentValidator>,
     ) -> Result<Bson> {
         let raw = crate::write::prepare_new_raw(raw)?;
         crate::write::check_stored_limits(&raw, true)?;
         let doc = Document::try_from(raw.as_ref()).map_err(|e| Error::bad_value(e.to_string()))?;
+        if let Some(v) = validator {
+            v.check_new(&doc)?;
+        }
         let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
         let id_ks = keys::id_key(&id);
         if self.transaction_doc(t, ns, &id_ks)?.is_some() {
@@ -326,6 +350,7 @@ impl Engine {
             ));
         }
         ns.validate_for_write()?;
+        let validator = self.validator(ns, op.bypass_document_validation)?;
         let mut targets = self
             .transaction_view(t, ns)?
             .into_iter()
@@ -342,7 +367,7 @@ impl Engine {
             let doc = upsert_document(&filter, &spec, &vars)?;
             let raw =
                 RawDocumentBuf::from_document(&doc).map_err(|e| Error::bad_value(e.to_string()))?;
-            let id = self.transaction_insert_one(t, ns, raw)?;
+            let id = self.transaction_insert_one(t, ns, raw, validator.as_ref())?;
             return Ok((1, 0, Some(id)));
         }
         let (mut n, mut modified) = (0, 0);
@@ -350,6 +375,9 @@ impl Engine {
             n += 1;
             if let Some(change) = compute_update(&filter, &spec, &old, &vars)? {
                 crate::write::encode_checked(&change.new, false)?;
+                if let Some(v) = validator.as_ref().filter(|v| v.checks_update_of(&old)) {
+                    v.check_updated(&change.new)?;
+                }
                 self.touch(t, ns, &id_ks, Some(change.new))?;
                 modified += 1;
             }
@@ -410,6 +438,7 @@ impl Engine {
         req: &crate::write::FindAndModify,
     ) -> Result<crate::write::FamOutcome> {
         let plan = crate::write::FamPlan::parse(ns, req)?;
+        let validator = self.validator(ns, req.bypass_document_validation)?;
         let mut out = crate::write::FamOutcome::default();
         let mut candidates: Vec<_> = self
             .transaction_view(t, ns)?
@@ -435,6 +464,9 @@ impl Engine {
                 let new = match compute_update(&plan.filter, spec, &old, &plan.vars)? {
                     Some(change) => {
                         crate::write::encode_checked(&change.new, false)?;
+                        if let Some(v) = validator.as_ref().filter(|v| v.checks_update_of(&old)) {
+                            v.check_updated(&change.new)?;
+                        }
                         self.touch(t, ns, &id_ks, Some(change.new.clone()))?;
                         change.new
                     }
@@ -448,7 +480,7 @@ impl Engine {
                 let doc = upsert_document(&plan.filter, spec, &plan.vars)?;
                 let raw = RawDocumentBuf::from_document(&doc)
                     .map_err(|e| Error::bad_value(e.to_string()))?;
-                let id = self.transaction_insert_one(t, ns, raw)?;
+                let id = self.transaction_insert_one(t, ns, raw, validator.as_ref())?;
                 out.n = 1;
                 out.upserted = Some(id.clone());
                 if req.new {
@@ -501,10 +533,79 @@ impl Engine {
         )
     }
 
-    /// Commits: the transaction's changes in one atomic batch (None if it changed nothing).
+    fn created_in(t: &Transaction, ns: &Namespace) -> bool {
+        t.ddl
+            .iter()
+            .any(|d| matches!(d, PendingDdl::Create(n, _) if n == ns))
+    }
+
+    /// `create` in a transaction: the collection appears at the commit.
+    pub fn transaction_create(
+        &self,
+        t: &mut Transaction,
+        ns: &Namespace,
+        options: Document,
+    ) -> Result<()> {
+        ns.validate_for_write()?;
+        if self.collection(ns).is_some() || Self::created_in(t, ns) {
+            return Err(Error::new(
+                codes::NAMESPACE_EXISTS,
+                format!("Collection {} already exists.", ns.full()),
+            ));
+        }
+        t.ddl.push(PendingDdl::Create(ns.clone(), options));
+        Ok(())
+    }
+
+    /// `createIndexes` in a transaction, on a collection it creates (or that does not
+    /// exist yet, which it then creates): (indexes before, after, collection created).
+    pub fn transaction_create_indexes(
+        &self,
+        t: &mut Transaction,
+        ns: &Namespace,
+        specs: Vec<Document>,
+    ) -> Result<(usize, usize, bool)> {
+        ns.validate_for_write()?;
+        if self.collection(ns).is_some() {
+            return Err(Error::new(
+                codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+                format!("Cannot create new indexes on existing collection {} in a multi-document transaction.", ns.full()),
+            ));
+        }
+        let created = !Self::created_in(t, ns);
+        if created {
+            t.ddl.push(PendingDdl::Create(ns.clone(), Document::new()));
+        }
+        let before = 1 + t
+            .ddl
+            .iter()
+            .map(|d| match d {
+                PendingDdl::CreateIndexes(n, s) if n == ns => s.len(),
+                _ => 0,
+            })
+            .sum::<usize>();
+        let n = specs.len();
+        t.ddl.push(PendingDdl::CreateIndexes(ns.clone(), specs));
+        Ok((before, before + n, created))
+    }
+
+    /// Commits: the transaction's collections and indexes, then its document changes in
+    /// one atomic batch (None if it changed nothing).
     pub fn commit_transaction(&self, t: Transaction) -> Result<Option<Committed>> {
+        let mut last_ddl = None;
+        for d in &t.ddl {
+            last_ddl = Some(match d {
+                PendingDdl::Create(ns, options) => self.create_collection(ns, options.clone())?,
+                PendingDdl::CreateIndexes(ns, specs) => {
+                    match self.create_indexes(ns, specs)?.committed {
+                        Some(c) => c,
+                        None => continue,
+                    }
+                }
+            });
+        }
         if t.touched.iter().all(|x| x.base == x.current) {
-            return Ok(None);
+            return Ok(last_ddl);
         }
         let mut txn = self.begin();
         let mut pending = PendingIndex::default();

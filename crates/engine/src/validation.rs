@@ -65,10 +65,11 @@ impl DocumentValidator {
             );
             return Ok(());
         }
-        Err(
-            Error::new(codes::DOCUMENT_VALIDATION_FAILURE, "Document failed validation")
-                .with_info(doc! {"errInfo": {"failingDocumentId": id}}),
+        Err(Error::new(
+            codes::DOCUMENT_VALIDATION_FAILURE,
+            "Document failed validation",
         )
+        .with_info(doc! {"errInfo": {"failingDocumentId": id}}))
     }
 }
 

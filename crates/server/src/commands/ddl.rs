@@ -153,6 +153,10 @@ pub async fn create(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
         .filter(|(k, _)| !GENERIC_FIELDS.contains(&k.as_str()))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
+    if let Some(t) = crate::transactions::current() {
+        super::in_transaction(state, t, move |e, t| e.transaction_create(t, &ns, options)).await?;
+        return Ok(Document::new());
+    }
     let committed = blocking(state, move |e| e.create_collection(&ns, options)).await?;
     Ok(with_wce(
         Document::new(),
@@ -274,6 +278,17 @@ pub async fn create_indexes(
         Some(v) => return Err(Error::type_mismatch(format!("BSON field 'createIndexes.indexes' is the wrong type '{}', expected type 'array'", type_name(v)))),
         None => return Err(Error::failed_to_parse("BSON field 'createIndexes.indexes' is missing but a required field")),
     };
+    if let Some(t) = crate::transactions::current() {
+        let (before, after, created) = super::in_transaction(state, t, move |e, t| {
+            e.transaction_create_indexes(t, &ns, specs)
+        })
+        .await?;
+        return Ok(doc! {
+            "numIndexesBefore": before as i32,
+            "numIndexesAfter": after as i32,
+            "createdCollectionAutomatically": created,
+        });
+    }
     let wc = parse_write_concern(cmd)?;
     let out = blocking(state, move |e| e.create_indexes(&ns, &specs)).await?;
     let mut reply = doc! {
@@ -395,13 +410,14 @@ pub async fn validate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
         Some(v) => {
             return Err(Error::new(
                 codes::INVALID_NAMESPACE,
-                format!(
-                    "collection name has invalid type {}",
-                    type_name(v)
-                ),
+                format!("collection name has invalid type {}", type_name(v)),
             ))
         }
-        None => return Err(Error::failed_to_parse("validate requires a collection name")),
+        None => {
+            return Err(Error::failed_to_parse(
+                "validate requires a collection name",
+            ))
+        }
     };
     let full = opt_bool(cmd, "full")?.unwrap_or(false);
     let background = opt_bool(cmd, "background")?.unwrap_or(false);

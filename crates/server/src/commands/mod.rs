@@ -376,9 +376,9 @@ async fn run(
                 .get_document("cursor")
                 .and_then(|c| c.get_i64("id"))
                 .unwrap_or(0);
-            state.fail_points.note_cursor(&cmd, cursor_id, |id| {
-                state.engine.cursors.get(id).is_some()
-            });
+            state
+                .fail_points
+                .note_cursor(&cmd, cursor_id, |id| state.engine.cursors.get(id).is_some());
         }
     }
     let mut body = match result {

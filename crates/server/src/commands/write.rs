@@ -271,7 +271,7 @@ pub async fn insert(
     let count = docs.len() as u64;
     if let Some(t) = crate::transactions::current() {
         let out = in_transaction(state, t, move |e, t| {
-            e.transaction_insert(t, &ns, docs, ordered)
+            e.transaction_insert(t, &ns, docs, ordered, bypass)
         })
         .await?;
         state.opcounters.insert.fetch_add(count, Ordering::Relaxed);
