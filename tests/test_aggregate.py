@@ -235,6 +235,18 @@ class TestErrorsAndOutput:
         assert [d["_id"] for d in db.outcoll.find()] == [4]
         assert "outcoll" in db.list_collection_names()
 
+    def test_out_reports_an_unsatisfiable_write_concern(self, sales, db):
+        reply = db.command(
+            "aggregate", sales.name, pipeline=[{"$out": "outcoll"}], cursor={}, writeConcern={"w": 2}
+        )
+        assert reply["writeConcernError"]["code"] == 100
+        assert db.outcoll.count_documents({}) == sales.count_documents({})
+
+    def test_unknown_read_concern_level_is_refused(self, db):
+        with pytest.raises(OperationFailure) as exc:
+            db.command("aggregate", "any", pipeline=[], cursor={}, readConcern={"level": "unknown"})
+        assert exc.value.code == 2
+
     def test_batch_size_iterates_everything(self, coll):
         coll.insert_many([{"_id": i} for i in range(1050)])
         cursor = coll.aggregate([{"$sort": {"_id": 1}}], batchSize=100)

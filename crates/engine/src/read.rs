@@ -284,7 +284,7 @@ fn full_range(index_id: u32) -> (Vec<u8>, Vec<u8>) {
 }
 
 /// The `_id`s pinned by the filter (`{_id: v}` or `{_id: {$in: [...]}}`), encoded and sorted.
-fn id_points(matcher: &Matcher) -> Option<Vec<Vec<u8>>> {
+pub(crate) fn id_points(matcher: &Matcher) -> Option<Vec<Vec<u8>>> {
     if let Some(v) = matcher.id_equality() {
         if usable_point(&v) {
             return Some(vec![keys::id_key(&v)]);

@@ -13,8 +13,8 @@
 //! since its snapshot fails, at the write or, for a change that lands in between, at
 //! the commit.
 //!
-//! Reads inside a transaction scan the collection (no index is used): transactions are
-//! meant for small units of work.
+//! Reads inside a transaction look documents up by `_id` when the filter names them,
+//! and otherwise scan the collection (no secondary index is used).
 
 use crate::catalog::CollMeta;
 use crate::cursor::{Cursor, Source, DEFAULT_FIRST_BATCH};
@@ -187,6 +187,26 @@ impl Engine {
         Ok(docs.into_iter().collect())
     }
 
+    /// The documents a filter may match, as the transaction sees them: those with the
+    /// `_id`s the filter names, or else every document of the collection.
+    fn transaction_candidates(
+        &self,
+        t: &Transaction,
+        ns: &Namespace,
+        matcher: &Matcher,
+    ) -> Result<Vec<(Vec<u8>, Document)>> {
+        let Some(ids) = read::id_points(matcher) else {
+            return self.transaction_view(t, ns);
+        };
+        let mut docs = Vec::with_capacity(ids.len());
+        for id_ks in ids {
+            if let Some(d) = self.transaction_doc(t, ns, &id_ks)? {
+                docs.push((id_ks, d));
+            }
+        }
+        Ok(docs)
+    }
+
     /// The documents of a collection the transaction sees, for a read command.
     pub fn transaction_documents(&self, t: &Transaction, ns: &Namespace) -> Result<Vec<Document>> {
         Ok(self
@@ -352,7 +372,7 @@ impl Engine {
         ns.validate_for_write()?;
         let validator = self.validator(ns, op.bypass_document_validation)?;
         let mut targets = self
-            .transaction_view(t, ns)?
+            .transaction_candidates(t, ns, &matcher)?
             .into_iter()
             .filter(|(_, d)| matcher.matches(d));
         let targets: Vec<_> = if op.multi {
@@ -404,7 +424,7 @@ impl Engine {
                 let (filter, _) = crate::write::bind_let(&op.q, op.let_vars.as_ref())?;
                 let matcher = Matcher::new(&filter)?;
                 let mut targets = self
-                    .transaction_view(t, ns)?
+                    .transaction_candidates(t, ns, &matcher)?
                     .into_iter()
                     .filter(|(_, d)| matcher.matches(d));
                 let targets: Vec<_> = if op.limit == 0 {
@@ -441,7 +461,7 @@ impl Engine {
         let validator = self.validator(ns, req.bypass_document_validation)?;
         let mut out = crate::write::FamOutcome::default();
         let mut candidates: Vec<_> = self
-            .transaction_view(t, ns)?
+            .transaction_candidates(t, ns, &plan.matcher)?
             .into_iter()
             .filter(|(_, d)| plan.matcher.matches(d))
             .collect();
@@ -513,8 +533,9 @@ impl Engine {
         }
         let batch_size = check_batch_size(req.batch_size)?;
         let mut docs: Vec<Document> = self
-            .transaction_documents(t, ns)?
+            .transaction_candidates(t, ns, &matcher)?
             .into_iter()
+            .map(|(_, d)| d)
             .filter(|d| matcher.matches(d))
             .collect();
         if let Some(s) = req.sort.as_ref().filter(|s| !s.is_empty()) {

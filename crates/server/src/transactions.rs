@@ -50,12 +50,19 @@ enum State {
 struct SessionTransaction {
     number: i64,
     state: State,
+    started: Instant,
 }
 
 #[derive(Default)]
 pub struct Transactions {
     sessions: Mutex<HashMap<Vec<u8>, SessionTransaction>>,
+    last_expiry: Mutex<Option<Instant>>,
 }
+
+/// An open transaction older than this is aborted (mongod's
+/// transactionLifetimeLimitSeconds default), so an abandoned one cannot hold its
+/// documents' locks and its snapshot forever.
+pub const TRANSACTION_LIFETIME: Duration = Duration::from_secs(60);
 
 /// Commands mongod runs inside a transaction; any other is refused there.
 const ALLOWED: &[&str] = &[
@@ -165,6 +172,7 @@ impl Transactions {
     ) -> Result<OpenTransaction> {
         let key = session_key(&f.lsid);
         let mut sessions = self.sessions.lock();
+        self.expire(&mut sessions);
         let existing = sessions.get(&key);
         if start {
             if let Some(s) = existing {
@@ -199,6 +207,7 @@ impl Transactions {
                 SessionTransaction {
                     number: f.number,
                     state: State::Open(t.clone()),
+                    started: Instant::now(),
                 },
             );
             return Ok(t);
@@ -226,6 +235,24 @@ impl Transactions {
                 f.number,
                 "does not match any in-progress transactions.",
             )),
+        }
+    }
+
+    /// Aborts transactions open longer than [`TRANSACTION_LIFETIME`] (looked for at
+    /// most once a second).
+    fn expire(&self, sessions: &mut HashMap<Vec<u8>, SessionTransaction>) {
+        let mut last = self.last_expiry.lock();
+        if last
+            .map(|t| t.elapsed() < Duration::from_secs(1))
+            .unwrap_or(false)
+        {
+            return;
+        }
+        *last = Some(Instant::now());
+        for s in sessions.values_mut() {
+            if matches!(s.state, State::Open(_)) && s.started.elapsed() > TRANSACTION_LIFETIME {
+                s.state = State::Aborted;
+            }
         }
     }
 
@@ -396,15 +423,14 @@ pub fn snapshot_read(
         if let Some((_, t)) = by_time.get(&key) {
             return Ok(Some((t.clone(), at)));
         }
-        let now = engine.cluster_time();
-        if key > tailstream_engine::keys::ts_to_u64(now) {
+        // Only a time with no commit after it can still be read (a snapshot of now).
+        let (ts, t) = engine.snapshot_now();
+        if key > tailstream_engine::keys::ts_to_u64(ts) {
             return Err(Error::new(
                 codes::INVALID_OPTIONS,
                 "readConcern atClusterTime value must not be greater than the current clusterTime",
             ));
         }
-        // Only a time with no commit after it can still be read (a snapshot of now).
-        let (ts, t) = engine.snapshot_now();
         if ts != at {
             return Err(snapshot_too_old(at));
         }

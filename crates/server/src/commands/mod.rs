@@ -283,6 +283,9 @@ async fn run(
         }
         e
     };
+    if let Err(e) = check_read_concern(&cmd) {
+        return reply(error_reply(state, &e));
+    }
     if txn_fields.is_none()
         && !crate::transactions::SNAPSHOT_READS.contains(&name.as_str())
         && cmd
@@ -401,6 +404,39 @@ async fn run(
         testing::attach_write_concern_error(&mut body, wce, &cmd);
     }
     reply(body)
+}
+
+/// Read concern levels mongod knows (its IDL refuses any other with BadValue).
+const READ_CONCERN_LEVELS: &[&str] =
+    &["local", "majority", "linearizable", "available", "snapshot"];
+
+fn check_read_concern(cmd: &Document) -> Result<()> {
+    let level = match cmd.get("readConcern") {
+        None => return Ok(()),
+        Some(Bson::Document(rc)) => match rc.get("level") {
+            None => return Ok(()),
+            Some(Bson::String(l)) => l,
+            Some(v) => {
+                return Err(Error::type_mismatch(format!(
+                    "BSON field 'readConcern.level' is the wrong type '{}', expected type 'string'",
+                    type_name(v)
+                )))
+            }
+        },
+        Some(v) => {
+            return Err(Error::type_mismatch(format!(
+                "BSON field 'readConcern' is the wrong type '{}', expected type 'object'",
+                type_name(v)
+            )))
+        }
+    };
+    if READ_CONCERN_LEVELS.contains(&level.as_str()) {
+        Ok(())
+    } else {
+        Err(Error::bad_value(format!(
+            "Enumeration value '{level}' for field 'readConcern.level' is not a valid value."
+        )))
+    }
 }
 
 /// The commands whose reply is a document.

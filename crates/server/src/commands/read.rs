@@ -522,12 +522,18 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
             .await?
         }
     };
+    let mut write_concern_error = None;
     if writes {
         let wc = super::write::parse_write_concern(cmd)?;
-        super::write::await_write_concern(state, wc, None).await;
+        write_concern_error = super::write::await_write_concern(state, wc, None).await;
     }
     match (cursor_output(batch, true), at) {
         (Output::Doc(d), Some(at)) => Ok(Output::Doc(with_cluster_time(d, at))),
+        // $out / $merge report a write concern they could not satisfy, as writes do.
+        (Output::Doc(mut d), None) if write_concern_error.is_some() => {
+            d.insert("writeConcernError", write_concern_error.expect("checked"));
+            Ok(Output::Doc(d))
+        }
         (out, _) => Ok(out),
     }
 }
