@@ -122,3 +122,38 @@ def test_let_variables_in_find_update_delete_and_aggregate(db):
     assert sorted(d["y"] for d in out) == [20, 30]
     doc = c.find_one_and_update({"$expr": {"$eq": ["$_id", "$$id"]}}, {"$set": {"z": 1}}, let={"id": 3}, return_document=True)
     assert doc["z"] == 1
+
+
+def test_api_strict_refuses_commands_and_stages_outside_version_1(db):
+    with pytest.raises(OperationFailure) as exc:
+        db.command("distinct", "t", key="a", apiVersion="1", apiStrict=True)
+    assert exc.value.code == 323
+    assert "distinct is not in API Version 1" in str(exc.value)
+    with pytest.raises(OperationFailure) as exc:
+        db.command("aggregate", 1, pipeline=[{"$listLocalSessions": {}}], cursor={}, apiVersion="1", apiStrict=True)
+    assert exc.value.code == 323
+    # Commands of version 1 run; without apiStrict anything does.
+    db.command("find", "t", apiVersion="1", apiStrict=True)
+    db.command("distinct", "t", key="a", apiVersion="1")
+
+
+def test_rand_takes_an_empty_document(coll):
+    coll.insert_one({"_id": 1})
+    [doc] = coll.aggregate([{"$project": {"r": {"$rand": {}}}}])
+    assert 0 <= doc["r"] < 1
+    with pytest.raises(OperationFailure):
+        list(coll.aggregate([{"$project": {"r": {"$rand": [1]}}}]))
+
+
+def test_out_is_refused_in_a_transaction_and_with_linearizable_reads(client, db):
+    db.src.insert_one({"_id": 1})
+    with pytest.raises(OperationFailure) as exc:
+        db.command("aggregate", "src", pipeline=[{"$out": "dst"}], cursor={}, readConcern={"level": "linearizable"})
+    assert exc.value.code == 72
+    with client.start_session() as s:
+        s.start_transaction()
+        with pytest.raises(OperationFailure) as exc:
+            list(db.src.aggregate([{"$out": "dst"}], session=s))
+        assert exc.value.code == 263
+        s.abort_transaction()
+    assert "dst" not in db.list_collection_names()

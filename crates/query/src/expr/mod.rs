@@ -566,7 +566,11 @@ impl Expr {
                 format!("Unrecognized expression '{name}'"),
             ));
         };
-        let raw = positional(arg);
+        // `{$rand: {}}` is how mongod documents an operator without arguments.
+        let raw = match arg {
+            Bson::Document(d) if d.is_empty() && max == Some(0) => Vec::new(),
+            _ => positional(arg),
+        };
         let n = raw.len();
         if Some(min) == max && n != min {
             return Err(Error::location(

@@ -283,7 +283,7 @@ async fn run(
         }
         e
     };
-    if let Err(e) = check_read_concern(&cmd) {
+    if let Err(e) = check_read_concern(&cmd).and_then(|_| check_api_strict(&name, &cmd)) {
         return reply(error_reply(state, &e));
     }
     if txn_fields.is_none()
@@ -404,6 +404,82 @@ async fn run(
         testing::attach_write_concern_error(&mut body, wce, &cmd);
     }
     reply(body)
+}
+
+/// The commands of the Stable API, version 1 (with `apiStrict: true` no other runs).
+const API_V1_COMMANDS: &[&str] = &[
+    "abortTransaction",
+    "aggregate",
+    "authenticate",
+    "collMod",
+    "commitTransaction",
+    "count",
+    "create",
+    "createIndexes",
+    "delete",
+    "drop",
+    "dropDatabase",
+    "dropIndexes",
+    "endSessions",
+    "find",
+    "findAndModify",
+    "getMore",
+    "hello",
+    "insert",
+    "killCursors",
+    "listCollections",
+    "listDatabases",
+    "listIndexes",
+    "ping",
+    "refreshSessions",
+    "saslContinue",
+    "saslStart",
+    "update",
+];
+
+/// Aggregation stages outside the Stable API, version 1.
+const API_V1_EXCLUDED_STAGES: &[&str] = &[
+    "$currentOp",
+    "$indexStats",
+    "$listLocalSessions",
+    "$listSessions",
+    "$planCacheStats",
+    "$collStats",
+    "$search",
+    "$searchMeta",
+    "$listSearchIndexes",
+    "$changeStreamSplitLargeEvent",
+];
+
+/// `apiStrict: true` refuses commands and aggregation stages outside API version 1,
+/// as mongod does (323 APIStrictError).
+fn check_api_strict(name: &str, cmd: &Document) -> Result<()> {
+    if !matches!(cmd.get("apiStrict"), Some(Bson::Boolean(true))) {
+        return Ok(());
+    }
+    if !API_V1_COMMANDS.contains(&name) {
+        return Err(Error::new(
+            codes::API_STRICT_ERROR,
+            format!("Provided apiStrict:true, but the command {name} is not in API Version 1"),
+        ));
+    }
+    if name == "aggregate" {
+        if let Ok(pipeline) = cmd.get_array("pipeline") {
+            for stage in pipeline.iter().filter_map(|s| s.as_document()) {
+                if let Some(k) = stage
+                    .keys()
+                    .next()
+                    .filter(|k| API_V1_EXCLUDED_STAGES.contains(&k.as_str()))
+                {
+                    return Err(Error::new(
+                        codes::API_STRICT_ERROR,
+                        format!("{k} is not allowed with 'apiStrict: true' in API Version 1"),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Read concern levels mongod knows (its IDL refuses any other with BadValue).

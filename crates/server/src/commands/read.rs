@@ -459,6 +459,24 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
         .unwrap_or(false);
     let let_vars = opt_doc(cmd, "let")?;
     let in_txn = crate::transactions::current();
+    if writes && in_txn.is_some() {
+        return Err(Error::new(
+            codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+            "$out and $merge cannot be used in a transaction",
+        ));
+    }
+    if writes
+        && cmd
+            .get_document("readConcern")
+            .ok()
+            .and_then(|rc| rc.get_str("level").ok())
+            == Some("linearizable")
+    {
+        return Err(Error::new(
+            codes::INVALID_OPTIONS,
+            "$out and $merge cannot be used with a 'linearizable' read concern level",
+        ));
+    }
     let snapshot = match in_txn {
         Some(_) => None,
         None => crate::transactions::snapshot_read(state, cmd)?,
