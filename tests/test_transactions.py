@@ -1,5 +1,7 @@
 """Multi-document transactions (startTransaction / commitTransaction / abortTransaction)."""
 
+import time
+
 import bson
 import pytest
 from pymongo import ReturnDocument
@@ -221,3 +223,30 @@ def test_validator_applies_to_writes_in_a_transaction(client, db):
             db.v.insert_one({"_id": 1, "n": 1}, session=s)
             db.v.insert_one({"_id": 2, "n": "text"}, session=s, bypass_document_validation=True)
     assert [d["_id"] for d in db.v.find()] == [1, 2]
+
+
+def test_an_abandoned_transaction_expires_and_releases_its_documents(client, db):
+    client.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=1)
+    try:
+        with client.start_session() as s0, client.start_session() as s1:
+            s0.start_transaction()
+            db.t.insert_one({"_id": 1, "by": 0}, session=s0)
+            # Expiry is checked when transaction commands arrive, at most once a second.
+            deadline = time.monotonic() + 30
+            while True:
+                s1.start_transaction()
+                try:
+                    db.t.insert_one({"_id": 1, "by": 1}, session=s1)
+                    s1.commit_transaction()
+                    break
+                except OperationFailure as e:
+                    assert e.code == 112
+                    s1.abort_transaction()
+                    assert time.monotonic() < deadline, "the abandoned transaction never expired"
+                    time.sleep(0.2)
+            with pytest.raises(OperationFailure) as exc:
+                s0.commit_transaction()
+            assert exc.value.code == 251
+        assert list(db.t.find()) == [{"_id": 1, "by": 1}]
+    finally:
+        client.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=60)

@@ -60,9 +60,22 @@ pub struct Transactions {
 }
 
 /// An open transaction older than this is aborted (mongod's
-/// transactionLifetimeLimitSeconds default), so an abandoned one cannot hold its
-/// documents' locks and its snapshot forever.
+/// transactionLifetimeLimitSeconds default; setParameter changes it), so an abandoned
+/// one cannot hold its documents' locks and its snapshot forever.
 pub const TRANSACTION_LIFETIME: Duration = Duration::from_secs(60);
+
+/// The transaction lifetime in force: the `transactionLifetimeLimitSeconds` parameter
+/// (at least 1 s), else [`TRANSACTION_LIFETIME`].
+fn transaction_lifetime(state: &ServerState) -> Duration {
+    state
+        .parameters
+        .read()
+        .get("transactionLifetimeLimitSeconds")
+        .and_then(tailstream_engine::find::as_i64)
+        .filter(|s| *s >= 1)
+        .map(|s| Duration::from_secs(s as u64))
+        .unwrap_or(TRANSACTION_LIFETIME)
+}
 
 /// Commands mongod runs inside a transaction; any other is refused there.
 const ALLOWED: &[&str] = &[
@@ -172,7 +185,7 @@ impl Transactions {
     ) -> Result<OpenTransaction> {
         let key = session_key(&f.lsid);
         let mut sessions = self.sessions.lock();
-        self.expire(&mut sessions);
+        self.expire(&mut sessions, transaction_lifetime(state));
         let existing = sessions.get(&key);
         if start {
             if let Some(s) = existing {
@@ -238,9 +251,8 @@ impl Transactions {
         }
     }
 
-    /// Aborts transactions open longer than [`TRANSACTION_LIFETIME`] (looked for at
-    /// most once a second).
-    fn expire(&self, sessions: &mut HashMap<Vec<u8>, SessionTransaction>) {
+    /// Aborts transactions open longer than `lifetime` (looked for at most once a second).
+    fn expire(&self, sessions: &mut HashMap<Vec<u8>, SessionTransaction>, lifetime: Duration) {
         let mut last = self.last_expiry.lock();
         if last
             .map(|t| t.elapsed() < Duration::from_secs(1))
@@ -250,7 +262,7 @@ impl Transactions {
         }
         *last = Some(Instant::now());
         for s in sessions.values_mut() {
-            if matches!(s.state, State::Open(_)) && s.started.elapsed() > TRANSACTION_LIFETIME {
+            if matches!(s.state, State::Open(_)) && s.started.elapsed() > lifetime {
                 s.state = State::Aborted;
             }
         }
