@@ -250,3 +250,21 @@ def test_an_abandoned_transaction_expires_and_releases_its_documents(client, db)
         assert list(db.t.find()) == [{"_id": 1, "by": 1}]
     finally:
         client.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=60)
+
+
+def test_change_events_of_a_transaction_carry_its_session(client, db):
+    coll = db.t
+    with coll.watch() as stream:
+        coll.insert_one({"_id": 0})
+        with client.start_session() as s:
+            with s.start_transaction():
+                coll.insert_one({"_id": 1}, session=s)
+                coll.update_one({"_id": 0}, {"$set": {"x": 1}}, session=s)
+            lsid = s.session_id
+        plain, inserted, updated = stream.next(), stream.next(), stream.next()
+    assert "lsid" not in plain and "txnNumber" not in plain
+    for event in (inserted, updated):
+        assert event["lsid"] == lsid
+        assert isinstance(event["txnNumber"], int)
+    assert inserted["txnNumber"] == updated["txnNumber"]
+    assert [inserted["operationType"], updated["operationType"]] == ["insert", "update"]

@@ -241,6 +241,7 @@ impl Engine {
             touched_capped: false,
             ns_mask: 0,
             recent: Vec::new(),
+            session: None,
         }
     }
 
@@ -287,6 +288,10 @@ pub(crate) struct Txn<'e> {
     ns_mask: u64,
     /// This transaction's oplog entries, for the in-memory recent oplog (when enabled).
     recent: Vec<changestream::recent::RecentEntry>,
+    /// The session (`lsid`, `txnNumber`) of a multi-document transaction being committed:
+    /// written into each of its oplog entries, as mongod's transaction entries carry
+    /// them, so change events can show them.
+    session: Option<(Document, i64)>,
 }
 
 impl Drop for Txn<'_> {
@@ -306,7 +311,11 @@ impl<'e> Txn<'e> {
     /// Appends an oplog entry (and its per-namespace index entry) with the next cluster time.
     pub fn log(&mut self, change: OplogChange) -> bson::Timestamp {
         let ts = self.w.clock.next();
-        let entry = change.to_entry(ts, self.wall);
+        let mut entry = change.to_entry(ts, self.wall);
+        if let Some((lsid, number)) = &self.session {
+            entry.insert("lsid", lsid.clone());
+            entry.insert("txnNumber", *number);
+        }
         let mut bytes = Vec::with_capacity(256);
         entry
             .to_writer(&mut bytes)
@@ -368,6 +377,12 @@ impl<'e> Txn<'e> {
         e.append("t", 1i64);
         e.append("v", 2i64);
         e.append("wall", self.wall);
+        if let Some((lsid, number)) = &self.session {
+            if let Ok(raw) = bson::RawDocumentBuf::from_document(lsid) {
+                e.append("lsid", raw);
+            }
+            e.append("txnNumber", *number);
+        }
         self.put_oplog(ns, ts, e.as_bytes());
         ts
     }
@@ -430,6 +445,11 @@ impl<'e> Txn<'e> {
             .to_writer(&mut bytes)
             .expect("serialise counters");
         self.batch.put(Space::Meta, keys::META_COUNTERS, &bytes);
+    }
+
+    /// Marks the oplog entries of this commit as a transaction's (see `session`).
+    pub fn set_session(&mut self, lsid: Document, txn_number: i64) {
+        self.session = Some((lsid, txn_number));
     }
 
     pub fn touch_capped(&mut self) {

@@ -612,7 +612,11 @@ impl Engine {
 
     /// Commits: the transaction's collections and indexes, then its document changes in
     /// one atomic batch (None if it changed nothing).
-    pub fn commit_transaction(&self, t: Transaction) -> Result<Option<Committed>> {
+    pub fn commit_transaction(
+        &self,
+        t: Transaction,
+        session: Option<(Document, i64)>,
+    ) -> Result<Option<Committed>> {
         let mut last_ddl = None;
         for d in &t.ddl {
             last_ddl = Some(match d {
@@ -629,6 +633,9 @@ impl Engine {
             return Ok(last_ddl);
         }
         let mut txn = self.begin();
+        if let Some((lsid, number)) = session {
+            txn.set_session(lsid, number);
+        }
         let mut pending = PendingIndex::default();
         for x in t.touched.iter().filter(|x| x.base != x.current) {
             let meta: Option<Arc<CollMeta>> = txn.catalog().get(&x.ns);

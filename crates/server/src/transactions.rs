@@ -360,7 +360,11 @@ pub async fn commit(state: &Arc<ServerState>, cmd: &Document, f: &TxnFields) -> 
     let committed = match state.transactions.take_for_commit(f)? {
         Some(t) => {
             let engine = state.engine.clone();
-            match tokio::task::spawn_blocking(move || engine.commit_transaction(t)).await {
+            let session = match &f.lsid {
+                Bson::Document(lsid) => Some((lsid.clone(), f.number)),
+                _ => None,
+            };
+            match tokio::task::spawn_blocking(move || engine.commit_transaction(t, session)).await {
                 Ok(Ok(c)) => c,
                 Ok(Err(e)) => {
                     state.transactions.commit_failed(f);

@@ -330,6 +330,11 @@ pub(crate) fn transform(
     if let Some(s) = &p.state_before_change {
         d.append("stateBeforeChange", to_raw(s)?);
     }
+    // A transaction's entries carry its session: mongod's events show it.
+    if let (Ok(lsid), Ok(number)) = (entry.get_document("lsid"), entry.get_i64("txnNumber")) {
+        d.append("lsid", lsid.to_raw_document_buf());
+        d.append("txnNumber", number);
+    }
     let wants_images = match p.op_type {
         "update" => {
             spec.full_document != FullDocument::Default || spec.before_change != BeforeChange::Off
