@@ -22,8 +22,8 @@ use crate::find::{check_batch_size, CursorBatch, FindRequest};
 use crate::namespace::Namespace;
 use crate::validation::DocumentValidator;
 use crate::write::{
-    compute_update, upsert_document, ComputedUpdate, DeleteOp, PendingIndex, UpdateOp, WriteError,
-    WriteOutcome,
+    check_delete_limit, compute_update, run_statements, upsert_document, ComputedUpdate, DeleteOp,
+    PendingIndex, UpdateOp, WriteError, WriteOutcome,
 };
 use crate::{keys, read, storage_err, Committed, Engine};
 use bson::{doc, Bson, Document, RawDocumentBuf};
@@ -313,15 +313,12 @@ impl Engine {
         let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
         let id_ks = keys::id_key(&id);
         if self.transaction_doc(t, ns, &id_ks)?.is_some() {
-            return Err(Error::new(
-                codes::DUPLICATE_KEY,
-                format!(
-                    "E11000 duplicate key error collection: {} index: _id_ dup key: {}",
-                    ns.full(),
-                    crate::format::doc_to_string(&doc! {"_id": id.clone()})
-                ),
-            )
-            .with_info(doc! {"keyPattern": {"_id": 1}, "keyValue": {"_id": id.clone()}}));
+            return Err(crate::write::duplicate_key_error(
+                ns,
+                "_id_",
+                &doc! {"_id": 1},
+                &doc! {"_id": id.clone()},
+            ));
         }
         self.touch(t, ns, &id_ks, Some(doc))?;
         Ok(id)
@@ -334,25 +331,15 @@ impl Engine {
         ops: Vec<UpdateOp>,
         ordered: bool,
     ) -> Result<WriteOutcome> {
-        let mut out = WriteOutcome::default();
-        for (index, op) in ops.iter().enumerate() {
-            match self.transaction_update_one(t, ns, op) {
-                Ok((n, modified, upserted)) => {
-                    out.n += n;
-                    out.n_modified += modified;
-                    if let Some(id) = upserted {
-                        out.upserted.push((index, id));
-                    }
-                }
-                Err(error) => {
-                    out.errors.push(WriteError { index, error });
-                    if ordered {
-                        break;
-                    }
-                }
+        Ok(run_statements(&ops, ordered, |index, op, out| {
+            let (n, modified, upserted) = self.transaction_update_one(t, ns, op)?;
+            out.n += n;
+            out.n_modified += modified;
+            if let Some(id) = upserted {
+                out.upserted.push((index, id));
             }
-        }
-        Ok(out)
+            Ok(None)
+        }))
     }
 
     fn transaction_update_one(
@@ -412,42 +399,25 @@ impl Engine {
         ops: Vec<DeleteOp>,
         ordered: bool,
     ) -> Result<WriteOutcome> {
-        let mut out = WriteOutcome::default();
-        for (index, op) in ops.iter().enumerate() {
-            let result = (|| {
-                if op.limit != 0 && op.limit != 1 {
-                    return Err(Error::failed_to_parse(format!(
-                        "The limit field in delete objects must be 0 or 1. Got {}",
-                        op.limit
-                    )));
-                }
-                let (filter, _) = crate::write::bind_let(&op.q, op.let_vars.as_ref())?;
-                let matcher = Matcher::new(&filter)?;
-                let mut targets = self
-                    .transaction_candidates(t, ns, &matcher)?
-                    .into_iter()
-                    .filter(|(_, d)| matcher.matches(d));
-                let targets: Vec<_> = if op.limit == 0 {
-                    targets.collect()
-                } else {
-                    targets.next().into_iter().collect()
-                };
-                for (id_ks, _) in &targets {
-                    self.touch(t, ns, id_ks, None)?;
-                }
-                Ok(targets.len() as u64)
-            })();
-            match result {
-                Ok(n) => out.n += n,
-                Err(error) => {
-                    out.errors.push(WriteError { index, error });
-                    if ordered {
-                        break;
-                    }
-                }
+        Ok(run_statements(&ops, ordered, |_, op, out| {
+            check_delete_limit(op.limit)?;
+            let (filter, _) = crate::write::bind_let(&op.q, op.let_vars.as_ref())?;
+            let matcher = Matcher::new(&filter)?;
+            let mut targets = self
+                .transaction_candidates(t, ns, &matcher)?
+                .into_iter()
+                .filter(|(_, d)| matcher.matches(d));
+            let targets: Vec<_> = if op.limit == 0 {
+                targets.collect()
+            } else {
+                targets.next().into_iter().collect()
+            };
+            for (id_ks, _) in &targets {
+                self.touch(t, ns, id_ks, None)?;
             }
-        }
-        Ok(out)
+            out.n += targets.len() as u64;
+            Ok(None)
+        }))
     }
 
     /// findAndModify in a transaction; returns (value, n, updatedExisting, upserted _id).

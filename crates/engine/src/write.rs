@@ -227,7 +227,7 @@ impl Engine {
                 .is_some()
         {
             return Err(duplicate_key_error(
-                meta,
+                &meta.ns,
                 "_id_",
                 &doc! {"_id": 1},
                 &doc! {"_id": id.clone()},
@@ -296,7 +296,7 @@ impl Engine {
                         .zip(values.into_iter())
                         .collect();
                     return Err(duplicate_key_error(
-                        meta,
+                        &meta.ns,
                         &index.name,
                         &index.key,
                         &key_value,
@@ -547,12 +547,7 @@ impl Engine {
     }
 
     fn delete_op(&self, ns: &Namespace, op: &DeleteOp) -> Result<(u64, Option<Committed>)> {
-        if op.limit != 0 && op.limit != 1 {
-            return Err(Error::failed_to_parse(format!(
-                "The limit field in delete objects must be 0 or 1. Got {}",
-                op.limit
-            )));
-        }
+        check_delete_limit(op.limit)?;
         let (filter, _) = bind_let(&op.q, op.let_vars.as_ref())?;
         let matcher = Matcher::new(&filter)?;
         let mut txn = self.begin();
@@ -776,18 +771,16 @@ pub(crate) fn upsert_document(
     vars: &Variables,
 ) -> Result<Document> {
     let seed = upsert_seed(query)?;
+    let insert = ApplyContext {
+        is_insert: true,
+        positional: None,
+        now: bson::DateTime::now(),
+        matcher: &QueryConditions,
+    };
     let doc = match spec.kind() {
         UpdateKind::Replacement => {
             let mut d = Document::new();
-            spec.apply(
-                &mut d,
-                &ApplyContext {
-                    is_insert: true,
-                    positional: None,
-                    now: bson::DateTime::now(),
-                    matcher: &QueryConditions,
-                },
-            )?;
+            spec.apply(&mut d, &insert)?;
             if !d.contains_key("_id") {
                 if let Some(id) = seed.get("_id") {
                     let mut with_id = doc! {"_id": id.clone()};
@@ -800,15 +793,7 @@ pub(crate) fn upsert_document(
         UpdateKind::Pipeline => run_pipeline_update(spec, &seed, vars)?,
         UpdateKind::Operators => {
             let mut d = seed.clone();
-            spec.apply(
-                &mut d,
-                &ApplyContext {
-                    is_insert: true,
-                    positional: None,
-                    now: bson::DateTime::now(),
-                    matcher: &QueryConditions,
-                },
-            )?;
+            spec.apply(&mut d, &insert)?;
             if seed.get("_id").is_some() && d.get("_id") != seed.get("_id") {
                 return Err(Error::new(
                     codes::IMMUTABLE_FIELD,
@@ -884,9 +869,19 @@ pub(crate) fn compute_update(
     }))
 }
 
+/// A delete statement's `limit`: 0 (every match) or 1 (the first).
+pub(crate) fn check_delete_limit(limit: i64) -> Result<()> {
+    if limit != 0 && limit != 1 {
+        return Err(Error::failed_to_parse(format!(
+            "The limit field in delete objects must be 0 or 1. Got {limit}"
+        )));
+    }
+    Ok(())
+}
+
 /// Runs a write command's statements in order; a failed statement is a write error,
 /// and an ordered command stops at the first one.
-fn run_statements<T>(
+pub(crate) fn run_statements<T>(
     statements: &[T],
     ordered: bool,
     mut apply: impl FnMut(usize, &T, &mut WriteOutcome) -> Result<Option<Committed>>,
@@ -1108,8 +1103,8 @@ pub(crate) fn encode_checked(doc: &Document, insert: bool) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
-fn duplicate_key_error(
-    meta: &CollMeta,
+pub(crate) fn duplicate_key_error(
+    ns: &Namespace,
     index_name: &str,
     key_pattern: &Document,
     key_value: &Document,
@@ -1118,7 +1113,7 @@ fn duplicate_key_error(
         codes::DUPLICATE_KEY,
         format!(
             "E11000 duplicate key error collection: {} index: {} dup key: {}",
-            meta.ns.full(),
+            ns.full(),
             index_name,
             doc_to_string(key_value)
         ),

@@ -281,6 +281,10 @@ impl Transactions {
     /// A command outside transactions with a newer `txnNumber` ends the open one.
     pub fn newer_number(&self, lsid: &Bson, number: i64) {
         let mut sessions = self.sessions.lock();
+        if sessions.is_empty() {
+            // Every retryable write comes here: without transactions, nothing to look up.
+            return;
+        }
         let key = session_key(lsid);
         if let Some(s) = sessions.get(&key) {
             if s.number < number {
@@ -467,6 +471,47 @@ pub fn snapshot_read(
     Ok(Some((t, ts)))
 }
 
+/// What a read command sees instead of the latest data: its transaction (snapshot
+/// plus the transaction's own writes), or the snapshot a snapshot read asks for.
+pub enum ReadView {
+    Transaction(OpenTransaction),
+    /// A snapshot read outside transactions, and its cluster time (the reply's
+    /// `atClusterTime`).
+    Snapshot(Arc<Transaction>, bson::Timestamp),
+}
+
+/// The view a read command reads through, if it is not the latest data.
+pub fn read_view(state: &ServerState, cmd: &Document) -> Result<Option<ReadView>> {
+    if let Some(t) = current() {
+        return Ok(Some(ReadView::Transaction(t)));
+    }
+    Ok(snapshot_read(state, cmd)?.map(|(t, at)| ReadView::Snapshot(t, at)))
+}
+
+impl ReadView {
+    /// The `atClusterTime` a snapshot read reports.
+    pub fn at_cluster_time(&self) -> Option<bson::Timestamp> {
+        match self {
+            ReadView::Transaction(_) => None,
+            ReadView::Snapshot(_, at) => Some(*at),
+        }
+    }
+
+    /// Runs a read on the view, on the blocking pool.
+    pub async fn read<T, F>(self, state: &Arc<ServerState>, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&tailstream_engine::Engine, &Transaction) -> Result<T> + Send + 'static,
+    {
+        match self {
+            ReadView::Transaction(t) => {
+                crate::commands::in_transaction(state, t, move |e, t| f(e, t)).await
+            }
+            ReadView::Snapshot(t, _) => crate::commands::blocking(state, move |e| f(e, &t)).await,
+        }
+    }
+}
+
 /// Commands that read at a snapshot outside transactions (a getMore continues its
 /// cursor's snapshot; drivers may repeat the read concern on it); the others refuse it.
 pub const SNAPSHOT_READS: &[&str] = &["find", "aggregate", "distinct", "getMore"];
@@ -481,10 +526,9 @@ pub fn label_transient(name: &str, e: &mut Error) {
         codes::SNAPSHOT_TOO_OLD,
         246, // SnapshotUnavailable
     ];
-    // Network and primary-change errors (ErrorCodes::isRetriableError).
-    const RETRIABLE: &[i32] = &[
-        6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436,
-    ];
+    // Network and primary-change errors (ErrorCodes::isRetriableError: the codes a
+    // retryable write retries).
+    use crate::commands::testing::RETRYABLE_WRITE_CODES as RETRIABLE;
     let commit_or_abort = matches!(name, "commitTransaction" | "abortTransaction");
     let transient = TRANSIENT.contains(&e.code)
         || e.code == codes::NO_SUCH_TRANSACTION

@@ -2,7 +2,7 @@
 //! dropDatabase, renameCollection, collMod, createIndexes, dropIndexes, dbStats, collStats.
 
 use super::write::{await_write_concern, parse_write_concern};
-use super::{blocking, collection_arg, opt_bool, opt_doc, opt_str, type_name};
+use super::{blocking, collection_arg, opt_bool, opt_doc, opt_str, type_name, GENERIC_ARGS};
 use crate::state::ServerState;
 use bson::{doc, Bson, Document};
 use std::sync::Arc;
@@ -10,27 +10,6 @@ use tailstream_engine::catalog::CollMeta;
 use tailstream_engine::namespace::Namespace;
 use tailstream_engine::query::error::{codes, Error, Result};
 use tailstream_engine::query::matcher::Matcher;
-
-/// Fields every command may carry that are not options of the command itself.
-const GENERIC_FIELDS: &[&str] = &[
-    "$db",
-    "lsid",
-    "$clusterTime",
-    "$readPreference",
-    "txnNumber",
-    "readConcern",
-    "writeConcern",
-    "comment",
-    "apiVersion",
-    "apiStrict",
-    "apiDeprecationErrors",
-    "maxTimeMS",
-    "autocommit",
-    "startTransaction",
-    "$audit",
-    "$client",
-    "mayBypassWriteBlocking",
-];
 
 fn filter_matches(filter: &Option<Matcher>, d: &Document) -> bool {
     filter.as_ref().map(|m| m.matches(d)).unwrap_or(true)
@@ -150,7 +129,7 @@ pub async fn create(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
     let options: Document = cmd
         .iter()
         .skip(1)
-        .filter(|(k, _)| !GENERIC_FIELDS.contains(&k.as_str()))
+        .filter(|(k, _)| !GENERIC_ARGS.contains(&k.as_str()))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     if let Some(t) = crate::transactions::current() {

@@ -7,7 +7,7 @@ mod args;
 mod ddl;
 mod handshake;
 mod read;
-mod testing;
+pub(crate) mod testing;
 pub(crate) mod write;
 
 pub use args::*;
@@ -283,16 +283,16 @@ async fn run(
         }
         e
     };
-    if let Err(e) = check_read_concern(&cmd).and_then(|_| check_api_strict(&name, &cmd)) {
+    let level = match read_concern_level(&cmd) {
+        Ok(level) => level,
+        Err(e) => return reply(error_reply(state, &e)),
+    };
+    if let Err(e) = check_api_strict(&name, &cmd) {
         return reply(error_reply(state, &e));
     }
     if txn_fields.is_none()
+        && level == Some("snapshot")
         && !crate::transactions::SNAPSHOT_READS.contains(&name.as_str())
-        && cmd
-            .get_document("readConcern")
-            .ok()
-            .and_then(|rc| rc.get_str("level").ok())
-            == Some("snapshot")
     {
         let e = Error::new(
             codes::INVALID_OPTIONS,
@@ -486,11 +486,12 @@ fn check_api_strict(name: &str, cmd: &Document) -> Result<()> {
 const READ_CONCERN_LEVELS: &[&str] =
     &["local", "majority", "linearizable", "available", "snapshot"];
 
-fn check_read_concern(cmd: &Document) -> Result<()> {
+/// The command's read concern level, checked as mongod checks it (None: no level).
+fn read_concern_level(cmd: &Document) -> Result<Option<&str>> {
     let level = match cmd.get("readConcern") {
-        None => return Ok(()),
+        None => return Ok(None),
         Some(Bson::Document(rc)) => match rc.get("level") {
-            None => return Ok(()),
+            None => return Ok(None),
             Some(Bson::String(l)) => l,
             Some(v) => {
                 return Err(Error::type_mismatch(format!(
@@ -507,7 +508,7 @@ fn check_read_concern(cmd: &Document) -> Result<()> {
         }
     };
     if READ_CONCERN_LEVELS.contains(&level.as_str()) {
-        Ok(())
+        Ok(Some(level.as_str()))
     } else {
         Err(Error::bad_value(format!(
             "Enumeration value '{level}' for field 'readConcern.level' is not a valid value."

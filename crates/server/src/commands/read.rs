@@ -77,13 +77,11 @@ pub async fn find(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<
     check_fields(cmd, FIND_FIELDS)?;
     let req = parse_find(cmd)?;
     state.opcounters.query.fetch_add(1, Ordering::Relaxed);
-    if let Some(t) = crate::transactions::current() {
-        let batch =
-            super::in_transaction(state, t, move |e, t| e.transaction_find(t, &ns, req)).await?;
-        return Ok(cursor_reply(batch, true));
-    }
-    if let Some((snap, at)) = crate::transactions::snapshot_read(state, cmd)? {
-        let batch = blocking(state, move |e| e.transaction_find(&snap, &ns, req)).await?;
+    if let Some(view) = crate::transactions::read_view(state, cmd)? {
+        let at = view.at_cluster_time();
+        let batch = view
+            .read(state, move |e, t| e.transaction_find(t, &ns, req))
+            .await?;
         return Ok(with_cluster_time(cursor_reply(batch, true), at));
     }
     let batch = blocking(state, move |e| e.find(&ns, req)).await?;
@@ -340,27 +338,22 @@ pub async fn distinct(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
         }
     };
     let query = opt_doc(cmd, "query")?.unwrap_or_default();
-    let values = match crate::transactions::current() {
-        Some(t) => {
-            super::in_transaction(state, t, move |e, t| {
-                let view = e.transaction_documents(t, &ns)?;
-                e.distinct_in(&ns, &key, &query, Some(view))
-            })
-            .await?
-        }
-        None => match crate::transactions::snapshot_read(state, cmd)? {
-            Some((snap, at)) => {
-                let values = blocking(state, move |e| {
-                    let view = e.transaction_documents(&snap, &ns)?;
-                    e.distinct_in(&ns, &key, &query, Some(view))
-                })
-                .await?;
-                return Ok(doc! {"values": values, "atClusterTime": at});
-            }
-            None => blocking(state, move |e| e.distinct(&ns, &key, &query)).await?,
-        },
+    let Some(view) = crate::transactions::read_view(state, cmd)? else {
+        let values = blocking(state, move |e| e.distinct(&ns, &key, &query)).await?;
+        return Ok(doc! {"values": values});
     };
-    Ok(doc! {"values": values})
+    let at = view.at_cluster_time();
+    let values = view
+        .read(state, move |e, t| {
+            let docs = e.transaction_documents(t, &ns)?;
+            e.distinct_in(&ns, &key, &query, Some(docs))
+        })
+        .await?;
+    let mut reply = doc! {"values": values};
+    if let Some(at) = at {
+        reply.insert("atClusterTime", at);
+    }
+    Ok(reply)
 }
 
 pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Output> {
@@ -458,8 +451,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
         .map(|s| s.contains_key("$out") || s.contains_key("$merge"))
         .unwrap_or(false);
     let let_vars = opt_doc(cmd, "let")?;
-    let in_txn = crate::transactions::current();
-    if writes && in_txn.is_some() {
+    if writes && crate::transactions::current().is_some() {
         return Err(Error::new(
             codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
             "$out and $merge cannot be used in a transaction",
@@ -477,15 +469,12 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
             "$out and $merge cannot be used with a 'linearizable' read concern level",
         ));
     }
-    let snapshot = match in_txn {
-        Some(_) => None,
-        None => crate::transactions::snapshot_read(state, cmd)?,
-    };
-    let at = snapshot.as_ref().map(|(_, at)| *at);
-    let batch = match in_txn {
-        Some(t) => {
-            super::in_transaction(state, t, move |e, t| {
-                let view = match coll.as_deref() {
+    let view = crate::transactions::read_view(state, cmd)?;
+    let at = view.as_ref().and_then(|v| v.at_cluster_time());
+    let batch = match view {
+        Some(view) => {
+            view.read(state, move |e, t| {
+                let docs = match coll.as_deref() {
                     Some(c) => Some(e.transaction_documents(
                         t,
                         &tailstream_engine::namespace::Namespace::new(&db, c),
@@ -499,29 +488,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
                     batch_size,
                     lsid,
                     let_vars.as_ref(),
-                    view,
-                )
-            })
-            .await?
-        }
-        None if snapshot.is_some() => {
-            let (snap, _) = snapshot.clone().expect("checked just above");
-            blocking(state, move |e| {
-                let view = match coll.as_deref() {
-                    Some(c) => Some(e.transaction_documents(
-                        &snap,
-                        &tailstream_engine::namespace::Namespace::new(&db, c),
-                    )?),
-                    None => None,
-                };
-                e.aggregate_in(
-                    &db,
-                    coll.as_deref(),
-                    &pipeline,
-                    batch_size,
-                    lsid,
-                    let_vars.as_ref(),
-                    view,
+                    docs,
                 )
             })
             .await?
@@ -546,7 +513,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
         write_concern_error = super::write::await_write_concern(state, wc, None).await;
     }
     match (cursor_output(batch, true), at) {
-        (Output::Doc(d), Some(at)) => Ok(Output::Doc(with_cluster_time(d, at))),
+        (Output::Doc(d), Some(at)) => Ok(Output::Doc(with_cluster_time(d, Some(at)))),
         // $out / $merge report a write concern they could not satisfy, as writes do.
         (Output::Doc(mut d), None) if write_concern_error.is_some() => {
             d.insert("writeConcernError", write_concern_error.expect("checked"));
@@ -558,8 +525,8 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
 
 /// A snapshot read's reply names the time it read at (`cursor.atClusterTime`), which
 /// the driver's snapshot session sends back in its next reads.
-fn with_cluster_time(mut reply: Document, at: bson::Timestamp) -> Document {
-    if let Ok(cursor) = reply.get_document_mut("cursor") {
+fn with_cluster_time(mut reply: Document, at: Option<bson::Timestamp>) -> Document {
+    if let (Some(at), Ok(cursor)) = (at, reply.get_document_mut("cursor")) {
         cursor.insert("atClusterTime", at);
     }
     reply

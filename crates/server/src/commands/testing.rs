@@ -47,7 +47,7 @@ pub struct Injected {
 }
 
 /// Codes whose errors a retryable write may retry: mongod labels them RetryableWriteError.
-const RETRYABLE_WRITE_CODES: &[i32] = &[
+pub(crate) const RETRYABLE_WRITE_CODES: &[i32] = &[
     6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436,
 ];
 
