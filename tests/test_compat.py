@@ -157,3 +157,51 @@ def test_out_is_refused_in_a_transaction_and_with_linearizable_reads(client, db)
         assert exc.value.code == 263
         s.abort_transaction()
     assert "dst" not in db.list_collection_names()
+
+
+def test_failed_command_reports_an_unsatisfiable_write_concern(db):
+    """mongod waits for the write concern even when the command fails, so a w it
+    cannot satisfy comes back as a writeConcernError next to the error."""
+    db.create_collection("a")
+    db.create_collection("b")
+    reply = db.client.admin.command(
+        "renameCollection", f"{db.name}.a", to=f"{db.name}.b",
+        writeConcern={"w": 2, "wtimeout": 1}, check=False)
+    assert reply["ok"] == 0 and reply["code"] == 48
+    assert reply["writeConcernError"]["code"] == 100
+    plain = db.client.admin.command("renameCollection", f"{db.name}.a", to=f"{db.name}.b", check=False)
+    assert "writeConcernError" not in plain
+
+
+def test_update_pipeline_stages_are_checked_before_any_document(coll):
+    coll.insert_one({"x": 11})
+    with pytest.raises(OperationFailure) as exc:
+        coll.update_one({"x": 1}, [{"$invalidOperator": True}])
+    assert exc.value.code == 40324
+    with pytest.raises(OperationFailure) as exc:
+        coll.update_one({"x": 1}, [{"$group": {"_id": None}}])
+    assert exc.value.code == 72
+    assert "not allowed to be used within an update" in str(exc.value)
+    coll.update_one({"x": 11}, [{"$set": {"y": 1}}])
+    assert coll.find_one({}, {"_id": 0}) == {"x": 11, "y": 1}
+
+
+def test_min_max_on_the_id_index(coll):
+    coll.insert_many([{"_id": i, "x": i * 11} for i in range(1, 6)])
+    got = list(coll.find({"_id": {"$gt": 1}}, {"_id": 0, "x": 1}, hint=[("_id", 1)],
+                         min={"_id": 0}, max={"_id": 5}).sort("x", -1))
+    assert got == [{"x": 44}, {"x": 33}, {"x": 22}]
+    assert [d["_id"] for d in coll.find(hint="_id_", max={"_id": 3})] == [1, 2]
+    with pytest.raises(OperationFailure) as exc:
+        list(coll.find(hint=[("_id", 1)], min={"x": 0}))
+    assert exc.value.code == 51174
+
+
+def test_return_key_returns_the_index_keys(coll):
+    coll.create_index("x")
+    coll.insert_many([{"_id": i, "x": i * 11, "y": 0} for i in range(1, 4)])
+    assert list(coll.find({}, return_key=True, show_record_id=True).sort("_id", 1)) == [
+        {"_id": 1}, {"_id": 2}, {"_id": 3}]
+    assert list(coll.find({"x": {"$gte": 22}}, return_key=True).hint("x_1")) == [{"x": 22}, {"x": 33}]
+    # A collection scan uses no index: empty keys, as mongod returns.
+    assert list(coll.find({"y": 0}, return_key=True)) == [{}, {}, {}]

@@ -261,3 +261,21 @@ def test_max_time_always_times_out_on_get_more_of_a_time_limited_cursor(fp_clien
     with pytest.raises(OperationFailure) as exc:
         fp_client[db.name].command("getMore", cursor_id, collection="mt")
     assert exc.value.code == 43
+
+
+def test_on_primary_transactional_write_skip_counts_documents(server, db):
+    """mongod evaluates onPrimaryTransactionalWrite once per statement: {skip: 3} lets a
+    first insert of three documents through and fails the next one."""
+    c = MongoClient(server.uri(directConnection="true"), retryWrites=True)
+    try:
+        set_fail_point(c, {"skip": 3}, {"failBeforeCommitExceptionCode": 1, "closeConnection": False},
+                       name="onPrimaryTransactionalWrite")
+        coll = c[db.name].skipped
+        coll.insert_many([{"_id": i} for i in range(3)])
+        with pytest.raises(OperationFailure) as exc:
+            coll.insert_one({"_id": 3})
+        assert exc.value.code == 1
+        assert sorted(d["_id"] for d in coll.find()) == [0, 1, 2]
+    finally:
+        set_fail_point(c, "off", {}, name="onPrimaryTransactionalWrite")
+        c.close()

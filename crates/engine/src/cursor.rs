@@ -4,7 +4,7 @@
 
 use crate::catalog::CollMeta;
 use crate::read::Scan;
-use bson::Document;
+use bson::{Bson, Document};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -45,6 +45,8 @@ pub struct Cursor {
     pub ns: String,
     pub source: Source,
     pub projection: Option<Arc<Projection>>,
+    /// `returnKey`: return these index key fields of each document instead of it.
+    pub return_key: Option<Arc<Vec<String>>>,
     /// Documents still to return in total (from `limit`), None for no limit.
     pub remaining: Option<u64>,
     /// Matching documents still to skip.
@@ -70,6 +72,7 @@ impl Cursor {
             ns,
             source,
             projection: None,
+            return_key: None,
             remaining: None,
             skip: 0,
             no_timeout: false,
@@ -114,9 +117,10 @@ impl Cursor {
                         self.skip -= 1;
                         continue;
                     }
-                    match &self.projection {
-                        Some(p) => p.apply(&doc)?,
-                        None => doc,
+                    match (&self.return_key, &self.projection) {
+                        (Some(fields), _) => index_key_of(&doc, fields),
+                        (None, Some(p)) => p.apply(&doc)?,
+                        (None, None) => doc,
                     }
                 }
             };
@@ -305,4 +309,18 @@ fn rand_u64() -> u64 {
     h.write_u128(Instant::now().elapsed().as_nanos());
     h.write_u64(std::process::id() as u64);
     h.finish()
+}
+
+/// A document's index key for `returnKey`: each key field with its value (null when
+/// the document lacks it, as the index stores it).
+fn index_key_of(doc: &Document, fields: &[String]) -> Document {
+    fields
+        .iter()
+        .map(|f| {
+            let v = tailstream_query::path::get_path(doc, f)
+                .cloned()
+                .unwrap_or(Bson::Null);
+            (f.clone(), v)
+        })
+        .collect()
 }

@@ -39,6 +39,8 @@ pub struct FindRequest {
     /// Inclusive lower and exclusive upper bound on the hinted index's keys.
     pub min: Option<Document>,
     pub max: Option<Document>,
+    /// Return the index keys of the index the query uses instead of the documents.
+    pub return_key: bool,
 }
 
 /// One batch of a cursor: id 0 means the cursor is exhausted and closed.
@@ -99,6 +101,8 @@ impl Engine {
                 "Cannot set 'awaitData' without also setting 'tailable'",
             ));
         }
+        // returnKey: the key fields of the index used ({} when none is).
+        let mut key_fields = Vec::new();
         let source = if is_oplog {
             let reverse = sort
                 .as_ref()
@@ -121,10 +125,13 @@ impl Engine {
                     let mut plan = read::plan(&meta, &matcher, sort.as_ref(), req.hint.as_ref())?;
                     crate::min_max::bound_plan(
                         &mut plan,
-                        req.hint.is_some(),
+                        req.hint.as_ref(),
                         req.min.as_ref(),
                         req.max.as_ref(),
                     )?;
+                    if req.return_key {
+                        key_fields = plan_key_fields(&plan, sort.as_ref(), req.hint.as_ref());
+                    }
                     Some(self.source_for(
                         meta,
                         matcher.clone(),
@@ -150,6 +157,9 @@ impl Engine {
         };
         let mut cursor = Cursor::new(ns.full(), source);
         cursor.projection = projection;
+        if req.return_key {
+            cursor.return_key = Some(Arc::new(key_fields));
+        }
         cursor.skip = req.skip;
         cursor.remaining = req.limit.filter(|l| *l > 0).map(|l| l as u64);
         cursor.no_timeout = req.no_cursor_timeout;
@@ -803,5 +813,37 @@ pub fn as_i64(v: &Bson) -> Option<i64> {
         Bson::Int32(i) => Some(*i as i64),
         Bson::Int64(i) => Some(*i),
         other => as_f64(other).filter(|f| f.is_finite()).map(|f| f as i64),
+    }
+}
+
+/// The key fields of the index a plan reads, for `returnKey`. Documents are stored by
+/// `_id`, so a plan that reads them in `_id` order because of the query, the sort or a
+/// hint is the `_id` index; a plain collection scan uses no index.
+fn plan_key_fields(plan: &Plan, sort: Option<&SortSpec>, hint: Option<&Bson>) -> Vec<String> {
+    let id = || vec!["_id".to_string()];
+    match &plan.access {
+        Access::IndexScan { index, .. } => index
+            .pattern
+            .fields
+            .iter()
+            .map(|(f, _)| f.clone())
+            .collect(),
+        Access::IdPoints(_) | Access::IdRange { .. } => id(),
+        Access::CollScan { .. } => {
+            let by_id_sort = sort
+                .map(|s| s.fields.len() == 1 && s.fields[0].0 == "_id")
+                .unwrap_or(false);
+            let id_hint = match hint {
+                Some(Bson::String(n)) => n == "_id_",
+                Some(Bson::Document(d)) => d.contains_key("_id"),
+                _ => false,
+            };
+            if by_id_sort || id_hint {
+                id()
+            } else {
+                Vec::new()
+            }
+        }
+        Access::OplogScan { .. } | Access::NaturalScan { .. } => Vec::new(),
     }
 }

@@ -5,14 +5,14 @@
 
 use crate::keys;
 use crate::read::{Access, Plan};
-use bson::Document;
+use bson::{Bson, Document};
 use tailstream_query::error::{codes, Error, Result};
 use tailstream_query::keystring::KeyStringBuilder;
 
 /// Narrows a plan made for a hinted index to the index keys in `[min, max)`.
 pub fn bound_plan(
     plan: &mut Plan,
-    hinted: bool,
+    hint: Option<&Bson>,
     min: Option<&Document>,
     max: Option<&Document>,
 ) -> Result<()> {
@@ -21,18 +21,23 @@ pub fn bound_plan(
     if min.is_none() && max.is_none() {
         return Ok(());
     }
-    if !hinted {
+    let Some(hint) = hint else {
         return Err(Error::new(
             51173,
             "When using min()/max() a hint of which index to use must be provided",
         ));
+    };
+    let natural = matches!(hint, Bson::Document(d) if d.contains_key("$natural"));
+    if natural {
+        return Err(Error::new(
+            codes::BAD_VALUE,
+            "min and max are incompatible with $natural",
+        ));
     }
     let Access::IndexScan { index, ranges, .. } = &mut plan.access else {
-        // Documents are stored by _id, with no separate _id index to bound.
-        return Err(Error::new(
-            codes::COMMAND_NOT_SUPPORTED,
-            "min()/max() are supported with a hint of a secondary index only, not _id_ or $natural",
-        ));
+        // The hint named the _id index: documents are stored by _id, so the bounds
+        // narrow the collection's own key range.
+        return bound_id_range(plan, min, max);
     };
     let fields = &index.pattern.fields;
     // mongod's indexCompatibleMaxMin: the bound names every key field, in order.
@@ -68,6 +73,39 @@ pub fn bound_plan(
         vec![(lower, upper)]
     } else {
         Vec::new()
+    };
+    Ok(())
+}
+
+/// `min`/`max` on the `_id` index: a range of the collection's documents by `_id`.
+fn bound_id_range(plan: &mut Plan, min: Option<&Document>, max: Option<&Document>) -> Result<()> {
+    let compatible = |bound: &Document| bound.len() == 1 && bound.contains_key("_id");
+    if !min.map(compatible).unwrap_or(true) || !max.map(compatible).unwrap_or(true) {
+        return Err(Error::new(
+            51174,
+            "The index chosen is not compatible with min/max",
+        ));
+    }
+    let reverse = matches!(plan.access, Access::CollScan { reverse: true });
+    // The _id KeyString of a document equal to a bound is the bound's own encoding:
+    // `min` is inclusive, `max` exclusive, as for any index.
+    let lower = min
+        .and_then(|d| d.get("_id"))
+        .map(keys::id_key)
+        .unwrap_or_default();
+    let upper = match max.and_then(|d| d.get("_id")) {
+        Some(v) => keys::id_key(v),
+        // Above every KeyString (their first byte is a type byte, never 0xFF).
+        None => vec![0xFF; 2],
+    };
+    plan.access = if lower < upper {
+        Access::IdRange {
+            lower,
+            upper,
+            reverse,
+        }
+    } else {
+        Access::IdPoints(Vec::new())
     };
     Ok(())
 }

@@ -23,6 +23,14 @@ pub enum Access {
     IdPoints(Vec<Vec<u8>>),
     /// Every document of the collection in `_id` order.
     CollScan { reverse: bool },
+    /// The documents whose `_id` KeyString is in `[lower, upper)`, in `_id` order: the
+    /// `_id` index bounded by find's `min`/`max` (documents are stored by `_id`, so the
+    /// collection itself is that index).
+    IdRange {
+        lower: Vec<u8>,
+        upper: Vec<u8>,
+        reverse: bool,
+    },
     /// Ranges `[lower, upper)` of one index, in order.
     IndexScan {
         index: Arc<IndexMeta>,
@@ -68,6 +76,17 @@ impl Plan {
             Access::OplogScan { reverse, .. } | Access::NaturalScan { reverse } => {
                 bson::doc! {"stage": "COLLSCAN", "direction": if *reverse { "backward" } else { "forward" }}
             }
+            Access::IdRange { reverse, .. } => bson::doc! {
+                "stage": "FETCH",
+                "inputStage": {
+                    "stage": "IXSCAN",
+                    "keyPattern": {"_id": 1},
+                    "indexName": "_id_",
+                    "isUnique": true,
+                    "direction": if *reverse { "backward" } else { "forward" },
+                    "intervals": 1i64,
+                }
+            },
         }
     }
 }
@@ -509,6 +528,30 @@ impl Scan {
                         &mut steps,
                         out,
                         |k, v| Ok(Some((k[4..].to_vec(), load_stored(store, k, v)?))),
+                    )?;
+                }
+                Access::IdRange {
+                    lower,
+                    upper,
+                    reverse,
+                } => {
+                    let reverse = *reverse;
+                    let prefix = keys::coll_prefix(coll_id);
+                    let (lo, hi) = (keys::doc_key(coll_id, lower), keys::doc_key(coll_id, upper));
+                    self.scan_range(
+                        store,
+                        Space::Docs,
+                        (&lo, &hi, reverse),
+                        matcher,
+                        (want, start_len),
+                        &mut steps,
+                        out,
+                        |k, v| {
+                            Ok(Some((
+                                k[prefix.len()..].to_vec(),
+                                load_stored(store, k, v)?,
+                            )))
+                        },
                     )?;
                 }
                 Access::IndexScan {

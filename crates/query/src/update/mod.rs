@@ -166,6 +166,39 @@ pub(crate) enum PullCond {
 // Public API
 // ---------------------------------------------------------------------------
 
+/// The stages a pipeline-style update may use.
+const UPDATE_PIPELINE_STAGES: &[&str] = &[
+    "$addFields",
+    "$set",
+    "$project",
+    "$unset",
+    "$replaceRoot",
+    "$replaceWith",
+];
+
+/// Checks a pipeline-style update as mongod does when it parses the command, before any
+/// document is read: every stage is known and allowed in an update, and parses.
+pub fn validate_update_pipeline(stages: &[Bson]) -> Result<()> {
+    for s in stages {
+        let Bson::Document(d) = s else {
+            return Err(Error::type_mismatch(
+                "Each element of the 'pipeline' array must be an object",
+            ));
+        };
+        // The aggregation parser's errors first (an unknown stage is 40324 there).
+        crate::pipeline::Pipeline::parse(std::slice::from_ref(d), "")?;
+        if let Some(name) = d.keys().next() {
+            if !UPDATE_PIPELINE_STAGES.contains(&name.as_str()) {
+                return Err(Error::new(
+                    crate::error::codes::INVALID_OPTIONS,
+                    format!("{name} is not allowed to be used within an update"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 impl UpdateSpec {
     /// Parses an update: a document of operators, a replacement document, or a pipeline (array).
     pub fn parse(update: &Bson, array_filters: Option<&[Document]>) -> Result<UpdateSpec> {

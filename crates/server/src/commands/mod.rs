@@ -398,12 +398,50 @@ async fn run(
                 close_connection: true,
             }
         }
-        Err(e) => error_reply(state, &labelled(e)),
+        Err(e) => {
+            let mut body = error_reply(state, &labelled(e));
+            if !in_transaction {
+                attach_unsatisfied_write_concern(&name, &cmd, &mut body);
+            }
+            body
+        }
     };
     if let Some(wce) = injected.and_then(|i| i.write_concern_error) {
         testing::attach_write_concern_error(&mut body, wce, &cmd);
     }
     reply(body)
+}
+
+/// Commands that take a write concern and wait for it whether they succeed or fail.
+const WRITE_CONCERN_COMMANDS: &[&str] = &[
+    "insert",
+    "update",
+    "delete",
+    "findAndModify",
+    "create",
+    "drop",
+    "dropDatabase",
+    "renameCollection",
+    "createIndexes",
+    "dropIndexes",
+    "collMod",
+];
+
+/// mongod waits for a command's write concern even when the command fails (so that what
+/// the client read before is as durable as it asked); an unsatisfiable one then adds a
+/// `writeConcernError` to the error reply, and drivers report that error first.
+fn attach_unsatisfied_write_concern(name: &str, cmd: &Document, body: &mut Document) {
+    if !WRITE_CONCERN_COMMANDS.contains(&name) {
+        return;
+    }
+    if let Ok(wc) = write::parse_write_concern(cmd) {
+        if wc.unsatisfiable {
+            body.insert(
+                "writeConcernError",
+                write::unsatisfiable_write_concern_error(),
+            );
+        }
+    }
 }
 
 /// The commands of the Stable API, version 1 (with `apiStrict: true` no other runs).

@@ -69,6 +69,7 @@ fn parse_find(cmd: &Document) -> Result<FindRequest> {
         await_data: opt_bool(cmd, "awaitData")?.unwrap_or(false),
         min: opt_doc(cmd, "min")?,
         max: opt_doc(cmd, "max")?,
+        return_key: opt_bool(cmd, "returnKey")?.unwrap_or(false),
     })
 }
 

@@ -277,10 +277,11 @@ impl FailPoints {
         cursors.insert(cursor_id);
     }
 
-    /// `onPrimaryTransactionalWrite`, evaluated once per retryable write command (mongod
-    /// evaluates it per statement): Some(data) when it fires.
-    pub fn on_transactional_write(&self) -> Option<Document> {
-        self.fire("onPrimaryTransactionalWrite", |_| true)
+    /// `onPrimaryTransactionalWrite`, evaluated once per statement of a retryable write
+    /// as mongod does (so `{skip: n}` counts documents, not commands): Some(data) when it
+    /// fires for any of them. The command then fails as a whole, before its commit.
+    pub fn on_transactional_write(&self, statements: usize) -> Option<Document> {
+        (0..statements.max(1)).find_map(|_| self.fire("onPrimaryTransactionalWrite", |_| true))
     }
 }
 

@@ -100,13 +100,18 @@ pub async fn await_write_concern(
         state.engine.durability.wait_synced(seq).await;
     }
     if wc.unsatisfiable {
-        return Some(doc! {
-            "code": codes::UNSATISFIABLE_WRITE_CONCERN,
-            "codeName": code_name(codes::UNSATISFIABLE_WRITE_CONCERN),
-            "errmsg": "Not enough data-bearing nodes",
-        });
+        return Some(unsatisfiable_write_concern_error());
     }
     None
+}
+
+/// The `writeConcernError` of a `w` larger than the one member there is.
+pub fn unsatisfiable_write_concern_error() -> Document {
+    doc! {
+        "code": codes::UNSATISFIABLE_WRITE_CONCERN,
+        "codeName": code_name(codes::UNSATISFIABLE_WRITE_CONCERN),
+        "errmsg": "Not enough data-bearing nodes",
+    }
 }
 
 /// Refuses fields an update or delete statement does not define (mongod 7.0 has no
@@ -187,8 +192,14 @@ fn write_errors(out: &WriteOutcome) -> Option<Vec<Bson>> {
     )
 }
 
-/// Runs a write with retryable-write deduplication and the write concern.
-async fn retryable<F, Fut>(state: &Arc<ServerState>, cmd: &Document, run: F) -> Result<Document>
+/// Runs a write of `statements` statements with retryable-write deduplication and the
+/// write concern.
+async fn retryable<F, Fut>(
+    state: &Arc<ServerState>,
+    cmd: &Document,
+    statements: usize,
+    run: F,
+) -> Result<Document>
 where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<(Document, Option<Committed>)>>,
@@ -204,7 +215,7 @@ where
     // retries, and the retry must get this reply from the cache, not write twice).
     let hook = match &key {
         Some(_) if state.config.test_commands_enabled() => {
-            state.fail_points.on_transactional_write()
+            state.fail_points.on_transactional_write(statements)
         }
         _ => None,
     };
@@ -279,7 +290,7 @@ pub async fn insert(
     }
     let small = docs.len() <= SMALL_WRITE_DOCS
         && docs.iter().map(|d| d.as_bytes().len()).sum::<usize>() <= SMALL_WRITE_BYTES;
-    retryable(state, cmd, || async move {
+    retryable(state, cmd, count as usize, || async move {
         let out = small_or_blocking(state, small, move |e| {
             e.insert_validated(&ns, docs, ordered, bypass)
         })
@@ -335,7 +346,11 @@ pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
             }
         };
         let upd = match u.get("u") {
-            Some(v @ (Bson::Document(_) | Bson::Array(_))) => v.clone(),
+            Some(Bson::Array(stages)) => {
+                tailstream_engine::query::update::validate_update_pipeline(stages)?;
+                Bson::Array(stages.clone())
+            }
+            Some(v @ Bson::Document(_)) => v.clone(),
             Some(v) => {
                 return Err(Error::failed_to_parse(format!(
                     "Update argument must be either an object or an array, got {}",
@@ -371,7 +386,7 @@ pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
         state.opcounters.update.fetch_add(count, Ordering::Relaxed);
         return transaction_reply(update_reply(&out), &out);
     }
-    retryable(state, cmd, || async move {
+    retryable(state, cmd, count as usize, || async move {
         let out = blocking(state, move |e| e.update(&ns, ops, ordered)).await?;
         state.opcounters.update.fetch_add(count, Ordering::Relaxed);
         let mut reply = update_reply(&out);
@@ -438,7 +453,7 @@ pub async fn delete(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
         state.opcounters.delete.fetch_add(count, Ordering::Relaxed);
         return transaction_reply(doc! {"n": out.n as i64}, &out);
     }
-    retryable(state, cmd, || async move {
+    retryable(state, cmd, count as usize, || async move {
         let out = blocking(state, move |e| e.delete(&ns, ops, ordered)).await?;
         state.opcounters.delete.fetch_add(count, Ordering::Relaxed);
         let mut reply = doc! {"n": out.n as i64};
@@ -519,7 +534,7 @@ pub async fn find_and_modify(
         let (reply, _) = run().await?;
         return Ok(reply);
     }
-    retryable(state, cmd, run).await
+    retryable(state, cmd, 1, run).await
 }
 
 /// The reply fields of an update: n, nModified, upserted.
