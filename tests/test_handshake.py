@@ -194,3 +194,38 @@ def test_get_default_rw_concern(client):
     assert reply["defaultWriteConcern"]["w"] == "majority"
     assert reply["defaultReadConcern"] == {"level": "local"}
     assert reply["defaultWriteConcernSource"] == "implicit"
+
+
+def test_connection_establishment_rate_limiter(fresh_server):
+    """With the ingress rate limiter on, connections beyond the burst and the queue are
+    closed before their first reply; admitted ones work; turning it off admits all."""
+    srv = fresh_server()
+    admin = wire.connect(srv.port)
+    assert wire.command(admin, {"setParameter": 1,
+                                "ingressConnectionEstablishmentRatePerSec": 1,
+                                "ingressConnectionEstablishmentBurstCapacitySecs": 2,
+                                "ingressConnectionEstablishmentMaxQueueDepth": 0,
+                                "$db": "admin"})["ok"] == 1
+    assert wire.command(admin, {"setParameter": 1, "ingressConnectionEstablishmentRateLimiterEnabled": True,
+                                "$db": "admin"})["ok"] == 1
+    socks = [wire.connect(srv.port) for _ in range(6)]
+    admitted = 0
+    for s in socks:
+        try:
+            if wire.command(s, {"hello": 1, "$db": "admin"})["ok"] == 1:
+                admitted += 1
+        except (ConnectionError, OSError):
+            pass
+    # A burst of two: the rest are refused (at most one more token refills meanwhile).
+    assert 2 <= admitted <= 3
+    status = wire.command(admin, {"serverStatus": 1, "$db": "admin"})
+    assert status["connections"]["establishmentRateLimit"]["rejected"] == 6 - admitted
+    assert wire.command(admin, {"setParameter": 1, "ingressConnectionEstablishmentRateLimiterEnabled": False,
+                                "$db": "admin"})["ok"] == 1
+    for _ in range(5):
+        s = wire.connect(srv.port)
+        assert wire.command(s, {"ping": 1, "$db": "admin"})["ok"] == 1
+        s.close()
+    for s in socks:
+        s.close()
+    admin.close()

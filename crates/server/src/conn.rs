@@ -75,6 +75,10 @@ pub async fn accept_loop(listener: TcpListener, state: Arc<ServerState>) {
 }
 
 async fn serve(sock: TcpStream, peer: SocketAddr, state: Arc<ServerState>) {
+    if !state.ingress.admit(&state).await {
+        tracing::debug!(%peer, "connection closed: establishment rate limit");
+        return;
+    }
     let id = state.new_connection_id();
     state.current_connections.fetch_add(1, Ordering::Relaxed);
     state.total_connections.fetch_add(1, Ordering::Relaxed);

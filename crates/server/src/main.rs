@@ -3,6 +3,7 @@
 mod commands;
 mod config;
 mod conn;
+mod ingress;
 mod local_sessions;
 mod sessions;
 mod state;

@@ -40,6 +40,8 @@ pub struct ServerState {
     pub fail_points: crate::commands::FailPoints,
     /// Sessions seen in commands' `lsid` (`$listLocalSessions`).
     pub local_sessions: crate::local_sessions::LocalSessions,
+    /// The connection establishment rate limiter (off unless its parameter is set).
+    pub ingress: crate::ingress::IngressLimiter,
 }
 
 impl ServerState {
@@ -52,6 +54,10 @@ impl ServerState {
             "maxBSONDepth": 100,
             "featureCompatibilityVersion": {"version": "7.0"},
             "transactionLifetimeLimitSeconds": 60,
+            crate::ingress::ENABLED: false,
+            crate::ingress::RATE_PER_SEC: i32::MAX,
+            crate::ingress::BURST_CAPACITY_SECS: f64::MAX,
+            crate::ingress::MAX_QUEUE_DEPTH: 0,
             "logLevel": 0,
             "quiet": config.quiet,
         };
@@ -89,6 +95,7 @@ impl ServerState {
             parameters: RwLock::new(parameters),
             fail_points: Default::default(),
             local_sessions: Default::default(),
+            ingress: Default::default(),
         })
     }
 

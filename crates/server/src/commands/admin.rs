@@ -122,6 +122,10 @@ pub fn server_status(state: &ServerState) -> Document {
             "current": state.current_connections.load(Ordering::Relaxed) as i32,
             "available": (state.config.max_conns as i64 - state.current_connections.load(Ordering::Relaxed)) as i32,
             "totalCreated": state.total_connections.load(Ordering::Relaxed) as i64,
+            "establishmentRateLimit": {
+                "rejected": state.ingress.rejected.load(Ordering::Relaxed) as i64,
+                "queued": state.ingress.queued.load(Ordering::Relaxed) as i64,
+            },
         },
         "opcounters": {
             "insert": o.insert.load(Ordering::Relaxed) as i64,
