@@ -202,6 +202,14 @@ class TestStats:
         out = list(db.c.aggregate([{"$collStats": {"count": {}}}]))
         assert out[0]["count"] == 3
 
+    def test_coll_stats_storage_stats_of_a_capped_collection(self, db):
+        db.create_collection("cap", capped=True, size=4096, max=10)
+        out = list(db.cap.aggregate([{"$collStats": {"storageStats": {}}},
+                                     {"$project": {"capped": "$storageStats.capped",
+                                                   "maxSize": "$storageStats.maxSize",
+                                                   "max": "$storageStats.max"}}]))
+        assert out == [{"capped": True, "maxSize": 4096, "max": 10}]
+
 
 class TestClusteredIndex:
     """Collections are stored by _id already; clusteredIndex names and lists that index."""

@@ -624,11 +624,21 @@ impl Engine {
         let (count, size) = self.collection_numbers(&meta);
         let mut out = doc! {"ns": ns.full(), "localTime": bson::DateTime::now()};
         if spec.contains_key("storageStats") {
-            out.insert("storageStats", doc! {
+            let mut stats = doc! {
                 "size": size, "count": count, "avgObjSize": if count > 0 { size / count } else { 0 },
                 "storageSize": size, "nindexes": meta.indexes.len() as i32 + 1, "totalIndexSize": 0i64,
                 "totalSize": size, "capped": meta.is_capped(),
-            });
+            };
+            // A capped collection's limits, as collStats reports them.
+            if meta.is_capped() {
+                if let Some(max) = meta.options.get("max") {
+                    stats.insert("max", max.clone());
+                }
+                if let Some(size) = meta.options.get("size") {
+                    stats.insert("maxSize", size.clone());
+                }
+            }
+            out.insert("storageStats", stats);
         }
         if spec.contains_key("count") {
             out.insert("count", count);
