@@ -271,3 +271,59 @@ class TestErrorsAndOutput:
     def test_collectionless_aggregate_documents(self, db):
         out = list(db.aggregate([{"$documents": [{"a": 1}, {"a": 2}]}, {"$match": {"a": 2}}]))
         assert out == [{"a": 2}]
+
+
+def test_leading_match_binds_let_variables(coll, db):
+    coll.insert_many([{"_id": 1}, {"_id": 2}])
+    pipeline = [{"$match": {"$expr": {"$eq": ["$_id", "$$id"]}}}]
+    assert list(coll.aggregate(pipeline, let={"id": 2})) == [{"_id": 2}]
+    list(coll.aggregate(pipeline + [{"$out": "copied"}], let={"id": 1}))
+    assert list(db.copied.find()) == [{"_id": 1}]
+
+
+class TestMerge:
+    def setup_target(self, db):
+        db.target.insert_many([{"_id": 1, "x": 1}, {"_id": 2, "x": 1}])
+
+    def merge(self, db, docs, **spec):
+        return list(db.aggregate([{"$documents": docs}, {"$merge": {"into": "target", **spec}}]))
+
+    def test_when_matched_fail_is_a_duplicate_key_error(self, db):
+        self.setup_target(db)
+        with pytest.raises(OperationFailure) as exc:
+            self.merge(db, [{"_id": 3}, {"_id": 2, "x": 9}], whenMatched="fail")
+        assert exc.value.code == 11000
+        assert exc.value.details["keyPattern"] == {"_id": 1}
+        assert exc.value.details["keyValue"] == {"_id": 2}
+        assert db.target.find_one({"_id": 2}) == {"_id": 2, "x": 1}
+        assert db.target.find_one({"_id": 3}) == {"_id": 3}, "results before the error stay written"
+
+    def test_when_not_matched_discard_fail_and_keep_existing(self, db):
+        self.setup_target(db)
+        self.merge(db, [{"_id": 1, "x": 5}, {"_id": 7}], whenMatched="keepExisting", whenNotMatched="discard")
+        assert list(db.target.find()) == [{"_id": 1, "x": 1}, {"_id": 2, "x": 1}]
+        with pytest.raises(OperationFailure) as exc:
+            self.merge(db, [{"_id": 8}], whenNotMatched="fail")
+        assert exc.value.code == 13113
+
+    def test_replace_merge_and_pipeline(self, db):
+        self.setup_target(db)
+        self.merge(db, [{"_id": 1, "y": 2}], whenMatched="replace")
+        self.merge(db, [{"_id": 2, "y": 2}])
+        self.merge(db, [{"_id": 2, "y": 40}], whenMatched=[{"$set": {"z": {"$add": ["$$new.y", "$x"]}}}])
+        assert list(db.target.find()) == [{"_id": 1, "y": 2}, {"_id": 2, "x": 1, "y": 2, "z": 41}]
+
+    def test_on_fields_need_a_unique_index(self, db):
+        with pytest.raises(OperationFailure) as exc:
+            self.merge(db, [{"k": 1}], on="k")
+        assert exc.value.code == 51183
+        db.target.create_index("k", unique=True)
+        self.merge(db, [{"k": 1, "v": 1}], on="k")
+        self.merge(db, [{"k": 1, "v": 2}], on="k")
+        assert [d["v"] for d in db.target.find({"k": 1})] == [2]
+
+    def test_bad_specs(self, db):
+        for spec, code in [({"whenMatched": "bogus"}, 2), ({"bogus": 1}, 40415)]:
+            with pytest.raises(OperationFailure) as exc:
+                self.merge(db, [{"_id": 1}], **spec)
+            assert exc.value.code == code

@@ -6,7 +6,7 @@ use crate::cursor::{Cursor, Source, DEFAULT_FIRST_BATCH};
 use crate::namespace::Namespace;
 use crate::oplog::{OPLOG_COLL, OPLOG_DB};
 use crate::read::{self, Access, Plan, Scan};
-use crate::write::{UpdateOp, WriteOutcome};
+use crate::write::WriteOutcome;
 use crate::Engine;
 use bson::{doc, Bson, Document};
 use std::collections::VecDeque;
@@ -504,9 +504,13 @@ impl Engine {
                         (Some(docs), _) => Box::new(docs.into_iter().map(Ok)),
                         (None, None) => Box::new(std::iter::empty()),
                         (None, Some(meta)) => {
-                            let matcher = Arc::new(Matcher::new(
+                            // The leading $match also filters the scan, with the
+                            // command's `let` variables bound as the stage itself has them.
+                            let (leading, _) = crate::write::bind_let(
                                 pipeline.leading_match().unwrap_or(&Document::new()),
-                            )?);
+                                let_vars,
+                            )?;
+                            let matcher = Arc::new(Matcher::new(&leading)?);
                             let plan = read::plan(&meta, &matcher, None, None)?;
                             Box::new(ScanIter::new(
                                 &self.store,
@@ -577,43 +581,8 @@ impl Engine {
             }
             return Ok(out);
         }
-        let into = match spec {
-            Bson::Document(d) => target(
-                d.get("into")
-                    .ok_or_else(|| Error::failed_to_parse("$merge requires 'into'"))?,
-            )?,
-            other => target(other)?,
-        };
-        let when_matched = match spec {
-            Bson::Document(d) => d.get_str("whenMatched").unwrap_or("merge").to_string(),
-            _ => "merge".to_string(),
-        };
-        let ops: Vec<UpdateOp> = docs
-            .into_iter()
-            .map(|d| {
-                let id = d.get("_id").cloned().unwrap_or(Bson::Null);
-                let u = if when_matched == "replace" {
-                    Bson::Document(d)
-                } else {
-                    Bson::Document(doc! {"$set": d})
-                };
-                UpdateOp {
-                    q: doc! {"_id": id},
-                    u,
-                    multi: false,
-                    upsert: when_matched != "fail",
-                    array_filters: None,
-                    hint: None,
-                    let_vars: None,
-                    bypass_document_validation: false,
-                }
-            })
-            .collect();
-        let out = self.update(&into, ops, true)?;
-        if let Some(e) = out.errors.first() {
-            return Err(e.error.clone());
-        }
-        Ok(out)
+        let merge = crate::merge::MergeSpec::parse(db, spec)?;
+        self.write_merge(&merge, docs)
     }
 
     /// The document `$collStats` produces (storageStats and/or count, as requested).

@@ -18,6 +18,7 @@ pub mod durability;
 pub mod find;
 pub mod format;
 pub mod keys;
+mod merge;
 pub mod min_max;
 pub mod namespace;
 pub mod oplog;
