@@ -250,3 +250,21 @@ class TestTTL:
         while time.monotonic() < deadline and coll.count_documents({"_id": "ancient"}):
             time.sleep(0.2)
         assert sorted(d["_id"] for d in coll.find()) == ["recent"]
+
+
+def test_partial_index_is_used_only_when_the_query_implies_its_filter(coll):
+    coll.create_index("x", partialFilterExpression={"a": {"$lte": 1.5}})
+    coll.insert_many([{"x": 6, "a": 2}, {"x": 6, "a": 1}, {"x": 7, "a": "1"}])
+
+    def winning(q):
+        plan = coll.find(q).explain()["queryPlanner"]["winningPlan"]
+        return plan.get("inputStage", plan)
+
+    for q in ({"x": 6, "a": 1}, {"x": {"$gt": 1}, "a": 1}, {"x": 6, "a": {"$lte": 1}}):
+        stage = winning(q)
+        assert stage["stage"] == "IXSCAN" and stage["indexName"] == "x_1" and stage["isPartial"] is True
+        assert [d["a"] for d in coll.find(q, {"_id": 0})] == [1]
+    # Documents outside the index must still be found: these scan the collection.
+    for q, n in (({"x": 6, "a": {"$lte": 1.6}}, 1), ({"x": 6}, 2), ({"x": 7, "a": "1"}, 1)):
+        assert winning(q)["stage"] == "COLLSCAN"
+        assert coll.count_documents(q) == n

@@ -22,6 +22,7 @@ mod merge;
 pub mod min_max;
 pub mod namespace;
 pub mod oplog;
+mod partial;
 pub mod read;
 pub mod transaction;
 pub mod ttl;

@@ -69,6 +69,8 @@ impl Plan {
                     "keyPattern": index.key.clone(),
                     "indexName": index.name.clone(),
                     "isUnique": index.unique,
+                    "isSparse": index.sparse,
+                    "isPartial": index.partial_filter.is_some(),
                     "direction": if *reverse { "backward" } else { "forward" },
                     "intervals": ranges.len() as i64,
                 }
@@ -144,8 +146,14 @@ fn plan_access(
     let preds = matcher.index_predicates();
     let mut best: Option<(u8, Plan)> = None;
     for index in &meta.indexes {
-        if index.partial_filter.is_some() || index.sparse {
-            // Such an index lacks some documents; only a hint makes us trust it.
+        // Such an index lacks some documents: usable only when the query provably
+        // excludes them (a partial filter the query implies), or when hinted.
+        let usable = match &index.partial_filter {
+            _ if index.sparse => false,
+            Some(pf) => crate::partial::query_implies(pf, matcher),
+            None => true,
+        };
+        if !usable {
             continue;
         }
         let (lead, desc) = &index.pattern.fields[0];
