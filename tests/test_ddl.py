@@ -245,3 +245,42 @@ class TestClusteredIndex:
             db.command("create", "bad", clusteredIndex=1)
         assert exc.value.code == 14
         assert "bad" not in db.list_collection_names()
+
+
+class TestProfiler:
+    def test_profile_level_two_records_commands_with_their_comment(self, db):
+        assert db.command("profile", -1)["was"] == 0
+        assert db.command("profile", 2)["was"] == 0
+        try:
+            db.c.insert_one({"type": "a"})
+            list(db.c.find().comment("foo"))
+            db.c.find().comment("foo").distinct("type")
+            assert db.system.profile.count_documents(
+                {"ns": f"{db.name}.c", "op": "query", "command.comment": "foo"}) == 1
+            entry = db.system.profile.find_one({"op": "command", "command.distinct": "c"})
+            assert entry["command"]["comment"] == "foo"
+            assert entry["millis"] >= 0 and "ts" in entry and "client" in entry
+            assert db.system.profile.count_documents({"op": "insert", "ns": f"{db.name}.c"}) == 1
+            assert db.system.profile.options() == {"capped": True, "size": 1024 * 1024}
+        finally:
+            assert db.command("profile", 0)["was"] == 2
+        n = db.system.profile.count_documents({})
+        list(db.c.find())
+        assert db.system.profile.count_documents({}) == n, "level 0 records nothing"
+
+    def test_level_one_records_only_slow_or_filtered_operations(self, db):
+        db.command("profile", 1, slowms=100000)
+        try:
+            list(db.c.find())
+            assert "system.profile" not in db.list_collection_names()
+            db.command("profile", 1, filter={"op": "query"})
+            db.c.insert_one({})
+            list(db.c.find())
+            assert [e["op"] for e in db.system.profile.find()] == ["query"]
+        finally:
+            db.command("profile", 0, slowms=100, filter="unset")
+
+    def test_bad_level(self, db):
+        with pytest.raises(OperationFailure) as exc:
+            db.command("profile", 3)
+        assert exc.value.code == 2

@@ -5,6 +5,7 @@ mod config;
 mod conn;
 mod ingress;
 mod local_sessions;
+mod profiler;
 mod sessions;
 mod state;
 mod transactions;

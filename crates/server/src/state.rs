@@ -42,6 +42,8 @@ pub struct ServerState {
     pub local_sessions: crate::local_sessions::LocalSessions,
     /// The connection establishment rate limiter (off unless its parameter is set).
     pub ingress: crate::ingress::IngressLimiter,
+    /// The database profiler (`profile` command, `<db>.system.profile`).
+    pub profiler: crate::profiler::Profiler,
 }
 
 impl ServerState {
@@ -96,6 +98,7 @@ impl ServerState {
             fail_points: Default::default(),
             local_sessions: Default::default(),
             ingress: Default::default(),
+            profiler: Default::default(),
         })
     }
 

@@ -260,6 +260,7 @@ async fn run(
         ));
     };
     state.opcounters.command.fetch_add(1, Ordering::Relaxed);
+    let started = std::time::Instant::now();
     // The handshake's client metadata is recorded before fail points are evaluated, so a
     // `failCommand` with an `appName` applies to the very first hello of a connection
     // (as mongod does).
@@ -384,6 +385,7 @@ async fn run(
                 .note_cursor(&cmd, cursor_id, |id| state.engine.cursors.get(id).is_some());
         }
     }
+    profile(state, conn, db, &name, &cmd, started, &result);
     let mut body = match result {
         Ok(Output::Doc(body)) => ok_reply(state, body),
         Ok(Output::Cursor(c)) => {
@@ -410,6 +412,54 @@ async fn run(
         testing::attach_write_concern_error(&mut body, wce, &cmd);
     }
     reply(body)
+}
+
+/// Leaves the command's entry in its database's `system.profile` when that database
+/// is profiled (see `crate::profiler`).
+fn profile(
+    state: &ServerState,
+    conn: &Conn,
+    db: &str,
+    name: &str,
+    cmd: &Document,
+    started: std::time::Instant,
+    result: &Result<Output>,
+) {
+    if !state.profiler.enabled() {
+        return;
+    }
+    let (nreturned, response_length, error) = match result {
+        Ok(Output::Doc(body)) => {
+            let batch = body.get_document("cursor").ok().and_then(|c| {
+                c.get_array("firstBatch")
+                    .or_else(|_| c.get_array("nextBatch"))
+                    .ok()
+            });
+            let len = bson::to_vec(body).map(|b| b.len() as i64).ok();
+            (batch.map(|b| b.len() as i64), len, None)
+        }
+        Ok(Output::Cursor(c)) => (Some(c.docs.len() as i64), None, None),
+        Err(e) => (None, None, Some(e)),
+    };
+    let finished = crate::profiler::Finished {
+        db,
+        name,
+        cmd,
+        elapsed: started.elapsed(),
+        nreturned,
+        response_length,
+        error,
+        client: conn.peer.to_string(),
+        app_name: conn
+            .client
+            .as_ref()
+            .and_then(|c| c.get_document("application").ok())
+            .and_then(|a| a.get_str("name").ok())
+            .map(str::to_string),
+    };
+    if let Some((ns, entry)) = state.profiler.entry(&finished) {
+        crate::profiler::record(state, &ns, entry);
+    }
 }
 
 /// Commands that take a write concern and wait for it whether they succeed or fail.
@@ -577,6 +627,7 @@ async fn run_document_command(
         }
         "hello" | "isMaster" | "ismaster" => handshake::hello(state, conn, &name, &cmd).await,
         "ping" => Ok(Document::new()),
+        "profile" => state.profiler.command(db, cmd),
         "buildInfo" | "buildinfo" => Ok(handshake::build_info()),
         "whatsmyuri" => Ok(doc! {"you": conn.peer.to_string()}),
         "connectionStatus" => Ok(handshake::connection_status(&cmd)),

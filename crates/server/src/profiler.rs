@@ -1,0 +1,234 @@
+//! The database profiler, as mongod has it: the `profile` command sets a database's
+//! level (0 off, 1 operations slower than `slowms`, 2 all), and each profiled command
+//! leaves a document in that database's `system.profile`, a 1 MiB capped collection
+//! created on first use. The documents carry what a user reads there: `op`, `ns`,
+//! `command`, `nreturned`, `responseLength`, `millis`, `ts`, `client`, `appName`, and
+//! `errCode`/`errMsg` for failures.
+//!
+//! With no database profiled (the usual case) the cost per command is one atomic load.
+
+use crate::state::ServerState;
+use bson::{doc, Bson, Document};
+use parking_lot::RwLock;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tailstream_engine::namespace::Namespace;
+use tailstream_engine::query::error::{codes, Error, Result};
+use tailstream_engine::query::matcher::Matcher;
+
+/// mongod's default `slowms`.
+const DEFAULT_SLOW_MS: i64 = 100;
+/// The size mongod gives a profile collection it creates.
+const PROFILE_COLLECTION_BYTES: i64 = 1024 * 1024;
+/// Commands larger than this are recorded as a truncated summary, as mongod does.
+const MAX_COMMAND_BYTES: usize = 50 * 1024;
+
+#[derive(Clone)]
+struct DbSettings {
+    level: i32,
+    sample_rate: f64,
+    filter: Option<Arc<Matcher>>,
+    filter_doc: Option<Document>,
+}
+
+pub struct Profiler {
+    /// True while some database has a level above 0.
+    any: AtomicBool,
+    slow_ms: AtomicI64,
+    dbs: RwLock<HashMap<String, DbSettings>>,
+}
+
+impl Default for Profiler {
+    fn default() -> Profiler {
+        Profiler {
+            any: AtomicBool::new(false),
+            slow_ms: AtomicI64::new(DEFAULT_SLOW_MS),
+            dbs: RwLock::new(HashMap::new()),
+        }
+    }
+}
+
+/// What the profiler records about one finished command.
+pub struct Finished<'a> {
+    pub db: &'a str,
+    pub name: &'a str,
+    pub cmd: &'a Document,
+    pub elapsed: Duration,
+    pub nreturned: Option<i64>,
+    pub response_length: Option<i64>,
+    pub error: Option<&'a Error>,
+    pub client: String,
+    pub app_name: Option<String>,
+}
+
+impl Profiler {
+    /// The `profile` command: `{profile: level, slowms, sampleRate, filter}`; replies with
+    /// the settings in force before it (`was`, `slowms`, `sampleRate`).
+    pub fn command(&self, db: &str, cmd: &Document) -> Result<Document> {
+        let level = match cmd.get("profile").and_then(tailstream_engine::find::as_i64) {
+            Some(l @ -1..=2) => l as i32,
+            _ => {
+                return Err(Error::bad_value(
+                    "Invalid profiling level: must be -1, 0, 1 or 2",
+                ))
+            }
+        };
+        let before = self.dbs.read().get(db).cloned().unwrap_or(DbSettings {
+            level: 0,
+            sample_rate: 1.0,
+            filter: None,
+            filter_doc: None,
+        });
+        let mut reply = doc! {
+            "was": before.level,
+            "slowms": self.slow_ms.load(Ordering::Relaxed),
+            "sampleRate": before.sample_rate,
+        };
+        if let Some(f) = &before.filter_doc {
+            reply.insert("filter", f.clone());
+        }
+        if level == -1 {
+            return Ok(reply);
+        }
+        let mut next = before;
+        next.level = level;
+        if let Some(ms) = cmd.get("slowms").and_then(tailstream_engine::find::as_i64) {
+            self.slow_ms.store(ms, Ordering::Relaxed);
+        }
+        if let Some(r) = cmd.get("sampleRate") {
+            match tailstream_engine::query::compare::as_f64(r) {
+                Some(r) if (0.0..=1.0).contains(&r) => next.sample_rate = r,
+                _ => {
+                    return Err(Error::bad_value(
+                        "'sampleRate' must be between 0.0 and 1.0 inclusive",
+                    ))
+                }
+            }
+        }
+        match cmd.get("filter") {
+            None => {}
+            Some(Bson::String(s)) if s == "unset" => {
+                next.filter = None;
+                next.filter_doc = None;
+            }
+            Some(Bson::Document(f)) => {
+                next.filter = Some(Arc::new(Matcher::new(f)?));
+                next.filter_doc = Some(f.clone());
+            }
+            Some(_) => {
+                return Err(Error::new(
+                    codes::TYPE_MISMATCH,
+                    "'filter' must be an object or the string 'unset'",
+                ))
+            }
+        }
+        let mut dbs = self.dbs.write();
+        dbs.insert(db.to_string(), next);
+        self.any
+            .store(dbs.values().any(|s| s.level > 0), Ordering::Relaxed);
+        Ok(reply)
+    }
+
+    /// True while some database is profiled.
+    pub fn enabled(&self) -> bool {
+        self.any.load(Ordering::Relaxed)
+    }
+
+    /// The profile document of a finished command, if its database profiles it.
+    pub fn entry(&self, f: &Finished) -> Option<(Namespace, Document)> {
+        if !self.any.load(Ordering::Relaxed) {
+            return None;
+        }
+        let settings = self.dbs.read().get(f.db).cloned()?;
+        let millis = f.elapsed.as_millis() as i64;
+        let slow = millis >= self.slow_ms.load(Ordering::Relaxed);
+        let wanted = match settings.level {
+            2 => true,
+            1 => slow || settings.filter.is_some(),
+            _ => false,
+        };
+        if !wanted || f.name == "profile" {
+            return None;
+        }
+        if settings.sample_rate < 1.0 && uniform_random() >= settings.sample_rate {
+            return None;
+        }
+        let coll = match f.cmd.get(f.name) {
+            Some(Bson::String(c)) => c.clone(),
+            _ if f.name == "getMore" => f.cmd.get_str("collection").unwrap_or("$cmd").to_string(),
+            _ => "$cmd".to_string(),
+        };
+        let op = match f.name {
+            "find" => "query",
+            "getMore" => "getmore",
+            "insert" => "insert",
+            "update" => "update",
+            "delete" => "remove",
+            _ => "command",
+        };
+        let command = if bson::to_vec(f.cmd).map(|b| b.len()).unwrap_or(0) > MAX_COMMAND_BYTES {
+            doc! {"$truncated": format!("{} command of {} fields", f.name, f.cmd.len())}
+        } else {
+            f.cmd.clone()
+        };
+        let mut entry = doc! {
+            "op": op,
+            "ns": format!("{}.{}", f.db, coll),
+            "command": command,
+        };
+        if let Some(n) = f.nreturned {
+            entry.insert("nreturned", n);
+        }
+        if let Some(n) = f.response_length {
+            entry.insert("responseLength", n);
+        }
+        if let Some(e) = f.error {
+            entry.insert("ok", 0.0);
+            entry.insert("errMsg", e.message.clone());
+            entry.insert(
+                "errName",
+                tailstream_engine::query::error::code_name(e.code),
+            );
+            entry.insert("errCode", e.code);
+        }
+        entry.insert("protocol", "op_msg");
+        entry.insert("millis", millis);
+        entry.insert("ts", bson::DateTime::now());
+        entry.insert("client", f.client.clone());
+        if let Some(a) = &f.app_name {
+            entry.insert("appName", a.clone());
+        }
+        entry.insert("allUsers", Bson::Array(Vec::new()));
+        entry.insert("user", "");
+        if let Some(m) = &settings.filter {
+            if !m.matches(&entry) {
+                return None;
+            }
+        }
+        Some((Namespace::new(f.db, "system.profile"), entry))
+    }
+}
+
+/// Writes a profile document, creating the database's capped `system.profile` first.
+pub fn record(state: &ServerState, ns: &Namespace, entry: Document) {
+    let engine = &state.engine;
+    if engine.collection(ns).is_none() {
+        let options = doc! {"capped": true, "size": PROFILE_COLLECTION_BYTES};
+        // Another command may create it at the same time: that is fine.
+        let _ = engine.create_collection(ns, options);
+    }
+    if let Err(e) = engine.insert_documents(ns, vec![entry], true) {
+        tracing::warn!(ns = %ns.full(), "profile entry not written: {}", e.message);
+    }
+}
+
+/// A number in [0, 1) for `sampleRate`: std's randomly keyed hasher over a counter.
+fn uniform_random() -> f64 {
+    use std::hash::BuildHasher;
+    static COUNTER: AtomicI64 = AtomicI64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let bits = std::collections::hash_map::RandomState::new().hash_one(n);
+    (bits >> 11) as f64 / (1u64 << 53) as f64
+}
