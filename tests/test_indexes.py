@@ -268,3 +268,13 @@ def test_partial_index_is_used_only_when_the_query_implies_its_filter(coll):
     for q, n in (({"x": 6, "a": {"$lte": 1.6}}, 1), ({"x": 6}, 2), ({"x": 7, "a": "1"}, 1)):
         assert winning(q)["stage"] == "COLLSCAN"
         assert coll.count_documents(q) == n
+
+
+def test_partial_index_on_existing_fields_answers_equality(coll):
+    coll.create_index("email", unique=True, partialFilterExpression={"email": {"$exists": True}})
+    coll.insert_many([{"email": "a@x"}, {"name": "no email"}, {"name": "none either"}])
+    plan = coll.find({"email": "a@x"}).explain()["queryPlanner"]["winningPlan"]
+    assert plan["inputStage"]["indexName"] == "email_1"
+    assert coll.count_documents({"email": "a@x"}) == 1
+    assert coll.find({"email": None}).explain()["queryPlanner"]["winningPlan"]["stage"] == "COLLSCAN"
+    assert coll.count_documents({"email": None}) == 2

@@ -3,7 +3,8 @@
 //! document the query matches also matches that filter. As mongod, we prove that from
 //! the filters' shapes: each condition of the partial filter must follow from a
 //! condition the query puts on the same field (`{a: 1}` or `{a: {$lte: 1}}` imply
-//! `{a: {$lte: 1.5}}`; `{a: {$lte: 1.6}}` does not). Anything else is not proven, and a
+//! `{a: {$lte: 1.5}}`; `{a: {$lte: 1.6}}` does not; a comparison with a non-null value
+//! implies `{$exists: true}`). Anything else is not proven, and a
 //! collection scan (or another index) answers instead.
 
 use bson::{Bson, Document};
@@ -20,12 +21,50 @@ pub fn query_implies(partial_filter: &Document, query: &Matcher) -> bool {
         return false;
     };
     let query_bounds = query.index_predicates();
-    partial.index_predicates().iter().all(|(field, needed)| {
+    let mut must_exist = Vec::new();
+    exists_fields(partial_filter, &mut must_exist);
+    // A comparison with a non-null value only matches documents that have the field.
+    let exists_ok = must_exist.iter().all(|field| {
         query_bounds
             .iter()
             .filter(|(f, _)| f == field)
-            .any(|(_, have)| bounds_imply(have, needed))
-    })
+            .any(|(_, b)| {
+                let non_null =
+                    |v: &Option<Bson>| v.as_ref().is_some_and(|v| !matches!(v, Bson::Null));
+                non_null(&b.eq)
+                    || b.in_values
+                        .as_ref()
+                        .is_some_and(|vs| vs.iter().all(|v| !matches!(v, Bson::Null)))
+                    || non_null(&b.gt)
+                    || non_null(&b.gte)
+                    || non_null(&b.lt)
+                    || non_null(&b.lte)
+            })
+    });
+    exists_ok
+        && partial.index_predicates().iter().all(|(field, needed)| {
+            query_bounds
+                .iter()
+                .filter(|(f, _)| f == field)
+                .any(|(_, have)| bounds_imply(have, needed))
+        })
+}
+
+/// The fields a partial filter requires with `{$exists: true}`.
+fn exists_fields(filter: &Document, out: &mut Vec<String>) {
+    for (k, v) in filter {
+        match v {
+            Bson::Array(items) if k == "$and" => {
+                for i in items {
+                    if let Bson::Document(d) = i {
+                        exists_fields(d, out);
+                    }
+                }
+            }
+            Bson::Document(ops) if ops.get("$exists").is_some() => out.push(k.clone()),
+            _ => {}
+        }
+    }
 }
 
 /// A partial filter made only of comparisons on fields (ANDed), which
@@ -37,9 +76,13 @@ fn simple_conjunction(filter: &Document) -> bool {
             .all(|i| matches!(i, Bson::Document(d) if simple_conjunction(d))),
         (k, _) if k.starts_with('$') => false,
         (_, Bson::Document(ops)) if ops.keys().next().is_some_and(|o| o.starts_with('$')) => {
-            ops.iter().all(|(op, arg)| {
-                matches!(op.as_str(), "$eq" | "$gt" | "$gte" | "$lt" | "$lte")
-                    && !matches!(arg, Bson::Array(_) | Bson::RegularExpression(_))
+            ops.iter().all(|(op, arg)| match op.as_str() {
+                "$eq" | "$gt" | "$gte" | "$lt" | "$lte" => {
+                    !matches!(arg, Bson::Array(_) | Bson::RegularExpression(_))
+                }
+                // Only `{$exists: true}` (the usual "index the documents that have it").
+                "$exists" => matches!(arg, Bson::Boolean(true) | Bson::Int32(1)),
+                _ => false,
             })
         }
         (_, Bson::Array(_) | Bson::RegularExpression(_)) => false,
@@ -149,8 +192,20 @@ mod tests {
             doc! {"$and": [{"a": 1}, {"b": {"$gt": 0}}]},
             doc! {"a": 1, "b": 3}
         ));
+        assert!(implies(doc! {"a": {"$exists": true}}, doc! {"a": 1}));
+        assert!(implies(
+            doc! {"a": {"$exists": true}},
+            doc! {"a": {"$gt": 0}}
+        ));
+        assert!(!implies(doc! {"a": {"$exists": true}}, doc! {"a": null}));
+        assert!(!implies(doc! {"a": {"$exists": true}}, doc! {"b": 1}));
+        assert!(!implies(doc! {"a": {"$exists": false}}, doc! {"a": 1}));
+        assert!(implies(
+            doc! {"a": {"$exists": true}, "b": {"$gt": 1}},
+            doc! {"a": "x", "b": 2}
+        ));
         assert!(
-            !implies(doc! {"a": {"$exists": true}}, doc! {"a": 1}),
+            !implies(doc! {"a": {"$type": "string"}}, doc! {"a": "x"}),
             "not a comparison"
         );
         assert!(!implies(doc! {"$or": [{"a": 1}]}, doc! {"a": 1}));
