@@ -7,6 +7,7 @@ use crate::namespace::Namespace;
 use bson::{doc, Bson, Document};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tailstream_query::collation::Collator;
 use tailstream_query::error::{Error, Result};
 use tailstream_query::index_keys::KeyPattern;
 use tailstream_query::matcher::Matcher;
@@ -24,6 +25,8 @@ pub struct IndexMeta {
     pub partial_filter: Option<Document>,
     pub partial_matcher: Option<Matcher>,
     pub expire_after_seconds: Option<i64>,
+    /// The index's collation: its string keys are comparison keys under it.
+    pub collator: Option<Arc<Collator>>,
     /// The specification as `listIndexes` reports it (`v`, `key`, `name` and options).
     pub spec: Document,
 }
@@ -40,9 +43,14 @@ impl IndexMeta {
             .map_err(|_| Error::bad_value("index spec without name"))?
             .to_string();
         let pattern = KeyPattern::parse(&key)?;
+        let collator = match spec.get_document("collation") {
+            Ok(c) => Collator::parse(c)?,
+            Err(_) => None,
+        };
         let partial_filter = spec.get_document("partialFilterExpression").ok().cloned();
+        // As mongod: the partial filter is evaluated under the index's collation.
         let partial_matcher = match &partial_filter {
-            Some(f) => Some(Matcher::new(f)?),
+            Some(f) => Some(Matcher::with_collation(f, collator.clone())?),
             None => None,
         };
         let expire_after_seconds = match spec.get("expireAfterSeconds") {
@@ -61,8 +69,13 @@ impl IndexMeta {
             partial_filter,
             partial_matcher,
             expire_after_seconds,
+            collator,
             spec: spec.clone(),
         })
+    }
+
+    pub fn collator(&self) -> Option<&Collator> {
+        self.collator.as_deref()
     }
 
     /// Whether a document has entries in this index (partial filter and sparseness).
@@ -176,6 +189,15 @@ impl CollMeta {
         self.options.get_bool("capped").unwrap_or(false)
     }
 
+    /// The collection's default collation (`create` with `collation`): what operations
+    /// without one of their own compare strings under.
+    pub fn default_collator(&self) -> Result<Option<Arc<Collator>>> {
+        match self.options.get_document("collation") {
+            Ok(spec) => Collator::parse(spec),
+            Err(_) => Ok(None),
+        }
+    }
+
     /// A copy with a different index list (DDL builds new snapshots).
     pub fn with_indexes(&self, indexes: Vec<Arc<IndexMeta>>) -> CollMeta {
         CollMeta {
@@ -192,6 +214,15 @@ impl CollMeta {
         doc! {"v": 2, "key": {"_id": 1}, "name": "_id_"}
     }
 
+    /// This collection's `_id` index specification: it has the collection's collation.
+    pub fn id_index_spec_of(options: &Document) -> Document {
+        let mut spec = Self::id_index_spec();
+        if let Ok(c) = options.get_document("collation") {
+            spec.insert("collation", c.clone());
+        }
+        spec
+    }
+
     /// Whether the collection was created with `clusteredIndex`.
     pub fn is_clustered(&self) -> bool {
         self.options.contains_key("clusteredIndex")
@@ -206,7 +237,7 @@ impl CollMeta {
                 d.insert("clustered", true);
                 d
             }
-            Err(_) => Self::id_index_spec(),
+            Err(_) => Self::id_index_spec_of(&self.options),
         }
     }
 }

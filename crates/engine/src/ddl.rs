@@ -5,11 +5,12 @@ use crate::catalog::{CollMeta, IndexMeta};
 use crate::namespace::{validate_db_name, Namespace};
 use crate::oplog::OplogChange;
 use crate::read::{Access, Scan};
-use crate::write::encode_key;
+use crate::write::encoded_keys;
 use crate::{keys, Committed, Engine, Txn};
 use bson::{doc, Bson, Document};
 use std::collections::HashSet;
 use std::sync::Arc;
+use tailstream_query::collation::Collator;
 use tailstream_query::error::{codes, Error, Result};
 use tailstream_query::index_keys::{index_keys, KeyPattern};
 use tailstream_query::matcher::Matcher;
@@ -105,6 +106,7 @@ impl Engine {
             c.next_coll_id += 1;
             id
         };
+        let meta_options = options.clone();
         let meta = CollMeta {
             ns: ns.clone(),
             id,
@@ -116,7 +118,7 @@ impl Engine {
         let meta = txn.put_collection(meta);
         let mut o = doc! {"create": ns.coll.clone()};
         o.extend(options);
-        o.insert("idIndex", CollMeta::id_index_spec());
+        o.insert("idIndex", CollMeta::id_index_spec_of(&meta_options));
         txn.log(OplogChange::command(&ns.db, Some(uuid), o));
         Ok(meta)
     }
@@ -284,8 +286,22 @@ impl Engine {
         let before = meta.indexes.len() + 1;
         let mut indexes = meta.indexes.clone();
         let mut new_indexes: Vec<Arc<IndexMeta>> = Vec::new();
+        let default_collation = meta.default_collator()?;
         for spec in specs {
-            let spec = validate_index_spec(spec)?;
+            let mut spec = validate_index_spec(spec)?;
+            // An index without a collation of its own has the collection's; an explicit
+            // `simple` one has none.
+            match spec.get_document("collation") {
+                Ok(c) if c.get_str("locale") == Ok("simple") => {
+                    spec.remove("collation");
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    if let Some(c) = &default_collation {
+                        spec.insert("collation", c.spec().clone());
+                    }
+                }
+            }
             let name = spec.get_str("name").unwrap_or_default().to_string();
             let key = spec.get_document("key").cloned().unwrap_or_default();
             if is_id_index(&key) {
@@ -306,10 +322,11 @@ impl Engine {
                     format!("An existing index has the same name as the requested index. When index names are not specified, they are auto generated and can cause conflicts. Please refer to our documentation. Requested index: {}, existing index: {}", crate::format::doc_to_string(&spec), crate::format::doc_to_string(&existing.spec)),
                 ));
             }
-            if let Some(existing) = indexes
-                .iter()
-                .find(|i| tailstream_query::compare::cmp_documents(&i.key, &key).is_eq())
-            {
+            // The same key pattern under another collation is another index.
+            if let Some(existing) = indexes.iter().find(|i| {
+                tailstream_query::compare::cmp_documents(&i.key, &key).is_eq()
+                    && i.spec.get("collation") == spec.get("collation")
+            }) {
                 if same_options(&existing.spec, &spec) {
                     return Err(Error::new(
                         codes::INDEX_OPTIONS_CONFLICT,
@@ -367,8 +384,7 @@ impl Engine {
                         continue;
                     }
                     let (key_sets, _) = index_keys(doc, &index.pattern)?;
-                    for values in key_sets {
-                        let values_ks = encode_key(index, &values);
+                    for (values_ks, values) in encoded_keys(index, key_sets) {
                         if index.unique && !seen_unique[n].insert(values_ks.clone()) {
                             let key_value: Document = index
                                 .pattern
@@ -440,13 +456,27 @@ impl Engine {
                 if is_id_index(key) {
                     return Err(Error::invalid_options("cannot drop _id index"));
                 }
-                match meta
+                let found: Vec<&Arc<IndexMeta>> = meta
                     .indexes
                     .iter()
-                    .find(|i| tailstream_query::compare::cmp_documents(&i.key, key).is_eq())
-                {
-                    Some(i) => vec![i.name.clone()],
-                    None => {
+                    .filter(|i| tailstream_query::compare::cmp_documents(&i.key, key).is_eq())
+                    .collect();
+                match found.as_slice() {
+                    [i] => vec![i.name.clone()],
+                    [a, b, ..] => {
+                        // Indexes with one key pattern and different collations.
+                        return Err(Error::new(
+                            codes::AMBIGUOUS_INDEX_KEY_PATTERN,
+                            format!(
+                                "{} indexes found for key: {}, identify by name instead. Conflicting indexes: {}, {}",
+                                found.len(),
+                                crate::format::doc_to_string(key),
+                                crate::format::doc_to_string(&a.spec),
+                                crate::format::doc_to_string(&b.spec)
+                            ),
+                        ));
+                    }
+                    [] => {
                         return Err(Error::new(
                             codes::INDEX_NOT_FOUND,
                             format!(
@@ -528,9 +558,24 @@ impl Engine {
                     let pos = if let Ok(name) = spec.get_str("name") {
                         indexes.iter().position(|i| i.name == name)
                     } else if let Ok(kp) = spec.get_document("keyPattern") {
-                        indexes.iter().position(|i| {
+                        let same_key = |i: &Arc<IndexMeta>| {
                             tailstream_query::compare::cmp_documents(&i.key, kp).is_eq()
-                        })
+                        };
+                        let matching: Vec<&Arc<IndexMeta>> =
+                            indexes.iter().filter(|i| same_key(i)).collect();
+                        if let [a, b, ..] = matching.as_slice() {
+                            return Err(Error::new(
+                                codes::AMBIGUOUS_INDEX_KEY_PATTERN,
+                                format!(
+                                    "index keyPattern {} matches {} indexes, must use index name. Conflicting indexes:{}, {}",
+                                    crate::format::doc_to_string(kp),
+                                    matching.len(),
+                                    crate::format::doc_to_string(&a.spec),
+                                    crate::format::doc_to_string(&b.spec)
+                                ),
+                            ));
+                        }
+                        indexes.iter().position(same_key)
                     } else {
                         return Err(Error::invalid_options(
                             "collMod.index requires either a name or a keyPattern",
@@ -763,6 +808,20 @@ fn validate_index_spec(spec: &Document) -> Result<Document> {
                 Matcher::new(f)?;
                 out.insert(k.clone(), v.clone());
             }
+            "collation" => {
+                let c = v.as_document().ok_or_else(|| {
+                    Error::type_mismatch(format!(
+                        "The field 'collation' must be an object, but got {}",
+                        tailstream_query::compare::type_name(v)
+                    ))
+                })?;
+                // Stored filled in, as mongod lists it; `simple` is stored as an explicit
+                // "no collation" so the collection's default does not apply.
+                match Collator::parse(c)? {
+                    Some(coll) => out.insert(k.clone(), coll.spec().clone()),
+                    None => out.insert(k.clone(), bson::doc! {"locale": "simple"}),
+                };
+            }
             _ => {
                 out.insert(k.clone(), v.clone());
             }
@@ -771,9 +830,27 @@ fn validate_index_spec(spec: &Document) -> Result<Document> {
     Ok(out)
 }
 
-/// Checks `create` options and normalises capped sizes (rounded up to 256 bytes).
+/// Checks `create` options and normalises capped sizes (rounded up to 256 bytes) and the
+/// collation (filled in; `{locale: "simple"}` is no collation).
 fn normalize_create_options(mut options: Document) -> Result<Document> {
     options.remove("comment");
+    match options.get("collation") {
+        None => {}
+        Some(Bson::Document(spec)) => match Collator::parse(spec)? {
+            Some(c) => {
+                options.insert("collation", c.spec().clone());
+            }
+            None => {
+                options.remove("collation");
+            }
+        },
+        Some(other) => {
+            return Err(Error::type_mismatch(format!(
+                "BSON field 'create.collation' is the wrong type '{}', expected type 'object'",
+                tailstream_query::compare::type_name(other)
+            )))
+        }
+    }
     let capped = options
         .get("capped")
         .map(|v| {

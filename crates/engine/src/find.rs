@@ -11,7 +11,8 @@ use crate::Engine;
 use bson::{doc, Bson, Document};
 use std::collections::VecDeque;
 use std::sync::Arc;
-use tailstream_query::compare::{as_f64, bson_eq};
+use tailstream_query::collation::Collator;
+use tailstream_query::compare::{as_f64, bson_eq_with, cmp_bson_with};
 use tailstream_query::error::{codes, Error, Result};
 use tailstream_query::matcher::Matcher;
 use tailstream_query::pipeline::{CollectionSource, Pipeline};
@@ -41,6 +42,23 @@ pub struct FindRequest {
     pub max: Option<Document>,
     /// Return the index keys of the index the query uses instead of the documents.
     pub return_key: bool,
+    /// The `collation` option (None: the collection's default collation).
+    pub collation: Option<Document>,
+}
+
+/// The collation an operation compares strings under: its own `collation` option, else
+/// the collection's default (none: binary comparison).
+pub fn operation_collator(
+    meta: Option<&CollMeta>,
+    requested: Option<&Document>,
+) -> Result<Option<Arc<Collator>>> {
+    match requested {
+        Some(spec) => Collator::parse(spec),
+        None => match meta {
+            Some(m) => m.default_collator(),
+            None => Ok(None),
+        },
+    }
 }
 
 /// One batch of a cursor: id 0 means the cursor is exhausted and closed.
@@ -65,13 +83,22 @@ pub const INLINE_TAIL_BATCH: usize = 1000;
 impl Engine {
     pub fn find(&self, ns: &Namespace, req: FindRequest) -> Result<CursorBatch> {
         let (filter, _) = crate::write::bind_let(&req.filter, req.let_vars.as_ref())?;
-        let matcher = Arc::new(Matcher::new(&filter)?);
+        let is_oplog = ns.db == OPLOG_DB && ns.coll == OPLOG_COLL;
+        let collator = operation_collator(
+            if is_oplog { None } else { self.collection(ns) }.as_deref(),
+            req.collation.as_ref(),
+        )?;
+        let matcher = Arc::new(Matcher::with_collation(&filter, collator.clone())?);
         let sort = match &req.sort {
-            Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?),
+            Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?.with_collator(collator.clone())),
             _ => None,
         };
         let projection = match &req.projection {
-            Some(p) if !p.is_empty() => Some(Arc::new(Projection::new(p, Some(&req.filter))?)),
+            Some(p) if !p.is_empty() => Some(Arc::new(Projection::with_collation(
+                p,
+                Some(&req.filter),
+                collator.clone(),
+            )?)),
             _ => None,
         };
         if let Some(l) = req.limit {
@@ -80,7 +107,6 @@ impl Engine {
             }
         }
         let batch_size = check_batch_size(req.batch_size)?;
-        let is_oplog = ns.db == OPLOG_DB && ns.coll == OPLOG_COLL;
         if req.tailable {
             let capped = is_oplog || self.collection(ns).map(|m| m.is_capped()).unwrap_or(false);
             if !capped && self.collection(ns).is_some() {
@@ -128,6 +154,7 @@ impl Engine {
                         req.hint.as_ref(),
                         req.min.as_ref(),
                         req.max.as_ref(),
+                        collator.as_deref(),
                     )?;
                     if req.return_key {
                         key_fields = plan_key_fields(&plan, sort.as_ref(), req.hint.as_ref());
@@ -372,9 +399,12 @@ impl Engine {
         skip: u64,
         limit: u64,
         hint: Option<&Bson>,
+        collation: Option<&Document>,
     ) -> Result<u64> {
-        let matcher = Matcher::new(query)?;
-        let Some(meta) = self.collection(ns) else {
+        let meta = self.collection(ns);
+        let collator = operation_collator(meta.as_deref(), collation)?;
+        let matcher = Matcher::with_collation(query, collator)?;
+        let Some(meta) = meta else {
             return Ok(0);
         };
         let plan = read::plan(&meta, &matcher, None, hint)?;
@@ -391,23 +421,34 @@ impl Engine {
     }
 
     /// Distinct values of a field among matching documents (array elements count individually).
-    pub fn distinct(&self, ns: &Namespace, key: &str, query: &Document) -> Result<Vec<Bson>> {
-        self.distinct_in(ns, key, query, None)
+    pub fn distinct(
+        &self,
+        ns: &Namespace,
+        key: &str,
+        query: &Document,
+        collation: Option<&Document>,
+    ) -> Result<Vec<Bson>> {
+        self.distinct_in(ns, key, query, None, collation)
     }
 
-    /// `distinct` over the collection, or over `view` (a transaction's documents).
+    /// `distinct` over the collection, or over `view` (a transaction's documents). Values
+    /// equal under the collation count once (the first one met is returned).
     pub fn distinct_in(
         &self,
         ns: &Namespace,
         key: &str,
         query: &Document,
         view: Option<Vec<Document>>,
+        collation: Option<&Document>,
     ) -> Result<Vec<Bson>> {
-        let matcher = Matcher::new(query)?;
+        let meta = self.collection(ns);
+        let collator = operation_collator(meta.as_deref(), collation)?;
+        let coll = collator.as_deref();
+        let matcher = Matcher::with_collation(query, collator.clone())?;
         let docs = match view {
             Some(docs) => docs.into_iter().filter(|d| matcher.matches(d)).collect(),
             None => {
-                let Some(meta) = self.collection(ns) else {
+                let Some(meta) = meta else {
                     return Ok(Vec::new());
                 };
                 let plan = read::plan(&meta, &matcher, None, None)?;
@@ -424,17 +465,18 @@ impl Engine {
             let mut found = Vec::new();
             collect_path_values(&Bson::Document(doc), &parts, &mut found);
             for v in found {
-                if !values.iter().any(|x| bson_eq(x, &v)) {
+                if !values.iter().any(|x| bson_eq_with(x, &v, coll)) {
                     values.push(v);
                 }
             }
         }
-        values.sort_by(tailstream_query::compare::cmp_bson);
+        values.sort_by(|a, b| cmp_bson_with(a, b, coll));
         Ok(values)
     }
 
     /// Runs an aggregation pipeline on a collection (or, with `coll` None, a database-level
     /// pipeline that starts with a source stage such as `$documents`).
+    #[allow(clippy::too_many_arguments)]
     pub fn aggregate(
         &self,
         db: &str,
@@ -443,8 +485,11 @@ impl Engine {
         batch_size: Option<i64>,
         lsid: Option<Bson>,
         let_vars: Option<&Document>,
+        collation: Option<&Document>,
     ) -> Result<CursorBatch> {
-        self.aggregate_in(db, coll, stages, batch_size, lsid, let_vars, None)
+        self.aggregate_in(
+            db, coll, stages, batch_size, lsid, let_vars, None, collation,
+        )
     }
 
     /// `aggregate` reading the collection, or `view` (a transaction's documents).
@@ -458,8 +503,11 @@ impl Engine {
         lsid: Option<Bson>,
         let_vars: Option<&Document>,
         view: Option<Vec<Document>>,
+        collation: Option<&Document>,
     ) -> Result<CursorBatch> {
         let batch_size = check_batch_size(batch_size)?;
+        let meta = coll.and_then(|c| self.collection(&Namespace::new(db, c)));
+        let collator = operation_collator(meta.as_deref(), collation)?;
         if let (Some(first), Some(c)) = (stages.first(), coll) {
             if let Ok(spec) = first.get_document("$collStats") {
                 let ns = Namespace::new(db, c);
@@ -467,6 +515,7 @@ impl Engine {
                 let rest = Pipeline::parse(&stages[1..], db)?;
                 let vars = tailstream_query::expr::Variables {
                     now: Some(bson::DateTime::now()),
+                    collator: collator.clone(),
                     ..Default::default()
                 };
                 let docs = rest.run(
@@ -489,37 +538,36 @@ impl Engine {
         };
         let pipeline = Pipeline::parse(stages, db)?;
         let source = EngineSource { engine: self };
-        let vars = match let_vars {
+        let mut vars = match let_vars {
             Some(l) => tailstream_query::expr::let_variables(l)?,
             None => tailstream_query::expr::Variables {
                 now: Some(bson::DateTime::now()),
                 ..Default::default()
             },
         };
+        vars.collator = collator.clone();
         let docs = match coll {
-            Some(c) => {
-                let ns = Namespace::new(db, c);
-                let input: Box<dyn Iterator<Item = Result<Document>> + '_> =
-                    match (view, self.collection(&ns)) {
-                        (Some(docs), _) => Box::new(docs.into_iter().map(Ok)),
-                        (None, None) => Box::new(std::iter::empty()),
-                        (None, Some(meta)) => {
-                            // The leading $match also filters the scan, with the
-                            // command's `let` variables bound as the stage itself has them.
-                            let (leading, _) = crate::write::bind_let(
-                                pipeline.leading_match().unwrap_or(&Document::new()),
-                                let_vars,
-                            )?;
-                            let matcher = Arc::new(Matcher::new(&leading)?);
-                            let plan = read::plan(&meta, &matcher, None, None)?;
-                            Box::new(ScanIter::new(
-                                &self.store,
-                                meta,
-                                matcher,
-                                Scan::new(plan.access),
-                            ))
-                        }
-                    };
+            Some(_) => {
+                let input: Box<dyn Iterator<Item = Result<Document>> + '_> = match (view, meta) {
+                    (Some(docs), _) => Box::new(docs.into_iter().map(Ok)),
+                    (None, None) => Box::new(std::iter::empty()),
+                    (None, Some(meta)) => {
+                        // The leading $match also filters the scan, with the command's
+                        // `let` variables bound as the stage itself has them.
+                        let (leading, _) = crate::write::bind_let(
+                            pipeline.leading_match().unwrap_or(&Document::new()),
+                            let_vars,
+                        )?;
+                        let matcher = Arc::new(Matcher::with_collation(&leading, collator.clone())?);
+                        let plan = read::plan(&meta, &matcher, None, None)?;
+                        Box::new(ScanIter::new(
+                            &self.store,
+                            meta,
+                            matcher,
+                            Scan::new(plan.access),
+                        ))
+                    }
+                };
                 pipeline.run(input, &source, &vars)?
             }
             None => pipeline.run(Box::new(std::iter::empty()), &source, &vars)?,
@@ -642,13 +690,16 @@ impl Engine {
         filter: &Document,
         sort: Option<&Document>,
         hint: Option<&Bson>,
+        collation: Option<&Document>,
     ) -> Result<Document> {
-        let matcher = Matcher::new(filter)?;
+        let meta = self.collection(ns);
+        let collator = operation_collator(meta.as_deref(), collation)?;
+        let matcher = Matcher::with_collation(filter, collator.clone())?;
         let sort = match sort {
-            Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?),
+            Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?.with_collator(collator)),
             _ => None,
         };
-        let Some(meta) = self.collection(ns) else {
+        let Some(meta) = meta else {
             return Ok(doc! {"stage": "EOF"});
         };
         let plan = read::plan(&meta, &matcher, sort.as_ref(), hint)?;

@@ -240,7 +240,7 @@ impl Engine {
                     self.insert_documents(&spec.into, vec![d], true)?
                 }
                 (when_matched, when_not_matched) => {
-                    let exists = self.count(&spec.into, &q, 0, 1, None)? > 0;
+                    let exists = self.count(&spec.into, &q, 0, 1, None, None)? > 0;
                     match (exists, when_matched, when_not_matched) {
                         (true, WhenMatched::Fail, _) => {
                             return Err(crate::write::duplicate_key_error(

@@ -15,6 +15,7 @@ pub fn bound_plan(
     hint: Option<&Bson>,
     min: Option<&Document>,
     max: Option<&Document>,
+    coll: Option<&tailstream_query::collation::Collator>,
 ) -> Result<()> {
     let min = min.filter(|d| !d.is_empty());
     let max = max.filter(|d| !d.is_empty());
@@ -41,8 +42,16 @@ pub fn bound_plan(
     };
     let fields = &index.pattern.fields;
     // mongod's indexCompatibleMaxMin: the bound names every key field, in order.
+    // A bound holding strings is in the operation's collation: only an index with that
+    // collation orders its keys the same way.
+    let same_collation = tailstream_query::collation::same_collation(index.collator(), coll);
     let compatible = |bound: &Document| {
-        bound.len() == fields.len() && bound.keys().zip(fields).all(|(k, (f, _))| k == f)
+        bound.len() == fields.len()
+            && bound.keys().zip(fields).all(|(k, (f, _))| k == f)
+            && (same_collation
+                || !bound
+                    .values()
+                    .any(tailstream_query::collation::contains_strings))
     };
     if !min.map(compatible).unwrap_or(true) || !max.map(compatible).unwrap_or(true) {
         return Err(Error::new(
@@ -57,7 +66,7 @@ pub fn bound_plan(
     let encode = |bound: &Document| {
         let mut k = KeyStringBuilder::new();
         for ((_, value), (_, descending)) in bound.iter().zip(fields) {
-            k.append(value, *descending);
+            k.append_collated(value, *descending, index.collator());
         }
         let mut key = prefix.to_vec();
         key.extend_from_slice(k.as_bytes());

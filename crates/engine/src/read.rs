@@ -9,6 +9,7 @@ use crate::storage_err;
 use bson::{Bson, Document};
 use std::collections::HashSet;
 use std::sync::Arc;
+use tailstream_query::collation::{contains_strings, same_collation, Collator};
 use tailstream_query::compare::canonical_type;
 use tailstream_query::error::{codes, Error, Result};
 use tailstream_query::keystring::KeyStringBuilder;
@@ -134,6 +135,7 @@ fn plan_access(
             sorted: true,
         });
     }
+    let coll = matcher.collator();
     if let Some(ids) = id_points(matcher) {
         let sorted = sort_fields.is_empty()
             || (sort_fields.len() == 1 && sort_fields[0] == ("_id".to_string(), false));
@@ -158,10 +160,13 @@ fn plan_access(
         }
         let (lead, desc) = &index.pattern.fields[0];
         if let Some((_, b)) = preds.iter().find(|(p, _)| p == lead) {
-            if let Some((rank, ranges)) = bounds_to_ranges(index.id, b, *desc) {
-                let reverse = sort_matches_index(sort_fields, index) == Some(true);
-                let sorted =
-                    sort_fields.is_empty() || sort_matches_index(sort_fields, index).is_some();
+            if !bounds_usable(index, b, coll) {
+                continue;
+            }
+            if let Some((rank, ranges)) = bounds_to_ranges(index.id, b, *desc, index.collator()) {
+                let order = index_order(sort_fields, index, coll);
+                let reverse = order == Some(true);
+                let sorted = sort_fields.is_empty() || order.is_some();
                 if best.as_ref().map(|(r, _)| rank < *r).unwrap_or(true) {
                     best = Some((
                         rank,
@@ -182,7 +187,9 @@ fn plan_access(
         return Ok(p);
     }
     if !sort_fields.is_empty() {
-        if sort_fields.len() == 1 && sort_fields[0].0 == "_id" {
+        // Documents are in binary `_id` order: that is the sort order only without a
+        // collation.
+        if sort_fields.len() == 1 && sort_fields[0].0 == "_id" && coll.is_none() {
             return Ok(Plan {
                 access: Access::CollScan {
                     reverse: sort_fields[0].1,
@@ -194,7 +201,7 @@ fn plan_access(
             if index.partial_filter.is_some() || index.sparse {
                 continue;
             }
-            if let Some(reverse) = sort_matches_index(sort_fields, index) {
+            if let Some(reverse) = index_order(sort_fields, index, coll) {
                 return Ok(Plan {
                     access: Access::IndexScan {
                         index: index.clone(),
@@ -229,13 +236,21 @@ fn plan_with_hint(
             });
         }
         Bson::Document(d) if d == &bson::doc! {"_id": 1} || d == &bson::doc! {"_id": -1} => None,
-        Bson::Document(d) => Some(
-            meta.indexes
+        Bson::Document(d) => {
+            let mut found = meta
+                .indexes
                 .iter()
-                .find(|i| tailstream_query::compare::cmp_documents(&i.key, d).is_eq())
-                .cloned()
-                .ok_or_else(bad_hint)?,
-        ),
+                .filter(|i| tailstream_query::compare::cmp_documents(&i.key, d).is_eq());
+            let index = found.next().cloned().ok_or_else(bad_hint)?;
+            // Indexes may share a key pattern (with different collations): mongod then
+            // wants the index named.
+            if found.next().is_some() {
+                return Err(Error::bad_value(
+                    "Hint matched multiple indexes, must hint by index name",
+                ));
+            }
+            Some(index)
+        }
         _ => return Err(Error::bad_value("hint must be a string or a document")),
     };
     match index {
@@ -246,9 +261,10 @@ fn plan_with_hint(
                     sorted: sort_fields.is_empty(),
                 });
             }
-            let reverse = sort_fields.len() == 1 && sort_fields[0].0 == "_id" && sort_fields[0].1;
-            let sorted =
-                sort_fields.is_empty() || (sort_fields.len() == 1 && sort_fields[0].0 == "_id");
+            let by_id =
+                sort_fields.len() == 1 && sort_fields[0].0 == "_id" && matcher.collator().is_none();
+            let reverse = by_id && sort_fields[0].1;
+            let sorted = sort_fields.is_empty() || by_id;
             Ok(Plan {
                 access: Access::CollScan { reverse },
                 sorted,
@@ -257,13 +273,15 @@ fn plan_with_hint(
         Some(index) => {
             let preds = matcher.index_predicates();
             let (lead, desc) = &index.pattern.fields[0];
+            let coll = matcher.collator();
             let ranges = preds
                 .iter()
                 .find(|(p, _)| p == lead)
-                .and_then(|(_, b)| bounds_to_ranges(index.id, b, *desc))
+                .filter(|(_, b)| bounds_usable(&index, b, coll))
+                .and_then(|(_, b)| bounds_to_ranges(index.id, b, *desc, index.collator()))
                 .map(|(_, r)| r)
                 .unwrap_or_else(|| vec![full_range(index.id)]);
-            let m = sort_matches_index(sort_fields, &index);
+            let m = index_order(sort_fields, &index, coll);
             Ok(Plan {
                 access: Access::IndexScan {
                     index: index.clone(),
@@ -278,6 +296,39 @@ fn plan_with_hint(
 
 fn bad_hint() -> Error {
     Error::bad_value("hint provided does not correspond to an existing index")
+}
+
+/// Some(reverse) if scanning the index yields the sort order: the fields match and the
+/// index orders strings as the operation's collation does.
+fn index_order(
+    sort_fields: &[(String, bool)],
+    index: &IndexMeta,
+    coll: Option<&Collator>,
+) -> Option<bool> {
+    if !same_collation(index.collator(), coll) {
+        return None;
+    }
+    sort_matches_index(sort_fields, index)
+}
+
+/// Whether the index can bound a predicate: its keys order strings as the operation's
+/// collation does, or the bounds hold no strings (other values encode alike).
+fn bounds_usable(
+    index: &IndexMeta,
+    b: &tailstream_query::matcher::FieldBounds,
+    coll: Option<&Collator>,
+) -> bool {
+    if same_collation(index.collator(), coll) {
+        return true;
+    }
+    let values = [&b.eq, &b.gt, &b.gte, &b.lt, &b.lte];
+    !values
+        .iter()
+        .any(|v| v.as_ref().is_some_and(contains_strings))
+        && !b
+            .in_values
+            .as_ref()
+            .is_some_and(|vs| vs.iter().any(contains_strings))
 }
 
 /// Some(reverse) if scanning the index (forwards or backwards) yields the sort order.
@@ -312,6 +363,10 @@ fn full_range(index_id: u32) -> (Vec<u8>, Vec<u8>) {
 
 /// The `_id`s pinned by the filter (`{_id: v}` or `{_id: {$in: [...]}}`), encoded and sorted.
 pub(crate) fn id_points(matcher: &Matcher) -> Option<Vec<Vec<u8>>> {
+    // Documents are found by their binary `_id`: a string `_id` under a collation may
+    // match others, which only a scan finds.
+    let collated = matcher.collator().is_some();
+    let usable_point = |v: &Bson| usable_point(v) && !(collated && contains_strings(v));
     if let Some(v) = matcher.id_equality() {
         if usable_point(&v) {
             return Some(vec![keys::id_key(&v)]);
@@ -339,16 +394,18 @@ fn usable_point(v: &Bson) -> bool {
 }
 
 /// Index key ranges for predicates on the index's leading field, with a rank
-/// (0 equality, 1 $in, 2 range) to prefer the most selective.
+/// (0 equality, 1 $in, 2 range) to prefer the most selective. `coll` is the index's
+/// collation (its string keys are comparison keys).
 fn bounds_to_ranges(
     index_id: u32,
     b: &tailstream_query::matcher::FieldBounds,
     desc: bool,
+    coll: Option<&Collator>,
 ) -> Option<(u8, Vec<(Vec<u8>, Vec<u8>)>)> {
     let prefix = keys::index_prefix(index_id);
     let point = |v: &Bson| -> (Vec<u8>, Vec<u8>) {
         let mut k = KeyStringBuilder::new();
-        k.append(v, desc);
+        k.append_collated(v, desc, coll);
         let mut lo = prefix.to_vec();
         lo.extend_from_slice(k.as_bytes());
         let hi = prefix_successor(&lo).expect("prefix is never all 0xFF");
@@ -388,7 +445,7 @@ fn bounds_to_ranges(
     }
     let enc = |v: &Bson| -> Vec<u8> {
         let mut k = KeyStringBuilder::new();
-        k.append(v, desc);
+        k.append_collated(v, desc, coll);
         let mut key = prefix.to_vec();
         key.extend_from_slice(k.as_bytes());
         key

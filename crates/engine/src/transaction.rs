@@ -348,8 +348,9 @@ impl Engine {
         ns: &Namespace,
         op: &UpdateOp,
     ) -> Result<(u64, u64, Option<Bson>)> {
-        let (filter, vars) = crate::write::bind_let(&op.q, op.let_vars.as_ref())?;
-        let matcher = Matcher::new(&filter)?;
+        let (filter, mut vars) = crate::write::bind_let(&op.q, op.let_vars.as_ref())?;
+        vars.collator = self.transaction_collator(t, ns, op.collation.as_ref())?;
+        let matcher = Matcher::with_collation(&filter, vars.collator.clone())?;
         let spec = UpdateSpec::parse(&op.u, op.array_filters.as_deref())?;
         if op.multi && matches!(spec.kind(), UpdateKind::Replacement) {
             return Err(Error::failed_to_parse(
@@ -402,7 +403,8 @@ impl Engine {
         Ok(run_statements(&ops, ordered, |_, op, out| {
             check_delete_limit(op.limit)?;
             let (filter, _) = crate::write::bind_let(&op.q, op.let_vars.as_ref())?;
-            let matcher = Matcher::new(&filter)?;
+            let collator = self.transaction_collator(t, ns, op.collation.as_ref())?;
+            let matcher = Matcher::with_collation(&filter, collator)?;
             let mut targets = self
                 .transaction_candidates(t, ns, &matcher)?
                 .into_iter()
@@ -427,7 +429,15 @@ impl Engine {
         ns: &Namespace,
         req: &crate::write::FindAndModify,
     ) -> Result<crate::write::FamOutcome> {
-        let plan = crate::write::FamPlan::parse(ns, req)?;
+        let plan = match req.collation {
+            Some(_) => crate::write::FamPlan::parse(ns, req, None)?,
+            None => {
+                let default = self.transaction_collator(t, ns, None)?;
+                let mut req = req.clone();
+                req.collation = default.map(|c| c.spec().clone());
+                crate::write::FamPlan::parse(ns, &req, None)?
+            }
+        };
         let validator = self.validator(ns, req.bypass_document_validation)?;
         let mut out = crate::write::FamOutcome::default();
         let mut candidates: Vec<_> = self
@@ -493,9 +503,14 @@ impl Engine {
         req: FindRequest,
     ) -> Result<CursorBatch> {
         let (filter, _) = crate::write::bind_let(&req.filter, req.let_vars.as_ref())?;
-        let matcher = Matcher::new(&filter)?;
+        let collator = self.transaction_collator(t, ns, req.collation.as_ref())?;
+        let matcher = Matcher::with_collation(&filter, collator.clone())?;
         let projection = match &req.projection {
-            Some(p) if !p.is_empty() => Some(Arc::new(Projection::new(p, Some(&req.filter))?)),
+            Some(p) if !p.is_empty() => Some(Arc::new(Projection::with_collation(
+                p,
+                Some(&req.filter),
+                collator.clone(),
+            )?)),
             _ => None,
         };
         if matches!(req.limit, Some(l) if l < 0) {
@@ -509,7 +524,7 @@ impl Engine {
             .filter(|d| matcher.matches(d))
             .collect();
         if let Some(s) = req.sort.as_ref().filter(|s| !s.is_empty()) {
-            let sort = SortSpec::parse(s)?;
+            let sort = SortSpec::parse(s)?.with_collator(collator);
             docs.sort_by(|a, b| sort.compare(a, b));
         }
         let mut cursor = Cursor::new(ns.full(), Source::Buffered(docs.into()));
@@ -522,6 +537,32 @@ impl Engine {
             Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)),
             req.single_batch,
         )
+    }
+
+    /// An operation's collation in a transaction: its own, else the default collation of
+    /// the collection (also of one the transaction creates).
+    fn transaction_collator(
+        &self,
+        t: &Transaction,
+        ns: &Namespace,
+        requested: Option<&Document>,
+    ) -> Result<Option<Arc<tailstream_query::collation::Collator>>> {
+        if requested.is_some() {
+            return crate::find::operation_collator(None, requested);
+        }
+        if let Some(meta) = self.collection(ns) {
+            return meta.default_collator();
+        }
+        for d in &t.ddl {
+            if let PendingDdl::Create(n, options) = d {
+                if n == ns {
+                    if let Ok(spec) = options.get_document("collation") {
+                        return tailstream_query::collation::Collator::parse(spec);
+                    }
+                }
+            }
+        }
+        Ok(None)
     }
 
     fn created_in(t: &Transaction, ns: &Namespace) -> bool {
@@ -543,6 +584,19 @@ impl Engine {
                 codes::NAMESPACE_EXISTS,
                 format!("Collection {} already exists.", ns.full()),
             ));
+        }
+        // A bad collation fails the command now, not the commit.
+        match options.get("collation") {
+            None => {}
+            Some(Bson::Document(d)) => {
+                tailstream_query::collation::Collator::parse(d)?;
+            }
+            Some(other) => {
+                let found = tailstream_query::compare::type_name(other);
+                return Err(Error::type_mismatch(format!(
+                    "BSON field 'create.collation' is the wrong type '{found}', expected type 'object'"
+                )));
+            }
         }
         t.ddl.push(PendingDdl::Create(ns.clone(), options));
         Ok(())

@@ -60,6 +60,7 @@ impl Engine {
                         limit: 0,
                         hint: None,
                         let_vars: None,
+                        collation: None,
                     }],
                     false,
                 ) {

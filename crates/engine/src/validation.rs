@@ -30,7 +30,8 @@ impl DocumentValidator {
             return Ok(None);
         }
         Ok(Some(DocumentValidator {
-            matcher: Matcher::new(validator)?,
+            // As mongod: the validator compares strings under the collection's collation.
+            matcher: Matcher::with_collation(validator, meta.default_collator()?)?,
             moderate: level == "moderate",
             warn_only: meta.options.get_str("validationAction") == Ok("warn"),
             ns: meta.ns.full(),

@@ -11,6 +11,7 @@ use crate::{keys, storage_err, Committed, Engine, Txn, MAX_DOCUMENT_SIZE, MAX_NE
 use bson::{doc, Bson, Document, RawDocumentBuf};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use tailstream_query::collation::Collator;
 use tailstream_query::error::{codes, Error, Result};
 use tailstream_query::expr::Variables;
 use tailstream_query::index_keys::index_keys;
@@ -50,6 +51,8 @@ pub struct UpdateOp {
     pub let_vars: Option<Document>,
     /// The command's `bypassDocumentValidation`.
     pub bypass_document_validation: bool,
+    /// The statement's `collation` (None: the collection's default).
+    pub collation: Option<Document>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -59,6 +62,8 @@ pub struct DeleteOp {
     pub limit: i64,
     pub hint: Option<Bson>,
     pub let_vars: Option<Document>,
+    /// The statement's `collation` (None: the collection's default).
+    pub collation: Option<Document>,
 }
 
 /// A filter with the `let` variables bound into its `$expr` parts, and the variables.
@@ -91,6 +96,8 @@ pub struct FindAndModify {
     pub hint: Option<Bson>,
     pub let_vars: Option<Document>,
     pub bypass_document_validation: bool,
+    /// The command's `collation` (None: the collection's default).
+    pub collation: Option<Document>,
 }
 
 #[derive(Debug, Default)]
@@ -111,8 +118,18 @@ pub(crate) struct PendingIndex {
     ids: HashSet<Vec<u8>>,
 }
 
-/// Matches array elements for `$pull` conditions and `arrayFilters` with the query matcher.
-pub(crate) struct QueryConditions;
+/// Matches array elements for `$pull` conditions and `arrayFilters` with the query
+/// matcher, under the operation's collation.
+#[derive(Default)]
+pub(crate) struct QueryConditions {
+    pub collator: Option<Arc<Collator>>,
+}
+
+impl QueryConditions {
+    fn matcher(&self, filter: &Document) -> Result<Matcher> {
+        Matcher::with_collation(filter, self.collator.clone())
+    }
+}
 
 impl ConditionMatcher for QueryConditions {
     fn matches_value(&self, condition: &Document, value: &Bson) -> Result<bool> {
@@ -126,13 +143,13 @@ impl ConditionMatcher for QueryConditions {
                 // A field condition against a non-document element never matches.
                 return Ok(false);
             }
-            let m = Matcher::new(&doc! {"v": condition.clone()})?;
+            let m = self.matcher(&doc! {"v": condition.clone()})?;
             return Ok(m.matches(&doc! {"v": value.clone()}));
         }
         let Bson::Document(d) = value else {
             unreachable!()
         };
-        Ok(Matcher::new(condition)?.matches(d))
+        Ok(self.matcher(condition)?.matches(d))
     }
 }
 
@@ -282,8 +299,7 @@ impl Engine {
                 continue;
             }
             let (key_sets, _multikey) = index_keys(doc, &index.pattern)?;
-            for values in key_sets {
-                let values_ks = encode_key(index, &values);
+            for (values_ks, values) in encoded_keys(index, key_sets) {
                 if index.unique
                     && !old.iter().any(|(i, v)| *i == index.id && *v == values_ks)
                     && self.unique_conflict(index, &values_ks, id_ks, pending)?
@@ -347,8 +363,8 @@ impl Engine {
                 continue;
             }
             if let Ok((key_sets, _)) = index_keys(doc, &index.pattern) {
-                for values in key_sets {
-                    out.push((index.id, encode_key(index, &values)));
+                for (values_ks, _) in encoded_keys(index, key_sets) {
+                    out.push((index.id, values_ks));
                 }
             }
         }
@@ -378,8 +394,10 @@ impl Engine {
         ns: &Namespace,
         op: &UpdateOp,
     ) -> Result<(u64, u64, Option<Bson>, Option<Committed>)> {
-        let (filter, vars) = bind_let(&op.q, op.let_vars.as_ref())?;
-        let matcher = Matcher::new(&filter)?;
+        let (filter, mut vars) = bind_let(&op.q, op.let_vars.as_ref())?;
+        vars.collator =
+            crate::find::operation_collator(self.collection(ns).as_deref(), op.collation.as_ref())?;
+        let matcher = Matcher::with_collation(&filter, vars.collator.clone())?;
         let spec = UpdateSpec::parse(&op.u, op.array_filters.as_deref())?;
         if op.multi && matches!(spec.kind(), UpdateKind::Replacement) {
             return Err(Error::failed_to_parse(
@@ -549,7 +567,9 @@ impl Engine {
     fn delete_op(&self, ns: &Namespace, op: &DeleteOp) -> Result<(u64, Option<Committed>)> {
         check_delete_limit(op.limit)?;
         let (filter, _) = bind_let(&op.q, op.let_vars.as_ref())?;
-        let matcher = Matcher::new(&filter)?;
+        let collator =
+            crate::find::operation_collator(self.collection(ns).as_deref(), op.collation.as_ref())?;
+        let matcher = Matcher::with_collation(&filter, collator)?;
         let mut txn = self.begin();
         let Some(meta) = txn.catalog().get(ns) else {
             return Ok((0, None));
@@ -624,7 +644,7 @@ impl Engine {
             sort,
             projection,
             spec,
-        } = FamPlan::parse(ns, req)?;
+        } = FamPlan::parse(ns, req, self.collection(ns).as_deref())?;
         let mut out = FamOutcome::default();
         let mut txn = self.begin();
         let meta = match txn.catalog().get(ns) {
@@ -717,18 +737,25 @@ pub(crate) struct FamPlan {
 }
 
 impl FamPlan {
-    pub fn parse(ns: &Namespace, req: &FindAndModify) -> Result<FamPlan> {
-        let (filter, vars) = bind_let(&req.query, req.let_vars.as_ref())?;
-        let matcher = Matcher::new(&filter)?;
+    /// `meta`: the collection, whose default collation applies without a `collation`.
+    pub fn parse(ns: &Namespace, req: &FindAndModify, meta: Option<&CollMeta>) -> Result<FamPlan> {
+        let (filter, mut vars) = bind_let(&req.query, req.let_vars.as_ref())?;
+        vars.collator = crate::find::operation_collator(meta, req.collation.as_ref())?;
+        let matcher = Matcher::with_collation(&filter, vars.collator.clone())?;
         let sort = match &req.sort {
-            Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?),
+            Some(s) if !s.is_empty() => {
+                Some(SortSpec::parse(s)?.with_collator(vars.collator.clone()))
+            }
             _ => None,
         };
         let projection = match &req.fields {
-            Some(f) if !f.is_empty() => Some(tailstream_query::projection::Projection::new(
-                f,
-                Some(&req.query),
-            )?),
+            Some(f) if !f.is_empty() => {
+                Some(tailstream_query::projection::Projection::with_collation(
+                    f,
+                    Some(&req.query),
+                    vars.collator.clone(),
+                )?)
+            }
             _ => None,
         };
         let spec = match (&req.update, req.remove) {
@@ -771,11 +798,15 @@ pub(crate) fn upsert_document(
     vars: &Variables,
 ) -> Result<Document> {
     let seed = upsert_seed(query)?;
+    let conditions = QueryConditions {
+        collator: vars.collator.clone(),
+    };
     let insert = ApplyContext {
         is_insert: true,
         positional: None,
         now: bson::DateTime::now(),
-        matcher: &QueryConditions,
+        matcher: &conditions,
+        collator: vars.collator.as_deref(),
     };
     let doc = match spec.kind() {
         UpdateKind::Replacement => {
@@ -831,11 +862,15 @@ pub(crate) fn compute_update(
             (u, r, false)
         }
         kind => {
+            let conditions = QueryConditions {
+                collator: vars.collator.clone(),
+            };
             let ctx = ApplyContext {
                 is_insert: false,
-                positional: positional_index(filter, old),
+                positional: positional_index(filter, old, &conditions),
                 now: bson::DateTime::now(),
-                matcher: &QueryConditions,
+                matcher: &conditions,
+                collator: vars.collator.as_deref(),
             };
             let outcome = spec.apply(&mut new, &ctx)?;
             if !outcome.modified {
@@ -905,13 +940,32 @@ pub(crate) fn run_statements<T>(
     out
 }
 
-/// Encodes an index key's values with the index's per-field directions.
+/// Encodes an index key's values with the index's per-field directions (strings by
+/// their comparison keys when the index has a collation).
 pub(crate) fn encode_key(index: &IndexMeta, values: &[Bson]) -> Vec<u8> {
     let mut k = KeyStringBuilder::new();
+    let coll = index.collator();
     for (v, (_, desc)) in values.iter().zip(&index.pattern.fields) {
-        k.append(v, *desc);
+        k.append_collated(v, *desc, coll);
     }
     k.into_bytes()
+}
+
+/// The distinct encoded keys of one document in an index: key sets that differ only in
+/// strings equal under the index's collation make one entry.
+pub(crate) fn encoded_keys(
+    index: &IndexMeta,
+    key_sets: Vec<Vec<Bson>>,
+) -> Vec<(Vec<u8>, Vec<Bson>)> {
+    let mut out: Vec<(Vec<u8>, Vec<Bson>)> = Vec::with_capacity(key_sets.len());
+    for values in key_sets {
+        let ks = encode_key(index, &values);
+        if index.collator.is_some() && out.iter().any(|(k, _)| *k == ks) {
+            continue;
+        }
+        out.push((ks, values));
+    }
+    out
 }
 
 /// Gives a new document an `_id` (an ObjectId, first) if it has none, and checks its `_id`.
@@ -1181,13 +1235,17 @@ fn set_path(doc: &mut Document, path: &str, value: Bson) -> Result<()> {
 }
 
 /// The position of the first array element the query matched, for the positional `$` operator.
-pub(crate) fn positional_index(filter: &Document, doc: &Document) -> Option<usize> {
+pub(crate) fn positional_index(
+    filter: &Document,
+    doc: &Document,
+    conditions: &QueryConditions,
+) -> Option<usize> {
     for (k, cond) in filter {
         if k == "$and" {
             if let Bson::Array(items) = cond {
                 for item in items {
                     if let Bson::Document(d) = item {
-                        if let Some(i) = positional_index(d, doc) {
+                        if let Some(i) = positional_index(d, doc, conditions) {
                             return Some(i);
                         }
                     }
@@ -1208,7 +1266,7 @@ pub(crate) fn positional_index(filter: &Document, doc: &Document) -> Option<usiz
             for (i, e) in arr.iter().enumerate() {
                 let ok = if rest.is_empty() {
                     match cond {
-                        Bson::Document(c) if c.contains_key("$elemMatch") => QueryConditions
+                        Bson::Document(c) if c.contains_key("$elemMatch") => conditions
                             .matches_value(
                                 c.get_document("$elemMatch").unwrap_or(&Document::new()),
                                 e,
@@ -1217,13 +1275,18 @@ pub(crate) fn positional_index(filter: &Document, doc: &Document) -> Option<usiz
                         Bson::Document(c)
                             if c.keys().next().map(|f| f.starts_with('$')).unwrap_or(false) =>
                         {
-                            QueryConditions.matches_value(c, e).unwrap_or(false)
+                            conditions.matches_value(c, e).unwrap_or(false)
                         }
-                        other => tailstream_query::compare::bson_eq(other, e),
+                        other => tailstream_query::compare::bson_eq_with(
+                            other,
+                            e,
+                            conditions.collator.as_deref(),
+                        ),
                     }
                 } else {
                     match e {
-                        Bson::Document(ed) => Matcher::new(&doc! {rest.clone(): cond.clone()})
+                        Bson::Document(ed) => conditions
+                            .matcher(&doc! {rest.clone(): cond.clone()})
                             .map(|m| m.matches(ed))
                             .unwrap_or(false),
                         _ => false,

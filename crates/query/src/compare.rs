@@ -2,6 +2,7 @@
 //! index keys): first by canonical type, then by value within the type.
 //! Numbers of every width compare by numeric value, so `1 == 1i64 == 1.0`.
 
+use crate::collation::Collator;
 use bson::{Bson, Document};
 use std::cmp::Ordering;
 
@@ -220,6 +221,67 @@ pub fn bson_eq(a: &Bson, b: &Bson) -> bool {
     cmp_bson(a, b) == Ordering::Equal
 }
 
+/// `cmp_bson` under an optional collation: strings (and symbols) compare through the
+/// collator, also inside documents and arrays; field names and every other type
+/// compare as without one. `None` is exactly `cmp_bson`.
+#[inline]
+pub fn cmp_bson_with(a: &Bson, b: &Bson, coll: Option<&Collator>) -> Ordering {
+    match coll {
+        None => cmp_bson(a, b),
+        Some(c) => cmp_collated(a, b, c),
+    }
+}
+
+/// Equality under an optional collation.
+#[inline]
+pub fn bson_eq_with(a: &Bson, b: &Bson, coll: Option<&Collator>) -> bool {
+    cmp_bson_with(a, b, coll) == Ordering::Equal
+}
+
+fn cmp_collated(a: &Bson, b: &Bson, c: &Collator) -> Ordering {
+    let (ta, tb) = (canonical_type(a), canonical_type(b));
+    if ta != tb {
+        return ta.cmp(&tb);
+    }
+    match (a, b) {
+        (Bson::String(x) | Bson::Symbol(x), Bson::String(y) | Bson::Symbol(y)) => c.compare(x, y),
+        (Bson::Document(x), Bson::Document(y)) => cmp_documents_collated(x, y, c),
+        (Bson::Array(x), Bson::Array(y)) => {
+            for (va, vb) in x.iter().zip(y.iter()) {
+                let o = canonical_type(va)
+                    .cmp(&canonical_type(vb))
+                    .then_with(|| cmp_collated(va, vb, c));
+                if o != Ordering::Equal {
+                    return o;
+                }
+            }
+            x.len().cmp(&y.len())
+        }
+        _ => cmp_bson(a, b),
+    }
+}
+
+fn cmp_documents_collated(a: &Document, b: &Document, c: &Collator) -> Ordering {
+    let mut ia = a.iter();
+    let mut ib = b.iter();
+    loop {
+        match (ia.next(), ib.next()) {
+            (None, None) => return Ordering::Equal,
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+            (Some((ka, va)), Some((kb, vb))) => {
+                let o = canonical_type(va)
+                    .cmp(&canonical_type(vb))
+                    .then_with(|| ka.as_bytes().cmp(kb.as_bytes()))
+                    .then_with(|| cmp_collated(va, vb, c));
+                if o != Ordering::Equal {
+                    return o;
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,6 +376,42 @@ mod tests {
         );
         assert_eq!(
             cmp_arrays(&[Bson::Int32(1)], &[Bson::Int32(1), Bson::Int32(0)]),
+            Ordering::Less
+        );
+    }
+
+    #[test]
+    fn collation_applies_to_strings_at_any_depth() {
+        let c = crate::collation::Collator::parse(&doc! {"locale": "en", "strength": 2})
+            .unwrap()
+            .unwrap();
+        let c = Some(&*c);
+        assert!(bson_eq_with(
+            &Bson::String("a".into()),
+            &Bson::String("A".into()),
+            c
+        ));
+        assert!(!bson_eq(
+            &Bson::String("a".into()),
+            &Bson::String("A".into())
+        ));
+        assert!(bson_eq_with(
+            &bson::bson!({"x": ["PING", {"y": "Pong"}]}),
+            &bson::bson!({"x": ["ping", {"y": "pong"}]}),
+            c
+        ));
+        // Field names are not collated.
+        assert!(!bson_eq_with(
+            &bson::bson!({"X": 1}),
+            &bson::bson!({"x": 1}),
+            c
+        ));
+        assert_eq!(
+            cmp_bson_with(&Bson::String("b".into()), &Bson::String("A".into()), c),
+            Ordering::Greater
+        );
+        assert_eq!(
+            cmp_bson_with(&Bson::Int32(1), &Bson::String("A".into()), c),
             Ordering::Less
         );
     }

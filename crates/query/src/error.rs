@@ -100,6 +100,8 @@ pub mod codes {
     pub const INVALID_NAMESPACE: i32 = 73;
     pub const INDEX_OPTIONS_CONFLICT: i32 = 85;
     pub const INDEX_KEY_SPECS_CONFLICT: i32 = 86;
+    pub const INCOMPATIBLE_COLLATION_VERSION: i32 = 161;
+    pub const AMBIGUOUS_INDEX_KEY_PATTERN: i32 = 181;
     pub const NOT_WRITABLE_PRIMARY: i32 = 10107;
     pub const OPERATION_FAILED: i32 = 96;
     pub const UNSATISFIABLE_WRITE_CONCERN: i32 = 100;
@@ -193,7 +195,9 @@ pub fn code_name(code: i32) -> String {
         136 => "CappedPositionLost",
         166 => "CommandNotSupportedOnView",
         168 => "InvalidPipelineOperator",
+        161 => "IncompatibleCollationVersion",
         171 => "CannotIndexParallelArrays",
+        181 => "AmbiguousIndexKeyPattern",
         197 => "InvalidIndexSpecificationOption",
         224 => "QueryFeatureNotAllowed",
         239 => "SnapshotTooOld",

@@ -117,6 +117,22 @@ impl KeyStringBuilder {
         append_value(&mut self.buf, v, descending);
     }
 
+    /// Appends one key component of an index with a collation: strings (also inside
+    /// objects and arrays) are encoded by their comparison keys, as mongod's collated
+    /// index keys are, so equal-under-the-collation strings make equal keys. Other
+    /// values encode as with `append`.
+    pub fn append_collated(
+        &mut self,
+        v: &Bson,
+        descending: bool,
+        coll: Option<&crate::collation::Collator>,
+    ) {
+        match coll {
+            None => append_value(&mut self.buf, v, descending),
+            Some(c) => append_value_collated(&mut self.buf, v, descending, c),
+        }
+    }
+
     /// Appends a document component (the same bytes as `append(&Bson::Document(d))`,
     /// without building the `Bson`).
     pub fn append_document(&mut self, d: &Document, descending: bool) {
@@ -389,6 +405,38 @@ fn append_value(buf: &mut Vec<u8>, v: &Bson, inv: bool) {
             append_string_like(buf, c.code.as_bytes(), inv);
             append_doc_body(buf, &c.scope, inv);
         }
+    }
+}
+
+fn append_value_collated(
+    buf: &mut Vec<u8>,
+    v: &Bson,
+    inv: bool,
+    coll: &crate::collation::Collator,
+) {
+    match v {
+        Bson::String(s) | Bson::Symbol(s) => {
+            put(buf, ctype::STRING_LIKE, inv);
+            append_string_like(buf, &coll.sort_key(s), inv);
+        }
+        Bson::Document(d) => {
+            put(buf, ctype::OBJECT, inv);
+            for (k, x) in d {
+                put(buf, generic_ctype(x), inv);
+                put_bytes(buf, k.as_bytes(), inv);
+                put(buf, 0, inv);
+                append_value_collated(buf, x, inv, coll);
+            }
+            put(buf, 0, inv);
+        }
+        Bson::Array(a) => {
+            put(buf, ctype::ARRAY, inv);
+            for e in a {
+                append_value_collated(buf, e, inv, coll);
+            }
+            put(buf, 0, inv);
+        }
+        other => append_value(buf, other, inv),
     }
 }
 
@@ -1869,5 +1917,30 @@ mod tests {
         assert_eq!(from_hex("820aFF").unwrap(), vec![0x82, 0x0a, 0xff]);
         assert!(from_hex("8").is_err());
         assert!(from_hex("zz").is_err());
+    }
+
+    #[test]
+    fn collated_keys_order_and_equate_under_the_collation() {
+        let c = crate::collation::Collator::parse(&bson::doc! {"locale": "en", "strength": 2})
+            .unwrap()
+            .unwrap();
+        let enc = |v: Bson| {
+            let mut k = KeyStringBuilder::new();
+            k.append_collated(&v, false, Some(&c));
+            k.into_bytes()
+        };
+        assert_eq!(
+            enc(Bson::String("PING".into())),
+            enc(Bson::String("ping".into()))
+        );
+        assert!(enc(Bson::String("a".into())) < enc(Bson::String("B".into())));
+        assert_eq!(
+            enc(bson::bson!({"x": ["A", 1]})),
+            enc(bson::bson!({"x": ["a", 1]}))
+        );
+        // Non-strings encode as without a collation; types keep their order.
+        assert_eq!(enc(Bson::Int32(5)), encode_value(&Bson::Int32(5)));
+        assert!(enc(Bson::Int32(5)) < enc(Bson::String(String::new())));
+        assert!(enc(Bson::String("zzz".into())) < enc(bson::bson!({})));
     }
 }

@@ -2,6 +2,7 @@
 //! query matching, update operators, projection, sorting and aggregation.
 //! Nothing here touches disk or the network, so all of it is unit-tested in isolation.
 
+pub mod collation;
 pub mod compare;
 pub mod error;
 pub mod expr;

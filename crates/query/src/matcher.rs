@@ -3,7 +3,8 @@
 //! logical operators, element/array/evaluation operators and dotted paths with
 //! array expansion.
 
-use crate::compare::{as_f64, bson_eq, canonical_type, cmp_bson, is_number};
+use crate::collation::Collator;
+use crate::compare::{as_f64, bson_eq_with, canonical_type, cmp_bson_with, is_number};
 use crate::error::{Error, Result};
 use crate::path::parse_index;
 use bson::{Bson, Document};
@@ -11,6 +12,7 @@ use bson::{Bson, Document};
 // drivers use, e.g. `^(?!system\.)` in listCollections filters.
 use fancy_regex::Regex;
 use std::cmp::Ordering;
+use std::sync::Arc;
 
 /// Constraints on one field, for the engine's index selection.
 #[derive(Debug, Clone, Default)]
@@ -81,7 +83,12 @@ enum Node {
 pub struct Matcher {
     filter: Document,
     root: Node,
+    /// The operation's collation (None: binary string comparison).
+    collator: Option<Arc<Collator>>,
 }
+
+/// The collation a predicate is evaluated under.
+type Coll<'a> = Option<&'a Arc<Collator>>;
 
 // ---------------------------------------------------------------- parsing
 
@@ -578,7 +585,7 @@ fn any_expanded(x: &Bson, expand: bool, f: &dyn Fn(&Bson) -> bool) -> bool {
     false
 }
 
-fn cmp_single(x: &Bson, op: CmpOp, rhs: &Bson) -> bool {
+fn cmp_single(x: &Bson, op: CmpOp, rhs: &Bson, coll: Coll) -> bool {
     if canonical_type(x) != canonical_type(rhs) {
         return match rhs {
             Bson::MaxKey => matches!(op, CmpOp::Lt | CmpOp::Lte),
@@ -593,7 +600,7 @@ fn cmp_single(x: &Bson, op: CmpOp, rhs: &Bson) -> bool {
             return xn && rn && matches!(op, CmpOp::Gte | CmpOp::Lte);
         }
     }
-    let o = cmp_bson(x, rhs);
+    let o = cmp_bson_with(x, rhs, coll.map(|c| &**c));
     match op {
         CmpOp::Gt => o == Ordering::Greater,
         CmpOp::Gte => o != Ordering::Less,
@@ -611,16 +618,17 @@ fn regex_single(x: &Bson, r: &RegexPred) -> bool {
     }
 }
 
-fn eq_leaf(leaf: Option<&Bson>, v: &Bson, expand: bool) -> bool {
+fn eq_leaf(leaf: Option<&Bson>, v: &Bson, expand: bool, coll: Coll) -> bool {
+    let coll = coll.map(|c| &**c);
     match leaf {
         None => matches!(v, Bson::Null),
-        Some(x) => any_expanded(x, expand, &|e| bson_eq(e, v)),
+        Some(x) => any_expanded(x, expand, &|e| bson_eq_with(e, v, coll)),
     }
 }
 
-fn in_leaf(leaf: Option<&Bson>, items: &[InItem], expand: bool) -> bool {
+fn in_leaf(leaf: Option<&Bson>, items: &[InItem], expand: bool, coll: Coll) -> bool {
     items.iter().any(|it| match it {
-        InItem::Value(v) => eq_leaf(leaf, v, expand),
+        InItem::Value(v) => eq_leaf(leaf, v, expand, coll),
         InItem::Regex(r) => leaf
             .map(|x| any_expanded(x, expand, &|e| regex_single(e, r)))
             .unwrap_or(false),
@@ -664,16 +672,16 @@ fn array_as_doc(a: &[Bson]) -> Document {
 
 /// Does `pred` hold for the set of values a path reached? `expand` = leaf arrays are
 /// also matched element-wise (false inside `$elemMatch` value form).
-fn eval_pred(pred: &Pred, ls: &[Option<&Bson>], expand: bool) -> Result<bool> {
+fn eval_pred(pred: &Pred, ls: &[Option<&Bson>], expand: bool, coll: Coll) -> Result<bool> {
     Ok(match pred {
-        Pred::Eq(v) => ls.iter().any(|l| eq_leaf(*l, v, expand)),
-        Pred::Ne(v) => !ls.iter().any(|l| eq_leaf(*l, v, expand)),
+        Pred::Eq(v) => ls.iter().any(|l| eq_leaf(*l, v, expand, coll)),
+        Pred::Ne(v) => !ls.iter().any(|l| eq_leaf(*l, v, expand, coll)),
         Pred::Cmp(op, v) => ls.iter().any(|l| match l {
             None => matches!(v, Bson::Null) && matches!(op, CmpOp::Gte | CmpOp::Lte),
-            Some(x) => any_expanded(x, expand, &|e| cmp_single(e, *op, v)),
+            Some(x) => any_expanded(x, expand, &|e| cmp_single(e, *op, v, coll)),
         }),
-        Pred::In(items) => ls.iter().any(|l| in_leaf(*l, items, expand)),
-        Pred::Nin(items) => !ls.iter().any(|l| in_leaf(*l, items, expand)),
+        Pred::In(items) => ls.iter().any(|l| in_leaf(*l, items, expand, coll)),
+        Pred::Nin(items) => !ls.iter().any(|l| in_leaf(*l, items, expand, coll)),
         Pred::Exists(b) => ls.iter().any(|l| l.is_some()) == *b,
         Pred::Type(codes) => ls
             .iter()
@@ -698,7 +706,7 @@ fn eval_pred(pred: &Pred, ls: &[Option<&Bson>], expand: bool) -> Result<bool> {
                         let one = [Some(e)];
                         let mut all = true;
                         for p in preds {
-                            if !eval_pred(p, &one, false)? {
+                            if !eval_pred(p, &one, false, coll)? {
                                 all = false;
                                 break;
                             }
@@ -716,8 +724,8 @@ fn eval_pred(pred: &Pred, ls: &[Option<&Bson>], expand: bool) -> Result<bool> {
                 if let Bson::Array(a) = x {
                     for e in a {
                         let ok = match e {
-                            Bson::Document(d) => eval_node(node, d)?,
-                            Bson::Array(inner) => eval_node(node, &array_as_doc(inner))?,
+                            Bson::Document(d) => eval_node(node, d, coll)?,
+                            Bson::Array(inner) => eval_node(node, &array_as_doc(inner), coll)?,
                             _ => false,
                         };
                         if ok {
@@ -733,7 +741,7 @@ fn eval_pred(pred: &Pred, ls: &[Option<&Bson>], expand: bool) -> Result<bool> {
                 return Ok(false);
             }
             for p in subs {
-                if !eval_pred(p, ls, expand)? {
+                if !eval_pred(p, ls, expand, coll)? {
                     return Ok(false);
                 }
             }
@@ -741,7 +749,7 @@ fn eval_pred(pred: &Pred, ls: &[Option<&Bson>], expand: bool) -> Result<bool> {
         }
         Pred::Not(subs) => {
             for p in subs {
-                if !eval_pred(p, ls, expand)? {
+                if !eval_pred(p, ls, expand, coll)? {
                     return Ok(true);
                 }
             }
@@ -750,11 +758,11 @@ fn eval_pred(pred: &Pred, ls: &[Option<&Bson>], expand: bool) -> Result<bool> {
     })
 }
 
-fn eval_node(node: &Node, doc: &Document) -> Result<bool> {
+fn eval_node(node: &Node, doc: &Document, coll: Coll) -> Result<bool> {
     Ok(match node {
         Node::And(ns) => {
             for n in ns {
-                if !eval_node(n, doc)? {
+                if !eval_node(n, doc, coll)? {
                     return Ok(false);
                 }
             }
@@ -762,7 +770,7 @@ fn eval_node(node: &Node, doc: &Document) -> Result<bool> {
         }
         Node::Or(ns) => {
             for n in ns {
-                if eval_node(n, doc)? {
+                if eval_node(n, doc, coll)? {
                     return Ok(true);
                 }
             }
@@ -770,7 +778,7 @@ fn eval_node(node: &Node, doc: &Document) -> Result<bool> {
         }
         Node::Nor(ns) => {
             for n in ns {
-                if eval_node(n, doc)? {
+                if eval_node(n, doc, coll)? {
                     return Ok(false);
                 }
             }
@@ -778,13 +786,17 @@ fn eval_node(node: &Node, doc: &Document) -> Result<bool> {
         }
         Node::Const(b) => *b,
         Node::Expr(e) => {
-            let v = crate::expr::evaluate(e, doc, &crate::expr::Variables::default())?;
+            let vars = crate::expr::Variables {
+                collator: coll.cloned(),
+                ..Default::default()
+            };
+            let v = crate::expr::evaluate(e, doc, &vars)?;
             truthy(&v)
         }
         Node::Field { parts, preds, .. } => {
             let ls = leaves(doc, parts);
             for p in preds {
-                if !eval_pred(p, &ls, true)? {
+                if !eval_pred(p, &ls, true, coll)? {
                     return Ok(false);
                 }
             }
@@ -797,11 +809,26 @@ fn eval_node(node: &Node, doc: &Document) -> Result<bool> {
 
 impl Matcher {
     pub fn new(filter: &Document) -> Result<Matcher> {
+        Self::with_collation(filter, None)
+    }
+
+    /// A matcher comparing strings under `collator` (None: binary comparison).
+    pub fn with_collation(filter: &Document, collator: Option<Arc<Collator>>) -> Result<Matcher> {
         let root = parse_doc(filter)?;
         Ok(Matcher {
             filter: filter.clone(),
             root,
+            collator,
         })
+    }
+
+    /// The collation the matcher compares strings under.
+    pub fn collator(&self) -> Option<&Collator> {
+        self.collator.as_deref()
+    }
+
+    pub fn collator_arc(&self) -> Option<&Arc<Collator>> {
+        self.collator.as_ref()
     }
 
     /// Errors while evaluating (e.g. in `$expr`) count as "no match".
@@ -810,7 +837,7 @@ impl Matcher {
     }
 
     pub fn matches_checked(&self, doc: &Document) -> Result<bool> {
-        eval_node(&self.root, doc)
+        eval_node(&self.root, doc, self.collator.as_ref())
     }
 
     pub fn filter(&self) -> &Document {
@@ -989,6 +1016,37 @@ mod tests {
         yes(doc! {"a": {"$gte": f64::NAN}}, doc! {"a": f64::NAN});
         no(doc! {"a": {"$gt": f64::NAN}}, doc! {"a": 1});
         yes(doc! {"a": {"$gt": [1]}}, doc! {"a": [2]}); // whole-array comparison
+    }
+
+    fn collated(filter: Document, spec: Document) -> Matcher {
+        let c = crate::collation::Collator::parse(&spec).unwrap();
+        Matcher::with_collation(&filter, c).unwrap()
+    }
+
+    #[test]
+    fn collation_applies_to_string_comparisons() {
+        let ci = doc! {"locale": "en", "strength": 2};
+        let m = |f: Document| collated(f, ci.clone());
+        assert!(m(doc! {"a": "PING"}).matches(&doc! {"a": "ping"}));
+        assert!(m(doc! {"a": "PING"}).matches(&doc! {"a": ["x", "Ping"]}));
+        assert!(!m(doc! {"a": {"$ne": "PING"}}).matches(&doc! {"a": "ping"}));
+        assert!(m(doc! {"a": {"$in": [1, "PING"]}}).matches(&doc! {"a": "ping"}));
+        assert!(!m(doc! {"a": {"$nin": ["PING"]}}).matches(&doc! {"a": "ping"}));
+        assert!(m(doc! {"a": {"$gte": "B"}}).matches(&doc! {"a": "b"}));
+        assert!(m(doc! {"a": {"$lt": "B"}}).matches(&doc! {"a": "a"}));
+        assert!(m(doc! {"a": {"b": "X"}}).matches(&doc! {"a": {"b": "x"}}));
+        assert!(m(doc! {"a": {"$elemMatch": {"b": "X"}}}).matches(&doc! {"a": [{"b": "x"}]}));
+        assert!(m(doc! {"$expr": {"$eq": ["$a", "X"]}}).matches(&doc! {"a": "x"}));
+        // Not for regexes, types or numbers.
+        assert!(!m(doc! {"a": {"$regex": "^P"}}).matches(&doc! {"a": "ping"}));
+        assert!(!m(doc! {"a": "1"}).matches(&doc! {"a": 1}));
+        // Without a collation, strings compare by their bytes.
+        assert!(!Matcher::new(&doc! {"a": "PING"})
+            .unwrap()
+            .matches(&doc! {"a": "ping"}));
+        assert!(!Matcher::new(&doc! {"a": {"$gt": "B"}})
+            .unwrap()
+            .matches(&doc! {"a": "A"}));
     }
 
     #[test]

@@ -45,6 +45,8 @@ pub struct Projection {
     root: Vec<(String, PNode)>,
     positional: Option<Positional>,
     empty: bool,
+    /// The operation's collation, for computed fields' comparisons.
+    collator: Option<std::sync::Arc<crate::collation::Collator>>,
 }
 
 enum Leaf {
@@ -291,6 +293,15 @@ fn has_computed(children: &[(String, PNode)]) -> bool {
 
 impl Projection {
     pub fn new(spec: &Document, filter: Option<&Document>) -> Result<Projection> {
+        Self::with_collation(spec, filter, None)
+    }
+
+    /// A projection whose `$elemMatch` and positional `$` compare strings under `collator`.
+    pub fn with_collation(
+        spec: &Document,
+        filter: Option<&Document>,
+        collator: Option<std::sync::Arc<crate::collation::Collator>>,
+    ) -> Result<Projection> {
         let mut leaves = Vec::new();
         flatten("", spec, &mut leaves)?;
         let mut mode = Mode::Unset;
@@ -348,7 +359,7 @@ impl Projection {
                     mode = Mode::Inclusion;
                     let mut f = Document::new();
                     f.insert(path.clone(), bson::doc! {"$elemMatch": em});
-                    PNode::ElemMatch(Box::new(Matcher::new(&f)?))
+                    PNode::ElemMatch(Box::new(Matcher::with_collation(&f, collator.clone())?))
                 }
                 Leaf::Positional => {
                     if mode == Mode::Exclusion {
@@ -375,7 +386,8 @@ impl Projection {
                             "Executor error during find command :: caused by :: positional operator '.$' requires corresponding field in query specifier",
                         ));
                     }
-                    let matcher = Matcher::new(&bson::doc! {"$and": conds})?;
+                    let matcher =
+                        Matcher::with_collation(&bson::doc! {"$and": conds}, collator.clone())?;
                     positional = Some(Positional {
                         path: path.clone(),
                         matcher,
@@ -400,6 +412,7 @@ impl Projection {
             root,
             positional,
             empty: spec.is_empty(),
+            collator,
         })
     }
 
@@ -496,9 +509,11 @@ impl Projection {
         for (k, child) in children {
             match child {
                 PNode::Expr(e) => {
-                    if let Some(v) =
-                        crate::expr::evaluate_opt(e, root, &crate::expr::Variables::default())?
-                    {
+                    let vars = crate::expr::Variables {
+                        collator: self.collator.clone(),
+                        ..Default::default()
+                    };
+                    if let Some(v) = crate::expr::evaluate_opt(e, root, &vars)? {
                         out.insert(k.clone(), v);
                     }
                 }

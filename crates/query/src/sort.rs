@@ -3,16 +3,20 @@
 //! an empty array sorts below null, a missing field sorts as null, and dotted
 //! paths expand arrays of documents.
 
-use crate::compare::{as_f64, cmp_bson};
+use crate::collation::Collator;
+use crate::compare::{as_f64, cmp_bson_with};
 use crate::error::{Error, Result};
 use crate::path::parse_index;
 use bson::{Bson, Document};
 use std::cmp::Ordering;
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SortSpec {
     /// (path, descending)
     pub fields: Vec<(String, bool)>,
+    /// The collation strings sort under (None: by their bytes).
+    pub collator: Option<Arc<Collator>>,
 }
 
 fn bad_order() -> Error {
@@ -53,7 +57,16 @@ impl SortSpec {
             };
             fields.push((k.clone(), desc));
         }
-        Ok(SortSpec { fields })
+        Ok(SortSpec {
+            fields,
+            collator: None,
+        })
+    }
+
+    /// The same sort under a collation.
+    pub fn with_collator(mut self, collator: Option<Arc<Collator>>) -> SortSpec {
+        self.collator = collator;
+        self
     }
 
     pub fn is_empty(&self) -> bool {
@@ -61,10 +74,11 @@ impl SortSpec {
     }
 
     pub fn compare(&self, a: &Document, b: &Document) -> Ordering {
+        let coll = self.collator.as_deref();
         for (path, desc) in &self.fields {
-            let ka = sort_key_value(a, path, *desc);
-            let kb = sort_key_value(b, path, *desc);
-            let o = cmp_bson(&ka, &kb);
+            let ka = sort_key_value_with(a, path, *desc, coll);
+            let kb = sort_key_value_with(b, path, *desc, coll);
+            let o = cmp_bson_with(&ka, &kb, coll);
             let o = if *desc { o.reverse() } else { o };
             if o != Ordering::Equal {
                 return o;
@@ -74,16 +88,18 @@ impl SortSpec {
     }
 
     pub fn key(&self, doc: &Document) -> Vec<Bson> {
+        let coll = self.collator.as_deref();
         self.fields
             .iter()
-            .map(|(p, desc)| sort_key_value(doc, p, *desc))
+            .map(|(p, desc)| sort_key_value_with(doc, p, *desc, coll))
             .collect()
     }
 
     pub fn compare_keys(&self, a: &[Bson], b: &[Bson]) -> Ordering {
+        let coll = self.collator.as_deref();
         for (i, (_, desc)) in self.fields.iter().enumerate() {
             let o = match (a.get(i), b.get(i)) {
-                (Some(x), Some(y)) => cmp_bson(x, y),
+                (Some(x), Some(y)) => cmp_bson_with(x, y, coll),
                 (None, Some(_)) => Ordering::Less,
                 (Some(_), None) => Ordering::Greater,
                 (None, None) => Ordering::Equal,
@@ -128,6 +144,16 @@ fn collect<'a>(cur: &'a Bson, parts: &[&str], out: &mut Vec<Option<&'a Bson>>) {
 /// The single value a document sorts by for `path`: the minimum (ascending) or
 /// maximum (descending) of all candidate values.
 pub fn sort_key_value(doc: &Document, path: &str, desc: bool) -> Bson {
+    sort_key_value_with(doc, path, desc, None)
+}
+
+/// `sort_key_value` with strings compared under a collation.
+pub fn sort_key_value_with(
+    doc: &Document,
+    path: &str,
+    desc: bool,
+    coll: Option<&Collator>,
+) -> Bson {
     let parts: Vec<&str> = path.split('.').collect();
     let mut leaves = Vec::new();
     match doc.get(parts[0]) {
@@ -144,9 +170,9 @@ pub fn sort_key_value(doc: &Document, path: &str, desc: bool) -> Bson {
         }
     }
     let best = if desc {
-        cands.into_iter().max_by(|x, y| cmp_bson(x, y))
+        cands.into_iter().max_by(|x, y| cmp_bson_with(x, y, coll))
     } else {
-        cands.into_iter().min_by(|x, y| cmp_bson(x, y))
+        cands.into_iter().min_by(|x, y| cmp_bson_with(x, y, coll))
     };
     best.unwrap_or(Bson::Null)
 }
@@ -161,6 +187,22 @@ mod tests {
         let mut docs = docs;
         docs.sort_by(|a, b| s.compare(a, b));
         docs.iter().map(|d| d.get_i32("_id").unwrap()).collect()
+    }
+
+    #[test]
+    fn collation_orders_strings_and_array_candidates() {
+        let c = crate::collation::Collator::parse(&doc! {"locale": "en"}).unwrap();
+        let s = SortSpec::parse(&doc! {"s": 1}).unwrap().with_collator(c);
+        let mut docs = vec![
+            doc! {"_id": 1, "s": "b"},
+            doc! {"_id": 2, "s": "A"},
+            doc! {"_id": 3, "s": "a"},
+            doc! {"_id": 4, "s": ["B", "c"]},
+        ];
+        docs.sort_by(|a, b| s.compare(a, b));
+        let order: Vec<i32> = docs.iter().map(|d| d.get_i32("_id").unwrap()).collect();
+        assert_eq!(order, vec![3, 2, 1, 4]);
+        assert_eq!(sorted(doc! {"s": 1}, docs), vec![2, 4, 3, 1]);
     }
 
     #[test]

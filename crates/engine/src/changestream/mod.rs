@@ -73,6 +73,8 @@ pub struct StreamSpec {
     /// The user's stages after `$changeStream` (re-parsed per batch: a parsed
     /// pipeline is not `Send`).
     pub stages: Vec<Document>,
+    /// The aggregate's collation: the user's stages compare strings under it.
+    pub collator: Option<std::sync::Arc<tailstream_query::collation::Collator>>,
 }
 
 impl StreamSpec {
@@ -264,6 +266,7 @@ fn parse_spec(
             show_expanded,
             split_large,
             stages,
+            collator: None,
         },
         start,
     ))
@@ -354,8 +357,11 @@ impl Engine {
         rest: &[Document],
         batch_size: Option<i64>,
         lsid: Option<Bson>,
+        collation: Option<&Document>,
     ) -> Result<CursorBatch> {
-        let (spec, start) = parse_spec(db, coll, opts, rest)?;
+        let (mut spec, start) = parse_spec(db, coll, opts, rest)?;
+        let meta = coll.and_then(|c| self.collection(&Namespace::new(db, c)));
+        spec.collator = crate::find::operation_collator(meta.as_deref(), collation)?;
         if start.len() > 1 {
             if start.contains_key("resumeAfter") && start.contains_key("startAfter") {
                 return Err(Error::new(
@@ -424,7 +430,11 @@ impl Engine {
             _ => format!("{db}.$cmd.aggregate"),
         };
         self.enable_recent_oplog();
-        let prefilter = prefilter::Prefilter::from_stages(&spec.stages);
+        // The prefilter decides on raw names and bytes: not under a collation.
+        let prefilter = match spec.collator {
+            None => prefilter::Prefilter::from_stages(&spec.stages),
+            Some(_) => prefilter::Prefilter::default(),
+        };
         let stream = ChangeStream {
             spec,
             next_ts,
@@ -499,6 +509,7 @@ impl ChangeStream {
         let pipeline = Pipeline::parse(&self.spec.stages, "")?;
         let vars = tailstream_query::expr::Variables {
             now: Some(bson::DateTime::now()),
+            collator: self.spec.collator.clone(),
             ..Default::default()
         };
         let mut out = Vec::new();

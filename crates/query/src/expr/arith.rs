@@ -2,14 +2,15 @@
 
 use super::num::{self, kind_of, Dec, NumKind, Summer};
 use super::util::{nullish, or_undefined, show, truthy, type_name, type_name_opt};
-use crate::compare::{as_f64, cmp_bson, is_number};
+use crate::collation::Collator;
+use crate::compare::{as_f64, cmp_bson_with, is_number};
 use crate::error::{codes, Error};
 use bson::Bson;
 use std::cmp::Ordering;
 
 use super::util::{done, null, R};
 
-pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
+pub fn apply(name: &str, vals: &[Option<Bson>], coll: Option<&Collator>) -> R {
     match name {
         "$add" => add(vals),
         "$subtract" => subtract(&vals[0], &vals[1]),
@@ -40,7 +41,7 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
         "$pow" => pow(&vals[0], &vals[1]),
         "$log" => log(&vals[0], &vals[1]),
         "$eq" | "$ne" | "$gt" | "$gte" | "$lt" | "$lte" | "$cmp" => {
-            let o = cmp_bson(or_undefined(&vals[0]), or_undefined(&vals[1]));
+            let o = cmp_bson_with(or_undefined(&vals[0]), or_undefined(&vals[1]), coll);
             done(match name {
                 "$eq" => Bson::Boolean(o == Ordering::Equal),
                 "$ne" => Bson::Boolean(o != Ordering::Equal),
@@ -66,7 +67,7 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
             } else {
                 vals.iter().flatten().collect()
             };
-            done(accumulate(name, &items))
+            done(accumulate(name, &items, coll))
         }
         "$rand" => done(Bson::Double(crate::pipeline::random_f64())),
         _ => Ok(None),
@@ -74,7 +75,7 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
 }
 
 /// `$sum`/`$avg`/`$min`/`$max`/`$stdDev*` over a list of values (as the expression forms).
-pub fn accumulate(name: &str, items: &[&Bson]) -> Bson {
+pub fn accumulate(name: &str, items: &[&Bson], coll: Option<&Collator>) -> Bson {
     match name {
         "$sum" => {
             let mut s = Summer::default();
@@ -99,7 +100,7 @@ pub fn accumulate(name: &str, items: &[&Bson]) -> Bson {
                 best = match best {
                     None => Some(v),
                     Some(b) => {
-                        let o = cmp_bson(v, b);
+                        let o = cmp_bson_with(v, b, coll);
                         if (name == "$min" && o == Ordering::Less)
                             || (name == "$max" && o == Ordering::Greater)
                         {

@@ -2,7 +2,8 @@
 
 use super::num;
 use super::util::{nullish, or_undefined, show, truthy, type_name, type_name_opt};
-use crate::compare::{bson_eq, cmp_bson, is_number};
+use crate::collation::Collator;
+use crate::compare::{bson_eq_with, cmp_bson_with, is_number};
 use crate::error::{Error, Result};
 use bson::{Bson, Document};
 use std::cmp::Ordering;
@@ -10,21 +11,21 @@ use std::cmp::Ordering;
 use super::util::{done, null, R};
 
 /// Deduplicates with BSON equality, keeping first occurrences in order.
-pub fn dedup(items: impl IntoIterator<Item = Bson>) -> Vec<Bson> {
+pub fn dedup(items: impl IntoIterator<Item = Bson>, coll: Option<&Collator>) -> Vec<Bson> {
     let mut out: Vec<Bson> = Vec::new();
     for v in items {
-        if !out.iter().any(|o| bson_eq(o, &v)) {
+        if !out.iter().any(|o| bson_eq_with(o, &v, coll)) {
             out.push(v);
         }
     }
     out
 }
 
-fn contains(arr: &[Bson], v: &Bson) -> bool {
-    arr.iter().any(|x| bson_eq(x, v))
+fn contains(arr: &[Bson], v: &Bson, coll: Option<&Collator>) -> bool {
+    arr.iter().any(|x| bson_eq_with(x, v, coll))
 }
 
-pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
+pub fn apply(name: &str, vals: &[Option<Bson>], coll: Option<&Collator>) -> R {
     match name {
         "$size" => match &vals[0] {
             Some(Bson::Array(a)) => done(Bson::Int32(a.len() as i32)),
@@ -101,7 +102,7 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
             done(Bson::Array(out))
         }
         "$in" => match &vals[1] {
-            Some(Bson::Array(a)) => done(Bson::Boolean(contains(a, or_undefined(&vals[0])))),
+            Some(Bson::Array(a)) => done(Bson::Boolean(contains(a, or_undefined(&vals[0]), coll))),
             other => Err(Error::location(
                 40081,
                 format!(
@@ -145,7 +146,7 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
             let end = idx(3)?.unwrap_or(a.len()).min(a.len());
             let needle = or_undefined(&vals[1]);
             for (i, item) in a.iter().enumerate().take(end).skip(start) {
-                if bson_eq(item, needle) {
+                if bson_eq_with(item, needle, coll) {
                     return done(Bson::Int32(i as i32));
                 }
             }
@@ -180,7 +181,7 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
                     }
                 }
             }
-            done(Bson::Array(dedup(all)))
+            done(Bson::Array(dedup(all, coll)))
         }
         "$setIntersection" => {
             let mut acc: Option<Vec<Bson>> = None;
@@ -188,8 +189,8 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
                 match v {
                     Some(Bson::Array(a)) => {
                         acc = Some(match acc {
-                            None => dedup(a.iter().cloned()),
-                            Some(cur) => cur.into_iter().filter(|x| contains(a, x)).collect(),
+                            None => dedup(a.iter().cloned(), coll),
+                            Some(cur) => cur.into_iter().filter(|x| contains(a, x, coll)).collect(),
                         })
                     }
                     v if nullish(v) => return null(),
@@ -211,7 +212,8 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
                 return Err(Error::location(17049, format!("both operands of $setDifference must be arrays. Second argument is of type: {}", type_name_opt(&vals[1]))));
             };
             done(Bson::Array(dedup(
-                a.iter().filter(|x| !contains(b, x)).cloned(),
+                a.iter().filter(|x| !contains(b, x, coll)).cloned(),
+                coll,
             )))
         }
         "$setEquals" => {
@@ -224,7 +226,8 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
             }
             let first = sets[0];
             let eq = sets[1..].iter().all(|s| {
-                s.iter().all(|x| contains(first, x)) && first.iter().all(|x| contains(s, x))
+                s.iter().all(|x| contains(first, x, coll))
+                    && first.iter().all(|x| contains(s, x, coll))
             });
             done(Bson::Boolean(eq))
         }
@@ -235,7 +238,7 @@ pub fn apply(name: &str, vals: &[Option<Bson>]) -> R {
             let Some(Bson::Array(b)) = &vals[1] else {
                 return Err(Error::location(17042, format!("both operands of $setIsSubset must be arrays. Second argument is of type: {}", type_name_opt(&vals[1]))));
             };
-            done(Bson::Boolean(a.iter().all(|x| contains(b, x))))
+            done(Bson::Boolean(a.iter().all(|x| contains(b, x, coll))))
         }
         "$anyElementTrue" | "$allElementsTrue" => {
             let Some(Bson::Array(a)) = &vals[0] else {
@@ -604,7 +607,7 @@ pub fn zip(
 }
 
 /// `$sortArray`: by whole values (`sortBy: 1/-1`) or by document fields.
-pub fn sort_array(a: &mut [Bson], sort_by: &Bson) {
+pub fn sort_array(a: &mut [Bson], sort_by: &Bson, coll: Option<&Collator>) {
     match sort_by {
         Bson::Document(spec) => {
             let keys: Vec<(Vec<String>, bool)> = spec
@@ -630,7 +633,7 @@ pub fn sort_array(a: &mut [Bson], sort_by: &Bson) {
                     } else {
                         Bson::Null
                     };
-                    let o = cmp_bson(&kx, &ky);
+                    let o = cmp_bson_with(&kx, &ky, coll);
                     let o = if *desc { o.reverse() } else { o };
                     if o != Ordering::Equal {
                         return o;
@@ -642,7 +645,7 @@ pub fn sort_array(a: &mut [Bson], sort_by: &Bson) {
         other => {
             let desc = crate::compare::as_f64(other).unwrap_or(1.0) < 0.0;
             a.sort_by(|x, y| {
-                let o = cmp_bson(x, y);
+                let o = cmp_bson_with(x, y, coll);
                 if desc {
                     o.reverse()
                 } else {

@@ -33,6 +33,9 @@ pub struct Variables {
     pub vars: HashMap<String, Bson>,
     /// `$$NOW` and `$$CLUSTER_TIME` for this operation.
     pub now: Option<bson::DateTime>,
+    /// The operation's collation: comparisons (`$eq`, `$in`, `$setUnion`, ...) compare
+    /// strings under it.
+    pub collator: Option<std::sync::Arc<crate::collation::Collator>>,
 }
 
 impl Variables {
@@ -1162,7 +1165,7 @@ impl Expr {
                 match inp {
                     None | Some(Bson::Null) | Some(Bson::Undefined) => Ok(Some(Bson::Null)),
                     Some(Bson::Array(mut a)) => {
-                        array::sort_array(&mut a, sort_by);
+                        array::sort_array(&mut a, sort_by, env.vars.collator.as_deref());
                         Ok(Some(Bson::Array(a)))
                     }
                     Some(other) => Err(Error::location(
@@ -1216,7 +1219,7 @@ impl Expr {
         for a in args {
             vals.push(a.eval(env)?);
         }
-        apply_op(name, vals, args.len())
+        apply_op(name, vals, env.vars.collator.as_deref())
     }
 }
 
@@ -1275,14 +1278,18 @@ pub fn split_path(s: &str) -> Vec<String> {
     s.split('.').map(|p| p.to_string()).collect()
 }
 
-fn apply_op(name: &str, vals: Vec<Option<Bson>>, _n: usize) -> Result<Option<Bson>> {
-    if let Some(r) = arith::apply(name, &vals)? {
+fn apply_op(
+    name: &str,
+    vals: Vec<Option<Bson>>,
+    coll: Option<&crate::collation::Collator>,
+) -> Result<Option<Bson>> {
+    if let Some(r) = arith::apply(name, &vals, coll)? {
         return Ok(r);
     }
     if let Some(r) = string::apply(name, &vals)? {
         return Ok(r);
     }
-    if let Some(r) = array::apply(name, &vals)? {
+    if let Some(r) = array::apply(name, &vals, coll)? {
         return Ok(r);
     }
     if let Some(r) = convert::apply(name, &vals)? {

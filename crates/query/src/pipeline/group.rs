@@ -1,6 +1,7 @@
 //! `$group` accumulators and group keys.
 
-use crate::compare::{as_f64, bson_eq, cmp_bson, is_number};
+use crate::collation::Collator;
+use crate::compare::{as_f64, cmp_bson_with, is_number};
 use crate::error::{Error, Result};
 use crate::expr::num::Summer;
 use crate::expr::{util, Expr, Variables};
@@ -134,7 +135,9 @@ impl AccState {
         }
     }
 
-    pub fn add(&mut self, op: AccOp, v: Option<Bson>) -> Result<()> {
+    /// Folds in one value; `coll` is the collation `$min`/`$max`/`$addToSet` compare
+    /// strings under.
+    pub fn add(&mut self, op: AccOp, v: Option<Bson>, coll: Option<&Collator>) -> Result<()> {
         match self {
             AccState::Sum(s) | AccState::Avg(s) => {
                 if let Some(v) = &v {
@@ -149,7 +152,7 @@ impl AccState {
                     let replace = match best {
                         None => true,
                         Some(b) => {
-                            let o = cmp_bson(&v, b);
+                            let o = cmp_bson_with(&v, b, coll);
                             (op == AccOp::Min && o == Ordering::Less)
                                 || (op == AccOp::Max && o == Ordering::Greater)
                         }
@@ -173,7 +176,7 @@ impl AccState {
             }
             AccState::AddToSet(list, seen) => {
                 if let Some(v) = v {
-                    let k = group_key(&v);
+                    let k = group_key(&v, coll);
                     if seen.insert(k, ()).is_none() {
                         list.push(v);
                     }
@@ -224,14 +227,15 @@ impl AccState {
 }
 
 /// A string key such that two values get the same key iff they are BSON-equal
-/// (numbers by value across widths; documents field-order sensitive).
-pub fn group_key(v: &Bson) -> String {
+/// (numbers by value across widths; documents field-order sensitive), strings being
+/// equal under `coll` when there is a collation.
+pub fn group_key(v: &Bson, coll: Option<&Collator>) -> String {
     let mut s = String::new();
-    write_key(v, &mut s);
+    write_key(v, &mut s, coll);
     s
 }
 
-fn write_key(v: &Bson, out: &mut String) {
+fn write_key(v: &Bson, out: &mut String, coll: Option<&Collator>) {
     use std::fmt::Write;
     match v {
         Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => {
@@ -253,21 +257,31 @@ fn write_key(v: &Bson, out: &mut String) {
                 }
             }
         }
-        Bson::String(s) | Bson::Symbol(s) => {
-            let _ = write!(out, "s{}:{s};", s.len());
-        }
+        Bson::String(s) | Bson::Symbol(s) => match coll {
+            None => {
+                let _ = write!(out, "s{}:{s};", s.len());
+            }
+            Some(c) => {
+                // Strings equal under the collation share their comparison key.
+                out.push('c');
+                for b in c.sort_key(s) {
+                    let _ = write!(out, "{b:02x}");
+                }
+                out.push(';');
+            }
+        },
         Bson::Document(d) => {
             out.push('{');
             for (k, x) in d {
                 let _ = write!(out, "{}:{k}=", k.len());
-                write_key(x, out);
+                write_key(x, out, coll);
             }
             out.push('}');
         }
         Bson::Array(a) => {
             out.push('[');
             for x in a {
-                write_key(x, out);
+                write_key(x, out, coll);
             }
             out.push(']');
         }
@@ -291,11 +305,12 @@ pub fn run_group(
     docs: Vec<Document>,
     vars: &Variables,
 ) -> Result<Vec<Document>> {
+    let coll = vars.collator.as_deref();
     let mut index: HashMap<String, usize> = HashMap::new();
     let mut groups: Vec<(Bson, Vec<AccState>)> = Vec::new();
     for doc in &docs {
         let key = id.evaluate(doc, vars)?.unwrap_or(Bson::Null);
-        let k = group_key(&key);
+        let k = group_key(&key, coll);
         let gi = match index.get(&k) {
             Some(i) => *i,
             None => {
@@ -307,10 +322,9 @@ pub fn run_group(
         let states = &mut groups[gi].1;
         for (a, st) in accs.iter().zip(states.iter_mut()) {
             let v = a.arg.evaluate(doc, vars)?;
-            st.add(a.op, v)?;
+            st.add(a.op, v, coll)?;
         }
     }
-    let _ = bson_eq;
     Ok(groups
         .into_iter()
         .map(|(key, states)| {

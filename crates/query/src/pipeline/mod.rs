@@ -6,7 +6,7 @@
 mod group;
 mod project;
 
-use crate::compare::{bson_eq, cmp_bson};
+use crate::compare::{bson_eq_with, cmp_bson, cmp_bson_with};
 use crate::error::{codes, Error, Result};
 use crate::expr::{util, Expr, Variables};
 use crate::matcher::Matcher;
@@ -1118,13 +1118,21 @@ impl Pipeline {
         ctx: &RunCtx,
         vars: &Variables,
     ) -> Result<Vec<Document>> {
-        // Per-run matchers for $match stages that refer to variables.
+        // Per-run matchers for $match stages that refer to variables, or that compare
+        // under the operation's collation.
         let mut matchers: HashMap<usize, Matcher> = HashMap::new();
         for (i, st) in self.stages.iter().enumerate() {
             if let Stage::Match(m) = st {
-                if m.uses_vars && !vars.vars.is_empty() {
-                    matchers.insert(i, Matcher::new(&substitute_vars(&m.rest, vars))?);
+                let substitute = m.uses_vars && !vars.vars.is_empty();
+                if m.rest.is_empty() || !(substitute || vars.collator.is_some()) {
+                    continue;
                 }
+                let filter = if substitute {
+                    substitute_vars(&m.rest, vars)
+                } else {
+                    m.rest.clone()
+                };
+                matchers.insert(i, Matcher::with_collation(&filter, vars.collator.clone())?);
             }
         }
         let prefix = self
@@ -1289,7 +1297,10 @@ impl Pipeline {
         vars: &Variables,
     ) -> Result<Vec<Document>> {
         Ok(match st {
-            Stage::Sort { spec, limit } => sort_docs(spec, docs, *limit),
+            Stage::Sort { spec, limit } => match &vars.collator {
+                None => sort_docs(spec, docs, *limit),
+                Some(c) => sort_docs(&spec.clone().with_collator(Some(c.clone())), docs, *limit),
+            },
             Stage::Group { id, accs } => group::run_group(id, accs, docs, vars)?,
             Stage::Count(f) => {
                 if docs.is_empty() {
@@ -1404,7 +1415,9 @@ impl Pipeline {
                             {
                                 return true;
                             }
-                            fvals.iter().any(|f| bson_eq(f, lv))
+                            fvals
+                                .iter()
+                                .any(|f| bson_eq_with(f, lv, vars.collator.as_deref()))
                         })
                     })
                     .cloned()
@@ -1642,6 +1655,7 @@ fn graph_lookup(
     vars: &Variables,
 ) -> Result<Document> {
     let foreign = ctx.scan(&g.from_db, &g.from)?;
+    let coll = vars.collator.as_deref();
     let start = g.start_with.evaluate(&doc, vars)?.unwrap_or(Bson::Null);
     let mut frontier: Vec<Bson> = match start {
         Bson::Array(a) => a,
@@ -1660,13 +1674,14 @@ fn graph_lookup(
             }
             let tvals = matcher_values(fd, &g.connect_to);
             let hit = frontier.iter().any(|f| {
-                tvals.iter().any(|t| bson_eq(t, f)) || (matches!(f, Bson::Null) && tvals.is_empty())
+                tvals.iter().any(|t| bson_eq_with(t, f, coll))
+                    || (matches!(f, Bson::Null) && tvals.is_empty())
             });
             if !hit {
                 continue;
             }
             let key = match fd.get("_id") {
-                Some(id) => group_key(id),
+                Some(id) => group_key(id, coll),
                 None => format!("#{i}"),
             };
             if visited.insert(key, ()).is_some() {
@@ -1696,6 +1711,7 @@ fn graph_lookup(
 }
 
 fn bucket(b: &BucketStage, docs: Vec<Document>, vars: &Variables) -> Result<Vec<Document>> {
+    let coll = vars.collator.as_deref();
     let n = b.boundaries.len();
     // Buckets 0..n-1 are boundary ranges; index n-1 is the default bucket.
     let mut states: Vec<Option<Vec<group::AccState>>> = (0..n).map(|_| None).collect();
@@ -1706,8 +1722,8 @@ fn bucket(b: &BucketStage, docs: Vec<Document>, vars: &Variables) -> Result<Vec<
             let lo = &b.boundaries[i];
             let hi = &b.boundaries[i + 1];
             if crate::compare::canonical_type(&v) == crate::compare::canonical_type(lo)
-                && cmp_bson(&v, lo) != std::cmp::Ordering::Less
-                && cmp_bson(&v, hi) == std::cmp::Ordering::Less
+                && cmp_bson_with(&v, lo, coll) != std::cmp::Ordering::Less
+                && cmp_bson_with(&v, hi, coll) == std::cmp::Ordering::Less
             {
                 idx = Some(i);
                 break;
@@ -1732,7 +1748,7 @@ fn bucket(b: &BucketStage, docs: Vec<Document>, vars: &Variables) -> Result<Vec<
                 .collect()
         });
         for (a, s) in b.output.iter().zip(st.iter_mut()) {
-            s.add(a.op, a.arg.evaluate(d, vars)?)?;
+            s.add(a.op, a.arg.evaluate(d, vars)?, coll)?;
         }
     }
     let mut out: Vec<Document> = Vec::new();
@@ -1749,7 +1765,7 @@ fn bucket(b: &BucketStage, docs: Vec<Document>, vars: &Variables) -> Result<Vec<
         }
         out.push(d);
     }
-    out.sort_by(|a, b| cmp_bson(a.get("_id").unwrap(), b.get("_id").unwrap()));
+    out.sort_by(|a, b| cmp_bson_with(a.get("_id").unwrap(), b.get("_id").unwrap(), coll));
     Ok(out)
 }
 

@@ -641,3 +641,46 @@ fn variables_and_now() {
     assert_eq!(out.len(), 1);
     assert!(matches!(out[0].get("t"), Some(Bson::DateTime(_))));
 }
+
+#[test]
+fn stages_compare_under_the_operations_collation() {
+    let vars = Variables {
+        collator: crate::collation::Collator::parse(&doc! {"locale": "en", "strength": 2}).unwrap(),
+        ..Default::default()
+    };
+    let input = vec![
+        doc! {"_id": 1, "s": "PING", "n": 1},
+        doc! {"_id": 2, "s": "ping", "n": 2},
+        doc! {"_id": 3, "s": "pong", "n": 4},
+    ];
+    let go = |stages: Vec<Document>| {
+        Pipeline::parse(&stages, "test")
+            .unwrap()
+            .run(
+                Box::new(input.clone().into_iter().map(Ok)),
+                &NoCollections,
+                &vars,
+            )
+            .unwrap()
+    };
+    let matched = go(vec![doc! {"$match": {"s": "Ping"}}]);
+    assert_eq!(matched.len(), 2);
+    let groups = go(vec![
+        doc! {"$group": {"_id": "$s", "n": {"$sum": "$n"}, "set": {"$addToSet": "$s"}}},
+    ]);
+    assert_eq!(
+        groups,
+        vec![
+            doc! {"_id": "PING", "n": 3, "set": ["PING"]},
+            doc! {"_id": "pong", "n": 4, "set": ["pong"]}
+        ]
+    );
+    let sorted = go(vec![doc! {"$sort": {"s": -1, "_id": 1}}]);
+    let ids: Vec<i32> = sorted.iter().map(|d| d.get_i32("_id").unwrap()).collect();
+    assert_eq!(ids, vec![3, 1, 2]);
+    // The same pipeline without a collation: three groups.
+    assert_eq!(
+        run(vec![doc! {"$group": {"_id": "$s"}}], input.clone()).len(),
+        3
+    );
+}

@@ -12,7 +12,8 @@ use super::util::{
 use super::{
     ApplyContext, ArrayNode, Node, ObjectNode, Op, PullCond, PushSpec, SortSpec, UpdateOutcome,
 };
-use crate::compare::{bson_eq, cmp_bson, is_number};
+use crate::collation::Collator;
+use crate::compare::{bson_eq, bson_eq_with, cmp_bson_with, is_number};
 use crate::error::{codes, Error};
 use crate::path::{get_path, parse_index, step};
 use crate::Result;
@@ -539,11 +540,11 @@ impl<'a, 'c> Applier<'a, 'c> {
             Op::Set(v) | Op::SetOnInsert(v) | Op::Inc(v) | Op::Min(v) | Op::Max(v) => v.clone(),
             Op::Mul(v) => zero_like(v),
             Op::CurrentDate { timestamp } => self.now_value(*timestamp),
-            Op::Push(spec) => Bson::Array(push_values(Vec::new(), spec)),
+            Op::Push(spec) => Bson::Array(push_values(Vec::new(), spec, self.ctx.collator)),
             Op::AddToSet(vals) => {
                 let mut out: Vec<Bson> = Vec::new();
                 for v in vals {
-                    if !out.iter().any(|e| bson_eq(e, v)) {
+                    if !out.iter().any(|e| bson_eq_with(e, v, self.ctx.collator)) {
                         out.push(v.clone());
                     }
                 }
@@ -587,8 +588,12 @@ impl<'a, 'c> Applier<'a, 'c> {
                 })?;
                 changed(r)
             }
-            Op::Min(v) => (cmp_bson(v, cur) == Ordering::Less).then(|| v.clone()),
-            Op::Max(v) => (cmp_bson(v, cur) == Ordering::Greater).then(|| v.clone()),
+            Op::Min(v) => {
+                (cmp_bson_with(v, cur, self.ctx.collator) == Ordering::Less).then(|| v.clone())
+            }
+            Op::Max(v) => {
+                (cmp_bson_with(v, cur, self.ctx.collator) == Ordering::Greater).then(|| v.clone())
+            }
             Op::CurrentDate { timestamp } => changed(self.now_value(*timestamp)),
             Op::Push(spec) => {
                 let Bson::Array(arr) = cur else {
@@ -598,7 +603,11 @@ impl<'a, 'c> Applier<'a, 'c> {
                         self.original_id
                     )));
                 };
-                changed(Bson::Array(push_values(arr.clone(), spec)))
+                changed(Bson::Array(push_values(
+                    arr.clone(),
+                    spec,
+                    self.ctx.collator,
+                )))
             }
             Op::AddToSet(vals) => {
                 let Bson::Array(arr) = cur else {
@@ -609,7 +618,7 @@ impl<'a, 'c> Applier<'a, 'c> {
                 };
                 let mut out = arr.clone();
                 for v in vals {
-                    if !out.iter().any(|e| bson_eq(e, v)) {
+                    if !out.iter().any(|e| bson_eq_with(e, v, self.ctx.collator)) {
                         out.push(v.clone());
                     }
                 }
@@ -622,7 +631,7 @@ impl<'a, 'c> Applier<'a, 'c> {
                 let mut out = Vec::with_capacity(arr.len());
                 for e in arr {
                     let remove = match cond {
-                        PullCond::Equal(v) => bson_eq(e, v),
+                        PullCond::Equal(v) => bson_eq_with(e, v, self.ctx.collator),
                         PullCond::Query(q) => {
                             matches!(e, Bson::Document(_))
                                 && self.ctx.matcher.matches_value(q, e)?
@@ -641,7 +650,7 @@ impl<'a, 'c> Applier<'a, 'c> {
                 };
                 let out: Vec<Bson> = arr
                     .iter()
-                    .filter(|e| !vals.iter().any(|v| bson_eq(e, v)))
+                    .filter(|e| !vals.iter().any(|v| bson_eq_with(e, v, self.ctx.collator)))
                     .cloned()
                     .collect();
                 (out.len() != arr.len()).then_some(Bson::Array(out))
@@ -722,7 +731,7 @@ impl<'a, 'c> Applier<'a, 'c> {
 }
 
 /// `$push` with its modifiers: insert at `$position`, then `$sort`, then `$slice`.
-fn push_values(mut arr: Vec<Bson>, spec: &PushSpec) -> Vec<Bson> {
+fn push_values(mut arr: Vec<Bson>, spec: &PushSpec, coll: Option<&Collator>) -> Vec<Bson> {
     let len = arr.len();
     let pos = match spec.position {
         None => len,
@@ -733,7 +742,7 @@ fn push_values(mut arr: Vec<Bson>, spec: &PushSpec) -> Vec<Bson> {
     if let Some(sort) = &spec.sort {
         match sort {
             SortSpec::Whole(asc) => arr.sort_by(|a, b| {
-                let o = cmp_bson(a, b);
+                let o = cmp_bson_with(a, b, coll);
                 if *asc {
                     o
                 } else {
@@ -744,7 +753,7 @@ fn push_values(mut arr: Vec<Bson>, spec: &PushSpec) -> Vec<Bson> {
                 for (f, asc) in fields {
                     let va = sort_field(a, f);
                     let vb = sort_field(b, f);
-                    let o = cmp_bson(&va, &vb);
+                    let o = cmp_bson_with(&va, &vb, coll);
                     let o = if *asc { o } else { o.reverse() };
                     if o != Ordering::Equal {
                         return o;

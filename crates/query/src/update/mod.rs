@@ -16,7 +16,7 @@ use crate::Result;
 mod apply;
 #[cfg(test)]
 mod tests;
-mod util;
+pub(crate) mod util;
 
 pub use util::{bson_to_string, type_name};
 
@@ -48,6 +48,9 @@ pub struct ApplyContext<'a> {
     /// The time used by `$currentDate`.
     pub now: bson::DateTime,
     pub matcher: &'a dyn ConditionMatcher,
+    /// The operation's collation: `$addToSet`, `$pull`, `$pullAll`, `$min`, `$max` and
+    /// `$push`'s `$sort` compare strings under it.
+    pub collator: Option<&'a crate::collation::Collator>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -74,6 +74,7 @@ fn run_full(
         positional,
         now: now(),
         matcher: &TestMatcher,
+        collator: None,
     };
     let before = d.clone();
     match spec.apply(&mut d, &ctx) {
@@ -976,6 +977,7 @@ fn spec_is_reusable() {
         positional: None,
         now: now(),
         matcher: &TestMatcher,
+        collator: None,
     };
     let mut a = doc! {"n": 1};
     let mut b = doc! {};

@@ -72,7 +72,7 @@ fn collection_info(meta: &CollMeta, name_only: bool) -> Document {
     };
     // As mongod: a clustered collection has no separate _id index to describe.
     if !meta.is_clustered() {
-        info.insert("idIndex", CollMeta::id_index_spec());
+        info.insert("idIndex", CollMeta::id_index_spec_of(&meta.options));
     }
     info
 }

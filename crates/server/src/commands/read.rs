@@ -70,6 +70,7 @@ fn parse_find(cmd: &Document) -> Result<FindRequest> {
         min: opt_doc(cmd, "min")?,
         max: opt_doc(cmd, "max")?,
         return_key: opt_bool(cmd, "returnKey")?.unwrap_or(false),
+        collation: opt_doc(cmd, "collation")?,
     })
 }
 
@@ -313,9 +314,17 @@ pub async fn count(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result
         .get("hint")
         .cloned()
         .filter(|h| !matches!(h, Bson::Document(d) if d.is_empty()));
+    let collation = opt_doc(cmd, "collation")?;
     state.opcounters.command.fetch_add(0, Ordering::Relaxed);
     let n = blocking(state, move |e| {
-        e.count(&ns, &query, skip as u64, limit, hint.as_ref())
+        e.count(
+            &ns,
+            &query,
+            skip as u64,
+            limit,
+            hint.as_ref(),
+            collation.as_ref(),
+        )
     })
     .await?;
     Ok(doc! {"n": n as i64})
@@ -339,15 +348,19 @@ pub async fn distinct(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
         }
     };
     let query = opt_doc(cmd, "query")?.unwrap_or_default();
+    let collation = opt_doc(cmd, "collation")?;
     let Some(view) = crate::transactions::read_view(state, cmd)? else {
-        let values = blocking(state, move |e| e.distinct(&ns, &key, &query)).await?;
+        let values = blocking(state, move |e| {
+            e.distinct(&ns, &key, &query, collation.as_ref())
+        })
+        .await?;
         return Ok(doc! {"values": values});
     };
     let at = view.at_cluster_time();
     let values = view
         .read(state, move |e, t| {
             let docs = e.transaction_documents(t, &ns)?;
-            e.distinct_in(&ns, &key, &query, Some(docs))
+            e.distinct_in(&ns, &key, &query, Some(docs), collation.as_ref())
         })
         .await?;
     let mut reply = doc! {"values": values};
@@ -415,6 +428,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
         }
         let opts = opts.clone();
         let db = db.to_string();
+        let collation = opt_doc(cmd, "collation")?;
         state.opcounters.command.fetch_add(0, Ordering::Relaxed);
         let batch = blocking(state, move |e| {
             e.open_change_stream(
@@ -424,6 +438,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
                 &pipeline[1..],
                 batch_size,
                 lsid,
+                collation.as_ref(),
             )
         })
         .await?;
@@ -452,6 +467,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
         .map(|s| s.contains_key("$out") || s.contains_key("$merge"))
         .unwrap_or(false);
     let let_vars = opt_doc(cmd, "let")?;
+    let collation = opt_doc(cmd, "collation")?;
     if writes && crate::transactions::current().is_some() {
         return Err(Error::new(
             codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
@@ -490,6 +506,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
                     lsid,
                     let_vars.as_ref(),
                     docs,
+                    collation.as_ref(),
                 )
             })
             .await?
@@ -503,6 +520,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
                     batch_size,
                     lsid,
                     let_vars.as_ref(),
+                    collation.as_ref(),
                 )
             })
             .await?
@@ -632,8 +650,23 @@ pub async fn explain(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resu
     let ns_c = ns.clone();
     let f = filter.clone();
     let hint = hint.filter(|h| !matches!(h, Bson::Document(d) if d.is_empty()));
+    // The explained operation's collation: the command's, or its first statement's.
+    let collation = match name.as_str() {
+        "update" | "delete" => {
+            let field = if name == "update" {
+                "updates"
+            } else {
+                "deletes"
+            };
+            opt_doc_array(&inner, field)?
+                .unwrap_or_default()
+                .first()
+                .and_then(|s| s.get_document("collation").ok().cloned())
+        }
+        _ => opt_doc(&inner, "collation")?,
+    };
     let winning = blocking(state, move |e| {
-        e.explain_find(&ns_c, &f, sort.as_ref(), hint.as_ref())
+        e.explain_find(&ns_c, &f, sort.as_ref(), hint.as_ref(), collation.as_ref())
     })
     .await?;
     let mut reply = doc! {

@@ -126,6 +126,19 @@ fn check_statement_fields(path: &str, statement: &Document, allowed: &[&str]) ->
     }
 }
 
+/// A statement's `collation` (`update.updates.collation`, `delete.deletes.collation`),
+/// checked and filled in by the engine.
+fn statement_collation(path: &str, statement: &Document) -> Result<Option<Document>> {
+    match statement.get("collation") {
+        None => Ok(None),
+        Some(Bson::Document(d)) => Ok(Some(d.clone())),
+        Some(v) => Err(Error::type_mismatch(format!(
+            "BSON field '{path}.collation' is the wrong type '{}', expected type 'object'",
+            type_name(v)
+        ))),
+    }
+}
+
 /// The command's `let` variables with a statement's `c` constants over them.
 fn merge_let(command_let: &Option<Document>, constants: Option<Document>) -> Option<Document> {
     match (command_let, constants) {
@@ -375,6 +388,7 @@ pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
                 .filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())),
             let_vars: merge_let(&let_vars, opt_doc(u, "c")?),
             bypass_document_validation: bypass,
+            collation: statement_collation("update.updates", u)?,
         });
     }
     let count = ops.len() as u64;
@@ -442,6 +456,7 @@ pub async fn delete(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
                 .cloned()
                 .filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())),
             let_vars: let_vars.clone(),
+            collation: statement_collation("delete.deletes", d)?,
         });
     }
     let count = ops.len() as u64;
@@ -497,6 +512,7 @@ pub async fn find_and_modify(
             .filter(|h| !matches!(h, Bson::Document(d) if d.is_empty())),
         let_vars: opt_doc(cmd, "let")?,
         bypass_document_validation: opt_bool(cmd, "bypassDocumentValidation")?.unwrap_or(false),
+        collation: opt_doc(cmd, "collation")?,
     };
     let in_txn = crate::transactions::current();
     let in_transaction_now = in_txn.is_some();
