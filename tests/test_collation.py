@@ -324,6 +324,18 @@ class TestValidation:
             list(coll.find({}, collation={"strength": 1}))
         assert e.value.details["errmsg"] == "BSON field 'collation.locale' is missing but a required field"
 
+    def test_empty_collation(self, db, coll):
+        # An operation's empty collation is none given; an index or collection refuses it.
+        coll.insert_one({"s": "A"})
+        assert coll.count_documents({"s": "A"}, collation={}) == 1
+        assert coll.delete_many({"s": "a"}, {}).deleted_count == 0
+        with pytest.raises(OperationFailure) as e:
+            coll.create_index("s", collation={})
+        assert e.value.code == 2
+        with pytest.raises(OperationFailure) as e:
+            db.create_collection("other", collation={})
+        assert e.value.code == 2
+
     def test_bad_collation_type(self, db, coll):
         with pytest.raises(OperationFailure) as e:
             db.command("find", coll.name, collation="en")

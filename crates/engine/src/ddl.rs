@@ -815,6 +815,11 @@ fn validate_index_spec(spec: &Document) -> Result<Document> {
                         tailstream_query::compare::type_name(v)
                     ))
                 })?;
+                if c.is_empty() {
+                    return Err(Error::bad_value(
+                        "The field 'collation' cannot be an empty object.",
+                    ));
+                }
                 // Stored filled in, as mongod lists it; `simple` is stored as an explicit
                 // "no collation" so the collection's default does not apply.
                 match Collator::parse(c)? {
@@ -836,6 +841,9 @@ fn normalize_create_options(mut options: Document) -> Result<Document> {
     options.remove("comment");
     match options.get("collation") {
         None => {}
+        Some(Bson::Document(spec)) if spec.is_empty() => {
+            return Err(Error::bad_value("'collation' cannot be an empty document"));
+        }
         Some(Bson::Document(spec)) => match Collator::parse(spec)? {
             Some(c) => {
                 options.insert("collation", c.spec().clone());

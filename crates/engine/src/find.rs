@@ -53,8 +53,9 @@ pub fn operation_collator(
     requested: Option<&Document>,
 ) -> Result<Option<Arc<Collator>>> {
     match requested {
-        Some(spec) => Collator::parse(spec),
-        None => match meta {
+        // As mongod: an empty collation document is no collation given.
+        Some(spec) if !spec.is_empty() => Collator::parse(spec),
+        _ => match meta {
             Some(m) => m.default_collator(),
             None => Ok(None),
         },

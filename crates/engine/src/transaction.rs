@@ -429,9 +429,9 @@ impl Engine {
         ns: &Namespace,
         req: &crate::write::FindAndModify,
     ) -> Result<crate::write::FamOutcome> {
-        let plan = match req.collation {
-            Some(_) => crate::write::FamPlan::parse(ns, req, None)?,
-            None => {
+        let plan = match &req.collation {
+            Some(c) if !c.is_empty() => crate::write::FamPlan::parse(ns, req, None)?,
+            _ => {
                 let default = self.transaction_collator(t, ns, None)?;
                 let mut req = req.clone();
                 req.collation = default.map(|c| c.spec().clone());
@@ -547,7 +547,7 @@ impl Engine {
         ns: &Namespace,
         requested: Option<&Document>,
     ) -> Result<Option<Arc<tailstream_query::collation::Collator>>> {
-        if requested.is_some() {
+        if requested.is_some_and(|r| !r.is_empty()) {
             return crate::find::operation_collator(None, requested);
         }
         if let Some(meta) = self.collection(ns) {
@@ -588,6 +588,9 @@ impl Engine {
         // A bad collation fails the command now, not the commit.
         match options.get("collation") {
             None => {}
+            Some(Bson::Document(d)) if d.is_empty() => {
+                return Err(Error::bad_value("'collation' cannot be an empty document"));
+            }
             Some(Bson::Document(d)) => {
                 tailstream_query::collation::Collator::parse(d)?;
             }
