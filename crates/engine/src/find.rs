@@ -63,7 +63,7 @@ pub const INLINE_TAIL_BATCH: usize = 1000;
 impl Engine {
     pub fn find(&self, ns: &Namespace, req: FindRequest) -> Result<CursorBatch> {
         let (filter, _) = crate::write::bind_let(&req.filter, req.let_vars.as_ref())?;
-        let matcher = Arc::new(Matcher::new(&filter)?);
+        let matcher = Arc::new(Matcher::for_query(&filter)?);
         let sort = match &req.sort {
             Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?),
             _ => None,
@@ -275,7 +275,15 @@ impl Engine {
         };
         let mut c = if memory_only {
             match cursor.try_lock() {
-                Some(c) if matches!(c.source, Source::ChangeStream(_)) || c.tailable => c,
+                // JavaScript never runs on an async worker: a filter with it reads on
+                // the blocking pool.
+                Some(c)
+                    if matches!(c.source, Source::ChangeStream(_))
+                        || (c.tailable
+                            && !matches!(&c.source, Source::Scan { matcher, .. } if matcher.uses_script())) =>
+                {
+                    c
+                }
                 _ => return Err(crate::changestream::needs_storage()),
             }
         } else {
@@ -363,7 +371,7 @@ impl Engine {
         limit: u64,
         hint: Option<&Bson>,
     ) -> Result<u64> {
-        let matcher = Matcher::new(query)?;
+        let matcher = Matcher::for_query(query)?;
         let Some(meta) = self.collection(ns) else {
             return Ok(0);
         };
@@ -393,9 +401,17 @@ impl Engine {
         query: &Document,
         view: Option<Vec<Document>>,
     ) -> Result<Vec<Bson>> {
-        let matcher = Matcher::new(query)?;
+        let matcher = Matcher::for_query(query)?;
         let docs = match view {
-            Some(docs) => docs.into_iter().filter(|d| matcher.matches(d)).collect(),
+            Some(docs) => {
+                let mut kept = Vec::new();
+                for d in docs {
+                    if matcher.matches_or_fail(&d)? {
+                        kept.push(d);
+                    }
+                }
+                kept
+            }
             None => {
                 let Some(meta) = self.collection(ns) else {
                     return Ok(Vec::new());
@@ -654,7 +670,7 @@ impl Engine {
         sort: Option<&Document>,
         hint: Option<&Bson>,
     ) -> Result<Document> {
-        let matcher = Matcher::new(filter)?;
+        let matcher = Matcher::for_query(filter)?;
         let sort = match sort {
             Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?),
             _ => None,

@@ -379,7 +379,7 @@ impl Engine {
         op: &UpdateOp,
     ) -> Result<(u64, u64, Option<Bson>, Option<Committed>)> {
         let (filter, vars) = bind_let(&op.q, op.let_vars.as_ref())?;
-        let matcher = Matcher::new(&filter)?;
+        let matcher = Matcher::for_query(&filter)?;
         let spec = UpdateSpec::parse(&op.u, op.array_filters.as_deref())?;
         if op.multi && matches!(spec.kind(), UpdateKind::Replacement) {
             return Err(Error::failed_to_parse(
@@ -549,7 +549,7 @@ impl Engine {
     fn delete_op(&self, ns: &Namespace, op: &DeleteOp) -> Result<(u64, Option<Committed>)> {
         check_delete_limit(op.limit)?;
         let (filter, _) = bind_let(&op.q, op.let_vars.as_ref())?;
-        let matcher = Matcher::new(&filter)?;
+        let matcher = Matcher::for_query(&filter)?;
         let mut txn = self.begin();
         let Some(meta) = txn.catalog().get(ns) else {
             return Ok((0, None));
@@ -719,7 +719,7 @@ pub(crate) struct FamPlan {
 impl FamPlan {
     pub fn parse(ns: &Namespace, req: &FindAndModify) -> Result<FamPlan> {
         let (filter, vars) = bind_let(&req.query, req.let_vars.as_ref())?;
-        let matcher = Matcher::new(&filter)?;
+        let matcher = Matcher::for_query(&filter)?;
         let sort = match &req.sort {
             Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?),
             _ => None,
