@@ -89,7 +89,7 @@ impl Engine {
             if is_oplog { None } else { self.collection(ns) }.as_deref(),
             req.collation.as_ref(),
         )?;
-        let matcher = Arc::new(Matcher::with_collation(&filter, collator.clone())?);
+        let matcher = Arc::new(Matcher::for_query_with_collation(&filter, collator.clone())?);
         let sort = match &req.sort {
             Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?.with_collator(collator.clone())),
             _ => None,
@@ -313,7 +313,15 @@ impl Engine {
         };
         let mut c = if memory_only {
             match cursor.try_lock() {
-                Some(c) if matches!(c.source, Source::ChangeStream(_)) || c.tailable => c,
+                // JavaScript never runs on an async worker: a filter with it reads on
+                // the blocking pool.
+                Some(c)
+                    if matches!(c.source, Source::ChangeStream(_))
+                        || (c.tailable
+                            && !matches!(&c.source, Source::Scan { matcher, .. } if matcher.uses_script())) =>
+                {
+                    c
+                }
                 _ => return Err(crate::changestream::needs_storage()),
             }
         } else {
@@ -404,7 +412,7 @@ impl Engine {
     ) -> Result<u64> {
         let meta = self.collection(ns);
         let collator = operation_collator(meta.as_deref(), collation)?;
-        let matcher = Matcher::with_collation(query, collator)?;
+        let matcher = Matcher::for_query_with_collation(query, collator)?;
         let Some(meta) = meta else {
             return Ok(0);
         };
@@ -445,9 +453,17 @@ impl Engine {
         let meta = self.collection(ns);
         let collator = operation_collator(meta.as_deref(), collation)?;
         let coll = collator.as_deref();
-        let matcher = Matcher::with_collation(query, collator.clone())?;
+        let matcher = Matcher::for_query_with_collation(query, collator.clone())?;
         let docs = match view {
-            Some(docs) => docs.into_iter().filter(|d| matcher.matches(d)).collect(),
+            Some(docs) => {
+                let mut kept = Vec::new();
+                for d in docs {
+                    if matcher.matches_or_fail(&d)? {
+                        kept.push(d);
+                    }
+                }
+                kept
+            }
             None => {
                 let Some(meta) = meta else {
                     return Ok(Vec::new());
@@ -695,7 +711,7 @@ impl Engine {
     ) -> Result<Document> {
         let meta = self.collection(ns);
         let collator = operation_collator(meta.as_deref(), collation)?;
-        let matcher = Matcher::with_collation(filter, collator.clone())?;
+        let matcher = Matcher::for_query_with_collation(filter, collator.clone())?;
         let sort = match sort {
             Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?.with_collator(collator)),
             _ => None,

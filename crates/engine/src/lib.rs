@@ -122,6 +122,8 @@ pub struct Engine {
 impl Engine {
     /// Opens the data directory (creating it), refusing if another process holds it.
     pub fn open(opts: EngineOptions) -> Result<Arc<Engine>> {
+        // Server-side JavaScript ($where, $function, $accumulator) runs on QuickJS.
+        tailstream_query::script::install(Box::new(tailstream_js::QuickJs::new()));
         std::fs::create_dir_all(&opts.dbpath).map_err(|e| {
             Error::internal(format!(
                 "cannot create data directory {}: {e}",

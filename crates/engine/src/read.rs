@@ -575,7 +575,7 @@ impl Scan {
                     self.keys_examined += 1;
                     if let Some(doc) = fetch(store, coll_id, &id_ks)? {
                         self.docs_examined += 1;
-                        if matcher.matches(&doc) {
+                        if matcher.matches_or_fail(&doc)? {
                             out.push((id_ks, doc));
                         }
                     }
@@ -645,7 +645,7 @@ impl Scan {
                         if self.seen.insert(id_ks.to_vec()) {
                             if let Some(doc) = fetch(store, coll_id, &id_ks)? {
                                 self.docs_examined += 1;
-                                if matcher.matches(&doc) {
+                                if matcher.matches_or_fail(&doc)? {
                                     out.push((id_ks.to_vec(), doc));
                                 }
                             }
@@ -726,7 +726,7 @@ impl Scan {
             last = Some(k.to_vec());
             if let Some((record, doc)) = load(&k, &v)? {
                 self.docs_examined += 1;
-                if matcher.matches(&doc) {
+                if matcher.matches_or_fail(&doc)? {
                     out.push((record, doc));
                 }
             }

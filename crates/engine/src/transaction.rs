@@ -350,7 +350,7 @@ impl Engine {
     ) -> Result<(u64, u64, Option<Bson>)> {
         let (filter, mut vars) = crate::write::bind_let(&op.q, op.let_vars.as_ref())?;
         vars.collator = self.transaction_collator(t, ns, op.collation.as_ref())?;
-        let matcher = Matcher::with_collation(&filter, vars.collator.clone())?;
+        let matcher = Matcher::for_query_with_collation(&filter, vars.collator.clone())?;
         let spec = UpdateSpec::parse(&op.u, op.array_filters.as_deref())?;
         if op.multi && matches!(spec.kind(), UpdateKind::Replacement) {
             return Err(Error::failed_to_parse(
@@ -359,15 +359,8 @@ impl Engine {
         }
         ns.validate_for_write()?;
         let validator = self.validator(ns, op.bypass_document_validation)?;
-        let mut targets = self
-            .transaction_candidates(t, ns, &matcher)?
-            .into_iter()
-            .filter(|(_, d)| matcher.matches(d));
-        let targets: Vec<_> = if op.multi {
-            targets.collect()
-        } else {
-            targets.next().into_iter().collect()
-        };
+        let candidates = self.transaction_candidates(t, ns, &matcher)?;
+        let targets = matching(candidates, &matcher, !op.multi)?;
         if targets.is_empty() {
             if !op.upsert {
                 return Ok((0, 0, None));
@@ -404,16 +397,9 @@ impl Engine {
             check_delete_limit(op.limit)?;
             let (filter, _) = crate::write::bind_let(&op.q, op.let_vars.as_ref())?;
             let collator = self.transaction_collator(t, ns, op.collation.as_ref())?;
-            let matcher = Matcher::with_collation(&filter, collator)?;
-            let mut targets = self
-                .transaction_candidates(t, ns, &matcher)?
-                .into_iter()
-                .filter(|(_, d)| matcher.matches(d));
-            let targets: Vec<_> = if op.limit == 0 {
-                targets.collect()
-            } else {
-                targets.next().into_iter().collect()
-            };
+            let matcher = Matcher::for_query_with_collation(&filter, collator)?;
+            let candidates = self.transaction_candidates(t, ns, &matcher)?;
+            let targets = matching(candidates, &matcher, op.limit != 0)?;
             for (id_ks, _) in &targets {
                 self.touch(t, ns, id_ks, None)?;
             }
@@ -440,11 +426,11 @@ impl Engine {
         };
         let validator = self.validator(ns, req.bypass_document_validation)?;
         let mut out = crate::write::FamOutcome::default();
-        let mut candidates: Vec<_> = self
-            .transaction_candidates(t, ns, &plan.matcher)?
-            .into_iter()
-            .filter(|(_, d)| plan.matcher.matches(d))
-            .collect();
+        let mut candidates = matching(
+            self.transaction_candidates(t, ns, &plan.matcher)?,
+            &plan.matcher,
+            false,
+        )?;
         if let Some(s) = &plan.sort {
             candidates.sort_by(|a, b| s.compare(&a.1, &b.1));
         }
@@ -504,7 +490,7 @@ impl Engine {
     ) -> Result<CursorBatch> {
         let (filter, _) = crate::write::bind_let(&req.filter, req.let_vars.as_ref())?;
         let collator = self.transaction_collator(t, ns, req.collation.as_ref())?;
-        let matcher = Matcher::with_collation(&filter, collator.clone())?;
+        let matcher = Matcher::for_query_with_collation(&filter, collator.clone())?;
         let projection = match &req.projection {
             Some(p) if !p.is_empty() => Some(Arc::new(Projection::with_collation(
                 p,
@@ -517,12 +503,14 @@ impl Engine {
             return Err(Error::bad_value("LIMIT must be non-negative"));
         }
         let batch_size = check_batch_size(req.batch_size)?;
-        let mut docs: Vec<Document> = self
-            .transaction_candidates(t, ns, &matcher)?
-            .into_iter()
-            .map(|(_, d)| d)
-            .filter(|d| matcher.matches(d))
-            .collect();
+        let mut docs: Vec<Document> = matching(
+            self.transaction_candidates(t, ns, &matcher)?,
+            &matcher,
+            false,
+        )?
+        .into_iter()
+        .map(|(_, d)| d)
+        .collect();
         if let Some(s) = req.sort.as_ref().filter(|s| !s.is_empty()) {
             let sort = SortSpec::parse(s)?.with_collator(collator);
             docs.sort_by(|a, b| sort.compare(a, b));
@@ -703,4 +691,23 @@ impl Engine {
         }
         txn.commit().map(Some)
     }
+}
+
+/// The candidates `matcher` keeps (only the first with `first_only`); an error that ends
+/// the operation (a failing `$where`, maxTimeMS) fails it.
+fn matching<K>(
+    candidates: Vec<(K, Document)>,
+    matcher: &Matcher,
+    first_only: bool,
+) -> Result<Vec<(K, Document)>> {
+    let mut out = Vec::new();
+    for (k, d) in candidates {
+        if matcher.matches_or_fail(&d)? {
+            out.push((k, d));
+            if first_only {
+                break;
+            }
+        }
+    }
+    Ok(out)
 }

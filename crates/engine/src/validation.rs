@@ -80,6 +80,14 @@ pub(crate) fn check_options(command: &str, options: &Document) -> Result<()> {
     match options.get("validator") {
         None => {}
         Some(Bson::Document(v)) => {
+            // mongod refuses JavaScript in validators ($where is refused by the parser).
+            if tailstream_query::expr::contains_operator(&Bson::Document(v.clone()), &["$function"])
+            {
+                return Err(Error::location(
+                    4660800,
+                    "$function cannot be used inside a validator.",
+                ));
+            }
             Matcher::new(v)?;
         }
         Some(other) => {

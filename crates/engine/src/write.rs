@@ -397,7 +397,7 @@ impl Engine {
         let (filter, mut vars) = bind_let(&op.q, op.let_vars.as_ref())?;
         vars.collator =
             crate::find::operation_collator(self.collection(ns).as_deref(), op.collation.as_ref())?;
-        let matcher = Matcher::with_collation(&filter, vars.collator.clone())?;
+        let matcher = Matcher::for_query_with_collation(&filter, vars.collator.clone())?;
         let spec = UpdateSpec::parse(&op.u, op.array_filters.as_deref())?;
         if op.multi && matches!(spec.kind(), UpdateKind::Replacement) {
             return Err(Error::failed_to_parse(
@@ -569,7 +569,7 @@ impl Engine {
         let (filter, _) = bind_let(&op.q, op.let_vars.as_ref())?;
         let collator =
             crate::find::operation_collator(self.collection(ns).as_deref(), op.collation.as_ref())?;
-        let matcher = Matcher::with_collation(&filter, collator)?;
+        let matcher = Matcher::for_query_with_collation(&filter, collator)?;
         let mut txn = self.begin();
         let Some(meta) = txn.catalog().get(ns) else {
             return Ok((0, None));
@@ -741,7 +741,7 @@ impl FamPlan {
     pub fn parse(ns: &Namespace, req: &FindAndModify, meta: Option<&CollMeta>) -> Result<FamPlan> {
         let (filter, mut vars) = bind_let(&req.query, req.let_vars.as_ref())?;
         vars.collator = crate::find::operation_collator(meta, req.collation.as_ref())?;
-        let matcher = Matcher::with_collation(&filter, vars.collator.clone())?;
+        let matcher = Matcher::for_query_with_collation(&filter, vars.collator.clone())?;
         let sort = match &req.sort {
             Some(s) if !s.is_empty() => {
                 Some(SortSpec::parse(s)?.with_collator(vars.collator.clone()))

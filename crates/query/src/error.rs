@@ -55,6 +55,19 @@ impl Error {
     pub fn location(code: i32, msg: impl Into<String>) -> Self {
         Self::new(code, msg)
     }
+    /// Errors that end the whole operation wherever they arise: it was interrupted
+    /// (maxTimeMS, a client gone, killed) or its JavaScript failed. A filter that hits
+    /// one fails the command instead of counting the document as not matching.
+    pub fn ends_operation(&self) -> bool {
+        matches!(
+            self.code,
+            codes::MAX_TIME_MS_EXPIRED
+                | codes::INTERRUPTED
+                | codes::CLIENT_DISCONNECT
+                | codes::JS_INTERPRETER_FAILURE
+                | codes::EXCEEDED_MEMORY_LIMIT
+        ) || crate::script::is_script_error(self)
+    }
 }
 
 impl fmt::Display for Error {
@@ -130,6 +143,9 @@ pub mod codes {
     pub const UNRECOGNIZED_COMMAND_FIELD: i32 = 40415;
     pub const OPERATION_NOT_SUPPORTED_IN_TRANSACTION: i32 = 263;
     pub const API_STRICT_ERROR: i32 = 323;
+    pub const JS_INTERPRETER_FAILURE: i32 = 139;
+    pub const EXCEEDED_MEMORY_LIMIT: i32 = 146;
+    pub const CLIENT_DISCONNECT: i32 = 279;
 }
 
 /// mongod's `codeName` for a code; unnamed assertion sites are reported as `Location<code>`.
@@ -193,6 +209,8 @@ pub fn code_name(code: i32) -> String {
         121 => "DocumentValidationFailure",
         125 => "CommandFailed",
         136 => "CappedPositionLost",
+        139 => "JSInterpreterFailure",
+        146 => "ExceededMemoryLimit",
         166 => "CommandNotSupportedOnView",
         168 => "InvalidPipelineOperator",
         161 => "IncompatibleCollationVersion",
@@ -210,6 +228,7 @@ pub fn code_name(code: i32) -> String {
         262 => "ExceededTimeLimit",
         263 => "OperationNotSupportedInTransaction",
         276 => "IndexBuildAborted",
+        279 => "ClientDisconnect",
         280 => "ChangeStreamFatalError",
         286 => "ChangeStreamHistoryLost",
         292 => "QueryExceededMemoryLimitNoDiskUseAllowed",

@@ -12,6 +12,7 @@ pub mod matcher;
 pub mod path;
 pub mod pipeline;
 pub mod projection;
+pub mod script;
 pub mod sort;
 pub mod update;
 

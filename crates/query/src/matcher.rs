@@ -76,6 +76,8 @@ enum Node {
         preds: Vec<Pred>,
     },
     Expr(Bson),
+    /// `$where`: JavaScript run with the document as `this`.
+    Where(Arc<str>),
     Const(bool),
 }
 
@@ -85,6 +87,18 @@ pub struct Matcher {
     root: Node,
     /// The operation's collation (None: binary string comparison).
     collator: Option<Arc<Collator>>,
+    /// The filter runs JavaScript (`$where`, `$function` in `$expr`).
+    uses_script: bool,
+}
+
+/// What a filter may contain where it is parsed, and at which level.
+#[derive(Debug, Clone, Copy)]
+struct ParseCtx {
+    /// `$where` is allowed (user queries: find, count, distinct, update/delete filters,
+    /// findAndModify), as mongod's `kJavascript` feature.
+    javascript: bool,
+    /// Parsing the top-level document, not an `$elemMatch` sub-document.
+    top_level: bool,
 }
 
 /// The collation a predicate is evaluated under.
@@ -149,7 +163,34 @@ fn regex_from_bson(r: &bson::Regex) -> Result<RegexPred> {
     compile_regex(&r.pattern, &r.options)
 }
 
-fn parse_logical(op: &str, v: &Bson) -> Result<Vec<Node>> {
+/// `$where: <string or Code>`, compiled now so a syntax error fails the command (as in
+/// mongod, where the function is created when the filter is parsed).
+fn parse_where(v: &Bson, ctx: ParseCtx) -> Result<Node> {
+    if !ctx.javascript {
+        return Err(bad("$where is not allowed in this context"));
+    }
+    if !ctx.top_level {
+        return Err(bad("$where can only be applied to the top-level document"));
+    }
+    let code = match v {
+        Bson::String(s) => s.as_str(),
+        Bson::JavaScriptCode(s) => s.as_str(),
+        Bson::JavaScriptCodeWithScope(_) => {
+            return Err(Error::location(
+                4649201,
+                "$where no longer supports deprecated BSON type CodeWScope",
+            ))
+        }
+        _ => return Err(bad("$where got bad type")),
+    };
+    if code.is_empty() {
+        return Err(bad("code for $where cannot be empty"));
+    }
+    crate::script::compile(code)?;
+    Ok(Node::Where(Arc::from(code)))
+}
+
+fn parse_logical(op: &str, v: &Bson, ctx: ParseCtx) -> Result<Vec<Node>> {
     let arr = match v {
         Bson::Array(a) if !a.is_empty() => a,
         _ => return Err(bad(format!("{op} must be a nonempty array"))),
@@ -157,26 +198,26 @@ fn parse_logical(op: &str, v: &Bson) -> Result<Vec<Node>> {
     let mut out = Vec::with_capacity(arr.len());
     for e in arr {
         match e {
-            Bson::Document(d) => out.push(parse_doc(d)?),
+            Bson::Document(d) => out.push(parse_doc(d, ctx)?),
             _ => return Err(bad("$or/$and/$nor entries need to be full objects")),
         }
     }
     Ok(out)
 }
 
-fn parse_doc(filter: &Document) -> Result<Node> {
+fn parse_doc(filter: &Document, ctx: ParseCtx) -> Result<Node> {
     let mut nodes = Vec::new();
     for (k, v) in filter {
         if let Some(op) = k.strip_prefix('$') {
             let node = match op {
-                "and" => Node::And(parse_logical(k, v)?),
-                "or" => Node::Or(parse_logical(k, v)?),
-                "nor" => Node::Nor(parse_logical(k, v)?),
+                "and" => Node::And(parse_logical(k, v, ctx)?),
+                "or" => Node::Or(parse_logical(k, v, ctx)?),
+                "nor" => Node::Nor(parse_logical(k, v, ctx)?),
                 "expr" => Node::Expr(v.clone()),
                 "comment" => continue,
                 "alwaysTrue" => Node::Const(true),
                 "alwaysFalse" => Node::Const(false),
-                "where" => return Err(bad("$where is not allowed in this context")),
+                "where" => parse_where(v, ctx)?,
                 "text" => return Err(bad("$text is not supported (no text indexes)")),
                 "jsonSchema" => return Err(bad("$jsonSchema is not supported")),
                 "sampleRate" => return Err(bad("$sampleRate is not supported")),
@@ -185,7 +226,7 @@ fn parse_doc(filter: &Document) -> Result<Node> {
             nodes.push(node);
             continue;
         }
-        let preds = parse_field_value(v)?;
+        let preds = parse_field_value(v, ctx)?;
         nodes.push(Node::Field {
             path: k.clone(),
             parts: k.split('.').map(String::from).collect(),
@@ -200,9 +241,9 @@ fn parse_doc(filter: &Document) -> Result<Node> {
 }
 
 /// The value side of `{field: value}`.
-fn parse_field_value(v: &Bson) -> Result<Vec<Pred>> {
+fn parse_field_value(v: &Bson, ctx: ParseCtx) -> Result<Vec<Pred>> {
     match v {
-        Bson::Document(d) if is_operator_doc(d) => parse_operator_doc(d),
+        Bson::Document(d) if is_operator_doc(d) => parse_operator_doc(d, ctx),
         Bson::RegularExpression(r) => Ok(vec![Pred::Regex(regex_from_bson(r)?)]),
         _ => Ok(vec![Pred::Eq(v.clone())]),
     }
@@ -394,19 +435,23 @@ fn is_elem_match_value_form(d: &Document) -> bool {
     }
 }
 
-fn parse_elem_match(v: &Bson) -> Result<Pred> {
+fn parse_elem_match(v: &Bson, ctx: ParseCtx) -> Result<Pred> {
+    let ctx = ParseCtx {
+        top_level: false,
+        ..ctx
+    };
     let d = match v {
         Bson::Document(d) => d,
         _ => return Err(bad("$elemMatch needs an Object")),
     };
     if is_elem_match_value_form(d) {
-        Ok(Pred::ElemMatchValue(parse_operator_doc(d)?))
+        Ok(Pred::ElemMatchValue(parse_operator_doc(d, ctx)?))
     } else {
-        Ok(Pred::ElemMatchDoc(Box::new(parse_doc(d)?)))
+        Ok(Pred::ElemMatchDoc(Box::new(parse_doc(d, ctx)?)))
     }
 }
 
-fn parse_operator_doc(d: &Document) -> Result<Vec<Pred>> {
+fn parse_operator_doc(d: &Document, ctx: ParseCtx) -> Result<Vec<Pred>> {
     let mut preds = Vec::new();
     let regex_val = d.get("$regex");
     let options_val = d.get("$options");
@@ -482,7 +527,7 @@ fn parse_operator_doc(d: &Document) -> Result<Vec<Pred>> {
                     }
                     match e {
                         Bson::Document(ed) if first_em => {
-                            subs.push(parse_elem_match(ed.get("$elemMatch").unwrap())?)
+                            subs.push(parse_elem_match(ed.get("$elemMatch").unwrap(), ctx)?)
                         }
                         Bson::Document(ed) if is_operator_doc(ed) => {
                             return Err(bad("no $ expressions in $all"))
@@ -493,7 +538,7 @@ fn parse_operator_doc(d: &Document) -> Result<Vec<Pred>> {
                 }
                 Pred::All(subs)
             }
-            "$elemMatch" => parse_elem_match(v)?,
+            "$elemMatch" => parse_elem_match(v, ctx)?,
             "$not" => match v {
                 Bson::RegularExpression(r) => Pred::Not(vec![Pred::Regex(regex_from_bson(r)?)]),
                 Bson::Document(nd) => {
@@ -506,7 +551,7 @@ fn parse_operator_doc(d: &Document) -> Result<Vec<Pred>> {
                             nd.keys().next().unwrap()
                         )));
                     }
-                    Pred::Not(parse_operator_doc(nd)?)
+                    Pred::Not(parse_operator_doc(nd, ctx)?)
                 }
                 _ => return Err(bad("$not needs a regex or a document")),
             },
@@ -785,6 +830,7 @@ fn eval_node(node: &Node, doc: &Document, coll: Coll) -> Result<bool> {
             true
         }
         Node::Const(b) => *b,
+        Node::Where(code) => crate::script::run_where(code, doc)?,
         Node::Expr(e) => {
             let vars = crate::expr::Variables {
                 collator: coll.cloned(),
@@ -808,15 +854,44 @@ fn eval_node(node: &Node, doc: &Document, coll: Coll) -> Result<bool> {
 // ---------------------------------------------------------------- public API
 
 impl Matcher {
+    /// A filter where `$where` is not allowed (validators, partial indexes, `$match`,
+    /// `$pull` conditions, ...).
     pub fn new(filter: &Document) -> Result<Matcher> {
-        Self::with_collation(filter, None)
+        Self::parse(filter, false, None)
     }
 
     /// A matcher comparing strings under `collator` (None: binary comparison).
     pub fn with_collation(filter: &Document, collator: Option<Arc<Collator>>) -> Result<Matcher> {
-        let root = parse_doc(filter)?;
+        Self::parse(filter, false, collator)
+    }
+
+    /// The filter of a user query (find, count, distinct, update, delete,
+    /// findAndModify): `$where` is allowed at its top level.
+    pub fn for_query(filter: &Document) -> Result<Matcher> {
+        Self::parse(filter, true, None)
+    }
+
+    /// A user query's filter (`$where` allowed) comparing strings under `collator`.
+    pub fn for_query_with_collation(
+        filter: &Document,
+        collator: Option<Arc<Collator>>,
+    ) -> Result<Matcher> {
+        Self::parse(filter, true, collator)
+    }
+
+    fn parse(
+        filter: &Document,
+        javascript: bool,
+        collator: Option<Arc<Collator>>,
+    ) -> Result<Matcher> {
+        let ctx = ParseCtx {
+            javascript,
+            top_level: true,
+        };
+        let root = parse_doc(filter, ctx)?;
         Ok(Matcher {
             filter: filter.clone(),
+            uses_script: node_uses_script(&root),
             root,
             collator,
         })
@@ -831,9 +906,24 @@ impl Matcher {
         self.collator.as_ref()
     }
 
+    /// Whether matching runs JavaScript (then it must run on the blocking pool).
+    pub fn uses_script(&self) -> bool {
+        self.uses_script
+    }
+
     /// Errors while evaluating (e.g. in `$expr`) count as "no match".
     pub fn matches(&self, doc: &Document) -> bool {
         self.matches_checked(doc).unwrap_or(false)
+    }
+
+    /// For scans: an error that ends the operation (a script that throws, maxTimeMS
+    /// expired, a client gone) fails it; other evaluation errors count as "no match".
+    pub fn matches_or_fail(&self, doc: &Document) -> Result<bool> {
+        match self.matches_checked(doc) {
+            Ok(b) => Ok(b),
+            Err(e) if e.ends_operation() => Err(e),
+            Err(_) => Ok(false),
+        }
     }
 
     pub fn matches_checked(&self, doc: &Document) -> Result<bool> {
@@ -870,6 +960,24 @@ impl Matcher {
                 Bson::Document(d) => !is_operator_doc(d),
                 _ => true,
             })
+    }
+}
+
+fn node_uses_script(node: &Node) -> bool {
+    match node {
+        Node::Where(_) => true,
+        Node::Expr(e) => crate::expr::contains_operator(e, &["$function"]),
+        Node::And(ns) | Node::Or(ns) | Node::Nor(ns) => ns.iter().any(node_uses_script),
+        Node::Field { preds, .. } => preds.iter().any(pred_uses_script),
+        Node::Const(_) => false,
+    }
+}
+
+fn pred_uses_script(p: &Pred) -> bool {
+    match p {
+        Pred::ElemMatchDoc(n) => node_uses_script(n),
+        Pred::ElemMatchValue(ps) | Pred::All(ps) | Pred::Not(ps) => ps.iter().any(pred_uses_script),
+        _ => false,
     }
 }
 
@@ -1319,7 +1427,10 @@ mod tests {
             err(doc! {"a": {"$elemMatch": 1}}).message,
             "$elemMatch needs an Object"
         );
-        assert_eq!(err(doc! {"$where": "true"}).code, 2);
+        assert_eq!(
+            err(doc! {"$where": "true"}).message,
+            "$where is not allowed in this context"
+        );
         assert_eq!(err(doc! {"$text": {"$search": "x"}}).code, 2);
         assert_eq!(err(doc! {"a": {"$near": [0, 0]}}).code, 2);
         assert_eq!(err(doc! {"a": {"$geoWithin": {}}}).code, 2);
@@ -1402,5 +1513,107 @@ mod pcre_tests {
         let back = Matcher::new(&doc! {"s": {"$regex": "^(a+)b\\1$"}}).unwrap();
         assert!(back.matches(&doc! {"s": "aabaa"}));
         assert!(!back.matches(&doc! {"s": "aaba"}));
+    }
+
+    /// A stand-in script engine: `$where` sources are "true", "false" or "fail".
+    struct FakeEngine;
+    struct FakeScope(Vec<String>);
+    impl crate::script::ScriptEngine for FakeEngine {
+        fn new_scope(&self) -> Result<Box<dyn crate::script::ScriptScope>> {
+            Ok(Box::new(FakeScope(Vec::new())))
+        }
+    }
+    impl crate::script::ScriptScope for FakeScope {
+        fn compile(
+            &mut self,
+            source: &str,
+            _op: &Arc<crate::script::Operation>,
+        ) -> Result<crate::script::FunctionId> {
+            if !matches!(source, "true" | "false" | "fail") {
+                return Err(Error::new(139, "SyntaxError: unexpected token"));
+            }
+            self.0.push(source.to_string());
+            Ok(crate::script::FunctionId(self.0.len() - 1))
+        }
+        fn call(
+            &mut self,
+            _f: crate::script::FunctionId,
+            _this: Option<&Document>,
+            _args: &[Bson],
+            _op: &Arc<crate::script::Operation>,
+        ) -> Result<Bson> {
+            Ok(Bson::Null)
+        }
+        fn fold(
+            &mut self,
+            _f: crate::script::FunctionId,
+            state: Bson,
+            _calls: &[Bson],
+            _op: &Arc<crate::script::Operation>,
+        ) -> Result<Bson> {
+            Ok(state)
+        }
+        fn call_predicate(
+            &mut self,
+            f: crate::script::FunctionId,
+            _this: &Document,
+            _op: &Arc<crate::script::Operation>,
+        ) -> Result<bool> {
+            match self.0[f.0].as_str() {
+                "fail" => Err(Error::new(139, "Error: boom")),
+                s => Ok(s == "true"),
+            }
+        }
+    }
+
+    #[test]
+    fn where_parsing_and_evaluation() {
+        crate::script::install(Box::new(FakeEngine));
+        let q = |f: Document| Matcher::for_query(&f);
+        let qerr = |f: Document| q(f).err().expect("should fail");
+        assert!(q(doc! {"$where": "true"}).unwrap().uses_script());
+        assert!(q(doc! {"$where": "true"}).unwrap().matches(&doc! {}));
+        assert!(!q(doc! {"$where": "false"}).unwrap().matches(&doc! {}));
+        assert!(q(doc! {"$or": [{"a": 1}, {"$where": "true"}]})
+            .unwrap()
+            .matches(&doc! {"a": 2}));
+        assert_eq!(
+            qerr(doc! {"a": {"$elemMatch": {"$where": "true"}}}).message,
+            "$where can only be applied to the top-level document"
+        );
+        assert_eq!(qerr(doc! {"$where": 5}).message, "$where got bad type");
+        assert_eq!(
+            qerr(doc! {"$where": ""}).message,
+            "code for $where cannot be empty"
+        );
+        assert_eq!(
+            qerr(
+                doc! {"$where": Bson::JavaScriptCodeWithScope(bson::JavaScriptCodeWithScope {
+                    code: "true".into(),
+                    scope: doc! {},
+                })}
+            )
+            .code,
+            4649201
+        );
+        assert_eq!(qerr(doc! {"$where": "nonsense("}).code, 139);
+        // A script failure fails a scan; other evaluation errors count as no match.
+        let failing = q(doc! {"$where": "fail"}).unwrap();
+        assert!(!failing.matches(&doc! {}));
+        assert_eq!(failing.matches_or_fail(&doc! {}).unwrap_err().code, 139);
+        let bad_expr = q(doc! {"$expr": {"$divide": [1, 0]}}).unwrap();
+        assert!(!bad_expr.uses_script());
+        assert!(!bad_expr.matches_or_fail(&doc! {}).unwrap());
+        // An expired operation stops matching with MaxTimeMSExpired.
+        let op = crate::script::Operation::new(Some(std::time::Instant::now()));
+        let _g = op.enter();
+        assert_eq!(
+            q(doc! {"$where": "true"})
+                .unwrap()
+                .matches_or_fail(&doc! {})
+                .unwrap_err()
+                .code,
+            50
+        );
     }
 }

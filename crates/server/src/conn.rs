@@ -6,8 +6,10 @@ use crate::state::ServerState;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
+use tailstream_engine::query::error::codes;
+use tailstream_engine::query::script::Operation;
 use tailstream_wire::{self as wire, msg_flags, Request};
-use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
 static NEXT_REQUEST_ID: AtomicI32 = AtomicI32::new(1);
@@ -51,6 +53,37 @@ async fn stream_get_more(
     }
 }
 
+/// Runs a command while watching the client: if it closes the connection meanwhile,
+/// the command's operation is killed (ClientDisconnect), as mongod does, so a long
+/// `$where` or `sleep()` stops instead of running for nobody.
+async fn until_client_gone<R: AsyncBufRead + Unpin, T>(
+    rd: &mut R,
+    running: &parking_lot::Mutex<Option<Arc<Operation>>>,
+    command: impl std::future::Future<Output = T>,
+) -> T {
+    tokio::pin!(command);
+    let mut watching = true;
+    loop {
+        tokio::select! {
+            out = &mut command => return out,
+            // `fill_buf` is cancel safe and consumes nothing: bytes the client sends
+            // (its next message) stay for the next read.
+            filled = rd.fill_buf(), if watching => {
+                watching = false;
+                let gone = match filled {
+                    Ok(buf) => buf.is_empty(),
+                    Err(_) => true,
+                };
+                if gone {
+                    if let Some(op) = running.lock().as_ref() {
+                        op.kill(codes::CLIENT_DISCONNECT);
+                    }
+                }
+            }
+        }
+    }
+}
+
 pub async fn accept_loop(listener: TcpListener, state: Arc<ServerState>) {
     loop {
         match listener.accept().await {
@@ -87,6 +120,7 @@ async fn serve(sock: TcpStream, peer: SocketAddr, state: Arc<ServerState>) {
         id,
         peer,
         client: None,
+        running: Default::default(),
     };
     let (rd, mut wr) = sock.into_split();
     let mut rd = BufReader::with_capacity(64 * 1024, rd);
@@ -124,7 +158,13 @@ async fn serve(sock: TcpStream, peer: SocketAddr, state: Arc<ServerState>) {
                         .await?;
                         continue;
                     }
-                    let reply = commands::dispatch(&state, &mut conn, cmd, payload).await;
+                    let running = conn.running.clone();
+                    let reply = until_client_gone(
+                        &mut rd,
+                        &running,
+                        commands::dispatch(&state, &mut conn, cmd, payload),
+                    )
+                    .await;
                     if fire_and_forget {
                         continue;
                     }

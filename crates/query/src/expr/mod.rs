@@ -83,6 +83,18 @@ pub fn evaluate_opt(expr: &Bson, root: &Document, vars: &Variables) -> Result<Op
     Expr::parse(expr)?.evaluate(root, vars)
 }
 
+/// Whether the expression (or filter, or stage) `v` names one of the operators `names`
+/// anywhere inside it (e.g. `$function` where JavaScript is not allowed).
+pub fn contains_operator(v: &Bson, names: &[&str]) -> bool {
+    match v {
+        Bson::Document(d) => d
+            .iter()
+            .any(|(k, x)| names.contains(&k.as_str()) || contains_operator(x, names)),
+        Bson::Array(a) => a.iter().any(|x| contains_operator(x, names)),
+        _ => false,
+    }
+}
+
 /// A parsed aggregation expression.
 #[derive(Debug, Clone)]
 pub enum Expr {
@@ -122,6 +134,11 @@ pub enum Expr {
     SortArray {
         input: Box<Expr>,
         sort_by: Bson,
+    },
+    /// `$function`: JavaScript `body` called with the evaluated `args` (an array).
+    Function {
+        body: std::sync::Arc<str>,
+        args: Box<Expr>,
     },
 }
 
@@ -518,6 +535,7 @@ impl Expr {
             "$reduce" => return Self::parse_reduce(arg),
             "$switch" => return Self::parse_switch(arg),
             "$sortArray" => return Self::parse_sort_array(arg),
+            "$function" => return Self::parse_function(arg),
             "$cond" => {
                 if let Bson::Document(d) = arg {
                     let mut iff = None;
@@ -607,6 +625,66 @@ impl Expr {
             .map(Expr::parse)
             .collect::<Result<Vec<_>>>()?;
         Ok(Expr::Op(name.to_string(), args))
+    }
+
+    /// `{$function: {body, args, lang: "js"}}`, validated as mongod does; the body is
+    /// compiled when first called (once per operation).
+    fn parse_function(arg: &Bson) -> Result<Expr> {
+        let Bson::Document(d) = arg else {
+            return Err(Error::location(
+                31260,
+                format!(
+                    "$function requires an object as an argument, found: {}",
+                    type_name(arg)
+                ),
+            ));
+        };
+        let Some(body) = d.get("body") else {
+            return Err(Error::location(
+                31261,
+                "The body function must be specified.",
+            ));
+        };
+        let body = match Expr::parse(body)? {
+            Expr::Const(Bson::String(s)) | Expr::Const(Bson::JavaScriptCode(s)) => s,
+            Expr::Const(_) => {
+                return Err(Error::location(
+                    31262,
+                    "The body function must evaluate to type string or code",
+                ))
+            }
+            _ => {
+                return Err(Error::location(
+                    31432,
+                    "The body function must be a constant expression",
+                ))
+            }
+        };
+        let Some(args) = d.get("args") else {
+            return Err(Error::location(31263, "The args field must be specified."));
+        };
+        let args = Expr::parse(args)?;
+        match d.get("lang") {
+            None => return Err(Error::location(31418, "The lang field must be specified.")),
+            Some(Bson::String(l)) if l == "js" => {}
+            Some(_) => {
+                return Err(Error::location(
+                    31419,
+                    "Currently the only supported language specifier is 'js'.",
+                ))
+            }
+        }
+        if body.len() > crate::script::MAX_SOURCE_BYTES {
+            return Err(Error::bad_value(format!(
+                "$function body of {} bytes exceeds the limit of {} bytes",
+                body.len(),
+                crate::script::MAX_SOURCE_BYTES
+            )));
+        }
+        Ok(Expr::Function {
+            body: std::sync::Arc::from(body.as_str()),
+            args: Box::new(args),
+        })
     }
 
     fn parse_date_part(name: &str, arg: &Bson) -> Result<Expr> {
@@ -1159,6 +1237,18 @@ impl Expr {
                         "$switch could not find a matching branch for an input, and no default was specified.",
                     )),
                 }
+            }
+            Expr::Function { body, args } => {
+                let args = match args.eval(env)? {
+                    Some(Bson::Array(a)) => a,
+                    _ => {
+                        return Err(Error::location(
+                            31266,
+                            "The args field must be of type array",
+                        ))
+                    }
+                };
+                crate::script::call_function(body, &args).map(Some)
             }
             Expr::SortArray { input, sort_by } => {
                 let inp = input.eval(env)?;

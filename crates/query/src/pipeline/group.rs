@@ -8,6 +8,7 @@ use crate::expr::{util, Expr, Variables};
 use bson::{Bson, Document};
 use std::cmp::Ordering;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AccOp {
@@ -23,13 +24,142 @@ pub enum AccOp {
     StdDevPop,
     StdDevSamp,
     Count,
+    /// `$accumulator`: user JavaScript (see [`JsAccumulator`]).
+    Js,
 }
 
 #[derive(Debug, Clone)]
 pub struct AccSpec {
     pub name: String,
     pub op: AccOp,
+    /// The per-document argument (`accumulateArgs` for `$accumulator`).
     pub arg: Expr,
+    /// The functions of an `$accumulator`.
+    pub js: Option<Arc<JsAccumulator>>,
+}
+
+/// `{$accumulator: {init, initArgs, accumulate, accumulateArgs, merge, finalize, lang}}`.
+/// `merge` combines partial states, which only sharding or spilling to disk produce;
+/// this server does neither, so it is checked but never called.
+#[derive(Debug)]
+pub struct JsAccumulator {
+    pub init: Arc<str>,
+    /// Evaluated against the first document of each group.
+    pub init_args: Expr,
+    pub accumulate: Arc<str>,
+    pub merge: Arc<str>,
+    pub finalize: Option<Arc<str>>,
+}
+
+/// Pending `accumulate` calls are handed to JavaScript in batches of at most this many
+/// (one round trip of the state per batch, as mongod batches them).
+const JS_BATCH_CALLS: usize = 1000;
+/// ... or this many bytes of arguments.
+const JS_BATCH_BYTES: usize = 8 * 1024 * 1024;
+
+/// A function argument of `$accumulator`: a constant string or Code.
+fn js_function_source(field: &str, v: &Bson) -> Result<Arc<str>> {
+    let source = match Expr::parse(v)? {
+        Expr::Const(Bson::String(s)) | Expr::Const(Bson::JavaScriptCode(s)) => s,
+        Expr::Const(_) => {
+            return Err(Error::location(
+                4544702,
+                format!("$accumulator '{field}' must be a String or Code"),
+            ))
+        }
+        _ => {
+            return Err(Error::location(
+                4544701,
+                format!("$accumulator '{field}' must be a constant expression"),
+            ))
+        }
+    };
+    if source.len() > crate::script::MAX_SOURCE_BYTES {
+        return Err(Error::bad_value(format!(
+            "$accumulator '{field}' of {} bytes exceeds the limit of {} bytes",
+            source.len(),
+            crate::script::MAX_SOURCE_BYTES
+        )));
+    }
+    Ok(Arc::from(source.as_str()))
+}
+
+fn parse_js_accumulator(field: &str, arg: &Bson) -> Result<AccSpec> {
+    let Bson::Document(d) = arg else {
+        return Err(Error::location(
+            4544703,
+            format!(
+                "$accumulator expects an object as an argument; found: {}",
+                util::type_name(arg)
+            ),
+        ));
+    };
+    let (mut init, mut accumulate, mut merge, mut finalize) = (None, None, None, None);
+    let (mut init_args, mut accumulate_args) = (None, None);
+    for (k, v) in d {
+        match k.as_str() {
+            "init" => init = Some(js_function_source("init", v)?),
+            "accumulate" => accumulate = Some(js_function_source("accumulate", v)?),
+            "merge" => merge = Some(js_function_source("merge", v)?),
+            "finalize" => finalize = Some(js_function_source("finalize", v)?),
+            "initArgs" => init_args = Some(Expr::parse(v)?),
+            "accumulateArgs" => accumulate_args = Some(Expr::parse(v)?),
+            "lang" => match v {
+                Bson::String(l) if l == "js" => {}
+                Bson::String(_) => {
+                    return Err(Error::location(
+                        4544705,
+                        "$accumulator only supports lang: 'js'",
+                    ))
+                }
+                other => {
+                    return Err(Error::location(
+                        4544704,
+                        format!(
+                            "$accumulator lang must be a string; found: {}",
+                            util::type_name(other)
+                        ),
+                    ))
+                }
+            },
+            other => {
+                return Err(Error::location(
+                    4544706,
+                    format!("$accumulator got an unexpected field: {other}"),
+                ))
+            }
+        }
+    }
+    let init = init
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| Error::location(4544707, "$accumulator missing required argument 'init'"))?;
+    let accumulate = accumulate.filter(|s| !s.is_empty()).ok_or_else(|| {
+        Error::location(
+            4544708,
+            "$accumulator missing required argument 'accumulate'",
+        )
+    })?;
+    let merge = merge.filter(|s| !s.is_empty()).ok_or_else(|| {
+        Error::location(4544709, "$accumulator missing required argument 'merge'")
+    })?;
+    let accumulate_args = accumulate_args.ok_or_else(|| {
+        Error::location(
+            4544710,
+            "$accumulator missing required argument 'accumulateArgs'",
+        )
+    })?;
+    Ok(AccSpec {
+        name: field.to_string(),
+        op: AccOp::Js,
+        arg: accumulate_args,
+        js: Some(Arc::new(JsAccumulator {
+            init,
+            init_args: init_args.unwrap_or(Expr::Const(Bson::Array(Vec::new()))),
+            accumulate,
+            merge,
+            finalize,
+        })),
+    })
 }
 
 impl AccSpec {
@@ -60,6 +190,9 @@ impl AccSpec {
             ));
         }
         let (op_name, arg) = d.iter().next().unwrap();
+        if op_name == "$accumulator" {
+            return parse_js_accumulator(field, arg);
+        }
         let op = match op_name.as_str() {
             "$sum" => AccOp::Sum,
             "$avg" => AccOp::Avg,
@@ -91,6 +224,7 @@ impl AccSpec {
                 name: field.to_string(),
                 op,
                 arg: Expr::Const(Bson::Int32(1)),
+                js: None,
             });
         }
         if matches!(arg, Bson::Array(_)) {
@@ -103,6 +237,7 @@ impl AccSpec {
             name: field.to_string(),
             op,
             arg: Expr::parse(arg)?,
+            js: None,
         })
     }
 }
@@ -118,11 +253,46 @@ pub enum AccState {
     AddToSet(Vec<Bson>, HashMap<String, ()>),
     Merge(Document),
     StdDev(Vec<f64>),
+    /// `$accumulator`: the state `init` returned, folded with the pending
+    /// `accumulate` argument lists in batches.
+    Js {
+        spec: Arc<JsAccumulator>,
+        state: Bson,
+        pending: Vec<Bson>,
+        pending_bytes: usize,
+    },
 }
 
 impl AccState {
+    /// The state of a new group whose first document is `first`.
+    pub fn start(spec: &AccSpec, first: &Document, vars: &Variables) -> Result<AccState> {
+        let Some(js) = &spec.js else {
+            return Ok(AccState::new(spec.op));
+        };
+        let args = match js.init_args.evaluate(first, vars)? {
+            Some(Bson::Array(a)) => a,
+            other => {
+                return Err(Error::location(
+                    4544711,
+                    format!(
+                        "$accumulator initArgs must evaluate to an array: {}",
+                        other.as_ref().map(util::show).unwrap_or_default()
+                    ),
+                ))
+            }
+        };
+        let state = crate::script::call_function(&js.init, &args)?;
+        Ok(AccState::Js {
+            spec: js.clone(),
+            state,
+            pending: Vec::new(),
+            pending_bytes: 0,
+        })
+    }
+
     pub fn new(op: AccOp) -> AccState {
         match op {
+            AccOp::Js => unreachable!("$accumulator states are made by AccState::start"),
             AccOp::Sum | AccOp::Count => AccState::Sum(Summer::default()),
             AccOp::Avg => AccState::Avg(Summer::default()),
             AccOp::Min | AccOp::Max => AccState::MinMax(None),
@@ -207,12 +377,70 @@ impl AccState {
                     }
                 }
             }
+            AccState::Js {
+                pending,
+                pending_bytes,
+                ..
+            } => {
+                let args = match v {
+                    Some(Bson::Array(a)) => a,
+                    other => {
+                        return Err(Error::location(
+                            4544712,
+                            format!(
+                                "$accumulator accumulateArgs must evaluate to an array: {}",
+                                other.as_ref().map(util::show).unwrap_or_default()
+                            ),
+                        ))
+                    }
+                };
+                *pending_bytes += bson_size(&args);
+                pending.push(Bson::Array(args));
+                if pending.len() >= JS_BATCH_CALLS || *pending_bytes >= JS_BATCH_BYTES {
+                    self.fold_pending()?;
+                }
+            }
         }
         Ok(())
     }
 
+    /// Runs the pending `accumulate` calls of an `$accumulator` state.
+    fn fold_pending(&mut self) -> Result<()> {
+        if let AccState::Js {
+            spec,
+            state,
+            pending,
+            pending_bytes,
+        } = self
+        {
+            if !pending.is_empty() {
+                let calls = std::mem::take(pending);
+                *pending_bytes = 0;
+                let current = std::mem::replace(state, Bson::Null);
+                *state = crate::script::fold(&spec.accumulate, current, &calls)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The group's value (an `$accumulator` runs its last calls and `finalize`).
+    pub fn finish(mut self, op: AccOp) -> Result<Bson> {
+        if let AccState::Js { .. } = self {
+            self.fold_pending()?;
+            let AccState::Js { spec, state, .. } = self else {
+                unreachable!()
+            };
+            return match &spec.finalize {
+                Some(f) => crate::script::call_function(f, &[state]),
+                None => Ok(state),
+            };
+        }
+        Ok(self.result(op))
+    }
+
     pub fn result(self, op: AccOp) -> Bson {
         match self {
+            AccState::Js { state, .. } => state,
             AccState::Sum(s) => s.result(),
             AccState::Avg(s) => s.average(),
             AccState::MinMax(b) => b.unwrap_or(Bson::Null),
@@ -314,7 +542,11 @@ pub fn run_group(
         let gi = match index.get(&k) {
             Some(i) => *i,
             None => {
-                groups.push((key, accs.iter().map(|a| AccState::new(a.op)).collect()));
+                let states = accs
+                    .iter()
+                    .map(|a| AccState::start(a, doc, vars))
+                    .collect::<Result<Vec<_>>>()?;
+                groups.push((key, states));
                 index.insert(k, groups.len() - 1);
                 groups.len() - 1
             }
@@ -325,15 +557,27 @@ pub fn run_group(
             st.add(a.op, v, coll)?;
         }
     }
-    Ok(groups
+    groups
         .into_iter()
         .map(|(key, states)| {
             let mut d = Document::new();
             d.insert("_id", key);
             for (a, st) in accs.iter().zip(states) {
-                d.insert(a.name.clone(), st.result(a.op));
+                d.insert(a.name.clone(), st.finish(a.op)?);
             }
-            d
+            Ok(d)
         })
-        .collect())
+        .collect()
+}
+
+/// The encoded size of an argument list (for batching).
+fn bson_size(args: &[Bson]) -> usize {
+    args.iter()
+        .map(|a| match a {
+            Bson::Document(d) => bson::to_vec(d).map(|b| b.len()).unwrap_or(16),
+            Bson::String(s) => s.len() + 8,
+            Bson::Array(x) => bson_size(x) + 8,
+            _ => 16,
+        })
+        .sum()
 }

@@ -1204,7 +1204,11 @@ impl Pipeline {
                             continue;
                         }
                     }
-                    if matcher.is_none_or(|mm| mm.matches(&d)) {
+                    let keep = match matcher {
+                        Some(mm) => mm.matches_or_fail(&d)?,
+                        None => true,
+                    };
+                    if keep {
                         out.push(d);
                     }
                 }
@@ -1741,12 +1745,15 @@ fn bucket(b: &BucketStage, docs: Vec<Document>, vars: &Variables) -> Result<Vec<
                 n - 1
             }
         };
-        let st = states[idx].get_or_insert_with(|| {
-            b.output
-                .iter()
-                .map(|a| group::AccState::new(a.op))
-                .collect()
-        });
+        if states[idx].is_none() {
+            states[idx] = Some(
+                b.output
+                    .iter()
+                    .map(|a| group::AccState::start(a, d, vars))
+                    .collect::<Result<Vec<_>>>()?,
+            );
+        }
+        let st = states[idx].as_mut().unwrap();
         for (a, s) in b.output.iter().zip(st.iter_mut()) {
             s.add(a.op, a.arg.evaluate(d, vars)?, coll)?;
         }
@@ -1761,7 +1768,7 @@ fn bucket(b: &BucketStage, docs: Vec<Document>, vars: &Variables) -> Result<Vec<
         };
         let mut d = doc! {"_id": id};
         for (a, s) in b.output.iter().zip(st) {
-            d.insert(a.name.clone(), s.result(a.op));
+            d.insert(a.name.clone(), s.finish(a.op)?);
         }
         out.push(d);
     }

@@ -19,6 +19,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tailstream_engine::query::error::{code_name, codes, Error, Result};
+use tailstream_engine::query::script::Operation;
 use tailstream_engine::Engine;
 use tailstream_wire::OpQuery;
 
@@ -28,6 +29,28 @@ pub struct Conn {
     pub peer: SocketAddr,
     /// The `client` metadata of the first hello.
     pub client: Option<Document>,
+    /// The operation of the command running now, for the connection task to kill when
+    /// the client goes away.
+    pub running: Arc<parking_lot::Mutex<Option<Arc<Operation>>>>,
+}
+
+tokio::task_local! {
+    /// The operation of the command this task is running: [`blocking`] makes it the
+    /// current operation of the pool thread (scripts obey its deadline and kill).
+    static OPERATION: Arc<Operation>;
+}
+
+/// The operation a command runs as: `maxTimeMS` is its deadline (on a getMore it is the
+/// time to await data instead).
+fn operation_for(name: &str, cmd: &Document) -> Arc<Operation> {
+    let max_time_ms = match cmd.get("maxTimeMS") {
+        _ if name == "getMore" => None,
+        Some(Bson::Int32(n)) => Some(*n as i64),
+        Some(Bson::Int64(n)) => Some(*n),
+        Some(Bson::Double(f)) if f.is_finite() => Some(*f as i64),
+        _ => None,
+    };
+    Operation::with_max_time_ms(max_time_ms)
 }
 
 /// A reply body, and whether the connection must close after it (fail points).
@@ -353,16 +376,24 @@ async fn run(
         }
     };
     let in_transaction = open.is_some();
-    let result = crate::transactions::scope(open, async {
-        match name.as_str() {
-            "getMore" => read::get_more(state, db, &cmd).await,
-            "aggregate" => read::aggregate(state, db, &cmd).await,
-            _ => run_document_command(state, conn, db, &name, &cmd, payload, test_commands)
-                .await
-                .map(Output::Doc),
-        }
-    })
-    .await;
+    let op = operation_for(&name, &cmd);
+    let running = conn.running.clone();
+    *running.lock() = Some(op.clone());
+    let result = OPERATION
+        .scope(
+            op,
+            crate::transactions::scope(open, async {
+                match name.as_str() {
+                    "getMore" => read::get_more(state, db, &cmd).await,
+                    "aggregate" => read::aggregate(state, db, &cmd).await,
+                    _ => run_document_command(state, conn, db, &name, &cmd, payload, test_commands)
+                        .await
+                        .map(Output::Doc),
+                }
+            }),
+        )
+        .await;
+    *running.lock() = None;
     if in_transaction {
         // As in mongod, a failed command (or write) ends its transaction.
         let failed = match &result {
@@ -788,7 +819,11 @@ where
     F: FnOnce(&Engine) -> Result<T> + Send + 'static,
 {
     let engine = state.engine.clone();
-    tokio::task::spawn_blocking(move || f(&engine))
-        .await
-        .map_err(|e| Error::internal(format!("operation failed: {e}")))?
+    let op = OPERATION.try_with(|op| op.clone()).ok();
+    tokio::task::spawn_blocking(move || {
+        let _current = op.as_ref().map(|op| op.enter());
+        f(&engine)
+    })
+    .await
+    .map_err(|e| Error::internal(format!("operation failed: {e}")))?
 }
