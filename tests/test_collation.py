@@ -264,6 +264,28 @@ class TestCollectionDefault:
         assert coll.count_documents({"s": "PING"}) == 2
         assert coll.update_many({"s": "PING"}, {"$set": {"u": 1}}).modified_count == 2
 
+    def test_id_is_unique_and_found_under_the_default(self, db):
+        coll = db.create_collection("c", collation=CI)
+        coll.insert_one({"_id": "Key", "n": 1})
+        with pytest.raises(DuplicateKeyError) as e:
+            coll.insert_one({"_id": "KEY", "n": 2})
+        assert e.value.details["keyPattern"] == {"_id": 1}
+        assert coll.find_one({"_id": "key"})["n"] == 1
+        ex = coll.find({"_id": "key"}).explain()
+        assert "IXSCAN" in str(ex["queryPlanner"]["winningPlan"])
+        assert coll.find_one({"_id": "key"}, collation={"locale": "simple"}) is None
+        coll.insert_many([{"_id": "b"}, {"_id": "A"}, {"_id": 3}])
+        assert [d["_id"] for d in coll.find().sort("_id", 1)] == [3, "A", "b", "Key"]
+        # The `_id` index is listed once, with the collation; it cannot be dropped.
+        assert [i["name"] for i in coll.list_indexes()] == ["_id_"]
+        coll.create_index("n")
+        coll.drop_indexes()
+        assert [i["name"] for i in coll.list_indexes()] == ["_id_"]
+        assert coll.delete_one({"_id": "KEY"}).deleted_count == 1
+        coll.insert_one({"_id": "kEy"})
+        assert db.command("validate", "c")["valid"]
+        assert db.command("collStats", "c")["nindexes"] == 1
+
     def test_new_indexes_inherit(self, db):
         coll = db.create_collection("c", collation={"locale": "fr"})
         coll.create_index("a")

@@ -78,6 +78,13 @@ impl IndexMeta {
         self.collator.as_deref()
     }
 
+    /// The `_id` index of a collection with a default collation: `_id`s are unique, and
+    /// found, under that collation (documents themselves are keyed by the exact `_id`).
+    /// It is listed as the collection's `_id_` index, never as a secondary one.
+    pub fn is_id_index(&self) -> bool {
+        self.name == "_id_"
+    }
+
     /// Whether a document has entries in this index (partial filter and sparseness).
     pub fn covers(&self, doc: &Document) -> bool {
         if let Some(m) = &self.partial_matcher {
@@ -187,6 +194,16 @@ impl CollMeta {
 
     pub fn is_capped(&self) -> bool {
         self.options.get_bool("capped").unwrap_or(false)
+    }
+
+    /// The indexes `listIndexes` shows after `_id_`.
+    pub fn secondary_indexes(&self) -> impl Iterator<Item = &Arc<IndexMeta>> {
+        self.indexes.iter().filter(|i| !i.is_id_index())
+    }
+
+    /// How many indexes the collection has, `_id_` included.
+    pub fn index_count(&self) -> usize {
+        1 + self.secondary_indexes().count()
     }
 
     /// The collection's default collation (`create` with `collation`): what operations

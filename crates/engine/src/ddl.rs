@@ -107,12 +107,28 @@ impl Engine {
             id
         };
         let meta_options = options.clone();
+        // A default collation applies to `_id` too: its unique index compares under it.
+        let indexes = match options.get_document("collation") {
+            Ok(collation) => {
+                let index_id = {
+                    let c = txn.catalog_mut();
+                    let index_id = c.next_index_id;
+                    c.next_index_id += 1;
+                    index_id
+                };
+                let mut spec = CollMeta::id_index_spec();
+                spec.insert("unique", true);
+                spec.insert("collation", collation.clone());
+                vec![Arc::new(IndexMeta::from_spec(index_id, &spec)?)]
+            }
+            Err(_) => Vec::new(),
+        };
         let meta = CollMeta {
             ns: ns.clone(),
             id,
             uuid: bson::Uuid::new(),
             options: options.clone(),
-            indexes: Vec::new(),
+            indexes,
         };
         let uuid = meta.uuid;
         let meta = txn.put_collection(meta);
@@ -283,7 +299,7 @@ impl Engine {
         let mut txn = self.begin();
         let created_collection = txn.catalog().get(ns).is_none();
         let meta = self.ensure_collection(&mut txn, ns)?;
-        let before = meta.indexes.len() + 1;
+        let before = meta.index_count();
         let mut indexes = meta.indexes.clone();
         let mut new_indexes: Vec<Arc<IndexMeta>> = Vec::new();
         let default_collation = meta.default_collator()?;
@@ -341,7 +357,7 @@ impl Engine {
                     format!("An equivalent index already exists with the same name but different options. Requested index: {}, existing index: {}", crate::format::doc_to_string(&spec), crate::format::doc_to_string(&existing.spec)),
                 ));
             }
-            if indexes.len() >= MAX_INDEXES {
+            if indexes.iter().filter(|i| !i.is_id_index()).count() >= MAX_INDEXES {
                 return Err(Error::new(
                     codes::CANNOT_CREATE_INDEX,
                     format!(
@@ -413,7 +429,7 @@ impl Engine {
                 }
             }
         }
-        let after = indexes.len() + 1;
+        let after = 1 + indexes.iter().filter(|i| !i.is_id_index()).count();
         let uuid = meta.uuid;
         txn.put_collection(meta.with_indexes(indexes));
         for index in &new_indexes {
@@ -440,9 +456,11 @@ impl Engine {
                 format!("ns not found {}", ns.full()),
             ));
         };
-        let before = meta.indexes.len() + 1;
+        let before = meta.index_count();
         let names: Vec<String> = match which {
-            Bson::String(s) if s == "*" => meta.indexes.iter().map(|i| i.name.clone()).collect(),
+            Bson::String(s) if s == "*" => {
+                meta.secondary_indexes().map(|i| i.name.clone()).collect()
+            }
             Bson::String(s) => vec![s.clone()],
             Bson::Array(a) => a
                 .iter()
@@ -457,8 +475,7 @@ impl Engine {
                     return Err(Error::invalid_options("cannot drop _id index"));
                 }
                 let found: Vec<&Arc<IndexMeta>> = meta
-                    .indexes
-                    .iter()
+                    .secondary_indexes()
                     .filter(|i| tailstream_query::compare::cmp_documents(&i.key, key).is_eq())
                     .collect();
                 match found.as_slice() {
@@ -556,10 +573,13 @@ impl Engine {
                         .as_document()
                         .ok_or_else(|| Error::type_mismatch("collMod.index must be an object"))?;
                     let pos = if let Ok(name) = spec.get_str("name") {
-                        indexes.iter().position(|i| i.name == name)
+                        indexes
+                            .iter()
+                            .position(|i| i.name == name && !i.is_id_index())
                     } else if let Ok(kp) = spec.get_document("keyPattern") {
                         let same_key = |i: &Arc<IndexMeta>| {
-                            tailstream_query::compare::cmp_documents(&i.key, kp).is_eq()
+                            !i.is_id_index()
+                                && tailstream_query::compare::cmp_documents(&i.key, kp).is_eq()
                         };
                         let matching: Vec<&Arc<IndexMeta>> =
                             indexes.iter().filter(|i| same_key(i)).collect();

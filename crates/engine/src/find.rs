@@ -660,7 +660,7 @@ impl Engine {
         if spec.contains_key("storageStats") {
             let mut stats = doc! {
                 "size": size, "count": count, "avgObjSize": if count > 0 { size / count } else { 0 },
-                "storageSize": size, "nindexes": meta.indexes.len() as i32 + 1, "totalIndexSize": 0i64,
+                "storageSize": size, "nindexes": meta.index_count() as i32, "totalIndexSize": 0i64,
                 "totalSize": size, "capped": meta.is_capped(),
             };
             // A capped collection's limits, as collStats reports them.

@@ -117,7 +117,10 @@ pub async fn list_indexes(state: &Arc<ServerState>, db: &str, cmd: &Document) ->
         ));
     };
     let mut specs = vec![Bson::Document(meta.id_index())];
-    specs.extend(meta.indexes.iter().map(|i| Bson::Document(i.spec.clone())));
+    specs.extend(
+        meta.secondary_indexes()
+            .map(|i| Bson::Document(i.spec.clone())),
+    );
     Ok(
         doc! {"cursor": {"id": 0i64, "ns": format!("{}.$cmd.listIndexes.{}", db, ns.coll), "firstBatch": specs}},
     )
@@ -153,10 +156,7 @@ fn with_wce(mut reply: Document, wce: Option<Document>) -> Document {
 pub async fn drop(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
     let wc = parse_write_concern(cmd)?;
-    let before = state
-        .engine
-        .collection(&ns)
-        .map(|m| m.indexes.len() as i32 + 1);
+    let before = state.engine.collection(&ns).map(|m| m.index_count() as i32);
     let full = ns.full();
     let committed = blocking(state, move |e| e.drop_collection(&ns)).await?;
     let reply = match before {
@@ -313,7 +313,7 @@ pub async fn db_stats(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
             let (c, s) = coll_numbers(&st, m);
             objects += c;
             data += s;
-            indexes += m.indexes.len() as i64 + 1;
+            indexes += m.index_count() as i64;
         }
         (metas.len() as i64, objects, data, indexes)
     })
@@ -351,7 +351,7 @@ pub async fn coll_stats(state: &Arc<ServerState>, db: &str, cmd: &Document) -> R
         .await
         .map_err(|e| Error::internal(e.to_string()))?;
     let mut index_sizes = doc! {"_id_": 0i64};
-    for i in &meta.indexes {
+    for i in meta.secondary_indexes() {
         index_sizes.insert(i.name.clone(), 0i64);
     }
     let mut reply = doc! {
@@ -361,7 +361,7 @@ pub async fn coll_stats(state: &Arc<ServerState>, db: &str, cmd: &Document) -> R
         "avgObjSize": if count > 0 { size / count } else { 0 },
         "storageSize": size / scale,
         "freeStorageSize": 0i64,
-        "nindexes": meta.indexes.len() as i32 + 1,
+        "nindexes": meta.index_count() as i32,
         "indexDetails": {},
         "indexBuilds": [],
         "totalIndexSize": 0i64,
@@ -431,7 +431,7 @@ pub async fn validate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
         "nInvalidDocuments": found.corrupt_records,
         "nNonCompliantDocuments": 0i64,
         "nrecords": found.records,
-        "nIndexes": meta.indexes.len() as i32 + 1,
+        "nIndexes": meta.index_count() as i32,
         "keysPerIndex": keys_per_index,
         "indexDetails": index_details,
         "valid": errors.is_empty(),
