@@ -65,6 +65,9 @@ async fn until_client_gone<R: AsyncBufRead + Unpin, T>(
     let mut watching = true;
     loop {
         tokio::select! {
+            // The command first: one that finishes at its first poll (most do) costs no
+            // read attempt on the socket.
+            biased;
             out = &mut command => return out,
             // `fill_buf` is cancel safe and consumes nothing: bytes the client sends
             // (its next message) stay for the next read.
