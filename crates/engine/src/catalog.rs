@@ -8,7 +8,8 @@ use bson::{doc, Bson, Document};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tailstream_query::error::{Error, Result};
-use tailstream_query::index_keys::KeyPattern;
+use tailstream_query::index_keys::{index_keys, KeyPattern};
+use tailstream_query::index_plugin::IndexPlugin;
 use tailstream_query::matcher::Matcher;
 
 /// One secondary index (the `_id` index is implicit: documents are keyed by `_id`).
@@ -19,6 +20,8 @@ pub struct IndexMeta {
     pub id: u32,
     pub key: Document,
     pub pattern: KeyPattern,
+    /// A special index type (hashed, text), None for an ordinary btree index.
+    pub plugin: Option<Arc<IndexPlugin>>,
     pub unique: bool,
     pub sparse: bool,
     pub partial_filter: Option<Document>,
@@ -40,6 +43,7 @@ impl IndexMeta {
             .map_err(|_| Error::bad_value("index spec without name"))?
             .to_string();
         let pattern = KeyPattern::parse(&key)?;
+        let plugin = IndexPlugin::from_spec(spec)?.map(Arc::new);
         let partial_filter = spec.get_document("partialFilterExpression").ok().cloned();
         let partial_matcher = match &partial_filter {
             Some(f) => Some(Matcher::new(f)?),
@@ -56,6 +60,7 @@ impl IndexMeta {
             id,
             key,
             pattern,
+            plugin,
             unique: spec.get_bool("unique").unwrap_or(false),
             sparse: spec.get_bool("sparse").unwrap_or(false),
             partial_filter,
@@ -63,6 +68,15 @@ impl IndexMeta {
             expire_after_seconds,
             spec: spec.clone(),
         })
+    }
+
+    /// The index keys of a document (values in key pattern order) and whether it makes
+    /// the index multikey.
+    pub fn keys(&self, doc: &Document) -> Result<(Vec<Vec<Bson>>, bool)> {
+        match &self.plugin {
+            Some(p) => p.keys(doc, &self.pattern),
+            None => index_keys(doc, &self.pattern),
+        }
     }
 
     /// Whether a document has entries in this index (partial filter and sparseness).

@@ -101,6 +101,10 @@ pub fn plan(
     sort: Option<&SortSpec>,
     hint: Option<&Bson>,
 ) -> Result<Plan> {
+    // `$text` (and, later, geo operators) decide the index themselves.
+    if let Some(p) = crate::plugin_plan::special_plan(meta, matcher)? {
+        return Ok(p);
+    }
     let mut p = plan_access(meta, matcher, sort, hint)?;
     if meta.is_capped() {
         if let Access::CollScan { reverse } = p.access {
@@ -156,25 +160,21 @@ fn plan_access(
         if !usable {
             continue;
         }
-        let (lead, desc) = &index.pattern.fields[0];
-        if let Some((_, b)) = preds.iter().find(|(p, _)| p == lead) {
-            if let Some((rank, ranges)) = bounds_to_ranges(index.id, b, *desc) {
-                let reverse = sort_matches_index(sort_fields, index) == Some(true);
-                let sorted =
-                    sort_fields.is_empty() || sort_matches_index(sort_fields, index).is_some();
-                if best.as_ref().map(|(r, _)| rank < *r).unwrap_or(true) {
-                    best = Some((
-                        rank,
-                        Plan {
-                            access: Access::IndexScan {
-                                index: index.clone(),
-                                ranges,
-                                reverse,
-                            },
-                            sorted,
+        if let Some((rank, ranges)) = lead_ranges(index, &preds) {
+            let reverse = sort_matches_index(sort_fields, index) == Some(true);
+            let sorted = sort_fields.is_empty() || sort_matches_index(sort_fields, index).is_some();
+            if best.as_ref().map(|(r, _)| rank < *r).unwrap_or(true) {
+                best = Some((
+                    rank,
+                    Plan {
+                        access: Access::IndexScan {
+                            index: index.clone(),
+                            ranges,
+                            reverse,
                         },
-                    ));
-                }
+                        sorted,
+                    },
+                ));
             }
         }
     }
@@ -191,7 +191,7 @@ fn plan_access(
             });
         }
         for index in &meta.indexes {
-            if index.partial_filter.is_some() || index.sparse {
+            if index.partial_filter.is_some() || index.sparse || index.plugin.is_some() {
                 continue;
             }
             if let Some(reverse) = sort_matches_index(sort_fields, index) {
@@ -256,11 +256,7 @@ fn plan_with_hint(
         }
         Some(index) => {
             let preds = matcher.index_predicates();
-            let (lead, desc) = &index.pattern.fields[0];
-            let ranges = preds
-                .iter()
-                .find(|(p, _)| p == lead)
-                .and_then(|(_, b)| bounds_to_ranges(index.id, b, *desc))
+            let ranges = lead_ranges(&index, &preds)
                 .map(|(_, r)| r)
                 .unwrap_or_else(|| vec![full_range(index.id)]);
             let m = sort_matches_index(sort_fields, &index);
@@ -280,9 +276,28 @@ fn bad_hint() -> Error {
     Error::bad_value("hint provided does not correspond to an existing index")
 }
 
+/// Index ranges answering the predicates on the index's leading field, with their rank
+/// (see [`bounds_to_ranges`]); special index types decide for themselves.
+fn lead_ranges(
+    index: &IndexMeta,
+    preds: &[(String, tailstream_query::matcher::FieldBounds)],
+) -> Option<(u8, Vec<(Vec<u8>, Vec<u8>)>)> {
+    let (lead, desc) = &index.pattern.fields[0];
+    let (_, b) = preds.iter().find(|(p, _)| p == lead)?;
+    match &index.plugin {
+        None => bounds_to_ranges(index.id, b, *desc),
+        Some(plugin) => crate::plugin_plan::lead_ranges(index, plugin, b, |b| {
+            bounds_to_ranges(index.id, b, *desc)
+        }),
+    }
+}
+
 /// Some(reverse) if scanning the index (forwards or backwards) yields the sort order.
 fn sort_matches_index(sort_fields: &[(String, bool)], index: &IndexMeta) -> Option<bool> {
     if sort_fields.is_empty() || sort_fields.len() > index.pattern.fields.len() {
+        return None;
+    }
+    if !crate::plugin_plan::sorts_by(index, sort_fields.len()) {
         return None;
     }
     let fwd = sort_fields
@@ -475,6 +490,9 @@ pub struct Scan {
     pub done: bool,
     pub keys_examined: u64,
     pub docs_examined: u64,
+    /// Attach each match's `$text` score (`text::TEXT_SCORE_FIELD`), for reads whose
+    /// projection or sort may ask for `{$meta: "textScore"}`; never set for writes.
+    pub annotate_text_score: bool,
 }
 
 /// Upper limit of keys one `next_batch` call reads, so one call never monopolises a thread.
@@ -490,7 +508,21 @@ impl Scan {
             done: false,
             keys_examined: 0,
             docs_examined: 0,
+            annotate_text_score: false,
         }
+    }
+
+    /// The document if the filter matches it (with its text score attached when asked).
+    fn accept(&self, matcher: &Matcher, mut doc: Document) -> Option<Document> {
+        if !matcher.matches(&doc) {
+            return None;
+        }
+        if self.annotate_text_score {
+            if let Some(score) = matcher.text_score(&doc) {
+                doc.insert(tailstream_query::text::TEXT_SCORE_FIELD, score);
+            }
+        }
+        Some(doc)
     }
 
     /// Appends matching documents (with their record keys) to `out` until `want` are
@@ -518,7 +550,7 @@ impl Scan {
                     self.keys_examined += 1;
                     if let Some(doc) = fetch(store, coll_id, &id_ks)? {
                         self.docs_examined += 1;
-                        if matcher.matches(&doc) {
+                        if let Some(doc) = self.accept(matcher, doc) {
                             out.push((id_ks, doc));
                         }
                     }
@@ -588,7 +620,7 @@ impl Scan {
                         if self.seen.insert(id_ks.to_vec()) {
                             if let Some(doc) = fetch(store, coll_id, &id_ks)? {
                                 self.docs_examined += 1;
-                                if matcher.matches(&doc) {
+                                if let Some(doc) = self.accept(matcher, doc) {
                                     out.push((id_ks.to_vec(), doc));
                                 }
                             }
@@ -669,7 +701,7 @@ impl Scan {
             last = Some(k.to_vec());
             if let Some((record, doc)) = load(&k, &v)? {
                 self.docs_examined += 1;
-                if matcher.matches(&doc) {
+                if let Some(doc) = self.accept(matcher, doc) {
                     out.push((record, doc));
                 }
             }

@@ -5,7 +5,6 @@
 use crate::catalog::CollMeta;
 use crate::{keys, read, storage_err, Engine};
 use tailstream_query::error::Result;
-use tailstream_query::index_keys::encoded_index_keys;
 use tailstream_storage::Space;
 
 /// What one validation found.
@@ -63,9 +62,7 @@ impl Engine {
             };
             for (i, index) in meta.indexes.iter().enumerate() {
                 if index.covers(&doc) {
-                    expected[i] += encoded_index_keys(&doc, &index.pattern)
-                        .map(|(k, _)| k.len() as i64)
-                        .unwrap_or(0);
+                    expected[i] += index.keys(&doc).map(|(k, _)| k.len() as i64).unwrap_or(0);
                 }
             }
         }

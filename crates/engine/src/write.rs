@@ -13,7 +13,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use tailstream_query::error::{codes, Error, Result};
 use tailstream_query::expr::Variables;
-use tailstream_query::index_keys::index_keys;
 use tailstream_query::keystring::KeyStringBuilder;
 use tailstream_query::matcher::Matcher;
 use tailstream_query::path::get_path;
@@ -281,7 +280,7 @@ impl Engine {
             if !index.covers(doc) {
                 continue;
             }
-            let (key_sets, _multikey) = index_keys(doc, &index.pattern)?;
+            let (key_sets, _multikey) = index.keys(doc)?;
             for values in key_sets {
                 let values_ks = encode_key(index, &values);
                 if index.unique
@@ -346,7 +345,7 @@ impl Engine {
             if !index.covers(doc) {
                 continue;
             }
-            if let Ok((key_sets, _)) = index_keys(doc, &index.pattern) {
+            if let Ok((key_sets, _)) = index.keys(doc) {
                 for values in key_sets {
                     out.push((index.id, encode_key(index, &values)));
                 }
