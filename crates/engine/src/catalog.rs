@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use tailstream_query::collation::Collator;
 use tailstream_query::error::{Error, Result};
-use tailstream_query::index_keys::KeyPattern;
+use tailstream_query::index_keys::{index_keys, KeyPattern};
+use tailstream_query::index_plugin::IndexPlugin;
 use tailstream_query::matcher::Matcher;
 
 /// One secondary index (the `_id` index is implicit: documents are keyed by `_id`).
@@ -20,6 +21,8 @@ pub struct IndexMeta {
     pub id: u32,
     pub key: Document,
     pub pattern: KeyPattern,
+    /// A special index type (hashed, text), None for an ordinary btree index.
+    pub plugin: Option<Arc<IndexPlugin>>,
     pub unique: bool,
     pub sparse: bool,
     pub partial_filter: Option<Document>,
@@ -47,6 +50,7 @@ impl IndexMeta {
             Ok(c) => Collator::parse(c)?,
             Err(_) => None,
         };
+        let plugin = IndexPlugin::from_spec(spec)?.map(Arc::new);
         let partial_filter = spec.get_document("partialFilterExpression").ok().cloned();
         // As mongod: the partial filter is evaluated under the index's collation.
         let partial_matcher = match &partial_filter {
@@ -64,6 +68,7 @@ impl IndexMeta {
             id,
             key,
             pattern,
+            plugin,
             unique: spec.get_bool("unique").unwrap_or(false),
             sparse: spec.get_bool("sparse").unwrap_or(false),
             partial_filter,
@@ -72,6 +77,15 @@ impl IndexMeta {
             collator,
             spec: spec.clone(),
         })
+    }
+
+    /// The index keys of a document (values in key pattern order) and whether it makes
+    /// the index multikey.
+    pub fn keys(&self, doc: &Document) -> Result<(Vec<Vec<Bson>>, bool)> {
+        match &self.plugin {
+            Some(p) => p.keys(doc, &self.pattern),
+            None => index_keys(doc, &self.pattern),
+        }
     }
 
     pub fn collator(&self) -> Option<&Collator> {

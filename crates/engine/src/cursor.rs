@@ -117,11 +117,14 @@ impl Cursor {
                         self.skip -= 1;
                         continue;
                     }
-                    match (&self.return_key, &self.projection) {
+                    let mut doc = match (&self.return_key, &self.projection) {
                         (Some(fields), _) => index_key_of(&doc, fields),
                         (None, Some(p)) => p.apply(&doc)?,
                         (None, None) => doc,
-                    }
+                    };
+                    // The text score rides along as a hidden field until here.
+                    doc.remove(tailstream_query::text::TEXT_SCORE_FIELD);
+                    doc
                 }
             };
             let size = encoded_len(&doc);

@@ -12,7 +12,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use tailstream_query::collation::Collator;
 use tailstream_query::error::{codes, Error, Result};
-use tailstream_query::index_keys::{index_keys, KeyPattern};
+use tailstream_query::index_keys::KeyPattern;
 use tailstream_query::matcher::Matcher;
 use tailstream_storage::{prefix_successor, Space};
 
@@ -357,6 +357,18 @@ impl Engine {
                     format!("An equivalent index already exists with the same name but different options. Requested index: {}, existing index: {}", crate::format::doc_to_string(&spec), crate::format::doc_to_string(&existing.spec)),
                 ));
             }
+            let is_text = |k: &Document| k.values().any(|v| v.as_str() == Some("text"));
+            if is_text(&key) {
+                if let Some(existing) = indexes.iter().find(|i| is_text(&i.key)) {
+                    return Err(Error::new(
+                        codes::CANNOT_CREATE_INDEX,
+                        format!(
+                            "only one text index per collection allowed, found existing text index \"{}\"",
+                            existing.name
+                        ),
+                    ));
+                }
+            }
             if indexes.iter().filter(|i| !i.is_id_index()).count() >= MAX_INDEXES {
                 return Err(Error::new(
                     codes::CANNOT_CREATE_INDEX,
@@ -399,7 +411,7 @@ impl Engine {
                     if !index.covers(doc) {
                         continue;
                     }
-                    let (key_sets, _) = index_keys(doc, &index.pattern)?;
+                    let (key_sets, _) = index.keys(doc)?;
                     for (values_ks, values) in encoded_keys(index, key_sets) {
                         if index.unique && !seen_unique[n].insert(values_ks.clone()) {
                             let key_value: Document = index
@@ -755,10 +767,16 @@ fn validate_index_spec(spec: &Document) -> Result<Document> {
     }
     for (k, v) in &key {
         if let Bson::String(kind) = v {
-            return Err(Error::new(
-                codes::CANNOT_CREATE_INDEX,
-                format!("Index type '{kind}' on field '{k}' is not supported"),
-            ));
+            let known = matches!(
+                kind.as_str(),
+                "text" | "2d" | "2dsphere" | "geoHaystack" | "columnstore"
+            );
+            if known && !tailstream_query::index_plugin::is_supported_plugin(kind) {
+                return Err(Error::new(
+                    codes::CANNOT_CREATE_INDEX,
+                    format!("Index type '{kind}' on field '{k}' is not supported"),
+                ));
+            }
         }
         if tailstream_query::compare::as_f64(v) == Some(0.0) {
             return Err(Error::new(
@@ -852,7 +870,7 @@ fn validate_index_spec(spec: &Document) -> Result<Document> {
             }
         }
     }
-    Ok(out)
+    tailstream_query::index_plugin::normalize_spec(out)
 }
 
 /// Checks `create` options and normalises capped sizes (rounded up to 256 bytes) and the

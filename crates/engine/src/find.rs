@@ -89,7 +89,10 @@ impl Engine {
             if is_oplog { None } else { self.collection(ns) }.as_deref(),
             req.collation.as_ref(),
         )?;
-        let matcher = Arc::new(Matcher::for_query_with_collation(&filter, collator.clone())?);
+        let matcher = Arc::new(Matcher::for_query_with_collation(
+            &filter,
+            collator.clone(),
+        )?);
         let sort = match &req.sort {
             Some(s) if !s.is_empty() => Some(SortSpec::parse(s)?.with_collator(collator.clone())),
             _ => None,
@@ -106,6 +109,18 @@ impl Engine {
             if l < 0 {
                 return Err(Error::bad_value("LIMIT must be non-negative"));
             }
+        }
+        let wants_score = projection.as_ref().is_some_and(|p| p.uses_text_score())
+            || sort.as_ref().is_some_and(|s| {
+                s.fields
+                    .iter()
+                    .any(|(f, _)| f == tailstream_query::text::TEXT_SCORE_FIELD)
+            });
+        if wants_score && matcher.text().is_none() {
+            return Err(Error::new(
+                40218,
+                "query requires text score metadata, but it is not available",
+            ));
         }
         let batch_size = check_batch_size(req.batch_size)?;
         if req.tailable {
@@ -213,6 +228,21 @@ impl Engine {
         skip: u64,
     ) -> Result<Source> {
         let mut scan = Scan::new(plan.access.clone());
+        scan.annotate_text_score = matcher.text().is_some();
+        if matcher.geo_near().is_some() {
+            // $near returns the nearest first (a sort, if given, reorders them stably).
+            let all = scan.collect_all(&self.store, meta.id, &matcher)?;
+            let mut docs = crate::geo_near::by_distance(&matcher, all.into_iter().map(|(_, d)| d));
+            if let Some(s) = sort {
+                docs.sort_by(|a, b| s.compare(&a.1, &b.1));
+            }
+            if let Some(l) = limit.filter(|l| *l > 0) {
+                docs.truncate((l as u64 + skip) as usize);
+            }
+            return Ok(Source::Buffered(
+                docs.into_iter().map(|(_, d, _)| d).collect(),
+            ));
+        }
         if plan.sorted || sort.is_none() {
             return Ok(Source::Scan {
                 meta,
@@ -526,6 +556,20 @@ impl Engine {
         let meta = coll.and_then(|c| self.collection(&Namespace::new(db, c)));
         let collator = operation_collator(meta.as_deref(), collation)?;
         if let (Some(first), Some(c)) = (stages.first(), coll) {
+            if let Some(spec) = first.get("$geoNear") {
+                let ns = Namespace::new(db, c);
+                let docs = self.geo_near_stage(&ns, spec, view)?;
+                return self.aggregate_in(
+                    db,
+                    coll,
+                    &stages[1..],
+                    batch_size.map(|b| b as i64),
+                    lsid,
+                    let_vars,
+                    Some(docs),
+                    collation,
+                );
+            }
             if let Ok(spec) = first.get_document("$collStats") {
                 let ns = Namespace::new(db, c);
                 let stats = self.coll_stats_document(&ns, spec)?;
@@ -575,14 +619,19 @@ impl Engine {
                             pipeline.leading_match().unwrap_or(&Document::new()),
                             let_vars,
                         )?;
-                        let matcher = Arc::new(Matcher::with_collation(&leading, collator.clone())?);
+                        let matcher =
+                            Arc::new(Matcher::with_collation(&leading, collator.clone())?);
                         let plan = read::plan(&meta, &matcher, None, None)?;
-                        Box::new(ScanIter::new(
-                            &self.store,
-                            meta,
-                            matcher,
-                            Scan::new(plan.access),
-                        ))
+                        let mut scan = Scan::new(plan.access);
+                        if matcher.text().is_some() {
+                            scan.annotate_text_score = true;
+                            // The stage's own matcher checks the documents again: it
+                            // needs the text index too.
+                            if let Some(m) = pipeline.leading_matcher() {
+                                read::plan(&meta, m, None, None)?;
+                            }
+                        }
+                        Box::new(ScanIter::new(&self.store, meta, matcher, scan))
                     }
                 };
                 pipeline.run(input, &source, &vars)?
@@ -594,6 +643,10 @@ impl Engine {
             None => format!("{db}.$cmd.aggregate"),
         };
         if let Some(out) = pipeline.output_stage() {
+            let mut docs = docs;
+            for d in &mut docs {
+                d.remove(tailstream_query::text::TEXT_SCORE_FIELD);
+            }
             self.write_output_stage(db, out, docs)?;
             return Ok(CursorBatch {
                 cursor_id: 0,

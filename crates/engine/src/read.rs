@@ -102,6 +102,10 @@ pub fn plan(
     sort: Option<&SortSpec>,
     hint: Option<&Bson>,
 ) -> Result<Plan> {
+    // `$text` (and, later, geo operators) decide the index themselves.
+    if let Some(p) = crate::plugin_plan::special_plan(meta, matcher)? {
+        return Ok(p);
+    }
     let mut p = plan_access(meta, matcher, sort, hint)?;
     if meta.is_capped() {
         if let Access::CollScan { reverse } = p.access {
@@ -158,28 +162,22 @@ fn plan_access(
         if !usable {
             continue;
         }
-        let (lead, desc) = &index.pattern.fields[0];
-        if let Some((_, b)) = preds.iter().find(|(p, _)| p == lead) {
-            if !bounds_usable(index, b, coll) {
-                continue;
-            }
-            if let Some((rank, ranges)) = bounds_to_ranges(index.id, b, *desc, index.collator()) {
-                let order = index_order(sort_fields, index, coll);
-                let reverse = order == Some(true);
-                let sorted = sort_fields.is_empty() || order.is_some();
-                if best.as_ref().map(|(r, _)| rank < *r).unwrap_or(true) {
-                    best = Some((
-                        rank,
-                        Plan {
-                            access: Access::IndexScan {
-                                index: index.clone(),
-                                ranges,
-                                reverse,
-                            },
-                            sorted,
+        if let Some((rank, ranges)) = lead_ranges(index, &preds, coll) {
+            let order = index_order(sort_fields, index, coll);
+            let reverse = order == Some(true);
+            let sorted = sort_fields.is_empty() || order.is_some();
+            if best.as_ref().map(|(r, _)| rank < *r).unwrap_or(true) {
+                best = Some((
+                    rank,
+                    Plan {
+                        access: Access::IndexScan {
+                            index: index.clone(),
+                            ranges,
+                            reverse,
                         },
-                    ));
-                }
+                        sorted,
+                    },
+                ));
             }
         }
     }
@@ -198,7 +196,7 @@ fn plan_access(
             });
         }
         for index in &meta.indexes {
-            if index.partial_filter.is_some() || index.sparse {
+            if index.partial_filter.is_some() || index.sparse || index.plugin.is_some() {
                 continue;
             }
             if let Some(reverse) = index_order(sort_fields, index, coll) {
@@ -272,16 +270,10 @@ fn plan_with_hint(
         }
         Some(index) => {
             let preds = matcher.index_predicates();
-            let (lead, desc) = &index.pattern.fields[0];
-            let coll = matcher.collator();
-            let ranges = preds
-                .iter()
-                .find(|(p, _)| p == lead)
-                .filter(|(_, b)| bounds_usable(&index, b, coll))
-                .and_then(|(_, b)| bounds_to_ranges(index.id, b, *desc, index.collator()))
+            let ranges = lead_ranges(&index, &preds, matcher.collator())
                 .map(|(_, r)| r)
                 .unwrap_or_else(|| vec![full_range(index.id)]);
-            let m = index_order(sort_fields, &index, coll);
+            let m = index_order(sort_fields, &index, matcher.collator());
             Ok(Plan {
                 access: Access::IndexScan {
                     index: index.clone(),
@@ -331,9 +323,32 @@ fn bounds_usable(
             .is_some_and(|vs| vs.iter().any(contains_strings))
 }
 
+/// Index ranges answering the predicates on the index's leading field, with their rank
+/// (see [`bounds_to_ranges`]); special index types decide for themselves.
+fn lead_ranges(
+    index: &IndexMeta,
+    preds: &[(String, tailstream_query::matcher::FieldBounds)],
+    coll: Option<&Collator>,
+) -> Option<(u8, Vec<(Vec<u8>, Vec<u8>)>)> {
+    let (lead, desc) = &index.pattern.fields[0];
+    let (_, b) = preds.iter().find(|(p, _)| p == lead)?;
+    if !bounds_usable(index, b, coll) {
+        return None;
+    }
+    match &index.plugin {
+        None => bounds_to_ranges(index.id, b, *desc, index.collator()),
+        Some(plugin) => crate::plugin_plan::lead_ranges(index, plugin, b, |b| {
+            bounds_to_ranges(index.id, b, *desc, index.collator())
+        }),
+    }
+}
+
 /// Some(reverse) if scanning the index (forwards or backwards) yields the sort order.
 fn sort_matches_index(sort_fields: &[(String, bool)], index: &IndexMeta) -> Option<bool> {
     if sort_fields.is_empty() || sort_fields.len() > index.pattern.fields.len() {
+        return None;
+    }
+    if !crate::plugin_plan::sorts_by(index, sort_fields.len()) {
         return None;
     }
     let fwd = sort_fields
@@ -532,6 +547,9 @@ pub struct Scan {
     pub done: bool,
     pub keys_examined: u64,
     pub docs_examined: u64,
+    /// Attach each match's `$text` score (`text::TEXT_SCORE_FIELD`), for reads whose
+    /// projection or sort may ask for `{$meta: "textScore"}`; never set for writes.
+    pub annotate_text_score: bool,
 }
 
 /// Upper limit of keys one `next_batch` call reads, so one call never monopolises a thread.
@@ -547,7 +565,23 @@ impl Scan {
             done: false,
             keys_examined: 0,
             docs_examined: 0,
+            annotate_text_score: false,
         }
+    }
+
+    /// The document if the filter matches it (with its text score attached when asked).
+    /// Errors that end the operation (a failing script, maxTimeMS, a client gone) fail
+    /// the scan; other evaluation errors count as "no match".
+    fn accept(&self, matcher: &Matcher, mut doc: Document) -> Result<Option<Document>> {
+        if !matcher.matches_or_fail(&doc)? {
+            return Ok(None);
+        }
+        if self.annotate_text_score {
+            if let Some(score) = matcher.text_score(&doc) {
+                doc.insert(tailstream_query::text::TEXT_SCORE_FIELD, score);
+            }
+        }
+        Ok(Some(doc))
     }
 
     /// Appends matching documents (with their record keys) to `out` until `want` are
@@ -575,7 +609,7 @@ impl Scan {
                     self.keys_examined += 1;
                     if let Some(doc) = fetch(store, coll_id, &id_ks)? {
                         self.docs_examined += 1;
-                        if matcher.matches_or_fail(&doc)? {
+                        if let Some(doc) = self.accept(matcher, doc)? {
                             out.push((id_ks, doc));
                         }
                     }
@@ -645,7 +679,7 @@ impl Scan {
                         if self.seen.insert(id_ks.to_vec()) {
                             if let Some(doc) = fetch(store, coll_id, &id_ks)? {
                                 self.docs_examined += 1;
-                                if matcher.matches_or_fail(&doc)? {
+                                if let Some(doc) = self.accept(matcher, doc)? {
                                     out.push((id_ks.to_vec(), doc));
                                 }
                             }
@@ -726,7 +760,7 @@ impl Scan {
             last = Some(k.to_vec());
             if let Some((record, doc)) = load(&k, &v)? {
                 self.docs_examined += 1;
-                if matcher.matches_or_fail(&doc)? {
+                if let Some(doc) = self.accept(matcher, doc)? {
                     out.push((record, doc));
                 }
             }

@@ -5,7 +5,6 @@
 use crate::catalog::CollMeta;
 use crate::{keys, read, storage_err, Engine};
 use tailstream_query::error::Result;
-use tailstream_query::index_keys::encoded_index_keys;
 use tailstream_storage::Space;
 
 /// What one validation found.
@@ -63,15 +62,10 @@ impl Engine {
             };
             for (i, index) in meta.indexes.iter().enumerate() {
                 if index.covers(&doc) {
-                    expected[i] += match index.collator {
-                        None => encoded_index_keys(&doc, &index.pattern)
-                            .map(|(k, _)| k.len() as i64)
-                            .unwrap_or(0),
-                        // Collated keys: strings equal under the collation share an entry.
-                        Some(_) => tailstream_query::index_keys::index_keys(&doc, &index.pattern)
-                            .map(|(sets, _)| crate::write::encoded_keys(index, sets).len() as i64)
-                            .unwrap_or(0),
-                    };
+                    expected[i] += index
+                        .keys(&doc)
+                        .map(|(sets, _)| crate::write::encoded_keys(index, sets).len() as i64)
+                        .unwrap_or(0);
                 }
             }
         }

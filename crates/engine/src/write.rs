@@ -14,7 +14,6 @@ use std::sync::Arc;
 use tailstream_query::collation::Collator;
 use tailstream_query::error::{codes, Error, Result};
 use tailstream_query::expr::Variables;
-use tailstream_query::index_keys::index_keys;
 use tailstream_query::keystring::KeyStringBuilder;
 use tailstream_query::matcher::Matcher;
 use tailstream_query::path::get_path;
@@ -298,7 +297,7 @@ impl Engine {
             if !index.covers(doc) {
                 continue;
             }
-            let (key_sets, _multikey) = index_keys(doc, &index.pattern)?;
+            let (key_sets, _multikey) = index.keys(doc)?;
             for (values_ks, values) in encoded_keys(index, key_sets) {
                 if index.unique
                     && !old.iter().any(|(i, v)| *i == index.id && *v == values_ks)
@@ -362,7 +361,7 @@ impl Engine {
             if !index.covers(doc) {
                 continue;
             }
-            if let Ok((key_sets, _)) = index_keys(doc, &index.pattern) {
+            if let Ok((key_sets, _)) = index.keys(doc) {
                 for (values_ks, _) in encoded_keys(index, key_sets) {
                     out.push((index.id, values_ks));
                 }

@@ -6,7 +6,10 @@ pub mod collation;
 pub mod compare;
 pub mod error;
 pub mod expr;
+pub mod geo;
+pub mod hashed;
 pub mod index_keys;
+pub mod index_plugin;
 pub mod keystring;
 pub mod matcher;
 pub mod path;
@@ -14,6 +17,7 @@ pub mod pipeline;
 pub mod projection;
 pub mod script;
 pub mod sort;
+pub mod text;
 pub mod update;
 
 pub use error::{Error, Result};

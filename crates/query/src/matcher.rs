@@ -63,6 +63,8 @@ enum Pred {
     /// `$all` (every sub-predicate must match; empty list matches nothing).
     All(Vec<Pred>),
     Not(Vec<Pred>),
+    /// `$geoWithin`, `$geoIntersects`, `$near`, `$nearSphere`.
+    Geo(Box<crate::geo::GeoPred>),
 }
 
 #[derive(Debug, Clone)]
@@ -79,6 +81,8 @@ enum Node {
     /// `$where`: JavaScript run with the document as `this`.
     Where(Arc<str>),
     Const(bool),
+    /// `$text` (top level, or in a top-level `$and`).
+    Text(Box<crate::text::TextPredicate>),
 }
 
 #[derive(Debug, Clone)]
@@ -218,7 +222,7 @@ fn parse_doc(filter: &Document, ctx: ParseCtx) -> Result<Node> {
                 "alwaysTrue" => Node::Const(true),
                 "alwaysFalse" => Node::Const(false),
                 "where" => parse_where(v, ctx)?,
-                "text" => return Err(bad("$text is not supported (no text indexes)")),
+                "text" => Node::Text(Box::new(crate::text::TextPredicate::parse(v)?)),
                 "jsonSchema" => return Err(bad("$jsonSchema is not supported")),
                 "sampleRate" => return Err(bad("$sampleRate is not supported")),
                 _ => return Err(bad(format!("unknown top level operator: {k}"))),
@@ -452,6 +456,10 @@ fn parse_elem_match(v: &Bson, ctx: ParseCtx) -> Result<Pred> {
 }
 
 fn parse_operator_doc(d: &Document, ctx: ParseCtx) -> Result<Vec<Pred>> {
+    // `$near` takes its `$maxDistance`/`$minDistance` siblings with it.
+    if d.contains_key("$near") || d.contains_key("$nearSphere") {
+        return Ok(vec![Pred::Geo(Box::new(crate::geo::query::parse_near(d)?))]);
+    }
     let mut preds = Vec::new();
     let regex_val = d.get("$regex");
     let options_val = d.get("$options");
@@ -556,11 +564,11 @@ fn parse_operator_doc(d: &Document, ctx: ParseCtx) -> Result<Vec<Pred>> {
                 _ => return Err(bad("$not needs a regex or a document")),
             },
             "$comment" => continue,
-            "$near" | "$nearSphere" | "$geoWithin" | "$geoIntersects" | "$within" | "$box"
-            | "$center" | "$centerSphere" | "$polygon" | "$geometry" | "$maxDistance"
-            | "$minDistance" => {
+            "$geoWithin" | "$within" => Pred::Geo(Box::new(crate::geo::query::parse_within(v)?)),
+            "$geoIntersects" => Pred::Geo(Box::new(crate::geo::query::parse_intersects(v)?)),
+            "$maxDistance" | "$minDistance" => {
                 return Err(bad(format!(
-                    "{k} is not supported (geospatial queries are not available)"
+                    "{k} can only be used with $near or $nearSphere"
                 )))
             }
             "$bitsAllSet" | "$bitsAllClear" | "$bitsAnySet" | "$bitsAnyClear" => {
@@ -800,6 +808,7 @@ fn eval_pred(pred: &Pred, ls: &[Option<&Bson>], expand: bool, coll: Coll) -> Res
             }
             false
         }
+        Pred::Geo(g) => g.matches(ls),
     })
 }
 
@@ -831,6 +840,7 @@ fn eval_node(node: &Node, doc: &Document, coll: Coll) -> Result<bool> {
         }
         Node::Const(b) => *b,
         Node::Where(code) => crate::script::run_where(code, doc)?,
+        Node::Text(t) => t.evaluate(doc)?.is_some(),
         Node::Expr(e) => {
             let vars = crate::expr::Variables {
                 collator: coll.cloned(),
@@ -889,6 +899,7 @@ impl Matcher {
             top_level: true,
         };
         let root = parse_doc(filter, ctx)?;
+        check_text_placement(&root)?;
         Ok(Matcher {
             filter: filter.clone(),
             uses_script: node_uses_script(&root),
@@ -934,6 +945,53 @@ impl Matcher {
         &self.filter
     }
 
+    /// The `$text` predicate, if the filter has one.
+    pub fn text(&self) -> Option<&crate::text::TextPredicate> {
+        match &self.root {
+            Node::Text(t) => Some(t),
+            Node::And(ns) => ns.iter().find_map(|n| match n {
+                Node::Text(t) => Some(&**t),
+                _ => None,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The `$near`/`$nearSphere` predicate and its path, if the filter has one.
+    pub fn geo_near(&self) -> Option<(&str, &crate::geo::NearPred)> {
+        fn find(n: &Node) -> Option<(&str, &crate::geo::NearPred)> {
+            match n {
+                Node::Field { path, preds, .. } => preds.iter().find_map(|p| match p {
+                    Pred::Geo(g) => match &**g {
+                        crate::geo::GeoPred::Near(near) => Some((path.as_str(), near)),
+                        _ => None,
+                    },
+                    _ => None,
+                }),
+                Node::And(ns) => ns.iter().find_map(find),
+                _ => None,
+            }
+        }
+        find(&self.root)
+    }
+
+    /// The distance from the `$near` point to a document's nearest location within the
+    /// bounds, with that location.
+    pub fn geo_near_distance(&self, doc: &Document) -> Option<(f64, crate::geo::shape::Stored)> {
+        let (path, near) = self.geo_near()?;
+        let parts: Vec<String> = path.split('.').map(String::from).collect();
+        let mut locs = Vec::new();
+        for v in leaves(doc, &parts).into_iter().flatten() {
+            crate::geo::shape::locations(v, &mut locs);
+        }
+        near.nearest(&locs).map(|(d, l)| (d, l.clone()))
+    }
+
+    /// The text score of a matching document (None without `$text` or on no match).
+    pub fn text_score(&self, doc: &Document) -> Option<f64> {
+        self.text()?.evaluate(doc).ok().flatten()
+    }
+
     /// Top-level ANDed constraints per field, for index selection.
     pub fn index_predicates(&self) -> Vec<(String, FieldBounds)> {
         let mut out: Vec<(String, FieldBounds)> = Vec::new();
@@ -969,7 +1027,7 @@ fn node_uses_script(node: &Node) -> bool {
         Node::Expr(e) => crate::expr::contains_operator(e, &["$function"]),
         Node::And(ns) | Node::Or(ns) | Node::Nor(ns) => ns.iter().any(node_uses_script),
         Node::Field { preds, .. } => preds.iter().any(pred_uses_script),
-        Node::Const(_) => false,
+        Node::Const(_) | Node::Text(_) => false,
     }
 }
 
@@ -979,6 +1037,64 @@ fn pred_uses_script(p: &Pred) -> bool {
         Pred::ElemMatchValue(ps) | Pred::All(ps) | Pred::Not(ps) => ps.iter().any(pred_uses_script),
         _ => false,
     }
+}
+
+/// `$text` and `$near` may each appear once, at the top level or in a top-level `$and`
+/// (mongod also allows `$text` in an `$or` whose every branch is indexed; this server
+/// does not).
+fn check_text_placement(root: &Node) -> Result<()> {
+    fn count(n: &Node, nested: bool, found: &mut (usize, usize)) -> Result<()> {
+        match n {
+            Node::Text(_) => {
+                if nested {
+                    return Err(bad(
+                        "$text is only allowed at the top level of a query or in a top-level $and",
+                    ));
+                }
+                found.0 += 1;
+            }
+            Node::And(ns) => {
+                for c in ns {
+                    count(c, nested, found)?;
+                }
+            }
+            Node::Or(ns) | Node::Nor(ns) => {
+                for c in ns {
+                    count(c, true, found)?;
+                }
+            }
+            Node::Field { preds, .. } => {
+                for p in preds {
+                    match p {
+                        Pred::ElemMatchDoc(inner) => count(inner, true, found)?,
+                        Pred::Geo(g) if matches!(**g, crate::geo::GeoPred::Near(_)) => {
+                            if nested {
+                                return Err(bad("geoNear must be top-level expr"));
+                            }
+                            found.1 += 1;
+                        }
+                        Pred::Not(inner) | Pred::ElemMatchValue(inner) | Pred::All(inner)
+                            if inner.iter().any(|p| matches!(p, Pred::Geo(g) if matches!(**g, crate::geo::GeoPred::Near(_)))) =>
+                        {
+                            return Err(bad("geoNear must be top-level expr"));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+    let mut found = (0, 0);
+    count(root, false, &mut found)?;
+    if found.0 > 1 {
+        return Err(bad("Too many text expressions"));
+    }
+    if found.1 > 1 {
+        return Err(bad("Too many geoNear expressions"));
+    }
+    Ok(())
 }
 
 fn collect_bounds(node: &Node, out: &mut Vec<(String, FieldBounds)>) {
@@ -1431,9 +1547,41 @@ mod tests {
             err(doc! {"$where": "true"}).message,
             "$where is not allowed in this context"
         );
-        assert_eq!(err(doc! {"$text": {"$search": "x"}}).code, 2);
-        assert_eq!(err(doc! {"a": {"$near": [0, 0]}}).code, 2);
+        assert_eq!(err(doc! {"$where": "true"}).code, 2);
+        assert_eq!(err(doc! {"$text": "x"}).code, 2);
+        assert_eq!(
+            err(doc! {"$or": [{"$text": {"$search": "x"}}, {"a": 1}]}).code,
+            2
+        );
+        assert_eq!(
+            err(doc! {"$text": {"$search": "x"}, "$and": [{"$text": {"$search": "y"}}]}).code,
+            2
+        );
+        // Unbound (no text index): matches nothing, and says why when checked.
+        let t = m(doc! {"$text": {"$search": "x"}, "a": 1});
+        assert!(t.text().is_some());
+        assert_eq!(t.matches_checked(&doc! {"a": 1}).unwrap_err().code, 27);
+        assert_eq!(err(doc! {"a": {"$near": "x"}}).code, 2);
         assert_eq!(err(doc! {"a": {"$geoWithin": {}}}).code, 2);
+        assert_eq!(err(doc! {"a": {"$maxDistance": 1}}).code, 2);
+        assert_eq!(
+            err(doc! {"$or": [{"a": {"$near": [0, 0]}}, {"b": 1}]}).message,
+            "geoNear must be top-level expr"
+        );
+        assert_eq!(
+            err(doc! {"a": {"$near": [0, 0]}, "b": {"$nearSphere": [0, 0]}}).message,
+            "Too many geoNear expressions"
+        );
+        // geo predicates in a filter
+        let g = m(doc! {"loc": {"$geoWithin": {"$box": [[0, 0], [2, 2]]}}, "n": 1});
+        assert!(g.matches(&doc! {"loc": [1, 1], "n": 1}));
+        assert!(!g.matches(&doc! {"loc": [3, 1], "n": 1}));
+        let near = m(doc! {"a.loc": {"$near": [0, 0], "$maxDistance": 2}});
+        assert!(near.matches(&doc! {"a": [{"loc": [5, 5]}, {"loc": [1, 1]}]}));
+        let (d, _) = near
+            .geo_near_distance(&doc! {"a": [{"loc": [5, 5]}, {"loc": [1, 1]}]})
+            .unwrap();
+        assert!((d - 2f64.sqrt()).abs() < 1e-12);
         assert_eq!(
             err(doc! {"$and": [{"a": {"$bad": 1}}]}).message,
             "unknown operator: $bad"

@@ -47,6 +47,9 @@ pub struct Projection {
     empty: bool,
     /// The operation's collation, for computed fields' comparisons.
     collator: Option<std::sync::Arc<crate::collation::Collator>>,
+    /// `{field: {$meta: "textScore"}}`: fields set from the document's metadata; they
+    /// decide neither inclusion nor exclusion.
+    metas: Vec<String>,
 }
 
 enum Leaf {
@@ -56,6 +59,7 @@ enum Leaf {
     Slice(Slice),
     ElemMatch(Document),
     Positional,
+    TextScore,
 }
 
 fn is_true_flag(v: &Bson) -> Option<bool> {
@@ -229,6 +233,9 @@ fn flatten(prefix: &str, spec: &Document, out: &mut Vec<(String, Leaf)>) -> Resu
                     }
                     _ => return Err(Error::bad_value("$elemMatch needs an Object")),
                 },
+                Some("$meta") if d.len() == 1 && d.get_str("$meta") == Ok("textScore") => {
+                    Leaf::TextScore
+                }
                 Some("$meta") => {
                     return Err(Error::bad_value(format!(
                         "$meta projection ({}) is not supported",
@@ -307,9 +314,14 @@ impl Projection {
         let mut mode = Mode::Unset;
         let mut root: Vec<(String, PNode)> = Vec::new();
         let mut positional = None;
+        let mut metas = Vec::new();
         for (path, leaf) in leaves {
             let is_id = path == "_id";
             let node = match leaf {
+                Leaf::TextScore => {
+                    metas.push(path);
+                    continue;
+                }
                 Leaf::Include => {
                     if !is_id {
                         if mode == Mode::Exclusion {
@@ -413,6 +425,7 @@ impl Projection {
             positional,
             empty: spec.is_empty(),
             collator,
+            metas,
         })
     }
 
@@ -420,16 +433,27 @@ impl Projection {
         self.empty
     }
 
+    /// Whether the projection asks for `{$meta: "textScore"}`.
+    pub fn uses_text_score(&self) -> bool {
+        !self.metas.is_empty()
+    }
+
     pub fn apply(&self, doc: &Document) -> Result<Document> {
         if self.empty {
             return Ok(doc.clone());
         }
-        if self.inclusion {
+        let mut out = if self.inclusion {
             let pos = self.positional_index(doc)?;
-            self.incl_doc(doc, &self.root, doc, true, pos)
+            self.incl_doc(doc, &self.root, doc, true, pos)?
         } else {
-            Ok(excl_doc(doc, &self.root))
+            excl_doc(doc, &self.root)
+        };
+        if let Some(score) = doc.get(crate::text::TEXT_SCORE_FIELD) {
+            for path in &self.metas {
+                crate::pipeline::set_path(&mut out, path, score.clone());
+            }
         }
+        Ok(out)
     }
 
     fn positional_index(&self, root: &Document) -> Result<Option<usize>> {
@@ -724,7 +748,7 @@ mod tests {
             (31249, "Path collision at a.b remaining portion b")
         );
         assert_eq!(perr(doc! {"a.b": 1, "a": 1}, None).code, 31250);
-        assert_eq!(perr(doc! {"a": {"$meta": "textScore"}}, None).code, 2);
+        assert_eq!(perr(doc! {"a": {"$meta": "searchScore"}}, None).code, 2);
         assert_eq!(perr(doc! {"a": {}}, None).code, 51270);
         // _id may be excluded in inclusion mode and included in exclusion mode
         assert!(Projection::new(&doc! {"a": 1, "_id": 0}, None).is_ok());

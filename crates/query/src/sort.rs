@@ -38,6 +38,11 @@ impl SortSpec {
             }
             let desc = match v {
                 Bson::Document(d) => {
+                    if d.len() == 1 && d.get_str("$meta") == Ok("textScore") {
+                        // Highest score first, read from the score the scan attached.
+                        fields.push((crate::text::TEXT_SCORE_FIELD.to_string(), true));
+                        continue;
+                    }
                     if d.contains_key("$meta") {
                         return Err(Error::bad_value(format!(
                             "$meta sort ({}) is not supported",
@@ -223,7 +228,7 @@ mod tests {
         assert_eq!(SortSpec::parse(&doc! {"a": "x"}).unwrap_err().code, 15975);
         assert_eq!(SortSpec::parse(&doc! {"a": true}).unwrap_err().code, 15975);
         assert_eq!(
-            SortSpec::parse(&doc! {"a": {"$meta": "textScore"}})
+            SortSpec::parse(&doc! {"a": {"$meta": "searchScore"}})
                 .unwrap_err()
                 .code,
             2

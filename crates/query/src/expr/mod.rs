@@ -536,6 +536,22 @@ impl Expr {
             "$switch" => return Self::parse_switch(arg),
             "$sortArray" => return Self::parse_sort_array(arg),
             "$function" => return Self::parse_function(arg),
+            "$meta" => {
+                return match arg {
+                    // The scan attached the score as a hidden top-level field.
+                    Bson::String(m) if m == "textScore" => {
+                        Ok(Expr::Field(vec![crate::text::TEXT_SCORE_FIELD.to_string()]))
+                    }
+                    Bson::String(m) => Err(Error::location(
+                        17308,
+                        format!("Unsupported argument to $meta: {m}"),
+                    )),
+                    _ => Err(Error::location(
+                        17307,
+                        "$meta only supports string arguments",
+                    )),
+                };
+            }
             "$cond" => {
                 if let Bson::Document(d) = arg {
                     let mut iff = None;

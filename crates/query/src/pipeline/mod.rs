@@ -408,7 +408,19 @@ impl Pipeline {
                     "$documents is only valid as the first stage in a pipeline",
                 ));
             }
-            parsed.push(Self::parse_stage(name, arg, db, ctx)?);
+            let stage = Self::parse_stage(name, arg, db, ctx)?;
+            // `$text` needs the collection's text index: only the first stage reads it.
+            if let Stage::Match(m) = &stage {
+                if m.matcher.as_ref().is_some_and(|m| m.text().is_some())
+                    && (i != 0 || ctx != Context::Top)
+                {
+                    return Err(Error::location(
+                        17313,
+                        "$match with $text is only allowed as the first pipeline stage",
+                    ));
+                }
+            }
+            parsed.push(stage);
         }
         // $sort immediately followed by $limit: keep only the top k while sorting.
         for i in 0..parsed.len().saturating_sub(1) {
@@ -427,6 +439,13 @@ impl Pipeline {
 
     fn parse_stage(name: &str, arg: &Bson, db: &str, _ctx: Context) -> Result<Stage> {
         Ok(match name {
+            // The engine runs a leading $geoNear itself (it needs the geo index).
+            "$geoNear" => {
+                return Err(Error::location(
+                    40602,
+                    "$geoNear is only valid as the first stage in a pipeline",
+                ))
+            }
             "$match" => {
                 let Bson::Document(filter) = arg else {
                     return Err(Error::location(
@@ -1052,6 +1071,15 @@ impl Pipeline {
             default,
             output,
         })))
+    }
+
+    /// The leading `$match`'s matcher, for the engine to bind the indexes its special
+    /// predicates (`$text`) need.
+    pub fn leading_matcher(&self) -> Option<&Matcher> {
+        match self.stages.first() {
+            Some(Stage::Match(m)) => m.matcher.as_ref(),
+            _ => None,
+        }
     }
 
     /// The leading `$match` filter (if the first stage is `$match`), so the engine can use an index.

@@ -292,6 +292,10 @@ impl Tree {
             Mode::Inclusion => {
                 let mut out = include(&self.fields, doc);
                 computed(&self.fields, &mut out, doc, vars)?;
+                // Metadata (the text score) survives projections, as in mongod.
+                if let Some(score) = doc.get(crate::text::TEXT_SCORE_FIELD) {
+                    out.insert(crate::text::TEXT_SCORE_FIELD, score.clone());
+                }
                 Ok(out)
             }
             Mode::AddFields => {
