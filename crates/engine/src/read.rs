@@ -113,7 +113,9 @@ fn plan_access(
             sorted: true,
         });
     }
-    if let Some(ids) = id_points(matcher) {
+    // A time-series collection's records are keyed by insertion, not by `_id`.
+    let keyed_by_id = !meta.is_timeseries();
+    if let Some(ids) = id_points(matcher).filter(|_| keyed_by_id) {
         let sorted = sort_fields.is_empty()
             || (sort_fields.len() == 1 && sort_fields[0] == ("_id".to_string(), false));
         return Ok(Plan {
@@ -155,7 +157,7 @@ fn plan_access(
         return Ok(p);
     }
     if !sort_fields.is_empty() {
-        if sort_fields.len() == 1 && sort_fields[0].0 == "_id" {
+        if keyed_by_id && sort_fields.len() == 1 && sort_fields[0].0 == "_id" {
             return Ok(Plan {
                 access: Access::CollScan {
                     reverse: sort_fields[0].1,
@@ -192,6 +194,14 @@ fn plan_with_hint(
     hint: &Bson,
 ) -> Result<Plan> {
     let index = match hint {
+        // A time-series collection has no `_id` index.
+        Bson::String(name) if name == "_id_" && meta.is_timeseries() => return Err(bad_hint()),
+        Bson::Document(d)
+            if meta.is_timeseries()
+                && (d == &bson::doc! {"_id": 1} || d == &bson::doc! {"_id": -1}) =>
+        {
+            return Err(bad_hint())
+        }
         Bson::String(name) if name == "_id_" => None,
         Bson::String(name) => Some(meta.index_by_name(name).cloned().ok_or_else(bad_hint)?),
         Bson::Document(d) if d.contains_key("$natural") => {

@@ -13,7 +13,7 @@
 //! durable time to advance, see `commands/read.rs`); this module only reads.
 
 pub mod diff;
-mod event;
+pub(crate) mod event;
 pub mod prefilter;
 pub mod recent;
 pub mod token;
@@ -356,6 +356,14 @@ impl Engine {
         lsid: Option<Bson>,
     ) -> Result<CursorBatch> {
         let (spec, start) = parse_spec(db, coll, opts, rest)?;
+        if let Scope::Collection(ns) = &spec.scope {
+            // A view (and a time-series collection, a view on mongod) has no changes of
+            // its own to stream.
+            let catalog = self.catalog();
+            if catalog.view(ns).is_some() || catalog.get(ns).is_some_and(|m| m.is_timeseries()) {
+                return Err(crate::views::not_a_collection(ns));
+            }
+        }
         if start.len() > 1 {
             if start.contains_key("resumeAfter") && start.contains_key("startAfter") {
                 return Err(Error::new(
