@@ -672,9 +672,13 @@ mod tests {
         let c = catalog_with(&views);
         let e = check_graph(&c, &view("v21", "v20", vec![])).unwrap_err();
         assert_eq!(e.code, VIEW_DEPTH_LIMIT_EXCEEDED);
-        // Inserting below an existing chain counts the views above as well.
-        let e = check_graph(&c, &view("v1", "v0", vec![])).unwrap_err();
+        // Lengthening an existing chain from below counts the views above as well.
+        let mut longer = views.clone();
+        longer.push(view("w", "base", vec![]));
+        let c2 = catalog_with(&longer);
+        let e = check_graph(&c2, &view("v1", "w", vec![])).unwrap_err();
         assert_eq!(e.code, VIEW_DEPTH_LIMIT_EXCEEDED, "{e}");
+        check_graph(&c2, &view("v1", "base", vec![])).unwrap();
         // Reading resolves at most 19 nested views.
         let e = c.resolve_view(&Namespace::new("t", "v20")).unwrap_err();
         assert_eq!(e.code, VIEW_DEPTH_LIMIT_EXCEEDED);
