@@ -150,6 +150,11 @@ impl Engine {
     ) -> Result<crate::Committed> {
         use tailstream_query::error::{codes, Error};
         let mut txn = self.begin();
+        if txn.catalog().view(ns).is_some()
+            || txn.catalog().get(ns).is_some_and(|m| m.is_timeseries())
+        {
+            return Err(crate::views::not_a_collection(ns));
+        }
         let Some(meta) = txn.catalog().get(ns) else {
             return Err(Error::new(
                 codes::NAMESPACE_NOT_FOUND,

@@ -254,6 +254,26 @@ impl CollMeta {
         spec
     }
 
+    /// The normalised `timeseries` options of a time-series collection.
+    pub fn timeseries(&self) -> Option<&Document> {
+        self.options.get_document("timeseries").ok()
+    }
+
+    pub fn is_timeseries(&self) -> bool {
+        self.timeseries().is_some()
+    }
+
+    /// The namespace of this collection's oplog entries. A time-series collection's
+    /// writes go under `<db>.system.buckets.<name>`, where mongod logs its bucket writes:
+    /// change streams never show them (a system namespace), as on mongod.
+    pub fn oplog_ns(&self) -> String {
+        if self.is_timeseries() {
+            format!("{}.system.buckets.{}", self.ns.db, self.ns.coll)
+        } else {
+            self.ns.full()
+        }
+    }
+
     /// Whether the collection was created with `clusteredIndex`.
     pub fn is_clustered(&self) -> bool {
         self.options.contains_key("clusteredIndex")
@@ -273,10 +293,74 @@ impl CollMeta {
     }
 }
 
-/// All collections by full namespace, plus id counters.
+/// A view: a read-only pipeline over another collection or view of its database.
+/// Its definition is a document of `<db>.system.views` (as on mongod); the catalog
+/// holds it parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ViewMeta {
+    pub ns: Namespace,
+    /// The collection or view it reads (same database).
+    pub view_on: String,
+    pub pipeline: Vec<Document>,
+    pub collation: Option<Document>,
+}
+
+impl ViewMeta {
+    /// The `system.views` document: `{_id: "<db>.<name>", viewOn, pipeline, collation?}`.
+    pub fn definition(&self) -> Document {
+        let mut d = doc! {"_id": self.ns.full()};
+        d.extend(self.options());
+        d
+    }
+
+    /// The options `listCollections` reports: `{viewOn, pipeline, collation?}`.
+    pub fn options(&self) -> Document {
+        let pipeline: Vec<Bson> = self.pipeline.iter().cloned().map(Bson::Document).collect();
+        let mut d = doc! {"viewOn": self.view_on.clone(), "pipeline": pipeline};
+        if let Some(c) = &self.collation {
+            d.insert("collation", c.clone());
+        }
+        d
+    }
+
+    /// Parses a `system.views` document of database `db`.
+    pub fn from_definition(db: &str, d: &Document) -> Result<ViewMeta> {
+        let bad = |what: &str| {
+            Error::internal(format!(
+                "invalid view definition in {db}.system.views: {what}: {}",
+                crate::format::doc_to_string(d)
+            ))
+        };
+        let ns =
+            Namespace::parse(d.get_str("_id").map_err(|_| bad("_id"))?).map_err(|_| bad("_id"))?;
+        if ns.db != db {
+            return Err(bad("_id names another database"));
+        }
+        let view_on = d.get_str("viewOn").map_err(|_| bad("viewOn"))?.to_string();
+        let pipeline = d
+            .get_array("pipeline")
+            .map_err(|_| bad("pipeline"))?
+            .iter()
+            .map(|s| {
+                s.as_document()
+                    .cloned()
+                    .ok_or_else(|| bad("pipeline stage"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ViewMeta {
+            ns,
+            view_on,
+            pipeline,
+            collation: d.get_document("collation").ok().cloned(),
+        })
+    }
+}
+
+/// All collections and views by full namespace, plus id counters.
 #[derive(Debug, Default, Clone)]
 pub struct Catalog {
     pub colls: BTreeMap<String, Arc<CollMeta>>,
+    pub views: BTreeMap<String, Arc<ViewMeta>>,
     pub next_coll_id: u32,
     pub next_index_id: u32,
 }
@@ -284,6 +368,18 @@ pub struct Catalog {
 impl Catalog {
     pub fn get(&self, ns: &Namespace) -> Option<Arc<CollMeta>> {
         self.colls.get(&ns.full()).cloned()
+    }
+
+    pub fn view(&self, ns: &Namespace) -> Option<Arc<ViewMeta>> {
+        self.views.get(&ns.full()).cloned()
+    }
+
+    pub fn views_in(&self, db: &str) -> Vec<Arc<ViewMeta>> {
+        self.views
+            .values()
+            .filter(|v| v.ns.db == db)
+            .cloned()
+            .collect()
     }
 
     pub fn databases(&self) -> Vec<String> {

@@ -43,6 +43,21 @@ const CREATE_OPTIONS: &[&str] = &[
     "comment",
 ];
 
+/// Generic command arguments a `collMod` may carry besides its options.
+const COLL_MOD_GENERIC: &[&str] = &[
+    "$db",
+    "lsid",
+    "$clusterTime",
+    "$readPreference",
+    "writeConcern",
+    "comment",
+    "txnNumber",
+    "apiVersion",
+    "apiStrict",
+    "apiDeprecationErrors",
+    "maxTimeMS",
+];
+
 /// Options an index specification may carry.
 const INDEX_OPTIONS: &[&str] = &[
     "key",
@@ -90,10 +105,13 @@ impl Engine {
         if let Some(m) = txn.catalog().get(ns) {
             return Ok(m);
         }
+        if txn.catalog().view(ns).is_some() {
+            return Err(crate::views::not_a_collection(ns));
+        }
         self.create_in(txn, ns, Document::new())
     }
 
-    fn create_in(
+    pub(crate) fn create_in(
         &self,
         txn: &mut Txn<'_>,
         ns: &Namespace,
@@ -132,9 +150,13 @@ impl Engine {
         };
         let uuid = meta.uuid;
         let meta = txn.put_collection(meta);
+        let timeseries = meta.is_timeseries();
         let mut o = doc! {"create": ns.coll.clone()};
         o.extend(options);
-        o.insert("idIndex", CollMeta::id_index_spec_of(&meta_options));
+        // A time-series collection has no _id index.
+        if !timeseries {
+            o.insert("idIndex", CollMeta::id_index_spec_of(&meta_options));
+        }
         txn.log(OplogChange::command(&ns.db, Some(uuid), o));
         Ok(meta)
     }
@@ -151,31 +173,59 @@ impl Engine {
             }
         }
         crate::validation::check_options("create", &options)?;
-        crate::clustered::normalize_options(&mut options)?;
-        if options.contains_key("viewOn") || options.contains_key("timeseries") {
-            return Err(Error::new(
-                codes::COMMAND_NOT_SUPPORTED,
-                "views and time-series collections are not supported",
+        options.remove("comment");
+        if options.contains_key("pipeline") && !options.contains_key("viewOn") {
+            return Err(Error::invalid_options(
+                "'pipeline' requires 'viewOn' to also be specified",
             ));
         }
+        if options.contains_key("timeseries") {
+            crate::timeseries::normalize_create_options(ns, &mut options)?;
+        } else if options.contains_key("expireAfterSeconds") {
+            if !options.contains_key("clusteredIndex") {
+                return Err(Error::invalid_options(
+                    "'expireAfterSeconds' is only supported on time-series collections or when the 'clusteredIndex' option is specified",
+                ));
+            }
+            let secs = options
+                .get("expireAfterSeconds")
+                .cloned()
+                .unwrap_or(Bson::Null);
+            options.insert(
+                "expireAfterSeconds",
+                crate::timeseries::expire_after_seconds("create", &secs)?,
+            );
+        }
+        if options.contains_key("viewOn") {
+            return self.create_view(ns, &options);
+        }
+        crate::clustered::normalize_options(&mut options)?;
         let options = normalize_create_options(options)?;
         let mut txn = self.begin();
         if let Some(existing) = txn.catalog().get(ns) {
             if existing.options == options {
                 return txn.commit();
             }
+            return Err(namespace_exists(&existing));
+        }
+        if txn.catalog().view(ns).is_some() {
             return Err(Error::new(
                 codes::NAMESPACE_EXISTS,
-                format!("Collection {} already exists.", ns.full()),
+                format!("A view already exists. NS: {}", ns.full()),
             ));
         }
         self.create_in(&mut txn, ns, options)?;
         txn.commit()
     }
 
-    /// Drops a collection and its indexes. Dropping a missing collection is not an error (mongod 7.0).
+    /// Drops a collection and its indexes, or a view. Dropping a missing collection is
+    /// not an error (mongod 7.0).
     pub fn drop_collection(&self, ns: &Namespace) -> Result<Option<Committed>> {
         let mut txn = self.begin();
+        if let Some(view) = txn.catalog().view(ns) {
+            self.drop_view_in(&mut txn, &view)?;
+            return Ok(Some(txn.commit()?));
+        }
         let Some(meta) = txn.catalog().get(ns) else {
             return Ok(None);
         };
@@ -205,6 +255,11 @@ impl Engine {
             self.capped_forget(meta.id);
         }
         txn.remove_collection(&meta.ns);
+        if meta.ns.coll == crate::views::SYSTEM_VIEWS {
+            // The database's view definitions go with it (as on mongod).
+            let db = meta.ns.db.clone();
+            txn.catalog_mut().views.retain(|_, v| v.ns.db != db);
+        }
         txn.log(OplogChange::command(
             &meta.ns.db,
             Some(meta.uuid),
@@ -242,13 +297,37 @@ impl Engine {
                 "Can't rename a collection to itself",
             ));
         }
+        if from.coll == crate::views::SYSTEM_VIEWS || to.coll == crate::views::SYSTEM_VIEWS {
+            return Err(Error::new(
+                codes::ILLEGAL_OPERATION,
+                format!(
+                    "renaming {} is not supported: views are changed with create, collMod and drop",
+                    crate::views::SYSTEM_VIEWS
+                ),
+            ));
+        }
         let mut txn = self.begin();
-        let Some(meta) = txn.catalog().get(from) else {
+        let is_view = |m: Option<&Arc<CollMeta>>| m.is_some_and(|m| m.is_timeseries());
+        let source = txn.catalog().get(from);
+        if txn.catalog().view(from).is_some() || is_view(source.as_ref()) {
+            // A time-series collection is a view on mongod.
+            return Err(Error::new(
+                crate::views::COMMAND_NOT_SUPPORTED_ON_VIEW,
+                format!("cannot rename view: {}", from.full()),
+            ));
+        }
+        let Some(meta) = source else {
             return Err(Error::new(
                 codes::NAMESPACE_NOT_FOUND,
                 format!("Source collection {} does not exist", from.full()),
             ));
         };
+        if txn.catalog().view(to).is_some() || is_view(txn.catalog().get(to).as_ref()) {
+            return Err(Error::new(
+                codes::NAMESPACE_EXISTS,
+                format!("a view already exists with that name: {}", to.full()),
+            ));
+        }
         let mut dropped_target = None;
         if let Some(target) = txn.catalog().get(to) {
             if !drop_target {
@@ -317,6 +396,11 @@ impl Engine {
                         spec.insert("collation", c.spec().clone());
                     }
                 }
+            }
+            if meta.is_timeseries() && spec.get_bool("unique").unwrap_or(false) {
+                return Err(Error::invalid_options(
+                    "Unique indexes are not supported on time-series collections",
+                ));
             }
             let name = spec.get_str("name").unwrap_or_default().to_string();
             let key = spec.get_document("key").cloned().unwrap_or_default();
@@ -462,6 +546,9 @@ impl Engine {
     /// Returns the number of indexes before the drop.
     pub fn drop_indexes(&self, ns: &Namespace, which: &Bson) -> Result<(usize, Committed)> {
         let mut txn = self.begin();
+        if txn.catalog().view(ns).is_some() {
+            return Err(crate::views::not_a_collection(ns));
+        }
         let Some(meta) = txn.catalog().get(ns) else {
             return Err(Error::new(
                 codes::NAMESPACE_NOT_FOUND,
@@ -556,30 +643,43 @@ impl Engine {
     pub fn coll_mod(&self, ns: &Namespace, cmd: &Document) -> Result<(Document, Committed)> {
         crate::validation::check_options("collMod", cmd)?;
         let mut txn = self.begin();
+        if let Some(view) = txn.catalog().view(ns) {
+            let (mut view_on, mut pipeline) = (None, None);
+            for (k, v) in cmd {
+                match k.as_str() {
+                    "viewOn" => view_on = Some(v),
+                    "pipeline" => pipeline = Some(v),
+                    k if k == "collMod" || COLL_MOD_GENERIC.contains(&k) => {}
+                    other => {
+                        return Err(Error::invalid_options(format!(
+                            "option not supported on a view: {other}"
+                        )))
+                    }
+                }
+            }
+            self.modify_view(&mut txn, &view, view_on, pipeline)?;
+            return Ok((Document::new(), txn.commit()?));
+        }
         let Some(meta) = txn.catalog().get(ns) else {
             return Err(Error::new(
                 codes::NAMESPACE_NOT_FOUND,
                 format!("ns does not exist: {}", ns.full()),
             ));
         };
+        for only_views in ["pipeline", "viewOn"] {
+            if cmd.contains_key(only_views) {
+                return Err(Error::invalid_options(format!(
+                    "option only supported on a view: {only_views}"
+                )));
+            }
+        }
         let mut options = meta.options.clone();
         let mut indexes = meta.indexes.clone();
         let mut reply = Document::new();
         let mut logged = doc! {"collMod": ns.coll.clone()};
         for (k, v) in cmd {
             match k.as_str() {
-                "collMod"
-                | "$db"
-                | "lsid"
-                | "$clusterTime"
-                | "$readPreference"
-                | "writeConcern"
-                | "comment"
-                | "txnNumber"
-                | "apiVersion"
-                | "apiStrict"
-                | "apiDeprecationErrors"
-                | "maxTimeMS" => continue,
+                k if k == "collMod" || COLL_MOD_GENERIC.contains(&k) => continue,
                 "index" => {
                     let spec = v
                         .as_document()
@@ -665,6 +765,22 @@ impl Engine {
                     indexes[pos] = Arc::new(IndexMeta::from_spec(indexes[pos].id, &new_spec)?);
                     logged.insert("index", spec.clone());
                 }
+                "timeseries" if meta.is_timeseries() => {
+                    let current = meta.timeseries().cloned().unwrap_or_default();
+                    if let Some(changed) = crate::timeseries::modify(&current, v)? {
+                        options.insert("timeseries", changed);
+                        logged.insert(k.clone(), v.clone());
+                    }
+                }
+                "expireAfterSeconds" if meta.is_timeseries() => {
+                    if v.as_str() == Some("off") {
+                        options.remove("expireAfterSeconds");
+                    } else {
+                        let secs = crate::timeseries::expire_after_seconds("collMod", v)?;
+                        options.insert("expireAfterSeconds", secs);
+                    }
+                    logged.insert(k.clone(), v.clone());
+                }
                 "validator"
                 | "validationLevel"
                 | "validationAction"
@@ -724,6 +840,19 @@ impl Engine {
         txn.log(change);
         Ok((reply, txn.commit()?))
     }
+}
+
+/// The NamespaceExists error of a name taken by `existing` (mongod's wording).
+pub(crate) fn namespace_exists(existing: &CollMeta) -> Error {
+    let message = if existing.is_timeseries() {
+        format!(
+            "A timeseries collection already exists. NS: {}",
+            existing.ns.full()
+        )
+    } else {
+        format!("Collection {} already exists.", existing.ns.full())
+    };
+    Error::new(codes::NAMESPACE_EXISTS, message)
 }
 
 fn is_id_index(key: &Document) -> bool {

@@ -83,6 +83,9 @@ pub const INLINE_TAIL_BATCH: usize = 1000;
 
 impl Engine {
     pub fn find(&self, ns: &Namespace, req: FindRequest) -> Result<CursorBatch> {
+        if let Some(view) = self.resolve_view(ns)? {
+            return self.find_view(ns, &view, req);
+        }
         let (filter, _) = crate::write::bind_let(&req.filter, req.let_vars.as_ref())?;
         let is_oplog = ns.db == OPLOG_DB && ns.coll == OPLOG_COLL;
         let collator = operation_collator(
@@ -440,6 +443,23 @@ impl Engine {
         hint: Option<&Bson>,
         collation: Option<&Document>,
     ) -> Result<u64> {
+        if let Some(view) = self.resolve_view(ns)? {
+            // As mongod: an aggregation of the view's pipeline, the query, skip and limit.
+            let mut extra = Vec::new();
+            if skip > 0 {
+                extra.push(doc! {"$skip": skip as i64});
+            }
+            if limit > 0 {
+                extra.push(doc! {"$limit": limit.min(i64::MAX as u64) as i64});
+            }
+            extra.push(doc! {"$count": "count"});
+            let counted = self.view_matches(&view, query, extra, hint)?;
+            return Ok(counted
+                .first()
+                .and_then(|d| d.get("count"))
+                .and_then(as_i64)
+                .unwrap_or(0) as u64);
+        }
         let meta = self.collection(ns);
         let collator = operation_collator(meta.as_deref(), collation)?;
         let matcher = Matcher::for_query_with_collation(query, collator)?;
@@ -494,6 +514,10 @@ impl Engine {
                 }
                 kept
             }
+            None if self.view(ns).is_some() => match self.resolve_view(ns)? {
+                Some(v) => self.view_matches(&v, query, Vec::new(), None)?,
+                None => Vec::new(),
+            },
             None => {
                 let Some(meta) = meta else {
                     return Ok(Vec::new());
@@ -539,7 +563,8 @@ impl Engine {
         )
     }
 
-    /// `aggregate` reading the collection, or `view` (a transaction's documents).
+    /// `aggregate` reading the collection (or view), or `view` (a transaction's
+    /// documents of it, the view's results already).
     #[allow(clippy::too_many_arguments)]
     pub fn aggregate_in(
         &self,
@@ -570,35 +595,12 @@ impl Engine {
                     collation,
                 );
             }
-            if let Ok(spec) = first.get_document("$collStats") {
-                let ns = Namespace::new(db, c);
-                let stats = self.coll_stats_document(&ns, spec)?;
-                let rest = Pipeline::parse(&stages[1..], db)?;
-                let vars = tailstream_query::expr::Variables {
-                    now: Some(bson::DateTime::now()),
-                    collator: collator.clone(),
-                    ..Default::default()
-                };
-                let docs = rest.run(
-                    Box::new(std::iter::once(Ok(stats))),
-                    &EngineSource { engine: self },
-                    &vars,
-                )?;
-                let cursor = Cursor::new(ns.full(), Source::Buffered(docs.into()));
-                return self.first_batch(
-                    cursor,
-                    Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)),
-                    false,
-                );
-            }
         }
         // No session catalog is kept: `$listLocalSessions` (a source stage) yields nothing.
         let stages = match stages.first() {
             Some(s) if coll.is_none() && s.contains_key("$listLocalSessions") => &stages[1..],
             _ => stages,
         };
-        let pipeline = Pipeline::parse(stages, db)?;
-        let source = EngineSource { engine: self };
         let mut vars = match let_vars {
             Some(l) => tailstream_query::expr::let_variables(l)?,
             None => tailstream_query::expr::Variables {
@@ -607,47 +609,41 @@ impl Engine {
             },
         };
         vars.collator = collator.clone();
-        let docs = match coll {
-            Some(_) => {
-                let input: Box<dyn Iterator<Item = Result<Document>> + '_> = match (view, meta) {
-                    (Some(docs), _) => Box::new(docs.into_iter().map(Ok)),
-                    (None, None) => Box::new(std::iter::empty()),
-                    (None, Some(meta)) => {
-                        // The leading $match also filters the scan, with the command's
-                        // `let` variables bound as the stage itself has them.
-                        let (leading, _) = crate::write::bind_let(
-                            pipeline.leading_match().unwrap_or(&Document::new()),
-                            let_vars,
-                        )?;
-                        let matcher =
-                            Arc::new(Matcher::with_collation(&leading, collator.clone())?);
-                        let plan = read::plan(&meta, &matcher, None, None)?;
-                        let mut scan = Scan::new(plan.access);
-                        if matcher.text().is_some() {
-                            scan.annotate_text_score = true;
-                            // The stage's own matcher checks the documents again: it
-                            // needs the text index too.
-                            if let Some(m) = pipeline.leading_matcher() {
-                                read::plan(&meta, m, None, None)?;
-                            }
-                        }
-                        Box::new(ScanIter::new(&self.store, meta, matcher, scan))
-                    }
-                };
-                pipeline.run(input, &source, &vars)?
-            }
-            None => pipeline.run(Box::new(std::iter::empty()), &source, &vars)?,
-        };
         let cursor_ns = match coll {
             Some(c) => format!("{db}.{c}"),
             None => format!("{db}.$cmd.aggregate"),
         };
+        // A view reads the collection under it, through its pipeline first.
+        let resolved = match (coll, &view) {
+            (Some(c), None) => self.resolve_view(&Namespace::new(db, c))?,
+            _ => None,
+        };
+        let (read_coll, stages): (Option<&str>, std::borrow::Cow<'_, [Document]>) = match &resolved
+        {
+            Some(r) => {
+                if stages.first().is_some_and(|s| s.contains_key("$collStats")) {
+                    return Err(executor_error(
+                        &cursor_ns,
+                        crate::views::not_a_collection(&Namespace::new(db, coll.unwrap_or(""))),
+                    ));
+                }
+                let mut full = r.pipeline.clone();
+                full.extend_from_slice(stages);
+                (Some(r.base.coll.as_str()), full.into())
+            }
+            None => (coll, stages.into()),
+        };
+        let input = PipelineInput {
+            docs: view,
+            ..Default::default()
+        };
+        let (docs, pipeline) = self.run_stages(db, read_coll, &stages, &vars, input, 0)?;
         if let Some(out) = pipeline.output_stage() {
             let mut docs = docs;
             for d in &mut docs {
                 d.remove(tailstream_query::text::TEXT_SCORE_FIELD);
             }
-            self.write_output_stage(db, out, docs)?;
+            self.write_output_stage(db, &cursor_ns, out, docs)?;
             return Ok(CursorBatch {
                 cursor_id: 0,
                 ns: cursor_ns,
@@ -663,10 +659,224 @@ impl Engine {
         )
     }
 
+    /// Runs `stages` over collection `coll` of `db` (None: a database-level pipeline
+    /// starting with a source stage) and returns what they yield, with the parsed
+    /// pipeline (an output stage is the caller's to apply). `depth` counts the views
+    /// entered through `$lookup`-like stages.
+    pub(crate) fn run_stages(
+        &self,
+        db: &str,
+        coll: Option<&str>,
+        stages: &[Document],
+        vars: &tailstream_query::expr::Variables,
+        input: PipelineInput,
+        depth: usize,
+    ) -> Result<(Vec<Document>, Pipeline)> {
+        let source = EngineSource {
+            engine: self,
+            depth,
+        };
+        if let (Some(first), Some(c)) = (stages.first(), coll) {
+            if let Ok(spec) = first.get_document("$collStats") {
+                let ns = Namespace::new(db, c);
+                let stats = self.coll_stats_document(&ns, spec)?;
+                let rest = Pipeline::parse(&stages[1..], db)?;
+                let docs = rest.run(Box::new(std::iter::once(Ok(stats))), &source, vars)?;
+                return Ok((docs, rest));
+            }
+        }
+        let pipeline = Pipeline::parse(stages, db)?;
+        let docs = match coll {
+            Some(c) => {
+                let ns = Namespace::new(db, c);
+                let scan: Box<dyn Iterator<Item = Result<Document>> + '_> =
+                    match (input.docs, self.collection(&ns)) {
+                        (Some(docs), _) => Box::new(docs.into_iter().map(Ok)),
+                        (None, None) => Box::new(std::iter::empty()),
+                        (None, Some(meta)) => {
+                            // The leading $match also filters the scan, with the `let`
+                            // variables bound and the collation the stage itself has.
+                            let leading = pipeline.leading_match().cloned().unwrap_or_default();
+                            let leading = if vars.vars.is_empty() {
+                                leading
+                            } else {
+                                tailstream_query::pipeline::substitute_vars(&leading, vars)
+                            };
+                            let matcher =
+                                Arc::new(Matcher::with_collation(&leading, vars.collator.clone())?);
+                            let natural = input
+                                .reverse
+                                .then(|| SortSpec::parse(&doc! {"$natural": -1}))
+                                .transpose()?;
+                            let plan =
+                                read::plan(&meta, &matcher, natural.as_ref(), input.hint.as_ref())?;
+                            let mut scan = Scan::new(plan.access);
+                            if matcher.text().is_some() {
+                                scan.annotate_text_score = true;
+                                // The stage's own matcher checks the documents again: it
+                                // needs the text index too.
+                                if let Some(m) = pipeline.leading_matcher() {
+                                    read::plan(&meta, m, None, None)?;
+                                }
+                            }
+                            Box::new(ScanIter::new(&self.store, meta, matcher, scan))
+                        }
+                    };
+                pipeline.run(scan, &source, vars)?
+            }
+            None => pipeline.run(Box::new(std::iter::empty()), &source, vars)?,
+        };
+        Ok((docs, pipeline))
+    }
+
+    /// The results of a resolved view over `base` (its collection's documents as a
+    /// transaction sees them).
+    pub(crate) fn view_documents(
+        &self,
+        view: &crate::views::ResolvedView,
+        base: Vec<Document>,
+    ) -> Result<Vec<Document>> {
+        let input = PipelineInput {
+            docs: Some(base),
+            ..Default::default()
+        };
+        let vars = tailstream_query::expr::Variables::default();
+        let (docs, _) = self.run_stages(
+            &view.base.db,
+            Some(&view.base.coll),
+            &view.pipeline,
+            &vars,
+            input,
+            0,
+        )?;
+        Ok(docs)
+    }
+
+    /// A find on a view, run as mongod runs it: as an aggregation of the view's
+    /// pipeline followed by `$match`, `$sort`, `$skip`, `$limit` and `$project`.
+    fn find_view(
+        &self,
+        ns: &Namespace,
+        view: &crate::views::ResolvedView,
+        req: FindRequest,
+    ) -> Result<CursorBatch> {
+        let unsupported = |what: &str| {
+            Error::new(
+                codes::INVALID_PIPELINE_OPERATOR,
+                format!("Option {what} not supported in aggregation."),
+            )
+        };
+        if req.await_data && !req.tailable {
+            return Err(Error::failed_to_parse(
+                "Cannot set 'awaitData' without also setting 'tailable'",
+            ));
+        }
+        if req.min.is_some() {
+            return Err(unsupported("min"));
+        }
+        if req.max.is_some() {
+            return Err(unsupported("max"));
+        }
+        if req.tailable {
+            return Err(Error::new(
+                codes::INVALID_PIPELINE_OPERATOR,
+                "Tailable cursors are not supported in aggregation.",
+            ));
+        }
+        if req.no_cursor_timeout {
+            return Err(unsupported("noCursorTimeout"));
+        }
+        // mongod's exception: a single batch of one document (findOne).
+        if req.single_batch && req.limit != Some(1) {
+            return Err(unsupported("singleBatch"));
+        }
+        if matches!(req.limit, Some(l) if l < 0) {
+            return Err(Error::bad_value("LIMIT must be non-negative"));
+        }
+        let batch_size = check_batch_size(req.batch_size)?;
+        let mut stages = view.pipeline.clone();
+        if !req.filter.is_empty() {
+            stages.push(doc! {"$match": req.filter.clone()});
+        }
+        let mut reverse = false;
+        match &req.sort {
+            // `$natural` is the order the collection under the view is read in.
+            Some(s) if s.len() == 1 && s.contains_key("$natural") => {
+                reverse = s.get("$natural").and_then(as_f64).is_some_and(|d| d < 0.0);
+            }
+            Some(s) if !s.is_empty() => stages.push(doc! {"$sort": s.clone()}),
+            _ => {}
+        }
+        if req.skip > 0 {
+            stages.push(doc! {"$skip": req.skip as i64});
+        }
+        if let Some(l) = req.limit.filter(|l| *l > 0) {
+            stages.push(doc! {"$limit": l});
+        }
+        if let Some(p) = req.projection.as_ref().filter(|p| !p.is_empty()) {
+            stages.push(doc! {"$project": p.clone()});
+        }
+        let vars = match &req.let_vars {
+            Some(l) => tailstream_query::expr::let_variables(l)?,
+            None => tailstream_query::expr::Variables::default(),
+        };
+        let input = PipelineInput {
+            docs: None,
+            hint: req.hint.clone(),
+            reverse,
+        };
+        let (docs, _) = self.run_stages(
+            &view.base.db,
+            Some(&view.base.coll),
+            &stages,
+            &vars,
+            input,
+            0,
+        )?;
+        let mut cursor = Cursor::new(ns.full(), Source::Buffered(docs.into()));
+        cursor.lsid = req.lsid.clone();
+        self.first_batch(
+            cursor,
+            Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)),
+            req.single_batch,
+        )
+    }
+
+    /// The documents of a view matching `query`, with `extra` stages after the match.
+    fn view_matches(
+        &self,
+        view: &crate::views::ResolvedView,
+        query: &Document,
+        extra: Vec<Document>,
+        hint: Option<&Bson>,
+    ) -> Result<Vec<Document>> {
+        let mut stages = view.pipeline.clone();
+        if !query.is_empty() {
+            stages.push(doc! {"$match": query.clone()});
+        }
+        stages.extend(extra);
+        let input = PipelineInput {
+            docs: None,
+            hint: hint.cloned(),
+            reverse: false,
+        };
+        let vars = tailstream_query::expr::Variables::default();
+        let (docs, _) = self.run_stages(
+            &view.base.db,
+            Some(&view.base.coll),
+            &stages,
+            &vars,
+            input,
+            0,
+        )?;
+        Ok(docs)
+    }
+
     /// `$out` replaces the target collection; `$merge` upserts into it by `_id`.
     fn write_output_stage(
         &self,
         db: &str,
+        source_ns: &str,
         stage: &Document,
         docs: Vec<Document>,
     ) -> Result<WriteOutcome> {
@@ -687,8 +897,18 @@ impl Engine {
                 ))),
             }
         };
+        let refuse_view = |ns: &Namespace| -> Result<()> {
+            if self.view(ns).is_some() {
+                return Err(executor_error(
+                    source_ns,
+                    crate::views::not_a_collection(ns),
+                ));
+            }
+            Ok(())
+        };
         if name == "$out" {
             let ns = target(spec)?;
+            refuse_view(&ns)?;
             self.drop_collection(&ns)?;
             let out = self.insert_documents(&ns, docs, true)?;
             if let Some(e) = out.errors.first() {
@@ -700,6 +920,7 @@ impl Engine {
             return Ok(out);
         }
         let merge = crate::merge::MergeSpec::parse(db, spec)?;
+        refuse_view(&merge.into)?;
         self.write_merge(&merge, docs)
     }
 
@@ -886,14 +1107,60 @@ impl Iterator for ScanIter<'_> {
     }
 }
 
-/// Other collections for `$lookup`, `$unionWith` and `$graphLookup`.
+/// How a pipeline's input collection is read.
+#[derive(Debug, Default)]
+pub(crate) struct PipelineInput {
+    /// The documents to use instead of the collection's (a transaction's view of them).
+    pub docs: Option<Vec<Document>>,
+    /// An index to read the collection through.
+    pub hint: Option<Bson>,
+    /// Read in reverse natural order (`$natural: -1` of a find on a view).
+    pub reverse: bool,
+}
+
+/// mongod's wrapping of an error met while an aggregation runs.
+fn executor_error(ns: &str, e: Error) -> Error {
+    Error::new(
+        e.code,
+        format!(
+            "Executor error during aggregate command on namespace: {ns} :: caused by :: {}",
+            e.message
+        ),
+    )
+}
+
+/// Other collections for `$lookup`, `$unionWith` and `$graphLookup` (views included).
 struct EngineSource<'a> {
     engine: &'a Engine,
+    /// Views entered so far through such stages (cycles are refused when views are
+    /// stored; this bounds the recursion regardless).
+    depth: usize,
 }
 
 impl CollectionSource for EngineSource<'_> {
     fn scan(&self, db: &str, coll: &str) -> Result<Vec<Document>> {
         let ns = Namespace::new(db, coll);
+        if let Some(view) = self.engine.resolve_view(&ns)? {
+            if self.depth >= crate::views::MAX_VIEW_DEPTH {
+                return Err(Error::new(
+                    crate::views::VIEW_DEPTH_LIMIT_EXCEEDED,
+                    format!(
+                        "View depth too deep or view cycle detected; maximum depth is {}",
+                        crate::views::MAX_VIEW_DEPTH
+                    ),
+                ));
+            }
+            let vars = tailstream_query::expr::Variables::default();
+            let (docs, _) = self.engine.run_stages(
+                &view.base.db,
+                Some(&view.base.coll),
+                &view.pipeline,
+                &vars,
+                PipelineInput::default(),
+                self.depth + 1,
+            )?;
+            return Ok(docs);
+        }
         let Some(meta) = self.engine.collection(&ns) else {
             return Ok(Vec::new());
         };

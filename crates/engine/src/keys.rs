@@ -14,6 +14,12 @@ pub fn id_key(id: &Bson) -> Vec<u8> {
     keystring::encode_value(id)
 }
 
+/// Record key of a time-series measurement (which has no unique `_id` to be keyed by):
+/// the cluster time of its insert, big-endian so that key order is insertion order.
+pub fn record_key(insert_ts: u64) -> [u8; 8] {
+    insert_ts.to_be_bytes()
+}
+
 /// `Docs` key of one document.
 pub fn doc_key(coll_id: u32, id_ks: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(4 + id_ks.len());

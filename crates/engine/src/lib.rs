@@ -26,10 +26,12 @@ pub mod oplog;
 mod partial;
 mod plugin_plan;
 pub mod read;
+pub mod timeseries;
 pub mod transaction;
 pub mod ttl;
 pub mod validate;
 mod validation;
+pub mod views;
 pub mod write;
 
 use bson::{doc, Document};
@@ -673,6 +675,7 @@ fn load_catalog(store: &Store) -> Result<Catalog> {
     }
     catalog.next_coll_id = catalog.next_coll_id.max(1);
     catalog.next_index_id = catalog.next_index_id.max(1);
+    views::load_views(store, &mut catalog)?;
     Ok(catalog)
 }
 

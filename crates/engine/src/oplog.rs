@@ -130,6 +130,12 @@ pub const DIGEST_FIELDS_MIN_BYTES: usize = 64 * 1024;
 /// names, each followed by a NUL.
 pub fn ns_digest(entry: &bson::RawDocument) -> Vec<u8> {
     let op = entry.get_str("op").unwrap_or("");
+    // A write of a view definition is the DDL of a view (create, modify or drop event).
+    if matches!(op, "i" | "u" | "d")
+        && crate::changestream::event::is_system_views(entry.get_str("ns").unwrap_or(""))
+    {
+        return vec![b'c'];
+    }
     let o = entry.get_document("o").ok();
     let kind = match op {
         "u" if o

@@ -140,7 +140,9 @@ fn plan_access(
         });
     }
     let coll = matcher.collator();
-    if let Some(ids) = id_points(matcher) {
+    // A time-series collection's records are keyed by insertion, not by `_id`.
+    let keyed_by_id = !meta.is_timeseries();
+    if let Some(ids) = id_points(matcher).filter(|_| keyed_by_id) {
         let sorted = sort_fields.is_empty()
             || (sort_fields.len() == 1 && sort_fields[0] == ("_id".to_string(), false));
         return Ok(Plan {
@@ -186,8 +188,8 @@ fn plan_access(
     }
     if !sort_fields.is_empty() {
         // Documents are in binary `_id` order: that is the sort order only without a
-        // collation.
-        if sort_fields.len() == 1 && sort_fields[0].0 == "_id" && coll.is_none() {
+        // collation (and not in a time-series collection, keyed by insertion).
+        if keyed_by_id && sort_fields.len() == 1 && sort_fields[0].0 == "_id" && coll.is_none() {
             return Ok(Plan {
                 access: Access::CollScan {
                     reverse: sort_fields[0].1,
@@ -224,6 +226,14 @@ fn plan_with_hint(
     hint: &Bson,
 ) -> Result<Plan> {
     let index = match hint {
+        // A time-series collection has no `_id` index.
+        Bson::String(name) if name == "_id_" && meta.is_timeseries() => return Err(bad_hint()),
+        Bson::Document(d)
+            if meta.is_timeseries()
+                && (d == &bson::doc! {"_id": 1} || d == &bson::doc! {"_id": -1}) =>
+        {
+            return Err(bad_hint())
+        }
         Bson::String(name) if name == "_id_" => None,
         Bson::String(name) => Some(meta.index_by_name(name).cloned().ok_or_else(bad_hint)?),
         Bson::Document(d) if d.contains_key("$natural") => {

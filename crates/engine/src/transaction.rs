@@ -195,7 +195,16 @@ impl Engine {
         ns: &Namespace,
         matcher: &Matcher,
     ) -> Result<Vec<(Vec<u8>, Document)>> {
-        let Some(ids) = read::id_points(matcher) else {
+        if self.view(ns).is_some() {
+            // A view's documents have no record keys (nothing writes them).
+            return Ok(self
+                .transaction_documents(t, ns)?
+                .into_iter()
+                .map(|d| (Vec::new(), d))
+                .collect());
+        }
+        let by_id = self.collection(ns).is_some_and(|m| !m.is_timeseries());
+        let Some(ids) = read::id_points(matcher).filter(|_| by_id) else {
             return self.transaction_view(t, ns);
         };
         let mut docs = Vec::with_capacity(ids.len());
@@ -207,8 +216,17 @@ impl Engine {
         Ok(docs)
     }
 
-    /// The documents of a collection the transaction sees, for a read command.
+    /// The documents of a collection (or the results of a view) the transaction sees,
+    /// for a read command.
     pub fn transaction_documents(&self, t: &Transaction, ns: &Namespace) -> Result<Vec<Document>> {
+        if let Some(view) = self.resolve_view(ns)? {
+            let base = self
+                .transaction_view(t, &view.base)?
+                .into_iter()
+                .map(|(_, d)| d)
+                .collect();
+            return self.view_documents(&view, base);
+        }
         Ok(self
             .transaction_view(t, ns)?
             .into_iter()
@@ -275,8 +293,13 @@ impl Engine {
         ns.validate_for_write()?;
         let validator = self.validator(ns, bypass_document_validation)?;
         let mut out = WriteOutcome::default();
+        let writable = self.transaction_writable(ns, "insert into");
         for (index, raw) in docs.into_iter().enumerate() {
-            match self.transaction_insert_one(t, ns, raw, validator.as_ref()) {
+            let inserted = match &writable {
+                Ok(()) => self.transaction_insert_one(t, ns, raw, validator.as_ref()),
+                Err(e) => Err(e.clone()),
+            };
+            match inserted {
                 Ok(_) => out.n += 1,
                 Err(error) => {
                     out.errors.push(WriteError { index, error });
@@ -287,6 +310,23 @@ impl Engine {
             }
         }
         Ok(out)
+    }
+
+    /// Whether a transaction may write documents to `ns`: as outside one, and not to a
+    /// time-series collection (mongod refuses those writes in transactions).
+    fn transaction_writable(&self, ns: &Namespace, what: &str) -> Result<()> {
+        let catalog = self.catalog();
+        crate::write::check_writable(&catalog, ns)?;
+        if catalog.get(ns).is_some_and(|m| m.is_timeseries()) {
+            return Err(Error::new(
+                codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+                format!(
+                    "Cannot {what} a time-series collection in a multi-document transaction: {}",
+                    ns.full()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The collection's validator for a write, if it has one and the write does not bypass it.
@@ -358,6 +398,7 @@ impl Engine {
             ));
         }
         ns.validate_for_write()?;
+        self.transaction_writable(ns, "update")?;
         let validator = self.validator(ns, op.bypass_document_validation)?;
         let candidates = self.transaction_candidates(t, ns, &matcher)?;
         let targets = matching(candidates, &matcher, !op.multi)?;
@@ -395,6 +436,7 @@ impl Engine {
     ) -> Result<WriteOutcome> {
         Ok(run_statements(&ops, ordered, |_, op, out| {
             check_delete_limit(op.limit)?;
+            self.transaction_writable(ns, "delete from")?;
             let (filter, _) = crate::write::bind_let(&op.q, op.let_vars.as_ref())?;
             let collator = self.transaction_collator(t, ns, op.collation.as_ref())?;
             let matcher = Matcher::for_query_with_collation(&filter, collator)?;
@@ -424,6 +466,7 @@ impl Engine {
                 crate::write::FamPlan::parse(ns, &req, None)?
             }
         };
+        self.transaction_writable(ns, if req.remove { "delete from" } else { "update" })?;
         let validator = self.validator(ns, req.bypass_document_validation)?;
         let mut out = crate::write::FamOutcome::default();
         let mut candidates = matching(
@@ -567,6 +610,24 @@ impl Engine {
         options: Document,
     ) -> Result<()> {
         ns.validate_for_write()?;
+        if options.contains_key("viewOn") {
+            return Err(Error::new(
+                codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+                "Cannot create a view in a multi-document transaction.",
+            ));
+        }
+        if options.contains_key("timeseries") {
+            return Err(Error::new(
+                codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+                "Cannot create a time-series collection in a multi-document transaction.",
+            ));
+        }
+        if self.view(ns).is_some() {
+            return Err(Error::new(
+                codes::NAMESPACE_EXISTS,
+                format!("A view already exists. NS: {}", ns.full()),
+            ));
+        }
         if self.collection(ns).is_some() || Self::created_in(t, ns) {
             return Err(Error::new(
                 codes::NAMESPACE_EXISTS,
@@ -602,6 +663,9 @@ impl Engine {
         specs: Vec<Document>,
     ) -> Result<(usize, usize, bool)> {
         ns.validate_for_write()?;
+        if self.view(ns).is_some() {
+            return Err(crate::views::not_a_collection(ns));
+        }
         if self.collection(ns).is_some() {
             return Err(Error::new(
                 codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,

@@ -34,24 +34,31 @@ pub fn spawn(engine: &Arc<Engine>) {
 }
 
 impl Engine {
-    /// One pass over every TTL index.
+    /// One pass over every TTL index and every time-series collection with
+    /// `expireAfterSeconds`.
     pub fn ttl_pass(&self) -> u64 {
         let catalog = self.catalog();
         let mut removed = 0;
         for meta in catalog.colls.values() {
-            for index in &meta.indexes {
-                let Some(secs) = index.expire_after_seconds else {
-                    continue;
-                };
-                if index.pattern.fields.len() != 1 {
-                    continue;
-                }
-                let field = &index.pattern.fields[0].0;
+            // A time-series collection's expireAfterSeconds applies to its timeField
+            // (mongod expires whole buckets, here each measurement once it is old enough).
+            let timeseries = meta.timeseries().and_then(|spec| {
+                let secs = meta
+                    .options
+                    .get("expireAfterSeconds")
+                    .and_then(crate::find::as_i64)?;
+                Some((spec.get_str("timeField").ok()?.to_string(), secs))
+            });
+            let index_ttls = meta.indexes.iter().filter_map(|index| {
+                let secs = index.expire_after_seconds?;
+                (index.pattern.fields.len() == 1).then(|| (index.pattern.fields[0].0.clone(), secs))
+            });
+            for (field, secs) in index_ttls.chain(timeseries) {
                 let cutoff = bson::DateTime::from_millis(
                     bson::DateTime::now().timestamp_millis() - secs * 1000,
                 );
                 // A date, or an array holding a date, older than the cutoff.
-                let q = doc! {field.clone(): {"$lt": Bson::DateTime(cutoff)}};
+                let q = doc! {field: {"$lt": Bson::DateTime(cutoff)}};
                 let ns = Namespace::new(&meta.ns.db, &meta.ns.coll);
                 match self.delete(
                     &ns,

@@ -189,6 +189,19 @@ impl Engine {
         ns.validate_for_write()?;
         let mut out = WriteOutcome::default();
         let mut txn = self.begin();
+        if let Err(error) = check_writable(txn.catalog(), ns) {
+            // Every document fails (the first alone when ordered), as on mongod.
+            for index in 0..docs.len() {
+                out.errors.push(WriteError {
+                    index,
+                    error: error.clone(),
+                });
+                if ordered {
+                    break;
+                }
+            }
+            return Ok(out);
+        }
         let meta = self.ensure_collection(&mut txn, ns)?;
         let validator = DocumentValidator::for_write(&meta, bypass_document_validation)?;
         let mut pending = PendingIndex::default();
@@ -214,16 +227,16 @@ impl Engine {
         Ok(out)
     }
 
-    /// Adds one document to the transaction; returns its `_id`. The document's bytes go
-    /// to storage and into the oplog entry as they are; a `Document` is built only when
-    /// secondary indexes need key values.
+    /// Adds one document to the transaction; returns its `_id` and its record key. The
+    /// document's bytes go to storage and into the oplog entry as they are; a `Document`
+    /// is built only when secondary indexes need key values.
     pub(crate) fn insert_in(
         &self,
         txn: &mut Txn<'_>,
         meta: &Arc<CollMeta>,
         raw: RawDocumentBuf,
         pending: &mut PendingIndex,
-    ) -> Result<Bson> {
+    ) -> Result<(Bson, Vec<u8>)> {
         let raw = prepare_new_raw(raw)?;
         check_stored_limits(&raw, true)?;
         let id_ref = raw
@@ -233,6 +246,9 @@ impl Engine {
             .expect("prepared documents have an _id");
         let id =
             Bson::try_from(id_ref.to_raw_bson()).map_err(|e| Error::bad_value(e.to_string()))?;
+        if let Some(spec) = meta.timeseries() {
+            return self.insert_measurement(txn, meta, spec, raw, id, pending);
+        }
         let id_ks = keys::id_key(&id);
         let dkey = keys::doc_key(meta.id, &id_ks);
         if pending.ids.contains(&id_ks)
@@ -277,8 +293,52 @@ impl Engine {
                 index_keys,
             )?;
         }
-        pending.ids.insert(id_ks);
-        Ok(id)
+        pending.ids.insert(id_ks.clone());
+        Ok((id, id_ks))
+    }
+
+    /// Adds a measurement to a time-series collection: no unique `_id` (there is no `_id`
+    /// index), its record key is the cluster time of its oplog entry, and it is stored
+    /// inline (the oplog trim finds pointers by `_id`, which is not the key here).
+    fn insert_measurement(
+        &self,
+        txn: &mut Txn<'_>,
+        meta: &Arc<CollMeta>,
+        spec: &Document,
+        raw: RawDocumentBuf,
+        id: Bson,
+        pending: &mut PendingIndex,
+    ) -> Result<(Bson, Vec<u8>)> {
+        crate::timeseries::check_measurement(spec, &raw)?;
+        // Index keys first, so a document that cannot be indexed fails before its oplog
+        // entry is written (no unique index exists here: the record key is not needed).
+        let entries = if meta.indexes.is_empty() {
+            Vec::new()
+        } else {
+            let doc =
+                Document::try_from(raw.as_ref()).map_err(|e| Error::bad_value(e.to_string()))?;
+            self.index_entries_checked(meta, &doc, &[], pending, &[])?
+        };
+        let id_ref = raw
+            .get("_id")
+            .ok()
+            .flatten()
+            .expect("prepared documents have an _id");
+        let ts = txn.log_insert(&meta.oplog_ns(), meta.uuid, &raw, &id_ref);
+        let record = keys::record_key(keys::ts_to_u64(ts)).to_vec();
+        for (index_id, values_ks) in entries {
+            txn.batch().put(
+                Space::Index,
+                &keys::index_entry_key(index_id, &values_ks, &record),
+                &record,
+            );
+        }
+        txn.batch().put(
+            Space::Docs,
+            &keys::doc_key(meta.id, &record),
+            raw.as_bytes(),
+        );
+        Ok((id, record))
     }
 
     /// The index entries `(index id, encoded key values)` of a document, after checking
@@ -407,6 +467,7 @@ impl Engine {
             ns.validate_for_write()?;
         }
         let mut txn = self.begin();
+        check_writable(txn.catalog(), ns)?;
         let bypass = op.bypass_document_validation;
         let Some(meta) = txn.catalog().get(ns) else {
             if !op.upsert {
@@ -414,14 +475,15 @@ impl Engine {
             }
             let meta = self.ensure_collection(&mut txn, ns)?;
             let validator = DocumentValidator::for_write(&meta, bypass)?;
-            let id = self.upsert_in(&mut txn, &meta, &filter, &spec, &vars, validator.as_ref())?;
+            let (id, _) =
+                self.upsert_in(&mut txn, &meta, &filter, &spec, &vars, validator.as_ref())?;
             return Ok((1, 0, Some(id), Some(txn.commit()?)));
         };
         let validator = DocumentValidator::for_write(&meta, bypass)?;
         let targets = self.targets(&meta, &matcher, op.hint.as_ref(), op.multi)?;
         if targets.is_empty() {
             if op.upsert {
-                let id =
+                let (id, _) =
                     self.upsert_in(&mut txn, &meta, &filter, &spec, &vars, validator.as_ref())?;
                 return Ok((1, 0, Some(id), Some(txn.commit()?)));
             }
@@ -491,6 +553,11 @@ impl Engine {
         let id_ks = id_ks.to_vec();
         let old_id = old.get("_id").cloned().unwrap_or(Bson::Null);
         let bytes = encode_checked(&new, false)?;
+        if let Some(spec) = meta.timeseries() {
+            let raw = bson::RawDocument::from_bytes(&bytes)
+                .map_err(|e| Error::internal(e.to_string()))?;
+            crate::timeseries::check_measurement(spec, raw)?;
+        }
         let old_entries = self.index_entries_of(meta, &old);
         let new_entries = self.index_entries_checked(meta, &new, &id_ks, pending, &old_entries)?;
         for e in old_entries.iter().filter(|e| !new_entries.contains(e)) {
@@ -521,7 +588,7 @@ impl Engine {
                 None => update_diff(&new, &updated, &removed),
             }
         };
-        let ts = txn.log(OplogChange::update(meta.ns.full(), meta.uuid, old_id, o));
+        let ts = txn.log(OplogChange::update(meta.oplog_ns(), meta.uuid, old_id, o));
         if meta.images_enabled() {
             txn.put_image(ts, keys::ImageKind::Before, &old);
             txn.put_image(ts, keys::ImageKind::After, &new);
@@ -538,7 +605,7 @@ impl Engine {
         spec: &UpdateSpec,
         vars: &Variables,
         validator: Option<&DocumentValidator>,
-    ) -> Result<Bson> {
+    ) -> Result<(Bson, Vec<u8>)> {
         let doc = upsert_document(query, spec, vars)?;
         if let Some(v) = validator {
             v.check_new(&doc)?;
@@ -570,6 +637,7 @@ impl Engine {
             crate::find::operation_collator(self.collection(ns).as_deref(), op.collation.as_ref())?;
         let matcher = Matcher::for_query_with_collation(&filter, collator)?;
         let mut txn = self.begin();
+        check_writable(txn.catalog(), ns)?;
         let Some(meta) = txn.catalog().get(ns) else {
             return Ok((0, None));
         };
@@ -628,7 +696,7 @@ impl Engine {
             let _ = self.capped_deleted(meta, len as u64);
         }
         let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
-        let ts = txn.log(OplogChange::delete(meta.ns.full(), meta.uuid, id));
+        let ts = txn.log(OplogChange::delete(meta.oplog_ns(), meta.uuid, id));
         if meta.images_enabled() {
             txn.put_image(ts, keys::ImageKind::Before, doc);
         }
@@ -646,6 +714,7 @@ impl Engine {
         } = FamPlan::parse(ns, req, self.collection(ns).as_deref())?;
         let mut out = FamOutcome::default();
         let mut txn = self.begin();
+        check_writable(txn.catalog(), ns)?;
         let meta = match txn.catalog().get(ns) {
             Some(m) => m,
             None if req.upsert => self.ensure_collection(&mut txn, ns)?,
@@ -701,7 +770,7 @@ impl Engine {
                 out.value = Some(project(if req.new { new.unwrap_or(old) } else { old })?);
             }
             (None, Some(spec)) if req.upsert => {
-                let id =
+                let (id, key) =
                     self.upsert_in(&mut txn, &meta, &filter, &spec, &vars, validator.as_ref())?;
                 out.n = 1;
                 out.upserted = Some(id.clone());
@@ -709,7 +778,7 @@ impl Engine {
                     // Read back through the batch's own write: fetch after commit below.
                     let committed = txn.commit()?;
                     out.committed = Some(committed);
-                    let doc = read::fetch(&self.store, meta.id, &keys::id_key(&id))?;
+                    let doc = read::fetch(&self.store, meta.id, &key)?;
                     out.value = match doc {
                         Some(d) => Some(project(d)?),
                         None => None,
@@ -901,6 +970,25 @@ pub(crate) fn compute_update(
         removed,
         replaced,
     }))
+}
+
+/// Whether users may write documents to `ns`: not to a view (mongod's error), and not
+/// to `system.views` directly (view definitions change through create, collMod and
+/// drop here, which keep the catalog's parsed views in step).
+pub(crate) fn check_writable(catalog: &crate::catalog::Catalog, ns: &Namespace) -> Result<()> {
+    if catalog.view(ns).is_some() {
+        return Err(crate::views::not_a_collection(ns));
+    }
+    if ns.coll == crate::views::SYSTEM_VIEWS {
+        return Err(Error::new(
+            codes::INVALID_NAMESPACE,
+            format!(
+                "cannot write to '{}' directly: views are changed with create, collMod and drop",
+                ns.full()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A delete statement's `limit`: 0 (every match) or 1 (the first).

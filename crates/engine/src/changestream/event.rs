@@ -34,6 +34,9 @@ struct Parsed<'a> {
     state_before_change: Option<Document>,
     /// DDL events other than drop/rename/dropDatabase appear only with showExpandedEvents.
     expanded_only: bool,
+    /// An event about a view (or a time-series collection, a view on mongod): mongod
+    /// reports no collectionUUID for these.
+    view_event: bool,
 }
 
 enum DocKey<'a> {
@@ -57,6 +60,12 @@ fn internal_db(db: &str) -> bool {
 
 fn system_coll(coll: &str) -> bool {
     coll.starts_with("system.")
+}
+
+/// Whether `ns` is a database's `system.views` (the view definitions).
+pub(crate) fn is_system_views(ns: &str) -> bool {
+    ns.strip_suffix(".system.views")
+        .is_some_and(|db| !db.is_empty() && !db.contains('.'))
 }
 
 /// Whether an event about `nss` (with rename target `to`) belongs to the stream.
@@ -97,8 +106,40 @@ fn parse<'a>(entry: &'a RawDocument, scope: &Scope) -> Result<Option<Parsed<'a>>
         op_description: None,
         state_before_change: None,
         expanded_only: false,
+        view_event: false,
     };
     match op {
+        "i" | "u" | "d" if is_system_views(ns) => {
+            // As mongod: writes to <db>.system.views are the DDL of views, shown to
+            // database and cluster streams (with showExpandedEvents) as create, modify
+            // and drop events of the view the document defines.
+            if matches!(scope, Scope::Collection(_)) {
+                return Ok(None);
+            }
+            let o = entry.get_document("o").map_err(|_| corrupt("o"))?;
+            let view = o.get_str("_id").map_err(|_| corrupt("o._id"))?;
+            p.nss = Namespace::parse(view).map_err(|_| corrupt("o._id"))?;
+            p.expanded_only = true;
+            p.view_event = true;
+            let definition = || -> Result<Document> {
+                let mut d = Document::try_from(o).map_err(|e| corrupt(&e.to_string()))?;
+                d.remove("_id");
+                Ok(d)
+            };
+            match op {
+                "i" => {
+                    p.op_type = "create";
+                    p.op_description = Some(definition()?);
+                }
+                // Definitions are always replaced whole.
+                "u" if o.get("$v").ok().flatten().is_none() => {
+                    p.op_type = "modify";
+                    p.op_description = Some(definition()?);
+                }
+                "u" => return Ok(None),
+                _ => p.op_type = "drop",
+            }
+        }
         "i" | "u" | "d" => {
             p.nss = Namespace::parse(ns).map_err(|_| corrupt("ns"))?;
             if !in_scope(scope, &p.nss, None) {
@@ -176,7 +217,13 @@ fn parse<'a>(entry: &'a RawDocument, scope: &Scope) -> Result<Option<Parsed<'a>>
                 "create" => {
                     p.op_type = "create";
                     p.nss = Namespace::new(db, &coll);
-                    p.op_description = Some(except(&["create"]));
+                    p.op_description = Some(if o.contains_key("timeseries") {
+                        // mongod reports the view over the buckets collection it creates.
+                        p.view_event = true;
+                        crate::timeseries::view_description(&coll, &o)
+                    } else {
+                        except(&["create"])
+                    });
                     p.expanded_only = true;
                 }
                 "createIndexes" => {
@@ -298,7 +345,7 @@ pub(crate) fn transform(
     d.append("_id", token.to_raw_document());
     d.append("operationType", p.op_type);
     d.append("clusterTime", bson::RawBson::Timestamp(keys::u64_to_ts(ts)));
-    if spec.show_expanded {
+    if spec.show_expanded && !p.view_event {
         if let Some(u) = uuid {
             d.append(
                 "collectionUUID",

@@ -13,7 +13,7 @@
 //! durable time to advance, see `commands/read.rs`); this module only reads.
 
 pub mod diff;
-mod event;
+pub(crate) mod event;
 pub mod prefilter;
 pub mod recent;
 pub mod token;
@@ -360,6 +360,14 @@ impl Engine {
         collation: Option<&Document>,
     ) -> Result<CursorBatch> {
         let (mut spec, start) = parse_spec(db, coll, opts, rest)?;
+        if let Scope::Collection(ns) = &spec.scope {
+            // A view (and a time-series collection, a view on mongod) has no changes of
+            // its own to stream.
+            let catalog = self.catalog();
+            if catalog.view(ns).is_some() || catalog.get(ns).is_some_and(|m| m.is_timeseries()) {
+                return Err(crate::views::not_a_collection(ns));
+            }
+        }
         let meta = coll.and_then(|c| self.collection(&Namespace::new(db, c)));
         spec.collator = crate::find::operation_collator(meta.as_deref(), collation)?;
         if start.len() > 1 {

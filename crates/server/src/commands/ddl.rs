@@ -6,10 +6,11 @@ use super::{blocking, collection_arg, opt_bool, opt_doc, opt_str, type_name, GEN
 use crate::state::ServerState;
 use bson::{doc, Bson, Document};
 use std::sync::Arc;
-use tailstream_engine::catalog::CollMeta;
+use tailstream_engine::catalog::{CollMeta, ViewMeta};
 use tailstream_engine::namespace::Namespace;
 use tailstream_engine::query::error::{codes, Error, Result};
 use tailstream_engine::query::matcher::Matcher;
+use tailstream_engine::views::not_a_collection;
 
 fn filter_matches(filter: &Option<Matcher>, d: &Document) -> bool {
     filter.as_ref().map(|m| m.matches(d)).unwrap_or(true)
@@ -61,6 +62,19 @@ pub async fn list_databases(
 }
 
 fn collection_info(meta: &CollMeta, name_only: bool) -> Document {
+    if meta.is_timeseries() {
+        // As mongod, where a time-series collection is a view over its buckets: no
+        // uuid, no _id index.
+        if name_only {
+            return doc! {"name": meta.ns.coll.clone(), "type": "timeseries"};
+        }
+        return doc! {
+            "name": meta.ns.coll.clone(),
+            "type": "timeseries",
+            "options": meta.options.clone(),
+            "info": {"readOnly": false},
+        };
+    }
     if name_only {
         return doc! {"name": meta.ns.coll.clone(), "type": "collection"};
     }
@@ -77,6 +91,18 @@ fn collection_info(meta: &CollMeta, name_only: bool) -> Document {
     info
 }
 
+fn view_info(view: &ViewMeta, name_only: bool) -> Document {
+    if name_only {
+        return doc! {"name": view.ns.coll.clone(), "type": "view"};
+    }
+    doc! {
+        "name": view.ns.coll.clone(),
+        "type": "view",
+        "options": view.options(),
+        "info": {"readOnly": true},
+    }
+}
+
 pub async fn list_collections(
     state: &Arc<ServerState>,
     db: &str,
@@ -90,6 +116,12 @@ pub async fn list_collections(
     let mut out = Vec::new();
     for meta in catalog.collections_in(db) {
         let info = collection_info(&meta, name_only);
+        if filter_matches(&filter, &info) {
+            out.push(Bson::Document(info));
+        }
+    }
+    for view in catalog.views_in(db) {
+        let info = view_info(&view, name_only);
         if filter_matches(&filter, &info) {
             out.push(Bson::Document(info));
         }
@@ -110,13 +142,20 @@ pub async fn list_collections(
 
 pub async fn list_indexes(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
+    if state.engine.view(&ns).is_some() {
+        return Err(not_a_collection(&ns));
+    }
     let Some(meta) = state.engine.collection(&ns) else {
         return Err(Error::new(
             codes::NAMESPACE_NOT_FOUND,
             format!("ns does not exist: {}", ns.full()),
         ));
     };
-    let mut specs = vec![Bson::Document(meta.id_index())];
+    // A time-series collection has no _id index.
+    let mut specs = Vec::new();
+    if !meta.is_timeseries() {
+        specs.push(Bson::Document(meta.id_index()));
+    }
     specs.extend(
         meta.secondary_indexes()
             .map(|i| Bson::Document(i.spec.clone())),
@@ -156,11 +195,18 @@ fn with_wce(mut reply: Document, wce: Option<Document>) -> Document {
 pub async fn drop(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
     let wc = parse_write_concern(cmd)?;
-    let before = state.engine.collection(&ns).map(|m| m.index_count() as i32);
+    // A time-series collection has no _id index.
+    let before = state
+        .engine
+        .collection(&ns)
+        .map(|m| m.index_count() as i32 - i32::from(m.is_timeseries()));
+    let is_view = state.engine.view(&ns).is_some();
     let full = ns.full();
     let committed = blocking(state, move |e| e.drop_collection(&ns)).await?;
     let reply = match before {
         Some(n) => doc! {"nIndexesWas": n, "ns": full},
+        // A dropped view has no indexes to count.
+        None if is_view => doc! {"ns": full},
         None => Document::new(),
     };
     Ok(with_wce(
@@ -305,7 +351,7 @@ pub async fn db_stats(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     let scale = super::opt_i64(cmd, "scale")?.unwrap_or(1).max(1);
     let st = state.clone();
     let dbname = db.to_string();
-    let (colls, objects, data, indexes) = tokio::task::spawn_blocking(move || {
+    let (colls, views, objects, data, indexes) = tokio::task::spawn_blocking(move || {
         let catalog = st.engine.catalog();
         let metas = catalog.collections_in(&dbname);
         let (mut objects, mut data, mut indexes) = (0i64, 0i64, 0i64);
@@ -313,16 +359,17 @@ pub async fn db_stats(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
             let (c, s) = coll_numbers(&st, m);
             objects += c;
             data += s;
-            indexes += m.index_count() as i64;
+            indexes += m.index_count() as i64 - i64::from(m.is_timeseries());
         }
-        (metas.len() as i64, objects, data, indexes)
+        let views = catalog.views_in(&dbname).len() as i64;
+        (metas.len() as i64, views, objects, data, indexes)
     })
     .await
     .map_err(|e| Error::internal(e.to_string()))?;
     Ok(doc! {
         "db": db,
         "collections": colls,
-        "views": 0i64,
+        "views": views,
         "objects": objects,
         "avgObjSize": if objects > 0 { data as f64 / objects as f64 } else { 0.0 },
         "dataSize": (data / scale) as f64,
@@ -339,6 +386,9 @@ pub async fn db_stats(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
 pub async fn coll_stats(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
     let scale = super::opt_i64(cmd, "scale")?.unwrap_or(1).max(1);
+    if state.engine.view(&ns).is_some() {
+        return Err(not_a_collection(&ns));
+    }
     let Some(meta) = state.engine.collection(&ns) else {
         return Err(Error::new(
             codes::NAMESPACE_NOT_FOUND,
@@ -350,7 +400,11 @@ pub async fn coll_stats(state: &Arc<ServerState>, db: &str, cmd: &Document) -> R
     let (count, size) = tokio::task::spawn_blocking(move || coll_numbers(&st, &m))
         .await
         .map_err(|e| Error::internal(e.to_string()))?;
-    let mut index_sizes = doc! {"_id_": 0i64};
+    let has_id_index = !meta.is_timeseries();
+    let mut index_sizes = Document::new();
+    if has_id_index {
+        index_sizes.insert("_id_", 0i64);
+    }
     for i in meta.secondary_indexes() {
         index_sizes.insert(i.name.clone(), 0i64);
     }
@@ -361,7 +415,7 @@ pub async fn coll_stats(state: &Arc<ServerState>, db: &str, cmd: &Document) -> R
         "avgObjSize": if count > 0 { size / count } else { 0 },
         "storageSize": size / scale,
         "freeStorageSize": 0i64,
-        "nindexes": meta.index_count() as i32,
+        "nindexes": meta.index_count() as i32 - i32::from(!has_id_index),
         "indexDetails": {},
         "indexBuilds": [],
         "totalIndexSize": 0i64,
@@ -408,6 +462,12 @@ pub async fn validate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     if opt_bool(cmd, "repair")?.unwrap_or(false) {
         return Err(Error::invalid_options(
             "Running the validate command with { repair: true } can only be performed in standalone mode.",
+        ));
+    }
+    if state.engine.view(&ns).is_some() {
+        return Err(Error::new(
+            tailstream_engine::views::COMMAND_NOT_SUPPORTED_ON_VIEW,
+            "Cannot validate a view",
         ));
     }
     let Some(meta) = state.engine.collection(&ns) else {
