@@ -215,6 +215,9 @@ PORT="$("$PY" -c '
 import socket
 def free(port):
     s = socket.socket()
+    # As the server binds (SO_REUSEADDR): a port left in TIME_WAIT by an earlier run is
+    # free, one a process listens on is not.
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         s.bind(("127.0.0.1", port))
         return s.getsockname()[1]
