@@ -322,6 +322,11 @@ class TestMerge:
         self.merge(db, [{"k": 1, "v": 2}], on="k")
         assert [d["v"] for d in db.target.find({"k": 1})] == [2]
 
+    def test_results_without_id_get_one(self, db):
+        self.merge(db, [{"a": 1}, {"a": 2}])
+        docs = list(db.target.find())
+        assert [d["a"] for d in docs] == [1, 2] and all("_id" in d for d in docs)
+
     def test_bad_specs(self, db):
         for spec, code in [({"whenMatched": "bogus"}, 2), ({"bogus": 1}, 40415)]:
             with pytest.raises(OperationFailure) as exc:

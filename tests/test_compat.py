@@ -205,3 +205,4 @@ def test_return_key_returns_the_index_keys(coll):
     assert list(coll.find({"x": {"$gte": 22}}, return_key=True).hint("x_1")) == [{"x": 22}, {"x": 33}]
     # A collection scan uses no index: empty keys, as mongod returns.
     assert list(coll.find({"y": 0}, return_key=True)) == [{}, {}, {}]
+

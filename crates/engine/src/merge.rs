@@ -233,6 +233,14 @@ impl Engine {
         }
         let mut total = WriteOutcome::default();
         for d in docs {
+            // As mongod: a result without `_id`, merged on `_id`, gets a new ObjectId.
+            let d = if spec.on == ["_id"] && !d.contains_key("_id") {
+                let mut with_id = doc! {"_id": bson::oid::ObjectId::new()};
+                with_id.extend(d);
+                with_id
+            } else {
+                d
+            };
             let q = spec.match_query(&d)?;
             let out = match (&spec.when_matched, spec.when_not_matched) {
                 // Insert-only: a match is a duplicate key, reported as mongod does.

@@ -226,11 +226,7 @@ impl ScriptScope for Scope {
             }
             Ok(())
         })?;
-        match (result, conversion) {
-            (Some(b), _) => Ok(b),
-            (None, Some(e)) => Err(e),
-            (None, None) => Err(Error::internal("JavaScript call returned nothing")),
-        }
+        returned(result, conversion)
     }
 
     fn fold(
@@ -264,11 +260,7 @@ impl ScriptScope for Scope {
             }
             Ok(())
         })?;
-        match (result, conversion) {
-            (Some(b), _) => Ok(b),
-            (None, Some(e)) => Err(e),
-            (None, None) => Err(Error::internal("JavaScript call returned nothing")),
-        }
+        returned(result, conversion)
     }
 
     fn call_predicate(
@@ -483,3 +475,12 @@ fn mozilla_stack(stack: &str) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// What a call gave back: its value, or the error converting it to BSON.
+fn returned(result: Option<bson::Bson>, conversion: Option<Error>) -> Result<bson::Bson> {
+    match (result, conversion) {
+        (Some(b), _) => Ok(b),
+        (None, Some(e)) => Err(e),
+        (None, None) => Err(Error::internal("JavaScript call returned nothing")),
+    }
+}

@@ -183,6 +183,15 @@ pub fn cmp_bson(a: &Bson, b: &Bson) -> Ordering {
 
 /// Objects compare element by element: canonical type of the value, then field name, then value.
 pub fn cmp_documents(a: &Document, b: &Document) -> Ordering {
+    cmp_documents_by(a, b, cmp_bson)
+}
+
+/// [`cmp_documents`] with `values` comparing the values (binary or under a collation).
+fn cmp_documents_by(
+    a: &Document,
+    b: &Document,
+    values: impl Fn(&Bson, &Bson) -> Ordering,
+) -> Ordering {
     let mut ia = a.iter();
     let mut ib = b.iter();
     loop {
@@ -194,7 +203,7 @@ pub fn cmp_documents(a: &Document, b: &Document) -> Ordering {
                 let o = canonical_type(va)
                     .cmp(&canonical_type(vb))
                     .then_with(|| ka.as_bytes().cmp(kb.as_bytes()))
-                    .then_with(|| cmp_bson(va, vb));
+                    .then_with(|| values(va, vb));
                 if o != Ordering::Equal {
                     return o;
                 }
@@ -262,24 +271,7 @@ fn cmp_collated(a: &Bson, b: &Bson, c: &Collator) -> Ordering {
 }
 
 fn cmp_documents_collated(a: &Document, b: &Document, c: &Collator) -> Ordering {
-    let mut ia = a.iter();
-    let mut ib = b.iter();
-    loop {
-        match (ia.next(), ib.next()) {
-            (None, None) => return Ordering::Equal,
-            (None, Some(_)) => return Ordering::Less,
-            (Some(_), None) => return Ordering::Greater,
-            (Some((ka, va)), Some((kb, vb))) => {
-                let o = canonical_type(va)
-                    .cmp(&canonical_type(vb))
-                    .then_with(|| ka.as_bytes().cmp(kb.as_bytes()))
-                    .then_with(|| cmp_collated(va, vb, c));
-                if o != Ordering::Equal {
-                    return o;
-                }
-            }
-        }
-    }
+    cmp_documents_by(a, b, |x, y| cmp_collated(x, y, c))
 }
 
 #[cfg(test)]

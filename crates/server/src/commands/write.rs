@@ -105,6 +105,22 @@ pub async fn await_write_concern(
     None
 }
 
+/// Whether a write's reply carries an error that interrupted the operation.
+fn interrupted(reply: &Document) -> bool {
+    const INTERRUPTIONS: &[i32] = &[
+        codes::CLIENT_DISCONNECT,
+        codes::MAX_TIME_MS_EXPIRED,
+        11600, // InterruptedAtShutdown
+        codes::INTERRUPTED,
+    ];
+    reply.get_array("writeErrors").is_ok_and(|errors| {
+        errors.iter().any(|e| {
+            matches!(e, Bson::Document(d)
+                if d.get_i32("code").is_ok_and(|c| INTERRUPTIONS.contains(&c)))
+        })
+    })
+}
+
 /// The `writeConcernError` of a `w` larger than the one member there is.
 pub fn unsatisfiable_write_concern_error() -> Document {
     doc! {
@@ -256,7 +272,9 @@ where
     if let Some(wce) = await_write_concern(state, wc, committed).await {
         reply.insert("writeConcernError", wce);
     }
-    if let Some((lsid, txn)) = key {
+    // A statement the operation's interruption stopped (its client went away, its time
+    // ran out) did not run: the retry must run it, not get this reply again.
+    if let (Some((lsid, txn)), false) = (key, interrupted(&reply)) {
         state.retry_cache.put(&lsid, txn, reply.clone());
     }
     if close {
