@@ -88,10 +88,9 @@ impl Engine {
         }
         let (filter, _) = crate::write::bind_let(&req.filter, req.let_vars.as_ref())?;
         let is_oplog = ns.db == OPLOG_DB && ns.coll == OPLOG_COLL;
-        let collator = operation_collator(
-            if is_oplog { None } else { self.collection(ns) }.as_deref(),
-            req.collation.as_ref(),
-        )?;
+        // One catalog lookup serves the collation, the tailable check and the plan.
+        let meta = if is_oplog { None } else { self.collection(ns) };
+        let collator = operation_collator(meta.as_deref(), req.collation.as_ref())?;
         let matcher = Arc::new(Matcher::for_query_with_collation(
             &filter,
             collator.clone(),
@@ -127,8 +126,8 @@ impl Engine {
         }
         let batch_size = check_batch_size(req.batch_size)?;
         if req.tailable {
-            let capped = is_oplog || self.collection(ns).map(|m| m.is_capped()).unwrap_or(false);
-            if !capped && self.collection(ns).is_some() {
+            let capped = is_oplog || meta.as_ref().is_some_and(|m| m.is_capped());
+            if !capped && meta.is_some() {
                 return Err(Error::bad_value(format!(
                     "error processing query: ns={} tailable cursor requested on non capped collection",
                     ns.full()
@@ -164,7 +163,7 @@ impl Engine {
                 buf: VecDeque::new(),
             })
         } else {
-            match self.collection(ns) {
+            match meta {
                 None => None,
                 Some(meta) => {
                     let mut plan = read::plan(&meta, &matcher, sort.as_ref(), req.hint.as_ref())?;
@@ -825,14 +824,7 @@ impl Engine {
             hint: req.hint.clone(),
             reverse,
         };
-        let (docs, _) = self.run_stages(
-            &view.base.db,
-            Some(&view.base.coll),
-            &stages,
-            &vars,
-            input,
-            0,
-        )?;
+        let docs = self.run_on_view_base(view, &stages, &vars, input)?;
         let mut cursor = Cursor::new(ns.full(), Source::Buffered(docs.into()));
         cursor.lsid = req.lsid.clone();
         self.first_batch(
@@ -861,14 +853,19 @@ impl Engine {
             reverse: false,
         };
         let vars = tailstream_query::expr::Variables::default();
-        let (docs, _) = self.run_stages(
-            &view.base.db,
-            Some(&view.base.coll),
-            &stages,
-            &vars,
-            input,
-            0,
-        )?;
+        self.run_on_view_base(view, &stages, &vars, input)
+    }
+
+    /// Runs `stages` (the view's pipeline and what follows it) over the view's base collection.
+    fn run_on_view_base(
+        &self,
+        view: &crate::views::ResolvedView,
+        stages: &[Document],
+        vars: &tailstream_query::expr::Variables,
+        input: PipelineInput,
+    ) -> Result<Vec<Document>> {
+        let (docs, _) =
+            self.run_stages(&view.base.db, Some(&view.base.coll), stages, vars, input, 0)?;
         Ok(docs)
     }
 

@@ -115,32 +115,25 @@ fn bounds_imply(have: &FieldBounds, needed: &FieldBounds) -> bool {
                 .all(|p| comparable(p, v) && cmp_bson(p, v).is_eq())
         }),
     };
-    // A range of the query implies `> bound` when its lower limit is at or above it, etc.
-    let lower = |bound: &Bson, strict: bool| {
-        let above = |v: &Option<Bson>, strict_limit: bool| {
-            v.as_ref().is_some_and(|l| {
-                comparable(l, bound)
-                    && match cmp_bson(l, bound) {
-                        Ordering::Greater => true,
-                        Ordering::Equal => !strict || strict_limit,
-                        Ordering::Less => false,
-                    }
+    // A range of the query implies `> bound` when its lower limit is at or above it (and
+    // `< bound` when its upper limit is at or below it): `side` is the side of `bound` the
+    // limit must lie on, `strict` whether `bound` itself is excluded.
+    let within =
+        |limit: &Option<Bson>, strict_limit: bool, bound: &Bson, strict: bool, side: Ordering| {
+            limit.as_ref().is_some_and(|l| {
+                comparable(l, bound) && {
+                    let o = cmp_bson(l, bound);
+                    o == side || (o.is_eq() && (!strict || strict_limit))
+                }
             })
         };
-        above(&have.gt, true) || above(&have.gte, false)
+    let lower = |bound: &Bson, strict: bool| {
+        within(&have.gt, true, bound, strict, Ordering::Greater)
+            || within(&have.gte, false, bound, strict, Ordering::Greater)
     };
     let upper = |bound: &Bson, strict: bool| {
-        let below = |v: &Option<Bson>, strict_limit: bool| {
-            v.as_ref().is_some_and(|u| {
-                comparable(u, bound)
-                    && match cmp_bson(u, bound) {
-                        Ordering::Less => true,
-                        Ordering::Equal => !strict || strict_limit,
-                        Ordering::Greater => false,
-                    }
-            })
-        };
-        below(&have.lt, true) || below(&have.lte, false)
+        within(&have.lt, true, bound, strict, Ordering::Less)
+            || within(&have.lte, false, bound, strict, Ordering::Less)
     };
     // A range's other end is unbounded within its type, so it cannot prove an in_values.
     eq_ok
