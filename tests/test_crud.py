@@ -326,6 +326,29 @@ class TestWriteConcerns:
             sock.close()
         assert db.c.find_one({"_id": 1})["n"] == 1, "retry with the same txnNumber was re-applied"
 
+    def test_retryable_write_older_than_the_sessions_last_is_refused(self, db, server):
+        # As mongod: a session's retryable writes go forward; once txnNumber 2 ran, a
+        # (late) retry of txnNumber 1 fails with TransactionTooOld instead of re-applying.
+        sock = wire.connect(server.port)
+        try:
+            lsid = {"id": Binary.from_uuid(uuid.uuid4())}
+
+            def inc(n):
+                return wire.command(sock, {
+                    "update": "c", "$db": db.name, "lsid": lsid, "txnNumber": Int64(n),
+                    "updates": [{"q": {"_id": "old"}, "u": {"$inc": {"n": 1}}, "upsert": True}]})
+
+            assert inc(1)["ok"] == 1
+            assert inc(2)["ok"] == 1
+            again = inc(2)
+            assert again["ok"] == 1 and again["n"] == 1, again
+            late = inc(1)
+            assert late["ok"] == 0 and late["code"] == 225, late
+            assert late["codeName"] == "TransactionTooOld", late
+        finally:
+            sock.close()
+        assert db.c.find_one({"_id": "old"})["n"] == 2
+
     def test_unacknowledged_insert(self, coll):
         unack = coll.with_options(write_concern=WriteConcern(w=0))
         res = unack.insert_one({"_id": "w0"})

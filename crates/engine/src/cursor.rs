@@ -63,6 +63,10 @@ pub struct Cursor {
     pub tailable: bool,
     /// A getMore on it waits (up to its maxTimeMS) for new data instead of returning empty.
     pub await_data: bool,
+    /// A tailable cursor whose last batch ended because it reached the newest document:
+    /// its next batch is what was committed since, a few documents still in the memtable,
+    /// cheap enough to read on the connection's task instead of the blocking pool.
+    pub at_tail: bool,
 }
 
 impl Cursor {
@@ -82,6 +86,7 @@ impl Cursor {
             front: None,
             tailable: false,
             await_data: false,
+            at_tail: false,
         }
     }
 
@@ -108,11 +113,15 @@ impl Cursor {
         }
         let mut out = Vec::new();
         let mut bytes = 0usize;
+        self.at_tail = false;
         while out.len() < want {
             let doc = match self.front.take() {
                 Some(d) => d,
                 None => {
-                    let Some(doc) = self.pull(store)? else { break };
+                    let Some(doc) = self.pull(store)? else {
+                        self.at_tail = self.tailable;
+                        break;
+                    };
                     if self.skip > 0 {
                         self.skip -= 1;
                         continue;

@@ -315,9 +315,10 @@ impl Engine {
         self.get_more_with(cursor_id, ns, batch_size, false)
     }
 
-    /// A getMore short enough to run on an async worker, right after a wake-up: a
-    /// change stream reads memory only (the recent oplog); a tailable cursor reads at
-    /// most [`INLINE_TAIL_BATCH`] documents (what a commit just added, usually a few).
+    /// A getMore short enough to run on an async worker: a change stream reads memory
+    /// only (the recent oplog); a tailable cursor whose last batch reached the newest
+    /// document reads at most [`INLINE_TAIL_BATCH`] documents (what commits added since,
+    /// usually a few).
     /// Fails with [`crate::changestream::NEEDS_STORAGE`] when the cursor is busy, is of
     /// another kind, or the batch would need storage (then use [`Self::get_more`]).
     pub fn get_more_in_memory(
@@ -350,6 +351,7 @@ impl Engine {
                 Some(c)
                     if matches!(c.source, Source::ChangeStream(_))
                         || (c.tailable
+                            && c.at_tail
                             && !matches!(&c.source, Source::Scan { matcher, .. } if matcher.uses_script())) =>
                 {
                     c

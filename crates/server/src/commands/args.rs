@@ -103,8 +103,8 @@ pub fn collection_arg(cmd: &Document, db: &str) -> Result<Namespace> {
 }
 
 /// `lsid` and `txnNumber`, when a write is retryable.
-pub fn retry_key(cmd: &Document) -> Option<(Bson, i64)> {
-    let lsid = cmd.get("lsid")?.clone();
+pub fn retry_key(cmd: &Document) -> Option<(&Bson, i64)> {
+    let lsid = cmd.get("lsid")?;
     let txn = match cmd.get("txnNumber")? {
         Bson::Int64(n) => *n,
         Bson::Int32(n) => *n as i64,

@@ -370,7 +370,7 @@ async fn run(
         Some(_) => None,
         None => {
             if let Some((lsid, n)) = retry_key(&cmd) {
-                state.transactions.newer_number(&lsid, n);
+                state.transactions.newer_number(lsid, n);
             }
             None
         }

@@ -184,8 +184,9 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
         } else {
             // After a wake-up a change stream's new events are in the recent oplog, and a
             // tailable cursor's are the few documents just committed: read them right
-            // here; only a read that needs more goes to the blocking pool.
-            let in_memory = if !first_look {
+            // here; only a read that needs more goes to the blocking pool. A tailable
+            // cursor that keeps up (its last batch reached the end) reads here at once.
+            let in_memory = if !first_look || !change_stream {
                 match state.engine.get_more_in_memory(id, &ns, batch_size) {
                     Err(e) if e.code == tailstream_engine::changestream::NEEDS_STORAGE => None,
                     other => Some(other.map_err(label)?),

@@ -3,6 +3,7 @@
 //! retryable writes (a retried `lsid` + `txnNumber` gets the first reply again).
 
 use super::in_transaction;
+use crate::sessions::Retry;
 use super::{
     blocking, check_fields, collection_arg, opt_bool, opt_doc, opt_doc_array, retry_key,
     small_or_blocking, type_name,
@@ -234,9 +235,9 @@ where
     Fut: std::future::Future<Output = Result<(Document, Option<Committed>)>>,
 {
     let wc = parse_write_concern(cmd)?;
-    let key = retry_key(cmd);
-    if let Some((lsid, txn)) = &key {
-        if let Some(reply) = state.retry_cache.get(lsid, *txn) {
+    let key = retry_key(cmd).map(|(lsid, txn)| (crate::sessions::session_key(lsid), txn));
+    if let Some((session, txn)) = &key {
+        if let Retry::Done(reply) = state.retry_cache.check(session, *txn)? {
             return Ok(reply);
         }
     }
@@ -274,8 +275,8 @@ where
     }
     // A statement the operation's interruption stopped (its client went away, its time
     // ran out) did not run: the retry must run it, not get this reply again.
-    if let (Some((lsid, txn)), false) = (key, interrupted(&reply)) {
-        state.retry_cache.put(&lsid, txn, reply.clone());
+    if let (Some((session, txn)), false) = (key, interrupted(&reply)) {
+        state.retry_cache.put(&session, txn, reply.clone());
     }
     if close {
         return Err(Error::new(
