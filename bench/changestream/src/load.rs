@@ -19,7 +19,7 @@ use mongodb::{
 use serde::Serialize;
 
 use tailstream_bench_common::{
-    machine::{clock_ticks, proc_cpu_ticks},
+    machine::{clock_ticks, proc_cpu_ticks, proc_threads_cpu_ticks},
     server::ServerProc,
 };
 
@@ -109,6 +109,8 @@ fn self_cpu_ticks() -> u64 {
 pub struct CpuMark {
     server_pid: String,
     server: u64,
+    /// Of which the storage engine's background threads (flushes, compactions).
+    server_storage: u64,
     client: u64,
     at: Instant,
     at_ns: i64,
@@ -118,6 +120,9 @@ pub struct CpuMark {
 pub struct CpuSpan {
     pub wall_s: f64,
     pub server_cpu_s: f64,
+    /// Of `server_cpu_s`, what RocksDB's flush and compaction threads used: work
+    /// set by the data written, which lands in whichever span it happens to run.
+    pub server_storage_cpu_s: f64,
     pub client_cpu_s: f64,
 }
 
@@ -129,6 +134,15 @@ impl CpuSpan {
             0.0
         }
     }
+
+    /// Server CPU per second without the storage engine's background threads.
+    pub fn server_foreground_per_s(&self) -> f64 {
+        if self.wall_s > 0.0 {
+            (self.server_cpu_s - self.server_storage_cpu_s).max(0.0) / self.wall_s
+        } else {
+            0.0
+        }
+    }
 }
 
 impl CpuMark {
@@ -136,6 +150,7 @@ impl CpuMark {
         let server_pid = server.pid.to_string();
         CpuMark {
             server: proc_cpu_ticks(&server_pid).unwrap_or(0),
+            server_storage: proc_threads_cpu_ticks(&server_pid, "rocksdb").unwrap_or(0),
             server_pid,
             client: self_cpu_ticks(),
             at: Instant::now(),
@@ -158,6 +173,10 @@ impl CpuMark {
         CpuSpan {
             wall_s: self.at.elapsed().as_secs_f64(),
             server_cpu_s: s.saturating_sub(self.server) as f64 / hz,
+            server_storage_cpu_s: proc_threads_cpu_ticks(&self.server_pid, "rocksdb")
+                .unwrap_or(self.server_storage)
+                .saturating_sub(self.server_storage) as f64
+                / hz,
             client_cpu_s: self_cpu_ticks().saturating_sub(self.client) as f64 / hz,
         }
     }

@@ -508,6 +508,8 @@ pub struct IsolationRun {
     pub producer: ProducerResult,
     pub cpu: CpuSpan,
     pub server_cpu_per_s: f64,
+    /// The same without RocksDB's flush and compaction threads.
+    pub server_foreground_cpu_per_s: f64,
     /// Events the stream on the idle collection received (must be 0).
     pub stream_events: Option<u64>,
 }
@@ -521,6 +523,10 @@ pub struct Isolation {
     pub mean_without: f64,
     pub mean_with: f64,
     pub diff_pct: f64,
+    /// The same means without the storage engine's background threads.
+    pub fg_mean_without: f64,
+    pub fg_mean_with: f64,
+    pub fg_diff_pct: f64,
 }
 
 pub async fn isolation(ctx: &mut Ctx, secs: f64, rate: f64, batch: usize) -> Result<Isolation> {
@@ -533,7 +539,12 @@ pub async fn isolation(ctx: &mut Ctx, secs: f64, rate: f64, batch: usize) -> Res
     let mut runs = Vec::new();
     // The first run on a fresh, empty server is cheaper than any later one (nothing
     // to flush or compact yet): it warms the server up and is not counted.
-    for (i, with_stream) in [false, false, true, true, false, false, true, true, false].into_iter().enumerate() {
+    // Three ABBA rounds after the warm-up: with runs of 10 s the spread between runs
+    // (±15%) is larger than the effect measured, so more runs than one round.
+    let order = [
+        false, false, true, true, false, false, true, true, false, false, true, true, false,
+    ];
+    for (i, with_stream) in order.into_iter().enumerate() {
         let warm_up = i == 0;
         eprintln!(
             "  {}{} stream on A, {rate} inserts/s into B for {secs} s",
@@ -615,20 +626,28 @@ pub async fn isolation(ctx: &mut Ctx, secs: f64, rate: f64, batch: usize) -> Res
             with_stream,
             producer,
             server_cpu_per_s: cpu.server_per_s(),
+            server_foreground_cpu_per_s: cpu.server_foreground_per_s(),
             cpu,
             stream_events,
         });
     }
     ctx.finish("isolation", server);
-    let mean = |w: bool| {
+    let mean = |w: bool, fg: bool| {
         let v: Vec<f64> = runs
             .iter()
             .filter(|r| r.with_stream == w)
-            .map(|r| r.server_cpu_per_s)
+            .map(|r| {
+                if fg {
+                    r.server_foreground_cpu_per_s
+                } else {
+                    r.server_cpu_per_s
+                }
+            })
             .collect();
         v.iter().sum::<f64>() / v.len().max(1) as f64
     };
-    let (mean_without, mean_with) = (mean(false), mean(true));
+    let (mean_without, mean_with) = (mean(false, false), mean(true, false));
+    let (fg_mean_without, fg_mean_with) = (mean(false, true), mean(true, true));
     Ok(Isolation {
         rate,
         batch,
@@ -637,6 +656,9 @@ pub async fn isolation(ctx: &mut Ctx, secs: f64, rate: f64, batch: usize) -> Res
         mean_without,
         mean_with,
         diff_pct: (mean_with - mean_without) / mean_without * 100.0,
+        fg_mean_without,
+        fg_mean_with,
+        fg_diff_pct: (fg_mean_with - fg_mean_without) / fg_mean_without * 100.0,
     })
 }
 

@@ -53,6 +53,30 @@ pub fn proc_cpu_ticks(pid: &str) -> Option<u64> {
     proc_stat_sum(pid, 11, 12)
 }
 
+/// utime + stime of the threads of a process whose name starts with `prefix`
+/// (e.g. `rocksdb` for the storage engine's flush and compaction threads), in
+/// clock ticks.
+pub fn proc_threads_cpu_ticks(pid: &str, prefix: &str) -> Option<u64> {
+    let mut sum = 0u64;
+    for task in fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+        let stat = match fs::read_to_string(task.path().join("stat")) {
+            Ok(s) => s,
+            Err(_) => continue, // the thread ended meanwhile
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        if !stat[open + 1..close].starts_with(prefix) {
+            continue;
+        }
+        let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        for i in 11..=12 {
+            sum += f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        }
+    }
+    Some(sum)
+}
+
 /// utime + stime + cutime + cstime of a process: its own CPU and that of the
 /// children it has waited for, in clock ticks.
 pub fn proc_cpu_ticks_with_children(pid: &str) -> Option<u64> {

@@ -111,8 +111,13 @@ pub struct Engine {
     capped: Mutex<std::collections::HashMap<u32, capped::CappedState>>,
     opts: EngineOptions,
     commits: watch::Sender<CommitNotice>,
+    /// The same notices, one channel per namespace bit ([`namespace_bit`]): a change
+    /// stream on one collection waits on its bit's channel, so commits to other
+    /// collections do not wake it at all (with a thousand streams on other collections,
+    /// one commit would otherwise wake a thousand tasks that all go back to sleep).
+    commits_by_bit: Vec<watch::Sender<CommitNotice>>,
     /// The newest oplog entries in memory, for change streams that keep up.
-    recent: changestream::recent::RecentOplog,
+    recent: Arc<changestream::recent::RecentOplog>,
     /// Oldest retained oplog time, readable without the writer lock (change streams
     /// check it on every read).
     trim_ts: std::sync::atomic::AtomicU64,
@@ -160,11 +165,13 @@ impl Engine {
         };
         let durability = Durability::new(last_ts.map(keys::ts_to_u64).unwrap_or(0));
         let syncer = durability.spawn_syncer(Arc::clone(&store));
-        let (commits, _) = watch::channel(CommitNotice {
+        let first_notice = CommitNotice {
             seq: 0,
             last_ts: last_ts.map(keys::ts_to_u64).unwrap_or(0),
             ns_mask: 0,
-        });
+        };
+        let (commits, _) = watch::channel(first_notice);
+        let commits_by_bit = (0..64).map(|_| watch::channel(first_notice).0).collect();
         tracing::info!(
             dbpath = %opts.dbpath.display(),
             collections = catalog.colls.len(),
@@ -184,6 +191,7 @@ impl Engine {
             capped: Mutex::new(std::collections::HashMap::new()),
             opts,
             commits,
+            commits_by_bit,
             recent: Default::default(),
             trim_ts: std::sync::atomic::AtomicU64::new(trim_ts),
             transaction_locks: Default::default(),
@@ -217,6 +225,17 @@ impl Engine {
     /// Subscribe to commit notices (tailable cursors and change streams wait on this).
     pub fn subscribe_commits(&self) -> watch::Receiver<CommitNotice> {
         self.commits.subscribe()
+    }
+
+    /// Commit notices of the commits that wrote a namespace of `mask` (a single
+    /// [`namespace_bit`]), or of every commit for any other mask. Each notice is the
+    /// commit's own, with its full `ns_mask`.
+    pub fn subscribe_commits_for(&self, mask: u64) -> watch::Receiver<CommitNotice> {
+        if mask.count_ones() == 1 {
+            self.commits_by_bit[mask.trailing_zeros() as usize].subscribe()
+        } else {
+            self.commits.subscribe()
+        }
     }
 
     /// The newest cluster time handed out (the server's `operationTime` when idle).
@@ -408,8 +427,12 @@ impl<'e> Txn<'e> {
         }
         if self.engine.recent.enabled() {
             if let Some(raw) = raw {
-                self.recent
-                    .push(changestream::recent::RecentEntry::new(t, raw, digest));
+                self.recent.push(changestream::recent::RecentEntry::new(
+                    t,
+                    raw,
+                    digest,
+                    self.engine.recent.watched(),
+                ));
             }
         }
         self.last_ts = Some(ts);
@@ -503,11 +526,18 @@ impl<'e> Txn<'e> {
             *engine.catalog.write() = Arc::new(c);
         }
         if let Some(ts) = last_ts {
-            engine.commits.send_replace(CommitNotice {
+            let notice = CommitNotice {
                 seq,
                 last_ts: keys::ts_to_u64(ts),
                 ns_mask: self.ns_mask,
-            });
+            };
+            engine.commits.send_replace(notice);
+            let mut bits = self.ns_mask;
+            while bits != 0 {
+                let bit = bits.trailing_zeros() as usize;
+                engine.commits_by_bit[bit].send_replace(notice);
+                bits &= bits - 1;
+            }
         }
         if self.w.oplog_bytes > engine.opts.oplog_size_bytes {
             if let Err(e) = trim_oplog(engine, &mut self.w) {

@@ -115,6 +115,8 @@ pub struct ChangeStream {
     deferred_error: Option<Error>,
     /// Set during a memory-only read (see [`ChangeStream::next_batch`]).
     memory_only: bool,
+    /// Keeps the watched namespaces' entries whole in the recent oplog while open.
+    watch: recent::WatchGuard,
 }
 
 /// Parses `$changeStream`'s options and the stages after it.
@@ -323,10 +325,7 @@ impl Engine {
         let c = c.try_lock()?;
         match &c.source {
             Source::ChangeStream(s) => {
-                let mask = match &s.spec.scope {
-                    Scope::Collection(ns) => crate::namespace_bit(&ns.full()),
-                    _ => u64::MAX,
-                };
+                let mask = s.watch.mask();
                 let caught_up = s.pending.is_empty()
                     && !s.invalidated
                     && s.verify.is_none()
@@ -443,7 +442,12 @@ impl Engine {
             None => prefilter::Prefilter::from_stages(&spec.stages),
             Some(_) => prefilter::Prefilter::default(),
         };
+        let watch = self.recent.watch(match &spec.scope {
+            Scope::Collection(ns) => crate::namespace_bit(&ns.full()),
+            _ => u64::MAX,
+        });
         let stream = ChangeStream {
+            watch,
             spec,
             next_ts,
             verify,

@@ -6,10 +6,15 @@
 //!
 //! Bounded: at most `MAX_BYTES` of entries and `MAX_ENTRIES` entries; entries over
 //! `MAX_ENTRY_BYTES` are listed without their bytes (readers load those from storage).
+//!
+//! Only what open streams watch is copied: an entry whose namespaces no open stream's
+//! [`WatchGuard`] covers is listed without its bytes too. A stream on collection A thus
+//! costs writers to collection B no copy (the isolation target of issue 3); a stream
+//! opened later on B reads B's earlier entries from storage, as it would large ones.
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 const MAX_BYTES: usize = 64 << 20;
@@ -30,14 +35,20 @@ pub struct RecentEntry {
 }
 
 impl RecentEntry {
-    /// `digest`: the entry's `oplog_by_ns` digest, computed once by the writer.
-    pub fn new(ts: u64, entry: &bson::RawDocument, digest: Vec<u8>) -> RecentEntry {
+    /// `digest`: the entry's `oplog_by_ns` digest, computed once by the writer;
+    /// `watched`: the namespace bits open streams watch ([`RecentOplog::watched`]).
+    pub fn new(ts: u64, entry: &bson::RawDocument, digest: Vec<u8>, watched: u64) -> RecentEntry {
         let raw = entry.as_bytes();
+        let namespaces = crate::oplog::indexed_namespaces(entry);
+        let wanted = watched == u64::MAX
+            || namespaces
+                .iter()
+                .any(|n| watched & crate::namespace_bit(n) != 0);
         RecentEntry {
             ts,
-            namespaces: crate::oplog::indexed_namespaces(entry),
+            namespaces,
             digest,
-            bytes: (raw.len() <= MAX_ENTRY_BYTES).then(|| Arc::from(raw)),
+            bytes: (wanted && raw.len() <= MAX_ENTRY_BYTES).then(|| Arc::from(raw)),
             plain_event: std::sync::OnceLock::new(),
         }
     }
@@ -55,13 +66,80 @@ struct Ring {
     from: u64,
 }
 
-#[derive(Default)]
 pub struct RecentOplog {
     enabled: AtomicBool,
     ring: RwLock<Ring>,
+    /// Open streams by namespace bit ([`crate::namespace_bit`]).
+    watchers: Mutex<[u32; 64]>,
+    /// The bits with at least one open stream (read by writers without the lock).
+    watched: AtomicU64,
+}
+
+impl Default for RecentOplog {
+    fn default() -> Self {
+        RecentOplog {
+            enabled: AtomicBool::new(false),
+            ring: RwLock::new(Ring::default()),
+            watchers: Mutex::new([0; 64]),
+            watched: AtomicU64::new(0),
+        }
+    }
+}
+
+/// An open stream's claim on the entries of the namespaces it watches; released on drop.
+pub struct WatchGuard {
+    oplog: Arc<RecentOplog>,
+    mask: u64,
+}
+
+impl WatchGuard {
+    /// The namespace bits watched (the commit-notice bits the stream wakes for).
+    pub fn mask(&self) -> u64 {
+        self.mask
+    }
+}
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.oplog.update_watchers(self.mask, false);
+    }
 }
 
 impl RecentOplog {
+    /// Registers a stream watching the namespace bits of `mask` (u64::MAX: all, for
+    /// database and cluster streams): from now on their entries keep their bytes.
+    pub fn watch(self: &Arc<Self>, mask: u64) -> WatchGuard {
+        self.update_watchers(mask, true);
+        WatchGuard {
+            oplog: Arc::clone(self),
+            mask,
+        }
+    }
+
+    fn update_watchers(&self, mask: u64, add: bool) {
+        let mut counts = self.watchers.lock();
+        let mut watched = 0u64;
+        for (bit, count) in counts.iter_mut().enumerate() {
+            if mask & (1u64 << bit) != 0 {
+                if add {
+                    *count += 1;
+                } else {
+                    debug_assert!(*count > 0, "a watch released twice");
+                    *count = count.saturating_sub(1);
+                }
+            }
+            if *count > 0 {
+                watched |= 1u64 << bit;
+            }
+        }
+        self.watched.store(watched, Ordering::Release);
+    }
+
+    /// The namespace bits some open stream watches.
+    pub fn watched(&self) -> u64 {
+        self.watched.load(Ordering::Acquire)
+    }
+
     /// Whether writers should hand their entries over (read under the writer lock).
     pub fn enabled(&self) -> bool {
         self.enabled.load(Ordering::Acquire)
@@ -126,5 +204,42 @@ impl RecentOplog {
             }
         }
         Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(ns: &str) -> bson::RawDocumentBuf {
+        bson::RawDocumentBuf::from_document(&bson::doc! {"op": "i", "ns": ns, "o": {"_id": 1}})
+            .unwrap()
+    }
+
+    #[test]
+    fn only_watched_namespaces_keep_their_bytes() {
+        let oplog = Arc::new(RecentOplog::default());
+        assert_eq!(oplog.watched(), 0);
+        let a = crate::namespace_bit("db.a");
+        let b = crate::namespace_bit("db.b");
+        assert_ne!(a, b, "the test needs two namespaces in different buckets");
+        let on_a = oplog.watch(a);
+        let twice_a = oplog.watch(a);
+        assert_eq!(oplog.watched(), a);
+        let kept = RecentEntry::new(1, &entry("db.a"), Vec::new(), oplog.watched());
+        let listed = RecentEntry::new(2, &entry("db.b"), Vec::new(), oplog.watched());
+        assert!(kept.bytes.is_some());
+        assert!(listed.bytes.is_none(), "nobody watches db.b");
+        assert_eq!(listed.namespaces, vec!["db.b".to_string()]);
+        drop(on_a);
+        assert_eq!(oplog.watched(), a, "a second stream still watches db.a");
+        drop(twice_a);
+        assert_eq!(oplog.watched(), 0);
+        let all = oplog.watch(u64::MAX);
+        assert!(RecentEntry::new(3, &entry("db.b"), Vec::new(), oplog.watched())
+            .bytes
+            .is_some());
+        drop(all);
+        assert_eq!(oplog.watched(), 0);
     }
 }

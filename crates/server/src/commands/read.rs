@@ -153,7 +153,10 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
         }
     }
     // Subscribe before the first look, so a commit landing in between still wakes us.
-    let mut commits = state.engine.subscribe_commits();
+    // A collection's change stream hears only of commits to its collection.
+    let mut commits = state
+        .engine
+        .subscribe_commits_for(interest.unwrap_or(u64::MAX));
     commits.borrow_and_update();
     let mut durable = state.engine.durability.subscribe_durable_ts();
     durable.borrow_and_update();
