@@ -17,8 +17,11 @@
 //!    (the producer alone) is the baseline.
 //! 3. **isolation** — one stream on collection A, never written, while 10,000
 //!    inserts/s go to B: a collection stream must not pay for other collections'
-//!    writes (target: server CPU within 5% of the same load without the stream;
-//!    after an uncounted warm-up run, runs in the order A B B A A B B A, A without and B with the stream, which cancels a linear drift such as the collection growing).
+//!    writes (target: server CPU at most 5% above the same load without the stream;
+//!    after an uncounted warm-up run, runs in the order A B B A A B B A A B B A, A
+//!    without and B with the stream, which cancels a linear drift such as the
+//!    collection growing; the server's CPU is also given without RocksDB's flush and
+//!    compaction threads, whose work lands in whichever run it happens to fall).
 //! 4. **resume** — seed 000 ("Performance Analysis of Resuming a MongoDB Change
 //!    Stream"), scaled down: a marker, 300 × 6 MB documents with a marker after
 //!    every 100, then a stream resumed after the first marker with
@@ -490,12 +493,14 @@ fn markdown(rep: &Report) -> String {
                     .unwrap_or_else(|| "–".into())
             );
         }
-        let ok = iso.diff_pct.abs() <= 5.0;
-        let fg_ok = iso.fg_diff_pct.abs() <= 5.0;
+        // An open stream can only add work: a negative difference is the spread between
+        // runs, not a saving, so the target bounds the increase.
+        let ok = iso.diff_pct <= 5.0;
+        let fg_ok = iso.fg_diff_pct <= 5.0;
         let _ = writeln!(
             s,
-            "\nMean server CPU s/s: {:.3} without the stream, {:.3} with it: {:+.1}%. Target within 5%: {}.\n\
-             Mean foreground server CPU s/s (without storage background): {:.3} without the stream, {:.3} with it: {:+.1}%. Within 5%: {}.\n",
+            "\nMean server CPU s/s: {:.3} without the stream, {:.3} with it: {:+.1}%. Target at most +5%: {}.\n\
+             Mean foreground server CPU s/s (without storage background): {:.3} without the stream, {:.3} with it: {:+.1}%. At most +5%: {}.\n",
             iso.mean_without,
             iso.mean_with,
             iso.diff_pct,
