@@ -162,6 +162,15 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     durable.borrow_and_update();
     let mut closed = state.engine.cursors.subscribe_closed();
     closed.borrow_and_update();
+    // Whether the stream has read everything durable, checked again now that we listen:
+    // an event made durable between the first check and the subscriptions would
+    // otherwise wait for the next fsync (another writer's) before it is read.
+    let caught_up = change_stream
+        && stream_state.is_some()
+        && state
+            .engine
+            .change_stream_state(id)
+            .is_some_and(|(_, caught_up)| caught_up);
     let deadline = tokio::time::Instant::now() + max_await;
     let mut first_look = true;
     // The empty batch to answer with at the deadline (read then if never read).
@@ -178,10 +187,7 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     loop {
         // A change stream that has read everything durable (the usual state of a stream
         // that keeps up, right after its previous batch) skips the look and waits.
-        let skip_look = first_look
-            && stream_state
-                .map(|(_, caught_up)| caught_up)
-                .unwrap_or(false);
+        let skip_look = first_look && caught_up;
         let batch = if skip_look {
             None
         } else {
