@@ -2,7 +2,7 @@
 
 import pytest
 from bson import ObjectId, Timestamp
-from pymongo import MongoClient
+from pymongo import MongoClient, WriteConcern
 from pymongo.errors import OperationFailure
 
 import wire
@@ -113,6 +113,18 @@ class TestIntrospection:
         assert after["opcounters"]["command"] > before["opcounters"]["command"]
         assert after["uptime"] >= 0
         assert isinstance(after["pid"], int)
+
+    def test_server_status_reports_the_group_commit_fsyncs(self, client, coll):
+        before = client.admin.command("serverStatus")["durability"]
+        coll.with_options(write_concern=WriteConcern(j=True)).insert_one({"durable": 1})
+        after = client.admin.command("serverStatus")["durability"]
+        assert after["synced"] > before["synced"]
+        assert after["syncs"] > before["syncs"], (before, after)
+        micros = after["syncMicros"]
+        assert sum(n for _, n in micros["buckets"]) == after["syncs"]
+        assert micros["max"] <= micros["total"]
+        bounds = [upper for upper, _ in micros["buckets"] if upper != -1]
+        assert bounds == sorted(bounds) and all(b > 0 for b in bounds)
 
     def test_host_info(self, client):
         info = client.admin.command("hostInfo")

@@ -969,6 +969,96 @@ pub struct LatencyRow {
     pub latency: Stats,
     pub cpu: CpuSpan,
     pub error: Option<String>,
+    /// The server's own write-ahead-log fsyncs during the row (serverStatus
+    /// `durability.syncMicros`); None for a server that does not report them.
+    pub wal_fsync: Option<WalFsyncs>,
+}
+
+/// Percentiles of the server's fsyncs over a span, from its histogram (10 µs buckets
+/// below 10 ms, 1 ms buckets up to 1 s): each figure is its bucket's upper bound.
+#[derive(Debug, Clone, Serialize)]
+pub struct WalFsyncs {
+    pub count: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    /// The p99 of fsync durations weighted by their length: the fsync that a write
+    /// arriving at a random moment finds in progress is more likely a long one
+    /// (the inspection paradox), so this is what a random event waits behind.
+    pub p99_time_weighted_ms: f64,
+}
+
+/// The server's fsync histogram: (upper bound µs, -1 for the open last bucket; count).
+async fn wal_fsync_histogram(c: &Client) -> Option<Vec<(i64, u64)>> {
+    let status = c
+        .database("admin")
+        .run_command(doc! {"serverStatus": 1})
+        .await
+        .ok()?;
+    let buckets = status
+        .get_document("durability")
+        .ok()?
+        .get_document("syncMicros")
+        .ok()?
+        .get_array("buckets")
+        .ok()?;
+    buckets
+        .iter()
+        .map(|b| {
+            let pair = b.as_array()?;
+            let num = |v: &mongodb::bson::Bson| match v {
+                mongodb::bson::Bson::Int64(n) => Some(*n),
+                mongodb::bson::Bson::Int32(n) => Some(*n as i64),
+                _ => None,
+            };
+            Some((num(pair.first()?)?, num(pair.get(1)?)?.max(0) as u64))
+        })
+        .collect()
+}
+
+/// The fsyncs between two histograms.
+fn wal_fsyncs_between(before: &[(i64, u64)], after: &[(i64, u64)]) -> Option<WalFsyncs> {
+    let mut delta: Vec<(i64, u64)> = after
+        .iter()
+        .map(|&(upper, n)| {
+            let was = before
+                .iter()
+                .find(|(u, _)| *u == upper)
+                .map(|(_, n)| *n)
+                .unwrap_or(0);
+            (upper, n.saturating_sub(was))
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    // The open last bucket (-1) sorts last.
+    delta.sort_by_key(|(upper, _)| if *upper < 0 { i64::MAX } else { *upper });
+    let count: u64 = delta.iter().map(|(_, n)| n).sum();
+    if count == 0 {
+        return None;
+    }
+    let ms = |upper: i64| if upper < 0 { f64::INFINITY } else { upper as f64 / 1000.0 };
+    // Percentile `q` with each bucket weighted by `weight(upper bound, count)`.
+    let at = |q: f64, weight: &dyn Fn(i64, u64) -> f64| {
+        let total: f64 = delta.iter().map(|&(u, n)| weight(u, n)).sum();
+        let mut seen = 0.0;
+        for &(upper, n) in &delta {
+            seen += weight(upper, n);
+            if seen >= q * total {
+                return ms(upper);
+            }
+        }
+        ms(delta.last().expect("non-empty").0)
+    };
+    let by_count = |_: i64, n: u64| n as f64;
+    // The open last bucket (a second or more) weighs as one second.
+    let by_time = |upper: i64, n: u64| n as f64 * if upper < 0 { 1e6 } else { upper as f64 };
+    Some(WalFsyncs {
+        count,
+        p50_ms: at(0.50, &by_count),
+        p99_ms: at(0.99, &by_count),
+        max_ms: ms(delta.last().expect("non-empty").0),
+        p99_time_weighted_ms: at(0.99, &by_time),
+    })
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -1046,6 +1136,8 @@ pub async fn latency(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
         wait_idle(server.pid, Duration::from_secs(10));
+        let status_client = client(&uri, 2).await?;
+        let fsyncs_before = wal_fsync_histogram(&status_client).await;
         let mark = CpuMark::now(&server);
         let make: MakeDoc = Arc::new(|i, t| doc! {"i": i as i64, "t": t});
         let producer = join_thread(spawn_producer(
@@ -1059,6 +1151,10 @@ pub async fn latency(
         .await?;
         let (lat, d) = join_thread(consumer).await?;
         let cpu = mark.span();
+        let wal_fsync = match (fsyncs_before, wal_fsync_histogram(&status_client).await) {
+            (Some(b), Some(a)) => wal_fsyncs_between(&b, &a),
+            _ => None,
+        };
         let got: Vec<i64> = lat.into_iter().filter(|&x| x != i64::MIN).collect();
         let missing = total - got.len() as u64;
         if missing > 0 || d.error.is_some() || !producer.errors.is_empty() {
@@ -1084,6 +1180,7 @@ pub async fn latency(
             latency: s,
             cpu,
             error: d.error,
+            wal_fsync,
         });
     }
     wait_idle(server.pid, Duration::from_secs(10));
@@ -1114,6 +1211,28 @@ fn fsync_latency(dir: &Path, n: usize) -> Result<Stats> {
     drop(f);
     let _ = fs::remove_file(&path);
     Ok(stats(v))
+}
+
+#[cfg(test)]
+mod wal_fsync_tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_come_from_the_buckets_added_in_the_span() {
+        let before = vec![(20, 5), (13_000, 1)];
+        let after = vec![(20, 105), (30, 1), (13_000, 1), (-1, 1)];
+        let w = wal_fsyncs_between(&before, &after).unwrap();
+        assert_eq!(w.count, 102);
+        assert_eq!(w.p50_ms, 0.02);
+        assert_eq!(w.p99_ms, 0.03);
+        assert!(w.max_ms.is_infinite());
+        // 100 × 20 µs + 1 × 30 µs + 1 × (1 s): by time, the long one is nearly everything.
+        assert!(w.p99_time_weighted_ms.is_infinite());
+        let short = wal_fsyncs_between(&[], &[(20, 99), (5_000, 1)]).unwrap();
+        assert_eq!(short.p99_ms, 0.02);
+        assert_eq!(short.p99_time_weighted_ms, 5.0);
+        assert!(wal_fsyncs_between(&after, &after).is_none());
+    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,81 @@ use tokio::sync::watch;
 /// Plain (non-`j`) writes reach the disk at most this long after they commit.
 pub const IDLE_SYNC_INTERVAL: Duration = Duration::from_millis(100);
 
+/// How long the group-commit thread's fsyncs take: 10 µs buckets below 10 ms, 1 ms
+/// buckets up to 1 s, then one bucket for longer ones. Reported by serverStatus
+/// (`durability.syncMicros`), so a latency measurement can be set next to the disk's
+/// own behaviour under the same load.
+pub struct SyncHistogram {
+    buckets: Box<[AtomicU64]>,
+    total_micros: AtomicU64,
+    max_micros: AtomicU64,
+}
+
+const FINE_BUCKETS: usize = 1000; // 10 µs each, up to 10 ms
+const COARSE_BUCKETS: usize = 990; // 1 ms each, from 10 ms up to 1 s
+
+impl SyncHistogram {
+    fn new() -> SyncHistogram {
+        SyncHistogram {
+            buckets: (0..FINE_BUCKETS + COARSE_BUCKETS + 1)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            total_micros: AtomicU64::new(0),
+            max_micros: AtomicU64::new(0),
+        }
+    }
+
+    fn bucket(micros: u64) -> usize {
+        if micros < 10_000 {
+            (micros / 10) as usize
+        } else if micros < 1_000_000 {
+            FINE_BUCKETS + ((micros - 10_000) / 1_000) as usize
+        } else {
+            FINE_BUCKETS + COARSE_BUCKETS
+        }
+    }
+
+    /// The exclusive upper bound of a bucket, in µs (u64::MAX for the last one).
+    fn upper_bound(bucket: usize) -> u64 {
+        if bucket < FINE_BUCKETS {
+            (bucket as u64 + 1) * 10
+        } else if bucket < FINE_BUCKETS + COARSE_BUCKETS {
+            10_000 + (bucket - FINE_BUCKETS) as u64 * 1_000 + 1_000
+        } else {
+            u64::MAX
+        }
+    }
+
+    pub fn record(&self, took: Duration) {
+        let micros = took.as_micros().min(u64::MAX as u128) as u64;
+        self.buckets[Self::bucket(micros)].fetch_add(1, Ordering::Relaxed);
+        self.total_micros.fetch_add(micros, Ordering::Relaxed);
+        self.max_micros.fetch_max(micros, Ordering::Relaxed);
+    }
+
+    /// (count, total µs, max µs, and the non-empty buckets as (upper bound µs, count)).
+    pub fn snapshot(&self) -> (u64, u64, u64, Vec<(u64, u64)>) {
+        let mut count = 0;
+        let mut buckets = Vec::new();
+        for (i, b) in self.buckets.iter().enumerate() {
+            let n = b.load(Ordering::Relaxed);
+            if n > 0 {
+                count += n;
+                buckets.push((Self::upper_bound(i), n));
+            }
+        }
+        (
+            count,
+            self.total_micros.load(Ordering::Relaxed),
+            self.max_micros.load(Ordering::Relaxed),
+            buckets,
+        )
+    }
+}
+
 pub struct Durability {
+    /// Durations of the fsyncs done so far.
+    pub syncs: SyncHistogram,
     committed: AtomicU64,
     /// Newest oplog time committed (sortable u64), stored before `committed` advances,
     /// so an fsync that starts after reading it covers that entry.
@@ -33,6 +107,7 @@ impl Durability {
     pub fn new(last_ts: u64) -> Arc<Durability> {
         let (synced_tx, synced_rx) = watch::channel(0u64);
         Arc::new(Durability {
+            syncs: SyncHistogram::new(),
             committed: AtomicU64::new(0),
             committed_ts: AtomicU64::new(last_ts),
             durable_ts_tx: watch::channel(last_ts).0,
@@ -142,7 +217,10 @@ impl Durability {
             let ts = self.committed_ts.load(Ordering::SeqCst);
             let target = self.last_committed();
             if target > self.synced() {
-                if let Err(e) = store.sync() {
+                let started = std::time::Instant::now();
+                let synced = store.sync();
+                self.syncs.record(started.elapsed());
+                if let Err(e) = synced {
                     // A failed fsync leaves acknowledged data at risk: crash loudly rather
                     // than keep acknowledging writes (as mongod does on a journal error).
                     tracing::error!("fsync of the write-ahead log failed: {e}; aborting");
@@ -166,5 +244,28 @@ impl Durability {
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
         self.wake.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sync_histogram_buckets_cover_every_duration_once() {
+        for micros in [0u64, 9, 10, 9_999, 10_000, 10_999, 11_000, 999_999, 1_000_000, u64::MAX / 2] {
+            let b = SyncHistogram::bucket(micros);
+            assert!(micros < SyncHistogram::upper_bound(b), "{micros} below its bucket's bound");
+            if b > 0 {
+                assert!(micros >= SyncHistogram::upper_bound(b - 1), "{micros} above the previous bound");
+            }
+        }
+        let h = SyncHistogram::new();
+        h.record(Duration::from_micros(250));
+        h.record(Duration::from_micros(255));
+        h.record(Duration::from_millis(12));
+        let (count, total, max, buckets) = h.snapshot();
+        assert_eq!((count, total, max), (3, 12_505, 12_000));
+        assert_eq!(buckets, vec![(260, 2), (13_000, 1)]);
     }
 }

@@ -153,10 +153,27 @@ pub fn server_status(state: &ServerState) -> Document {
             "oldest": tailstream_engine::keys::u64_to_ts(oldest),
             "newest": tailstream_engine::keys::u64_to_ts(newest),
         },
-        "durability": {
-            "committed": engine.durability.last_committed() as i64,
-            "synced": engine.durability.synced() as i64,
-        },
+        "durability": durability_status(engine),
+    }
+}
+
+/// serverStatus `durability`: commit and fsync sequence numbers, and how long the
+/// group-commit thread's fsyncs took (`syncMicros.buckets`: [upper bound µs, count] of
+/// the non-empty buckets; the last bound is -1 for fsyncs of a second or more).
+fn durability_status(engine: &tailstream_engine::Engine) -> Document {
+    let (count, total, max, buckets) = engine.durability.syncs.snapshot();
+    let buckets: Vec<Bson> = buckets
+        .into_iter()
+        .map(|(upper, n)| {
+            let upper = if upper == u64::MAX { -1 } else { upper as i64 };
+            Bson::Array(vec![Bson::Int64(upper), Bson::Int64(n as i64)])
+        })
+        .collect();
+    doc! {
+        "committed": engine.durability.last_committed() as i64,
+        "synced": engine.durability.synced() as i64,
+        "syncs": count as i64,
+        "syncMicros": {"total": total as i64, "max": max as i64, "buckets": buckets},
     }
 }
 
