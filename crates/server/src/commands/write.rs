@@ -18,8 +18,11 @@ use tailstream_engine::write::{DeleteOp, FindAndModify, UpdateOp, WriteOutcome};
 use tailstream_engine::{Committed, MAX_WRITE_BATCH};
 
 /// Inserts of at most this many documents and bytes run on the connection's task
-/// (see [`small_or_blocking`]); bigger ones on the blocking pool.
-const SMALL_WRITE_DOCS: usize = 16;
+/// (see [`small_or_blocking`]); bigger ones on the blocking pool. 64 rather than 16:
+/// a paced producer of 20 documents per insert at 20,000/s used 20% more server CPU
+/// on the pool hand-off (two thread wake-ups per insert) than inline (4.5-4.8 s vs
+/// 5.8-6.0 s per 200,000 documents); 64 KiB bound the time on the worker either way.
+const SMALL_WRITE_DOCS: usize = 64;
 const SMALL_WRITE_BYTES: usize = 64 * 1024;
 
 /// What a write concern asks for.
