@@ -188,9 +188,62 @@ impl Cursor {
     }
 }
 
+/// The size of `d` encoded as BSON, computed without encoding it (every document a
+/// cursor returns was sized this way, by serializing it once more than the reply does).
 fn encoded_len(d: &Document) -> usize {
-    let mut v = Vec::new();
-    d.to_writer(&mut v).map(|_| v.len()).unwrap_or(0)
+    // length prefix + elements + trailing NUL
+    4 + d.iter().map(|(k, v)| element_len(k.len(), v)).sum::<usize>() + 1
+}
+
+/// Type byte + key (NUL-terminated) + value.
+fn element_len(key_len: usize, v: &bson::Bson) -> usize {
+    1 + key_len + 1 + value_len(v)
+}
+
+fn value_len(v: &bson::Bson) -> usize {
+    use bson::Bson;
+    // A string value: int32 length, bytes, NUL.
+    let string = |s: &str| 4 + s.len() + 1;
+    match v {
+        Bson::Double(_) | Bson::DateTime(_) | Bson::Timestamp(_) | Bson::Int64(_) => 8,
+        Bson::String(s) | Bson::JavaScriptCode(s) | Bson::Symbol(s) => string(s),
+        Bson::Document(d) => encoded_len(d),
+        Bson::Array(a) => {
+            let mut n = 4 + 1;
+            for (i, item) in a.iter().enumerate() {
+                n += element_len(decimal_digits(i), item);
+            }
+            n
+        }
+        Bson::Binary(b) => {
+            // The old binary subtype nests a second length.
+            let old = if b.subtype == bson::spec::BinarySubtype::BinaryOld { 4 } else { 0 };
+            4 + 1 + old + b.bytes.len()
+        }
+        Bson::ObjectId(_) => 12,
+        Bson::Boolean(_) => 1,
+        Bson::Null | Bson::Undefined | Bson::MaxKey | Bson::MinKey => 0,
+        Bson::RegularExpression(r) => r.pattern.len() + 1 + r.options.len() + 1,
+        Bson::JavaScriptCodeWithScope(c) => 4 + string(&c.code) + encoded_len(&c.scope),
+        Bson::Int32(_) => 4,
+        Bson::Decimal128(_) => 16,
+        Bson::DbPointer(_) => {
+            // Deprecated and opaque (no public fields): measure it by encoding it alone
+            // in a document: prefix 4 + type 1 + empty key 1 + trailing NUL 1.
+            let mut buf = Vec::new();
+            let _ = bson::doc! {"": v.clone()}.to_writer(&mut buf);
+            buf.len().saturating_sub(7)
+        }
+    }
+}
+
+fn decimal_digits(mut n: usize) -> usize {
+    let mut d = 1;
+    while n >= 10 {
+        n /= 10;
+        d += 1;
+    }
+    d
 }
 
 /// All open cursors.
@@ -335,4 +388,33 @@ fn index_key_of(doc: &Document, fields: &[String]) -> Document {
             (f.clone(), v)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod encoded_len_tests {
+    use super::encoded_len;
+    use bson::{doc, Binary, Bson, Decimal128, JavaScriptCodeWithScope, Regex, Timestamp};
+
+    #[test]
+    fn matches_the_encoded_size_for_every_type() {
+        let long_array: Vec<Bson> = (0..120).map(Bson::Int32).collect();
+        let docs = vec![
+            doc! {},
+            doc! {"a": 1.5, "b": "héllo", "c": {"d": [1, "x", {"e": null}]}},
+            doc! {"big": long_array, "oid": bson::oid::ObjectId::new(), "t": true},
+            doc! {"bin": Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![1, 2, 3] }},
+            doc! {"old": Binary { subtype: bson::spec::BinarySubtype::BinaryOld, bytes: vec![9; 5] }},
+            doc! {"re": Regex { pattern: "a.*b".into(), options: "i".into() }},
+            doc! {"js": Bson::JavaScriptCode("x + 1".into()),
+                  "scope": Bson::JavaScriptCodeWithScope(JavaScriptCodeWithScope { code: "y".into(), scope: doc! {"y": 2} })},
+            doc! {"ts": Timestamp { time: 1, increment: 2 }, "i64": 5i64, "dt": bson::DateTime::now(),
+                  "dec": Decimal128::from_bytes([0; 16]), "min": Bson::MinKey, "max": Bson::MaxKey,
+                  "u": Bson::Undefined, "sym": Bson::Symbol("s".into())},
+        ];
+        for d in docs {
+            let mut v = Vec::new();
+            d.to_writer(&mut v).unwrap();
+            assert_eq!(encoded_len(&d), v.len(), "{d}");
+        }
+    }
 }
