@@ -27,6 +27,16 @@ def binary_path() -> Path:
     return Path(target) / "release" / "tailstream"
 
 
+def next_event(stream, timeout=10.0):
+    """The next event, failing (not hanging) if none comes within `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ev = stream.try_next()
+        if ev is not None:
+            return ev
+    pytest.fail(f"no change event within {timeout}s")
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

@@ -13,15 +13,7 @@ from pymongo import MongoClient
 from pymongo.errors import OperationFailure
 from pymongo.write_concern import WriteConcern
 
-
-def next_event(stream, timeout=10.0):
-    """The next event, failing (not hanging) if none comes within `timeout`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ev = stream.try_next()
-        if ev is not None:
-            return ev
-    pytest.fail(f"no change event within {timeout}s")
+from conftest import next_event
 
 
 def events(stream, n, timeout=10.0):

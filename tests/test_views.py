@@ -2,10 +2,11 @@
 count, distinct, $lookup), the commands a view refuses, durability, the oplog and
 change-stream events of view DDL."""
 
-import time
 
 import pytest
 from pymongo.errors import BulkWriteError, OperationFailure, WriteError
+
+from conftest import next_event
 
 
 def names_and_types(db, **kwargs):
@@ -264,15 +265,6 @@ class TestDurableAndLogged:
         assert entries[1]["o"] == {"_id": f"{db.name}.v", "viewOn": "base", "pipeline": [{"$match": {"a": 1}}]}
         assert entries[2]["o"] == {"_id": f"{db.name}.v", "viewOn": "base", "pipeline": []}
         assert entries[3]["o"] == {"_id": f"{db.name}.v"}
-
-
-def next_event(stream, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ev = stream.try_next()
-        if ev is not None:
-            return ev
-    pytest.fail(f"no change event within {timeout}s")
 
 
 class TestChangeStreams:

@@ -36,7 +36,11 @@ pub fn clock_ticks() -> f64 {
 /// The sum of fields `first..=last` of /proc/<pid>/stat, counted from 0 at the
 /// field after the command name (the state).
 fn proc_stat_sum(pid: &str, first: usize, last: usize) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_sum(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?, first, last)
+}
+
+/// `proc_stat_sum` of the text of one stat file (a process's or a thread's).
+fn stat_sum(stat: &str, first: usize, last: usize) -> Option<u64> {
     // Fields after the command name (which may contain spaces) start at field 3 (state).
     let rest = &stat[stat.rfind(')')? + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -66,12 +70,8 @@ pub fn proc_threads_cpu_ticks(pid: &str, prefix: &str) -> Option<u64> {
         let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
             continue;
         };
-        if !stat[open + 1..close].starts_with(prefix) {
-            continue;
-        }
-        let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        for i in 11..=12 {
-            sum += f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        if stat[open + 1..close].starts_with(prefix) {
+            sum += stat_sum(&stat, 11, 12).unwrap_or(0);
         }
     }
     Some(sum)
@@ -183,5 +183,26 @@ mod tests {
         let a = mono_ns();
         assert!(mono_ns() >= a);
         assert!(clock_ticks() > 0.0);
+    }
+
+    #[test]
+    fn counts_only_the_named_threads() {
+        let busy = std::thread::Builder::new()
+            .name("rocksdb:test".into())
+            .spawn(|| {
+                let t0 = Instant::now();
+                let mut x = 0u64;
+                while t0.elapsed() < Duration::from_millis(300) {
+                    x = x.wrapping_mul(31).wrapping_add(1);
+                }
+                x
+            })
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let named = proc_threads_cpu_ticks("self", "rocksdb").unwrap();
+        let none = proc_threads_cpu_ticks("self", "no-such-thread").unwrap();
+        busy.join().unwrap();
+        assert!(named > 0, "a thread spinning 200 ms used no ticks");
+        assert_eq!(none, 0);
     }
 }

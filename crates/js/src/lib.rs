@@ -205,8 +205,7 @@ impl ScriptScope for Scope {
         args: &[bson::Bson],
         op: &Arc<Operation>,
     ) -> Result<bson::Bson> {
-        let mut result = None;
-        let mut conversion = None;
+        let mut out = None;
         self.run(op, |ctx| {
             let func = Self::function(ctx, f)?;
             let types = convert::Types::new(ctx)?;
@@ -220,13 +219,10 @@ impl ScriptScope for Scope {
                 call.push_arg(types.to_js(ctx, a)?)?;
             }
             let value: Value = call.apply(&func)?;
-            match types.from_js(&value) {
-                Ok(b) => result = Some(b),
-                Err(e) => conversion = Some(e),
-            }
+            out = Some(types.from_js(&value));
             Ok(())
         })?;
-        returned(result, conversion)
+        returned(out)
     }
 
     fn fold(
@@ -236,8 +232,7 @@ impl ScriptScope for Scope {
         calls: &[bson::Bson],
         op: &Arc<Operation>,
     ) -> Result<bson::Bson> {
-        let mut result = None;
-        let mut conversion = None;
+        let mut out = None;
         self.run(op, |ctx| {
             let func = Self::function(ctx, f)?;
             let types = convert::Types::new(ctx)?;
@@ -254,13 +249,10 @@ impl ScriptScope for Scope {
                 }
                 state = call.apply(&func)?;
             }
-            match types.from_js(&state) {
-                Ok(b) => result = Some(b),
-                Err(e) => conversion = Some(e),
-            }
+            out = Some(types.from_js(&state));
             Ok(())
         })?;
-        returned(result, conversion)
+        returned(out)
     }
 
     fn call_predicate(
@@ -476,11 +468,7 @@ fn mozilla_stack(stack: &str) -> String {
 #[cfg(test)]
 mod tests;
 
-/// What a call gave back: its value, or the error converting it to BSON.
-fn returned(result: Option<bson::Bson>, conversion: Option<Error>) -> Result<bson::Bson> {
-    match (result, conversion) {
-        (Some(b), _) => Ok(b),
-        (None, Some(e)) => Err(e),
-        (None, None) => Err(Error::internal("JavaScript call returned nothing")),
-    }
+/// What a call gave back: its value converted to BSON, or the conversion's error.
+fn returned(out: Option<Result<bson::Bson>>) -> Result<bson::Bson> {
+    out.unwrap_or_else(|| Err(Error::internal("JavaScript call returned nothing")))
 }
