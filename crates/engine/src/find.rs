@@ -159,6 +159,7 @@ impl Engine {
                 scan: Box::new(Scan::new(Access::OplogScan {
                     from: if reverse { 0 } else { from },
                     reverse,
+                    floor: self.oplog_floor(),
                 })),
                 buf: VecDeque::new(),
             })

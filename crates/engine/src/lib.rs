@@ -119,13 +119,15 @@ pub struct Engine {
     /// The newest oplog entries in memory, for change streams that keep up.
     recent: Arc<changestream::recent::RecentOplog>,
     /// Oldest retained oplog time, readable without the writer lock (change streams
-    /// check it on every read).
-    trim_ts: std::sync::atomic::AtomicU64,
+    /// check it on every read; oplog scans never return entries below it).
+    trim_ts: Arc<std::sync::atomic::AtomicU64>,
     /// Documents held by open transactions (see [`transaction`]).
     transaction_locks: transaction::LockTable,
     next_transaction_id: std::sync::atomic::AtomicU64,
     _lock_file: std::fs::File,
     syncer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Deletes the files of trimmed oplog entries (see [`spawn_reclaimer`]).
+    reclaimer: Mutex<Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>>,
 }
 
 impl Engine {
@@ -165,6 +167,11 @@ impl Engine {
         };
         let durability = Durability::new(last_ts.map(keys::ts_to_u64).unwrap_or(0));
         let syncer = durability.spawn_syncer(Arc::clone(&store));
+        if trim_ts > 0 {
+            // Entries trimmed before a restart may still be on disk.
+            store.retire_through(Space::Oplog, &keys::oplog_key(trim_ts - 1));
+        }
+        let reclaimer = spawn_reclaimer(Arc::clone(&store));
         let first_notice = CommitNotice {
             seq: 0,
             last_ts: last_ts.map(keys::ts_to_u64).unwrap_or(0),
@@ -193,16 +200,21 @@ impl Engine {
             commits,
             commits_by_bit,
             recent: Default::default(),
-            trim_ts: std::sync::atomic::AtomicU64::new(trim_ts),
+            trim_ts: Arc::new(std::sync::atomic::AtomicU64::new(trim_ts)),
             transaction_locks: Default::default(),
             next_transaction_id: std::sync::atomic::AtomicU64::new(1),
             _lock_file: lock_file,
             syncer: Mutex::new(Some(syncer)),
+            reclaimer: Mutex::new(Some(reclaimer)),
         }))
     }
 
     /// Flushes everything to disk and stops the background sync thread.
     pub fn shutdown(&self) {
+        if let Some((stop, h)) = self.reclaimer.lock().take() {
+            drop(stop);
+            let _ = h.join();
+        }
         self.durability.stop();
         if let Some(h) = self.syncer.lock().take() {
             let _ = h.join();
@@ -246,6 +258,12 @@ impl Engine {
     /// Oldest retained oplog time (everything before it was trimmed).
     pub fn oplog_trim_ts(&self) -> u64 {
         self.trim_ts.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The oldest retained oplog time as a shared value that follows the trims (for
+    /// oplog scans that outlive a trim).
+    pub(crate) fn oplog_floor(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        Arc::clone(&self.trim_ts)
     }
 
     /// Oldest and newest retained oplog times.
@@ -550,8 +568,11 @@ impl<'e> Txn<'e> {
 
 /// Removes the oldest oplog entries until the oplog is a little under its cap (the
 /// slack keeps trims infrequent and each one small). Starts from the stored trim
-/// point, never searching for the oldest key through tombstones, and deletes with
-/// range tombstones. Documents still stored only in a trimmed insert entry (their
+/// point, never searching for the oldest key. Entries below the trim point are gone
+/// for every reader at once (readers start at the trim point); their storage is
+/// reclaimed by whole files in the background, so the oplog is never rewritten by
+/// compaction. The per-namespace ordering and pre-images are deleted with range
+/// tombstones. Documents still stored only in a trimmed insert entry (their
 /// collection key is a pointer to it) are first copied into the collection, in the
 /// same atomic batch.
 fn trim_oplog(engine: &Engine, w: &mut Writer) -> Result<()> {
@@ -592,11 +613,8 @@ fn trim_oplog(engine: &Engine, w: &mut Writer) -> Result<()> {
     if new_trim <= w.trim_ts {
         return Ok(());
     }
-    batch.delete_range(
-        Space::Oplog,
-        &keys::oplog_key(w.trim_ts),
-        &keys::oplog_key(new_trim),
-    );
+    // The entries themselves are not deleted here: they are retired below and their
+    // files dropped whole later (see `Store::retire_through`).
     for ns in &namespaces {
         batch.delete_range(
             Space::OplogByNs,
@@ -619,8 +637,33 @@ fn trim_oplog(engine: &Engine, w: &mut Writer) -> Result<()> {
     state.to_writer(&mut bytes).expect("serialise oplog state");
     batch.put(Space::Meta, keys::META_OPLOG_TRIM, &bytes);
     engine.store.commit(batch).map_err(storage_err)?;
+    engine
+        .store
+        .retire_through(Space::Oplog, &keys::oplog_key(new_trim - 1));
     tracing::debug!(freed, new_trim, "oplog trimmed");
     Ok(())
+}
+
+/// Starts the thread that deletes the files of trimmed oplog entries once no snapshot
+/// can read them (twice a second; a trim at full ingestion speed retires about one
+/// file's worth per second). Stops when the sender is dropped.
+fn spawn_reclaimer(
+    store: Arc<Store>,
+) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let handle = std::thread::Builder::new()
+        .name("oplog-reclaim".into())
+        .spawn(move || {
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                stopped.recv_timeout(std::time::Duration::from_millis(500))
+            {
+                if let Err(e) = store.reclaim() {
+                    tracing::warn!("reclaiming trimmed oplog files failed: {e}");
+                }
+            }
+        })
+        .expect("spawn the oplog reclaim thread");
+    (stop, handle)
 }
 
 /// Copies an inserted document into its collection if the collection still points at

@@ -38,8 +38,13 @@ pub enum Access {
         ranges: Vec<(Vec<u8>, Vec<u8>)>,
         reverse: bool,
     },
-    /// The oplog from a cluster time on (`local.oplog.rs`).
-    OplogScan { from: u64, reverse: bool },
+    /// The oplog from a cluster time on (`local.oplog.rs`). `floor` is the engine's
+    /// trim point: entries below it may still be stored but are gone.
+    OplogScan {
+        from: u64,
+        reverse: bool,
+        floor: Arc<std::sync::atomic::AtomicU64>,
+    },
     /// A capped collection in insertion order (its `Natural` entries).
     NaturalScan { reverse: bool },
 }
@@ -725,10 +730,17 @@ impl Scan {
                         },
                     )?;
                 }
-                Access::OplogScan { from, reverse } => {
-                    let (from, reverse) = (*from, *reverse);
-                    self.check_position(store, Space::Oplog)?;
-                    let lower = keys::oplog_key(from);
+                Access::OplogScan {
+                    from,
+                    reverse,
+                    floor,
+                } => {
+                    let reverse = *reverse;
+                    let floor = keys::oplog_key(floor.load(std::sync::atomic::Ordering::Acquire));
+                    if self.position.as_deref().is_some_and(|p| p < floor.as_slice()) {
+                        return Err(position_lost());
+                    }
+                    let lower = keys::oplog_key(*from).max(floor);
                     self.scan_range(
                         store,
                         Space::Oplog,
@@ -793,10 +805,7 @@ impl Scan {
     fn check_position(&self, store: &Store, space: Space) -> Result<()> {
         if let Some(pos) = &self.position {
             if store.get(space, pos).map_err(storage_err)?.is_none() {
-                return Err(Error::new(
-                    codes::CAPPED_POSITION_LOST,
-                    "CollectionScan died due to position in capped collection being deleted",
-                ));
+                return Err(position_lost());
             }
         }
         Ok(())
@@ -815,6 +824,13 @@ impl Scan {
         }
         Ok(out)
     }
+}
+
+fn position_lost() -> Error {
+    Error::new(
+        codes::CAPPED_POSITION_LOST,
+        "CollectionScan died due to position in capped collection being deleted",
+    )
 }
 
 /// Bounds of the rest of a range after `position` (exclusive).

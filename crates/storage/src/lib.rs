@@ -47,6 +47,15 @@ impl Space {
         Space::Images,
     ];
 
+    /// Keys only ever appended in ascending order and dropped from the oldest end (the
+    /// oplog). Such a space is never compressed per level and never gets range
+    /// tombstones, so its flushed files do not overlap and compaction moves them down
+    /// the levels without rewriting them; the oldest keys go by whole files (see
+    /// [`Store::retire_through`]).
+    fn append_only(self) -> bool {
+        matches!(self, Space::Oplog)
+    }
+
     fn cf_name(self) -> &'static str {
         match self {
             Space::Docs => "docs",
@@ -96,6 +105,21 @@ impl Default for StoreOptions {
 
 pub struct Store {
     db: DB,
+    /// Per append-only space: the last key retired and reclaimed (empty: none). Its
+    /// compaction filter drops keys up to it, should a compaction ever rewrite them.
+    floors: Vec<(Space, std::sync::Arc<std::sync::RwLock<Vec<u8>>>)>,
+    snapshots: std::sync::Mutex<Snapshots>,
+}
+
+/// Which snapshots are open, and what waits for them to close before it is reclaimed.
+#[derive(Default)]
+struct Snapshots {
+    /// Id the next snapshot gets; ids only grow.
+    next: u64,
+    live: std::collections::BTreeSet<u64>,
+    /// Retired key ranges per space: (last retired key, `next` when retired). A snapshot
+    /// with a smaller id may still read them.
+    retired: Vec<(Space, Vec<u8>, u64)>,
 }
 
 /// A consistent read view of the whole store as of its creation (a RocksDB snapshot),
@@ -104,11 +128,13 @@ pub struct OwnedSnapshot {
     // Declared before `store`, and taken out in `drop`: released before the store can go.
     snap: Option<rocksdb::SnapshotWithThreadMode<'static, DB>>,
     store: std::sync::Arc<Store>,
+    id: u64,
 }
 
 impl Drop for OwnedSnapshot {
     fn drop(&mut self) {
         self.snap.take();
+        self.store.snapshots().live.remove(&self.id);
     }
 }
 
@@ -209,7 +235,11 @@ impl Store {
         // WAL write of one batch overlap the memtable insert of the previous one.
         db_opts.set_enable_pipelined_write(true);
         let cache = Cache::new_lru_cache(opts.block_cache_bytes);
-        let cfs = Space::ALL.iter().map(|s| {
+        let mut floors = Vec::new();
+        let cfs: Vec<ColumnFamilyDescriptor> = Space::ALL.iter().map(|s| {
+            if s.append_only() {
+                floors.push((*s, std::sync::Arc::new(std::sync::RwLock::new(Vec::new()))));
+            }
             let mut o = Options::default();
             o.set_write_buffer_size(opts.write_buffer_bytes);
             o.set_max_write_buffer_number(4);
@@ -241,13 +271,111 @@ impl Store {
             if matches!(s, Space::Docs | Space::Oplog) {
                 o.set_enable_blob_files(true);
                 o.set_min_blob_size(opts.min_blob_bytes);
-                // Trimmed oplog entries and rewritten documents leave garbage in blob files.
+                // Rewritten documents leave garbage in blob files. (The oplog's blob
+                // files go with the last table file that refers to them.)
                 o.set_enable_blob_gc(true);
             }
+            if s.append_only() {
+                // One compression for every level: a file moves to the next level
+                // without being rewritten only if its compression matches that
+                // level's (and RocksDB moves level-0 files only without per-level
+                // compression). Uncompressed, as levels 0 and 1 of the other spaces.
+                o.set_compression_type(DBCompressionType::None);
+                o.set_compression_per_level(&[]);
+                let floor = std::sync::Arc::clone(&floors.last().expect("one floor per append-only space").1);
+                o.set_compaction_filter("retired-keys", move |_level: u32, key: &[u8], _value: &[u8]| {
+                    let floor = floor.read().unwrap_or_else(|e| e.into_inner());
+                    if !floor.is_empty() && key <= floor.as_slice() {
+                        rocksdb::compaction_filter::Decision::Remove
+                    } else {
+                        rocksdb::compaction_filter::Decision::Keep
+                    }
+                });
+            }
             ColumnFamilyDescriptor::new(s.cf_name(), o)
-        });
+        }).collect();
         let db = DB::open_cf_descriptors(&db_opts, path, cfs)?;
-        Ok(Store { db })
+        Ok(Store {
+            db,
+            floors,
+            snapshots: Default::default(),
+        })
+    }
+
+    fn snapshots(&self) -> std::sync::MutexGuard<'_, Snapshots> {
+        self.snapshots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Declares that the keys of an append-only space up to and including `last` will
+    /// not be read again (the oplog below its trim point): readers must not ask for
+    /// them. Snapshots already open still see them; once those are closed,
+    /// [`Store::reclaim`] deletes the files holding only such keys. Cheap: the writer
+    /// calls it on every trim instead of writing range tombstones, which would make
+    /// the files overlap and the compactions rewrite them.
+    pub fn retire_through(&self, space: Space, last: &[u8]) {
+        assert!(space.append_only(), "{space:?} is not append-only");
+        let mut s = self.snapshots();
+        let epoch = s.next;
+        match s.retired.iter_mut().find(|(sp, _, e)| *sp == space && *e == epoch) {
+            Some(r) => {
+                if r.1.as_slice() < last {
+                    r.1 = last.to_vec();
+                }
+            }
+            None => s.retired.push((space, last.to_vec(), epoch)),
+        }
+    }
+
+    /// Deletes the files of retired keys that no open snapshot can read any more (a
+    /// file straddling the retired bound stays until the bound passes it). Returns
+    /// how many retirements it applied. Call it from a background thread: it may
+    /// write and sync RocksDB's manifest.
+    pub fn reclaim(&self) -> Result<usize> {
+        let ready: Vec<(Space, Vec<u8>)> = {
+            let mut s = self.snapshots();
+            let oldest = s.live.first().copied().unwrap_or(u64::MAX);
+            let mut ready: Vec<(Space, Vec<u8>)> = Vec::new();
+            s.retired.retain(|(space, last, epoch)| {
+                if *epoch > oldest {
+                    return true;
+                }
+                match ready.iter_mut().find(|(sp, _)| sp == space) {
+                    Some(r) if r.1 < *last => r.1 = last.clone(),
+                    Some(_) => {}
+                    None => ready.push((*space, last.clone())),
+                }
+                false
+            });
+            ready
+        };
+        for (space, last) in &ready {
+            if let Some((_, floor)) = self.floors.iter().find(|(sp, _)| sp == space) {
+                let mut f = floor.write().unwrap_or_else(|e| e.into_inner());
+                if f.as_slice() < last.as_slice() {
+                    *f = last.clone();
+                }
+            }
+            // Both ends inclusive: a file whose last key is `last` holds only retired keys.
+            self.db
+                .delete_file_in_range_cf(self.cf(*space), &[] as &[u8], last.as_slice())?;
+        }
+        Ok(ready.len())
+    }
+
+    /// Table files (all levels) of a space, for tests and diagnostics.
+    pub fn file_count(&self, space: Space) -> u64 {
+        (0..7)
+            .map(|l| {
+                self.db
+                    .property_int_value_cf(
+                        self.cf(space),
+                        &format!("rocksdb.num-files-at-level{l}"),
+                    )
+                    .ok()
+                    .flatten()
+                    .unwrap_or(0)
+            })
+            .sum()
     }
 
     fn cf(&self, space: Space) -> &ColumnFamily {
@@ -263,6 +391,12 @@ impl Store {
 
     /// A read view of everything committed so far (see [`OwnedSnapshot`]).
     pub fn snapshot(self: &std::sync::Arc<Self>) -> OwnedSnapshot {
+        // Registered before it is taken: `reclaim` never deletes what it can read.
+        let mut registry = self.snapshots();
+        let id = registry.next;
+        registry.next += 1;
+        registry.live.insert(id);
+        drop(registry);
         let snap = self.db.snapshot();
         // SAFETY: the snapshot borrows `self.db`; the `Arc` stored beside it keeps the
         // store (and so the DB) alive until `OwnedSnapshot::drop` has released it.
@@ -271,6 +405,7 @@ impl Store {
         OwnedSnapshot {
             snap: Some(snap),
             store: std::sync::Arc::clone(self),
+            id,
         }
     }
 
@@ -421,6 +556,65 @@ pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn level0_files(store: &Store, space: Space) -> u64 {
+        store
+            .db
+            .property_int_value_cf(store.cf(space), "rocksdb.num-files-at-level0")
+            .unwrap()
+            .unwrap()
+    }
+
+    /// Five flushes of ascending keys into the oplog space: compaction moves the five
+    /// files out of level 0 without merging them (no rewrite), and retiring the keys
+    /// of the first two deletes exactly those two files, once no snapshot that was
+    /// open before the retirement can still read them.
+    #[test]
+    fn retired_oplog_keys_go_by_whole_files_after_older_snapshots_close() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(Store::open(dir.path(), &StoreOptions::default()).unwrap());
+        let key = |i: u64| i.to_be_bytes();
+        for file in 0..5u64 {
+            let mut b = store.batch();
+            for i in file * 100..(file + 1) * 100 {
+                b.put(Space::Oplog, &key(i), &[7u8; 1000]);
+            }
+            store.commit(b).unwrap();
+            store.db.flush_cf(store.cf(Space::Oplog)).unwrap();
+        }
+        store
+            .db
+            .wait_for_compact(&rocksdb::WaitForCompactOptions::default())
+            .unwrap();
+        assert_eq!(level0_files(&store, Space::Oplog), 0, "level-0 files moved down");
+        assert_eq!(store.file_count(Space::Oplog), 5, "moved, not merged into one file");
+
+        let before = store.snapshot();
+        store.retire_through(Space::Oplog, &key(199));
+        let after = store.snapshot();
+        assert_eq!(store.reclaim().unwrap(), 0, "an older snapshot still reads them");
+        assert_eq!(store.file_count(Space::Oplog), 5);
+        assert!(before.get(Space::Oplog, &key(0)).unwrap().is_some());
+        drop(before);
+        // Releasing the oldest snapshot lets RocksDB rewrite bottom-level files once (to
+        // clear their sequence numbers); a file being rewritten is not deleted.
+        store
+            .db
+            .wait_for_compact(&rocksdb::WaitForCompactOptions::default())
+            .unwrap();
+        assert_eq!(store.reclaim().unwrap(), 1, "a newer snapshot does not hold them");
+        assert_eq!(store.file_count(Space::Oplog), 3);
+        assert!(store.get(Space::Oplog, &key(199)).unwrap().is_none());
+        assert!(store.get(Space::Oplog, &key(200)).unwrap().is_some());
+        drop(after);
+
+        // A bound inside a file keeps that file (it still holds live keys).
+        store.retire_through(Space::Oplog, &key(250));
+        store.reclaim().unwrap();
+        assert_eq!(store.file_count(Space::Oplog), 3);
+        assert!(store.get(Space::Oplog, &key(251)).unwrap().is_some());
+        assert_eq!(store.reclaim().unwrap(), 0, "nothing left to apply");
+    }
 
     #[test]
     fn successor_keys() {
