@@ -227,6 +227,30 @@ class TestCounting:
         coll.insert_many([{"a": i} for i in range(4)])
         assert db.command("count", coll.name, query={"a": {"$gte": 2}})["n"] == 2
 
+    def test_count_without_query_follows_writes(self, coll, db):
+        """A count with no query counts stored documents without reading them: it
+        must still see deletes, upserts and replaced documents exactly once."""
+        coll.insert_many([{"_id": i} for i in range(20)])
+        coll.delete_many({"_id": {"$lt": 5}})
+        coll.update_one({"_id": 7}, {"$set": {"big": "x" * 1000}})
+        coll.update_one({"_id": 100}, {"$set": {"a": 1}}, upsert=True)
+        coll.replace_one({"_id": 8}, {"r": 1})
+        assert db.command("count", coll.name)["n"] == 16
+        assert db.command("count", coll.name, query={})["n"] == 16
+        assert db.command("count", coll.name, skip=10)["n"] == 6
+        assert db.command("count", coll.name, limit=3)["n"] == 3
+        assert db.command("count", coll.name, skip=15, limit=3)["n"] == 1
+        assert coll.estimated_document_count() == 16
+        assert db.command("count", "no_such_collection")["n"] == 0
+
+    def test_count_without_query_on_capped_collection(self, db):
+        db.drop_collection("count_capped")
+        capped = db.create_collection("count_capped", capped=True, size=4096, max=5)
+        capped.insert_many([{"i": i} for i in range(9)])
+        assert db.command("count", "count_capped")["n"] == 5
+        assert [d["i"] for d in capped.find()] == [4, 5, 6, 7, 8]
+        assert capped.estimated_document_count() == 5
+
     def test_distinct(self, coll):
         coll.insert_many([{"a": 1, "k": "x"}, {"a": 2, "k": "y"}, {"a": 1, "k": "y"}, {"k": "z"}])
         assert sorted(coll.distinct("a")) == [1, 2]

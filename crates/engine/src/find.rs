@@ -469,6 +469,22 @@ impl Engine {
             return Ok(0);
         };
         let plan = read::plan(&meta, &matcher, None, hint)?;
+        if query.is_empty()
+            && hint.is_none()
+            && matches!(
+                plan.access,
+                Access::CollScan { .. } | Access::NaturalScan { .. }
+            )
+        {
+            // Every document counts: count the collection's keys (one per document)
+            // without loading a document (estimatedDocumentCount lands here).
+            let n = self
+                .store
+                .count_prefix(tailstream_storage::Space::Docs, &crate::keys::coll_prefix(meta.id))
+                .map_err(crate::storage_err)?;
+            let n = n.saturating_sub(skip);
+            return Ok(if limit > 0 { n.min(limit) } else { n });
+        }
         let mut scan = Scan::new(plan.access);
         let mut n = 0u64;
         let mut chunk = Vec::new();

@@ -483,6 +483,26 @@ impl Store {
         self.scan(space, prefix, upper.as_deref(), reverse)
     }
 
+    /// How many keys start with `prefix` (values are not copied out).
+    pub fn count_prefix(&self, space: Space, prefix: &[u8]) -> Result<u64> {
+        let mut ro = ReadOptions::default();
+        ro.set_iterate_lower_bound(prefix.to_vec());
+        if let Some(u) = prefix_successor(prefix) {
+            ro.set_iterate_upper_bound(u);
+        }
+        // A one-off scan: its blocks would only push out blocks that are read again.
+        ro.fill_cache(false);
+        let mut it = self.db.raw_iterator_cf_opt(self.cf(space), ro);
+        it.seek(prefix);
+        let mut n = 0;
+        while it.valid() {
+            n += 1;
+            it.next();
+        }
+        it.status()?;
+        Ok(n)
+    }
+
     /// The last key/value of a space whose key is below `upper` (or of the whole space).
     pub fn last(
         &self,
@@ -614,6 +634,24 @@ mod tests {
         assert_eq!(store.file_count(Space::Oplog), 3);
         assert!(store.get(Space::Oplog, &key(251)).unwrap().is_some());
         assert_eq!(store.reclaim().unwrap(), 0, "nothing left to apply");
+    }
+
+    #[test]
+    fn count_prefix_counts_only_that_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        let mut b = store.batch();
+        for (p, n) in [(1u8, 3u8), (2, 5), (3, 1)] {
+            for i in 0..n {
+                b.put(Space::Docs, &[p, i], b"v");
+            }
+        }
+        b.delete(Space::Docs, &[2, 0]);
+        store.commit(b).unwrap();
+        assert_eq!(store.count_prefix(Space::Docs, &[1]).unwrap(), 3);
+        assert_eq!(store.count_prefix(Space::Docs, &[2]).unwrap(), 4);
+        assert_eq!(store.count_prefix(Space::Docs, &[4]).unwrap(), 0);
+        assert_eq!(store.count_prefix(Space::Index, &[1]).unwrap(), 0);
     }
 
     #[test]
