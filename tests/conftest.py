@@ -37,6 +37,18 @@ def next_event(stream, timeout=10.0):
     pytest.fail(f"no change event within {timeout}s")
 
 
+def eventually(check, timeout=10.0, interval=0.05):
+    """Calls `check` until it returns a true value (returned) or `timeout` passes
+    (then its last value is returned, for the caller to assert on). For effects the
+    server applies in the background, such as oplog trimming."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

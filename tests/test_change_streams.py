@@ -13,7 +13,7 @@ from pymongo import MongoClient
 from pymongo.errors import OperationFailure
 from pymongo.write_concern import WriteConcern
 
-from conftest import next_event
+from conftest import eventually, next_event
 
 
 def events(stream, n, timeout=10.0):
@@ -370,9 +370,17 @@ class TestErrors:
         # Push the first insert out of a 1 MB oplog.
         for _ in range(8):
             coll.insert_many([{"pad": "x" * 10_000} for _ in range(40)])
-        with pytest.raises(OperationFailure) as e:
-            coll.watch(resume_after=tok)
-        assert e.value.code == 286
+
+        def resume_fails():
+            # The oplog is trimmed in the background, soon after the writes.
+            try:
+                coll.watch(resume_after=tok).close()
+                return None
+            except OperationFailure as e:
+                return e
+
+        e = eventually(resume_fails)
+        assert e is not None and e.code == 286, e
         c.close()
 
 

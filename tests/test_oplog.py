@@ -9,6 +9,8 @@ from bson import Binary, Timestamp
 from pymongo import CursorType
 from pymongo.errors import DuplicateKeyError, OperationFailure
 
+from conftest import eventually
+
 
 def oplog(client):
     return client.local["oplog.rs"]
@@ -221,6 +223,32 @@ class TestTrimming:
             newest = ol.find().sort("$natural", -1).limit(1).next()
             assert newest["o"]["_id"] == 299
 
+    def test_updates_racing_the_trim_are_kept(self, fresh_server):
+        """The trim reads the entries it removes without the writer lock and copies
+        the documents still stored only there under it: an update or delete that
+        lands in between must win over the trim's copy of the inserted version."""
+        srv = fresh_server(oplog_size_mb=1)
+        pad = "p" * 4000
+        with srv.client() as c:
+            coll = c.trimdb.race
+            n = 600  # ~2.4 MB of inserts: the 1 MB oplog trims them while we update
+            coll.insert_many([{"_id": i, "pad": pad} for i in range(n)])
+            for i in range(n):
+                if i % 3 == 0:
+                    coll.delete_one({"_id": i})
+                else:
+                    coll.update_one({"_id": i}, {"$set": {"v": i}})
+                if i % 50 == 0:
+                    c.trimdb.other.insert_many([{"q": "q" * 4000} for _ in range(25)])
+            assert eventually(
+                lambda: c.local["oplog.rs"].count_documents({"ns": "trimdb.race", "op": "i"}) == 0
+            )
+            expected = [{"_id": i, "pad": pad, "v": i} for i in range(n) if i % 3 != 0]
+            assert list(coll.find().sort("_id", 1)) == expected
+        srv.restart()
+        with srv.client() as c:
+            assert list(c.trimdb.race.find().sort("_id", 1)) == expected
+
     def test_documents_of_trimmed_inserts_stay_intact(self, fresh_server):
         """An inserted document is stored once, in its oplog entry, until the entry is
         trimmed: trimming must move it into the collection, not lose it."""
@@ -233,7 +261,10 @@ class TestTrimming:
             # Writes elsewhere push every one of those inserts out of the 1 MB oplog.
             for _ in range(4):
                 c.trimdb.other.insert_many([{"pad": "q" * 5000} for _ in range(100)])
-            assert c.local["oplog.rs"].count_documents({"ns": "trimdb.keep", "op": "i"}) == 0
+            # The oplog is trimmed in the background (as mongod's), soon after the writes.
+            assert eventually(
+                lambda: c.local["oplog.rs"].count_documents({"ns": "trimdb.keep", "op": "i"}) == 0
+            )
             assert list(coll.find().sort("_id", 1)) == docs
             assert [d["_id"] for d in coll.find({"k": 3}).sort("_id", 1)] == [i for i in range(400) if i % 7 == 3]
             assert coll.update_one({"_id": 5}, {"$set": {"x": 1}}).modified_count == 1

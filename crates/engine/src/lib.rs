@@ -126,8 +126,11 @@ pub struct Engine {
     next_transaction_id: std::sync::atomic::AtomicU64,
     _lock_file: std::fs::File,
     syncer: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// Deletes the files of trimmed oplog entries (see [`spawn_reclaimer`]).
-    reclaimer: Mutex<Option<(std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>)>>,
+    /// Wakes the oplog maintenance thread (see [`spawn_oplog_maintenance`]): a commit
+    /// that takes the oplog over its cap sends a token (never blocks: one pending
+    /// token is enough). Dropped at shutdown to stop the thread.
+    oplog_wake: Mutex<Option<std::sync::mpsc::SyncSender<()>>>,
+    oplog_maintenance: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Engine {
@@ -171,7 +174,7 @@ impl Engine {
             // Entries trimmed before a restart may still be on disk.
             store.retire_through(Space::Oplog, &keys::oplog_key(trim_ts - 1));
         }
-        let reclaimer = spawn_reclaimer(Arc::clone(&store));
+        let (oplog_wake, oplog_woken) = std::sync::mpsc::sync_channel::<()>(1);
         let first_notice = CommitNotice {
             seq: 0,
             last_ts: last_ts.map(keys::ts_to_u64).unwrap_or(0),
@@ -185,7 +188,7 @@ impl Engine {
             oplog_bytes,
             "storage opened"
         );
-        Ok(Arc::new(Engine {
+        let engine = Arc::new(Engine {
             store,
             catalog: RwLock::new(Arc::new(catalog)),
             writer: Mutex::new(Writer {
@@ -205,14 +208,18 @@ impl Engine {
             next_transaction_id: std::sync::atomic::AtomicU64::new(1),
             _lock_file: lock_file,
             syncer: Mutex::new(Some(syncer)),
-            reclaimer: Mutex::new(Some(reclaimer)),
-        }))
+            oplog_wake: Mutex::new(Some(oplog_wake)),
+            oplog_maintenance: Mutex::new(None),
+        });
+        *engine.oplog_maintenance.lock() =
+            Some(spawn_oplog_maintenance(Arc::downgrade(&engine), oplog_woken));
+        Ok(engine)
     }
 
     /// Flushes everything to disk and stops the background sync thread.
     pub fn shutdown(&self) {
-        if let Some((stop, h)) = self.reclaimer.lock().take() {
-            drop(stop);
+        self.oplog_wake.lock().take();
+        if let Some(h) = self.oplog_maintenance.lock().take() {
             let _ = h.join();
         }
         self.durability.stop();
@@ -558,51 +565,76 @@ impl<'e> Txn<'e> {
             }
         }
         if self.w.oplog_bytes > engine.opts.oplog_size_bytes {
-            if let Err(e) = trim_oplog(engine, &mut self.w) {
-                tracing::error!("oplog trim failed: {e}");
+            if let Some(wake) = engine.oplog_wake.lock().as_ref() {
+                // Full: a wake-up is already pending.
+                let _ = wake.try_send(());
             }
         }
         Ok(Committed { seq, last_ts })
     }
 }
 
-/// Removes the oldest oplog entries until the oplog is a little under its cap (the
-/// slack keeps trims infrequent and each one small). Starts from the stored trim
-/// point, never searching for the oldest key. Entries below the trim point are gone
-/// for every reader at once (readers start at the trim point); their storage is
-/// reclaimed by whole files in the background, so the oplog is never rewritten by
-/// compaction. The per-namespace ordering and pre-images are deleted with range
-/// tombstones. Documents still stored only in a trimmed insert entry (their
-/// collection key is a pointer to it) are first copied into the collection, in the
-/// same atomic batch.
-fn trim_oplog(engine: &Engine, w: &mut Writer) -> Result<()> {
+/// Most oplog bytes one trim round removes: bounds the entries it holds in memory
+/// and the writer-lock time of its copies.
+const TRIM_ROUND_BYTES: u64 = 16 << 20;
+
+/// An insert whose document may still live only in a trimmed oplog entry.
+struct TrimCopy {
+    coll_uuid: bson::Uuid,
+    doc_key: Vec<u8>,
+    ts: u64,
+    doc: bson::RawDocumentBuf,
+}
+
+/// One round of oplog trimming: removes the oldest entries (at most
+/// [`TRIM_ROUND_BYTES`]) towards a little under the cap (the slack keeps trims
+/// infrequent). Returns whether the oplog is still over its cap.
+///
+/// Starts from the stored trim point, never searching for the oldest key. The
+/// entries are read without the writer lock (they are immutable and all below the
+/// newest commit); the lock is taken only to copy into their collection the
+/// documents still stored only in a trimmed insert entry (their collection key
+/// still points at it: checked under the lock, where no write can change it) and
+/// to move the trim point, all in one atomic batch. Entries below the trim point
+/// are gone for every reader at once (readers start at the trim point); their
+/// storage is reclaimed by whole files later, so the oplog is never rewritten by
+/// compaction. The per-namespace ordering and pre-images go with range tombstones.
+fn trim_oplog_round(engine: &Engine) -> Result<bool> {
     let cap = engine.opts.oplog_size_bytes;
+    let (trim_ts, oplog_bytes, newest) = {
+        let w = engine.writer.lock();
+        (w.trim_ts, w.oplog_bytes, keys::ts_to_u64(w.clock.last()))
+    };
+    if oplog_bytes <= cap {
+        return Ok(false);
+    }
     let slack = (cap / 64).max(256 * 1024).min(cap / 2);
-    let target = cap - slack;
-    let mut to_free = w.oplog_bytes.saturating_sub(target);
-    let mut namespaces = std::collections::BTreeSet::new();
+    let mut to_free = oplog_bytes
+        .saturating_sub(cap - slack)
+        .min(TRIM_ROUND_BYTES);
     let coll_ids: std::collections::HashMap<bson::Uuid, u32> = engine
         .catalog()
         .colls
         .values()
         .map(|c| (c.uuid, c.id))
         .collect();
-    let mut batch = engine.store.batch();
-    let mut new_trim = w.trim_ts;
-    let newest = keys::ts_to_u64(w.clock.last());
-    let start = keys::oplog_key(w.trim_ts);
+    let mut namespaces = std::collections::BTreeSet::new();
+    let mut copies = Vec::new();
+    let mut new_trim = trim_ts;
     let mut freed = 0u64;
-    for item in engine.store.scan(Space::Oplog, &start, None, false) {
+    for item in engine
+        .store
+        .scan(Space::Oplog, &keys::oplog_key(trim_ts), None, false)
+    {
         let (k, v) = item.map_err(storage_err)?;
         let t = u64::from_be_bytes(k[..8].try_into().unwrap());
         if to_free == 0 || t >= newest {
-            new_trim = t;
             break;
         }
         if let Ok(raw) = bson::RawDocument::from_bytes(&v) {
             namespaces.extend(oplog::indexed_namespaces(raw));
             if raw.get_str("op") == Ok("i") {
-                materialize_insert(engine, &mut batch, &coll_ids, raw, t)?;
+                copies.extend(trim_copy(&coll_ids, raw, t)?);
             }
         }
         let n = v.len() as u64;
@@ -610,11 +642,10 @@ fn trim_oplog(engine: &Engine, w: &mut Writer) -> Result<()> {
         freed += n;
         new_trim = t + 1;
     }
-    if new_trim <= w.trim_ts {
-        return Ok(());
+    if new_trim <= trim_ts {
+        return Ok(false);
     }
-    // The entries themselves are not deleted here: they are retired below and their
-    // files dropped whole later (see `Store::retire_through`).
+    let mut batch = engine.store.batch();
     for ns in &namespaces {
         batch.delete_range(
             Space::OplogByNs,
@@ -627,10 +658,27 @@ fn trim_oplog(engine: &Engine, w: &mut Writer) -> Result<()> {
         &keys::image_key(0, keys::ImageKind::Before),
         &keys::image_key(new_trim, keys::ImageKind::Before),
     );
+    let mut w = engine.writer.lock();
+    // Only this thread moves the trim point.
+    assert_eq!(w.trim_ts, trim_ts, "oplog trim point moved during a trim");
+    // Under the writer lock the catalog and the collection keys cannot change.
+    let live: std::collections::HashMap<bson::Uuid, u32> = engine
+        .catalog()
+        .colls
+        .values()
+        .map(|c| (c.uuid, c.id))
+        .collect();
+    for c in &copies {
+        if live.get(&c.coll_uuid) != coll_ids.get(&c.coll_uuid) {
+            continue; // dropped, or renamed with its documents copied in
+        }
+        if let Some(v) = engine.store.get(Space::Docs, &c.doc_key).map_err(storage_err)? {
+            if keys::parse_doc_pointer(&v) == Some(c.ts) {
+                batch.put(Space::Docs, &c.doc_key, c.doc.as_bytes());
+            }
+        }
+    }
     w.trim_ts = new_trim;
-    engine
-        .trim_ts
-        .store(new_trim, std::sync::atomic::Ordering::Release);
     w.oplog_bytes = w.oplog_bytes.saturating_sub(freed);
     let state = doc! {"trim": w.trim_ts as i64, "bytes": w.oplog_bytes as i64};
     let mut bytes = Vec::new();
@@ -638,53 +686,34 @@ fn trim_oplog(engine: &Engine, w: &mut Writer) -> Result<()> {
     batch.put(Space::Meta, keys::META_OPLOG_TRIM, &bytes);
     engine.store.commit(batch).map_err(storage_err)?;
     engine
+        .trim_ts
+        .store(new_trim, std::sync::atomic::Ordering::Release);
+    let over = w.oplog_bytes > cap;
+    drop(w);
+    engine
         .store
         .retire_through(Space::Oplog, &keys::oplog_key(new_trim - 1));
     tracing::debug!(freed, new_trim, "oplog trimmed");
-    Ok(())
+    Ok(over)
 }
 
-/// Starts the thread that deletes the files of trimmed oplog entries once no snapshot
-/// can read them (twice a second; a trim at full ingestion speed retires about one
-/// file's worth per second). Stops when the sender is dropped.
-fn spawn_reclaimer(
-    store: Arc<Store>,
-) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
-    let (stop, stopped) = std::sync::mpsc::channel::<()>();
-    let handle = std::thread::Builder::new()
-        .name("oplog-reclaim".into())
-        .spawn(move || {
-            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                stopped.recv_timeout(std::time::Duration::from_millis(500))
-            {
-                if let Err(e) = store.reclaim() {
-                    tracing::warn!("reclaiming trimmed oplog files failed: {e}");
-                }
-            }
-        })
-        .expect("spawn the oplog reclaim thread");
-    (stop, handle)
-}
-
-/// Copies an inserted document into its collection if the collection still points at
-/// this oplog entry for it (it was not updated, deleted or dropped since).
-fn materialize_insert(
-    engine: &Engine,
-    batch: &mut Batch<'_>,
+/// The copy a trim may have to make for an insert entry: its collection (by UUID),
+/// document key and document. None if the collection is gone.
+fn trim_copy(
     coll_ids: &std::collections::HashMap<bson::Uuid, u32>,
     entry: &bson::RawDocument,
     ts: u64,
-) -> Result<()> {
+) -> Result<Option<TrimCopy>> {
     let Ok(bson::RawBsonRef::Binary(ui)) =
         entry.get("ui").map(|v| v.unwrap_or(bson::RawBsonRef::Null))
     else {
-        return Ok(());
+        return Ok(None);
     };
     let Ok(uuid) = <[u8; 16]>::try_from(ui.bytes).map(bson::Uuid::from_bytes) else {
-        return Ok(());
+        return Ok(None);
     };
     let Some(&coll_id) = coll_ids.get(&uuid) else {
-        return Ok(());
+        return Ok(None);
     };
     let doc = entry
         .get_document("o")
@@ -695,13 +724,51 @@ fn materialize_insert(
         .flatten()
         .ok_or_else(|| Error::internal("insert oplog entry without _id"))?;
     let id = bson::Bson::try_from(id.to_raw_bson()).map_err(|e| Error::internal(e.to_string()))?;
-    let key = keys::doc_key(coll_id, &keys::id_key(&id));
-    if let Some(v) = engine.store.get(Space::Docs, &key).map_err(storage_err)? {
-        if keys::parse_doc_pointer(&v) == Some(ts) {
-            batch.put(Space::Docs, &key, doc.as_bytes());
-        }
-    }
-    Ok(())
+    Ok(Some(TrimCopy {
+        coll_uuid: uuid,
+        doc_key: keys::doc_key(coll_id, &keys::id_key(&id)),
+        ts,
+        doc: doc.to_raw_document_buf(),
+    }))
+}
+
+/// Starts the oplog's maintenance thread (mongod has one too): it trims the oplog
+/// when a commit takes it over its cap (woken by the commit; trimming never runs on
+/// a writer's path), and twice a second deletes the files of trimmed entries once no
+/// snapshot can read them ([`Store::reclaim`]). Stops when the wake-up sender is
+/// dropped or the engine is gone.
+fn spawn_oplog_maintenance(
+    engine: std::sync::Weak<Engine>,
+    woken: std::sync::mpsc::Receiver<()>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::Builder::new()
+        .name("oplog-maintain".into())
+        .spawn(move || loop {
+            let stop = matches!(
+                woken.recv_timeout(std::time::Duration::from_millis(500)),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected)
+            );
+            let Some(engine) = engine.upgrade() else {
+                return;
+            };
+            loop {
+                match trim_oplog_round(&engine) {
+                    Ok(true) => continue,
+                    Ok(false) => break,
+                    Err(e) => {
+                        tracing::error!("oplog trim failed: {e}");
+                        break;
+                    }
+                }
+            }
+            if let Err(e) = engine.store.reclaim() {
+                tracing::warn!("reclaiming trimmed oplog files failed: {e}");
+            }
+            if stop {
+                return;
+            }
+        })
+        .expect("spawn the oplog maintenance thread")
 }
 
 /// Rewrites every pointer value of a collection with its document (before the
