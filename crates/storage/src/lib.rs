@@ -308,7 +308,7 @@ impl Store {
 
     /// Declares that the keys of an append-only space up to and including `last` will
     /// not be read again (the oplog below its trim point): readers must not ask for
-    /// them. Snapshots already open still see them; once those are closed,
+    /// them. Call it after committing whatever made them dead. Snapshots already open still see them; once those are closed,
     /// [`Store::reclaim`] deletes the files holding only such keys. Cheap: the writer
     /// calls it on every trim instead of writing range tombstones, which would make
     /// the files overlap and the compactions rewrite them.
@@ -327,9 +327,9 @@ impl Store {
     }
 
     /// Deletes the files of retired keys that no open snapshot can read any more (a
-    /// file straddling the retired bound stays until the bound passes it). Returns
-    /// how many retirements it applied. Call it from a background thread: it may
-    /// write and sync RocksDB's manifest.
+    /// file straddling the retired bound stays until the bound passes it), after
+    /// syncing the write-ahead log. Returns how many retirements it applied. Call it
+    /// from a background thread: it syncs the log and may write RocksDB's manifest.
     pub fn reclaim(&self) -> Result<usize> {
         let ready: Vec<(Space, Vec<u8>)> = {
             let mut s = self.snapshots();
@@ -348,6 +348,14 @@ impl Store {
             });
             ready
         };
+        if !ready.is_empty() {
+            // A retirement follows the commit of the batch that made the keys dead
+            // (for the oplog: the trim copied documents out of them). Deleting the
+            // files is made durable at once by RocksDB's manifest; that batch may
+            // still be only in the page cache. Sync it first, or a power loss could
+            // keep the deletion and lose the copies.
+            self.db.flush_wal(true)?;
+        }
         for (space, last) in &ready {
             if let Some((_, floor)) = self.floors.iter().find(|(sp, _)| sp == space) {
                 let mut f = floor.write().unwrap_or_else(|e| e.into_inner());
