@@ -162,6 +162,27 @@ class TestOrderingAndQueries:
         mine = [e["o"]["_id"] for e in got if e["ns"] == f"{db.name}.{coll.name}"]
         assert mine == ["after1", "after2"]
 
+    def test_count_and_aggregate_read_the_oplog(self, client, coll, db):
+        """count, countDocuments, estimatedDocumentCount and aggregate see the same
+        entries as find (they used to see an empty collection)."""
+        ns = f"{db.name}.{coll.name}"
+        coll.insert_many([{"_id": i} for i in range(7)])
+        coll.delete_one({"_id": 0})
+        local = client.local
+        assert local.command("count", "oplog.rs", query={"ns": ns})["n"] == 8
+        assert local.command("count", "oplog.rs", query={"ns": ns, "op": "i"}, skip=2)["n"] == 5
+        assert oplog(client).count_documents({"ns": ns, "op": "d"}) == 1
+        total = len(list(oplog(client).find({}, {"_id": 1})))
+        assert total >= 8
+        # Other tests may write meanwhile: the count is at least what find saw.
+        assert oplog(client).estimated_document_count() >= total
+        got = list(oplog(client).aggregate([
+            {"$match": {"ns": ns}},
+            {"$group": {"_id": "$op", "n": {"$sum": 1}}},
+            {"$sort": {"_id": 1}},
+        ]))
+        assert got == [{"_id": "d", "n": 1}, {"_id": "i", "n": 7}]
+
     def test_natural_descending_is_newest_first(self, client, coll):
         coll.insert_one({"_id": "older"})
         coll.insert_one({"_id": "newest"})

@@ -87,7 +87,7 @@ impl Engine {
             return self.find_view(ns, &view, req);
         }
         let (filter, _) = crate::write::bind_let(&req.filter, req.let_vars.as_ref())?;
-        let is_oplog = ns.db == OPLOG_DB && ns.coll == OPLOG_COLL;
+        let is_oplog = is_oplog(ns);
         // One catalog lookup serves the collation, the tailable check and the plan.
         let meta = if is_oplog { None } else { self.collection(ns) };
         let collator = operation_collator(meta.as_deref(), req.collation.as_ref())?;
@@ -152,15 +152,10 @@ impl Engine {
                 .as_ref()
                 .map(|s| s.fields.len() == 1 && s.fields[0].1)
                 .unwrap_or(false);
-            let from = oplog_start(&matcher);
             Some(Source::Scan {
                 meta: Arc::new(oplog_meta()),
                 matcher: matcher.clone(),
-                scan: Box::new(Scan::new(Access::OplogScan {
-                    from: if reverse { 0 } else { from },
-                    reverse,
-                    floor: self.oplog_floor(),
-                })),
+                scan: Box::new(self.oplog_scan(&matcher, reverse)),
                 buf: VecDeque::new(),
             })
         } else {
@@ -436,6 +431,16 @@ impl Engine {
         (killed, not_found)
     }
 
+    /// A scan of the oplog in ts order (or the reverse), from the lower bound of the
+    /// query's `ts` predicate.
+    fn oplog_scan(&self, matcher: &Matcher, reverse: bool) -> Scan {
+        Scan::new(Access::OplogScan {
+            from: if reverse { 0 } else { oplog_start(matcher) },
+            reverse,
+            floor: self.oplog_floor(),
+        })
+    }
+
     pub fn count(
         &self,
         ns: &Namespace,
@@ -462,12 +467,27 @@ impl Engine {
                 .and_then(as_i64)
                 .unwrap_or(0) as u64);
         }
-        let meta = self.collection(ns);
+        let meta = if is_oplog(ns) {
+            Some(Arc::new(oplog_meta()))
+        } else {
+            self.collection(ns)
+        };
         let collator = operation_collator(meta.as_deref(), collation)?;
         let matcher = Matcher::for_query_with_collation(query, collator)?;
         let Some(meta) = meta else {
             return Ok(0);
         };
+        if is_oplog(ns) {
+            let mut scan = self.oplog_scan(&matcher, false);
+            let (mut n, mut chunk) = (0u64, Vec::new());
+            while !scan.done {
+                chunk.clear();
+                scan.next_batch(&self.store, meta.id, &matcher, 10_000, &mut chunk)?;
+                n += chunk.len() as u64;
+            }
+            let n = n.saturating_sub(skip);
+            return Ok(if limit > 0 { n.min(limit) } else { n });
+        }
         let plan = read::plan(&meta, &matcher, None, hint)?;
         if query.is_empty()
             && hint.is_none()
@@ -707,21 +727,28 @@ impl Engine {
         let docs = match coll {
             Some(c) => {
                 let ns = Namespace::new(db, c);
+                // The leading $match also filters the scan, with the `let`
+                // variables bound and the collation the stage itself has.
+                let leading_matcher = || -> Result<Arc<Matcher>> {
+                    let leading = pipeline.leading_match().cloned().unwrap_or_default();
+                    let leading = if vars.vars.is_empty() {
+                        leading
+                    } else {
+                        tailstream_query::pipeline::substitute_vars(&leading, vars)
+                    };
+                    Ok(Arc::new(Matcher::with_collation(&leading, vars.collator.clone())?))
+                };
                 let scan: Box<dyn Iterator<Item = Result<Document>> + '_> =
                     match (input.docs, self.collection(&ns)) {
                         (Some(docs), _) => Box::new(docs.into_iter().map(Ok)),
+                        (None, None) if is_oplog(&ns) => {
+                            let matcher = leading_matcher()?;
+                            let scan = self.oplog_scan(&matcher, input.reverse);
+                            Box::new(ScanIter::new(&self.store, Arc::new(oplog_meta()), matcher, scan))
+                        }
                         (None, None) => Box::new(std::iter::empty()),
                         (None, Some(meta)) => {
-                            // The leading $match also filters the scan, with the `let`
-                            // variables bound and the collation the stage itself has.
-                            let leading = pipeline.leading_match().cloned().unwrap_or_default();
-                            let leading = if vars.vars.is_empty() {
-                                leading
-                            } else {
-                                tailstream_query::pipeline::substitute_vars(&leading, vars)
-                            };
-                            let matcher =
-                                Arc::new(Matcher::with_collation(&leading, vars.collator.clone())?);
+                            let matcher = leading_matcher()?;
                             let natural = input
                                 .reverse
                                 .then(|| SortSpec::parse(&doc! {"$natural": -1}))
@@ -1026,6 +1053,12 @@ pub(crate) fn check_batch_size(b: Option<i64>) -> Result<Option<usize>> {
         Some(n) => Ok(Some(n as usize)),
         None => Ok(None),
     }
+}
+
+/// Whether `ns` is the oplog, `local.oplog.rs` (no catalog entry: read by scans of
+/// the oplog space).
+fn is_oplog(ns: &Namespace) -> bool {
+    ns.db == OPLOG_DB && ns.coll == OPLOG_COLL
 }
 
 /// The oplog's pseudo-collection metadata (scans of it ignore the id).
