@@ -477,42 +477,36 @@ impl Engine {
         let Some(meta) = meta else {
             return Ok(0);
         };
-        if is_oplog(ns) {
-            let mut scan = self.oplog_scan(&matcher, false);
+        // Counts what a scan yields, loading each document for the matcher.
+        let count_scan = |mut scan: Scan| -> Result<u64> {
             let (mut n, mut chunk) = (0u64, Vec::new());
             while !scan.done {
                 chunk.clear();
                 scan.next_batch(&self.store, meta.id, &matcher, 10_000, &mut chunk)?;
                 n += chunk.len() as u64;
             }
-            let n = n.saturating_sub(skip);
-            return Ok(if limit > 0 { n.min(limit) } else { n });
-        }
-        let plan = read::plan(&meta, &matcher, None, hint)?;
-        if query.is_empty()
-            && hint.is_none()
-            && matches!(
-                plan.access,
-                Access::CollScan { .. } | Access::NaturalScan { .. }
-            )
-        {
-            // Every document counts: count the collection's keys (one per document)
-            // without loading a document (estimatedDocumentCount lands here).
-            let n = self
-                .store
-                .count_prefix(tailstream_storage::Space::Docs, &crate::keys::coll_prefix(meta.id))
-                .map_err(crate::storage_err)?;
-            let n = n.saturating_sub(skip);
-            return Ok(if limit > 0 { n.min(limit) } else { n });
-        }
-        let mut scan = Scan::new(plan.access);
-        let mut n = 0u64;
-        let mut chunk = Vec::new();
-        while !scan.done {
-            chunk.clear();
-            scan.next_batch(&self.store, meta.id, &matcher, 10_000, &mut chunk)?;
-            n += chunk.len() as u64;
-        }
+            Ok(n)
+        };
+        let n = if is_oplog(ns) {
+            count_scan(self.oplog_scan(&matcher, false))?
+        } else {
+            let plan = read::plan(&meta, &matcher, None, hint)?;
+            if query.is_empty()
+                && hint.is_none()
+                && matches!(
+                    plan.access,
+                    Access::CollScan { .. } | Access::NaturalScan { .. }
+                )
+            {
+                // Every document counts: count the collection's keys (one per document)
+                // without loading a document (estimatedDocumentCount lands here).
+                self.store
+                    .count_prefix(tailstream_storage::Space::Docs, &crate::keys::coll_prefix(meta.id))
+                    .map_err(crate::storage_err)?
+            } else {
+                count_scan(Scan::new(plan.access))?
+            }
+        };
         let n = n.saturating_sub(skip);
         Ok(if limit > 0 { n.min(limit) } else { n })
     }

@@ -101,6 +101,16 @@ pub(crate) struct Writer {
     trim_ts: u64,
 }
 
+impl Writer {
+    /// Stores the trim point and retained size (read back at open) in `batch`.
+    fn put_oplog_state(&self, batch: &mut Batch<'_>) {
+        let state = doc! {"trim": self.trim_ts as i64, "bytes": self.oplog_bytes as i64};
+        let mut bytes = Vec::new();
+        state.to_writer(&mut bytes).expect("serialise oplog state");
+        batch.put(Space::Meta, keys::META_OPLOG_TRIM, &bytes);
+    }
+}
+
 pub struct Engine {
     pub store: Arc<Store>,
     catalog: RwLock<Arc<Catalog>>,
@@ -523,10 +533,7 @@ impl<'e> Txn<'e> {
         let touched_capped = std::mem::take(&mut self.touched_capped);
         if self.oplog_added > 0 {
             self.w.oplog_bytes += self.oplog_added;
-            let state = doc! {"trim": self.w.trim_ts as i64, "bytes": self.w.oplog_bytes as i64};
-            let mut bytes = Vec::new();
-            state.to_writer(&mut bytes).expect("serialise oplog state");
-            self.batch.put(Space::Meta, keys::META_OPLOG_TRIM, &bytes);
+            self.w.put_oplog_state(&mut self.batch);
         }
         let engine = self.engine;
         let batch = std::mem::replace(&mut self.batch, engine.store.batch());
@@ -612,12 +619,7 @@ fn trim_oplog_round(engine: &Engine) -> Result<bool> {
     let mut to_free = oplog_bytes
         .saturating_sub(cap - slack)
         .min(TRIM_ROUND_BYTES);
-    let coll_ids: std::collections::HashMap<bson::Uuid, u32> = engine
-        .catalog()
-        .colls
-        .values()
-        .map(|c| (c.uuid, c.id))
-        .collect();
+    let coll_ids = coll_ids_by_uuid(&engine.catalog());
     let mut namespaces = std::collections::BTreeSet::new();
     let mut copies = Vec::new();
     let mut new_trim = trim_ts;
@@ -662,12 +664,7 @@ fn trim_oplog_round(engine: &Engine) -> Result<bool> {
     // Only this thread moves the trim point.
     assert_eq!(w.trim_ts, trim_ts, "oplog trim point moved during a trim");
     // Under the writer lock the catalog and the collection keys cannot change.
-    let live: std::collections::HashMap<bson::Uuid, u32> = engine
-        .catalog()
-        .colls
-        .values()
-        .map(|c| (c.uuid, c.id))
-        .collect();
+    let live = coll_ids_by_uuid(&engine.catalog());
     for c in &copies {
         if live.get(&c.coll_uuid) != coll_ids.get(&c.coll_uuid) {
             continue; // dropped, or renamed with its documents copied in
@@ -680,10 +677,7 @@ fn trim_oplog_round(engine: &Engine) -> Result<bool> {
     }
     w.trim_ts = new_trim;
     w.oplog_bytes = w.oplog_bytes.saturating_sub(freed);
-    let state = doc! {"trim": w.trim_ts as i64, "bytes": w.oplog_bytes as i64};
-    let mut bytes = Vec::new();
-    state.to_writer(&mut bytes).expect("serialise oplog state");
-    batch.put(Space::Meta, keys::META_OPLOG_TRIM, &bytes);
+    w.put_oplog_state(&mut batch);
     engine.store.commit(batch).map_err(storage_err)?;
     engine
         .trim_ts
@@ -695,6 +689,11 @@ fn trim_oplog_round(engine: &Engine) -> Result<bool> {
         .retire_through(Space::Oplog, &keys::oplog_key(new_trim - 1));
     tracing::debug!(freed, new_trim, "oplog trimmed");
     Ok(over)
+}
+
+/// Collection ids by UUID (oplog entries name their collection by UUID).
+fn coll_ids_by_uuid(catalog: &Catalog) -> std::collections::HashMap<bson::Uuid, u32> {
+    catalog.colls.values().map(|c| (c.uuid, c.id)).collect()
 }
 
 /// The copy a trim may have to make for an insert entry: its collection (by UUID),
