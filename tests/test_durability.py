@@ -1,6 +1,7 @@
 """Crash safety, restarts, and the dbpath lock (each test runs its own server)."""
 
 import subprocess
+import time
 
 import pytest
 from pymongo import WriteConcern
@@ -46,6 +47,25 @@ class TestCrash:
             logged = {e["o"]["_id"] for e in c.local["oplog.rs"].find({"ns": "dur.data", "op": "i"})}
             assert "last" in ids
             assert ids == logged, "after a crash, data and oplog must describe the same writes"
+
+    def test_unjournaled_writes_reach_disk_within_the_sync_interval(self, fresh_server):
+        # `{w: 1}` writes are acknowledged from memory (RocksDB's WAL buffer); the
+        # group-commit thread writes and fsyncs that buffer at most 100 ms after a
+        # commit, as mongod's journal commit interval. A second is far beyond it.
+        srv = fresh_server()
+        with srv.client() as c:
+            coll = c.dur.plain.with_options(write_concern=WriteConcern(w=1, j=False))
+            for i in range(200):
+                coll.insert_one({"_id": i})
+            coll.update_one({"_id": 0}, {"$set": {"x": 1}})
+            coll.delete_one({"_id": 1})
+        time.sleep(1.0)
+        srv.kill9()
+        srv.start()
+        with srv.client() as c:
+            ids = sorted(d["_id"] for d in c.dur.plain.find({}, {"_id": 1}))
+            assert ids == [0] + list(range(2, 200))
+            assert c.dur.plain.find_one({"_id": 0}) == {"_id": 0, "x": 1}
 
 
 class TestRestart:

@@ -234,6 +234,12 @@ impl Store {
         // Writers are already serialised by the engine's sequencer; pipelining lets the
         // WAL write of one batch overlap the memtable insert of the previous one.
         db_opts.set_enable_pipelined_write(true);
+        // A commit appends to RocksDB's in-memory WAL buffer instead of writing it to the
+        // file with a write(2) per batch: `sync` (the group-commit thread, at most
+        // 100 ms after any commit, and at once for `j: true` writers) writes and fsyncs
+        // it. Plain `{w: 1}` writes may thus be lost to a process crash within that
+        // window, as mongod's unjournaled writes are; journaled ones never.
+        db_opts.set_manual_wal_flush(true);
         let cache = Cache::new_lru_cache(opts.block_cache_bytes);
         let mut floors = Vec::new();
         let cfs: Vec<ColumnFamilyDescriptor> = Space::ALL.iter().map(|s| {
@@ -424,8 +430,8 @@ impl Store {
         }
     }
 
-    /// Applies the batch atomically. Survives a process crash on return; call `sync`
-    /// to survive a power loss.
+    /// Applies the batch atomically (visible to reads on return). Survives a crash
+    /// only once `sync` (which writes the WAL buffer and fsyncs it) has run after it.
     pub fn commit(&self, batch: Batch<'_>) -> Result<()> {
         let wb = batch.inner;
         let mut wo = WriteOptions::default();
