@@ -137,6 +137,38 @@ def test_api_strict_refuses_commands_and_stages_outside_version_1(db):
     db.command("distinct", "t", key="a", apiVersion="1")
 
 
+@pytest.mark.parametrize("fields, code, codename", [
+    ({"apiStrict": True}, 4886600, "Location4886600"),
+    ({"apiDeprecationErrors": False}, 4886600, "Location4886600"),
+    ({"apiVersion": 1}, 14, "TypeMismatch"),
+    ({"apiVersion": "2"}, 322, "APIVersionError"),
+    ({"apiVersion": "3"}, 322, "APIVersionError"),
+    ({"apiVersion": "1", "apiStrict": "true"}, 14, "TypeMismatch"),
+    ({"apiVersion": "1", "apiDeprecationErrors": 0}, 14, "TypeMismatch"),
+])
+def test_api_parameters_are_checked_as_mongod_does(db, fields, code, codename):
+    with pytest.raises(OperationFailure) as exc:
+        db.command({"ping": 1, **fields})
+    assert (exc.value.code, exc.value.details["codeName"]) == (code, codename)
+    db.command({"ping": 1, "apiVersion": "1", "apiStrict": True, "apiDeprecationErrors": True})
+    db.command({"ping": 1, "apiVersion": "1", "apiStrict": False, "apiDeprecationErrors": False})
+
+
+def test_require_api_version_refuses_commands_without_one(fresh_server):
+    # Its own server: while the parameter is on, every client's monitoring hello
+    # without an apiVersion fails too.
+    with fresh_server().client() as client:
+        admin = client.admin
+        assert admin.command("getParameter", 1, requireApiVersion=1)["requireApiVersion"] is False
+        admin.command("setParameter", 1, requireApiVersion=True, apiVersion="1")
+        with pytest.raises(OperationFailure) as exc:
+            admin.command("ping")
+        assert exc.value.code == 498870
+        admin.command("ping", apiVersion="1")
+        admin.command("setParameter", 1, requireApiVersion=False, apiVersion="1")
+        admin.command("ping")
+
+
 def test_rand_takes_an_empty_document(coll):
     coll.insert_one({"_id": 1})
     [doc] = coll.aggregate([{"$project": {"r": {"$rand": {}}}}])

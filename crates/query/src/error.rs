@@ -143,6 +143,9 @@ pub mod codes {
     pub const UNRECOGNIZED_COMMAND_FIELD: i32 = 40415;
     pub const OPERATION_NOT_SUPPORTED_IN_TRANSACTION: i32 = 263;
     pub const API_STRICT_ERROR: i32 = 323;
+    pub const API_VERSION_ERROR: i32 = 322;
+    pub const API_PARAMETERS_WITHOUT_VERSION: i32 = 4886600;
+    pub const API_VERSION_REQUIRED: i32 = 498870;
     pub const JS_INTERPRETER_FAILURE: i32 = 139;
     pub const EXCEEDED_MEMORY_LIMIT: i32 = 146;
     pub const CLIENT_DISCONNECT: i32 = 279;
@@ -232,6 +235,7 @@ pub fn code_name(code: i32) -> String {
         280 => "ChangeStreamFatalError",
         286 => "ChangeStreamHistoryLost",
         292 => "QueryExceededMemoryLimitNoDiskUseAllowed",
+        322 => "APIVersionError",
         323 => "APIStrictError",
         10107 => "NotWritablePrimary",
         10334 => "BSONObjectTooLarge",

@@ -50,6 +50,7 @@ impl ServerState {
     pub fn new(config: Config, engine: Arc<Engine>) -> Result<ServerState, String> {
         let mut parameters = bson::doc! {
             "enableTestCommands": config.test_commands_enabled(),
+            "requireApiVersion": false,
             "ttlMonitorEnabled": true,
             "ttlMonitorSleepSecs": 60,
             "cursorTimeoutMillis": 600_000i64,

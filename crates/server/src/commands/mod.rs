@@ -314,6 +314,20 @@ async fn run(
     if let Err(e) = check_api_strict(&name, &cmd) {
         return reply(error_reply(state, &e));
     }
+    if !cmd.contains_key("apiVersion")
+        && matches!(
+            state.parameters.read().get("requireApiVersion"),
+            Some(Bson::Boolean(true))
+        )
+    {
+        return reply(error_reply(
+            state,
+            &Error::new(
+                codes::API_VERSION_REQUIRED,
+                "The apiVersion parameter is required, please configure your MongoClient's API version",
+            ),
+        ));
+    }
     if txn_fields.is_none()
         && level == Some("snapshot")
         && !crate::transactions::SNAPSHOT_READS.contains(&name.as_str())
@@ -572,7 +586,50 @@ const API_V1_EXCLUDED_STAGES: &[&str] = &[
 
 /// `apiStrict: true` refuses commands and aggregation stages outside API version 1,
 /// as mongod does (323 APIStrictError).
+/// Checks the stable-API parameters as mongod parses them: apiVersion a string and
+/// "1", apiStrict and apiDeprecationErrors booleans and only with an apiVersion; then
+/// apiStrict: true allows only the commands (and stages) of API version 1.
 fn check_api_strict(name: &str, cmd: &Document) -> Result<()> {
+    let wrong_type = |field: &str, v: &Bson, expected: &str| {
+        Error::new(
+            codes::TYPE_MISMATCH,
+            format!(
+                "BSON field '{field}' is the wrong type '{}', expected type '{expected}'",
+                tailstream_engine::query::compare::type_name(v)
+            ),
+        )
+    };
+    match cmd.get("apiVersion") {
+        None => {
+            if cmd.contains_key("apiStrict") || cmd.contains_key("apiDeprecationErrors") {
+                return Err(Error::new(
+                    codes::API_PARAMETERS_WITHOUT_VERSION,
+                    "Provided apiStrict and/or apiDeprecationErrors without passing apiVersion",
+                ));
+            }
+            return Ok(());
+        }
+        Some(Bson::String(v)) if v == "1" => {}
+        Some(Bson::String(v)) if v == "2" => {
+            return Err(Error::new(
+                codes::API_VERSION_ERROR,
+                "Cannot accept API version 2",
+            ))
+        }
+        Some(Bson::String(_)) => {
+            return Err(Error::new(
+                codes::API_VERSION_ERROR,
+                "API version must be \"1\"",
+            ))
+        }
+        Some(v) => return Err(wrong_type("apiVersion", v, "string")),
+    }
+    for field in ["apiStrict", "apiDeprecationErrors"] {
+        match cmd.get(field) {
+            None | Some(Bson::Boolean(_)) => {}
+            Some(v) => return Err(wrong_type(field, v, "bool")),
+        }
+    }
     if !matches!(cmd.get("apiStrict"), Some(Bson::Boolean(true))) {
         return Ok(());
     }
