@@ -23,6 +23,7 @@ use tokio::net::TcpListener;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
+    disable_transparent_huge_pages();
     let config = Config::parse();
     init_logging(&config);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -33,6 +34,23 @@ fn main() {
         .expect("tokio runtime");
     let code = runtime.block_on(run(config));
     std::process::exit(code);
+}
+
+/// Turns transparent huge pages off for this process (what mimalloc's
+/// `MIMALLOC_ALLOW_THP=0` does at its start-up).
+///
+/// mimalloc asks for huge pages on its arenas and returns memory it has not used for
+/// a second; touching such memory again faults in a whole 2 MiB page, which the
+/// kernel zeroes first. With a request mix that frees and reallocates steadily (100
+/// change streams woken 100 times a second) this zeroing took 1.5-6% of the
+/// server's CPU in profiles; with 4 KiB pages a fault zeroes only what is touched. RocksDB's memory does
+/// not use huge pages either way (it never asks for them).
+fn disable_transparent_huge_pages() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: PR_SET_THP_DISABLE takes integer arguments and touches no memory of ours.
+    unsafe {
+        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
 }
 
 fn init_logging(config: &Config) {
