@@ -218,7 +218,9 @@ fn normalize_trailing(mut d: Dec) -> Dec {
         d.exp += 1;
     }
     if d.coeff == 0 {
-        d.exp = d.exp.max(0).min(0);
+        // Zero converts to 0 with exponent 0 (the sign is kept), whatever the
+        // exponent of its scientific form.
+        d.exp = 0;
     }
     d
 }
