@@ -192,7 +192,11 @@ impl Cursor {
 /// cursor returns was sized this way, by serializing it once more than the reply does).
 fn encoded_len(d: &Document) -> usize {
     // length prefix + elements + trailing NUL
-    4 + d.iter().map(|(k, v)| element_len(k.len(), v)).sum::<usize>() + 1
+    4 + d
+        .iter()
+        .map(|(k, v)| element_len(k.len(), v))
+        .sum::<usize>()
+        + 1
 }
 
 /// Type byte + key (NUL-terminated) + value.
@@ -217,7 +221,11 @@ fn value_len(v: &bson::Bson) -> usize {
         }
         Bson::Binary(b) => {
             // The old binary subtype nests a second length.
-            let old = if b.subtype == bson::spec::BinarySubtype::BinaryOld { 4 } else { 0 };
+            let old = if b.subtype == bson::spec::BinarySubtype::BinaryOld {
+                4
+            } else {
+                0
+            };
             4 + 1 + old + b.bytes.len()
         }
         Bson::ObjectId(_) => 12,
@@ -406,10 +414,10 @@ mod encoded_len_tests {
             doc! {"old": Binary { subtype: bson::spec::BinarySubtype::BinaryOld, bytes: vec![9; 5] }},
             doc! {"re": Regex { pattern: "a.*b".into(), options: "i".into() }},
             doc! {"js": Bson::JavaScriptCode("x + 1".into()),
-                  "scope": Bson::JavaScriptCodeWithScope(JavaScriptCodeWithScope { code: "y".into(), scope: doc! {"y": 2} })},
+            "scope": Bson::JavaScriptCodeWithScope(JavaScriptCodeWithScope { code: "y".into(), scope: doc! {"y": 2} })},
             doc! {"ts": Timestamp { time: 1, increment: 2 }, "i64": 5i64, "dt": bson::DateTime::now(),
-                  "dec": Decimal128::from_bytes([0; 16]), "min": Bson::MinKey, "max": Bson::MaxKey,
-                  "u": Bson::Undefined, "sym": Bson::Symbol("s".into())},
+            "dec": Decimal128::from_bytes([0; 16]), "min": Bson::MinKey, "max": Bson::MaxKey,
+            "u": Bson::Undefined, "sym": Bson::Symbol("s".into())},
         ];
         for d in docs {
             let mut v = Vec::new();

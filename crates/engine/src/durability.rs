@@ -253,11 +253,28 @@ mod tests {
 
     #[test]
     fn sync_histogram_buckets_cover_every_duration_once() {
-        for micros in [0u64, 9, 10, 9_999, 10_000, 10_999, 11_000, 999_999, 1_000_000, u64::MAX / 2] {
+        for micros in [
+            0u64,
+            9,
+            10,
+            9_999,
+            10_000,
+            10_999,
+            11_000,
+            999_999,
+            1_000_000,
+            u64::MAX / 2,
+        ] {
             let b = SyncHistogram::bucket(micros);
-            assert!(micros < SyncHistogram::upper_bound(b), "{micros} below its bucket's bound");
+            assert!(
+                micros < SyncHistogram::upper_bound(b),
+                "{micros} below its bucket's bound"
+            );
             if b > 0 {
-                assert!(micros >= SyncHistogram::upper_bound(b - 1), "{micros} above the previous bound");
+                assert!(
+                    micros >= SyncHistogram::upper_bound(b - 1),
+                    "{micros} above the previous bound"
+                );
             }
         }
         let h = SyncHistogram::new();

@@ -501,7 +501,10 @@ impl Engine {
                 // Every document counts: count the collection's keys (one per document)
                 // without loading a document (estimatedDocumentCount lands here).
                 self.store
-                    .count_prefix(tailstream_storage::Space::Docs, &crate::keys::coll_prefix(meta.id))
+                    .count_prefix(
+                        tailstream_storage::Space::Docs,
+                        &crate::keys::coll_prefix(meta.id),
+                    )
                     .map_err(crate::storage_err)?
             } else {
                 count_scan(Scan::new(plan.access))?
@@ -730,7 +733,10 @@ impl Engine {
                     } else {
                         tailstream_query::pipeline::substitute_vars(&leading, vars)
                     };
-                    Ok(Arc::new(Matcher::with_collation(&leading, vars.collator.clone())?))
+                    Ok(Arc::new(Matcher::with_collation(
+                        &leading,
+                        vars.collator.clone(),
+                    )?))
                 };
                 let scan: Box<dyn Iterator<Item = Result<Document>> + '_> =
                     match (input.docs, self.collection(&ns)) {
@@ -738,7 +744,12 @@ impl Engine {
                         (None, None) if is_oplog(&ns) => {
                             let matcher = leading_matcher()?;
                             let scan = self.oplog_scan(&matcher, input.reverse);
-                            Box::new(ScanIter::new(&self.store, Arc::new(oplog_meta()), matcher, scan))
+                            Box::new(ScanIter::new(
+                                &self.store,
+                                Arc::new(oplog_meta()),
+                                matcher,
+                                scan,
+                            ))
                         }
                         (None, None) => Box::new(std::iter::empty()),
                         (None, Some(meta)) => {

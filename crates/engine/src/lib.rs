@@ -221,8 +221,10 @@ impl Engine {
             oplog_wake: Mutex::new(Some(oplog_wake)),
             oplog_maintenance: Mutex::new(None),
         });
-        *engine.oplog_maintenance.lock() =
-            Some(spawn_oplog_maintenance(Arc::downgrade(&engine), oplog_woken));
+        *engine.oplog_maintenance.lock() = Some(spawn_oplog_maintenance(
+            Arc::downgrade(&engine),
+            oplog_woken,
+        ));
         Ok(engine)
     }
 
@@ -669,7 +671,11 @@ fn trim_oplog_round(engine: &Engine) -> Result<bool> {
         if live.get(&c.coll_uuid) != coll_ids.get(&c.coll_uuid) {
             continue; // dropped, or renamed with its documents copied in
         }
-        if let Some(v) = engine.store.get(Space::Docs, &c.doc_key).map_err(storage_err)? {
+        if let Some(v) = engine
+            .store
+            .get(Space::Docs, &c.doc_key)
+            .map_err(storage_err)?
+        {
             if keys::parse_doc_pointer(&v) == Some(c.ts) {
                 batch.put(Space::Docs, &c.doc_key, c.doc.as_bytes());
             }

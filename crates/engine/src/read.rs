@@ -737,7 +737,11 @@ impl Scan {
                 } => {
                     let reverse = *reverse;
                     let floor = keys::oplog_key(floor.load(std::sync::atomic::Ordering::Acquire));
-                    if self.position.as_deref().is_some_and(|p| p < floor.as_slice()) {
+                    if self
+                        .position
+                        .as_deref()
+                        .is_some_and(|p| p < floor.as_slice())
+                    {
                         return Err(position_lost());
                     }
                     let lower = keys::oplog_key(*from).max(floor);

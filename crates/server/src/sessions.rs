@@ -166,7 +166,10 @@ mod tests {
         let err = cache.check(&s, 1).err().expect("write 1 is older than 2");
         assert_eq!(err.code, codes::TRANSACTION_TOO_OLD);
         // Another session is independent.
-        assert!(matches!(cache.check(&session_key(&lsid(2)), 1), Ok(Retry::New)));
+        assert!(matches!(
+            cache.check(&session_key(&lsid(2)), 1),
+            Ok(Retry::New)
+        ));
         assert_eq!(cache.len(), 1);
     }
 
@@ -178,8 +181,14 @@ mod tests {
         }
         cache.end_sessions(&[lsid(0), lsid(2)]);
         assert_eq!(cache.len(), 1);
-        assert!(matches!(cache.check(&session_key(&lsid(0)), 7), Ok(Retry::New)));
-        assert!(matches!(cache.check(&session_key(&lsid(1)), 7), Ok(Retry::Done(_))));
+        assert!(matches!(
+            cache.check(&session_key(&lsid(0)), 7),
+            Ok(Retry::New)
+        ));
+        assert!(matches!(
+            cache.check(&session_key(&lsid(1)), 7),
+            Ok(Retry::Done(_))
+        ));
     }
 
     #[test]

@@ -242,64 +242,72 @@ impl Store {
         db_opts.set_manual_wal_flush(true);
         let cache = Cache::new_lru_cache(opts.block_cache_bytes);
         let mut floors = Vec::new();
-        let cfs: Vec<ColumnFamilyDescriptor> = Space::ALL.iter().map(|s| {
-            if s.append_only() {
-                floors.push((*s, std::sync::Arc::new(std::sync::RwLock::new(Vec::new()))));
-            }
-            let mut o = Options::default();
-            o.set_write_buffer_size(opts.write_buffer_bytes);
-            o.set_max_write_buffer_number(4);
-            // Ingestion bursts pile up level-0 files faster than 2 cores compact them;
-            // slowing writers at 20 files (the default) turns a burst into a stall.
-            o.set_level_zero_slowdown_writes_trigger(40);
-            o.set_level_zero_stop_writes_trigger(64);
-            o.set_compression_type(DBCompressionType::Lz4);
-            // Levels 0 and 1 are rewritten soon: compressing them costs CPU for little.
-            o.set_compression_per_level(&[
-                DBCompressionType::None,
-                DBCompressionType::None,
-                DBCompressionType::Lz4,
-                DBCompressionType::Lz4,
-                DBCompressionType::Lz4,
-                DBCompressionType::Lz4,
-                DBCompressionType::Lz4,
-            ]);
-            let mut table = BlockBasedOptions::default();
-            table.set_block_cache(&cache);
-            if matches!(s, Space::Docs | Space::Index) {
-                // Every insert looks up its _id (and unique keys) expecting a miss: a
-                // bloom filter answers most misses without reading a block.
-                table.set_bloom_filter(10.0, false);
-                table.set_cache_index_and_filter_blocks(true);
-                table.set_pin_l0_filter_and_index_blocks_in_cache(true);
-            }
-            o.set_block_based_table_factory(&table);
-            if matches!(s, Space::Docs | Space::Oplog) {
-                o.set_enable_blob_files(true);
-                o.set_min_blob_size(opts.min_blob_bytes);
-                // Rewritten documents leave garbage in blob files. (The oplog's blob
-                // files go with the last table file that refers to them.)
-                o.set_enable_blob_gc(true);
-            }
-            if s.append_only() {
-                // One compression for every level: a file moves to the next level
-                // without being rewritten only if its compression matches that
-                // level's (and RocksDB moves level-0 files only without per-level
-                // compression). Uncompressed, as levels 0 and 1 of the other spaces.
-                o.set_compression_type(DBCompressionType::None);
-                o.set_compression_per_level(&[]);
-                let floor = std::sync::Arc::clone(&floors.last().expect("one floor per append-only space").1);
-                o.set_compaction_filter("retired-keys", move |_level: u32, key: &[u8], _value: &[u8]| {
-                    let floor = floor.read().unwrap_or_else(|e| e.into_inner());
-                    if !floor.is_empty() && key <= floor.as_slice() {
-                        rocksdb::compaction_filter::Decision::Remove
-                    } else {
-                        rocksdb::compaction_filter::Decision::Keep
-                    }
-                });
-            }
-            ColumnFamilyDescriptor::new(s.cf_name(), o)
-        }).collect();
+        let cfs: Vec<ColumnFamilyDescriptor> = Space::ALL
+            .iter()
+            .map(|s| {
+                if s.append_only() {
+                    floors.push((*s, std::sync::Arc::new(std::sync::RwLock::new(Vec::new()))));
+                }
+                let mut o = Options::default();
+                o.set_write_buffer_size(opts.write_buffer_bytes);
+                o.set_max_write_buffer_number(4);
+                // Ingestion bursts pile up level-0 files faster than 2 cores compact them;
+                // slowing writers at 20 files (the default) turns a burst into a stall.
+                o.set_level_zero_slowdown_writes_trigger(40);
+                o.set_level_zero_stop_writes_trigger(64);
+                o.set_compression_type(DBCompressionType::Lz4);
+                // Levels 0 and 1 are rewritten soon: compressing them costs CPU for little.
+                o.set_compression_per_level(&[
+                    DBCompressionType::None,
+                    DBCompressionType::None,
+                    DBCompressionType::Lz4,
+                    DBCompressionType::Lz4,
+                    DBCompressionType::Lz4,
+                    DBCompressionType::Lz4,
+                    DBCompressionType::Lz4,
+                ]);
+                let mut table = BlockBasedOptions::default();
+                table.set_block_cache(&cache);
+                if matches!(s, Space::Docs | Space::Index) {
+                    // Every insert looks up its _id (and unique keys) expecting a miss: a
+                    // bloom filter answers most misses without reading a block.
+                    table.set_bloom_filter(10.0, false);
+                    table.set_cache_index_and_filter_blocks(true);
+                    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+                }
+                o.set_block_based_table_factory(&table);
+                if matches!(s, Space::Docs | Space::Oplog) {
+                    o.set_enable_blob_files(true);
+                    o.set_min_blob_size(opts.min_blob_bytes);
+                    // Rewritten documents leave garbage in blob files. (The oplog's blob
+                    // files go with the last table file that refers to them.)
+                    o.set_enable_blob_gc(true);
+                }
+                if s.append_only() {
+                    // One compression for every level: a file moves to the next level
+                    // without being rewritten only if its compression matches that
+                    // level's (and RocksDB moves level-0 files only without per-level
+                    // compression). Uncompressed, as levels 0 and 1 of the other spaces.
+                    o.set_compression_type(DBCompressionType::None);
+                    o.set_compression_per_level(&[]);
+                    let floor = std::sync::Arc::clone(
+                        &floors.last().expect("one floor per append-only space").1,
+                    );
+                    o.set_compaction_filter(
+                        "retired-keys",
+                        move |_level: u32, key: &[u8], _value: &[u8]| {
+                            let floor = floor.read().unwrap_or_else(|e| e.into_inner());
+                            if !floor.is_empty() && key <= floor.as_slice() {
+                                rocksdb::compaction_filter::Decision::Remove
+                            } else {
+                                rocksdb::compaction_filter::Decision::Keep
+                            }
+                        },
+                    );
+                }
+                ColumnFamilyDescriptor::new(s.cf_name(), o)
+            })
+            .collect();
         let db = DB::open_cf_descriptors(&db_opts, path, cfs)?;
         Ok(Store {
             db,
@@ -322,7 +330,11 @@ impl Store {
         assert!(space.append_only(), "{space:?} is not append-only");
         let mut s = self.snapshots();
         let epoch = s.next;
-        match s.retired.iter_mut().find(|(sp, _, e)| *sp == space && *e == epoch) {
+        match s
+            .retired
+            .iter_mut()
+            .find(|(sp, _, e)| *sp == space && *e == epoch)
+        {
             Some(r) => {
                 if r.1.as_slice() < last {
                     r.1 = last.to_vec();
@@ -620,13 +632,25 @@ mod tests {
             .db
             .wait_for_compact(&rocksdb::WaitForCompactOptions::default())
             .unwrap();
-        assert_eq!(level0_files(&store, Space::Oplog), 0, "level-0 files moved down");
-        assert_eq!(store.file_count(Space::Oplog), 5, "moved, not merged into one file");
+        assert_eq!(
+            level0_files(&store, Space::Oplog),
+            0,
+            "level-0 files moved down"
+        );
+        assert_eq!(
+            store.file_count(Space::Oplog),
+            5,
+            "moved, not merged into one file"
+        );
 
         let before = store.snapshot();
         store.retire_through(Space::Oplog, &key(199));
         let after = store.snapshot();
-        assert_eq!(store.reclaim().unwrap(), 0, "an older snapshot still reads them");
+        assert_eq!(
+            store.reclaim().unwrap(),
+            0,
+            "an older snapshot still reads them"
+        );
         assert_eq!(store.file_count(Space::Oplog), 5);
         assert!(before.get(Space::Oplog, &key(0)).unwrap().is_some());
         drop(before);
@@ -636,7 +660,11 @@ mod tests {
             .db
             .wait_for_compact(&rocksdb::WaitForCompactOptions::default())
             .unwrap();
-        assert_eq!(store.reclaim().unwrap(), 1, "a newer snapshot does not hold them");
+        assert_eq!(
+            store.reclaim().unwrap(),
+            1,
+            "a newer snapshot does not hold them"
+        );
         assert_eq!(store.file_count(Space::Oplog), 3);
         assert!(store.get(Space::Oplog, &key(199)).unwrap().is_none());
         assert!(store.get(Space::Oplog, &key(200)).unwrap().is_some());

@@ -236,9 +236,11 @@ mod tests {
         drop(twice_a);
         assert_eq!(oplog.watched(), 0);
         let all = oplog.watch(u64::MAX);
-        assert!(RecentEntry::new(3, &entry("db.b"), Vec::new(), oplog.watched())
-            .bytes
-            .is_some());
+        assert!(
+            RecentEntry::new(3, &entry("db.b"), Vec::new(), oplog.watched())
+                .bytes
+                .is_some()
+        );
         drop(all);
         assert_eq!(oplog.watched(), 0);
     }

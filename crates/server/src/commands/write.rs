@@ -3,12 +3,12 @@
 //! retryable writes (a retried `lsid` + `txnNumber` gets the first reply again).
 
 use super::in_transaction;
-use crate::sessions::Retry;
 use super::{
     blocking, check_fields, collection_arg, opt_bool, opt_doc, opt_doc_array, retry_key,
     small_or_blocking, type_name,
 };
 use super::{DELETE_FIELDS, FIND_AND_MODIFY_FIELDS, INSERT_FIELDS, UPDATE_FIELDS};
+use crate::sessions::Retry;
 use crate::state::ServerState;
 use bson::{doc, Bson, Document, RawDocumentBuf};
 use std::sync::atomic::Ordering;
