@@ -247,13 +247,14 @@ pub fn seek_bounds(encoded: &[u8]) -> (Vec<u8>, Vec<u8>) {
 }
 
 pub fn to_hex_upper(bytes: &[u8]) -> String {
+    // Every change event's resume token is written this way: bytes into a buffer,
+    // not chars pushed one by one (each push re-checks capacity and encodes UTF-8).
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let mut s = String::with_capacity(bytes.len() * 2);
+    let mut out = Vec::with_capacity(bytes.len() * 2);
     for b in bytes {
-        s.push(HEX[(b >> 4) as usize] as char);
-        s.push(HEX[(b & 15) as usize] as char);
+        out.extend_from_slice(&[HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]);
     }
-    s
+    String::from_utf8(out).expect("hex digits are ASCII")
 }
 
 pub fn from_hex(s: &str) -> Result<Vec<u8>> {

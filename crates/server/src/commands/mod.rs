@@ -162,13 +162,12 @@ fn raw_cursor_reply(state: &ServerState, c: RawCursor) -> Vec<u8> {
         0x04,
         if c.first { "firstBatch" } else { "nextBatch" },
     );
-    let mut name = String::new();
+    // Array keys "0", "1", ...: `itoa` rather than `write!` (whose formatting
+    // machinery showed at 1% of a catch-up's server CPU).
+    let mut name = itoa::Buffer::new();
     for (i, d) in c.docs.iter().enumerate() {
-        use std::fmt::Write;
-        name.clear();
-        let _ = write!(name, "{i}");
         out.push(0x03);
-        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(name.format(i).as_bytes());
         out.push(0);
         out.extend_from_slice(d.as_bytes());
     }
