@@ -3,10 +3,11 @@
 //! small interface (keyspaces, batches, ordered scans, fsync), so the engine
 //! never touches RocksDB types and the store could be swapped.
 //!
-//! Durability model: every `commit` appends the batch to RocksDB's write-ahead
-//! log with a `write(2)` (so it survives `kill -9` of the process at once), and
-//! `sync` makes everything committed so far survive a power loss (`fsync` of the
-//! WAL). The engine calls `sync` from one thread so concurrent writers share it.
+//! Durability model: every `commit` appends the batch to the write-ahead log's
+//! in-memory buffer (RocksDB's `manual_wal_flush`: no system call per commit), and
+//! `sync` writes that buffer and fsyncs the WAL, making everything committed so far
+//! survive a process crash and a power loss. The engine calls `sync` from one thread
+//! so concurrent writers share it (and at most 100 ms after any commit).
 
 use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Direction,
