@@ -109,8 +109,17 @@ impl ServerState {
 }
 
 /// Pushes parameters the engine reads from globals (TTL monitor settings).
+/// The `requireApiVersion` parameter, read by every command (kept here so that read
+/// is one atomic load, not a lookup in the parameter document under its lock).
+pub static REQUIRE_API_VERSION: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 pub fn apply_engine_parameters(p: &bson::Document) {
     use tailstream_engine::ttl;
+    REQUIRE_API_VERSION.store(
+        matches!(p.get("requireApiVersion"), Some(bson::Bson::Boolean(true))),
+        Ordering::Relaxed,
+    );
     if let Some(v) = p
         .get("ttlMonitorSleepSecs")
         .and_then(tailstream_engine::find::as_i64)

@@ -8,8 +8,14 @@ use tailstream_engine::query::error::{codes, Error, Result};
 pub use tailstream_engine::query::compare::type_name;
 
 fn wrong_type(cmd: &str, field: &str, v: &Bson, expected: &str) -> Error {
+    wrong_field_type(&format!("{cmd}.{field}"), v, expected)
+}
+
+/// mongod's TypeMismatch for the field at `path` (e.g. "find.filter", or a generic
+/// argument such as "apiVersion").
+pub fn wrong_field_type(path: &str, v: &Bson, expected: &str) -> Error {
     Error::type_mismatch(format!(
-        "BSON field '{cmd}.{field}' is the wrong type '{}', expected type '{expected}'",
+        "BSON field '{path}' is the wrong type '{}', expected type '{expected}'",
         type_name(v)
     ))
 }

@@ -313,11 +313,7 @@ async fn run(
     if let Err(e) = check_api_strict(&name, &cmd) {
         return reply(error_reply(state, &e));
     }
-    if !cmd.contains_key("apiVersion")
-        && matches!(
-            state.parameters.read().get("requireApiVersion"),
-            Some(Bson::Boolean(true))
-        )
+    if crate::state::REQUIRE_API_VERSION.load(Ordering::Relaxed) && !cmd.contains_key("apiVersion")
     {
         return reply(error_reply(
             state,
@@ -589,15 +585,6 @@ const API_V1_EXCLUDED_STAGES: &[&str] = &[
 /// "1", apiStrict and apiDeprecationErrors booleans and only with an apiVersion; then
 /// apiStrict: true allows only the commands (and stages) of API version 1.
 fn check_api_strict(name: &str, cmd: &Document) -> Result<()> {
-    let wrong_type = |field: &str, v: &Bson, expected: &str| {
-        Error::new(
-            codes::TYPE_MISMATCH,
-            format!(
-                "BSON field '{field}' is the wrong type '{}', expected type '{expected}'",
-                tailstream_engine::query::compare::type_name(v)
-            ),
-        )
-    };
     match cmd.get("apiVersion") {
         None => {
             if cmd.contains_key("apiStrict") || cmd.contains_key("apiDeprecationErrors") {
@@ -621,12 +608,12 @@ fn check_api_strict(name: &str, cmd: &Document) -> Result<()> {
                 "API version must be \"1\"",
             ))
         }
-        Some(v) => return Err(wrong_type("apiVersion", v, "string")),
+        Some(v) => return Err(wrong_field_type("apiVersion", v, "string")),
     }
     for field in ["apiStrict", "apiDeprecationErrors"] {
         match cmd.get(field) {
             None | Some(Bson::Boolean(_)) => {}
-            Some(v) => return Err(wrong_type(field, v, "bool")),
+            Some(v) => return Err(wrong_field_type(field, v, "bool")),
         }
     }
     if !matches!(cmd.get("apiStrict"), Some(Bson::Boolean(true))) {
