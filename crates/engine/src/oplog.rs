@@ -7,6 +7,62 @@ use bson::{doc, Bson, Document};
 pub const OPLOG_DB: &str = "local";
 pub const OPLOG_COLL: &str = "oplog.rs";
 
+/// The fields of a stored oplog entry that readers use, found in one walk over it.
+/// (Each `RawDocument::get` walks the entry from its first field, and a missing field
+/// walks all of it: reading these one by one cost a change stream several walks per
+/// event.) A field of another type than expected counts as missing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct EntryFields<'a> {
+    pub op: Option<&'a str>,
+    pub ns: Option<&'a str>,
+    pub ui: Option<bson::RawBinaryRef<'a>>,
+    pub o: Option<&'a bson::RawDocument>,
+    pub o2: Option<&'a bson::RawDocument>,
+    pub wall: Option<bson::RawBsonRef<'a>>,
+    pub lsid: Option<&'a bson::RawDocument>,
+    pub txn_number: Option<i64>,
+}
+
+impl<'a> EntryFields<'a> {
+    /// Reads the fields; fails on an entry whose BSON is malformed. Of a repeated
+    /// field, the first counts (as `RawDocument::get` finds it).
+    pub fn read(entry: &'a bson::RawDocument) -> Result<Self, bson::raw::Error> {
+        use bson::RawBsonRef as R;
+        let mut f = EntryFields::default();
+        let mut seen = 0u8;
+        for element in entry {
+            let (key, value) = element?;
+            let bit = match key {
+                "op" => 1,
+                "ns" => 2,
+                "ui" => 4,
+                "o" => 8,
+                "o2" => 16,
+                "wall" => 32,
+                "lsid" => 64,
+                "txnNumber" => 128,
+                _ => continue,
+            };
+            if seen & bit != 0 {
+                continue;
+            }
+            seen |= bit;
+            match (key, value) {
+                ("op", R::String(s)) => f.op = Some(s),
+                ("ns", R::String(s)) => f.ns = Some(s),
+                ("ui", R::Binary(b)) => f.ui = Some(b),
+                ("o", R::Document(d)) => f.o = Some(d),
+                ("o2", R::Document(d)) => f.o2 = Some(d),
+                ("wall", v) => f.wall = Some(v),
+                ("lsid", R::Document(d)) => f.lsid = Some(d),
+                ("txnNumber", R::Int64(n)) => f.txn_number = Some(n),
+                _ => {}
+            }
+        }
+        Ok(f)
+    }
+}
+
 /// One change, before it gets its time.
 #[derive(Debug, Clone)]
 pub struct OplogChange {
@@ -350,6 +406,51 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entry_fields_are_read_in_one_walk_as_get_finds_them() {
+        let ui = bson::Uuid::new();
+        let change =
+            OplogChange::insert("db.c".into(), ui, doc! {"_id": 7, "x": 1}, Bson::Int32(7));
+        let ts = bson::Timestamp {
+            time: 5,
+            increment: 1,
+        };
+        let mut entry = change.to_entry(ts, bson::DateTime::from_millis(9));
+        entry.insert("lsid", doc! {"id": 1});
+        entry.insert("txnNumber", 3i64);
+        let raw = bson::RawDocumentBuf::from_document(&entry).unwrap();
+        let f = EntryFields::read(&raw).unwrap();
+        assert_eq!(f.op, Some("i"));
+        assert_eq!(f.ns, Some("db.c"));
+        assert_eq!(f.ui.map(|b| b.bytes.to_vec()), Some(ui.bytes().to_vec()));
+        assert_eq!(
+            f.o.map(|o| Document::try_from(o).unwrap()),
+            Some(doc! {"_id": 7, "x": 1})
+        );
+        assert_eq!(
+            f.o2.map(|o| Document::try_from(o).unwrap()),
+            Some(doc! {"_id": 7})
+        );
+        assert_eq!(f.wall, raw.get("wall").unwrap());
+        assert_eq!(
+            f.lsid.map(|o| Document::try_from(o).unwrap()),
+            Some(doc! {"id": 1})
+        );
+        assert_eq!(f.txn_number, Some(3));
+
+        // Of a repeated field the first counts; a field of another type is missing.
+        let mut dup = bson::RawDocumentBuf::new();
+        dup.append("op", "u");
+        dup.append("op", "i");
+        dup.append("ns", 5);
+        dup.append("txnNumber", 4i32);
+        let f = EntryFields::read(&dup).unwrap();
+        assert_eq!(f.op, Some("u"));
+        assert_eq!(f.ns, None);
+        assert_eq!(f.txn_number, None);
+        assert!(f.o.is_none() && f.o2.is_none() && f.wall.is_none());
+    }
 
     #[test]
     fn diff_nests_documents_and_replaces_arrays_whole() {

@@ -112,6 +112,13 @@ impl KeyStringBuilder {
         KeyStringBuilder { buf: Vec::new() }
     }
 
+    /// A builder whose buffer holds `bytes` before it grows.
+    pub fn with_capacity(bytes: usize) -> Self {
+        KeyStringBuilder {
+            buf: Vec::with_capacity(bytes),
+        }
+    }
+
     /// Appends one key component; a descending component is written bit-inverted.
     pub fn append(&mut self, v: &Bson, descending: bool) {
         append_value(&mut self.buf, v, descending);
@@ -247,14 +254,20 @@ pub fn seek_bounds(encoded: &[u8]) -> (Vec<u8>, Vec<u8>) {
 }
 
 pub fn to_hex_upper(bytes: &[u8]) -> String {
-    // Every change event's resume token is written this way: bytes into a buffer,
-    // not chars pushed one by one (each push re-checks capacity and encodes UTF-8).
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let mut out = Vec::with_capacity(bytes.len() * 2);
+    push_hex_upper(&mut out, bytes);
+    String::from_utf8(out).expect("hex digits are ASCII")
+}
+
+/// Appends the upper-case hex digits of `bytes` to `out`. Every change event's resume
+/// token is written this way: bytes into a buffer, not chars pushed one by one (each
+/// push re-checks capacity and encodes UTF-8).
+pub fn push_hex_upper(out: &mut Vec<u8>, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    out.reserve(bytes.len() * 2);
     for b in bytes {
         out.extend_from_slice(&[HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]);
     }
-    String::from_utf8(out).expect("hex digits are ASCII")
 }
 
 pub fn from_hex(s: &str) -> Result<Vec<u8>> {

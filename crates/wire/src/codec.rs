@@ -126,8 +126,27 @@ fn validate_raw<'b>(bytes: &'b [u8], what: &str) -> Result<&'b RawDocument, Wire
     Ok(raw)
 }
 
+/// The smallest document nested deeper than [`MAX_BSON_DEPTH`]: an empty document (5
+/// bytes) inside `MAX_BSON_DEPTH` levels of the smallest wrapper, an element with an
+/// empty key holding it (type byte + key's NUL + length + trailing NUL = 7 bytes).
+/// Anything shorter cannot be too deep.
+const SMALLEST_TOO_DEEP: usize = 5 + 7 * MAX_BSON_DEPTH;
+
 /// Parses a slice that must hold exactly one BSON document.
 fn parse_document(bytes: &[u8], what: &str) -> Result<Document, WireError> {
+    if bytes.len() < SMALLEST_TOO_DEEP {
+        // Most command bodies: the conversion validates every element itself, and the
+        // size alone bounds the depth, so the separate walk of `validate_raw` is skipped.
+        if bytes.last() != Some(&0) {
+            return Err(malformed(format!(
+                "{what}: BSON document lacks trailing NUL"
+            )));
+        }
+        let raw = RawDocument::from_bytes(bytes)
+            .map_err(|e| malformed(format!("{what}: invalid BSON: {e}")))?;
+        return Document::try_from(raw)
+            .map_err(|e| malformed(format!("{what}: invalid BSON: {e}")));
+    }
     let raw = validate_raw(bytes, what)?;
     // Converting from the raw form validates as fully as `Document::from_reader` (lengths,
     // UTF-8, element types) but uses several times less stack per level than its serde path,
@@ -230,6 +249,38 @@ mod tests {
             d = doc! { "a": [d] };
         }
         assert!(ByteReader::new(&bytes(&d)).document("arr").is_err());
+    }
+
+    #[test]
+    fn smallest_too_deep_document_is_that_size_and_refused() {
+        // Empty keys make the smallest wrapper per level; one level more than allowed.
+        let mut d = doc! {};
+        for _ in 0..MAX_BSON_DEPTH {
+            d = doc! { "": d };
+        }
+        let b = bytes(&d);
+        assert_eq!(b.len(), SMALLEST_TOO_DEEP);
+        assert!(ByteReader::new(&b).document("deep").is_err());
+        // One level less passes, and is smaller: the size shortcut never admits too deep.
+        let mut d = doc! {};
+        for _ in 0..MAX_BSON_DEPTH - 1 {
+            d = doc! { "": d };
+        }
+        assert!(bytes(&d).len() < SMALLEST_TOO_DEEP);
+        assert!(ByteReader::new(&bytes(&d)).document("ok").is_ok());
+    }
+
+    #[test]
+    fn small_documents_are_still_fully_validated() {
+        // Invalid UTF-8 in a string value, in a body small enough for the shortcut.
+        let mut b = bytes(&doc! { "s": "ab" });
+        let at = b.len() - 3;
+        b[at] = 0xff;
+        assert!(ByteReader::new(&b).document("utf8").is_err());
+        // A nested length that overruns its parent.
+        let mut b = bytes(&doc! { "d": { "x": 1 } });
+        b[8] = 0x7f;
+        assert!(ByteReader::new(&b).document("len").is_err());
     }
 
     #[test]

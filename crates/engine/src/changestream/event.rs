@@ -6,6 +6,7 @@ use super::token::ResumeToken;
 use super::{BeforeChange, FullDocument, Scope, StreamSpec};
 use crate::keys::{self, ImageKind};
 use crate::namespace::Namespace;
+use crate::oplog::EntryFields;
 use crate::Engine;
 use bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
 use tailstream_query::error::{codes, Error, Result};
@@ -81,21 +82,23 @@ fn in_scope(scope: &Scope, nss: &Namespace, to: Option<&Namespace>) -> bool {
     }
 }
 
-fn raw_doc(entry: &RawDocument, field: &str) -> Result<Option<Document>> {
-    match entry.get_document(field) {
-        Ok(d) => Ok(Some(Document::try_from(d).map_err(|e| {
-            Error::internal(format!("corrupt oplog entry: {e}"))
-        })?)),
-        Err(_) => Ok(None),
+fn raw_doc(field: Option<&RawDocument>) -> Result<Option<Document>> {
+    match field {
+        Some(d) => {
+            Ok(Some(Document::try_from(d).map_err(|e| {
+                Error::internal(format!("corrupt oplog entry: {e}"))
+            })?))
+        }
+        None => Ok(None),
     }
 }
 
 /// None for entries that make no event, and for CRUD entries outside `scope` (dropped
 /// on the namespace alone, before any of the document is decoded).
-fn parse<'a>(entry: &'a RawDocument, scope: &Scope) -> Result<Option<Parsed<'a>>> {
+fn parse<'a>(f: &EntryFields<'a>, scope: &Scope) -> Result<Option<Parsed<'a>>> {
     let corrupt = |what: &str| Error::internal(format!("corrupt oplog entry: {what}"));
-    let op = entry.get_str("op").map_err(|_| corrupt("op"))?;
-    let ns = entry.get_str("ns").unwrap_or("");
+    let op = f.op.ok_or_else(|| corrupt("op"))?;
+    let ns = f.ns.unwrap_or("");
     let mut p = Parsed {
         op_type: "",
         nss: Namespace::new("", ""),
@@ -116,7 +119,7 @@ fn parse<'a>(entry: &'a RawDocument, scope: &Scope) -> Result<Option<Parsed<'a>>
             if matches!(scope, Scope::Collection(_)) {
                 return Ok(None);
             }
-            let o = entry.get_document("o").map_err(|_| corrupt("o"))?;
+            let o = f.o.ok_or_else(|| corrupt("o"))?;
             let view = o.get_str("_id").map_err(|_| corrupt("o._id"))?;
             p.nss = Namespace::parse(view).map_err(|_| corrupt("o._id"))?;
             p.expanded_only = true;
@@ -145,8 +148,8 @@ fn parse<'a>(entry: &'a RawDocument, scope: &Scope) -> Result<Option<Parsed<'a>>
             if !in_scope(scope, &p.nss, None) {
                 return Ok(None);
             }
-            let o = entry.get_document("o").map_err(|_| corrupt("o"))?;
-            let o2 = entry.get_document("o2").ok();
+            let o = f.o.ok_or_else(|| corrupt("o"))?;
+            let o2 = f.o2;
             match op {
                 "i" => {
                     p.op_type = "insert";
@@ -184,7 +187,7 @@ fn parse<'a>(entry: &'a RawDocument, scope: &Scope) -> Result<Option<Parsed<'a>>
             let db = ns
                 .strip_suffix(".$cmd")
                 .ok_or_else(|| corrupt("ns of a command"))?;
-            let o = raw_doc(entry, "o")?.ok_or_else(|| corrupt("o"))?;
+            let o = raw_doc(f.o)?.ok_or_else(|| corrupt("o"))?;
             let Some((name, value)) = o.iter().next() else {
                 return Ok(None);
             };
@@ -235,7 +238,7 @@ fn parse<'a>(entry: &'a RawDocument, scope: &Scope) -> Result<Option<Parsed<'a>>
                 "dropIndexes" => {
                     p.op_type = "dropIndexes";
                     p.nss = Namespace::new(db, &coll);
-                    let spec = raw_doc(entry, "o2")?.unwrap_or_default();
+                    let spec = raw_doc(f.o2)?.unwrap_or_default();
                     p.op_description = Some(doc! {"indexes": [spec]});
                     p.expanded_only = true;
                 }
@@ -243,7 +246,7 @@ fn parse<'a>(entry: &'a RawDocument, scope: &Scope) -> Result<Option<Parsed<'a>>
                     p.op_type = "modify";
                     p.nss = Namespace::new(db, &coll);
                     p.op_description = Some(except(&["collMod"]));
-                    let o2 = raw_doc(entry, "o2")?.unwrap_or_default();
+                    let o2 = raw_doc(f.o2)?.unwrap_or_default();
                     let mut before = Document::new();
                     for k in ["collectionOptions_old", "indexOptions_old"] {
                         if let Some(v) = o2.get(k) {
@@ -263,7 +266,11 @@ fn parse<'a>(entry: &'a RawDocument, scope: &Scope) -> Result<Option<Parsed<'a>>
 }
 
 fn ns_raw(n: &Namespace) -> RawDocumentBuf {
-    let mut r = RawDocumentBuf::new();
+    // Sized up front, as every event has one: an element is type, name, NUL, length,
+    // text, NUL ("db": 9 bytes + text, "coll": 11 + text).
+    let mut buf = Vec::with_capacity(5 + 9 + n.db.len() + 11 + n.coll.len());
+    buf.extend_from_slice(&[5, 0, 0, 0, 0]);
+    let mut r = RawDocumentBuf::from_bytes(buf).expect("the empty document");
     r.append("db", n.db.as_str());
     if !n.coll.is_empty() {
         r.append("coll", n.coll.as_str());
@@ -286,7 +293,9 @@ pub(crate) fn transform(
     ts: u64,
     entry: &RawDocument,
 ) -> Result<Option<Event>> {
-    let Some(p) = parse(entry, &spec.scope)? else {
+    let f = EntryFields::read(entry)
+        .map_err(|e| Error::internal(format!("corrupt oplog entry: {e}")))?;
+    let Some(p) = parse(&f, &spec.scope)? else {
         return Ok(None);
     };
     if p.expanded_only && !spec.show_expanded {
@@ -301,8 +310,8 @@ pub(crate) fn transform(
     } else if !in_scope(&spec.scope, &p.nss, p.to.as_ref()) {
         return Ok(None);
     }
-    let uuid = match entry.get_binary("ui") {
-        Ok(b) if b.bytes.len() == 16 && p.op_type != "dropDatabase" => Some(
+    let uuid = match f.ui {
+        Some(b) if b.bytes.len() == 16 && p.op_type != "dropDatabase" => Some(
             bson::Uuid::from_bytes(b.bytes.try_into().expect("16 bytes")),
         ),
         _ => None,
@@ -353,7 +362,7 @@ pub(crate) fn transform(
             );
         }
     }
-    if let Ok(Some(wall)) = entry.get("wall") {
+    if let Some(wall) = f.wall {
         d.append_ref("wallTime", wall);
     }
     if let Some(full) = p.full_document {
@@ -378,7 +387,7 @@ pub(crate) fn transform(
         d.append("stateBeforeChange", to_raw(s)?);
     }
     // A transaction's entries carry its session: mongod's events show it.
-    if let (Ok(lsid), Ok(number)) = (entry.get_document("lsid"), entry.get_i64("txnNumber")) {
+    if let (Some(lsid), Some(number)) = (f.lsid, f.txn_number) {
         d.append("lsid", lsid.to_raw_document_buf());
         d.append("txnNumber", number);
     }

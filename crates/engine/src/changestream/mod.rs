@@ -608,7 +608,9 @@ impl ChangeStream {
                 ))
             })?;
             if let (true, Some(recent)) = (shared_events, &recent) {
-                if matches!(entry.get_str("op"), Ok("i" | "u" | "d")) {
+                // The digest's first byte is the kind of change (writes to a
+                // system.views, the DDL of views, are 'c' there).
+                if matches!(recent.digest.first(), Some(b'i' | b'u' | b'r' | b'd')) {
                     let built = recent.plain_event.get_or_init(|| {
                         event::transform(engine, &self.spec, ts, entry)
                             .ok()

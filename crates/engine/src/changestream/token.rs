@@ -77,7 +77,9 @@ impl ResumeToken {
 
     /// The KeyString bytes (what `_data` is the hex of).
     pub fn key_bytes(&self) -> Vec<u8> {
-        let mut b = KeyStringBuilder::new();
+        // Sized for the usual event: a header of about 40 bytes and its identifier.
+        let mut b =
+            KeyStringBuilder::with_capacity(48 + self.event_key.as_ref().map_or(0, |k| k.len()));
         b.append(&Bson::Timestamp(keys::u64_to_ts(self.ts)), false);
         b.append(&Bson::Int32(self.version), false);
         if self.version >= 1 {
@@ -107,10 +109,22 @@ impl ResumeToken {
     }
 
     /// [`Self::to_document`] as raw BSON (what an event's `_id` is built from).
+    /// Written as bytes into one buffer of the final size (built for every event).
     pub fn to_raw_document(&self) -> bson::RawDocumentBuf {
-        let mut r = bson::RawDocumentBuf::new();
-        r.append("_data", keystring::to_hex_upper(&self.key_bytes()));
-        r
+        let key = self.key_bytes();
+        let hex_len = key.len() * 2;
+        // length, string element "_data" (type, name, length, digits, NUL), final NUL
+        let total = 4 + 1 + 6 + 4 + hex_len + 1 + 1;
+        let mut v = Vec::with_capacity(total);
+        v.extend_from_slice(&(total as i32).to_le_bytes());
+        v.push(0x02);
+        v.extend_from_slice(b"_data\0");
+        v.extend_from_slice(&((hex_len + 1) as i32).to_le_bytes());
+        keystring::push_hex_upper(&mut v, &key);
+        v.push(0);
+        v.push(0);
+        debug_assert_eq!(v.len(), total);
+        bson::RawDocumentBuf::from_bytes(v).expect("a well-formed token document")
     }
 
     /// Parses a token given by a client (`resumeAfter`, `startAfter`).
@@ -243,6 +257,7 @@ mod tests {
             t.to_document().get_str("_data").unwrap(),
             "8267C867A3000000012B0429296E1404"
         );
+        assert_eq!(t.to_raw_document().to_document().unwrap(), t.to_document());
     }
 
     #[test]
@@ -262,6 +277,7 @@ mod tests {
             d.get_str("_data").unwrap(),
             "8267C867A2000000192B042C0100296E5A1004D3284E04D8914467A2160201812E4C4C463C6F7065726174696F6E54797065003C696E736572740046646F63756D656E744B65790046645F6964006467C867A2FB1CBCD579F4E4DE000004"
         );
+        assert_eq!(t.to_raw_document().to_document().unwrap(), d);
         let back = ResumeToken::parse(&Bson::Document(d)).unwrap();
         assert!(back.same_event(&t));
         assert_eq!(back.to_document(), t.to_document());
