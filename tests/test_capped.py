@@ -80,6 +80,130 @@ class TestCappedLimits:
         assert stats["capped"] is True and stats["max"] == 7 and stats["maxSize"] == 1024
 
 
+class TestCappedResize:
+    """collMod cappedSize / cappedMax as mongod 7.0 applies them (its capped_resize.js):
+    a new limit holds from the next insert on."""
+
+    KB10 = "a" * 10 * 1024
+
+    def insert_five(self, coll):
+        for _ in range(5):
+            coll.insert_one({"key": self.KB10})
+
+    def stats(self, db):
+        return db.command("collStats", "capped")
+
+    def test_size_limit_grows_and_shrinks(self, db):
+        coll = db.create_collection("capped", capped=True, size=25 * 1024)
+        self.insert_five(coll)
+        assert coll.count_documents({}) == 2
+        db.command("collMod", "capped", cappedSize=50 * 1024)
+        assert self.stats(db)["maxSize"] == 50 * 1024
+        self.insert_five(coll)
+        assert coll.count_documents({}) == 4
+        assert db.command("dataSize", "%s.capped" % db.name)["size"] <= 50 * 1024
+        db.command("collMod", "capped", cappedSize=25 * 1024)
+        # Nothing is removed until the next insert.
+        assert coll.count_documents({}) == 4
+        self.insert_five(coll)
+        assert coll.count_documents({}) == 2
+        assert db.command("dataSize", "%s.capped" % db.name)["size"] <= 25 * 1024
+
+    def test_document_larger_than_the_cap_stays_until_the_next_insert(self, db):
+        coll = db.create_collection("capped", capped=True, size=25 * 1024)
+        self.insert_five(coll)
+        db.command("collMod", "capped", cappedSize=256)
+        coll.insert_one({"_id": "big", "key": self.KB10})
+        # mongod's capped deletion stops at the record just inserted.
+        assert ids(coll.find()) == ["big"]
+        coll.insert_one({"_id": "next", "key": self.KB10})
+        assert ids(coll.find()) == ["next"]
+
+    def test_document_limit_and_no_limit(self, db):
+        coll = db.create_collection("capped", capped=True, size=50 * 1024, max=2)
+        self.insert_five(coll)
+        assert coll.count_documents({}) == 2
+        db.command("collMod", "capped", cappedMax=4)
+        assert self.stats(db)["max"] == 4
+        self.insert_five(coll)
+        assert coll.count_documents({}) == 4
+        db.command("collMod", "capped", cappedMax=2)
+        self.insert_five(coll)
+        assert coll.count_documents({}) == 2
+        for unlimited in (-2, 0):
+            db.command("collMod", "capped", cappedMax=unlimited)
+            # mongod stores "no document limit" as 2^31 - 1.
+            assert self.stats(db)["max"] == 2**31 - 1
+            self.insert_five(coll)
+            assert coll.count_documents({}) == 4  # the 50 KB size is the limit now
+
+    def test_both_limits_the_lower_one_wins(self, db):
+        coll = db.create_collection("capped", capped=True, size=25 * 1024, max=2)
+        self.insert_five(coll)
+        db.command("collMod", "capped", cappedSize=50 * 1024, cappedMax=2)
+        self.insert_five(coll)
+        assert coll.count_documents({}) == 2
+        db.command("collMod", "capped", cappedSize=25 * 1024, cappedMax=4)
+        self.insert_five(coll)
+        assert coll.count_documents({}) == 2
+
+    @pytest.mark.parametrize(
+        "field, value, code",
+        [
+            ("cappedSize", 2**50 + 1, 2),
+            ("cappedSize", 0, 2),
+            ("cappedSize", -25 * 1024, 2),
+            ("cappedSize", "x", 14),
+            ("cappedMax", 2**31, 2),
+            ("cappedMax", "x", 14),
+        ],
+    )
+    def test_bad_limits_are_refused(self, db, field, value, code):
+        db.create_collection("capped", capped=True, size=4096, max=3)
+        with pytest.raises(OperationFailure) as exc:
+            db.command("collMod", "capped", **{field: value})
+        assert exc.value.code == code
+        assert self.stats(db)["maxSize"] == 4096 and self.stats(db)["max"] == 3
+
+    def test_limits_of_a_non_capped_collection_are_refused(self, db):
+        db.plain.insert_one({})
+        with pytest.raises(OperationFailure) as exc:
+            db.command("collMod", "plain", cappedSize=4096)
+        assert exc.value.code == 72
+
+
+class TestCappedCreateLimits:
+    @pytest.mark.parametrize(
+        "options, code",
+        [
+            ({"size": 2**50 + 1}, 51024),
+            ({"size": 0}, 51024),
+            ({"size": 4096, "max": 2**31}, 51024),
+            ({"size": 4096, "max": "x"}, 14),
+            ({"size": "x"}, 14),
+        ],
+    )
+    def test_out_of_range_limits_are_refused(self, db, options, code):
+        with pytest.raises(OperationFailure) as exc:
+            # The command itself: pymongo's create_collection turns size into a float.
+            db.command("create", "capped", capped=True, **options)
+        assert exc.value.code == code
+        assert "capped" not in db.list_collection_names()
+
+    @pytest.mark.parametrize("max_docs", [0, -5])
+    def test_max_of_zero_or_below_means_no_document_limit(self, db, max_docs):
+        coll = db.create_collection("capped", capped=True, size=4096, max=max_docs)
+        assert coll.options()["max"] == 2**31 - 1
+        coll.insert_many([{"_id": i} for i in range(10)])
+        assert coll.count_documents({}) == 10
+
+    def test_stats_report_max_zero_without_a_document_limit(self, db):
+        db.create_collection("capped", capped=True, size=4096)
+        stats = db.command("collStats", "capped")
+        assert stats["max"] == 0 and stats["maxSize"] == 4096
+        assert db.command("collStats", "capped", scale=1024)["maxSize"] == 4
+
+
 class TestTailable:
     def test_tailable_on_a_non_capped_collection_fails(self, db):
         db.plain.insert_one({})

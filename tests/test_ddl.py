@@ -1,5 +1,6 @@
 """Collection and database DDL: create, list, drop, rename, collMod, stats."""
 
+import bson
 import pytest
 from pymongo.errors import OperationFailure
 
@@ -284,3 +285,49 @@ class TestProfiler:
         with pytest.raises(OperationFailure) as exc:
             db.command("profile", 3)
         assert exc.value.code == 2
+
+
+class TestDataSize:
+    def fill(self, db):
+        docs = [{"_id": i, "a": i % 10, "s": "x" * i} for i in range(100)]
+        db.c.insert_many(docs)
+        db.c.create_index([("a", 1), ("b", 1)])
+        return docs
+
+    def test_whole_collection(self, db):
+        docs = self.fill(db)
+        r = db.command("dataSize", "%s.c" % db.name)
+        assert r["numObjects"] == 100
+        assert r["size"] == sum(len(bson.encode(d)) for d in docs)
+
+    def test_index_range_is_min_inclusive_max_exclusive(self, db):
+        docs = self.fill(db)
+        want = [d for d in docs if 10 <= d["_id"] < 20]
+        for extra in ({"keyPattern": {"_id": 1}}, {}):  # the pattern is inferred from min
+            r = db.command("dataSize", "%s.c" % db.name, min={"_id": 10}, max={"_id": 20}, **extra)
+            assert r["numObjects"] == len(want)
+            assert r["size"] == sum(len(bson.encode(d)) for d in want)
+        # A prefix of a compound index.
+        r = db.command("dataSize", "%s.c" % db.name, keyPattern={"a": 1}, min={"a": 3}, max={"a": 5})
+        assert r["numObjects"] == len([d for d in docs if 3 <= d["a"] < 5])
+
+    def test_max_objects_stops_early(self, db):
+        self.fill(db)
+        r = db.command("dataSize", "%s.c" % db.name, maxObjects=5)
+        assert r["maxReached"] is True and r["numObjects"] == 6
+
+    def test_missing_collection_is_empty(self, db):
+        r = db.command("dataSize", "%s.nothing" % db.name)
+        assert (r["size"], r["numObjects"]) == (0, 0)
+
+    def test_bad_arguments(self, db):
+        self.fill(db)
+        with pytest.raises(OperationFailure) as exc:
+            db.command("dataSize", "%s.c" % db.name, min={"_id": 1})
+        assert exc.value.code == 2 and "only one of min or max" in str(exc.value)
+        with pytest.raises(OperationFailure) as exc:
+            db.command("dataSize", "%s.c" % db.name, keyPattern={"zz": 1}, min={"zz": 1}, max={"zz": 2})
+        assert exc.value.code == 2 and "index" in str(exc.value)
+        with pytest.raises(OperationFailure) as exc:
+            db.command("dataSize", 5)
+        assert exc.value.code == 14

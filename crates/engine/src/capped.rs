@@ -115,7 +115,7 @@ impl Engine {
             size,
             index_keys,
         });
-        self.evict(txn, meta, st)
+        self.evict(txn, meta, st, true)
     }
 
     /// Adjusts the totals after an update changed a document's size, evicting if needed.
@@ -129,7 +129,7 @@ impl Engine {
         let mut states = self.capped.lock();
         let st = self.capped_state(&mut states, meta)?;
         st.bytes = (st.bytes + new).saturating_sub(old);
-        self.evict(txn, meta, st)
+        self.evict(txn, meta, st, false)
     }
 
     /// Adjusts the totals after a user deleted a document (its natural entry dangles).
@@ -202,7 +202,7 @@ impl Engine {
         {
             let mut states = self.capped.lock();
             let st = self.capped_state(&mut states, &converted)?;
-            self.evict(&mut txn, &converted, st)?;
+            self.evict(&mut txn, &converted, st, false)?;
         }
         let trimmed = txn.commit()?;
         Ok(
@@ -233,7 +233,17 @@ impl Engine {
         }
     }
 
-    fn evict(&self, txn: &mut Txn<'_>, meta: &CollMeta, st: &mut CappedState) -> Result<()> {
+    /// Removes the oldest documents while a limit is exceeded. With `keep_newest`
+    /// (after an insert), the document just inserted stays even when it alone exceeds
+    /// the limits, as in mongod, whose capped deletion stops at the inserted record:
+    /// it goes with the next insert.
+    fn evict(
+        &self,
+        txn: &mut Txn<'_>,
+        meta: &CollMeta,
+        st: &mut CappedState,
+        keep_newest: bool,
+    ) -> Result<()> {
         let (size_limit, max) = limits(meta);
         let over = |st: &CappedState| {
             (size_limit > 0 && st.bytes > size_limit) || (max > 0 && st.count > max)
@@ -259,6 +269,9 @@ impl Engine {
                 self.remove_document(txn, meta, &id_ks, &doc);
                 st.bytes = st.bytes.saturating_sub(size);
             } else {
+                if keep_newest && st.pending.len() == 1 {
+                    break;
+                }
                 let Some(p) = st.pending.pop_front() else {
                     break;
                 };

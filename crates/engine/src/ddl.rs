@@ -806,7 +806,7 @@ impl Engine {
                             ns.full()
                         )));
                     }
-                    options.insert("max", v.clone());
+                    options.insert("max", capped_max_for_collmod(v)?);
                     logged.insert(k.clone(), v.clone());
                 }
                 other => {
@@ -1038,8 +1038,12 @@ fn normalize_create_options(mut options: Document) -> Result<Document> {
         let size = options.get("size").ok_or_else(|| {
             Error::invalid_options("the 'size' field is required when 'capped' is true")
         })?;
-        let size = round_capped_size(size)?;
-        options.insert("size", size);
+        let size = create_limit(size, "size", 1, ONE_PB)?;
+        options.insert("size", (size + 255) / 256 * 256);
+        if let Some(max) = options.get("max") {
+            let max = create_limit(max, "max", i64::MIN, (1 << 31) - 1)?;
+            options.insert("max", adjust_capped_max(max));
+        }
     } else {
         options.remove("capped");
         if options.contains_key("max") || options.contains_key("size") {
@@ -1051,6 +1055,75 @@ fn normalize_create_options(mut options: Document) -> Result<Document> {
     Ok(options)
 }
 
+/// The largest capped size mongod accepts: 1 PB.
+const ONE_PB: i64 = 1 << 50;
+
+/// A `create` limit (`size`, `max`) as mongod's command parser checks it: a number
+/// (doubles truncated), within `[min, max]`.
+fn create_limit(v: &Bson, field: &str, min: i64, max: i64) -> Result<i64> {
+    let n = match v {
+        Bson::Int32(n) => *n as i64,
+        Bson::Int64(n) => *n,
+        Bson::Double(d) if d.is_finite() => *d as i64,
+        Bson::Decimal128(_) | Bson::Double(_) => tailstream_query::compare::as_f64(v)
+            .map(|d| d as i64)
+            .unwrap_or(0),
+        other => {
+            return Err(Error::type_mismatch(format!(
+                "BSON field 'create.{field}' is the wrong type '{}', expected types '[long, int, decimal, double]'",
+                tailstream_query::compare::type_name(other)
+            )))
+        }
+    };
+    let out_of_range = |op: &str, bound: i64| {
+        Error::location(
+            51024,
+            format!("BSON field 'create.{field}' value must be {op} {bound}, actual value '{n}'"),
+        )
+    };
+    if n < min {
+        return Err(out_of_range(">=", min));
+    }
+    if n > max {
+        return Err(if field == "max" {
+            out_of_range("<", max + 1)
+        } else {
+            out_of_range("<=", max)
+        });
+    }
+    Ok(n)
+}
+
+/// mongod stores "no document limit" (a `max` of 0 or below) as 2^31 - 1.
+fn adjust_capped_max(max: i64) -> i64 {
+    if max <= 0 {
+        0x7fff_ffff
+    } else {
+        max
+    }
+}
+
+/// collMod's `cappedMax`: under 2^31; 0 or below means no document limit.
+pub(crate) fn capped_max_for_collmod(v: &Bson) -> Result<i64> {
+    let max = match v {
+        Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => {
+            tailstream_query::compare::as_f64(v).unwrap_or(0.0) as i64
+        }
+        other => {
+            return Err(Error::type_mismatch(format!(
+                "BSON field 'collMod.cappedMax' is the wrong type '{}', expected types '[long, int, decimal, double]'",
+                tailstream_query::compare::type_name(other)
+            )))
+        }
+    };
+    if max >= 1 << 31 {
+        return Err(Error::bad_value(
+            "max in a capped collection has to be < 2^31 or not set",
+        ));
+    }
+    Ok(adjust_capped_max(max))
+}
+
 pub(crate) fn round_capped_size(v: &Bson) -> Result<i64> {
     let size = tailstream_query::compare::as_f64(v)
         .ok_or_else(|| Error::type_mismatch("capped size must be a number"))?;
@@ -1058,5 +1131,8 @@ pub(crate) fn round_capped_size(v: &Bson) -> Result<i64> {
         return Err(Error::bad_value("capped size must be greater than 0"));
     }
     let size = size as i64;
+    if size > ONE_PB {
+        return Err(Error::bad_value("size cannot exceed 1 PB"));
+    }
     Ok((size + 255) / 256 * 256)
 }

@@ -987,9 +987,11 @@ impl Engine {
             };
             // A capped collection's limits, as collStats reports them.
             if meta.is_capped() {
-                if let Some(max) = meta.options.get("max") {
-                    stats.insert("max", max.clone());
-                }
+                // As mongod: 0 when the collection has no document limit.
+                stats.insert(
+                    "max",
+                    meta.options.get("max").cloned().unwrap_or(Bson::Int64(0)),
+                );
                 if let Some(size) = meta.options.get("size") {
                     stats.insert("maxSize", size.clone());
                 }

@@ -186,6 +186,7 @@ pub fn list_commands() -> Document {
         "connectionStatus",
         "count",
         "create",
+        "dataSize",
         "createIndexes",
         "dbStats",
         "delete",

@@ -425,11 +425,17 @@ pub async fn coll_stats(state: &Arc<ServerState>, db: &str, cmd: &Document) -> R
         "capped": meta.is_capped(),
     };
     if meta.is_capped() {
-        if let Some(max) = meta.options.get("max") {
-            reply.insert("max", max.clone());
-        }
-        if let Some(size) = meta.options.get("size") {
-            reply.insert("maxSize", size.clone());
+        // As mongod: max is 0 without a document limit, maxSize is scaled.
+        reply.insert(
+            "max",
+            meta.options.get("max").cloned().unwrap_or(Bson::Int64(0)),
+        );
+        if let Some(size) = meta
+            .options
+            .get("size")
+            .and_then(tailstream_engine::find::as_i64)
+        {
+            reply.insert("maxSize", size / scale);
         }
     }
     Ok(reply)
@@ -502,4 +508,111 @@ pub async fn validate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
         "missingIndexEntries": [],
         "corruptRecords": [],
     })
+}
+
+/// `dataSize`: the bytes and number of documents of a collection (`{dataSize: "<db>.<coll>"}`),
+/// or of the documents whose keys in an index lie in `[min, max)`: `keyPattern` names
+/// the index by a prefix of its key (inferred from `min`'s fields when not given, as
+/// mongod does). `maxSize`/`maxObjects` stop the count early (`maxReached`). A missing
+/// collection has size 0.
+pub async fn data_size(state: &Arc<ServerState>, cmd: &Document) -> Result<Document> {
+    let started = std::time::Instant::now();
+    let full = match cmd.get("dataSize") {
+        Some(Bson::String(s)) => s.clone(),
+        Some(other) => return Err(super::args::wrong_field_type("dataSize", other, "string")),
+        None => return Err(Error::bad_value("dataSize requires a namespace")),
+    };
+    let ns = Namespace::parse(&full).map_err(|_| {
+        Error::new(
+            codes::INVALID_NAMESPACE,
+            format!("Invalid namespace specified '{full}'"),
+        )
+    })?;
+    let mut key_pattern = opt_doc(cmd, "keyPattern")?.unwrap_or_default();
+    let min = opt_doc(cmd, "min")?.unwrap_or_default();
+    let max = opt_doc(cmd, "max")?.unwrap_or_default();
+    let limit =
+        |field: &str| -> Result<i64> { Ok(super::opt_i64(cmd, field)?.unwrap_or(0).max(0)) };
+    let (max_size, max_objects) = (limit("maxSize")?, limit("maxObjects")?);
+    if min.is_empty() != max.is_empty() {
+        return Err(Error::bad_value("only one of min or max specified"));
+    }
+    let reply = |size: i64, objects: i64, reached: bool| {
+        let mut d = doc! {"size": size, "numObjects": objects};
+        if reached {
+            d.insert("maxReached", true);
+        }
+        d.insert("millis", started.elapsed().as_millis() as i64);
+        d
+    };
+    let Some(meta) = state.engine.collection(&ns) else {
+        return Ok(reply(0, 0, false));
+    };
+    if min.is_empty() && max_size == 0 && max_objects == 0 {
+        let st = state.clone();
+        let (count, size) = tokio::task::spawn_blocking(move || coll_numbers(&st, &meta))
+            .await
+            .map_err(|e| Error::internal(e.to_string()))?;
+        return Ok(reply(size, count, false));
+    }
+    let mut request = tailstream_engine::find::FindRequest::default();
+    if !min.is_empty() {
+        if key_pattern.is_empty() {
+            key_pattern = min.keys().map(|k| (k.clone(), Bson::Int32(1))).collect();
+        }
+        // The index whose key starts with the pattern (same fields and directions).
+        let is_prefix = |key: &Document| {
+            key.len() >= key_pattern.len()
+                && key_pattern
+                    .iter()
+                    .zip(key.iter())
+                    .all(|((pk, pv), (k, v))| {
+                        pk == k
+                            && tailstream_engine::query::compare::cmp_bson(pv, v)
+                                == std::cmp::Ordering::Equal
+                    })
+        };
+        let id_key = doc! {"_id": 1};
+        let index_key = std::iter::once(id_key)
+            .chain(meta.secondary_indexes().map(|i| i.key.clone()))
+            .find(|k| is_prefix(k))
+            .ok_or_else(|| Error::bad_value("couldn't find valid index containing key pattern"))?;
+        // Bounds name every field of the index: the pattern's from min/max, the rest MinKey.
+        let bound = |b: &Document| -> Document {
+            index_key
+                .keys()
+                .map(|k| (k.clone(), b.get(k).cloned().unwrap_or(Bson::MinKey)))
+                .collect()
+        };
+        request.min = Some(bound(&min));
+        request.max = Some(bound(&max));
+        request.hint = Some(Bson::Document(index_key));
+    }
+    let st = state.clone();
+    let (size, objects, reached) =
+        tokio::task::spawn_blocking(move || -> Result<(i64, i64, bool)> {
+            let (mut size, mut objects) = (0i64, 0i64);
+            let mut batch = st.engine.find(&ns, request)?;
+            loop {
+                for d in &batch.docs {
+                    size += bson::to_vec(d).map(|b| b.len() as i64).unwrap_or(0);
+                    objects += 1;
+                    if (max_size > 0 && size > max_size)
+                        || (max_objects > 0 && objects > max_objects)
+                    {
+                        if batch.cursor_id != 0 {
+                            st.engine.kill_cursors(&[batch.cursor_id]);
+                        }
+                        return Ok((size, objects, true));
+                    }
+                }
+                if batch.cursor_id == 0 {
+                    return Ok((size, objects, false));
+                }
+                batch = st.engine.get_more(batch.cursor_id, &ns.full(), None)?;
+            }
+        })
+        .await
+        .map_err(|e| Error::internal(e.to_string()))??;
+    Ok(reply(size, objects, reached))
 }

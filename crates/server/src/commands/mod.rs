@@ -757,6 +757,7 @@ async fn run_document_command(
         "dropIndexes" | "deleteIndexes" => ddl::drop_indexes(state, db, &cmd).await,
         "dbStats" => ddl::db_stats(state, db, &cmd).await,
         "collStats" => ddl::coll_stats(state, db, &cmd).await,
+        "dataSize" | "datasize" => ddl::data_size(state, &cmd).await,
         "validate" => ddl::validate(state, db, &cmd).await,
         // Authentication is not supported, so no user exists.
         "usersInfo" => Ok(doc! {"users": []}),
