@@ -3,6 +3,7 @@
 import threading
 import time
 
+import bson
 import pytest
 from pymongo import CursorType
 from pymongo.errors import OperationFailure
@@ -202,6 +203,59 @@ class TestCappedCreateLimits:
         stats = db.command("collStats", "capped")
         assert stats["max"] == 0 and stats["maxSize"] == 4096
         assert db.command("collStats", "capped", scale=1024)["maxSize"] == 4
+
+
+class TestCloneCollectionAsCapped:
+    def test_copies_the_newest_documents_that_fit(self, db):
+        db.src.insert_many([{"_id": i, "pad": "x" * 1000} for i in range(20)])
+        db.src.create_index("pad")
+        db.command("cloneCollectionAsCapped", "src", toCollection="dst", size=4096)
+        kept = ids(db.dst.find())
+        assert 0 < len(kept) < 20 and kept == list(range(20 - len(kept), 20))
+        assert sum(len(bson.encode(d)) for d in db.dst.find()) <= 4096
+        stats = db.command("collStats", "dst")
+        assert stats["capped"] is True and stats["maxSize"] == 4096
+        # Only the _id index; the source is untouched.
+        assert [i["name"] for i in db.dst.list_indexes()] == ["_id_"]
+        assert db.src.count_documents({}) == 20 and not db.src.options().get("capped")
+
+    def test_a_capped_source_keeps_its_insertion_order(self, db):
+        src = db.create_collection("src", capped=True, size=1 << 20)
+        src.insert_many([{"_id": i} for i in (5, 3, 9, 1)])
+        db.command("cloneCollectionAsCapped", "src", toCollection="dst", size=1 << 20)
+        assert ids(db.dst.find()) == [5, 3, 9, 1]
+        # The clone is a capped collection like any other: tailable, and it evicts.
+        db.dst.insert_one({"_id": 10})
+        assert ids(db.dst.find().sort("$natural", -1).limit(1)) == [10]
+
+    def test_errors(self, db):
+        db.src.insert_one({"_id": 1})
+        db.taken.insert_one({})
+        db.command("create", "v", viewOn="src", pipeline=[])
+        cases = [
+            ({"cloneCollectionAsCapped": "nothing", "toCollection": "d", "size": 4096}, 26),
+            ({"cloneCollectionAsCapped": "src", "toCollection": "taken", "size": 4096}, 48),
+            ({"cloneCollectionAsCapped": "v", "toCollection": "d", "size": 4096}, 166),
+            ({"cloneCollectionAsCapped": "src", "size": 4096}, 40414),
+            ({"cloneCollectionAsCapped": "src", "toCollection": "d"}, 40414),
+            ({"cloneCollectionAsCapped": "src", "toCollection": "d", "size": 0}, 2),
+        ]
+        for cmd, code in cases:
+            with pytest.raises(OperationFailure) as exc:
+                db.command(cmd)
+            assert exc.value.code == code, cmd
+        assert "d" not in db.list_collection_names()
+
+    def test_change_streams_see_the_copied_documents(self, db):
+        db.src.insert_many([{"_id": i} for i in range(3)])
+        with db.watch([{"$match": {"ns.coll": "dst"}}]) as stream:
+            db.command("cloneCollectionAsCapped", "src", toCollection="dst", size=4096)
+            got = [stream.next() for _ in range(3)]
+        assert [(e["operationType"], e["documentKey"]["_id"]) for e in got] == [
+            ("insert", 0),
+            ("insert", 1),
+            ("insert", 2),
+        ]
 
 
 class TestTailable:

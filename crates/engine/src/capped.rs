@@ -214,6 +214,67 @@ impl Engine {
         )
     }
 
+    /// cloneCollectionAsCapped: a new capped collection `to` of `size` bytes holding
+    /// `from`'s documents in its natural order, inserted one batch after the other so
+    /// the cap keeps the newest (as mongod, only the `_id` index; the inserts are in the
+    /// oplog, so change streams see them). `from` is left as it was.
+    pub fn clone_collection_as_capped(
+        &self,
+        from: &crate::namespace::Namespace,
+        to: &crate::namespace::Namespace,
+        size: &bson::Bson,
+    ) -> Result<crate::Committed> {
+        use tailstream_query::error::{codes, Error};
+        if self.view(from).is_some() || self.collection(from).is_some_and(|m| m.is_timeseries()) {
+            return Err(crate::views::not_a_collection(from));
+        }
+        let Some(source) = self.collection(from) else {
+            return Err(Error::new(
+                codes::NAMESPACE_NOT_FOUND,
+                format!("source collection {} does not exist", from.full()),
+            ));
+        };
+        if self.collection(to).is_some() || self.view(to).is_some() {
+            return Err(Error::new(
+                codes::NAMESPACE_EXISTS,
+                format!(
+                    "cloneCollectionAsCapped failed - destination collection {} already exists. source collection: {}",
+                    to.full(),
+                    from.full()
+                ),
+            ));
+        }
+        let size = crate::ddl::round_capped_size(size)?;
+        let mut last = self.create_collection(to, bson::doc! {"capped": true, "size": size})?;
+        const CHUNK: i64 = 1000;
+        let request = crate::find::FindRequest {
+            // A capped source in insertion order; any other in `_id` order (its natural
+            // order here, as convertToCapped takes it).
+            sort: source.is_capped().then(|| bson::doc! {"$natural": 1}),
+            batch_size: Some(CHUNK),
+            ..Default::default()
+        };
+        let mut batch = self.find(from, request)?;
+        loop {
+            if !batch.docs.is_empty() {
+                let out = self.insert_documents(to, std::mem::take(&mut batch.docs), true)?;
+                if let Some(e) = out.errors.into_iter().next() {
+                    if batch.cursor_id != 0 {
+                        self.kill_cursors(&[batch.cursor_id]);
+                    }
+                    return Err(e.error);
+                }
+                if let Some(c) = out.committed {
+                    last = c;
+                }
+            }
+            if batch.cursor_id == 0 {
+                return Ok(last);
+            }
+            batch = self.get_more(batch.cursor_id, &from.full(), Some(CHUNK))?;
+        }
+    }
+
     /// Forgets a dropped collection's totals.
     pub(crate) fn capped_forget(&self, coll_id: u32) {
         self.capped.lock().remove(&coll_id);

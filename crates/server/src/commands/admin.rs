@@ -181,6 +181,7 @@ pub fn list_commands() -> Document {
     let names = [
         "aggregate",
         "buildInfo",
+        "cloneCollectionAsCapped",
         "collMod",
         "collStats",
         "connectionStatus",

@@ -286,6 +286,44 @@ pub async fn convert_to_capped(
     ))
 }
 
+/// `cloneCollectionAsCapped: <from>, toCollection: <to>, size: <bytes>` (same database).
+pub async fn clone_collection_as_capped(
+    state: &Arc<ServerState>,
+    db: &str,
+    cmd: &Document,
+) -> Result<Document> {
+    let from = collection_arg(cmd, db)?;
+    // mongod's command parser: a missing required field is 40414.
+    let missing = |field: &str| {
+        Error::location(
+            40414,
+            format!("BSON field 'cloneCollectionAsCapped.{field}' is missing but a required field"),
+        )
+    };
+    let to = match cmd.get("toCollection") {
+        Some(Bson::String(c)) => Namespace::new(db, c),
+        Some(other) => {
+            return Err(super::args::wrong_field_type(
+                "cloneCollectionAsCapped.toCollection",
+                other,
+                "string",
+            ))
+        }
+        None => return Err(missing("toCollection")),
+    };
+    to.validate_for_write()?;
+    let size = cmd.get("size").cloned().ok_or_else(|| missing("size"))?;
+    let wc = parse_write_concern(cmd)?;
+    let committed = blocking(state, move |e| {
+        e.clone_collection_as_capped(&from, &to, &size)
+    })
+    .await?;
+    Ok(with_wce(
+        Document::new(),
+        await_write_concern(state, wc, Some(committed)).await,
+    ))
+}
+
 pub async fn create_indexes(
     state: &Arc<ServerState>,
     db: &str,

@@ -753,6 +753,7 @@ async fn run_document_command(
         "renameCollection" => ddl::rename_collection(state, db, &cmd).await,
         "collMod" => ddl::coll_mod(state, db, &cmd).await,
         "convertToCapped" => ddl::convert_to_capped(state, db, &cmd).await,
+        "cloneCollectionAsCapped" => ddl::clone_collection_as_capped(state, db, &cmd).await,
         "createIndexes" => ddl::create_indexes(state, db, &cmd).await,
         "dropIndexes" | "deleteIndexes" => ddl::drop_indexes(state, db, &cmd).await,
         "dbStats" => ddl::db_stats(state, db, &cmd).await,
