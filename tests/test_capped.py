@@ -279,6 +279,19 @@ class TestTailable:
         assert got == {"_id": "first"}
         cursor.close()
 
+    def test_a_document_larger_than_the_cap_reaches_a_tailing_consumer(self, db):
+        # The insert keeps the document it wrote (as mongod), so a consumer sees it.
+        coll = db.create_collection("capped", capped=True, size=4096)
+        cursor = coll.find(cursor_type=CursorType.TAILABLE_AWAIT).max_await_time_ms(100)
+        assert try_next(cursor) is None
+        coll.insert_one({"_id": "big", "pad": "x" * 10_000})
+        deadline = time.monotonic() + 5
+        got = None
+        while got is None and time.monotonic() < deadline:
+            got = try_next(cursor)
+        assert got is not None and got["_id"] == "big"
+        cursor.close()
+
     def test_filter_that_matches_nothing_yet_keeps_the_cursor_open(self, db):
         coll = db.create_collection("capped", capped=True, size=1 << 20)
         coll.insert_one({"kind": "noise"})
