@@ -198,6 +198,15 @@ class TestCappedCreateLimits:
         coll.insert_many([{"_id": i} for i in range(10)])
         assert coll.count_documents({}) == 10
 
+    def test_limits_are_stored_as_32_bit_ints_when_they_fit(self, db):
+        # As mongod's catalog (appendNumber): shells show 4096, not Long("4096").
+        coll = db.create_collection("capped", capped=True, size=4000, max=5)
+        options = coll.options()
+        assert (options["size"], options["max"]) == (4096, 5)
+        assert type(options["size"]) is int and type(options["max"]) is int
+        big = db.create_collection("big", capped=True, size=2**40)
+        assert type(big.options()["size"]) is bson.int64.Int64
+
     def test_stats_report_max_zero_without_a_document_limit(self, db):
         db.create_collection("capped", capped=True, size=4096)
         stats = db.command("collStats", "capped")

@@ -164,7 +164,7 @@ impl Engine {
         let size = crate::ddl::round_capped_size(size)?;
         let mut options = meta.options.clone();
         options.insert("capped", true);
-        options.insert("size", size);
+        options.insert("size", crate::ddl::stored_number(size));
         if !meta.is_capped() {
             // Existing documents get insertion positions below any real cluster time.
             let prefix = keys::coll_prefix(meta.id);

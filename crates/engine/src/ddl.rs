@@ -796,7 +796,7 @@ impl Engine {
                             ns.full()
                         )));
                     }
-                    options.insert("size", round_capped_size(v)?);
+                    options.insert("size", stored_number(round_capped_size(v)?));
                     logged.insert(k.clone(), v.clone());
                 }
                 "cappedMax" => {
@@ -806,7 +806,7 @@ impl Engine {
                             ns.full()
                         )));
                     }
-                    options.insert("max", capped_max_for_collmod(v)?);
+                    options.insert("max", stored_number(capped_max_for_collmod(v)?));
                     logged.insert(k.clone(), v.clone());
                 }
                 other => {
@@ -1039,10 +1039,10 @@ fn normalize_create_options(mut options: Document) -> Result<Document> {
             Error::invalid_options("the 'size' field is required when 'capped' is true")
         })?;
         let size = create_limit(size, "size", 1, ONE_PB)?;
-        options.insert("size", (size + 255) / 256 * 256);
+        options.insert("size", stored_number((size + 255) / 256 * 256));
         if let Some(max) = options.get("max") {
             let max = create_limit(max, "max", i64::MIN, (1 << 31) - 1)?;
-            options.insert("max", adjust_capped_max(max));
+            options.insert("max", stored_number(adjust_capped_max(max)));
         }
     } else {
         options.remove("capped");
@@ -1053,6 +1053,15 @@ fn normalize_create_options(mut options: Document) -> Result<Document> {
         }
     }
     Ok(options)
+}
+
+/// A number as mongod's catalog stores and reports it (`appendNumber`): a 32-bit int
+/// when it fits, else a 64-bit one (so shells show `1024`, not `Long("1024")`).
+pub fn stored_number(n: i64) -> Bson {
+    match i32::try_from(n) {
+        Ok(small) => Bson::Int32(small),
+        Err(_) => Bson::Int64(n),
+    }
 }
 
 /// The largest capped size mongod accepts: 1 PB.

@@ -990,7 +990,7 @@ impl Engine {
                 // As mongod: 0 when the collection has no document limit.
                 stats.insert(
                     "max",
-                    meta.options.get("max").cloned().unwrap_or(Bson::Int64(0)),
+                    meta.options.get("max").cloned().unwrap_or(Bson::Int32(0)),
                 );
                 if let Some(size) = meta.options.get("size") {
                     stats.insert("maxSize", size.clone());

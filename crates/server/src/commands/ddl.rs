@@ -466,14 +466,17 @@ pub async fn coll_stats(state: &Arc<ServerState>, db: &str, cmd: &Document) -> R
         // As mongod: max is 0 without a document limit, maxSize is scaled.
         reply.insert(
             "max",
-            meta.options.get("max").cloned().unwrap_or(Bson::Int64(0)),
+            meta.options.get("max").cloned().unwrap_or(Bson::Int32(0)),
         );
         if let Some(size) = meta
             .options
             .get("size")
             .and_then(tailstream_engine::find::as_i64)
         {
-            reply.insert("maxSize", size / scale);
+            reply.insert(
+                "maxSize",
+                tailstream_engine::ddl::stored_number(size / scale),
+            );
         }
     }
     Ok(reply)
