@@ -469,3 +469,30 @@ class TestResume:
         finally:
             for s in streams:
                 s.close()
+
+
+def test_acknowledged_durable_write_is_in_the_next_streams_first_batch(client, db):
+    """A {w: majority} insert, once acknowledged, is in the first batch of a stream
+    opened right after (drivers rely on it: pymongo's prose test 14). Other writers
+    keep the group-commit thread busy, so commits land between its steps."""
+    stop = threading.Event()
+
+    def background():
+        other = client[db.name]["other"]
+        while not stop.is_set():
+            other.insert_many([{} for _ in range(20)])
+
+    writers = [threading.Thread(target=background) for _ in range(2)]
+    for w in writers:
+        w.start()
+    coll = db.get_collection("c", write_concern=WriteConcern("majority"))
+    try:
+        for i in range(2000):
+            start = db.command("ping")["operationTime"]
+            coll.insert_one({"_id": i})
+            first = raw_aggregate(db, "c", {"startAtOperationTime": start})["cursor"]["firstBatch"]
+            assert i in [e["documentKey"]["_id"] for e in first], f"insert {i} missing"
+    finally:
+        stop.set()
+        for w in writers:
+            w.join()

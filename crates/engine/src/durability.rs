@@ -212,10 +212,15 @@ impl Durability {
                     self.wake.wait_for(&mut r, IDLE_SYNC_INTERVAL);
                 }
             }
-            // Read the oplog time before the sequence: both were stored before the fsync
-            // below starts, so it covers them (the time may lag the sequence, never lead).
-            let ts = self.committed_ts.load(Ordering::SeqCst);
+            // The sequence first, then the oplog time. A commit stores its time before
+            // its sequence (`committed`), so every commit counted in `target` has its
+            // time covered by `ts`: an acknowledged write's event is visible at once.
+            // (Read the other way round, a commit landing between the two loads was
+            // acknowledged while its event stayed invisible until some later sync.)
+            // `ts` may include commits past `target`; they too were written before
+            // their time was stored, so before the fsync below starts, which covers them.
             let target = self.last_committed();
+            let ts = self.committed_ts.load(Ordering::SeqCst);
             if target > self.synced() {
                 let started = std::time::Instant::now();
                 let synced = store.sync();
@@ -226,7 +231,9 @@ impl Durability {
                     tracing::error!("fsync of the write-ahead log failed: {e}; aborting");
                     std::process::abort();
                 }
-                let _ = self.synced_tx.send(target);
+                // The durable time before the sequence: a writer woken by the sequence
+                // acknowledges, and its client may open a change stream at once; that
+                // stream must already find the write's event durable.
                 self.durable_ts_tx.send_if_modified(|d| {
                     let newer = ts > *d;
                     if newer {
@@ -234,6 +241,7 @@ impl Durability {
                     }
                     newer
                 });
+                let _ = self.synced_tx.send(target);
             }
             if self.stop.load(Ordering::SeqCst) && self.synced() >= self.last_committed() {
                 return;
