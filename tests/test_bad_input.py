@@ -153,6 +153,35 @@ class TestArgumentTypes:
         assert exc.value.code == 14
 
 
+    @pytest.mark.parametrize(
+        "cmd, path",
+        [
+            ({"insert": "c"}, "insert.documents"),
+            ({"update": "c"}, "update.updates"),
+            ({"update": "c", "updates": [{"u": {"$set": {"a": 1}}}]}, "update.updates.q"),
+            ({"update": "c", "updates": [{"q": {}}]}, "update.updates.u"),
+            ({"delete": "c"}, "delete.deletes"),
+            ({"delete": "c", "deletes": [{"limit": 0}]}, "delete.deletes.q"),
+            ({"delete": "c", "deletes": [{"q": {}}]}, "delete.deletes.limit"),
+            ({"getMore": bson.Int64(1)}, "getMore.collection"),
+            ({"killCursors": "c"}, "killCursors.cursors"),
+            ({"distinct": "c"}, "distinct.key"),
+            ({"aggregate": "c", "cursor": {}}, "aggregate.pipeline"),
+            ({"createIndexes": "c"}, "createIndexes.indexes"),
+            ({"dropIndexes": "c"}, "dropIndexes.index"),
+            ({"convertToCapped": "c"}, "convertToCapped.size"),
+        ],
+    )
+    def test_missing_required_field_is_idl_failed_to_parse(self, server, db, cmd, path):
+        # mongod's command parser: 40414 and this wording for every required field.
+        db.c.insert_one({})
+        s = wire.connect(server.port)
+        reply = wire.command(s, {**cmd, "$db": db.name})
+        s.close()
+        assert reply["ok"] == 0 and reply["code"] == 40414, reply
+        assert reply["errmsg"] == f"BSON field '{path}' is missing but a required field"
+
+
 class TestLimits:
     def test_document_just_over_16mib(self, server, db):
         doc = {"_id": 1, "s": "x" * (16 * 1024 * 1024)}  # > 16 MiB, < 16 MiB + 16 KiB

@@ -45,6 +45,14 @@ impl Error {
     pub fn failed_to_parse(msg: impl Into<String>) -> Self {
         Self::new(codes::FAILED_TO_PARSE, msg)
     }
+    /// A required command field that is absent: mongod's command parser (IDL) says
+    /// so with 40414 (IDLFailedToParse).
+    pub fn missing_field(path: &str) -> Self {
+        Self::new(
+            40414,
+            format!("BSON field '{path}' is missing but a required field"),
+        )
+    }
     pub fn type_mismatch(msg: impl Into<String>) -> Self {
         Self::new(codes::TYPE_MISMATCH, msg)
     }

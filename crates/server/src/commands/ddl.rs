@@ -243,11 +243,7 @@ pub async fn rename_collection(
     };
     let to = match opt_str(cmd, "to")? {
         Some(s) => Namespace::parse(s)?,
-        None => {
-            return Err(Error::failed_to_parse(
-                "BSON field 'renameCollection.to' is missing but a required field",
-            ))
-        }
+        None => return Err(Error::missing_field("renameCollection.to")),
     };
     let drop_target = opt_bool(cmd, "dropTarget")?.unwrap_or(false);
     let wc = parse_write_concern(cmd)?;
@@ -275,9 +271,10 @@ pub async fn convert_to_capped(
     cmd: &Document,
 ) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
-    let size = cmd.get("size").cloned().ok_or_else(|| {
-        Error::failed_to_parse("BSON field 'convertToCapped.size' is missing but a required field")
-    })?;
+    let size = cmd
+        .get("size")
+        .cloned()
+        .ok_or_else(|| Error::missing_field("convertToCapped.size"))?;
     let wc = parse_write_concern(cmd)?;
     let committed = blocking(state, move |e| e.convert_to_capped(&ns, &size)).await?;
     Ok(with_wce(
@@ -293,13 +290,7 @@ pub async fn clone_collection_as_capped(
     cmd: &Document,
 ) -> Result<Document> {
     let from = collection_arg(cmd, db)?;
-    // mongod's command parser: a missing required field is 40414.
-    let missing = |field: &str| {
-        Error::location(
-            40414,
-            format!("BSON field 'cloneCollectionAsCapped.{field}' is missing but a required field"),
-        )
-    };
+    let missing = |field: &str| Error::missing_field(&format!("cloneCollectionAsCapped.{field}"));
     let to = match cmd.get("toCollection") {
         Some(Bson::String(c)) => Namespace::new(db, c),
         Some(other) => {
@@ -339,7 +330,7 @@ pub async fn create_indexes(
             })
             .collect::<Result<_>>()?,
         Some(v) => return Err(Error::type_mismatch(format!("BSON field 'createIndexes.indexes' is the wrong type '{}', expected type 'array'", type_name(v)))),
-        None => return Err(Error::failed_to_parse("BSON field 'createIndexes.indexes' is missing but a required field")),
+        None => return Err(Error::missing_field("createIndexes.indexes")),
     };
     if let Some(t) = crate::transactions::current() {
         let (before, after, created) = super::in_transaction(state, t, move |e, t| {
@@ -370,9 +361,10 @@ pub async fn create_indexes(
 
 pub async fn drop_indexes(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
-    let which = cmd.get("index").cloned().ok_or_else(|| {
-        Error::failed_to_parse("BSON field 'dropIndexes.index' is missing but a required field")
-    })?;
+    let which = cmd
+        .get("index")
+        .cloned()
+        .ok_or_else(|| Error::missing_field("dropIndexes.index"))?;
     let wc = parse_write_concern(cmd)?;
     let (before, committed) = blocking(state, move |e| e.drop_indexes(&ns, &which)).await?;
     Ok(with_wce(

@@ -109,11 +109,7 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
                 type_name(v)
             )))
         }
-        None => {
-            return Err(Error::failed_to_parse(
-                "BSON field 'getMore.collection' is missing but a required field",
-            ))
-        }
+        None => return Err(Error::missing_field("getMore.collection")),
     };
     check_fields(cmd, GET_MORE_FIELDS)?;
     let batch_size = opt_i64(cmd, "batchSize")?;
@@ -293,11 +289,7 @@ pub fn kill_cursors(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
                 ))),
             })
             .collect::<Result<_>>()?,
-        _ => {
-            return Err(Error::failed_to_parse(
-                "BSON field 'killCursors.cursors' is missing but a required field",
-            ))
-        }
+        _ => return Err(Error::missing_field("killCursors.cursors")),
     };
     let (killed, not_found) = state.engine.kill_cursors(&ids);
     Ok(doc! {
@@ -351,11 +343,7 @@ pub async fn distinct(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
                 type_name(v)
             )))
         }
-        None => {
-            return Err(Error::failed_to_parse(
-                "BSON field 'distinct.key' is missing but a required field",
-            ))
-        }
+        None => return Err(Error::missing_field("distinct.key")),
     };
     let query = opt_doc(cmd, "query")?.unwrap_or_default();
     let collation = opt_doc(cmd, "collation")?;
@@ -396,9 +384,8 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
         None => return Err(Error::failed_to_parse("aggregate requires a collection")),
     };
     check_fields(cmd, AGGREGATE_FIELDS)?;
-    let pipeline = opt_doc_array(cmd, "pipeline")?.ok_or_else(|| {
-        Error::failed_to_parse("BSON field 'aggregate.pipeline' is missing but a required field")
-    })?;
+    let pipeline = opt_doc_array(cmd, "pipeline")?
+        .ok_or_else(|| Error::missing_field("aggregate.pipeline"))?;
     if opt_bool(cmd, "explain")?.unwrap_or(false) {
         return Ok(Output::Doc(
             doc! {"explainVersion": "1", "stages": pipeline.into_iter().map(Bson::Document).collect::<Vec<_>>()},

@@ -301,11 +301,7 @@ pub async fn insert(
     let docs = match payload {
         Some(docs) => docs,
         None => opt_doc_array(cmd, "documents")?
-            .ok_or_else(|| {
-                Error::failed_to_parse(
-                    "BSON field 'insert.documents' is missing but a required field",
-                )
-            })?
+            .ok_or_else(|| Error::missing_field("insert.documents"))?
             .iter()
             .map(|d| RawDocumentBuf::from_document(d).map_err(|e| Error::bad_value(e.to_string())))
             .collect::<Result<Vec<_>>>()?,
@@ -343,9 +339,8 @@ pub async fn insert(
 pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
     check_fields(cmd, UPDATE_FIELDS)?;
-    let raw = opt_doc_array(cmd, "updates")?.ok_or_else(|| {
-        Error::failed_to_parse("BSON field 'update.updates' is missing but a required field")
-    })?;
+    let raw =
+        opt_doc_array(cmd, "updates")?.ok_or_else(|| Error::missing_field("update.updates"))?;
     check_batch(raw.len())?;
     let ordered = opt_bool(cmd, "ordered")?.unwrap_or(true);
     let bypass = opt_bool(cmd, "bypassDocumentValidation")?.unwrap_or(false);
@@ -374,11 +369,7 @@ pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
                     type_name(v)
                 )))
             }
-            None => {
-                return Err(Error::failed_to_parse(
-                    "BSON field 'update.updates.q' is missing but a required field",
-                ))
-            }
+            None => return Err(Error::missing_field("update.updates.q")),
         };
         let upd = match u.get("u") {
             Some(Bson::Array(stages)) => {
@@ -392,11 +383,7 @@ pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
                     type_name(v)
                 )))
             }
-            None => {
-                return Err(Error::failed_to_parse(
-                    "BSON field 'update.updates.u' is missing but a required field",
-                ))
-            }
+            None => return Err(Error::missing_field("update.updates.u")),
         };
         ops.push(UpdateOp {
             q,
@@ -437,9 +424,8 @@ pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
 pub async fn delete(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
     check_fields(cmd, DELETE_FIELDS)?;
-    let raw = opt_doc_array(cmd, "deletes")?.ok_or_else(|| {
-        Error::failed_to_parse("BSON field 'delete.deletes' is missing but a required field")
-    })?;
+    let raw =
+        opt_doc_array(cmd, "deletes")?.ok_or_else(|| Error::missing_field("delete.deletes"))?;
     check_batch(raw.len())?;
     let ordered = opt_bool(cmd, "ordered")?.unwrap_or(true);
     let let_vars = opt_doc(cmd, "let")?;
@@ -454,21 +440,13 @@ pub async fn delete(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
                     type_name(v)
                 )))
             }
-            None => {
-                return Err(Error::failed_to_parse(
-                    "BSON field 'delete.deletes.q' is missing but a required field",
-                ))
-            }
+            None => return Err(Error::missing_field("delete.deletes.q")),
         };
         let limit = match d.get("limit") {
             Some(v) => tailstream_engine::find::as_i64(v).ok_or_else(|| {
                 Error::type_mismatch("BSON field 'delete.deletes.limit' must be a number")
             })?,
-            None => {
-                return Err(Error::failed_to_parse(
-                    "BSON field 'delete.deletes.limit' is missing but a required field",
-                ))
-            }
+            None => return Err(Error::missing_field("delete.deletes.limit")),
         };
         ops.push(DeleteOp {
             q,
