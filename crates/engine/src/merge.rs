@@ -93,12 +93,10 @@ impl MergeSpec {
                 ));
             }
         }
-        let into = target(d.get("into").ok_or_else(|| {
-            Error::new(
-                40414,
-                "BSON field '$merge.into' is missing but a required field",
-            )
-        })?)?;
+        let into = target(
+            d.get("into")
+                .ok_or_else(|| Error::missing_field("$merge.into"))?,
+        )?;
         let on = match d.get("on") {
             None => vec!["_id".to_string()],
             Some(Bson::String(f)) => vec![f.clone()],

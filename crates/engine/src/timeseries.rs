@@ -166,12 +166,8 @@ fn normalize_spec(command: &str, ns: &Namespace, spec: &Document) -> Result<Docu
             }
         }
     }
-    let time_field = time_field.ok_or_else(|| {
-        Error::new(
-            40414,
-            format!("BSON field '{command}.timeseries.timeField' is missing but a required field"),
-        )
-    })?;
+    let time_field = time_field
+        .ok_or_else(|| Error::missing_field(&format!("{command}.timeseries.timeField")))?;
     let top_level = |field: &str| {
         Error::invalid_options(format!(
             "{}: '{field}' must be a top-level field and not contain a '.'",

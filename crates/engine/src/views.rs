@@ -151,10 +151,7 @@ pub(crate) fn parse_collation(command: &str, v: &Bson) -> Result<Option<Document
         Some(Bson::String(l)) if l == "simple" => Ok(None),
         Some(Bson::String(_)) => Ok(Some(d.clone())),
         Some(other) => Err(wrong_type(command, "collation.locale", other, "string")),
-        None => Err(Error::new(
-            40414,
-            format!("BSON field '{command}.collation.locale' is missing but a required field"),
-        )),
+        None => Err(Error::missing_field(&format!("{command}.collation.locale"))),
     }
 }
 

@@ -444,10 +444,7 @@ fn parse_fields(spec: &Document) -> Result<Requested> {
         }
     }
     if r.locale.is_none() {
-        return Err(Error::new(
-            40414,
-            "BSON field 'collation.locale' is missing but a required field",
-        ));
+        return Err(Error::missing_field("collation.locale"));
     }
     Ok(r)
 }
