@@ -225,10 +225,11 @@ impl Engine {
         size: &bson::Bson,
     ) -> Result<crate::Committed> {
         use tailstream_query::error::{codes, Error};
-        if self.view(from).is_some() || self.collection(from).is_some_and(|m| m.is_timeseries()) {
+        let source = self.collection(from);
+        if self.view(from).is_some() || source.as_ref().is_some_and(|m| m.is_timeseries()) {
             return Err(crate::views::not_a_collection(from));
         }
-        let Some(source) = self.collection(from) else {
+        let Some(source) = source else {
             return Err(Error::new(
                 codes::NAMESPACE_NOT_FOUND,
                 format!("source collection {} does not exist", from.full()),

@@ -190,7 +190,7 @@ impl Cursor {
 
 /// The size of `d` encoded as BSON, computed without encoding it (every document a
 /// cursor returns was sized this way, by serializing it once more than the reply does).
-fn encoded_len(d: &Document) -> usize {
+pub fn encoded_len(d: &Document) -> usize {
     // length prefix + elements + trailing NUL
     4 + d
         .iter()

@@ -1067,23 +1067,26 @@ pub fn stored_number(n: i64) -> Bson {
 /// The largest capped size mongod accepts: 1 PB.
 const ONE_PB: i64 = 1 << 50;
 
+/// A whole-number limit at `path` as mongod's command parser reads it (`safeInt64`):
+/// any number, doubles and decimals truncated (NaN is 0); anything else TypeMismatch.
+fn limit_number(v: &Bson, path: &str) -> Result<i64> {
+    match v {
+        Bson::Int32(n) => Ok(*n as i64),
+        Bson::Int64(n) => Ok(*n),
+        Bson::Double(_) | Bson::Decimal128(_) => Ok(tailstream_query::compare::as_f64(v)
+            .map(|d| d as i64)
+            .unwrap_or(0)),
+        other => Err(Error::type_mismatch(format!(
+            "BSON field '{path}' is the wrong type '{}', expected types '[long, int, decimal, double]'",
+            tailstream_query::compare::type_name(other)
+        ))),
+    }
+}
+
 /// A `create` limit (`size`, `max`) as mongod's command parser checks it: a number
 /// (doubles truncated), within `[min, max]`.
 fn create_limit(v: &Bson, field: &str, min: i64, max: i64) -> Result<i64> {
-    let n = match v {
-        Bson::Int32(n) => *n as i64,
-        Bson::Int64(n) => *n,
-        Bson::Double(d) if d.is_finite() => *d as i64,
-        Bson::Decimal128(_) | Bson::Double(_) => tailstream_query::compare::as_f64(v)
-            .map(|d| d as i64)
-            .unwrap_or(0),
-        other => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field 'create.{field}' is the wrong type '{}', expected types '[long, int, decimal, double]'",
-                tailstream_query::compare::type_name(other)
-            )))
-        }
-    };
+    let n = limit_number(v, &format!("create.{field}"))?;
     let out_of_range = |op: &str, bound: i64| {
         Error::location(
             51024,
@@ -1114,17 +1117,7 @@ fn adjust_capped_max(max: i64) -> i64 {
 
 /// collMod's `cappedMax`: under 2^31; 0 or below means no document limit.
 pub(crate) fn capped_max_for_collmod(v: &Bson) -> Result<i64> {
-    let max = match v {
-        Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => {
-            tailstream_query::compare::as_f64(v).unwrap_or(0.0) as i64
-        }
-        other => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field 'collMod.cappedMax' is the wrong type '{}', expected types '[long, int, decimal, double]'",
-                tailstream_query::compare::type_name(other)
-            )))
-        }
-    };
+    let max = limit_number(v, "collMod.cappedMax")?;
     if max >= 1 << 31 {
         return Err(Error::bad_value(
             "max in a capped collection has to be < 2^31 or not set",

@@ -582,10 +582,7 @@ pub async fn data_size(state: &Arc<ServerState>, cmd: &Document) -> Result<Docum
         return Ok(reply(0, 0, false));
     };
     if min.is_empty() && max_size == 0 && max_objects == 0 {
-        let st = state.clone();
-        let (count, size) = tokio::task::spawn_blocking(move || coll_numbers(&st, &meta))
-            .await
-            .map_err(|e| Error::internal(e.to_string()))?;
+        let (count, size) = blocking(state, move |e| Ok(e.collection_numbers(&meta))).await?;
         return Ok(reply(size, count, false));
     }
     let mut request = tailstream_engine::find::FindRequest::default();
@@ -621,31 +618,26 @@ pub async fn data_size(state: &Arc<ServerState>, cmd: &Document) -> Result<Docum
         request.max = Some(bound(&max));
         request.hint = Some(Bson::Document(index_key));
     }
-    let st = state.clone();
-    let (size, objects, reached) =
-        tokio::task::spawn_blocking(move || -> Result<(i64, i64, bool)> {
-            let (mut size, mut objects) = (0i64, 0i64);
-            let mut batch = st.engine.find(&ns, request)?;
-            loop {
-                for d in &batch.docs {
-                    size += bson::to_vec(d).map(|b| b.len() as i64).unwrap_or(0);
-                    objects += 1;
-                    if (max_size > 0 && size > max_size)
-                        || (max_objects > 0 && objects > max_objects)
-                    {
-                        if batch.cursor_id != 0 {
-                            st.engine.kill_cursors(&[batch.cursor_id]);
-                        }
-                        return Ok((size, objects, true));
+    let (size, objects, reached) = blocking(state, move |e| {
+        let (mut size, mut objects) = (0i64, 0i64);
+        let mut batch = e.find(&ns, request)?;
+        loop {
+            for d in &batch.docs {
+                size += tailstream_engine::cursor::encoded_len(d) as i64;
+                objects += 1;
+                if (max_size > 0 && size > max_size) || (max_objects > 0 && objects > max_objects) {
+                    if batch.cursor_id != 0 {
+                        e.kill_cursors(&[batch.cursor_id]);
                     }
+                    return Ok((size, objects, true));
                 }
-                if batch.cursor_id == 0 {
-                    return Ok((size, objects, false));
-                }
-                batch = st.engine.get_more(batch.cursor_id, &ns.full(), None)?;
             }
-        })
-        .await
-        .map_err(|e| Error::internal(e.to_string()))??;
+            if batch.cursor_id == 0 {
+                return Ok((size, objects, false));
+            }
+            batch = e.get_more(batch.cursor_id, &ns.full(), None)?;
+        }
+    })
+    .await?;
     Ok(reply(size, objects, reached))
 }
