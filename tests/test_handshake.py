@@ -1,8 +1,12 @@
 """Handshake, topology and server-introspection commands."""
 
+import subprocess
+import threading
+import time
+
 import pytest
 from bson import ObjectId, Timestamp
-from pymongo import MongoClient, WriteConcern
+from pymongo import CursorType, MongoClient, WriteConcern
 from pymongo.errors import OperationFailure
 
 import wire
@@ -241,3 +245,53 @@ def test_connection_establishment_rate_limiter(fresh_server):
     for s in socks:
         s.close()
     admin.close()
+
+
+class TestIoThreads:
+    """`--ioThreads N`: how many threads run the connections (default: half the CPUs)."""
+
+    def test_zero_is_refused_at_startup(self, fresh_server):
+        srv = fresh_server(start=False, extra_args=["--ioThreads", "0"])
+        proc = subprocess.run(srv.argv(), capture_output=True, text=True, timeout=15)
+        assert proc.returncode != 0
+        assert "invalid value '0' for '--ioThreads" in proc.stdout + proc.stderr
+
+    @pytest.mark.parametrize("threads", ["1", "3"])
+    def test_writers_and_a_tailing_reader_all_served(self, fresh_server, threads):
+        # One connection thread must serve many connections at once: four writers
+        # (small inserts run on that thread), one large insert_many (the blocking
+        # pool, holding the writer lock meanwhile), and a tailable reader waiting
+        # for all of them.
+        srv = fresh_server(extra_args=["--ioThreads", threads])
+        with srv.client() as c:
+            assert "--ioThreads" in c.admin.command("getCmdLineOpts")["argv"]
+            c.t.create_collection("bus", capped=True, size=1 << 24)
+            c.t.bus.insert_one({"w": -1, "i": -1})
+            cursor = c.t.bus.find({}, cursor_type=CursorType.TAILABLE_AWAIT)
+            assert next(cursor)["w"] == -1
+
+            def writer(w):
+                with srv.client() as wc:
+                    if w == 4:
+                        wc.t.bus.insert_many([{"w": w, "i": i, "pad": "x" * 200} for i in range(2000)])
+                    else:
+                        for i in range(300):
+                            wc.t.bus.insert_one({"w": w, "i": i})
+
+            threads_ = [threading.Thread(target=writer, args=(w,)) for w in range(5)]
+            for t in threads_:
+                t.start()
+            seen = {}
+            expected = 4 * 300 + 2000
+            give_up = time.monotonic() + 120  # a guard against hanging, not a speed check
+            while (sum(len(v) for v in seen.values()) < expected and cursor.alive
+                   and time.monotonic() < give_up):
+                for d in cursor:
+                    seen.setdefault(d["w"], []).append(d["i"])
+                    if sum(len(v) for v in seen.values()) == expected:
+                        break
+            for t in threads_:
+                t.join()
+            assert {w: len(v) for w, v in seen.items()} == {0: 300, 1: 300, 2: 300, 3: 300, 4: 2000}
+            # Each writer's messages arrive in its own order.
+            assert all(v == sorted(v) for v in seen.values())

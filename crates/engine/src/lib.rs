@@ -291,6 +291,12 @@ impl Engine {
         (w.trim_ts, keys::ts_to_u64(w.clock.last()))
     }
 
+    /// Whether a write holds the writer lock right now (a hint: it may be released
+    /// or taken the moment after).
+    pub fn writer_busy(&self) -> bool {
+        self.writer.is_locked()
+    }
+
     pub(crate) fn begin(&self) -> Txn<'_> {
         let w = self.writer.lock();
         Txn {

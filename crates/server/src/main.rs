@@ -27,6 +27,7 @@ fn main() {
     let config = Config::parse();
     init_logging(&config);
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.io_threads())
         .enable_all()
         .thread_name("tailstream")
         .thread_stack_size(8 << 20)
@@ -142,7 +143,7 @@ async fn run(config: Config) -> i32 {
             }
         }
     }
-    tracing::info!(target: "startup", addrs = ?addrs, dbpath = %config.dbpath.display(), "Waiting for connections");
+    tracing::info!(target: "startup", addrs = ?addrs, dbpath = %config.dbpath.display(), io_threads = config.io_threads(), "Waiting for connections");
     for listener in listeners {
         let state = state.clone();
         tokio::spawn(async move { conn::accept_loop(listener, state).await });

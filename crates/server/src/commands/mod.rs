@@ -820,13 +820,15 @@ fn append_cluster_time(state: &ServerState, body: &mut Document) {
 /// Runs a small engine operation right on the connection's task: handing it to the
 /// blocking pool costs two thread switches, more than the operation itself (a small
 /// insert commits in microseconds: it does not wait for the disk, durable writers wait
-/// asynchronously afterwards). Larger operations go to [`blocking`].
+/// asynchronously afterwards). Larger operations go to [`blocking`], and so does a
+/// small one while another write holds the writer lock (a large write on the
+/// blocking pool): waiting for it here would stall every connection of this thread.
 pub async fn small_or_blocking<T, F>(state: &Arc<ServerState>, small: bool, f: F) -> Result<T>
 where
     T: Send + 'static,
     F: FnOnce(&Engine) -> Result<T> + Send + 'static,
 {
-    if small {
+    if small && !state.engine.writer_busy() {
         f(&state.engine)
     } else {
         blocking(state, f).await
