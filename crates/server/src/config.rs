@@ -85,7 +85,7 @@ impl Config {
     /// futex wake and a context switch) and the threads steal each other's work:
     /// on 2 CPUs, one connection thread instead of two ran the message-bus
     /// benchmark's producer/consumer pair at 47-49k msg/s instead of 38-42k (server
-    /// CPU per message -15%) and 100 change streams for 14% less CPU (BENCHMARKS.md).
+    /// CPU per message -15%) and 100 change streams for 11-14% less CPU (BENCHMARKS.md).
     pub fn io_threads(&self) -> usize {
         match self.io_threads {
             Some(n) => usize::from(n),
