@@ -184,26 +184,91 @@ fn raw_cursor_reply(state: &ServerState, c: RawCursor) -> Vec<u8> {
     elements_of(&mut out, tail.as_bytes());
     close(&mut out, cursor_at);
     // ok, $clusterTime and operationTime, as ok_reply adds them, written raw.
-    let ts = state.engine.cluster_time();
-    let mut signature = RawDocumentBuf::new();
-    signature.append(
-        "hash",
-        bson::RawBson::Binary(bson::Binary {
-            subtype: bson::spec::BinarySubtype::Generic,
-            bytes: vec![0; 20],
-        }),
-    );
-    signature.append("keyId", 0i64);
-    let mut cluster_time = RawDocumentBuf::new();
-    cluster_time.append("clusterTime", bson::RawBson::Timestamp(ts));
-    cluster_time.append("signature", signature);
-    let mut rest = RawDocumentBuf::new();
-    rest.append("ok", 1.0);
-    rest.append("$clusterTime", cluster_time);
-    rest.append("operationTime", bson::RawBson::Timestamp(ts));
-    elements_of(&mut out, rest.as_bytes());
+    push_ok(&mut out);
+    push_cluster_time(&mut out, state.engine.cluster_time());
     close(&mut out, body_at);
     out
+}
+
+/// Appends the element `ok: 1.0` to a document being written.
+fn push_ok(out: &mut Vec<u8>) {
+    out.push(0x01);
+    out.extend_from_slice(b"ok\0");
+    out.extend_from_slice(&1.0f64.to_le_bytes());
+}
+
+/// Appends the elements every reply ends with, `$clusterTime: {clusterTime: ts,
+/// signature: {hash: <20 zero bytes>, keyId: 0}}` and `operationTime: ts`, to a
+/// document being written (what [`append_cluster_time`] inserts into a `Document`).
+fn push_cluster_time(out: &mut Vec<u8>, ts: bson::Timestamp) {
+    // A BSON timestamp is the increment then the seconds, each u32 little-endian.
+    let push_ts = |out: &mut Vec<u8>| {
+        out.extend_from_slice(&ts.increment.to_le_bytes());
+        out.extend_from_slice(&ts.time.to_le_bytes());
+    };
+    // {clusterTime: ts, signature: {hash: BinData(0, 20 bytes), keyId: 0L}}, fixed size.
+    const SIGNATURE_LEN: i32 = 4 + (1 + 5 + 4 + 1 + 20) + (1 + 6 + 8) + 1;
+    const CLUSTER_TIME_LEN: i32 = 4 + (1 + 12 + 8) + (1 + 10 + SIGNATURE_LEN) + 1;
+    out.push(0x03);
+    out.extend_from_slice(b"$clusterTime\0");
+    let at = out.len();
+    out.extend_from_slice(&CLUSTER_TIME_LEN.to_le_bytes());
+    out.push(0x11);
+    out.extend_from_slice(b"clusterTime\0");
+    push_ts(out);
+    out.push(0x03);
+    out.extend_from_slice(b"signature\0");
+    out.extend_from_slice(&SIGNATURE_LEN.to_le_bytes());
+    out.push(0x05);
+    out.extend_from_slice(b"hash\0");
+    out.extend_from_slice(&20i32.to_le_bytes());
+    out.push(0x00); // binary subtype: generic
+    out.extend_from_slice(&[0; 20]);
+    out.push(0x12);
+    out.extend_from_slice(b"keyId\0");
+    out.extend_from_slice(&0i64.to_le_bytes());
+    out.push(0); // end of signature
+    out.push(0); // end of $clusterTime
+    debug_assert_eq!(out.len() - at, CLUSTER_TIME_LEN as usize);
+    out.push(0x11);
+    out.extend_from_slice(b"operationTime\0");
+    push_ts(out);
+}
+
+/// A successful command's reply: `body`, `ok: 1` unless it has `ok`, `$clusterTime` and
+/// `operationTime`, written straight into an OP_MSG buffer. The same bytes as
+/// `Body::Doc(ok_reply(..))`, without inserting the cluster-time fields into the
+/// document (a map insertion each, two nested documents) only to encode them again:
+/// every insert's and update's reply takes this path.
+fn raw_ok_reply(state: &ServerState, body: Document) -> Body {
+    match raw_ok_body(&body, state.engine.cluster_time()) {
+        Some(out) => Body::Msg(out),
+        None => Body::Doc(ok_reply(state, body)),
+    }
+}
+
+/// The OP_MSG buffer of [`raw_ok_reply`] (the body at `MSG_BODY_OFFSET`), or None where
+/// the document path must do it: a body that already has `$clusterTime` or
+/// `operationTime` (ok_reply replaces them in place) or that cannot be encoded (the
+/// codec reports that).
+fn raw_ok_body(body: &Document, ts: bson::Timestamp) -> Option<Vec<u8>> {
+    if body.contains_key("$clusterTime") || body.contains_key("operationTime") {
+        return None;
+    }
+    let mut out = Vec::with_capacity(tailstream_wire::MSG_BODY_OFFSET + 256);
+    out.resize(tailstream_wire::MSG_BODY_OFFSET, 0);
+    // `to_writer` serializes fully before writing: on failure nothing was appended.
+    body.to_writer(&mut out).ok()?;
+    out.pop(); // the body's final 0: the reply's own elements follow
+    if !body.contains_key("ok") {
+        push_ok(&mut out);
+    }
+    push_cluster_time(&mut out, ts);
+    out.push(0);
+    let at = tailstream_wire::MSG_BODY_OFFSET;
+    let len = (out.len() - at) as i32;
+    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+    Some(out)
 }
 
 /// Runs one OP_MSG command and builds its reply (never fails: errors become `ok: 0` replies).
@@ -426,7 +491,14 @@ async fn run(
         }
     }
     profile(state, conn, db, &name, &cmd, started, &result);
+    let inject_wce = injected.as_ref().is_some_and(|i| i.write_concern_error.is_some());
     let mut body = match result {
+        Ok(Output::Doc(body)) if !inject_wce => {
+            return Reply {
+                body: raw_ok_reply(state, body),
+                close_connection: false,
+            }
+        }
         Ok(Output::Doc(body)) => ok_reply(state, body),
         Ok(Output::Cursor(c)) => {
             return Reply {
@@ -806,7 +878,10 @@ pub fn error_reply(state: &ServerState, e: &Error) -> Document {
 }
 
 fn append_cluster_time(state: &ServerState, body: &mut Document) {
-    let ts = state.engine.cluster_time();
+    insert_cluster_time(body, state.engine.cluster_time());
+}
+
+fn insert_cluster_time(body: &mut Document, ts: bson::Timestamp) {
     body.insert(
         "$clusterTime",
         doc! {
@@ -873,4 +948,49 @@ where
     })
     .await
     .map_err(|e| Error::internal(format!("operation failed: {e}")))?
+}
+
+#[cfg(test)]
+mod raw_reply_tests {
+    use super::*;
+
+    /// What ok_reply makes of `body`, encoded.
+    fn document_path(mut body: Document, ts: bson::Timestamp) -> Vec<u8> {
+        if !body.contains_key("ok") {
+            body.insert("ok", 1.0);
+        }
+        insert_cluster_time(&mut body, ts);
+        let mut out = Vec::new();
+        body.to_writer(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn raw_ok_body_is_byte_for_byte_the_document_path() {
+        let ts = bson::Timestamp {
+            time: 1_795_412_187,
+            increment: 0x0102_0304,
+        };
+        for body in [
+            doc! {},
+            doc! {"n": 1i64},
+            doc! {"n": 2i64, "writeErrors": [{"index": 0, "code": 11000, "errmsg": "dup"}]},
+            doc! {"ok": 1.0, "value": {"a": [1, "x", null]}},
+            doc! {"ok": 0.0, "note": "an ok already present stays as it is"},
+        ] {
+            let raw = raw_ok_body(&body, ts).expect("encodable");
+            assert_eq!(
+                raw[tailstream_wire::MSG_BODY_OFFSET..],
+                document_path(body.clone(), ts)[..],
+                "{body}"
+            );
+        }
+    }
+
+    #[test]
+    fn bodies_with_cluster_time_fields_take_the_document_path() {
+        let ts = bson::Timestamp { time: 1, increment: 1 };
+        assert!(raw_ok_body(&doc! {"operationTime": ts}, ts).is_none());
+        assert!(raw_ok_body(&doc! {"$clusterTime": {}}, ts).is_none());
+    }
 }
