@@ -79,13 +79,14 @@ impl Config {
     ///
     /// Why not one per CPU (tokio's default): the connection threads are not the
     /// server's only busy threads. RocksDB's flushes and compactions, the
-    /// group-commit thread and the blocking pool (queries, large writes) run beside
-    /// them, and writes serialize on the writer lock anyway. With as many connection
-    /// threads as CPUs, a woken task is often handed to a parked sibling thread (a
-    /// futex wake and a context switch) and the threads steal each other's work:
-    /// on 2 CPUs, one connection thread instead of two ran the message-bus
-    /// benchmark's producer/consumer pair at 47-49k msg/s instead of 38-42k (server
-    /// CPU per message -15%) and 100 change streams for 11-14% less CPU (BENCHMARKS.md).
+    /// group-commit thread and the blocking pool (queries, updates, deletes, large
+    /// inserts) run beside them, and writes serialize on the writer lock anyway. With
+    /// as many connection threads as CPUs, a woken task is often handed to a parked
+    /// sibling thread (a futex wake and a context switch) and the threads steal each
+    /// other's work: on 2 CPUs, one connection thread instead of two ran the
+    /// message-bus benchmark's producer/consumer pair at about 46k msg/s instead of
+    /// 42.5-45k (server CPU per message 9-12% lower) and 100 change streams for 11-14%
+    /// less CPU (BENCHMARKS.md, message bus run 6).
     pub fn io_threads(&self) -> usize {
         match self.io_threads {
             Some(n) => usize::from(n),
