@@ -491,7 +491,9 @@ async fn run(
         }
     }
     profile(state, conn, db, &name, &cmd, started, &result);
-    let inject_wce = injected.as_ref().is_some_and(|i| i.write_concern_error.is_some());
+    let inject_wce = injected
+        .as_ref()
+        .is_some_and(|i| i.write_concern_error.is_some());
     let mut body = match result {
         Ok(Output::Doc(body)) if !inject_wce => {
             return Reply {
@@ -989,7 +991,10 @@ mod raw_reply_tests {
 
     #[test]
     fn bodies_with_cluster_time_fields_take_the_document_path() {
-        let ts = bson::Timestamp { time: 1, increment: 1 };
+        let ts = bson::Timestamp {
+            time: 1,
+            increment: 1,
+        };
         assert!(raw_ok_body(&doc! {"operationTime": ts}, ts).is_none());
         assert!(raw_ok_body(&doc! {"$clusterTime": {}}, ts).is_none());
     }
