@@ -255,25 +255,20 @@ impl Engine {
             batch_size: Some(CHUNK),
             ..Default::default()
         };
-        let mut batch = self.find(from, request)?;
-        loop {
-            if !batch.docs.is_empty() {
-                let out = self.insert_documents(to, std::mem::take(&mut batch.docs), true)?;
-                if let Some(e) = out.errors.into_iter().next() {
-                    if batch.cursor_id != 0 {
-                        self.kill_cursors(&[batch.cursor_id]);
-                    }
-                    return Err(e.error);
-                }
-                if let Some(c) = out.committed {
-                    last = c;
-                }
+        self.for_each_batch(from, request, Some(CHUNK), |docs| {
+            if docs.is_empty() {
+                return Ok(std::ops::ControlFlow::Continue(()));
             }
-            if batch.cursor_id == 0 {
-                return Ok(last);
+            let out = self.insert_documents(to, docs, true)?;
+            if let Some(e) = out.errors.into_iter().next() {
+                return Err(e.error);
             }
-            batch = self.get_more(batch.cursor_id, &from.full(), Some(CHUNK))?;
-        }
+            if let Some(c) = out.committed {
+                last = c;
+            }
+            Ok(std::ops::ControlFlow::Continue(()))
+        })?;
+        Ok(last)
     }
 
     /// Forgets a dropped collection's totals.

@@ -311,6 +311,32 @@ impl Engine {
         self.get_more_with(cursor_id, ns, batch_size, false)
     }
 
+    /// Runs `req` to its end, handing each batch's documents to `each` (getMores of
+    /// `batch_size`); `each` may stop early with `Break`. A cursor left open by an early
+    /// stop or an error of `each` is killed.
+    pub fn for_each_batch(
+        &self,
+        ns: &Namespace,
+        req: FindRequest,
+        batch_size: Option<i64>,
+        mut each: impl FnMut(Vec<Document>) -> Result<std::ops::ControlFlow<()>>,
+    ) -> Result<()> {
+        let mut batch = self.find(ns, req)?;
+        loop {
+            let stop = each(std::mem::take(&mut batch.docs));
+            if !matches!(stop, Ok(std::ops::ControlFlow::Continue(()))) {
+                if batch.cursor_id != 0 {
+                    self.kill_cursors(&[batch.cursor_id]);
+                }
+                return stop.map(|_| ());
+            }
+            if batch.cursor_id == 0 {
+                return Ok(());
+            }
+            batch = self.get_more(batch.cursor_id, &ns.full(), batch_size)?;
+        }
+    }
+
     /// A getMore short enough to run on an async worker: a change stream reads memory
     /// only (the recent oplog); a tailable cursor whose last batch reached the newest
     /// document reads at most [`INLINE_TAIL_BATCH`] documents (what commits added since,

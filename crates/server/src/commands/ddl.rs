@@ -619,24 +619,19 @@ pub async fn data_size(state: &Arc<ServerState>, cmd: &Document) -> Result<Docum
         request.hint = Some(Bson::Document(index_key));
     }
     let (size, objects, reached) = blocking(state, move |e| {
-        let (mut size, mut objects) = (0i64, 0i64);
-        let mut batch = e.find(&ns, request)?;
-        loop {
-            for d in &batch.docs {
+        let (mut size, mut objects, mut reached) = (0i64, 0i64, false);
+        e.for_each_batch(&ns, request, None, |docs| {
+            for d in &docs {
                 size += tailstream_engine::cursor::encoded_len(d) as i64;
                 objects += 1;
                 if (max_size > 0 && size > max_size) || (max_objects > 0 && objects > max_objects) {
-                    if batch.cursor_id != 0 {
-                        e.kill_cursors(&[batch.cursor_id]);
-                    }
-                    return Ok((size, objects, true));
+                    reached = true;
+                    return Ok(std::ops::ControlFlow::Break(()));
                 }
             }
-            if batch.cursor_id == 0 {
-                return Ok((size, objects, false));
-            }
-            batch = e.get_more(batch.cursor_id, &ns.full(), None)?;
-        }
+            Ok(std::ops::ControlFlow::Continue(()))
+        })?;
+        Ok((size, objects, reached))
     })
     .await?;
     Ok(reply(size, objects, reached))

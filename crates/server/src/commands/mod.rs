@@ -131,22 +131,25 @@ pub struct RawCursor {
 /// The reply of a raw cursor batch, `{cursor: {<batch>: [...], postBatchResumeToken, id, ns},
 /// ok: 1, ...}`, written in one pass into an OP_MSG buffer of the right size (events are
 /// copied once; no intermediate documents, no buffer regrowth).
+/// Writes an element header and reserves the length of a document/array value;
+/// returns where the length goes.
+fn open(out: &mut Vec<u8>, kind: u8, name: &str) -> usize {
+    out.push(kind);
+    out.extend_from_slice(name.as_bytes());
+    out.push(0);
+    let at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    at
+}
+
+/// Ends the document whose length goes at `at`: its final 0, then the length.
+fn close(out: &mut Vec<u8>, at: usize) {
+    out.push(0);
+    let len = (out.len() - at) as i32;
+    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+}
+
 fn raw_cursor_reply(state: &ServerState, c: RawCursor) -> Vec<u8> {
-    /// Writes an element header and reserves the length of a document/array value;
-    /// returns where the length goes.
-    fn open(out: &mut Vec<u8>, kind: u8, name: &str) -> usize {
-        out.push(kind);
-        out.extend_from_slice(name.as_bytes());
-        out.push(0);
-        let at = out.len();
-        out.extend_from_slice(&[0; 4]);
-        at
-    }
-    fn close(out: &mut Vec<u8>, at: usize) {
-        out.push(0);
-        let len = (out.len() - at) as i32;
-        out[at..at + 4].copy_from_slice(&len.to_le_bytes());
-    }
     /// The elements of an encoded document (without its length and final 0).
     fn elements_of(out: &mut Vec<u8>, doc: &[u8]) {
         out.extend_from_slice(&doc[4..doc.len() - 1]);
@@ -206,19 +209,11 @@ fn push_cluster_time(out: &mut Vec<u8>, ts: bson::Timestamp) {
         out.extend_from_slice(&ts.increment.to_le_bytes());
         out.extend_from_slice(&ts.time.to_le_bytes());
     };
-    // {clusterTime: ts, signature: {hash: BinData(0, 20 bytes), keyId: 0L}}, fixed size.
-    const SIGNATURE_LEN: i32 = 4 + (1 + 5 + 4 + 1 + 20) + (1 + 6 + 8) + 1;
-    const CLUSTER_TIME_LEN: i32 = 4 + (1 + 12 + 8) + (1 + 10 + SIGNATURE_LEN) + 1;
-    out.push(0x03);
-    out.extend_from_slice(b"$clusterTime\0");
-    let at = out.len();
-    out.extend_from_slice(&CLUSTER_TIME_LEN.to_le_bytes());
+    let cluster_time = open(out, 0x03, "$clusterTime");
     out.push(0x11);
     out.extend_from_slice(b"clusterTime\0");
     push_ts(out);
-    out.push(0x03);
-    out.extend_from_slice(b"signature\0");
-    out.extend_from_slice(&SIGNATURE_LEN.to_le_bytes());
+    let signature = open(out, 0x03, "signature");
     out.push(0x05);
     out.extend_from_slice(b"hash\0");
     out.extend_from_slice(&20i32.to_le_bytes());
@@ -227,9 +222,8 @@ fn push_cluster_time(out: &mut Vec<u8>, ts: bson::Timestamp) {
     out.push(0x12);
     out.extend_from_slice(b"keyId\0");
     out.extend_from_slice(&0i64.to_le_bytes());
-    out.push(0); // end of signature
-    out.push(0); // end of $clusterTime
-    debug_assert_eq!(out.len() - at, CLUSTER_TIME_LEN as usize);
+    close(out, signature);
+    close(out, cluster_time);
     out.push(0x11);
     out.extend_from_slice(b"operationTime\0");
     push_ts(out);
@@ -264,10 +258,7 @@ fn raw_ok_body(body: &Document, ts: bson::Timestamp) -> Option<Vec<u8>> {
         push_ok(&mut out);
     }
     push_cluster_time(&mut out, ts);
-    out.push(0);
-    let at = tailstream_wire::MSG_BODY_OFFSET;
-    let len = (out.len() - at) as i32;
-    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+    close(&mut out, tailstream_wire::MSG_BODY_OFFSET);
     Some(out)
 }
 
