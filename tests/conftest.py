@@ -144,6 +144,15 @@ class TailstreamServer:
             self.proc.wait()
         self._close_log()
 
+    def remove_socket_file(self):
+        """Removes the Unix socket file a killed server left in /tmp (as mongod, it
+        removes it itself only on a clean shutdown)."""
+        if not self.is_running():
+            try:
+                os.unlink(f"/tmp/mongodb-{self.port}.sock")
+            except FileNotFoundError:
+                pass
+
     def restart(self):
         self.stop()
         return self.start()
@@ -237,3 +246,4 @@ def fresh_server(tmp_path):
             srv.stop(timeout=10)
         except Exception:  # noqa: BLE001
             srv.kill9()
+        srv.remove_socket_file()

@@ -19,6 +19,15 @@ pub struct Config {
     /// Bind every interface (as mongod's --bind_ip_all).
     #[arg(long = "bind_ip_all", default_value_t = false)]
     pub bind_ip_all: bool,
+    /// Do not listen on the Unix domain socket.
+    #[arg(long = "nounixsocket", default_value_t = false)]
+    pub no_unix_socket: bool,
+    /// Directory of the Unix domain socket `mongodb-<port>.sock`.
+    #[arg(long = "unixSocketPrefix", default_value = "/tmp")]
+    pub unix_socket_prefix: PathBuf,
+    /// Permissions of the Unix domain socket file, in octal.
+    #[arg(long = "filePermissions", default_value = "0700", value_parser = parse_file_permissions)]
+    pub file_permissions: u32,
     /// Data directory (created if missing).
     #[arg(long, default_value = "./data/db")]
     pub dbpath: PathBuf,
@@ -45,10 +54,56 @@ pub struct Config {
     pub io_threads: Option<u16>,
 }
 
+/// `--filePermissions`: an octal mode such as `0700` or `777`.
+fn parse_file_permissions(s: &str) -> Result<u32, String> {
+    match u32::from_str_radix(s, 8) {
+        Ok(mode) if mode <= 0o7777 => Ok(mode),
+        _ => Err(format!("{s:?} is not a file mode in octal (such as 0700)")),
+    }
+}
+
 impl Config {
+    /// The addresses to listen on as TCP `ip:port`, and the Unix domain socket paths:
+    /// mongod's `/tmp/mongodb-<port>.sock` unless `--nounixsocket`, and every
+    /// `--bind_ip` entry that is a path (contains a `/`), as mongod takes those.
+    pub fn listen_addrs(&self) -> (Vec<String>, Vec<PathBuf>) {
+        let mut tcp = Vec::new();
+        let mut unix = Vec::new();
+        if self.bind_ip_all {
+            tcp.push(format!("0.0.0.0:{}", self.port));
+        } else {
+            for ip in self.bind_ip.split(',').map(str::trim) {
+                if ip.is_empty() {
+                    continue;
+                }
+                if ip.contains('/') {
+                    unix.push(PathBuf::from(ip));
+                } else if ip.contains(':') {
+                    tcp.push(format!("[{ip}]:{}", self.port));
+                } else {
+                    tcp.push(format!("{ip}:{}", self.port));
+                }
+            }
+        }
+        if !self.no_unix_socket {
+            let path = self
+                .unix_socket_prefix
+                .join(format!("mongodb-{}.sock", self.port));
+            if !unix.contains(&path) {
+                unix.push(path);
+            }
+        }
+        (tcp, unix)
+    }
+
     /// The `host:port` this server calls itself in `hello` (`me`, `hosts`, `primary`).
     pub fn advertised_host(&self) -> String {
-        let ip = self.bind_ip.split(',').next().unwrap_or("127.0.0.1").trim();
+        let ip = self
+            .bind_ip
+            .split(',')
+            .map(str::trim)
+            .find(|ip| !ip.is_empty() && !ip.contains('/'))
+            .unwrap_or("127.0.0.1");
         let ip = if self.bind_ip_all || ip == "0.0.0.0" || ip == "::" {
             "127.0.0.1"
         } else {

@@ -3,14 +3,14 @@
 
 use crate::commands::{self, Conn};
 use crate::state::ServerState;
-use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use tailstream_engine::query::error::codes;
 use tailstream_engine::query::script::Operation;
 use tailstream_wire::{self as wire, msg_flags, Request};
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, UnixListener};
 
 static NEXT_REQUEST_ID: AtomicI32 = AtomicI32::new(1);
 
@@ -87,20 +87,48 @@ async fn until_client_gone<R: AsyncBufRead + Unpin, T>(
     }
 }
 
-pub async fn accept_loop(listener: TcpListener, state: Arc<ServerState>) {
+/// A socket the server accepts clients on: TCP (`--bind_ip`, `--port`) or a Unix
+/// domain socket (`/tmp/mongodb-<port>.sock` by default, as mongod's; paths in
+/// `--bind_ip`). Same-host clients on the Unix socket skip the TCP/IP stack.
+pub enum Listener {
+    Tcp(TcpListener),
+    /// The socket file, removed again when the server shuts down.
+    Unix(UnixListener, PathBuf),
+}
+
+/// How mongod names a Unix-socket peer (its address has no name: "anonymous"; with no
+/// port in it, the default one is shown), in whatsmyuri, currentOp and the logs.
+const UNIX_PEER: &str = "anonymous unix socket:27017";
+
+pub async fn accept_loop(listener: Listener, state: Arc<ServerState>) {
     loop {
-        match listener.accept().await {
-            Ok((sock, peer)) => {
+        let accepted = match &listener {
+            Listener::Tcp(l) => l.accept().await.map(|(sock, peer)| {
+                let _ = sock.set_nodelay(true);
+                let (rd, wr) = sock.into_split();
+                (Halves::Tcp(rd, wr), peer.to_string())
+            }),
+            Listener::Unix(l, _) => l.accept().await.map(|(sock, _)| {
+                let (rd, wr) = sock.into_split();
+                (Halves::Unix(rd, wr), UNIX_PEER.to_string())
+            }),
+        };
+        match accepted {
+            Ok((halves, peer)) => {
                 if state.current_connections.load(Ordering::Relaxed)
                     >= state.config.max_conns as i64
                 {
                     tracing::warn!(%peer, "connection refused: too many open connections");
-                    drop(sock);
+                    drop(halves);
                     continue;
                 }
-                let _ = sock.set_nodelay(true);
                 let state = state.clone();
-                tokio::spawn(async move { serve(sock, peer, state).await });
+                tokio::spawn(async move {
+                    match halves {
+                        Halves::Tcp(rd, wr) => serve(rd, wr, peer, state).await,
+                        Halves::Unix(rd, wr) => serve(rd, wr, peer, state).await,
+                    }
+                });
             }
             Err(e) => {
                 tracing::warn!("accept failed: {e}");
@@ -110,7 +138,25 @@ pub async fn accept_loop(listener: TcpListener, state: Arc<ServerState>) {
     }
 }
 
-async fn serve(sock: TcpStream, peer: SocketAddr, state: Arc<ServerState>) {
+/// The two directions of an accepted connection, owned separately so a command can
+/// watch the read side for the client going away while the reply is being written.
+enum Halves {
+    Tcp(
+        tokio::net::tcp::OwnedReadHalf,
+        tokio::net::tcp::OwnedWriteHalf,
+    ),
+    Unix(
+        tokio::net::unix::OwnedReadHalf,
+        tokio::net::unix::OwnedWriteHalf,
+    ),
+}
+
+async fn serve(
+    rd: impl AsyncRead + Unpin,
+    mut wr: impl AsyncWrite + Unpin,
+    peer: String,
+    state: Arc<ServerState>,
+) {
     if !state.ingress.admit(&state).await {
         tracing::debug!(%peer, "connection closed: establishment rate limit");
         return;
@@ -125,7 +171,6 @@ async fn serve(sock: TcpStream, peer: SocketAddr, state: Arc<ServerState>) {
         client: None,
         running: Default::default(),
     };
-    let (rd, mut wr) = sock.into_split();
     let mut rd = BufReader::with_capacity(64 * 1024, rd);
     let result: Result<(), String> = async {
         loop {
@@ -196,7 +241,7 @@ async fn serve(sock: TcpStream, peer: SocketAddr, state: Arc<ServerState>) {
     }
     .await;
     if let Err(why) = result {
-        tracing::info!(conn = id, %peer, "connection closed: {why}");
+        tracing::info!(conn = id, peer = %conn.peer, "connection closed: {why}");
     }
     state.current_connections.fetch_sub(1, Ordering::Relaxed);
 }

@@ -114,27 +114,13 @@ async fn run(config: Config) -> i32 {
         }
     };
     tailstream_engine::ttl::spawn(&engine);
-    let addrs: Vec<String> = if config.bind_ip_all {
-        vec![format!("0.0.0.0:{}", config.port)]
-    } else {
-        config
-            .bind_ip
-            .split(',')
-            .map(|ip| ip.trim())
-            .filter(|ip| !ip.is_empty())
-            .map(|ip| {
-                if ip.contains(':') {
-                    format!("[{ip}]:{}", config.port)
-                } else {
-                    format!("{ip}:{}", config.port)
-                }
-            })
-            .collect()
-    };
+    let (tcp_addrs, unix_paths) = config.listen_addrs();
     let mut listeners = Vec::new();
-    for addr in &addrs {
+    // TCP first: a second server started on the same port fails here, before it could
+    // unlink the first one's socket file.
+    for addr in &tcp_addrs {
         match TcpListener::bind(addr).await {
-            Ok(l) => listeners.push(l),
+            Ok(l) => listeners.push(conn::Listener::Tcp(l)),
             Err(e) => {
                 tracing::error!("cannot listen on {addr}: {e}");
                 eprintln!("tailstream: cannot listen on {addr}: {e}");
@@ -143,7 +129,27 @@ async fn run(config: Config) -> i32 {
             }
         }
     }
-    tracing::info!(target: "startup", addrs = ?addrs, dbpath = %config.dbpath.display(), io_threads = config.io_threads(), "Waiting for connections");
+    for path in &unix_paths {
+        match bind_unix_socket(path, config.file_permissions) {
+            Ok(l) => listeners.push(conn::Listener::Unix(l, path.clone())),
+            Err(e) => {
+                let path = path.display();
+                tracing::error!("cannot listen on {path}: {e}");
+                eprintln!("tailstream: cannot listen on {path}: {e}");
+                remove_socket_files(&listeners);
+                engine.shutdown();
+                return 48;
+            }
+        }
+    }
+    let socket_files: Vec<std::path::PathBuf> = listeners
+        .iter()
+        .filter_map(|l| match l {
+            conn::Listener::Unix(_, path) => Some(path.clone()),
+            conn::Listener::Tcp(_) => None,
+        })
+        .collect();
+    tracing::info!(target: "startup", addrs = ?tcp_addrs, unix_sockets = ?unix_paths, dbpath = %config.dbpath.display(), io_threads = config.io_threads(), "Waiting for connections");
     for listener in listeners {
         let state = state.clone();
         tokio::spawn(async move { conn::accept_loop(listener, state).await });
@@ -166,8 +172,44 @@ async fn run(config: Config) -> i32 {
     }
     wait_for_signal().await;
     tracing::info!("shutting down");
+    for path in &socket_files {
+        if let Err(e) = std::fs::remove_file(path) {
+            tracing::warn!("cannot remove the socket file {}: {e}", path.display());
+        }
+    }
     engine.shutdown();
     0
+}
+
+/// Listens on a Unix domain socket at `path` with the file mode `mode`, as mongod
+/// does: a file already there (left by a server that was killed) is removed first;
+/// the caller has bound the TCP port before, so that file is not a running server's.
+fn bind_unix_socket(
+    path: &std::path::Path,
+    mode: u32,
+) -> std::io::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(std::io::Error::new(
+                e.kind(),
+                format!("cannot remove the old socket file: {e}"),
+            ))
+        }
+    }
+    let listener = tokio::net::UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    Ok(listener)
+}
+
+fn remove_socket_files(listeners: &[conn::Listener]) {
+    for l in listeners {
+        if let conn::Listener::Unix(_, path) = l {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 async fn wait_for_signal() {

@@ -15,7 +15,6 @@ pub use testing::FailPoints;
 
 use crate::state::ServerState;
 use bson::{doc, Bson, Document, RawDocumentBuf};
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tailstream_engine::query::error::{code_name, codes, Error, Result};
@@ -26,7 +25,9 @@ use tailstream_wire::OpQuery;
 /// Per-connection state a command may read or change.
 pub struct Conn {
     pub id: i64,
-    pub peer: SocketAddr,
+    /// The client's address as mongod shows it (`127.0.0.1:51234`; for a Unix-socket
+    /// client `anonymous unix socket:27017`).
+    pub peer: String,
     /// The `client` metadata of the first hello.
     pub client: Option<Document>,
     /// The operation of the command running now, for the connection task to kill when
@@ -554,7 +555,7 @@ fn profile(
         nreturned,
         response_length,
         error,
-        client: conn.peer.to_string(),
+        client: conn.peer.clone(),
         app_name: conn
             .client
             .as_ref()
@@ -768,7 +769,7 @@ async fn run_document_command(
         "ping" => Ok(Document::new()),
         "profile" => state.profiler.command(db, cmd),
         "buildInfo" | "buildinfo" => Ok(handshake::build_info()),
-        "whatsmyuri" => Ok(doc! {"you": conn.peer.to_string()}),
+        "whatsmyuri" => Ok(doc! {"you": conn.peer.clone()}),
         "connectionStatus" => Ok(handshake::connection_status(&cmd)),
         "getParameter" => admin::get_parameter(state, &cmd),
         "setParameter" => admin::set_parameter(state, &cmd),
