@@ -295,3 +295,60 @@ class TestIoThreads:
             assert {w: len(v) for w, v in seen.items()} == {0: 300, 1: 300, 2: 300, 3: 300, 4: 2000}
             # Each writer's messages arrive in its own order.
             assert all(v == sorted(v) for v in seen.values())
+
+
+class TestReplicaSetCommands:
+    """rs.conf(), rs.initiate() and rs.status() as mongosh and setup scripts call them
+    on the one-member replica set the server presents."""
+
+    def test_repl_set_get_config(self, client, server):
+        reply = client.admin.command("replSetGetConfig")
+        config = reply["config"]
+        assert config["_id"] == "rs0"
+        assert config["protocolVersion"] == 1
+        assert config["writeConcernMajorityJournalDefault"] is True
+        [member] = config["members"]
+        assert member["host"] == f"127.0.0.1:{server.port}"
+        assert member["host"] == client.admin.command("hello")["me"]
+        assert (member["_id"], member["votes"], member["priority"]) == (0, 1, 1.0)
+        assert member["arbiterOnly"] is False and member["hidden"] is False
+        assert isinstance(config["settings"]["replicaSetId"], ObjectId)
+        assert "commitmentStatus" not in reply
+        assert client.admin.command("replSetGetConfig", commitmentStatus=True)["commitmentStatus"] is True
+        with pytest.raises(OperationFailure) as e:
+            client.admin.command("replSetGetConfig", commitmentStatus="yes")
+        assert e.value.code == 14
+
+    def test_replica_set_id_is_kept_across_restarts(self, fresh_server):
+        srv = fresh_server()
+        with srv.client() as c:
+            first = c.admin.command("replSetGetConfig")["config"]["settings"]["replicaSetId"]
+        srv.kill9()
+        srv.start()
+        with srv.client() as c:
+            again = c.admin.command("replSetGetConfig")["config"]["settings"]["replicaSetId"]
+        assert again == first
+        other = fresh_server()
+        with other.client() as c:
+            assert c.admin.command("replSetGetConfig")["config"]["settings"]["replicaSetId"] != first
+
+    def test_repl_set_initiate_on_the_initiated_set(self, client):
+        with pytest.raises(OperationFailure) as e:
+            client.admin.command("replSetInitiate", {"_id": "rs0", "members": [{"_id": 0, "host": "x:1"}]})
+        assert e.value.code == 23
+        assert e.value.details["codeName"] == "AlreadyInitialized"
+        assert e.value.details["errmsg"] == "already initialized"
+
+    @pytest.mark.parametrize("name", ["replSetGetConfig", "replSetGetStatus", "replSetInitiate"])
+    def test_admin_database_only(self, client, name):
+        with pytest.raises(OperationFailure) as e:
+            client.test.command(name)
+        assert e.value.code == 13
+        assert e.value.details["errmsg"] == f"{name} may only be run against the admin database."
+
+    def test_list_commands_names_them(self, client):
+        commands = client.admin.command("listCommands")["commands"]
+        for name in ["replSetGetConfig", "replSetGetStatus", "find", "getMore", "aggregate"]:
+            assert name in commands, name
+        assert commands["replSetGetConfig"]["adminOnly"] is True
+        assert commands["find"]["adminOnly"] is False

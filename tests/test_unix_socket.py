@@ -86,7 +86,8 @@ def test_nounixsocket(fresh_server):
     srv = fresh_server(extra_args=["--nounixsocket"])
     assert not default_socket(srv).exists()
     with srv.client() as c:
-        assert c.admin.command("ping")["ok"] == 1
+        opts = c.admin.command("getCmdLineOpts")["parsed"]["net"]["unixDomainSocket"]
+        assert opts["enabled"] is False
 
 
 def test_prefix_and_file_permissions(fresh_server):
@@ -104,7 +105,11 @@ def test_prefix_and_file_permissions(fresh_server):
         assert stat.S_IMODE(path.stat().st_mode) == 0o777
         assert not Path(f"/tmp/mongodb-{port}.sock").exists()
         with socket_client(path) as c:
-            assert c.admin.command("ping")["ok"] == 1
+            assert c.admin.command("getCmdLineOpts")["parsed"]["net"]["unixDomainSocket"] == {
+                "enabled": True,
+                "pathPrefix": str(prefix),
+                "filePermissions": 0o777,
+            }
         srv.stop()
         assert not path.exists()
     finally:

@@ -121,6 +121,8 @@ pub fn image_key(ts: u64, kind: ImageKind) -> [u8; 9] {
 
 pub const META_COUNTERS: &[u8] = b"counters";
 pub const META_OPLOG_TRIM: &[u8] = b"oplog_trim";
+/// The replica set's id (`replSetGetConfig` `settings.replicaSetId`): 12 bytes, made once.
+pub const META_REPLICA_SET_ID: &[u8] = b"replica_set_id";
 
 #[cfg(test)]
 mod tests {

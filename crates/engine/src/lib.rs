@@ -101,6 +101,26 @@ pub(crate) struct Writer {
     trim_ts: u64,
 }
 
+/// The replica set id stored in the data directory, made (and synced) on first open.
+fn load_or_make_replica_set_id(store: &Store) -> Result<bson::oid::ObjectId> {
+    if let Some(v) = store
+        .get(Space::Meta, keys::META_REPLICA_SET_ID)
+        .map_err(storage_err)?
+    {
+        let bytes: [u8; 12] = v
+            .as_slice()
+            .try_into()
+            .map_err(|_| Error::internal("corrupt replica set id in the data directory"))?;
+        return Ok(bson::oid::ObjectId::from_bytes(bytes));
+    }
+    let id = bson::oid::ObjectId::new();
+    let mut batch = store.batch();
+    batch.put(Space::Meta, keys::META_REPLICA_SET_ID, &id.bytes());
+    store.commit(batch).map_err(storage_err)?;
+    store.sync().map_err(storage_err)?;
+    Ok(id)
+}
+
 impl Writer {
     /// Stores the trim point and retained size (read back at open) in `batch`.
     fn put_oplog_state(&self, batch: &mut Batch<'_>) {
@@ -113,6 +133,9 @@ impl Writer {
 
 pub struct Engine {
     pub store: Arc<Store>,
+    /// Made when the data directory is created and kept with it, as mongod's
+    /// `replicaSetId` is made by `replSetInitiate` and kept in `local.system.replset`.
+    pub replica_set_id: bson::oid::ObjectId,
     catalog: RwLock<Arc<Catalog>>,
     writer: Mutex<Writer>,
     pub durability: Arc<Durability>,
@@ -178,6 +201,7 @@ impl Engine {
             }
             None => (0, 0),
         };
+        let replica_set_id = load_or_make_replica_set_id(&store)?;
         let durability = Durability::new(last_ts.map(keys::ts_to_u64).unwrap_or(0));
         let syncer = durability.spawn_syncer(Arc::clone(&store));
         if trim_ts > 0 {
@@ -200,6 +224,7 @@ impl Engine {
         );
         let engine = Arc::new(Engine {
             store,
+            replica_set_id,
             catalog: RwLock::new(Arc::new(catalog)),
             writer: Mutex::new(Writer {
                 clock: ClusterClock::after(last_ts),

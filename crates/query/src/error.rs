@@ -102,6 +102,7 @@ pub mod codes {
     pub const OVERFLOW: i32 = 15;
     pub const ILLEGAL_OPERATION: i32 = 20;
     pub const EMPTY_ARRAY_OPERATION: i32 = 21;
+    pub const ALREADY_INITIALIZED: i32 = 23;
     pub const INVALID_BSON: i32 = 22;
     pub const NAMESPACE_NOT_FOUND: i32 = 26;
     pub const INDEX_NOT_FOUND: i32 = 27;
@@ -183,6 +184,7 @@ pub fn code_name(code: i32) -> String {
         20 => "IllegalOperation",
         21 => "EmptyArrayOperation",
         22 => "InvalidBSON",
+        23 => "AlreadyInitialized",
         24 => "LockTimeout",
         26 => "NamespaceNotFound",
         27 => "IndexNotFound",

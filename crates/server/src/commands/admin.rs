@@ -72,7 +72,15 @@ pub fn get_cmd_line_opts(state: &ServerState) -> Document {
     doc! {
         "argv": argv,
         "parsed": {
-            "net": {"port": c.port as i32, "bindIp": c.bind_ip.clone()},
+            "net": {
+                "port": c.port as i32,
+                "bindIp": c.bind_ip.clone(),
+                "unixDomainSocket": {
+                    "enabled": !c.no_unix_socket,
+                    "pathPrefix": c.unix_socket_prefix.display().to_string(),
+                    "filePermissions": c.file_permissions as i32,
+                },
+            },
             "replication": {"replSet": c.repl_set.clone(), "oplogSizeMB": c.oplog_size_mb() as i64},
             "storage": {"dbPath": c.dbpath.display().to_string()},
             "setParameter": set_parameter,
@@ -178,52 +186,71 @@ fn durability_status(engine: &tailstream_engine::Engine) -> Document {
 }
 
 pub fn list_commands() -> Document {
+    // (name, adminOnly): the commands `dispatch` runs.
     let names = [
-        "aggregate",
-        "buildInfo",
-        "cloneCollectionAsCapped",
-        "collMod",
-        "collStats",
-        "connectionStatus",
-        "count",
-        "create",
-        "dataSize",
-        "createIndexes",
-        "dbStats",
-        "delete",
-        "distinct",
-        "drop",
-        "dropDatabase",
-        "dropIndexes",
-        "endSessions",
-        "explain",
-        "find",
-        "findAndModify",
-        "getCmdLineOpts",
-        "getMore",
-        "getParameter",
-        "hello",
-        "hostInfo",
-        "insert",
-        "isMaster",
-        "killCursors",
-        "killSessions",
-        "listCollections",
-        "listCommands",
-        "listDatabases",
-        "listIndexes",
-        "ping",
-        "renameCollection",
-        "serverStatus",
-        "setParameter",
-        "update",
-        "usersInfo",
-        "validate",
-        "whatsmyuri",
+        ("abortTransaction", true),
+        ("aggregate", false),
+        ("appendOplogNote", true),
+        ("buildInfo", false),
+        ("cloneCollectionAsCapped", false),
+        ("collMod", false),
+        ("collStats", false),
+        ("commitTransaction", true),
+        ("connectionStatus", false),
+        ("convertToCapped", false),
+        ("count", false),
+        ("create", false),
+        ("createIndexes", false),
+        ("dataSize", false),
+        ("dbStats", false),
+        ("delete", false),
+        ("distinct", false),
+        ("drop", false),
+        ("dropDatabase", false),
+        ("dropIndexes", false),
+        ("endSessions", false),
+        ("explain", false),
+        ("find", false),
+        ("findAndModify", false),
+        ("fsync", true),
+        ("getCmdLineOpts", true),
+        ("getDefaultRWConcern", true),
+        ("getLastError", false),
+        ("getLog", true),
+        ("getMore", false),
+        ("getParameter", true),
+        ("hello", false),
+        ("hostInfo", true),
+        ("insert", false),
+        ("isMaster", false),
+        ("killAllSessions", false),
+        ("killAllSessionsByPattern", false),
+        ("killCursors", false),
+        ("killSessions", false),
+        ("listCollections", false),
+        ("listCommands", false),
+        ("listDatabases", true),
+        ("listIndexes", false),
+        ("ping", false),
+        ("profile", false),
+        ("refreshSessions", false),
+        ("renameCollection", true),
+        ("replSetGetConfig", true),
+        ("replSetGetStatus", true),
+        ("replSetInitiate", true),
+        ("replSetReconfig", true),
+        ("resetError", false),
+        ("serverStatus", false),
+        ("setParameter", true),
+        ("startSession", false),
+        ("update", false),
+        ("usersInfo", false),
+        ("validate", false),
+        ("whatsmyuri", false),
     ];
     let mut commands = Document::new();
-    for n in names {
-        commands.insert(n, doc! {"help": "", "adminOnly": false});
+    for (n, admin_only) in names {
+        commands.insert(n, doc! {"help": "", "adminOnly": admin_only});
     }
     doc! {"commands": commands}
 }
@@ -255,6 +282,46 @@ pub fn repl_set_get_status(state: &ServerState) -> Document {
         }],
         "optimes": {"lastCommittedOpTime": {"ts": ts, "t": 1i64}, "appliedOpTime": {"ts": ts, "t": 1i64}, "durableOpTime": {"ts": ts, "t": 1i64}},
     }
+}
+
+/// `replSetGetConfig` (`rs.conf()`): the configuration of the one-member replica set
+/// this server presents, shaped as mongod 7.0's.
+pub fn repl_set_get_config(state: &ServerState, cmd: &Document) -> Result<Document> {
+    let config = doc! {
+        "_id": state.config.repl_set.clone(),
+        "version": 1,
+        "term": 1,
+        "members": [{
+            "_id": 0,
+            "host": state.config.advertised_host(),
+            "arbiterOnly": false,
+            "buildIndexes": true,
+            "hidden": false,
+            "priority": 1.0,
+            "tags": {},
+            "secondaryDelaySecs": 0i64,
+            "votes": 1,
+        }],
+        "protocolVersion": 1i64,
+        "writeConcernMajorityJournalDefault": true,
+        "settings": {
+            "chainingAllowed": true,
+            "heartbeatIntervalMillis": 2000,
+            "heartbeatTimeoutSecs": 10,
+            "electionTimeoutMillis": 10000,
+            "catchUpTimeoutMillis": -1,
+            "catchUpTakeoverDelayMillis": 30000,
+            "getLastErrorModes": {},
+            "getLastErrorDefaults": {"w": 1, "wtimeout": 0},
+            "replicaSetId": state.engine.replica_set_id,
+        },
+    };
+    let mut reply = doc! {"config": config};
+    // A one-member set's configuration is committed as soon as it exists.
+    if crate::commands::args::opt_bool(cmd, "commitmentStatus")? == Some(true) {
+        reply.insert("commitmentStatus", true);
+    }
+    Ok(reply)
 }
 
 /// endSessions, killSessions, killAllSessions, refreshSessions, startSession.

@@ -779,7 +779,27 @@ async fn run_document_command(
         "listCommands" => Ok(admin::list_commands()),
         "getLog" => Ok(doc! {"totalLinesWritten": 0, "log": []}),
         "getFreeMonitoringStatus" => Ok(doc! {"state": "disabled"}),
+        "replSetGetStatus" | "replSetGetConfig" | "replSetInitiate" | "replSetReconfig"
+            if db != "admin" =>
+        {
+            Err(Error::new(
+                codes::UNAUTHORIZED,
+                format!("{name} may only be run against the admin database."),
+            ))
+        }
         "replSetGetStatus" => Ok(admin::repl_set_get_status(state)),
+        "replSetGetConfig" => admin::repl_set_get_config(state, cmd),
+        // The set is initiated from the start (`--replSet`, one member): what mongod
+        // answers `rs.initiate()` on an initiated set.
+        "replSetInitiate" => Err(Error::new(
+            codes::ALREADY_INITIALIZED,
+            "already initialized",
+        )),
+        // Members cannot be added: one server is the whole set.
+        "replSetReconfig" => Err(Error::new(
+            codes::COMMAND_NOT_SUPPORTED,
+            "replSetReconfig: this server is a one-member replica set; its configuration cannot be changed",
+        )),
         "getDefaultRWConcern" => Ok(admin::default_rw_concern()),
         "commitTransaction" | "abortTransaction" => {
             if db != "admin" {
