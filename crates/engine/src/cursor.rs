@@ -255,6 +255,17 @@ fn decimal_digits(mut n: usize) -> usize {
 }
 
 /// All open cursors.
+/// What `$currentOp` shows of a cursor no getMore is running on.
+pub struct IdleCursor {
+    pub id: i64,
+    pub ns: String,
+    pub lsid: Option<bson::Bson>,
+    pub idle_for: Duration,
+    pub no_timeout: bool,
+    pub tailable: bool,
+    pub await_data: bool,
+}
+
 pub struct CursorRegistry {
     cursors: Mutex<HashMap<i64, Arc<Mutex<Cursor>>>>,
     /// Bumped whenever cursors are closed, so a getMore waiting for data on one of
@@ -320,6 +331,26 @@ impl CursorRegistry {
 
     pub fn len(&self) -> usize {
         self.cursors.lock().len()
+    }
+
+    /// The open cursors no getMore is running on (`$currentOp` with `idleCursors`).
+    pub fn idle(&self) -> Vec<IdleCursor> {
+        let cursors: Vec<Arc<Mutex<Cursor>>> = self.cursors.lock().values().cloned().collect();
+        cursors
+            .iter()
+            // A cursor locked right now is in use: its getMore is an active operation.
+            .filter_map(|c| c.try_lock())
+            .filter(|c| !c.busy)
+            .map(|c| IdleCursor {
+                id: c.id,
+                ns: c.ns.clone(),
+                lsid: c.lsid.clone(),
+                idle_for: c.last_used.elapsed(),
+                no_timeout: c.no_timeout,
+                tailable: c.tailable,
+                await_data: c.await_data,
+            })
+            .collect()
     }
 
     pub fn is_empty(&self) -> bool {

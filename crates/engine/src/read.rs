@@ -609,6 +609,7 @@ impl Scan {
         want: usize,
         out: &mut Vec<(Vec<u8>, Document)>,
     ) -> Result<()> {
+        tailstream_query::script::Operation::check_current()?;
         let mut steps = 0usize;
         let start_len = out.len();
         while !self.done && out.len() - start_len < want && steps < MAX_KEYS_PER_STEP {

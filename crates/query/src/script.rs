@@ -142,6 +142,15 @@ impl Operation {
             .unwrap_or_else(|| Operation::new(None))
     }
 
+    /// Ok unless the operation running on this thread was killed or ran out of time
+    /// (long reads call it between batches, so `killOp` and `maxTimeMS` stop them).
+    pub fn check_current() -> Result<()> {
+        CURRENT.with(|c| match c.borrow().as_ref() {
+            Some(op) => op.check(),
+            None => Ok(()),
+        })
+    }
+
     /// Makes this the thread's current operation until the guard is dropped.
     pub fn enter(self: &Arc<Self>) -> EnterGuard {
         let previous = CURRENT.with(|c| c.borrow_mut().replace(self.clone()));

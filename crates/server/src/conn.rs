@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use tailstream_engine::query::error::codes;
-use tailstream_engine::query::script::Operation;
 use tailstream_wire::{self as wire, msg_flags, Request};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, UnixListener};
@@ -58,7 +57,7 @@ async fn stream_get_more(
 /// `$where` or `sleep()` stops instead of running for nobody.
 async fn until_client_gone<R: AsyncBufRead + Unpin, T>(
     rd: &mut R,
-    running: &parking_lot::Mutex<Option<Arc<Operation>>>,
+    info: &crate::current_op::ConnInfo,
     command: impl std::future::Future<Output = T>,
 ) -> T {
     tokio::pin!(command);
@@ -78,8 +77,8 @@ async fn until_client_gone<R: AsyncBufRead + Unpin, T>(
                     Err(_) => true,
                 };
                 if gone {
-                    if let Some(op) = running.lock().as_ref() {
-                        op.kill(codes::CLIENT_DISCONNECT);
+                    if let Some(r) = info.running.lock().as_ref() {
+                        r.op.kill(codes::CLIENT_DISCONNECT);
                     }
                 }
             }
@@ -165,11 +164,12 @@ async fn serve(
     state.current_connections.fetch_add(1, Ordering::Relaxed);
     state.total_connections.fetch_add(1, Ordering::Relaxed);
     tracing::debug!(conn = id, %peer, "connection accepted");
+    let info = state.current_ops.connect(id, peer.clone());
     let mut conn = Conn {
         id,
         peer,
         client: None,
-        running: Default::default(),
+        info,
     };
     let mut rd = BufReader::with_capacity(64 * 1024, rd);
     let result: Result<(), String> = async {
@@ -206,10 +206,10 @@ async fn serve(
                         .await?;
                         continue;
                     }
-                    let running = conn.running.clone();
+                    let info = conn.info.clone();
                     let reply = until_client_gone(
                         &mut rd,
-                        &running,
+                        &info,
                         commands::dispatch(&state, &mut conn, cmd, payload),
                     )
                     .await;
@@ -243,5 +243,6 @@ async fn serve(
     if let Err(why) = result {
         tracing::info!(conn = id, peer = %conn.peer, "connection closed: {why}");
     }
+    state.current_ops.disconnect(id);
     state.current_connections.fetch_sub(1, Ordering::Relaxed);
 }

@@ -3,6 +3,7 @@
 mod commands;
 mod config;
 mod conn;
+mod current_op;
 mod ingress;
 mod local_sessions;
 mod profiler;

@@ -44,6 +44,8 @@ pub struct ServerState {
     pub ingress: crate::ingress::IngressLimiter,
     /// The database profiler (`profile` command, `<db>.system.profile`).
     pub profiler: crate::profiler::Profiler,
+    /// Open connections and the commands they run (`currentOp`, `killOp`).
+    pub current_ops: crate::current_op::Registry,
 }
 
 impl ServerState {
@@ -100,6 +102,7 @@ impl ServerState {
             local_sessions: Default::default(),
             ingress: Default::default(),
             profiler: Default::default(),
+            current_ops: Default::default(),
         })
     }
 

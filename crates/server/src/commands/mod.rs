@@ -3,7 +3,7 @@
 //! engine call and the engine's answer into mongod's reply shape.
 
 mod admin;
-mod args;
+pub(crate) mod args;
 mod ddl;
 mod handshake;
 mod read;
@@ -30,9 +30,9 @@ pub struct Conn {
     pub peer: String,
     /// The `client` metadata of the first hello.
     pub client: Option<Document>,
-    /// The operation of the command running now, for the connection task to kill when
-    /// the client goes away.
-    pub running: Arc<parking_lot::Mutex<Option<Arc<Operation>>>>,
+    /// This connection in the server's registry: the command running now (for
+    /// `currentOp`, `killOp`, and the connection task to kill when the client goes away).
+    pub info: Arc<crate::current_op::ConnInfo>,
 }
 
 tokio::task_local! {
@@ -332,6 +332,8 @@ async fn run(
         body: Body::Doc(body),
         close_connection: false,
     };
+    // Shared with the currentOp report while the command runs.
+    let cmd = Arc::new(cmd);
     let Some(name) = cmd.keys().next().cloned() else {
         return reply(error_reply(
             state,
@@ -346,6 +348,7 @@ async fn run(
     if conn.client.is_none() && matches!(name.as_str(), "hello" | "isMaster" | "ismaster") {
         if let Some(Bson::Document(client)) = cmd.get("client") {
             conn.client = Some(client.clone());
+            let _ = conn.info.client.set(client.clone());
         }
     }
     if let Some(lsid) = cmd.get("lsid") {
@@ -443,8 +446,14 @@ async fn run(
     };
     let in_transaction = open.is_some();
     let op = operation_for(&name, &cmd);
-    let running = conn.running.clone();
-    *running.lock() = Some(op.clone());
+    let info = conn.info.clone();
+    *info.running.lock() = Some(crate::current_op::Running {
+        opid: state.current_ops.next_opid(),
+        started,
+        op: op.clone(),
+        db: db.to_string(),
+        cmd: cmd.clone(),
+    });
     let result = OPERATION
         .scope(
             op,
@@ -459,7 +468,7 @@ async fn run(
             }),
         )
         .await;
-    *running.lock() = None;
+    *info.running.lock() = None;
     if in_transaction {
         // As in mongod, a failed command (or write) ends its transaction.
         let failed = match &result {
@@ -779,6 +788,8 @@ async fn run_document_command(
         "listCommands" => Ok(admin::list_commands()),
         "getLog" => Ok(doc! {"totalLinesWritten": 0, "log": []}),
         "getFreeMonitoringStatus" => Ok(doc! {"state": "disabled"}),
+        "currentOp" => crate::current_op::command(state, db, cmd),
+        "killOp" => crate::current_op::kill_op(state, db, cmd),
         "replSetGetStatus" | "replSetGetConfig" | "replSetInitiate" | "replSetReconfig"
             if db != "admin" =>
         {

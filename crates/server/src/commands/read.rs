@@ -158,6 +158,8 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     durable.borrow_and_update();
     let mut closed = state.engine.cursors.subscribe_closed();
     closed.borrow_and_update();
+    let mut kills = state.current_ops.subscribe_kills();
+    kills.borrow_and_update();
     // Whether the stream has read everything durable, checked again now that we listen:
     // an event made durable between the first check and the subscriptions would
     // otherwise wait for the next fsync (another writer's) before it is read.
@@ -263,6 +265,16 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
                 }
                 // Killed meanwhile: the next look reports it (CursorNotFound).
                 _ = closed.changed() => {}
+                // Some killOp: if it was this getMore's, it fails with Interrupted and
+                // takes its cursor with it, as an error in a getMore does in mongod.
+                _ = kills.changed() => {
+                    kills.borrow_and_update();
+                    if let Err(e) = super::OPERATION.with(|op| op.check()) {
+                        state.engine.cursors.remove(id);
+                        return Err(label(e));
+                    }
+                    continue;
+                }
                 _ = tokio::time::sleep_until(deadline) => return reply_now(batch).await,
             }
             break;
@@ -458,6 +470,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
         ));
     }
     let pipeline = list_local_sessions(state, coll.is_some(), pipeline)?;
+    let pipeline = current_op_stage(state, &db, coll.is_some(), pipeline)?;
     let db = db.to_string();
     let writes = pipeline
         .last()
@@ -577,6 +590,46 @@ fn list_local_sessions(
         .map(Bson::Document)
         .collect();
     pipeline[0] = doc! {"$documents": sessions};
+    Ok(pipeline)
+}
+
+/// A pipeline starting with `$currentOp`, with that stage replaced by the `$documents`
+/// of the report (see `crate::current_op`).
+fn current_op_stage(
+    state: &ServerState,
+    db: &str,
+    on_collection: bool,
+    mut pipeline: Vec<Document>,
+) -> Result<Vec<Document>> {
+    if pipeline
+        .iter()
+        .skip(1)
+        .any(|s| s.contains_key("$currentOp"))
+    {
+        return Err(Error::new(
+            40602,
+            "$currentOp is only valid as the first stage in a pipeline",
+        ));
+    }
+    let Some(arg) = pipeline.first().and_then(|s| s.get("$currentOp")) else {
+        return Ok(pipeline);
+    };
+    if db != "admin" || on_collection {
+        return Err(Error::new(
+            codes::INVALID_NAMESPACE,
+            "$currentOp must be run against the 'admin' database with {aggregate: 1}",
+        ));
+    }
+    let opts = crate::current_op::stage_options(arg)?;
+    let ops: Vec<Bson> = state
+        .current_ops
+        .report(state, &opts)
+        .into_iter()
+        .map(Bson::Document)
+        .collect();
+    // Literal: the commands in the report have `$`-prefixed fields ($db, $clusterTime),
+    // which `$documents` would otherwise read as expressions.
+    pipeline[0] = doc! {"$documents": {"$literal": ops}};
     Ok(pipeline)
 }
 

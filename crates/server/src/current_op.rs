@@ -1,0 +1,338 @@
+//! In-progress operations, as mongod reports and kills them: the `currentOp` command,
+//! the `$currentOp` aggregation stage and `killOp`.
+//!
+//! Every connection registers itself for its lifetime ([`Registry::connect`]); the
+//! command it is running is a [`Running`] in its slot, set and cleared by `dispatch`
+//! (one uncontended lock each way, the command document shared, not copied). A
+//! report walks the connections; `killOp` kills the operation's [`Operation`], which
+//! scripts, `sleep`, scans and awaiting getMores watch.
+
+use crate::commands::args::{opt_bool, GENERIC_ARGS};
+use crate::state::ServerState;
+use bson::{doc, Bson, Document};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+use tailstream_engine::query::error::{codes, Error, Result};
+use tailstream_engine::query::matcher::Matcher;
+use tailstream_engine::query::script::Operation;
+
+/// A client connection, as long as it is open.
+pub struct ConnInfo {
+    pub id: i64,
+    /// The client's address as mongod shows it.
+    pub peer: String,
+    /// The `client` metadata of its first hello.
+    pub client: OnceLock<Document>,
+    /// The command it is running, if any.
+    pub running: Mutex<Option<Running>>,
+}
+
+/// A command being run.
+pub struct Running {
+    pub opid: i32,
+    pub started: Instant,
+    pub op: Arc<Operation>,
+    pub db: String,
+    pub cmd: Arc<Document>,
+}
+
+pub struct Registry {
+    conns: Mutex<HashMap<i64, Arc<ConnInfo>>>,
+    next_opid: AtomicI32,
+    /// Bumped by every killOp that found its operation: getMores awaiting data
+    /// look whether theirs was the one.
+    kills: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            conns: Default::default(),
+            next_opid: AtomicI32::new(1),
+            kills: tokio::sync::watch::channel(0).0,
+        }
+    }
+}
+
+/// What a report includes (the `$currentOp` options this server acts on).
+#[derive(Default)]
+pub struct Options {
+    pub idle_connections: bool,
+    pub idle_cursors: bool,
+}
+
+impl Registry {
+    pub fn connect(&self, id: i64, peer: String) -> Arc<ConnInfo> {
+        let info = Arc::new(ConnInfo {
+            id,
+            peer,
+            client: OnceLock::new(),
+            running: Mutex::new(None),
+        });
+        self.conns.lock().insert(id, info.clone());
+        info
+    }
+
+    pub fn disconnect(&self, id: i64) {
+        self.conns.lock().remove(&id);
+    }
+
+    /// A new operation id: positive, increasing, wrapping as mongod's 32-bit ones.
+    pub fn next_opid(&self) -> i32 {
+        (self.next_opid.fetch_add(1, Ordering::Relaxed) & i32::MAX).max(1)
+    }
+
+    /// A receiver that sees every successful killOp.
+    pub fn subscribe_kills(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.kills.subscribe()
+    }
+
+    /// Kills the operation `opid` with Interrupted; whether it was running.
+    pub fn kill(&self, opid: i64) -> bool {
+        let conns: Vec<Arc<ConnInfo>> = self.conns.lock().values().cloned().collect();
+        for c in conns {
+            if let Some(r) = c.running.lock().as_ref() {
+                if i64::from(r.opid) == opid {
+                    r.op.kill(codes::INTERRUPTED);
+                    self.kills.send_modify(|n| *n += 1);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// The report's documents: one per running command, then (as asked) one per idle
+    /// connection and one per idle cursor.
+    pub fn report(&self, state: &ServerState, opts: &Options) -> Vec<Document> {
+        let mut conns: Vec<Arc<ConnInfo>> = self.conns.lock().values().cloned().collect();
+        conns.sort_by_key(|c| c.id);
+        let host = host(state);
+        let now = bson::DateTime::now();
+        let now_text = now
+            .try_to_rfc3339_string()
+            .unwrap_or_else(|_| now.to_string());
+        let mut out = Vec::new();
+        for c in conns {
+            let mut d = doc! {
+                "type": "op",
+                "host": host.clone(),
+                "desc": format!("conn{}", c.id),
+                "connectionId": c.id,
+                "client": c.peer.clone(),
+            };
+            if let Some(meta) = c.client.get() {
+                d.insert("clientMetadata", meta.clone());
+            }
+            let running = c.running.lock();
+            match running.as_ref() {
+                Some(r) => {
+                    let elapsed = r.started.elapsed();
+                    let name = r.cmd.keys().next().map(String::as_str).unwrap_or("");
+                    d.insert("active", true);
+                    d.insert("currentOpTime", now_text.clone());
+                    d.insert("threaded", true);
+                    d.insert("opid", r.opid);
+                    if let Some(lsid) = r.cmd.get("lsid") {
+                        d.insert("lsid", lsid.clone());
+                    }
+                    d.insert("secs_running", elapsed.as_secs() as i64);
+                    d.insert("microsecs_running", elapsed.as_micros() as i64);
+                    d.insert("op", op_type(name));
+                    d.insert("ns", namespace(&r.db, name, &r.cmd));
+                    d.insert("redacted", false);
+                    d.insert("command", (*r.cmd).clone());
+                    d.insert("numYields", 0);
+                    d.insert("locks", Document::new());
+                    d.insert("waitingForLock", false);
+                    d.insert("lockStats", Document::new());
+                    d.insert("waitingForFlowControl", false);
+                    d.insert("flowControlStats", Document::new());
+                    if r.op.interrupted() {
+                        d.insert("killPending", true);
+                    }
+                }
+                None if opts.idle_connections => {
+                    d.insert("active", false);
+                    d.insert("currentOpTime", now_text.clone());
+                    d.insert("threaded", true);
+                }
+                None => continue,
+            }
+            drop(running);
+            out.push(d);
+        }
+        if opts.idle_cursors {
+            for c in state.engine.cursors.idle() {
+                let last_access = bson::DateTime::from_millis(
+                    now.timestamp_millis() - c.idle_for.as_millis() as i64,
+                );
+                let mut d = doc! {
+                    "type": "idleCursor",
+                    "host": host.clone(),
+                    "ns": c.ns,
+                };
+                if let Some(lsid) = c.lsid {
+                    d.insert("lsid", lsid);
+                }
+                d.insert(
+                    "cursor",
+                    doc! {
+                        "cursorId": c.id,
+                        "lastAccessDate": last_access,
+                        "noCursorTimeout": c.no_timeout,
+                        "tailable": c.tailable,
+                        "awaitData": c.await_data,
+                    },
+                );
+                out.push(d);
+            }
+        }
+        out
+    }
+}
+
+/// mongod's `host` field: this machine's name and the port.
+fn host(state: &ServerState) -> String {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    format!("{name}:{}", state.config.port)
+}
+
+/// The `op` field: the CRUD commands by their legacy operation names.
+fn op_type(name: &str) -> &'static str {
+    match name {
+        "insert" => "insert",
+        "find" => "query",
+        "getMore" => "getmore",
+        "update" => "update",
+        "delete" => "remove",
+        "killCursors" => "killcursors",
+        _ => "command",
+    }
+}
+
+/// The `ns` field: `db.collection` for a command on a collection, else `db.$cmd`.
+fn namespace(db: &str, name: &str, cmd: &Document) -> String {
+    let coll = match (name, cmd.get(name)) {
+        ("getMore", _) => cmd.get_str("collection").ok(),
+        (_, Some(Bson::String(c))) => Some(c.as_str()),
+        _ => None,
+    };
+    match coll {
+        Some(c) => format!("{db}.{c}"),
+        None => format!("{db}.$cmd"),
+    }
+}
+
+/// The options of a `$currentOp` stage (each a boolean; those about users and mongos
+/// are accepted and change nothing on a server without authentication or shards).
+pub fn stage_options(arg: &Bson) -> Result<Options> {
+    let Bson::Document(spec) = arg else {
+        return Err(Error::new(
+            codes::FAILED_TO_PARSE,
+            format!(
+                "$currentOp options must be specified in an object, but found: {}",
+                crate::commands::args::type_name(arg)
+            ),
+        ));
+    };
+    let mut opts = Options::default();
+    for (k, v) in spec {
+        let flag = match v {
+            Bson::Boolean(b) => *b,
+            _ => {
+                return Err(Error::new(
+                    codes::FAILED_TO_PARSE,
+                    format!("The '{k}' parameter of the $currentOp stage must be a boolean value, but found: {}", crate::commands::args::type_name(v)),
+                ))
+            }
+        };
+        match k.as_str() {
+            "idleConnections" => opts.idle_connections = flag,
+            "idleCursors" => opts.idle_cursors = flag,
+            "allUsers" | "idleSessions" | "localOps" | "truncateOps" | "backtrace" => {}
+            _ => {
+                return Err(Error::new(
+                    codes::FAILED_TO_PARSE,
+                    format!("Unrecognized option '{k}' in $currentOp stage."),
+                ))
+            }
+        }
+    }
+    Ok(opts)
+}
+
+fn admin_only(db: &str, name: &str) -> Result<()> {
+    if db == "admin" {
+        Ok(())
+    } else {
+        Err(Error::new(
+            codes::UNAUTHORIZED,
+            format!("{name} may only be run against the admin database."),
+        ))
+    }
+}
+
+/// `{currentOp: 1, $all?, $ownOps?, <filter>...}`: `{inprog: [...]}`. `$all` adds
+/// the idle connections and ignores the filter, as in mongod.
+pub fn command(state: &ServerState, db: &str, cmd: &Document) -> Result<Document> {
+    admin_only(db, "currentOp")?;
+    let all = opt_bool(cmd, "$all")?.unwrap_or(false);
+    opt_bool(cmd, "$ownOps")?;
+    let mut filter = Document::new();
+    for (k, v) in cmd.iter().skip(1) {
+        if k != "$all" && k != "$ownOps" && !GENERIC_ARGS.contains(&k.as_str()) {
+            filter.insert(k.clone(), v.clone());
+        }
+    }
+    let matcher = if all || filter.is_empty() {
+        None
+    } else {
+        Some(Matcher::new(&filter)?)
+    };
+    let opts = Options {
+        idle_connections: all,
+        idle_cursors: false,
+    };
+    let inprog: Vec<Bson> = state
+        .current_ops
+        .report(state, &opts)
+        .into_iter()
+        .filter(|d| matcher.as_ref().map_or(true, |m| m.matches(d)))
+        .map(Bson::Document)
+        .collect();
+    Ok(doc! {"inprog": inprog})
+}
+
+/// `{killOp: 1, op: <opid>}`: the operation is interrupted (11601) at its next check.
+pub fn kill_op(state: &ServerState, db: &str, cmd: &Document) -> Result<Document> {
+    admin_only(db, "killOp")?;
+    let opid = match cmd.get("op") {
+        None => {
+            return Err(Error::new(
+                codes::NO_SUCH_KEY,
+                "Missing expected field \"op\"",
+            ))
+        }
+        Some(v) => match tailstream_engine::find::as_i64(v) {
+            Some(n) => n,
+            None => {
+                return Err(Error::new(
+                    codes::TYPE_MISMATCH,
+                    format!(
+                        "Expected field \"op\" to have numeric type, but found {}",
+                        crate::commands::args::type_name(v)
+                    ),
+                ))
+            }
+        },
+    };
+    let found = state.current_ops.kill(opid);
+    tracing::info!(opid, found, "killOp");
+    Ok(doc! {"info": "attempting to kill op"})
+}
