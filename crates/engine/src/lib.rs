@@ -17,6 +17,7 @@ pub mod ddl;
 pub mod durability;
 pub mod find;
 pub mod format;
+pub mod fsync_lock;
 mod geo_near;
 pub mod keys;
 mod merge;
@@ -133,6 +134,8 @@ impl Writer {
 
 pub struct Engine {
     pub store: Arc<Store>,
+    /// `fsync` with `lock: true`: the gate write commands pass (see `fsync_lock`).
+    pub fsync_lock: Arc<fsync_lock::FsyncLock>,
     /// Made when the data directory is created and kept with it, as mongod's
     /// `replicaSetId` is made by `replSetInitiate` and kept in `local.system.replset`.
     pub replica_set_id: bson::oid::ObjectId,
@@ -224,6 +227,7 @@ impl Engine {
         );
         let engine = Arc::new(Engine {
             store,
+            fsync_lock: Default::default(),
             replica_set_id,
             catalog: RwLock::new(Arc::new(catalog)),
             writer: Mutex::new(Writer {
@@ -318,6 +322,25 @@ impl Engine {
 
     /// Whether a write holds the writer lock right now (a hint: it may be released
     /// or taken the moment after).
+    /// `fsync` with `lock: true` (blocking): writes stop; the first lock also puts
+    /// every commit on disk and the data files at rest. The new lock count.
+    pub fn lock_for_fsync(&self) -> Result<u32> {
+        self.fsync_lock.lock(|| {
+            let seq = self.durability.last_committed();
+            self.durability.wait_synced_blocking(seq);
+            self.store.quiesce_files().map_err(storage_err)
+        })
+    }
+
+    /// `fsyncUnlock`: the new lock count (writes resume at zero), or None when unlocked.
+    pub fn unlock_fsync(&self) -> Option<u32> {
+        self.fsync_lock.unlock(|| {
+            if let Err(e) = self.store.resume_files() {
+                tracing::error!("fsyncUnlock: {e}");
+            }
+        })
+    }
+
     pub fn writer_busy(&self) -> bool {
         self.writer.is_locked()
     }
@@ -786,6 +809,13 @@ fn spawn_oplog_maintenance(
             );
             let Some(engine) = engine.upgrade() else {
                 return;
+            };
+            // Trimming waits while `fsync` holds the files still (`db.fsyncLock()`).
+            let Some(_pass) = engine.fsync_lock.try_enter_write() else {
+                if stop {
+                    return;
+                }
+                continue;
             };
             loop {
                 match trim_oplog_round(&engine) {

@@ -26,8 +26,11 @@ pub fn spawn(engine: &Arc<Engine>) {
             let secs = TTL_MONITOR_SLEEP_SECS.load(Ordering::Relaxed).max(1);
             std::thread::sleep(Duration::from_secs(secs));
             let Some(engine) = weak.upgrade() else { return };
+            // No deletes while `fsync` holds the files still (`db.fsyncLock()`).
             if TTL_MONITOR_ENABLED.load(Ordering::Relaxed) {
-                engine.ttl_pass();
+                if let Some(_pass) = engine.fsync_lock.try_enter_write() {
+                    engine.ttl_pass();
+                }
             }
         })
         .expect("spawn ttl monitor");

@@ -306,7 +306,15 @@ pub fn command(state: &ServerState, db: &str, cmd: &Document) -> Result<Document
         .filter(|d| matcher.as_ref().map_or(true, |m| m.matches(d)))
         .map(Bson::Document)
         .collect();
-    Ok(doc! {"inprog": inprog})
+    let mut reply = doc! {"inprog": inprog};
+    if state.engine.fsync_lock.is_locked() {
+        reply.insert("fsyncLock", true);
+        reply.insert(
+            "info",
+            "use db.fsyncUnlock() to terminate the fsync write/snapshot lock",
+        );
+    }
+    Ok(reply)
 }
 
 /// `{killOp: 1, op: <opid>}`: the operation is interrupted (11601) at its next check.

@@ -137,19 +137,15 @@ async fn run(config: Config) -> i32 {
                 let path = path.display();
                 tracing::error!("cannot listen on {path}: {e}");
                 eprintln!("tailstream: cannot listen on {path}: {e}");
-                remove_socket_files(&listeners);
+                for file in socket_files(&listeners) {
+                    let _ = std::fs::remove_file(file);
+                }
                 engine.shutdown();
                 return 48;
             }
         }
     }
-    let socket_files: Vec<std::path::PathBuf> = listeners
-        .iter()
-        .filter_map(|l| match l {
-            conn::Listener::Unix(_, path) => Some(path.clone()),
-            conn::Listener::Tcp(_) => None,
-        })
-        .collect();
+    let unix_socket_files = socket_files(&listeners);
     tracing::info!(target: "startup", addrs = ?tcp_addrs, unix_sockets = ?unix_paths, dbpath = %config.dbpath.display(), io_threads = config.io_threads(), "Waiting for connections");
     for listener in listeners {
         let state = state.clone();
@@ -173,7 +169,7 @@ async fn run(config: Config) -> i32 {
     }
     wait_for_signal().await;
     tracing::info!("shutting down");
-    for path in &socket_files {
+    for path in &unix_socket_files {
         if let Err(e) = std::fs::remove_file(path) {
             tracing::warn!("cannot remove the socket file {}: {e}", path.display());
         }
@@ -205,12 +201,15 @@ fn bind_unix_socket(
     Ok(listener)
 }
 
-fn remove_socket_files(listeners: &[conn::Listener]) {
-    for l in listeners {
-        if let conn::Listener::Unix(_, path) = l {
-            let _ = std::fs::remove_file(path);
-        }
-    }
+/// The files of the Unix domain sockets among `listeners`.
+fn socket_files(listeners: &[conn::Listener]) -> Vec<std::path::PathBuf> {
+    listeners
+        .iter()
+        .filter_map(|l| match l {
+            conn::Listener::Unix(_, path) => Some(path.clone()),
+            conn::Listener::Tcp(_) => None,
+        })
+        .collect()
 }
 
 async fn wait_for_signal() {

@@ -214,6 +214,11 @@ impl Profiler {
 /// Writes a profile document, creating the database's capped `system.profile` first.
 pub fn record(state: &ServerState, ns: &Namespace, entry: Document) {
     let engine = &state.engine;
+    // While `fsync` holds writes (`db.fsyncLock()`), profile entries are dropped rather
+    // than written into files being copied (or waited for).
+    let Some(_pass) = engine.fsync_lock.try_enter_write() else {
+        return;
+    };
     if engine.collection(ns).is_none() {
         let options = doc! {"capped": true, "size": PROFILE_COLLECTION_BYTES};
         // Another command may create it at the same time: that is fine.

@@ -10,8 +10,8 @@
 //! so concurrent writers share it (and at most 100 ms after any commit).
 
 use rocksdb::{
-    BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Direction,
-    IteratorMode, Options, ReadOptions, WriteBatch, WriteOptions, DB,
+    AsRawPtr, BlockBasedOptions, Cache, ColumnFamily, ColumnFamilyDescriptor, DBCompressionType,
+    Direction, IteratorMode, Options, ReadOptions, WriteBatch, WriteOptions, DB,
 };
 use std::path::Path;
 
@@ -194,6 +194,21 @@ impl PointReader<'_> {
             Ok(None)
         }
     }
+}
+
+/// Calls a RocksDB C function that reports failure through an error-string pointer.
+///
+/// # Safety
+/// `f` must be such a call, with valid arguments besides the error pointer.
+unsafe fn c_call(f: impl FnOnce(*mut *mut std::ffi::c_char)) -> std::result::Result<(), String> {
+    let mut err: *mut std::ffi::c_char = std::ptr::null_mut();
+    f(&mut err);
+    if err.is_null() {
+        return Ok(());
+    }
+    let message = std::ffi::CStr::from_ptr(err).to_string_lossy().into_owned();
+    librocksdb_sys::rocksdb_free(err as *mut std::ffi::c_void);
+    Err(message)
 }
 
 /// Whether `b` is `a` plus one, both read as big-endian integers of the same width.
@@ -457,6 +472,38 @@ impl Store {
     pub fn sync(&self) -> Result<()> {
         self.db.flush_wal(true)?;
         Ok(())
+    }
+
+    /// Brings the data files to rest for a copy (`fsync` with `lock: true`): the
+    /// memtables are written out, then flushes and compactions stop until
+    /// [`Store::resume_files`], so no file is created, changed or deleted meanwhile
+    /// (the caller has stopped the writes first).
+    pub fn quiesce_files(&self) -> Result<()> {
+        self.db.flush_wal(true)?;
+        let mut fo = rocksdb::FlushOptions::default();
+        fo.set_wait(true);
+        let cfs: Vec<&ColumnFamily> = Space::ALL.iter().map(|s| self.cf(*s)).collect();
+        self.db.flush_cfs_opt(&cfs, &fo)?;
+        // SAFETY: the pointer is the open database's own handle, valid while `self.db`
+        // lives; pausing waits for running background jobs.
+        let paused = unsafe {
+            c_call(|err| librocksdb_sys::rocksdb_pause_background_work(self.db.as_raw_ptr(), err))
+        };
+        if let Err(e) = paused {
+            return Err(StorageError(format!("pausing background work: {e}")));
+        }
+        Ok(())
+    }
+
+    /// Undoes [`Store::quiesce_files`].
+    pub fn resume_files(&self) -> Result<()> {
+        // SAFETY: as in `quiesce_files`; called once per pause.
+        unsafe {
+            c_call(|err| {
+                librocksdb_sys::rocksdb_continue_background_work(self.db.as_raw_ptr(), err)
+            })
+        }
+        .map_err(|e| StorageError(format!("resuming background work: {e}")))
     }
 
     /// Keys and values in `[lower, upper)` (upper `None` = to the end of the space),

@@ -213,6 +213,7 @@ pub fn list_commands() -> Document {
         ("find", false),
         ("findAndModify", false),
         ("fsync", true),
+        ("fsyncUnlock", true),
         ("getCmdLineOpts", true),
         ("getDefaultRWConcern", true),
         ("getLastError", false),
@@ -357,10 +358,36 @@ pub fn sessions(state: &ServerState, name: &str, cmd: &Document) -> Result<Docum
     }
 }
 
-pub async fn fsync(state: &Arc<ServerState>) -> Result<Document> {
+/// `fsync`: everything committed goes to disk. With `lock: true` (`db.fsyncLock()`),
+/// writes then wait until `fsyncUnlock` and the data files stay unchanged meanwhile,
+/// so they can be copied (see `tailstream_engine::fsync_lock`).
+pub async fn fsync(state: &Arc<ServerState>, cmd: &Document) -> Result<Document> {
+    if crate::commands::args::opt_bool(cmd, "lock")?.unwrap_or(false) {
+        let count = crate::commands::blocking(state, |e| e.lock_for_fsync()).await?;
+        tracing::info!(lock_count = count, "fsync: locked against writes");
+        return Ok(doc! {
+            "info": "now locked against writes, use db.fsyncUnlock() to unlock",
+            "lockCount": i64::from(count),
+            "seeAlso": "http://dochub.mongodb.org/core/fsynccommand",
+        });
+    }
     let seq = state.engine.durability.last_committed();
     state.engine.durability.wait_synced(seq).await;
     Ok(doc! {"numFiles": 1})
+}
+
+/// `fsyncUnlock`: releases one `fsync` lock; writes resume when none is left.
+pub async fn fsync_unlock(state: &Arc<ServerState>) -> Result<Document> {
+    match crate::commands::blocking(state, |e| Ok(e.unlock_fsync())).await? {
+        Some(count) => {
+            tracing::info!(lock_count = count, "fsyncUnlock completed");
+            Ok(doc! {"info": "fsyncUnlock completed", "lockCount": i64::from(count)})
+        }
+        None => Err(Error::new(
+            codes::ILLEGAL_OPERATION,
+            "fsyncUnlock called when not locked",
+        )),
+    }
 }
 
 pub async fn append_oplog_note(state: &Arc<ServerState>, cmd: &Document) -> Result<Document> {

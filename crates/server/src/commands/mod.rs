@@ -445,6 +445,13 @@ async fn run(
         }
     };
     let in_transaction = open.is_some();
+    // A write waits here while `fsync` holds the lock (`db.fsyncLock()`); the lock in
+    // turn waits for the writes already past this point.
+    let _write_pass = if writes_data(&name, &cmd) {
+        Some(state.engine.fsync_lock.enter_write().await)
+    } else {
+        None
+    };
     let op = operation_for(&name, &cmd);
     let info = conn.info.clone();
     *info.running.lock() = Some(crate::current_op::Running {
@@ -574,6 +581,34 @@ fn profile(
     };
     if let Some((ns, entry)) = state.profiler.entry(&finished) {
         crate::profiler::record(state, &ns, entry);
+    }
+}
+
+/// Whether the command writes data, so waits while `fsync` holds the lock.
+fn writes_data(name: &str, cmd: &Document) -> bool {
+    match name {
+        "insert"
+        | "update"
+        | "delete"
+        | "findAndModify"
+        | "findandmodify"
+        | "create"
+        | "drop"
+        | "dropDatabase"
+        | "createIndexes"
+        | "dropIndexes"
+        | "deleteIndexes"
+        | "renameCollection"
+        | "collMod"
+        | "convertToCapped"
+        | "cloneCollectionAsCapped"
+        | "commitTransaction"
+        | "appendOplogNote" => true,
+        "aggregate" => matches!(
+            cmd.get_array("pipeline").ok().and_then(|p| p.last()),
+            Some(Bson::Document(last)) if last.contains_key("$out") || last.contains_key("$merge")
+        ),
+        _ => false,
     }
 }
 
@@ -869,7 +904,12 @@ async fn run_document_command(
         "distinct" => read::distinct(state, db, &cmd).await,
         "explain" => read::explain(state, db, &cmd).await,
         "getLastError" | "resetError" => Ok(doc! {"err": Bson::Null, "n": 0}),
-        "fsync" => admin::fsync(state).await,
+        "fsync" | "fsyncUnlock" if db != "admin" => Err(Error::new(
+            codes::UNAUTHORIZED,
+            format!("{name} may only be run against the admin database."),
+        )),
+        "fsync" => admin::fsync(state, cmd).await,
+        "fsyncUnlock" => admin::fsync_unlock(state).await,
         "appendOplogNote" => admin::append_oplog_note(state, &cmd).await,
         _ => Err(Error::new(
             codes::COMMAND_NOT_FOUND,
