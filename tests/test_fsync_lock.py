@@ -51,7 +51,10 @@ def test_lock_blocks_writes_not_reads_until_unlock(fresh_server):
         # Reads go on while the write waits.
         assert c.t.c.find_one({"_id": 0}) == {"_id": 0}
         assert not done.wait(0.5), "a write ran while fsync held the lock"
-        assert c.admin.command("currentOp")["fsyncLock"] is True
+        report = c.admin.command({"currentOp": 1, "op": "insert", "ns": "t.c"})
+        assert report["fsyncLock"] is True
+        [waiting] = report["inprog"]
+        assert waiting["waitingForLock"] is True and waiting["command"]["insert"] == "c"
         reply = c.admin.command("fsyncUnlock")
         assert reply["lockCount"] == 0 and reply["info"] == "fsyncUnlock completed"
         assert done.wait(10), "the write did not resume after fsyncUnlock"

@@ -37,6 +37,8 @@ pub struct Running {
     pub op: Arc<Operation>,
     pub db: String,
     pub cmd: Arc<Document>,
+    /// Waiting for `fsync`'s lock to be released (a write while `db.fsyncLock()` holds).
+    pub waiting_for_lock: bool,
 }
 
 pub struct Registry {
@@ -147,7 +149,7 @@ impl Registry {
                     d.insert("command", (*r.cmd).clone());
                     d.insert("numYields", 0);
                     d.insert("locks", Document::new());
-                    d.insert("waitingForLock", false);
+                    d.insert("waitingForLock", r.waiting_for_lock);
                     d.insert("lockStats", Document::new());
                     d.insert("waitingForFlowControl", false);
                     d.insert("flowControlStats", Document::new());

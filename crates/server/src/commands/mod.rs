@@ -445,13 +445,6 @@ async fn run(
         }
     };
     let in_transaction = open.is_some();
-    // A write waits here while `fsync` holds the lock (`db.fsyncLock()`); the lock in
-    // turn waits for the writes already past this point.
-    let _write_pass = if writes_data(&name, &cmd) {
-        Some(state.engine.fsync_lock.enter_write().await)
-    } else {
-        None
-    };
     let op = operation_for(&name, &cmd);
     let info = conn.info.clone();
     *info.running.lock() = Some(crate::current_op::Running {
@@ -460,7 +453,30 @@ async fn run(
         op: op.clone(),
         db: db.to_string(),
         cmd: cmd.clone(),
+        waiting_for_lock: false,
     });
+    // A write waits here while `fsync` holds the lock (`db.fsyncLock()`), shown by
+    // currentOp as waiting for a lock; the lock in turn waits for the writes already
+    // past this point.
+    let _write_pass = if writes_data(&name, &cmd) {
+        let gate = &state.engine.fsync_lock;
+        let waits = gate.is_locked();
+        let set_waiting = |waiting: bool| {
+            if let Some(r) = info.running.lock().as_mut() {
+                r.waiting_for_lock = waiting;
+            }
+        };
+        if waits {
+            set_waiting(true);
+        }
+        let pass = gate.enter_write().await;
+        if waits {
+            set_waiting(false);
+        }
+        Some(pass)
+    } else {
+        None
+    };
     let result = OPERATION
         .scope(
             op,
