@@ -133,3 +133,26 @@ def test_shutdown_while_locked(fresh_server):
         assert c.t.c.find_one({"_id": 1}) == {"_id": 1}
         # The lock does not outlive the process.
         c.t.c.insert_one({"_id": 2})
+
+
+def test_waiting_write_ends_on_kill_op_or_max_time_ms(fresh_server):
+    srv = fresh_server()
+    with srv.client() as c, srv.client() as writer:
+        c.admin.command("fsync", lock=True)
+        try:
+            done, out = start_write(writer.t.c, {"_id": "killed"})
+            deadline = time.monotonic() + 10
+            waiting = []
+            while not waiting and time.monotonic() < deadline:
+                waiting = c.admin.command({"currentOp": 1, "op": "insert", "waitingForLock": True})["inprog"]
+            assert waiting, "the insert never showed as waiting"
+            c.admin.command("killOp", op=waiting[0]["opid"])
+            assert done.wait(10), "killOp did not end the wait"
+            assert getattr(out.get("error"), "code", None) == 11601, out
+            # maxTimeMS bounds the wait as well.
+            with pytest.raises(OperationFailure) as e:
+                writer.t.command("insert", "c", documents=[{"_id": "timed"}], maxTimeMS=200)
+            assert e.value.code == 50
+        finally:
+            c.admin.command("fsyncUnlock")
+        assert c.t.c.count_documents({}) == 0

@@ -58,6 +58,7 @@ async fn stream_get_more(
 async fn until_client_gone<R: AsyncBufRead + Unpin, T>(
     rd: &mut R,
     info: &crate::current_op::ConnInfo,
+    kills: &crate::current_op::Registry,
     command: impl std::future::Future<Output = T>,
 ) -> T {
     tokio::pin!(command);
@@ -80,6 +81,7 @@ async fn until_client_gone<R: AsyncBufRead + Unpin, T>(
                     if let Some(r) = info.running.lock().as_ref() {
                         r.op.kill(codes::CLIENT_DISCONNECT);
                     }
+                    kills.signal_kill();
                 }
             }
         }
@@ -210,6 +212,7 @@ async fn serve(
                     let reply = until_client_gone(
                         &mut rd,
                         &info,
+                        &state.current_ops,
                         commands::dispatch(&state, &mut conn, cmd, payload),
                     )
                     .await;

@@ -92,6 +92,34 @@ impl Registry {
         self.kills.subscribe()
     }
 
+    /// Wakes whatever waits for its operation to be killed (awaiting getMores, writes
+    /// waiting for the fsync lock), for each to look whether it was.
+    pub fn signal_kill(&self) {
+        self.kills.send_modify(|n| *n += 1);
+    }
+
+    /// Resolves with the operation's interruption error once `op` is killed (killOp,
+    /// client gone) or runs past its deadline (maxTimeMS); never otherwise.
+    pub async fn interrupted(&self, op: &Operation) -> Error {
+        let mut kills = self.subscribe_kills();
+        loop {
+            if let Err(e) = op.check() {
+                return e;
+            }
+            match op.deadline() {
+                Some(d) => {
+                    tokio::select! {
+                        _ = kills.changed() => {}
+                        _ = tokio::time::sleep_until(d.into()) => {}
+                    }
+                }
+                None => {
+                    let _ = kills.changed().await;
+                }
+            }
+        }
+    }
+
     /// Kills the operation `opid` with Interrupted; whether it was running.
     pub fn kill(&self, opid: i64) -> bool {
         let conns: Vec<Arc<ConnInfo>> = self.conns.lock().values().cloned().collect();
@@ -99,7 +127,7 @@ impl Registry {
             if let Some(r) = c.running.lock().as_ref() {
                 if i64::from(r.opid) == opid {
                     r.op.kill(codes::INTERRUPTED);
-                    self.kills.send_modify(|n| *n += 1);
+                    self.signal_kill();
                     return true;
                 }
             }

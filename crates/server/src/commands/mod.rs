@@ -469,11 +469,22 @@ async fn run(
         if waits {
             set_waiting(true);
         }
-        let pass = gate.enter_write().await;
+        // killOp, the client going away and maxTimeMS end the wait too, as they end
+        // a wait for a lock in mongod.
+        let entered = tokio::select! {
+            pass = gate.enter_write() => Ok(pass),
+            e = state.current_ops.interrupted(&op) => Err(e),
+        };
         if waits {
             set_waiting(false);
         }
-        Some(pass)
+        match entered {
+            Ok(pass) => Some(pass),
+            Err(e) => {
+                *info.running.lock() = None;
+                return reply(error_reply(state, &labelled(e)));
+            }
+        }
     } else {
         None
     };
