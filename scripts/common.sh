@@ -20,7 +20,10 @@ ensure_build_deps() {
         log "cargo not found: install Rust (https://rustup.rs) first"
         exit 1
     fi
-    if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 && ! ldconfig -p 2>/dev/null | grep -q libclang; then
+    # bindgen loads the C API library, libclang.so or libclang-<version>.so; a
+    # machine with LLVM may have only libclang-cpp.so, which bindgen cannot use.
+    if ! ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-[0-9]*.so* >/dev/null 2>&1 &&
+        ! ldconfig -p 2>/dev/null | grep -Eq 'libclang(-[0-9.]+)?\.so'; then
         log "installing libclang-dev and clang (needed to build RocksDB bindings)"
         as_root apt-get update -qq
         DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq libclang-dev clang >/dev/null
