@@ -6,6 +6,7 @@ import os
 import socket
 import stat
 import subprocess
+import shutil
 import tempfile
 import threading
 import urllib.parse
@@ -25,6 +26,15 @@ def socket_client(path, **kwargs):
         directConnection=True,
         **kwargs,
     )
+
+
+@pytest.fixture
+def short_dir():
+    """A directory with a short path of its own: socket paths are limited to 107 bytes,
+    which pytest's tmp_path can exceed."""
+    path = Path(tempfile.mkdtemp(prefix="ts-uds-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def default_socket(srv):
@@ -90,59 +100,47 @@ def test_nounixsocket(fresh_server):
         assert opts["enabled"] is False
 
 
-def test_prefix_and_file_permissions(fresh_server):
-    # A short directory of its own: socket paths are limited to 107 bytes.
-    prefix = Path(tempfile.mkdtemp(prefix="ts-uds-"))
-    try:
-        port = free_port()
-        srv = fresh_server(
-            start=False,
-            extra_args=["--unixSocketPrefix", str(prefix), "--filePermissions", "0777"],
-        )
-        srv.port = port
-        srv.start()
-        path = prefix / f"mongodb-{port}.sock"
-        assert stat.S_IMODE(path.stat().st_mode) == 0o777
-        assert not Path(f"/tmp/mongodb-{port}.sock").exists()
-        with socket_client(path) as c:
-            assert c.admin.command("getCmdLineOpts")["parsed"]["net"]["unixDomainSocket"] == {
-                "enabled": True,
-                "pathPrefix": str(prefix),
-                "filePermissions": 0o777,
-            }
-        srv.stop()
-        assert not path.exists()
-    finally:
-        for p in prefix.iterdir():
-            p.unlink()
-        prefix.rmdir()
+def test_prefix_and_file_permissions(fresh_server, short_dir):
+    prefix = short_dir
+    port = free_port()
+    srv = fresh_server(
+        start=False,
+        extra_args=["--unixSocketPrefix", str(prefix), "--filePermissions", "0777"],
+    )
+    srv.port = port
+    srv.start()
+    path = prefix / f"mongodb-{port}.sock"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o777
+    assert not Path(f"/tmp/mongodb-{port}.sock").exists()
+    with socket_client(path) as c:
+        assert c.admin.command("getCmdLineOpts")["parsed"]["net"]["unixDomainSocket"] == {
+            "enabled": True,
+            "pathPrefix": str(prefix),
+            "filePermissions": 0o777,
+        }
+    srv.stop()
+    assert not path.exists()
 
 
-def test_socket_path_in_bind_ip(fresh_server):
-    prefix = Path(tempfile.mkdtemp(prefix="ts-uds-"))
-    try:
-        extra = prefix / "extra.sock"
-        srv = fresh_server(start=False)
-        base_argv = srv.argv
+def test_socket_path_in_bind_ip(fresh_server, short_dir):
+    extra = short_dir / "extra.sock"
+    srv = fresh_server(start=False)
+    base_argv = srv.argv
 
-        def argv():
-            args = base_argv()
-            args[args.index("--bind_ip") + 1] = f"127.0.0.1,{extra}"
-            return args
+    def argv():
+        args = base_argv()
+        args[args.index("--bind_ip") + 1] = f"127.0.0.1,{extra}"
+        return args
 
-        srv.argv = argv
-        srv.start()
-        with socket_client(extra) as c:
-            assert c.admin.command("ping")["ok"] == 1
-            # hello still names the TCP address, not the path.
-            assert c.admin.command("hello")["me"] == f"127.0.0.1:{srv.port}"
-        assert default_socket(srv).exists()
-        srv.stop()
-        assert not extra.exists()
-    finally:
-        for p in prefix.iterdir():
-            p.unlink()
-        prefix.rmdir()
+    srv.argv = argv
+    srv.start()
+    with socket_client(extra) as c:
+        assert c.admin.command("ping")["ok"] == 1
+        # hello still names the TCP address, not the path.
+        assert c.admin.command("hello")["me"] == f"127.0.0.1:{srv.port}"
+    assert default_socket(srv).exists()
+    srv.stop()
+    assert not extra.exists()
 
 
 @pytest.mark.parametrize("bad", ["0800", "rwx", "17777"])

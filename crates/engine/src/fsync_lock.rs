@@ -62,10 +62,6 @@ impl FsyncLock {
         self.count.load(Ordering::SeqCst) > 0
     }
 
-    pub fn count(&self) -> u32 {
-        self.count.load(Ordering::SeqCst)
-    }
-
     /// Waits while the lock is held, then lets one write command through.
     pub async fn enter_write(self: &Arc<Self>) -> WritePass {
         loop {

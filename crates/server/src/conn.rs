@@ -167,12 +167,7 @@ async fn serve(
     state.total_connections.fetch_add(1, Ordering::Relaxed);
     tracing::debug!(conn = id, %peer, "connection accepted");
     let info = state.current_ops.connect(id, peer.clone());
-    let mut conn = Conn {
-        id,
-        peer,
-        client: None,
-        info,
-    };
+    let mut conn = Conn { id, peer, info };
     let mut rd = BufReader::with_capacity(64 * 1024, rd);
     let result: Result<(), String> = async {
         loop {

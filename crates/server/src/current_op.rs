@@ -7,7 +7,7 @@
 //! report walks the connections; `killOp` kills the operation's [`Operation`], which
 //! scripts, `sleep`, scans and awaiting getMores watch.
 
-use crate::commands::args::{opt_bool, GENERIC_ARGS};
+use crate::commands::args::{admin_only, opt_bool, GENERIC_ARGS};
 use crate::state::ServerState;
 use bson::{doc, Bson, Document};
 use parking_lot::Mutex;
@@ -28,6 +28,17 @@ pub struct ConnInfo {
     pub client: OnceLock<Document>,
     /// The command it is running, if any.
     pub running: Mutex<Option<Running>>,
+}
+
+impl ConnInfo {
+    /// `client.application.name` of the first hello (fail points and the profiler
+    /// match on it).
+    pub fn app_name(&self) -> Option<&str> {
+        self.client
+            .get()
+            .and_then(|c| c.get_document("application").ok())
+            .and_then(|a| a.get_str("name").ok())
+    }
 }
 
 /// A command being run.
@@ -227,10 +238,7 @@ impl Registry {
 
 /// mongod's `host` field: this machine's name and the port.
 fn host(state: &ServerState) -> String {
-    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into());
-    format!("{name}:{}", state.config.port)
+    format!("{}:{}", crate::commands::hostname(), state.config.port)
 }
 
 /// The `op` field: the CRUD commands by their legacy operation names.
@@ -295,17 +303,6 @@ pub fn stage_options(arg: &Bson) -> Result<Options> {
         }
     }
     Ok(opts)
-}
-
-fn admin_only(db: &str, name: &str) -> Result<()> {
-    if db == "admin" {
-        Ok(())
-    } else {
-        Err(Error::new(
-            codes::UNAUTHORIZED,
-            format!("{name} may only be run against the admin database."),
-        ))
-    }
 }
 
 /// `{currentOp: 1, $all?, $ownOps?, <filter>...}`: `{inprog: [...]}`. `$all` adds

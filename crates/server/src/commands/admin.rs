@@ -88,6 +88,13 @@ pub fn get_cmd_line_opts(state: &ServerState) -> Document {
     }
 }
 
+/// This machine's name (hostInfo, currentOp's `host`).
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
 pub fn host_info() -> Document {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get() as i32)
@@ -102,9 +109,7 @@ pub fn host_info() -> Document {
         })
         .map(|kb| kb / 1024)
         .unwrap_or(0);
-    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into());
+    let hostname = hostname();
     doc! {
         "system": {"currentTime": bson::DateTime::now(), "hostname": hostname, "cpuAddrSize": 64, "memSizeMB": mem_mb, "numCores": cores, "cpuArch": std::env::consts::ARCH},
         "os": {"type": "Linux", "name": std::env::consts::OS},

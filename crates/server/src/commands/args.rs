@@ -20,6 +20,18 @@ pub fn wrong_field_type(path: &str, v: &Bson, expected: &str) -> Error {
     ))
 }
 
+/// mongod's refusal (13 Unauthorized) of an admin-only command run on another database.
+pub fn admin_only(db: &str, command: &str) -> Result<()> {
+    if db == "admin" {
+        Ok(())
+    } else {
+        Err(Error::new(
+            codes::UNAUTHORIZED,
+            format!("{command} may only be run against the admin database."),
+        ))
+    }
+}
+
 fn cmd_name(cmd: &Document) -> &str {
     cmd.keys().next().map(|s| s.as_str()).unwrap_or("")
 }

@@ -230,12 +230,7 @@ pub async fn rename_collection(
     db: &str,
     cmd: &Document,
 ) -> Result<Document> {
-    if db != "admin" {
-        return Err(Error::new(
-            codes::UNAUTHORIZED,
-            "renameCollection may only be run against the admin database.",
-        ));
-    }
+    super::args::admin_only(db, "renameCollection")?;
     let from = match cmd.get("renameCollection") {
         Some(Bson::String(s)) => Namespace::parse(s)?,
         Some(v) => return Err(Error::type_mismatch(format!("BSON field 'renameCollection.renameCollection' is the wrong type '{}', expected type 'string'", type_name(v)))),

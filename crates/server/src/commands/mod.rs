@@ -10,6 +10,7 @@ mod read;
 pub(crate) mod testing;
 pub(crate) mod write;
 
+pub use admin::hostname;
 pub use args::*;
 pub use testing::FailPoints;
 
@@ -28,8 +29,6 @@ pub struct Conn {
     /// The client's address as mongod shows it (`127.0.0.1:51234`; for a Unix-socket
     /// client `anonymous unix socket:27017`).
     pub peer: String,
-    /// The `client` metadata of the first hello.
-    pub client: Option<Document>,
     /// This connection in the server's registry: the command running now (for
     /// `currentOp`, `killOp`, and the connection task to kill when the client goes away).
     pub info: Arc<crate::current_op::ConnInfo>,
@@ -129,9 +128,6 @@ pub struct RawCursor {
     pub ns: String,
 }
 
-/// The reply of a raw cursor batch, `{cursor: {<batch>: [...], postBatchResumeToken, id, ns},
-/// ok: 1, ...}`, written in one pass into an OP_MSG buffer of the right size (events are
-/// copied once; no intermediate documents, no buffer regrowth).
 /// Writes an element header and reserves the length of a document/array value;
 /// returns where the length goes.
 fn open(out: &mut Vec<u8>, kind: u8, name: &str) -> usize {
@@ -150,6 +146,9 @@ fn close(out: &mut Vec<u8>, at: usize) {
     out[at..at + 4].copy_from_slice(&len.to_le_bytes());
 }
 
+/// The reply of a raw cursor batch, `{cursor: {<batch>: [...], postBatchResumeToken, id, ns},
+/// ok: 1, ...}`, written in one pass into an OP_MSG buffer of the right size (events are
+/// copied once; no intermediate documents, no buffer regrowth).
 fn raw_cursor_reply(state: &ServerState, c: RawCursor) -> Vec<u8> {
     /// The elements of an encoded document (without its length and final 0).
     fn elements_of(out: &mut Vec<u8>, doc: &[u8]) {
@@ -345,9 +344,10 @@ async fn run(
     // The handshake's client metadata is recorded before fail points are evaluated, so a
     // `failCommand` with an `appName` applies to the very first hello of a connection
     // (as mongod does).
-    if conn.client.is_none() && matches!(name.as_str(), "hello" | "isMaster" | "ismaster") {
+    if conn.info.client.get().is_none()
+        && matches!(name.as_str(), "hello" | "isMaster" | "ismaster")
+    {
         if let Some(Bson::Document(client)) = cmd.get("client") {
-            conn.client = Some(client.clone());
             let _ = conn.info.client.set(client.clone());
         }
     }
@@ -394,12 +394,9 @@ async fn run(
         return reply(error_reply(state, &e));
     }
     let injected = if test_commands {
-        let app = conn
-            .client
-            .as_ref()
-            .and_then(|c| c.get_document("application").ok())
-            .and_then(|a| a.get_str("name").ok());
-        state.fail_points.fail_command(&name, &cmd, app)
+        state
+            .fail_points
+            .fail_command(&name, &cmd, conn.info.app_name())
     } else {
         None
     };
@@ -599,12 +596,7 @@ fn profile(
         response_length,
         error,
         client: conn.peer.clone(),
-        app_name: conn
-            .client
-            .as_ref()
-            .and_then(|c| c.get_document("application").ok())
-            .and_then(|a| a.get_str("name").ok())
-            .map(str::to_string),
+        app_name: conn.info.app_name().map(str::to_string),
     };
     if let Some((ns, entry)) = state.profiler.entry(&finished) {
         crate::profiler::record(state, &ns, entry);
@@ -827,14 +819,8 @@ async fn run_document_command(
 ) -> Result<Document> {
     match name {
         "configureFailPoint" if test_commands => {
-            if db != "admin" {
-                Err(Error::new(
-                    codes::UNAUTHORIZED,
-                    "configureFailPoint may only be run against the admin database.",
-                ))
-            } else {
-                testing::configure_fail_point(state, &cmd)
-            }
+            args::admin_only(db, name)?;
+            testing::configure_fail_point(state, &cmd)
         }
         "hello" | "isMaster" | "ismaster" => handshake::hello(state, conn, &name, &cmd).await,
         "ping" => Ok(Document::new()),
@@ -852,35 +838,27 @@ async fn run_document_command(
         "getFreeMonitoringStatus" => Ok(doc! {"state": "disabled"}),
         "currentOp" => crate::current_op::command(state, db, cmd),
         "killOp" => crate::current_op::kill_op(state, db, cmd),
-        "replSetGetStatus" | "replSetGetConfig" | "replSetInitiate" | "replSetReconfig"
-            if db != "admin" =>
-        {
-            Err(Error::new(
-                codes::UNAUTHORIZED,
-                format!("{name} may only be run against the admin database."),
-            ))
+        "replSetGetStatus" | "replSetGetConfig" | "replSetInitiate" | "replSetReconfig" => {
+            args::admin_only(db, name)?;
+            match name {
+                "replSetGetStatus" => Ok(admin::repl_set_get_status(state)),
+                "replSetGetConfig" => admin::repl_set_get_config(state, cmd),
+                // The set is initiated from the start (`--replSet`, one member): what
+                // mongod answers `rs.initiate()` on an initiated set.
+                "replSetInitiate" => Err(Error::new(
+                    codes::ALREADY_INITIALIZED,
+                    "already initialized",
+                )),
+                // Members cannot be added: one server is the whole set.
+                _ => Err(Error::new(
+                    codes::COMMAND_NOT_SUPPORTED,
+                    "replSetReconfig: this server is a one-member replica set; its configuration cannot be changed",
+                )),
+            }
         }
-        "replSetGetStatus" => Ok(admin::repl_set_get_status(state)),
-        "replSetGetConfig" => admin::repl_set_get_config(state, cmd),
-        // The set is initiated from the start (`--replSet`, one member): what mongod
-        // answers `rs.initiate()` on an initiated set.
-        "replSetInitiate" => Err(Error::new(
-            codes::ALREADY_INITIALIZED,
-            "already initialized",
-        )),
-        // Members cannot be added: one server is the whole set.
-        "replSetReconfig" => Err(Error::new(
-            codes::COMMAND_NOT_SUPPORTED,
-            "replSetReconfig: this server is a one-member replica set; its configuration cannot be changed",
-        )),
         "getDefaultRWConcern" => Ok(admin::default_rw_concern()),
         "commitTransaction" | "abortTransaction" => {
-            if db != "admin" {
-                return Err(Error::new(
-                    codes::UNAUTHORIZED,
-                    format!("{name} may only be run against the admin database."),
-                ));
-            }
+            args::admin_only(db, name)?;
             let Some(f) = crate::transactions::fields(name, cmd)? else {
                 return Err(Error::new(
                     codes::INVALID_OPTIONS,
@@ -931,12 +909,14 @@ async fn run_document_command(
         "distinct" => read::distinct(state, db, &cmd).await,
         "explain" => read::explain(state, db, &cmd).await,
         "getLastError" | "resetError" => Ok(doc! {"err": Bson::Null, "n": 0}),
-        "fsync" | "fsyncUnlock" if db != "admin" => Err(Error::new(
-            codes::UNAUTHORIZED,
-            format!("{name} may only be run against the admin database."),
-        )),
-        "fsync" => admin::fsync(state, cmd).await,
-        "fsyncUnlock" => admin::fsync_unlock(state).await,
+        "fsync" => {
+            args::admin_only(db, name)?;
+            admin::fsync(state, cmd).await
+        }
+        "fsyncUnlock" => {
+            args::admin_only(db, name)?;
+            admin::fsync_unlock(state).await
+        }
         "appendOplogNote" => admin::append_oplog_note(state, &cmd).await,
         _ => Err(Error::new(
             codes::COMMAND_NOT_FOUND,

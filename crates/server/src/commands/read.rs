@@ -158,8 +158,6 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     durable.borrow_and_update();
     let mut closed = state.engine.cursors.subscribe_closed();
     closed.borrow_and_update();
-    let mut kills = state.current_ops.subscribe_kills();
-    kills.borrow_and_update();
     // Whether the stream has read everything durable, checked again now that we listen:
     // an event made durable between the first check and the subscriptions would
     // otherwise wait for the next fsync (another writer's) before it is read.
@@ -170,6 +168,8 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
             .change_stream_state(id)
             .is_some_and(|(_, caught_up)| caught_up);
     let deadline = tokio::time::Instant::now() + max_await;
+    // This getMore's operation, for killOp and the client going away to end its wait.
+    let op = super::OPERATION.with(Arc::clone);
     let mut first_look = true;
     // The empty batch to answer with at the deadline (read then if never read).
     let final_ns = ns.clone();
@@ -265,15 +265,11 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
                 }
                 // Killed meanwhile: the next look reports it (CursorNotFound).
                 _ = closed.changed() => {}
-                // Some killOp: if it was this getMore's, it fails with Interrupted and
-                // takes its cursor with it, as an error in a getMore does in mongod.
-                _ = kills.changed() => {
-                    kills.borrow_and_update();
-                    if let Err(e) = super::OPERATION.with(|op| op.check()) {
-                        state.engine.cursors.remove(id);
-                        return Err(label(e));
-                    }
-                    continue;
+                // Killed (killOp, client gone): the getMore fails with the interruption
+                // and takes its cursor with it, as an error in a getMore does in mongod.
+                e = state.current_ops.interrupted(&op) => {
+                    state.engine.cursors.remove(id);
+                    return Err(label(e));
                 }
                 _ = tokio::time::sleep_until(deadline) => return reply_now(batch).await,
             }
