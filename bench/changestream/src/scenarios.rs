@@ -4,7 +4,7 @@
 
 use std::{
     fs,
-    io::{Read, Write},
+    io::{Read, Seek, Write},
     os::unix::fs::OpenOptionsExt,
     path::{Path, PathBuf},
     sync::{
@@ -548,7 +548,11 @@ pub async fn isolation(ctx: &mut Ctx, secs: f64, rate: f64, batch: usize) -> Res
         let warm_up = i == 0;
         eprintln!(
             "  {}{} stream on A, {rate} inserts/s into B for {secs} s",
-            if warm_up { "(warm-up, not counted) " } else { "" },
+            if warm_up {
+                "(warm-up, not counted) "
+            } else {
+                ""
+            },
             if with_stream { "one" } else { "no" }
         );
         let stop = Arc::new(AtomicBool::new(false));
@@ -1036,7 +1040,13 @@ fn wal_fsyncs_between(before: &[(i64, u64)], after: &[(i64, u64)]) -> Option<Wal
     if count == 0 {
         return None;
     }
-    let ms = |upper: i64| if upper < 0 { f64::INFINITY } else { upper as f64 / 1000.0 };
+    let ms = |upper: i64| {
+        if upper < 0 {
+            f64::INFINITY
+        } else {
+            upper as f64 / 1000.0
+        }
+    };
     // Percentile `q` with each bucket weighted by `weight(upper bound, count)`.
     let at = |q: f64, weight: &dyn Fn(i64, u64) -> f64| {
         let total: f64 = delta.iter().map(|&(u, n)| weight(u, n)).sum();
@@ -1066,6 +1076,16 @@ pub struct Latency {
     pub rows: Vec<LatencyRow>,
     /// 4 KB appended and fdatasync'ed, in the server's dbpath.
     pub fsync: Stats,
+    /// 4 KB rewritten in place (in a file already written) and fdatasync'ed: what a
+    /// write-ahead log that reuses its files pays (no inode update per sync).
+    pub fsync_in_place: Stats,
+}
+
+impl Latency {
+    /// The lower of the two disk references: the unavoidable wait for durability.
+    pub fn fsync_floor_p99_ms(&self) -> f64 {
+        self.fsync.p99_ms.min(self.fsync_in_place.p99_ms)
+    }
 }
 
 pub async fn latency(
@@ -1073,9 +1093,35 @@ pub async fn latency(
     rates: &[f64],
     secs: f64,
     fsync_samples: usize,
+    warmup_mb: u64,
 ) -> Result<Latency> {
     let server = ctx.start(4096)?;
     let uri = server.uri();
+    if warmup_mb > 0 {
+        eprintln!(
+            "  warm-up: {warmup_mb} MiB written to bench.latency_warmup, dropped, then fsync"
+        );
+        let c = client(&uri, 2).await?;
+        let coll: Collection<Document> = c.database("bench").collection("latency_warmup");
+        let chunk = filler(64 << 10, 7);
+        for mb in 0..warmup_mb {
+            let docs: Vec<Document> = (0..16)
+                .map(|k| doc! {"mb": mb as i64, "k": k, "pad": &chunk})
+                .collect();
+            coll.insert_many(docs).await?;
+        }
+        coll.drop().await?;
+        // A checkpoint, as a running server takes: the memtables go to the data files
+        // and the write-ahead log moves on to its next file (a reused one, where the
+        // server reuses them).
+        // Twice, with a write between: the first may land right after the log moved
+        // on by itself, when the current file is still empty and is kept.
+        c.database("admin").run_command(doc! {"fsync": 1}).await?;
+        coll.insert_one(doc! {"mb": -1}).await?;
+        c.database("admin").run_command(doc! {"fsync": 1}).await?;
+        coll.drop().await?;
+        wait_idle(server.pid, Duration::from_secs(30));
+    }
     let mut rows = Vec::new();
     for &rate in rates {
         // insert_one every millisecond at 1,000/s; above, insert_many every millisecond.
@@ -1185,22 +1231,42 @@ pub async fn latency(
     }
     wait_idle(server.pid, Duration::from_secs(10));
     eprintln!("  fdatasync latency: {fsync_samples} × (append 4 KB + fdatasync) in the dbpath");
-    let fsync = fsync_latency(&server.dbpath(), fsync_samples)?;
+    let fsync = fsync_latency(&server.dbpath(), fsync_samples, false)?;
     eprintln!(
         "    p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
         fsync.p50_ms, fsync.p99_ms, fsync.max_ms
     );
+    eprintln!(
+        "  fdatasync latency: {fsync_samples} × (rewrite 4 KB in place + fdatasync) in the dbpath"
+    );
+    let fsync_in_place = fsync_latency(&server.dbpath(), fsync_samples, true)?;
+    eprintln!(
+        "    p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        fsync_in_place.p50_ms, fsync_in_place.p99_ms, fsync_in_place.max_ms
+    );
     ctx.finish("latency", server);
-    Ok(Latency { rows, fsync })
+    Ok(Latency {
+        rows,
+        fsync,
+        fsync_in_place,
+    })
 }
 
-/// The disk's own durability latency, as the server's write-ahead log sees it:
-/// append 4 KB to a file and fdatasync, `n` times.
-fn fsync_latency(dir: &Path, n: usize) -> Result<Stats> {
+/// The disk's own durability latency, `n` times 4 KB written and fdatasync'ed: appended
+/// to a new file (each sync also updates the file's size), or, `in_place`, rewriting a
+/// file written and synced beforehand (as a write-ahead log that recycles its files).
+fn fsync_latency(dir: &Path, n: usize, in_place: bool) -> Result<Stats> {
     let path = dir.join("bench-fsync-probe");
     let mut f =
         fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
     let block = filler(4096, 5);
+    if in_place {
+        for _ in 0..n {
+            f.write_all(block.as_bytes())?;
+        }
+        f.sync_all()?;
+        f.seek(std::io::SeekFrom::Start(0))?;
+    }
     let mut v = Vec::with_capacity(n);
     for _ in 0..n {
         let t0 = mono_ns();

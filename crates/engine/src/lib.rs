@@ -332,6 +332,13 @@ impl Engine {
         })
     }
 
+    /// `fsync` without `lock` (blocking): every commit on disk, and in the data files.
+    pub fn checkpoint(&self) -> Result<()> {
+        let seq = self.durability.last_committed();
+        self.durability.wait_synced_blocking(seq);
+        self.store.checkpoint().map_err(storage_err)
+    }
+
     /// `fsyncUnlock`: the new lock count (writes resume at zero), or None when unlocked.
     pub fn unlock_fsync(&self) -> Option<u32> {
         self.fsync_lock.unlock(|| {

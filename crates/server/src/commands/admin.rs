@@ -363,7 +363,7 @@ pub fn sessions(state: &ServerState, name: &str, cmd: &Document) -> Result<Docum
     }
 }
 
-/// `fsync`: everything committed goes to disk. With `lock: true` (`db.fsyncLock()`),
+/// `fsync`: everything committed goes to disk and into the data files. With `lock: true` (`db.fsyncLock()`),
 /// writes then wait until `fsyncUnlock` and the data files stay unchanged meanwhile,
 /// so they can be copied (see `tailstream_engine::fsync_lock`).
 pub async fn fsync(state: &Arc<ServerState>, cmd: &Document) -> Result<Document> {
@@ -376,8 +376,8 @@ pub async fn fsync(state: &Arc<ServerState>, cmd: &Document) -> Result<Document>
             "seeAlso": "http://dochub.mongodb.org/core/fsynccommand",
         });
     }
-    let seq = state.engine.durability.last_committed();
-    state.engine.durability.wait_synced(seq).await;
+    // As mongod's checkpoint: the data files, not only the journal, hold every write.
+    crate::commands::blocking(state, |e| e.checkpoint()).await?;
     Ok(doc! {"numFiles": 1})
 }
 
