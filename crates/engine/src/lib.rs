@@ -84,6 +84,19 @@ pub struct CommitNotice {
     pub ns_mask: u64,
 }
 
+/// A waiting change-stream getMore, counted while it lives (see
+/// [`Engine::change_stream_waiting`]).
+pub struct ChangeStreamWaiting<'a> {
+    counter: &'a std::sync::atomic::AtomicU32,
+}
+
+impl Drop for ChangeStreamWaiting<'_> {
+    fn drop(&mut self) {
+        self.counter
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// The [`CommitNotice::ns_mask`] bit of a namespace (FNV-1a, 64 buckets).
 pub fn namespace_bit(ns: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -152,6 +165,9 @@ pub struct Engine {
     /// collections do not wake it at all (with a thousand streams on other collections,
     /// one commit would otherwise wake a thousand tasks that all go back to sleep).
     commits_by_bit: Vec<watch::Sender<CommitNotice>>,
+    /// Change-stream getMores waiting for events, by namespace bit (index 64: streams
+    /// on a database or the deployment). See [`Engine::change_stream_waiting`].
+    stream_waiters: [std::sync::atomic::AtomicU32; 65],
     /// The newest oplog entries in memory, for change streams that keep up.
     recent: Arc<changestream::recent::RecentOplog>,
     /// Oldest retained oplog time, readable without the writer lock (change streams
@@ -241,6 +257,7 @@ impl Engine {
             opts,
             commits,
             commits_by_bit,
+            stream_waiters: std::array::from_fn(|_| Default::default()),
             recent: Default::default(),
             trim_ts: Arc::new(std::sync::atomic::AtomicU64::new(trim_ts)),
             transaction_locks: Default::default(),
@@ -296,6 +313,39 @@ impl Engine {
         } else {
             self.commits.subscribe()
         }
+    }
+
+    /// Registers a change-stream getMore waiting for commits to `interest` (a mask of
+    /// namespace bits) until the guard drops. A commit to a namespace someone waits on
+    /// asks for its fsync itself, before it returns: the event is then shown one
+    /// thread hop sooner than if the woken getMore asked (which it still does, in case
+    /// the commit ran before the registration).
+    pub fn change_stream_waiting(&self, interest: u64) -> ChangeStreamWaiting<'_> {
+        let slot = if interest.count_ones() == 1 {
+            interest.trailing_zeros() as usize
+        } else {
+            64
+        };
+        self.stream_waiters[slot].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ChangeStreamWaiting {
+            counter: &self.stream_waiters[slot],
+        }
+    }
+
+    /// Whether a change stream waits on any namespace of `ns_mask`.
+    fn change_streams_wait_on(&self, ns_mask: u64) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.stream_waiters[64].load(Relaxed) > 0 {
+            return true;
+        }
+        let mut bits = ns_mask;
+        while bits != 0 {
+            if self.stream_waiters[bits.trailing_zeros() as usize].load(Relaxed) > 0 {
+                return true;
+            }
+            bits &= bits - 1;
+        }
+        false
     }
 
     /// The newest cluster time handed out (the server's `operationTime` when idle).
@@ -621,6 +671,9 @@ impl<'e> Txn<'e> {
             *engine.catalog.write() = Arc::new(c);
         }
         if let Some(ts) = last_ts {
+            if engine.change_streams_wait_on(self.ns_mask) {
+                engine.durability.request(seq);
+            }
             let notice = CommitNotice {
                 seq,
                 last_ts: keys::ts_to_u64(ts),
@@ -923,4 +976,46 @@ fn lock_dbpath(dbpath: &Path) -> Result<std::fs::File> {
 
 pub(crate) fn storage_err(e: tailstream_storage::StorageError) -> Error {
     Error::internal(e.to_string())
+}
+
+#[cfg(test)]
+mod change_stream_waiting_tests {
+    use super::*;
+
+    /// A commit asks for its own fsync exactly when a waiting stream watches one of
+    /// its namespaces: a collection stream its collection's bit, a database or
+    /// deployment stream every bit; and only while the getMore waits.
+    #[test]
+    fn commits_ask_for_the_fsync_only_while_a_stream_watching_them_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::open(EngineOptions {
+            dbpath: dir.path().to_path_buf(),
+            oplog_size_bytes: 1 << 30,
+        })
+        .unwrap();
+        let a = namespace_bit("db.a");
+        let b = (0..64).map(|i| 1u64 << i).find(|bit| *bit != a).unwrap();
+        assert!(!engine.change_streams_wait_on(a | b), "nobody waits");
+        {
+            let _on_a = engine.change_stream_waiting(a);
+            let _again_on_a = engine.change_stream_waiting(a);
+            assert!(engine.change_streams_wait_on(a));
+            assert!(engine.change_streams_wait_on(a | b));
+            assert!(
+                !engine.change_streams_wait_on(b),
+                "a commit to another collection"
+            );
+            drop(_again_on_a);
+            assert!(engine.change_streams_wait_on(a), "one waiter is left");
+        }
+        assert!(!engine.change_streams_wait_on(a), "the getMores returned");
+        {
+            let _database = engine.change_stream_waiting(a | b);
+            assert!(engine.change_streams_wait_on(b));
+            let _deployment = engine.change_stream_waiting(u64::MAX);
+            assert!(engine.change_streams_wait_on(1 << 63));
+        }
+        assert!(!engine.change_streams_wait_on(u64::MAX));
+        engine.shutdown();
+    }
 }

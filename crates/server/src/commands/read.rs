@@ -154,6 +154,12 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
         .engine
         .subscribe_commits_for(interest.unwrap_or(u64::MAX));
     commits.borrow_and_update();
+    // From now on a commit to what the stream watches asks for its fsync itself.
+    let _waiting = change_stream.then(|| {
+        state
+            .engine
+            .change_stream_waiting(interest.unwrap_or(u64::MAX))
+    });
     let mut durable = state.engine.durability.subscribe_durable_ts();
     durable.borrow_and_update();
     let mut closed = state.engine.cursors.subscribe_closed();
