@@ -2,6 +2,7 @@
 
 import pytest
 from pymongo.errors import OperationFailure
+from pymongo.server_api import ServerApi
 
 
 def test_regex_lookahead_in_list_collections_filter(db):
@@ -156,16 +157,21 @@ def test_api_parameters_are_checked_as_mongod_does(db, fields, code, codename):
 
 def test_require_api_version_refuses_commands_without_one(fresh_server):
     # Its own server: while the parameter is on, every client's monitoring hello
-    # without an apiVersion fails too.
-    with fresh_server().client() as client:
+    # without an apiVersion fails too, and marks the server unknown to that client.
+    # So the parameter is switched by a client that declares its API version (its
+    # hellos carry it), and the one without checks before its monitor looks again.
+    server = fresh_server()
+    with server.client(server_api=ServerApi("1")) as versioned, server.client(
+        heartbeatFrequencyMS=3_600_000
+    ) as client:
         admin = client.admin
         assert admin.command("getParameter", 1, requireApiVersion=1)["requireApiVersion"] is False
-        admin.command("setParameter", 1, requireApiVersion=True, apiVersion="1")
+        versioned.admin.command("setParameter", 1, requireApiVersion=True)
         with pytest.raises(OperationFailure) as exc:
             admin.command("ping")
         assert exc.value.code == 498870
         admin.command("ping", apiVersion="1")
-        admin.command("setParameter", 1, requireApiVersion=False, apiVersion="1")
+        versioned.admin.command("setParameter", 1, requireApiVersion=False)
         admin.command("ping")
 
 
