@@ -318,15 +318,16 @@ impl Engine {
     /// Registers a change-stream getMore waiting for commits to `interest` (a mask of
     /// namespace bits) until the guard drops. A commit to a namespace someone waits on
     /// asks for its fsync itself, before it returns: the event is then shown one
-    /// thread hop sooner than if the woken getMore asked (which it still does, in case
-    /// the commit ran before the registration).
+    /// thread hop sooner than if the woken getMore asked. A commit that checked just
+    /// before the registration counted itself first (both SeqCst), so the getMore,
+    /// asking once for `last_committed()` after registering, covers it.
     pub fn change_stream_waiting(&self, interest: u64) -> ChangeStreamWaiting<'_> {
         let slot = if interest.count_ones() == 1 {
             interest.trailing_zeros() as usize
         } else {
             64
         };
-        self.stream_waiters[slot].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.stream_waiters[slot].fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         ChangeStreamWaiting {
             counter: &self.stream_waiters[slot],
         }
@@ -334,13 +335,13 @@ impl Engine {
 
     /// Whether a change stream waits on any namespace of `ns_mask`.
     fn change_streams_wait_on(&self, ns_mask: u64) -> bool {
-        use std::sync::atomic::Ordering::Relaxed;
-        if self.stream_waiters[64].load(Relaxed) > 0 {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.stream_waiters[64].load(SeqCst) > 0 {
             return true;
         }
         let mut bits = ns_mask;
         while bits != 0 {
-            if self.stream_waiters[bits.trailing_zeros() as usize].load(Relaxed) > 0 {
+            if self.stream_waiters[bits.trailing_zeros() as usize].load(SeqCst) > 0 {
                 return true;
             }
             bits &= bits - 1;
@@ -376,9 +377,8 @@ impl Engine {
     /// every commit on disk and the data files at rest. The new lock count.
     pub fn lock_for_fsync(&self) -> Result<u32> {
         self.fsync_lock.lock(|| {
-            let seq = self.durability.last_committed();
-            self.durability.wait_synced_blocking(seq);
-            self.store.quiesce_files().map_err(storage_err)
+            self.checkpoint()?;
+            self.store.pause_files().map_err(storage_err)
         })
     }
 

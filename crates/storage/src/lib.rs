@@ -506,12 +506,11 @@ impl Store {
         Ok(())
     }
 
-    /// Brings the data files to rest for a copy (`fsync` with `lock: true`): the
-    /// memtables are written out, then flushes and compactions stop until
+    /// Keeps the data files at rest for a copy (`fsync` with `lock: true`, after a
+    /// [`Store::checkpoint`]): flushes and compactions stop until
     /// [`Store::resume_files`], so no file is created, changed or deleted meanwhile
     /// (the caller has stopped the writes first).
-    pub fn quiesce_files(&self) -> Result<()> {
-        self.checkpoint()?;
+    pub fn pause_files(&self) -> Result<()> {
         // SAFETY: the pointer is the open database's own handle, valid while `self.db`
         // lives; pausing waits for running background jobs.
         let paused = unsafe {
@@ -523,9 +522,9 @@ impl Store {
         Ok(())
     }
 
-    /// Undoes [`Store::quiesce_files`].
+    /// Undoes [`Store::pause_files`].
     pub fn resume_files(&self) -> Result<()> {
-        // SAFETY: as in `quiesce_files`; called once per pause.
+        // SAFETY: as in `pause_files`; called once per pause.
         unsafe {
             c_call(|err| {
                 librocksdb_sys::rocksdb_continue_background_work(self.db.as_raw_ptr(), err)

@@ -233,7 +233,8 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
         // A change stream re-reads once the durable time reaches a commit it cares about.
         let mut wake_at: Option<u64> = None;
         if change_stream && first_look {
-            // Writes committed before we subscribed may still wait for their fsync.
+            // Writes committed before we registered as waiting may still wait for their
+            // fsync; the ones after ask for it themselves (`change_stream_waiting`).
             let d = &state.engine.durability;
             d.request(d.last_committed());
             wake_at = Some(commits.borrow().last_ts);
@@ -250,11 +251,10 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
                         return reply_now(batch).await;
                     }
                     if change_stream {
-                        // Only a commit to what the stream watches asks for the fsync and
-                        // sets the durable time to wait for; others pass by.
+                        // Only a commit to what the stream watches sets the durable time
+                        // to wait for (it asked for its fsync itself); others pass by.
                         let notice = *commits.borrow_and_update();
                         if notice.ns_mask & interest.unwrap_or(u64::MAX) != 0 {
-                            state.engine.durability.request(notice.seq);
                             wake_at = Some(wake_at.map_or(notice.last_ts, |w| w.min(notice.last_ts)));
                         }
                         continue;
