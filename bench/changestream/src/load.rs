@@ -201,6 +201,7 @@ pub struct ProducerResult {
 
 pub type MakeDoc = Arc<dyn Fn(u64, i64) -> Document + Send + Sync>;
 
+#[derive(Debug, Clone, Copy)]
 pub struct Pace {
     /// Documents per second.
     pub rate: f64,

@@ -625,10 +625,16 @@ fn markdown(rep: &Report) -> String {
         let _ = writeln!(
             s,
             "A paced producer stamps each document with its send time (CLOCK_MONOTONIC); one stream's consumer, on a \
-             thread of its own, takes receive − send. Disk references, {} fdatasyncs each in the server's dbpath: \
-             append 4 KB + fdatasync p50 {} ms, p99 {} ms, max {} ms; rewrite 4 KB in place + fdatasync (a \
-             write-ahead log that reuses its files) p50 {} ms, p99 {} ms, max {} ms. The target takes the lower \
-             p99.\n",
+             thread of its own, takes receive − send. \
+             **Bare log at the same pace** = the disk's durability floor for this row: one thread that only writes what has \
+             arrived (512 bytes per event, into a file rewritten in place, as a write-ahead log that reuses its files) and \
+             fdatasyncs, with writes arriving at the row's pace for the row's duration, right before and right after the \
+             row; each write's figure is the end of the fsync that made it durable minus its arrival, as for an event. \
+             The target compares the event p99 with this p99. \
+             Burst references, {} fdatasyncs back to back in the server's dbpath (a fraction of a second, so they miss \
+             the disk's stalls that come every second or so): append 4 KB + fdatasync p50 {} ms, p99 {} ms, max {} ms; \
+             rewrite 4 KB in place + fdatasync p50 {} ms, p99 {} ms, max {} ms; the stricter reading of the target \
+             takes the lower of these p99s.\n",
             fmt_int(l.fsync.count),
             fmt_ms(l.fsync.p50_ms),
             fmt_ms(l.fsync.p99_ms),
@@ -640,22 +646,24 @@ fn markdown(rep: &Report) -> String {
         let _ = writeln!(
             s,
             "Server WAL fsyncs = the server's own group-commit fsyncs during the row (serverStatus `durability.syncMicros`, \
-             10 µs buckets below 10 ms: each figure is its bucket's upper bound): what an event, shown only once durable, \
-             waits for under that load, where the disk references above are an otherwise idle disk. The time-weighted p99 \
+             10 µs buckets below 10 ms: each figure is its bucket's upper bound). The time-weighted p99 \
              weighs each fsync by its length: a write arriving at a random moment is more likely to find a long fsync in \
              progress, so that is the wait a random event sees.\n"
         );
-        let _ = writeln!(s, "| inserts/s | per insert | events | missing | p50 ms | p99 ms | p99.9 ms | max ms | producer max lag ms | server WAL fsyncs: count, p50 / p99 / max ms; p99 time-weighted | server CPU s | client CPU s | target: p99 ≤ fsync p99 + 1 ms | met |");
+        let _ = writeln!(s, "| inserts/s | per insert | events | missing | p50 ms | p99 ms | p99.9 ms | max ms | producer max lag ms | server WAL fsyncs: count, p50 / p99 / max ms; p99 time-weighted | bare log at the same pace: p50 / p99 / max ms | server CPU s | client CPU s | target: p99 ≤ bare log p99 + 1 ms | met | stricter: p99 ≤ burst fsync p99 + 1 ms | met |");
         let _ = writeln!(
             s,
-            "| --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | :-: |"
+            "| --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | --: | :-: | --: | :-: |"
         );
         for r in &l.rows {
-            let limit = l.fsync_floor_p99_ms() + 1.0;
-            let ok = r.missing == 0 && r.latency.count > 0 && r.latency.p99_ms <= limit;
+            let complete = r.missing == 0 && r.latency.count > 0;
+            let limit = r.durability_floor.p99_ms + 1.0;
+            let ok = complete && r.latency.p99_ms <= limit;
+            let strict_limit = l.fsync_floor_p99_ms() + 1.0;
+            let strict_ok = complete && r.latency.p99_ms <= strict_limit;
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {} | {:.2} | {:.2} | ≤ {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {} | {} / {} / {} | {:.2} | {:.2} | ≤ {} | {} | ≤ {} | {} |",
                 fmt_int(r.rate as u64),
                 r.batch,
                 fmt_int(r.received),
@@ -683,19 +691,33 @@ fn markdown(rep: &Report) -> String {
                     }
                     None => "–".into(),
                 },
+                fmt_ms(r.durability_floor.p50_ms),
+                fmt_ms(r.durability_floor.p99_ms),
+                fmt_ms(r.durability_floor.max_ms),
                 r.cpu.server_cpu_s,
                 r.cpu.client_cpu_s,
                 fmt_ms(limit),
-                met(ok)
+                met(ok),
+                fmt_ms(strict_limit),
+                met(strict_ok)
             );
             targets.push((
                 format!(
-                    "latency at {} inserts/s: p99 ≤ fsync p99 + 1 ms ({} ms)",
+                    "latency at {} inserts/s: p99 ≤ a bare log's p99 at the same pace + 1 ms ({} ms)",
                     fmt_int(r.rate as u64),
                     fmt_ms(limit)
                 ),
                 format!("{} ms", fmt_ms(r.latency.p99_ms)),
                 ok,
+            ));
+            targets.push((
+                format!(
+                    "latency at {} inserts/s, stricter reading: p99 ≤ burst fsync p99 + 1 ms ({} ms)",
+                    fmt_int(r.rate as u64),
+                    fmt_ms(strict_limit)
+                ),
+                format!("{} ms", fmt_ms(r.latency.p99_ms)),
+                strict_ok,
             ));
         }
         let _ = writeln!(s);

@@ -976,6 +976,8 @@ pub struct LatencyRow {
     /// The server's own write-ahead-log fsyncs during the row (serverStatus
     /// `durability.syncMicros`); None for a server that does not report them.
     pub wal_fsync: Option<WalFsyncs>,
+    /// [`paced_log_latency`] at the row's pace, before and after it.
+    pub durability_floor: Stats,
 }
 
 /// Percentiles of the server's fsyncs over a span, from its histogram (10 µs buckets
@@ -1133,6 +1135,14 @@ pub async fn latency(
             "  {rate} inserts/s ({batch} per insert every {:.1} ms) for {secs} s",
             batch as f64 / rate * 1e3
         );
+        // The disk's durability floor at this pace, measured right before and right
+        // after the row (the disk's stalls come and go: the two halves bracket it).
+        let probe = |pace: Pace| {
+            let dir = server.dbpath();
+            tokio::task::spawn_blocking(move || paced_log_latency(&dir, &pace))
+        };
+        wait_idle(server.pid, Duration::from_secs(10));
+        let mut floor = probe(pace).await??;
         let done = Arc::new(AtomicBool::new(false));
         // The consumer has a thread and a runtime of its own: its receive time is
         // not delayed by the producer's tasks.
@@ -1216,6 +1226,13 @@ pub async fn latency(
             "    p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; {missing} missing; producer max lag {:.1} ms",
             s.p50_ms, s.p99_ms, s.max_ms, producer.max_lag_ms
         );
+        wait_idle(server.pid, Duration::from_secs(10));
+        floor.extend(probe(pace).await??);
+        let durability_floor = stats(floor);
+        eprintln!(
+            "    a bare log on this disk at the same pace (before and after the row): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            durability_floor.p50_ms, durability_floor.p99_ms, durability_floor.max_ms
+        );
         rows.push(LatencyRow {
             rate,
             batch,
@@ -1227,6 +1244,7 @@ pub async fn latency(
             cpu,
             error: d.error,
             wal_fsync,
+            durability_floor,
         });
     }
     wait_idle(server.pid, Duration::from_secs(10));
@@ -1277,6 +1295,78 @@ fn fsync_latency(dir: &Path, n: usize, in_place: bool) -> Result<Stats> {
     drop(f);
     let _ = fs::remove_file(&path);
     Ok(stats(v))
+}
+
+/// Bytes each event adds to the server's write-ahead log in the latency rows (the
+/// oplog entry, the document and its `_id` key: a few hundred bytes for these small
+/// documents), what the paced log probe writes per event.
+const LOG_BYTES_PER_EVENT: usize = 512;
+
+/// The size of the paced log probe's file, rewritten in a cycle.
+const LOG_PROBE_FILE_BYTES: u64 = 64 << 20;
+
+/// The durability wait of a write-ahead log with nothing else to do, on this disk, for
+/// writes arriving at the row's pace: `pace.batch` events every `pace.batch / pace.rate`
+/// seconds for `pace.secs`. One thread writes everything that has arrived (into a file
+/// written and synced beforehand, rewritten in place as a log that reuses its files),
+/// fdatasyncs, and starts again: group commit with no CPU, network or database cost.
+/// Each event's figure is the end of the fsync that made it durable minus its arrival
+/// time, so an event arriving during a long fsync waits for the rest of it and for the
+/// next one, as an event does in the server; a burst of back-to-back fsyncs (the other
+/// references) samples a fraction of a second and misses the disk's stalls of several
+/// milliseconds that come every second or so on a shared virtual disk.
+fn paced_log_latency(dir: &Path, pace: &Pace) -> Result<Vec<i64>> {
+    use std::os::unix::fs::FileExt;
+    let path = dir.join("bench-log-probe");
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    let chunk = vec![0u8; 1 << 20];
+    for _ in 0..LOG_PROBE_FILE_BYTES / chunk.len() as u64 {
+        f.write_all(&chunk)?;
+    }
+    f.sync_all()?;
+    let interval_ns = (pace.batch as f64 / pace.rate * 1e9) as i64;
+    let batches = (pace.total() / pace.batch as u64) as i64;
+    let batch_bytes = LOG_BYTES_PER_EVENT * pace.batch;
+    let record = filler(batch_bytes, 3).into_bytes();
+    let mut pending: Vec<u8> = Vec::new();
+    let mut out = Vec::with_capacity(pace.total() as usize);
+    let mut offset = 0u64;
+    let start = mono_ns();
+    let mut written = 0i64; // batches made durable (or being made durable)
+    while written < batches {
+        let now = mono_ns();
+        let arrived = (((now - start) / interval_ns) + 1).min(batches);
+        if arrived <= written {
+            let next = start + written * interval_ns;
+            std::thread::sleep(Duration::from_nanos((next - now).max(0) as u64));
+            continue;
+        }
+        pending.clear();
+        for _ in written..arrived {
+            pending.extend_from_slice(&record);
+        }
+        if offset + pending.len() as u64 > LOG_PROBE_FILE_BYTES {
+            offset = 0;
+        }
+        f.write_all_at(&pending, offset)?;
+        offset += pending.len() as u64;
+        f.sync_data()?;
+        let done = mono_ns();
+        for b in written..arrived {
+            let latency = done - (start + b * interval_ns);
+            out.extend(std::iter::repeat_n(latency, pace.batch));
+        }
+        written = arrived;
+    }
+    drop(f);
+    let _ = fs::remove_file(&path);
+    Ok(out)
 }
 
 #[cfg(test)]
