@@ -263,10 +263,21 @@ pub fn to_hex_upper(bytes: &[u8]) -> String {
 /// token is written this way: bytes into a buffer, not chars pushed one by one (each
 /// push re-checks capacity and encodes UTF-8).
 pub fn push_hex_upper(out: &mut Vec<u8>, bytes: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    out.reserve(bytes.len() * 2);
-    for b in bytes {
-        out.extend_from_slice(&[HEX[(b >> 4) as usize], HEX[(b & 15) as usize]]);
+    /// The two digits of every byte value.
+    const PAIRS: [[u8; 2]; 256] = {
+        const HEX: &[u8; 16] = b"0123456789ABCDEF";
+        let mut t = [[0u8; 2]; 256];
+        let mut i = 0;
+        while i < 256 {
+            t[i] = [HEX[i >> 4], HEX[i & 15]];
+            i += 1;
+        }
+        t
+    };
+    let start = out.len();
+    out.resize(start + bytes.len() * 2, 0);
+    for (digits, b) in out[start..].chunks_exact_mut(2).zip(bytes) {
+        digits.copy_from_slice(&PAIRS[*b as usize]);
     }
 }
 

@@ -9,6 +9,7 @@ use crate::namespace::Namespace;
 use crate::oplog::EntryFields;
 use crate::Engine;
 use bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
+use std::borrow::Cow;
 use tailstream_query::error::{codes, Error, Result};
 use tailstream_storage::Space;
 
@@ -25,7 +26,9 @@ pub(crate) struct Event {
 struct Parsed<'a> {
     op_type: &'static str,
     /// The namespace the event reports (`ns`); `coll` empty for dropDatabase.
-    nss: Namespace,
+    /// Borrowed from a collection stream's scope for its own CRUD entries (no
+    /// allocation per event; the event's `ns` is then the stream's encoded one).
+    nss: Cow<'a, Namespace>,
     /// Rename target.
     to: Option<Namespace>,
     full_document: Option<&'a RawDocument>,
@@ -69,6 +72,14 @@ pub(crate) fn is_system_views(ns: &str) -> bool {
         .is_some_and(|db| !db.is_empty() && !db.contains('.'))
 }
 
+/// Whether `full` is `ns` written as `db.coll`.
+fn is_full_name(full: &str, ns: &Namespace) -> bool {
+    full.len() == ns.db.len() + 1 + ns.coll.len()
+        && full.starts_with(ns.db.as_str())
+        && full.as_bytes()[ns.db.len()] == b'.'
+        && full.ends_with(ns.coll.as_str())
+}
+
 /// Whether an event about `nss` (with rename target `to`) belongs to the stream.
 fn in_scope(scope: &Scope, nss: &Namespace, to: Option<&Namespace>) -> bool {
     let visible = |n: &Namespace| n.coll.is_empty() || !system_coll(&n.coll);
@@ -95,13 +106,13 @@ fn raw_doc(field: Option<&RawDocument>) -> Result<Option<Document>> {
 
 /// None for entries that make no event, and for CRUD entries outside `scope` (dropped
 /// on the namespace alone, before any of the document is decoded).
-fn parse<'a>(f: &EntryFields<'a>, scope: &Scope) -> Result<Option<Parsed<'a>>> {
+fn parse<'a>(f: &EntryFields<'a>, scope: &'a Scope) -> Result<Option<Parsed<'a>>> {
     let corrupt = |what: &str| Error::internal(format!("corrupt oplog entry: {what}"));
     let op = f.op.ok_or_else(|| corrupt("op"))?;
     let ns = f.ns.unwrap_or("");
     let mut p = Parsed {
         op_type: "",
-        nss: Namespace::new("", ""),
+        nss: Cow::Owned(Namespace::new("", "")),
         to: None,
         full_document: None,
         document_key: None,
@@ -121,7 +132,7 @@ fn parse<'a>(f: &EntryFields<'a>, scope: &Scope) -> Result<Option<Parsed<'a>>> {
             }
             let o = f.o.ok_or_else(|| corrupt("o"))?;
             let view = o.get_str("_id").map_err(|_| corrupt("o._id"))?;
-            p.nss = Namespace::parse(view).map_err(|_| corrupt("o._id"))?;
+            p.nss = Cow::Owned(Namespace::parse(view).map_err(|_| corrupt("o._id"))?);
             p.expanded_only = true;
             p.view_event = true;
             let definition = || -> Result<Document> {
@@ -144,10 +155,18 @@ fn parse<'a>(f: &EntryFields<'a>, scope: &Scope) -> Result<Option<Parsed<'a>>> {
             }
         }
         "i" | "u" | "d" => {
-            p.nss = Namespace::parse(ns).map_err(|_| corrupt("ns"))?;
-            if !in_scope(scope, &p.nss, None) {
-                return Ok(None);
-            }
+            p.nss = match scope {
+                // Compared as text: most entries a collection stream reads are its own.
+                Scope::Collection(c) if is_full_name(ns, c) => Cow::Borrowed(c),
+                Scope::Collection(_) => return Ok(None),
+                _ => {
+                    let nss = Namespace::parse(ns).map_err(|_| corrupt("ns"))?;
+                    if !in_scope(scope, &nss, None) {
+                        return Ok(None);
+                    }
+                    Cow::Owned(nss)
+                }
+            };
             let o = f.o.ok_or_else(|| corrupt("o"))?;
             let o2 = f.o2;
             match op {
@@ -201,11 +220,13 @@ fn parse<'a>(f: &EntryFields<'a>, scope: &Scope) -> Result<Option<Parsed<'a>>> {
             match name.as_str() {
                 "drop" => {
                     p.op_type = "drop";
-                    p.nss = Namespace::new(db, &coll);
+                    p.nss = Cow::Owned(Namespace::new(db, &coll));
                 }
                 "renameCollection" => {
                     p.op_type = "rename";
-                    p.nss = Namespace::parse(&coll).map_err(|_| corrupt("renameCollection"))?;
+                    p.nss = Cow::Owned(
+                        Namespace::parse(&coll).map_err(|_| corrupt("renameCollection"))?,
+                    );
                     let to = Namespace::parse(o.get_str("to").map_err(|_| corrupt("to"))?)
                         .map_err(|_| corrupt("to"))?;
                     let mut desc = except(&["renameCollection", "stayTemp"]);
@@ -215,11 +236,11 @@ fn parse<'a>(f: &EntryFields<'a>, scope: &Scope) -> Result<Option<Parsed<'a>>> {
                 }
                 "dropDatabase" => {
                     p.op_type = "dropDatabase";
-                    p.nss = Namespace::new(db, "");
+                    p.nss = Cow::Owned(Namespace::new(db, ""));
                 }
                 "create" => {
                     p.op_type = "create";
-                    p.nss = Namespace::new(db, &coll);
+                    p.nss = Cow::Owned(Namespace::new(db, &coll));
                     p.op_description = Some(if o.contains_key("timeseries") {
                         // mongod reports the view over the buckets collection it creates.
                         p.view_event = true;
@@ -231,20 +252,20 @@ fn parse<'a>(f: &EntryFields<'a>, scope: &Scope) -> Result<Option<Parsed<'a>>> {
                 }
                 "createIndexes" => {
                     p.op_type = "createIndexes";
-                    p.nss = Namespace::new(db, &coll);
+                    p.nss = Cow::Owned(Namespace::new(db, &coll));
                     p.op_description = Some(doc! {"indexes": [except(&["createIndexes"])]});
                     p.expanded_only = true;
                 }
                 "dropIndexes" => {
                     p.op_type = "dropIndexes";
-                    p.nss = Namespace::new(db, &coll);
+                    p.nss = Cow::Owned(Namespace::new(db, &coll));
                     let spec = raw_doc(f.o2)?.unwrap_or_default();
                     p.op_description = Some(doc! {"indexes": [spec]});
                     p.expanded_only = true;
                 }
                 "collMod" => {
                     p.op_type = "modify";
-                    p.nss = Namespace::new(db, &coll);
+                    p.nss = Cow::Owned(Namespace::new(db, &coll));
                     p.op_description = Some(except(&["collMod"]));
                     let o2 = raw_doc(f.o2)?.unwrap_or_default();
                     let mut before = Document::new();
@@ -265,7 +286,7 @@ fn parse<'a>(f: &EntryFields<'a>, scope: &Scope) -> Result<Option<Parsed<'a>>> {
     Ok(Some(p))
 }
 
-fn ns_raw(n: &Namespace) -> RawDocumentBuf {
+pub(crate) fn ns_raw(n: &Namespace) -> RawDocumentBuf {
     // Sized up front, as every event has one: an element is type, name, NUL, length,
     // text, NUL ("db": 9 bytes + text, "coll": 11 + text).
     let mut buf = Vec::with_capacity(5 + 9 + n.db.len() + 11 + n.coll.len());
@@ -368,7 +389,10 @@ pub(crate) fn transform(
     if let Some(full) = p.full_document {
         d.append_ref("fullDocument", full);
     }
-    d.append("ns", ns_raw(&p.nss));
+    match (&p.nss, &spec.collection_ns) {
+        (Cow::Borrowed(_), Some(own)) => d.append_ref("ns", own),
+        _ => d.append("ns", ns_raw(&p.nss)),
+    }
     if let Some(k) = &p.document_key {
         d.append_ref("documentKey", k.raw());
     }

@@ -75,6 +75,8 @@ pub struct StreamSpec {
     pub stages: Vec<Document>,
     /// The aggregate's collation: the user's stages compare strings under it.
     pub collator: Option<std::sync::Arc<tailstream_query::collation::Collator>>,
+    /// A collection stream's `ns` field, encoded once for all its events.
+    pub(crate) collection_ns: Option<RawDocumentBuf>,
 }
 
 impl StreamSpec {
@@ -262,6 +264,10 @@ fn parse_spec(
     }
     Ok((
         StreamSpec {
+            collection_ns: match &scope {
+                Scope::Collection(c) => Some(event::ns_raw(c)),
+                _ => None,
+            },
             scope,
             full_document,
             before_change,
