@@ -66,6 +66,11 @@ use tailstream_bench_common::{
 
 use scenarios::{Catchup, Ctx, FanoutRow, Isolation, Latency, Resume};
 
+/// The same allocator as the server's: the client must not be the bottleneck (see
+/// Cargo.toml).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "bench-changestream",
