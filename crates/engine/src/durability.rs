@@ -14,6 +14,11 @@ use tokio::sync::watch;
 /// Plain (non-`j`) writes reach the disk at most this long after they commit.
 pub const IDLE_SYNC_INTERVAL: Duration = Duration::from_millis(100);
 
+/// After an fsync failed for want of disk space, the next try waits this long unless a
+/// writer asks for one sooner (each try is cheap: the store refuses at once while it
+/// has not recovered).
+const OUT_OF_SPACE_RETRY_INTERVAL: Duration = Duration::from_secs(1);
+
 /// How long the group-commit thread's fsyncs take: 10 µs buckets below 10 ms, 1 ms
 /// buckets up to 1 s, then one bucket for longer ones. Reported by serverStatus
 /// (`durability.syncMicros`), so a latency measurement can be set next to the disk's
@@ -99,6 +104,12 @@ pub struct Durability {
     wake: Condvar,
     synced_tx: watch::Sender<u64>,
     synced_rx: watch::Receiver<u64>,
+    /// How many fsyncs failed for want of disk space; a waiter that sees it change
+    /// gives up (the write is applied but not known durable) with `last_failure`.
+    failures_tx: watch::Sender<u64>,
+    last_failure: Mutex<String>,
+    /// The last fsync failed (for want of space): the next success is logged.
+    failing: std::sync::atomic::AtomicBool,
     stop: std::sync::atomic::AtomicBool,
 }
 
@@ -115,6 +126,9 @@ impl Durability {
             wake: Condvar::new(),
             synced_tx,
             synced_rx,
+            failures_tx: watch::channel(0u64).0,
+            last_failure: Mutex::new(String::new()),
+            failing: std::sync::atomic::AtomicBool::new(false),
             stop: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -163,36 +177,56 @@ impl Durability {
         self.synced_rx.clone()
     }
 
-    /// Waits until everything up to `seq` is on disk.
-    pub async fn wait_synced(&self, seq: u64) {
+    /// Waits until everything up to `seq` is on disk. Fails with the store's message
+    /// when an fsync tried after this call failed for want of disk space: the writes
+    /// are applied and visible, and become durable only once the store has recovered.
+    pub async fn wait_synced(&self, seq: u64) -> Result<(), String> {
         if self.synced() >= seq {
-            return;
+            return Ok(());
         }
-        {
-            let mut r = self.requested.lock();
-            if *r < seq {
-                *r = seq;
-            }
-            self.wake.notify_one();
-        }
+        let mut failures = self.failures_tx.subscribe();
+        failures.borrow_and_update();
+        self.ask(seq);
         let mut rx = self.synced_rx.clone();
-        // The sender lives as long as self; an error means shutdown, when waiting is moot.
-        let _ = rx.wait_for(|s| *s >= seq).await;
+        loop {
+            if *rx.borrow_and_update() >= seq {
+                return Ok(());
+            }
+            tokio::select! {
+                // The senders live as long as self; an error means shutdown, when
+                // waiting is moot.
+                changed = rx.changed() => if changed.is_err() { return Ok(()) },
+                changed = failures.changed() => {
+                    if changed.is_err() || self.synced() >= seq {
+                        return Ok(());
+                    }
+                    return Err(self.last_failure.lock().clone());
+                }
+            }
+        }
     }
 
-    /// Blocking variant for non-async callers (tests, shutdown).
-    pub fn wait_synced_blocking(&self, seq: u64) {
-        let mut rx = self.synced_rx.clone();
-        {
-            let mut r = self.requested.lock();
-            if *r < seq {
-                *r = seq;
+    /// Blocking variant for non-async callers (tests, shutdown, the fsync command).
+    pub fn wait_synced_blocking(&self, seq: u64) -> Result<(), String> {
+        let failures = *self.failures_tx.borrow();
+        self.ask(seq);
+        let rx = self.synced_rx.clone();
+        while *rx.borrow() < seq {
+            if *self.failures_tx.borrow() != failures {
+                return Err(self.last_failure.lock().clone());
             }
-            self.wake.notify_one();
-        }
-        while *rx.borrow_and_update() < seq {
             std::thread::sleep(Duration::from_micros(200));
         }
+        Ok(())
+    }
+
+    /// Makes the group-commit thread sync through `seq` now.
+    fn ask(&self, seq: u64) {
+        let mut r = self.requested.lock();
+        if *r < seq {
+            *r = seq;
+        }
+        self.wake.notify_one();
     }
 
     /// Runs the sync loop on its own thread until `stop` is called.
@@ -225,11 +259,48 @@ impl Durability {
                 let started = std::time::Instant::now();
                 let synced = store.sync();
                 self.syncs.record(started.elapsed());
-                if let Err(e) = synced {
-                    // A failed fsync leaves acknowledged data at risk: crash loudly rather
-                    // than keep acknowledging writes (as mongod does on a journal error).
-                    tracing::error!("fsync of the write-ahead log failed: {e}; aborting");
-                    std::process::abort();
+                match synced {
+                    Ok(()) => {}
+                    Err(e) if e.is_out_of_space() => {
+                        // No crash: the store refuses writes from now on (they fail
+                        // with OutOfDiskSpace), reads go on, and waiting writers are
+                        // told their write is not known durable. Nothing acknowledged
+                        // as durable is at risk. A failed write of the log buffer leaves
+                        // RocksDB refusing writes until it is reopened (a restart
+                        // replays the log up to the last fsync); a failure that did
+                        // not touch the log (a flush's) heals by itself once space is
+                        // freed, and the next fsync here goes through.
+                        if !self.failing.load(Ordering::SeqCst) {
+                            tracing::error!(
+                                "fsync of the write-ahead log failed: {e}; writes are \
+                                 refused: free disk space under the data directory and \
+                                 restart the server"
+                            );
+                        }
+                        *self.last_failure.lock() = e.to_string();
+                        self.failing.store(true, Ordering::SeqCst);
+                        self.failures_tx.send_modify(|n| *n += 1);
+                        if self.stop.load(Ordering::SeqCst) {
+                            tracing::error!(
+                                "shutting down with commits not on disk (never acknowledged \
+                                 as durable)"
+                            );
+                            return;
+                        }
+                        let mut r = self.requested.lock();
+                        self.wake.wait_for(&mut r, OUT_OF_SPACE_RETRY_INTERVAL);
+                        continue;
+                    }
+                    Err(e) => {
+                        // A failed fsync leaves acknowledged data at risk: crash loudly
+                        // rather than keep acknowledging writes (as mongod does on a
+                        // journal error).
+                        tracing::error!("fsync of the write-ahead log failed: {e}; aborting");
+                        std::process::abort();
+                    }
+                }
+                if self.failing.swap(false, Ordering::SeqCst) {
+                    tracing::info!("the write-ahead log is written again (disk space freed)");
                 }
                 // The durable time before the sequence: a writer woken by the sequence
                 // acknowledges, and its client may open a change stream at once; that

@@ -385,7 +385,9 @@ impl Engine {
     /// `fsync` without `lock` (blocking): every commit on disk, and in the data files.
     pub fn checkpoint(&self) -> Result<()> {
         let seq = self.durability.last_committed();
-        self.durability.wait_synced_blocking(seq);
+        self.durability
+            .wait_synced_blocking(seq)
+            .map_err(|e| Error::new(codes::OUT_OF_DISK_SPACE, e))?;
         self.store.checkpoint().map_err(storage_err)
     }
 
@@ -975,6 +977,18 @@ fn lock_dbpath(dbpath: &Path) -> Result<std::fs::File> {
 }
 
 pub(crate) fn storage_err(e: tailstream_storage::StorageError) -> Error {
+    if e.is_out_of_space() {
+        // mongod's code for a write refused for want of disk space. After a failed
+        // write of the write-ahead log RocksDB refuses writes until it is reopened
+        // (see `Store::wal_writable`), hence the restart.
+        return Error::new(
+            codes::OUT_OF_DISK_SPACE,
+            format!(
+                "out of disk space ({e}); writes are refused: free disk space under the \
+                 data directory and restart the server"
+            ),
+        );
+    }
     Error::internal(e.to_string())
 }
 

@@ -127,6 +127,7 @@ pub mod codes {
     pub const NOT_WRITABLE_PRIMARY: i32 = 10107;
     pub const OPERATION_FAILED: i32 = 96;
     pub const UNSATISFIABLE_WRITE_CONCERN: i32 = 100;
+    pub const OUT_OF_DISK_SPACE: i32 = 14031;
     pub const INVALID_LENGTH: i32 = 16;
     pub const INVALID_PIPELINE_OPERATOR: i32 = 168;
     pub const COMMAND_NOT_SUPPORTED: i32 = 115;
@@ -216,6 +217,7 @@ pub fn code_name(code: i32) -> String {
         91 => "ShutdownInProgress",
         96 => "OperationFailed",
         100 => "UnsatisfiableWriteConcern",
+        14031 => "OutOfDiskSpace",
         112 => "WriteConflict",
         115 => "CommandNotSupported",
         117 => "ConflictingOperationInProgress",

@@ -4,6 +4,7 @@ mod commands;
 mod config;
 mod conn;
 mod current_op;
+mod disk_space;
 mod ingress;
 mod local_sessions;
 mod profiler;

@@ -46,6 +46,8 @@ pub struct ServerState {
     pub profiler: crate::profiler::Profiler,
     /// Open connections and the commands they run (`currentOp`, `killOp`).
     pub current_ops: crate::current_op::Registry,
+    /// The free-space floor for commands that add data.
+    pub disk_space: crate::disk_space::DiskSpace,
 }
 
 impl ServerState {
@@ -65,6 +67,7 @@ impl ServerState {
             crate::ingress::MAX_QUEUE_DEPTH: 0,
             "logLevel": 0,
             "quiet": config.quiet,
+            crate::disk_space::PARAMETER: crate::disk_space::DEFAULT_MB,
         };
         for p in &config.set_parameter {
             let Some((k, v)) = p.split_once('=') else {
@@ -103,6 +106,7 @@ impl ServerState {
             ingress: Default::default(),
             profiler: Default::default(),
             current_ops: Default::default(),
+            disk_space: Default::default(),
         })
     }
 
@@ -128,6 +132,12 @@ pub fn apply_engine_parameters(p: &bson::Document) {
         .and_then(tailstream_engine::find::as_i64)
     {
         ttl::TTL_MONITOR_SLEEP_SECS.store(v.max(1) as u64, Ordering::Relaxed);
+    }
+    if let Some(mb) = p
+        .get(crate::disk_space::PARAMETER)
+        .and_then(tailstream_engine::find::as_i64)
+    {
+        crate::disk_space::MIN_FREE_BYTES.store(mb.max(0) as u64 * 1024 * 1024, Ordering::Relaxed);
     }
     if let Some(v) = p.get("ttlMonitorEnabled").and_then(|v| v.as_bool()) {
         ttl::TTL_MONITOR_ENABLED.store(v, Ordering::Relaxed);

@@ -81,6 +81,14 @@ impl From<rocksdb::Error> for StorageError {
     }
 }
 
+impl StorageError {
+    /// Whether the disk (or the filesystem's quota) is full: the same write can succeed
+    /// once space is freed. RocksDB keeps the system's message (ENOSPC's) in its own.
+    pub fn is_out_of_space(&self) -> bool {
+        self.0.contains("No space left on device")
+    }
+}
+
 pub type Result<T> = std::result::Result<T, StorageError>;
 
 /// Live write-ahead log kept before the keyspaces that pin its oldest file are flushed
@@ -114,6 +122,8 @@ pub struct Store {
     /// compaction filter drops keys up to it, should a compaction ever rewrite them.
     floors: Vec<(Space, std::sync::Arc<std::sync::RwLock<Vec<u8>>>)>,
     snapshots: std::sync::Mutex<Snapshots>,
+    /// Set when an operation failed for want of disk space (see [`Store::wal_writable`]).
+    out_of_space: std::sync::atomic::AtomicBool,
 }
 
 /// Which snapshots are open, and what waits for them to close before it is reclaimed.
@@ -348,6 +358,7 @@ impl Store {
             db,
             floors,
             snapshots: Default::default(),
+            out_of_space: Default::default(),
         })
     }
 
@@ -407,7 +418,8 @@ impl Store {
             // files is made durable at once by RocksDB's manifest; that batch may
             // still be only in the page cache. Sync it first, or a power loss could
             // keep the deletion and lose the copies.
-            self.db.flush_wal(true)?;
+            self.wal_writable()?;
+            self.noting_space(self.db.flush_wal(true))?;
         }
         for (space, last) in &ready {
             if let Some((_, floor)) = self.floors.iter().find(|(sp, _)| sp == space) {
@@ -483,13 +495,45 @@ impl Store {
         let wb = batch.inner;
         let mut wo = WriteOptions::default();
         wo.set_sync(false);
-        self.db.write_opt(wb, &wo)?;
-        Ok(())
+        self.noting_space(self.db.write_opt(wb, &wo))
     }
 
     /// Makes every committed batch durable (fsync of the write-ahead log).
     pub fn sync(&self) -> Result<()> {
-        self.db.flush_wal(true)?;
+        self.wal_writable()?;
+        self.noting_space(self.db.flush_wal(true))
+    }
+
+    /// Passes a RocksDB result on, remembering a failure for want of disk space.
+    fn noting_space<T>(&self, r: std::result::Result<T, rocksdb::Error>) -> Result<T> {
+        r.map_err(|e| {
+            let e = StorageError::from(e);
+            if e.is_out_of_space() {
+                self.out_of_space
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            e
+        })
+    }
+
+    /// Whether the write-ahead log may be written, checked before every write of its
+    /// buffer. When the disk fills up, RocksDB stops all writes. A failed write of the
+    /// log buffer (with `manual_wal_flush`) is final until the database is reopened: a
+    /// restart replays the log up to the last fsync. A failed flush or compaction heals
+    /// by itself: RocksDB waits until one memtable's worth of space is free (it looks
+    /// every 5 s), flushes every memtable and switches to a new log file. In both
+    /// cases, writing the log buffer while writes are stopped fails with a plain I/O
+    /// error ("Seen error"), which RocksDB takes as fatal. So after a failure for want
+    /// of space nothing touches the log until an empty batch, which RocksDB refuses
+    /// with the stored error as long as writes are stopped, goes through.
+    fn wal_writable(&self) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        if !self.out_of_space.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.db
+            .write_opt(WriteBatch::default(), &WriteOptions::default())?;
+        self.out_of_space.store(false, Ordering::SeqCst);
         Ok(())
     }
 
@@ -498,12 +542,12 @@ impl Store {
     /// also starts the next WAL file (a reused one when one is free) and lets the old
     /// ones go.
     pub fn checkpoint(&self) -> Result<()> {
-        self.db.flush_wal(true)?;
+        self.wal_writable()?;
+        self.noting_space(self.db.flush_wal(true))?;
         let mut fo = rocksdb::FlushOptions::default();
         fo.set_wait(true);
         let cfs: Vec<&ColumnFamily> = Space::ALL.iter().map(|s| self.cf(*s)).collect();
-        self.db.flush_cfs_opt(&cfs, &fo)?;
-        Ok(())
+        self.noting_space(self.db.flush_cfs_opt(&cfs, &fo))
     }
 
     /// Keeps the data files at rest for a copy (`fsync` with `lock: true`, after a

@@ -452,6 +452,14 @@ async fn run(
         cmd: cmd.clone(),
         waiting_for_lock: false,
     });
+    // Below the free-space floor, commands that add data are refused (deletes and
+    // drops still run, so space can be freed from a client).
+    if adds_data(&name, &cmd) {
+        if let Err(e) = state.disk_space.check(&state.config.dbpath) {
+            *info.running.lock() = None;
+            return reply(error_reply(state, &labelled(e)));
+        }
+    }
     // A write waits here while `fsync` holds the lock (`db.fsyncLock()`), shown by
     // currentOp as waiting for a lock; the lock in turn waits for the writes already
     // past this point.
@@ -629,6 +637,16 @@ fn writes_data(name: &str, cmd: &Document) -> bool {
         ),
         _ => false,
     }
+}
+
+/// Whether the command writes data that takes space: every writing command but
+/// those that remove data.
+fn adds_data(name: &str, cmd: &Document) -> bool {
+    writes_data(name, cmd)
+        && !matches!(
+            name,
+            "delete" | "drop" | "dropDatabase" | "dropIndexes" | "deleteIndexes"
+        )
 }
 
 /// Commands that take a write concern and wait for it whether they succeed or fail.

@@ -101,7 +101,15 @@ pub async fn await_write_concern(
         let seq = committed
             .map(|c| c.seq)
             .unwrap_or_else(|| state.engine.durability.last_committed());
-        state.engine.durability.wait_synced(seq).await;
+        if let Err(e) = state.engine.durability.wait_synced(seq).await {
+            // Applied, but not known to be on disk: mongod's shape for a write concern
+            // that could not be met.
+            return Some(doc! {
+                "code": codes::OUT_OF_DISK_SPACE,
+                "codeName": code_name(codes::OUT_OF_DISK_SPACE),
+                "errmsg": format!("the write could not be made durable: {e}"),
+            });
+        }
     }
     if wc.unsatisfiable {
         return Some(unsatisfiable_write_concern_error());
