@@ -5,7 +5,7 @@ import time
 
 import pytest
 from pymongo import WriteConcern
-from pymongo.errors import DuplicateKeyError
+from pymongo.errors import ConnectionFailure, DuplicateKeyError, OperationFailure
 
 from conftest import TailstreamServer
 
@@ -130,6 +130,28 @@ class TestLock:
         again.start()
         with again.client() as c:
             assert c.admin.command("ping")["ok"] == 1
+
+    def test_shutdown_command_stops_the_server_cleanly(self, fresh_server):
+        srv = fresh_server()
+        with srv.client() as c:
+            # {w: 1}: acknowledged before the fsync; the shutdown must sync them.
+            c.dur.kept.with_options(write_concern=WriteConcern(w=1)).insert_many(
+                [{"_id": i} for i in range(100)])
+            with pytest.raises(OperationFailure) as e:
+                c.dur.command("shutdown")
+            assert e.value.code == 13 and "admin database" in e.value.details["errmsg"]
+            with pytest.raises(OperationFailure) as e:
+                c.admin.command("shutdown", 1, force="yes")
+            assert e.value.code == 14
+            assert c.admin.command("ping")["ok"] == 1
+            # As mongod: no reply, the connection closes as the process exits.
+            with pytest.raises(ConnectionFailure):
+                c.admin.command("shutdown", 1, timeoutSecs=5)
+        assert srv.proc.wait(20) == 0, srv.log_tail()
+        # A clean stop: the lock is free and every write is there.
+        srv.start()
+        with srv.client() as c:
+            assert c.dur.kept.count_documents({}) == 100
 
     def test_waiting_for_connections_logged(self, fresh_server):
         srv = fresh_server()

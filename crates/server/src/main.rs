@@ -168,7 +168,7 @@ async fn run(config: Config) -> i32 {
             }
         });
     }
-    wait_for_signal().await;
+    wait_for_signal(&state).await;
     tracing::info!("shutting down");
     for path in &unix_socket_files {
         if let Err(e) = std::fs::remove_file(path) {
@@ -213,12 +213,14 @@ fn socket_files(listeners: &[conn::Listener]) -> Vec<std::path::PathBuf> {
         .collect()
 }
 
-async fn wait_for_signal() {
+/// Until SIGTERM, SIGINT or the `shutdown` command.
+async fn wait_for_signal(state: &ServerState) {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
     tokio::select! {
         _ = term.recv() => {},
         _ = int.recv() => {},
+        _ = state.shutdown_requested.notified() => {},
     }
 }

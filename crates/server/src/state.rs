@@ -48,6 +48,8 @@ pub struct ServerState {
     pub current_ops: crate::current_op::Registry,
     /// The free-space floor for commands that add data.
     pub disk_space: crate::disk_space::DiskSpace,
+    /// The `shutdown` command's request: the server stops as on SIGTERM.
+    pub shutdown_requested: tokio::sync::Notify,
 }
 
 impl ServerState {
@@ -107,6 +109,7 @@ impl ServerState {
             profiler: Default::default(),
             current_ops: Default::default(),
             disk_space: Default::default(),
+            shutdown_requested: Default::default(),
         })
     }
 

@@ -248,6 +248,7 @@ pub fn list_commands() -> Document {
         ("resetError", false),
         ("serverStatus", false),
         ("setParameter", true),
+        ("shutdown", true),
         ("startSession", false),
         ("update", false),
         ("usersInfo", false),
@@ -410,4 +411,44 @@ pub async fn append_oplog_note(state: &Arc<ServerState>, cmd: &Document) -> Resu
     })
     .await?;
     Ok(Document::new())
+}
+
+/// `shutdown` (`db.shutdownServer()`): the server stops as on SIGTERM (every commit
+/// synced, the store closed, the socket file removed). As mongod without
+/// authentication, only a client on this host may ask (13 otherwise). No reply: the
+/// connection closes as the process exits, which is what drivers and shells expect.
+/// `force` and `timeoutSecs` are accepted; there is no secondary to wait for (mongod
+/// skips the step-down of a one-member replica set too).
+pub async fn shutdown(state: &ServerState, peer: &str, cmd: &Document) -> Result<Document> {
+    super::args::opt_bool(cmd, "force")?;
+    super::args::opt_i64(cmd, "timeoutSecs")?;
+    if !is_local_peer(peer) {
+        return Err(Error::new(
+            codes::UNAUTHORIZED,
+            "shutdown must run from localhost when running db without auth",
+        ));
+    }
+    tracing::info!(client = peer, "shutdown requested by a client");
+    state.shutdown_requested.notify_one();
+    std::future::pending().await
+}
+
+/// Whether a connection's peer (as `whatsmyuri` shows it) is on this host.
+fn is_local_peer(peer: &str) -> bool {
+    peer.starts_with("anonymous unix socket")
+        || peer
+            .parse::<std::net::SocketAddr>()
+            .is_ok_and(|a| a.ip().is_loopback())
+}
+
+#[cfg(test)]
+mod shutdown_tests {
+    #[test]
+    fn only_loopback_and_unix_socket_peers_are_local() {
+        assert!(super::is_local_peer("127.0.0.1:51234"));
+        assert!(super::is_local_peer("[::1]:51234"));
+        assert!(super::is_local_peer("anonymous unix socket:27017"));
+        assert!(!super::is_local_peer("10.1.2.3:51234"));
+        assert!(!super::is_local_peer("[2001:db8::1]:51234"));
+    }
 }

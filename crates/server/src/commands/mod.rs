@@ -856,6 +856,10 @@ async fn run_document_command(
         "getFreeMonitoringStatus" => Ok(doc! {"state": "disabled"}),
         "currentOp" => crate::current_op::command(state, db, cmd),
         "killOp" => crate::current_op::kill_op(state, db, cmd),
+        "shutdown" => {
+            args::admin_only(db, name)?;
+            admin::shutdown(state, &conn.peer, cmd).await
+        }
         "replSetGetStatus" | "replSetGetConfig" | "replSetInitiate" | "replSetReconfig" => {
             args::admin_only(db, name)?;
             match name {
