@@ -82,8 +82,8 @@ impl From<rocksdb::Error> for StorageError {
 }
 
 impl StorageError {
-    /// Whether the disk (or the filesystem's quota) is full: the same write can succeed
-    /// once space is freed. RocksDB keeps the system's message (ENOSPC's) in its own.
+    /// Whether the operation failed for want of disk space (ENOSPC: RocksDB keeps the
+    /// system's message in its own).
     pub fn is_out_of_space(&self) -> bool {
         self.0.contains("No space left on device")
     }

@@ -452,9 +452,10 @@ async fn run(
         cmd: cmd.clone(),
         waiting_for_lock: false,
     });
+    let writes = writes_data(&name, &cmd);
     // Below the free-space floor, commands that add data are refused (deletes and
     // drops still run, so space can be freed from a client).
-    if adds_data(&name, &cmd) {
+    if writes && !removes_data(&name) {
         if let Err(e) = state.disk_space.check(&state.config.dbpath) {
             *info.running.lock() = None;
             return reply(error_reply(state, &labelled(e)));
@@ -463,7 +464,7 @@ async fn run(
     // A write waits here while `fsync` holds the lock (`db.fsyncLock()`), shown by
     // currentOp as waiting for a lock; the lock in turn waits for the writes already
     // past this point.
-    let _write_pass = if writes_data(&name, &cmd) {
+    let _write_pass = if writes {
         let gate = &state.engine.fsync_lock;
         let waits = gate.is_locked();
         let set_waiting = |waiting: bool| {
@@ -639,14 +640,13 @@ fn writes_data(name: &str, cmd: &Document) -> bool {
     }
 }
 
-/// Whether the command writes data that takes space: every writing command but
-/// those that remove data.
-fn adds_data(name: &str, cmd: &Document) -> bool {
-    writes_data(name, cmd)
-        && !matches!(
-            name,
-            "delete" | "drop" | "dropDatabase" | "dropIndexes" | "deleteIndexes"
-        )
+/// Whether a writing command only removes data (so still runs below the free-space
+/// floor).
+fn removes_data(name: &str) -> bool {
+    matches!(
+        name,
+        "delete" | "drop" | "dropDatabase" | "dropIndexes" | "deleteIndexes"
+    )
 }
 
 /// Commands that take a write concern and wait for it whether they succeed or fail.
