@@ -59,16 +59,17 @@ impl DiskSpace {
         // +1: 0 stays "never asked" even right at the epoch.
         let now = self.epoch.elapsed().as_micros() as u64 + 1;
         let checked = self.checked_at_micros.load(Ordering::Acquire);
-        let free = if checked != 0 && now - checked.min(now) < CHECK_INTERVAL.as_micros() as u64 {
-            self.free_bytes.load(Ordering::Relaxed)
-        } else {
-            // A filesystem that cannot say is taken as roomy: the floor is a
-            // precaution, the store's own errors still apply.
-            let free = fs2::available_space(dbpath).unwrap_or(u64::MAX);
-            self.free_bytes.store(free, Ordering::Relaxed);
-            self.checked_at_micros.store(now, Ordering::Release);
-            free
-        };
+        let free =
+            if checked != 0 && now.saturating_sub(checked) < CHECK_INTERVAL.as_micros() as u64 {
+                self.free_bytes.load(Ordering::Relaxed)
+            } else {
+                // A filesystem that cannot say is taken as roomy: the floor is a
+                // precaution, the store's own errors still apply.
+                let free = fs2::available_space(dbpath).unwrap_or(u64::MAX);
+                self.free_bytes.store(free, Ordering::Relaxed);
+                self.checked_at_micros.store(now, Ordering::Release);
+                free
+            };
         if free >= floor {
             return Ok(());
         }

@@ -418,8 +418,7 @@ impl Store {
             // files is made durable at once by RocksDB's manifest; that batch may
             // still be only in the page cache. Sync it first, or a power loss could
             // keep the deletion and lose the copies.
-            self.wal_writable()?;
-            self.noting_space(self.db.flush_wal(true))?;
+            self.sync()?;
         }
         for (space, last) in &ready {
             if let Some((_, floor)) = self.floors.iter().find(|(sp, _)| sp == space) {
@@ -542,8 +541,7 @@ impl Store {
     /// also starts the next WAL file (a reused one when one is free) and lets the old
     /// ones go.
     pub fn checkpoint(&self) -> Result<()> {
-        self.wal_writable()?;
-        self.noting_space(self.db.flush_wal(true))?;
+        self.sync()?;
         let mut fo = rocksdb::FlushOptions::default();
         fo.set_wait(true);
         let cfs: Vec<&ColumnFamily> = Space::ALL.iter().map(|s| self.cf(*s)).collect();

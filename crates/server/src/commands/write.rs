@@ -104,11 +104,10 @@ pub async fn await_write_concern(
         if let Err(e) = state.engine.durability.wait_synced(seq).await {
             // Applied, but not known to be on disk: mongod's shape for a write concern
             // that could not be met.
-            return Some(doc! {
-                "code": codes::OUT_OF_DISK_SPACE,
-                "codeName": code_name(codes::OUT_OF_DISK_SPACE),
-                "errmsg": format!("the write could not be made durable: {e}"),
-            });
+            return Some(write_concern_error(
+                codes::OUT_OF_DISK_SPACE,
+                &format!("the write could not be made durable: {e}"),
+            ));
         }
     }
     if wc.unsatisfiable {
@@ -135,11 +134,15 @@ fn interrupted(reply: &Document) -> bool {
 
 /// The `writeConcernError` of a `w` larger than the one member there is.
 pub fn unsatisfiable_write_concern_error() -> Document {
-    doc! {
-        "code": codes::UNSATISFIABLE_WRITE_CONCERN,
-        "codeName": code_name(codes::UNSATISFIABLE_WRITE_CONCERN),
-        "errmsg": "Not enough data-bearing nodes",
-    }
+    write_concern_error(
+        codes::UNSATISFIABLE_WRITE_CONCERN,
+        "Not enough data-bearing nodes",
+    )
+}
+
+/// A reply's `writeConcernError`: the write is applied, its write concern not met.
+fn write_concern_error(code: i32, errmsg: &str) -> Document {
+    doc! {"code": code, "codeName": code_name(code), "errmsg": errmsg}
 }
 
 /// Refuses fields an update or delete statement does not define (mongod 7.0 has no
