@@ -289,6 +289,27 @@ class TestOptions:
         assert got and got[0]["fullDocument"]["x"] == 1
         assert more["postBatchResumeToken"] == got[-1]["_id"]
 
+    @pytest.mark.parametrize("compressors", [None, "zlib"])
+    def test_large_batches_arrive_whole(self, server, coll, compressors):
+        # Batches of megabytes go to the socket in pieces (each event from its own
+        # buffer), or in one compressed buffer: the driver must read the same events.
+        start = coll.database.command("ping")["operationTime"]
+        docs = [{"_id": i, "pad": chr(65 + i % 26) * (1000 + i % 7)} for i in range(3000)]
+        coll.insert_many(docs)
+        kwargs = {"compressors": compressors} if compressors else {}
+        with server.client(**kwargs) as c:
+            reply = c[coll.database.name].command(
+                "aggregate", coll.name, cursor={"batchSize": 2500},
+                pipeline=[{"$changeStream": {"startAtOperationTime": start}}])
+            first = reply["cursor"]["firstBatch"]
+            more = c[coll.database.name].command(
+                "getMore", reply["cursor"]["id"], collection=coll.name, batchSize=2500)["cursor"]
+            got = first + more["nextBatch"]
+        assert [e["fullDocument"] for e in got] == docs
+        assert len(first) == 2500
+        assert reply["cursor"]["postBatchResumeToken"] == first[-1]["_id"]
+        assert more["postBatchResumeToken"] == got[-1]["_id"]
+
     def test_await_returns_empty_batch_and_keeps_cursor(self, coll):
         reply = raw_aggregate(coll.database, coll.name)
         cid = reply["cursor"]["id"]

@@ -37,12 +37,10 @@ async fn stream_get_more(
         let open = reply.body.is_ok_with_open_cursor();
         let id = next_request_id();
         let flags = if open { msg_flags::MORE_TO_COME } else { 0 };
-        let bytes = reply.body.into_msg(id, response_to, flags);
-        let bytes = match compressor {
-            Some(c) => wire::compress(&bytes, c),
-            None => bytes,
-        };
-        wr.write_all(&bytes)
+        reply
+            .body
+            .into_msg(id, response_to, flags)
+            .write_to(wr, compressor)
             .await
             .map_err(|e| format!("write failed: {e}"))?;
         if !open {
@@ -225,14 +223,18 @@ async fn serve(
                         return Err("closed by a failCommand fail point".into());
                     }
                     let body = reply.body.into_document();
-                    wire::encode_reply(next_request_id(), header.request_id, 8, 0, 0, &[body])
+                    commands::Outgoing::Flat(wire::encode_reply(
+                        next_request_id(),
+                        header.request_id,
+                        8,
+                        0,
+                        0,
+                        &[body],
+                    ))
                 }
             };
-            let bytes = match compressor {
-                Some(c) => wire::compress(&reply, c),
-                None => reply,
-            };
-            wr.write_all(&bytes)
+            reply
+                .write_to(&mut wr, compressor)
                 .await
                 .map_err(|e| format!("write failed: {e}"))?;
         }

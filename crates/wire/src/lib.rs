@@ -19,7 +19,8 @@ pub use compression::{compress, Compressor};
 pub use error::WireError;
 pub use frame::{read_message, Header};
 pub use op_msg::{
-    encode_msg, encode_op_msg, finish_msg_in_place, DocumentSequence, OpMsg, MSG_BODY_OFFSET,
+    encode_msg, encode_op_msg, finish_msg_in_place, DocumentSequence, OpMsg, PiecedMsg,
+    MSG_BODY_OFFSET,
 };
 pub use op_query::{encode_query, encode_reply, OpQuery};
 pub use request::{decode, Request};

@@ -215,6 +215,127 @@ pub fn finish_msg_in_place(
     finish_with_checksum(buf, flags)
 }
 
+/// An OP_MSG kept in pieces: the bytes the server writes itself (header, element
+/// names, lengths, the reply's tail) and documents that go to the socket as they are,
+/// in the order `framing[..cuts[0]]`, `docs[0]`, `framing[cuts[0]..cuts[1]]`,
+/// `docs[1]`, ..., `framing[cuts[n-1]..]`. A batch of 10,000 change events (13 MB)
+/// is then written with `writev` straight from the events' own buffers: copying it
+/// into one message buffer first was a tenth of a catch-up's server CPU, most of it
+/// page faults on the fresh 13 MB buffer.
+#[derive(Debug, Default)]
+pub struct PiecedMsg {
+    framing: Vec<u8>,
+    cuts: Vec<usize>,
+    docs: Vec<Vec<u8>>,
+    /// Bytes of `docs` together.
+    docs_len: usize,
+}
+
+/// Most slices handed to one `writev` (Linux's IOV_MAX).
+const MAX_SLICES_PER_WRITE: usize = 1024;
+
+impl PiecedMsg {
+    /// Starts a message whose body will begin at [`MSG_BODY_OFFSET`] of the framing.
+    pub fn new() -> PiecedMsg {
+        PiecedMsg {
+            framing: vec![0; MSG_BODY_OFFSET],
+            ..PiecedMsg::default()
+        }
+    }
+
+    /// The framing written so far (the caller appends to it).
+    pub fn framing(&mut self) -> &mut Vec<u8> {
+        &mut self.framing
+    }
+
+    /// Places a document (its whole encoding) at the current end of the framing.
+    pub fn push_doc(&mut self, doc: Vec<u8>) {
+        self.cuts.push(self.framing.len());
+        self.docs_len += doc.len();
+        self.docs.push(doc);
+    }
+
+    /// Bytes of the documents placed after framing offset `at` (what a length written
+    /// at `at` must add to the framing's own bytes).
+    pub fn docs_len_after(&self, at: usize) -> usize {
+        let first = self.cuts.partition_point(|&c| c <= at);
+        self.docs[first..].iter().map(Vec::len).sum()
+    }
+
+    /// The message's length in bytes.
+    pub fn len(&self) -> usize {
+        self.framing.len() + self.docs_len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Writes the header (the body must be complete). A checksum needs the whole
+    /// message in one buffer: [`PiecedMsg::flatten`] then.
+    pub fn finish(&mut self, request_id: i32, response_to: i32, flags: u32) {
+        assert!(
+            flags & msg_flags::CHECKSUM_PRESENT == 0,
+            "a pieced message carries no checksum"
+        );
+        assert!(
+            self.framing.len() > MSG_BODY_OFFSET,
+            "an OP_MSG needs a body"
+        );
+        let head = begin_message(request_id, response_to, opcode::MSG);
+        self.framing[..16].copy_from_slice(&head);
+        let len = i32::try_from(self.len()).unwrap_or(i32::MAX);
+        self.framing[..4].copy_from_slice(&len.to_le_bytes());
+        self.framing[16..20].copy_from_slice(&flags.to_le_bytes());
+        self.framing[20] = SECTION_BODY;
+    }
+
+    /// The pieces in order, empty ones left out.
+    pub fn slices(&self) -> Vec<std::io::IoSlice<'_>> {
+        let mut out = Vec::with_capacity(2 * self.docs.len() + 1);
+        let mut from = 0;
+        for (&cut, doc) in self.cuts.iter().zip(&self.docs) {
+            if cut > from {
+                out.push(std::io::IoSlice::new(&self.framing[from..cut]));
+            }
+            out.push(std::io::IoSlice::new(doc));
+            from = cut;
+        }
+        if self.framing.len() > from {
+            out.push(std::io::IoSlice::new(&self.framing[from..]));
+        }
+        out
+    }
+
+    /// The message in one buffer.
+    pub fn flatten(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.len());
+        for s in self.slices() {
+            out.extend_from_slice(&s);
+        }
+        out
+    }
+
+    /// Writes the whole message with vectored writes.
+    pub async fn write_to<W: tokio::io::AsyncWrite + Unpin>(
+        &self,
+        w: &mut W,
+    ) -> std::io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        let mut slices = self.slices();
+        let mut rest: &mut [std::io::IoSlice<'_>] = &mut slices;
+        while !rest.is_empty() {
+            let take = rest.len().min(MAX_SLICES_PER_WRITE);
+            let n = w.write_vectored(&rest[..take]).await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            std::io::IoSlice::advance_slices(&mut rest, n);
+        }
+        Ok(())
+    }
+}
+
 /// Encodes a full OP_MSG, body and document sequences, as a driver would send it.
 ///
 /// Used by tests and benchmark clients; the server itself only needs [`encode_msg`].
@@ -299,6 +420,91 @@ mod tests {
             (7, 0, opcode::MSG)
         );
         assert_eq!(decode_bytes(&bytes).unwrap(), msg);
+    }
+
+    /// A pieced message is byte for byte the message built in one buffer, and
+    /// writes whole through a writer that takes a few bytes at a time.
+    #[tokio::test]
+    async fn pieced_msg_equals_the_flat_one() {
+        let docs: Vec<RawDocumentBuf> = (0..3000)
+            .map(|i| {
+                RawDocumentBuf::from_document(&doc! {"n": i as i64, "pad": "x".repeat(i % 7)})
+                    .unwrap()
+            })
+            .collect();
+        let body = doc! {"batch": docs.iter().map(|d| Bson::Document(d.to_document().unwrap())).collect::<Vec<_>>(), "ok": 1.0};
+        let flat = encode_msg(3, 4, 0, &body);
+
+        let mut p = PiecedMsg::new();
+        let f = p.framing();
+        let body_at = f.len();
+        f.extend_from_slice(&[0; 4]);
+        f.push(0x04);
+        f.extend_from_slice(b"batch\0");
+        let array_at = f.len();
+        f.extend_from_slice(&[0; 4]);
+        for (i, d) in docs.iter().enumerate() {
+            let f = p.framing();
+            f.push(0x03);
+            f.extend_from_slice(i.to_string().as_bytes());
+            f.push(0);
+            p.push_doc(d.as_bytes().to_vec());
+        }
+        let f = p.framing();
+        f.push(0);
+        f.push(0x01);
+        f.extend_from_slice(b"ok\0");
+        f.extend_from_slice(&1.0f64.to_le_bytes());
+        f.push(0);
+        for at in [body_at, array_at] {
+            let own = p.framing.len() - at - if at == array_at { 1 + 3 + 8 + 1 } else { 0 };
+            let len = (own + p.docs_len_after(at)) as i32;
+            p.framing()[at..at + 4].copy_from_slice(&len.to_le_bytes());
+        }
+        p.finish(3, 4, 0);
+        assert_eq!(p.len(), flat.len());
+        assert_eq!(p.flatten(), flat);
+
+        // A writer taking at most 7 bytes per call: partial vectored writes resume.
+        struct Trickle(Vec<u8>);
+        impl tokio::io::AsyncWrite for Trickle {
+            fn poll_write(
+                mut self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+                buf: &[u8],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                let n = buf.len().min(7);
+                self.0.extend_from_slice(&buf[..n]);
+                std::task::Poll::Ready(Ok(n))
+            }
+            fn poll_flush(
+                self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::task::Poll::Ready(Ok(()))
+            }
+            fn poll_shutdown(
+                self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::task::Poll::Ready(Ok(()))
+            }
+        }
+        let mut w = Trickle(Vec::new());
+        p.write_to(&mut w).await.unwrap();
+        assert_eq!(w.0, flat);
+        // And through a writer that takes vectors (a socket pair).
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            tokio::io::AsyncReadExt::read_to_end(&mut b, &mut got)
+                .await
+                .unwrap();
+            got
+        });
+        p.write_to(&mut a).await.unwrap();
+        drop(a);
+        assert_eq!(reader.await.unwrap(), flat);
     }
 
     #[test]

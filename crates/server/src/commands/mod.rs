@@ -65,16 +65,57 @@ pub struct Reply {
 pub enum Body {
     Doc(Document),
     Msg(Vec<u8>),
+    /// A large batch of raw documents, written to the socket from their own buffers.
+    Pieced(tailstream_wire::PiecedMsg),
 }
+
+/// An encoded reply, ready for the socket.
+pub enum Outgoing {
+    Flat(Vec<u8>),
+    Pieced(tailstream_wire::PiecedMsg),
+}
+
+impl Outgoing {
+    /// Writes the reply, compressed with `compressor` if the client asked for it.
+    pub async fn write_to<W: tokio::io::AsyncWrite + Unpin>(
+        self,
+        w: &mut W,
+        compressor: Option<tailstream_wire::Compressor>,
+    ) -> std::io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        match (self, compressor) {
+            (Outgoing::Flat(b), None) => w.write_all(&b).await,
+            (Outgoing::Flat(b), Some(c)) => w.write_all(&tailstream_wire::compress(&b, c)).await,
+            (Outgoing::Pieced(p), None) => p.write_to(w).await,
+            (Outgoing::Pieced(p), Some(c)) => {
+                w.write_all(&tailstream_wire::compress(&p.flatten(), c))
+                    .await
+            }
+        }
+    }
+}
+
+/// Batches with at least this many bytes of documents go out pieced; smaller ones are
+/// copied into one buffer (one `write`, and the copy costs little).
+const PIECED_REPLY_BYTES: usize = 256 << 10;
 
 impl Body {
     fn raw_body(buf: &[u8]) -> Option<&bson::RawDocument> {
         bson::RawDocument::from_bytes(&buf[tailstream_wire::MSG_BODY_OFFSET..]).ok()
     }
 
+    /// A pieced body in one buffer (for the rare readers of a whole reply).
+    fn flat(self) -> Body {
+        match self {
+            Body::Pieced(p) => Body::Msg(p.flatten()),
+            other => other,
+        }
+    }
+
     /// `ok: 1` with a cursor that stays open (exhaust getMore keeps streaming then).
     pub fn is_ok_with_open_cursor(&self) -> bool {
         match self {
+            Body::Pieced(p) => Body::Msg(p.flatten()).is_ok_with_open_cursor(),
             Body::Doc(d) => {
                 d.get_f64("ok").unwrap_or(0.0) == 1.0
                     && d.get_document("cursor")
@@ -95,19 +136,40 @@ impl Body {
         }
     }
 
-    pub fn into_msg(self, request_id: i32, response_to: i32, flags: u32) -> Vec<u8> {
+    pub fn into_msg(self, request_id: i32, response_to: i32, flags: u32) -> Outgoing {
+        use tailstream_wire::msg_flags::CHECKSUM_PRESENT;
         match self {
-            Body::Doc(d) => tailstream_wire::encode_msg(request_id, response_to, flags, &d),
-            Body::Msg(m) => tailstream_wire::finish_msg_in_place(m, request_id, response_to, flags),
+            Body::Doc(d) => Outgoing::Flat(tailstream_wire::encode_msg(
+                request_id,
+                response_to,
+                flags,
+                &d,
+            )),
+            Body::Msg(m) => Outgoing::Flat(tailstream_wire::finish_msg_in_place(
+                m,
+                request_id,
+                response_to,
+                flags,
+            )),
+            Body::Pieced(p) if flags & CHECKSUM_PRESENT != 0 => {
+                Body::Pieced(p)
+                    .flat()
+                    .into_msg(request_id, response_to, flags)
+            }
+            Body::Pieced(mut p) => {
+                p.finish(request_id, response_to, flags);
+                Outgoing::Pieced(p)
+            }
         }
     }
 
     pub fn into_document(self) -> Document {
-        match self {
+        match self.flat() {
             Body::Doc(d) => d,
             Body::Msg(m) => Self::raw_body(&m)
                 .and_then(|r| Document::try_from(r).ok())
                 .unwrap_or_default(),
+            Body::Pieced(_) => unreachable!("flattened above"),
         }
     }
 }
@@ -147,35 +209,46 @@ fn close(out: &mut Vec<u8>, at: usize) {
 }
 
 /// The reply of a raw cursor batch, `{cursor: {<batch>: [...], postBatchResumeToken, id, ns},
-/// ok: 1, ...}`, written in one pass into an OP_MSG buffer of the right size (events are
-/// copied once; no intermediate documents, no buffer regrowth).
-fn raw_cursor_reply(state: &ServerState, c: RawCursor) -> Vec<u8> {
+/// ok: 1, ...}`, written in one pass with no intermediate documents: the events either
+/// stay in their own buffers (a large batch, written to the socket pieced) or are
+/// copied once into an OP_MSG buffer of the right size.
+fn raw_cursor_reply(state: &ServerState, c: RawCursor) -> Body {
     /// The elements of an encoded document (without its length and final 0).
     fn elements_of(out: &mut Vec<u8>, doc: &[u8]) {
         out.extend_from_slice(&doc[4..doc.len() - 1]);
     }
-    let docs_len: usize = c.docs.iter().map(|d| d.as_bytes().len() + 9).sum();
-    let mut out = Vec::with_capacity(tailstream_wire::MSG_BODY_OFFSET + docs_len + 512);
-    out.resize(tailstream_wire::MSG_BODY_OFFSET, 0);
+    let docs_len: usize = c.docs.iter().map(|d| d.as_bytes().len()).sum();
+    let pieced = docs_len >= PIECED_REPLY_BYTES;
+    let mut msg = tailstream_wire::PiecedMsg::new();
+    let mut flat = Vec::new();
+    let out = if pieced {
+        msg.framing()
+    } else {
+        flat.reserve(tailstream_wire::MSG_BODY_OFFSET + docs_len + 9 * c.docs.len() + 512);
+        flat.resize(tailstream_wire::MSG_BODY_OFFSET, 0);
+        &mut flat
+    };
     let body_at = out.len();
     out.extend_from_slice(&[0; 4]);
-    let cursor_at = open(&mut out, 0x03, "cursor");
-    let array_at = open(
-        &mut out,
-        0x04,
-        if c.first { "firstBatch" } else { "nextBatch" },
-    );
+    let cursor_at = open(out, 0x03, "cursor");
+    let array_at = open(out, 0x04, if c.first { "firstBatch" } else { "nextBatch" });
     // Array keys "0", "1", ...: `itoa` rather than `write!` (whose formatting
     // machinery showed at 1% of a catch-up's server CPU).
     let mut name = itoa::Buffer::new();
-    for (i, d) in c.docs.iter().enumerate() {
+    for (i, d) in c.docs.into_iter().enumerate() {
+        let out = if pieced { msg.framing() } else { &mut flat };
         out.push(0x03);
         out.extend_from_slice(name.format(i).as_bytes());
         out.push(0);
-        out.extend_from_slice(d.as_bytes());
+        if pieced {
+            msg.push_doc(d.into_bytes());
+        } else {
+            out.extend_from_slice(d.as_bytes());
+        }
     }
-    drop(c.docs);
-    close(&mut out, array_at);
+    let out = if pieced { msg.framing() } else { &mut flat };
+    out.push(0);
+    let array_end = out.len();
     let mut tail = RawDocumentBuf::new();
     if let Some(t) = c.post_batch_resume_token {
         if let Ok(raw) = RawDocumentBuf::from_document(&t) {
@@ -184,13 +257,32 @@ fn raw_cursor_reply(state: &ServerState, c: RawCursor) -> Vec<u8> {
     }
     tail.append("id", c.id);
     tail.append("ns", c.ns);
-    elements_of(&mut out, tail.as_bytes());
-    close(&mut out, cursor_at);
+    elements_of(out, tail.as_bytes());
+    out.push(0);
+    let cursor_end = out.len();
     // ok, $clusterTime and operationTime, as ok_reply adds them, written raw.
-    push_ok(&mut out);
-    push_cluster_time(&mut out, state.engine.cluster_time());
-    close(&mut out, body_at);
-    out
+    push_ok(out);
+    push_cluster_time(out, state.engine.cluster_time());
+    out.push(0);
+    // The three documents around the batch: their lengths count the events too (all
+    // of them lie inside each), which the pieced framing does not hold.
+    let events = if pieced { docs_len } else { 0 };
+    let out = if pieced { msg.framing() } else { &mut flat };
+    let body_end = out.len();
+    for (at, end) in [
+        (array_at, array_end),
+        (cursor_at, cursor_end),
+        (body_at, body_end),
+    ] {
+        let len = i32::try_from(end - at + events).expect("a reply under 2 GiB");
+        out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+    }
+    if pieced {
+        debug_assert_eq!(msg.docs_len_after(body_at), docs_len);
+        Body::Pieced(msg)
+    } else {
+        Body::Msg(flat)
+    }
 }
 
 /// Appends the element `ok: 1.0` to a document being written.
@@ -545,7 +637,7 @@ async fn run(
         Ok(Output::Doc(body)) => ok_reply(state, body),
         Ok(Output::Cursor(c)) => {
             return Reply {
-                body: Body::Msg(raw_cursor_reply(state, c)),
+                body: raw_cursor_reply(state, c),
                 close_connection: false,
             }
         }
