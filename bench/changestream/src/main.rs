@@ -44,6 +44,8 @@
 //! BENCHMARKS.md on stdout (a table per scenario, with its target and whether it
 //! was met); `--json FILE` writes every figure. `--quick` scales everything
 //! down to about a minute. Run it with `bash bench/changestream.sh`.
+//! `BENCH_CATCHUP_FLUSH=1` flushes the catch-up backlog to table files and waits 3 s
+//! before the stream opens (for profiling a small backlog, e.g. under callgrind).
 //! `BENCH_TRACE=1` prints every aggregate and getMore reply (duration, events,
 //! postBatchResumeToken) on stderr, to see what the server did when a figure
 //! looks wrong.

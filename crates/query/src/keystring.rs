@@ -175,12 +175,40 @@ impl KeyStringBuilder {
         put(buf, ctype::OBJECT, false);
         for item in raw {
             let (k, v) = item.map_err(|e| format_error(&format!("invalid BSON: {e}")))?;
-            let v = Bson::try_from(v.to_raw_bson())
-                .map_err(|e| format_error(&format!("invalid BSON: {e}")))?;
-            put(buf, generic_ctype(&v), false);
+            // The usual document keys straight from the raw value; anything else
+            // through `Bson` (the same bytes, with an allocation or more).
+            use bson::RawBsonRef as R;
+            let ctype = match v {
+                R::Int32(_) | R::Int64(_) | R::Double(_) => ctype::NUMERIC,
+                R::String(_) => ctype::STRING_LIKE,
+                R::ObjectId(_) => ctype::OID,
+                _ => {
+                    let v = Bson::try_from(v.to_raw_bson())
+                        .map_err(|e| format_error(&format!("invalid BSON: {e}")))?;
+                    put(buf, generic_ctype(&v), false);
+                    put_bytes(buf, k.as_bytes(), false);
+                    put(buf, 0, false);
+                    append_value(buf, &v, false);
+                    continue;
+                }
+            };
+            put(buf, ctype, false);
             put_bytes(buf, k.as_bytes(), false);
             put(buf, 0, false);
-            append_value(buf, &v, false);
+            match v {
+                R::Int32(i) => append_integer(buf, i as i64, false),
+                R::Int64(i) => append_integer(buf, i, false),
+                R::Double(d) => append_double(buf, d, DCM_EQUAL_TO_DOUBLE, false),
+                R::String(s) => {
+                    put(buf, ctype::STRING_LIKE, false);
+                    append_string_like(buf, s.as_bytes(), false);
+                }
+                R::ObjectId(o) => {
+                    put(buf, ctype::OID, false);
+                    put_bytes(buf, &o.bytes(), false);
+                }
+                _ => unreachable!("matched above"),
+            }
         }
         put(buf, 0, false);
         put(buf, 0, false);
@@ -189,6 +217,12 @@ impl KeyStringBuilder {
 
     pub fn append_ordered(&mut self, v: &Bson, ord: Ordering) {
         self.append(v, ord == Ordering::Descending);
+    }
+
+    /// Appends binary data (the same bytes as `append(&Bson::Binary(..))`, without
+    /// building the `Binary`).
+    pub fn append_binary(&mut self, subtype: u8, bytes: &[u8], descending: bool) {
+        append_binary(&mut self.buf, subtype, bytes, descending);
     }
 
     /// Appends `kEnd` (4), as mongod does after the last component of an index key
@@ -350,6 +384,18 @@ fn generic_ctype(v: &Bson) -> u8 {
     }
 }
 
+fn append_binary(buf: &mut Vec<u8>, subtype: u8, bytes: &[u8], inv: bool) {
+    put(buf, ctype::BIN_DATA, inv);
+    if bytes.len() < 0xff {
+        put(buf, bytes.len() as u8, inv);
+    } else {
+        put(buf, 0xff, inv);
+        put_bytes(buf, &(bytes.len() as u32).to_be_bytes(), inv);
+    }
+    put(buf, subtype, inv);
+    put_bytes(buf, bytes, inv);
+}
+
 fn append_value(buf: &mut Vec<u8>, v: &Bson, inv: bool) {
     match v {
         Bson::MinKey | Bson::MaxKey | Bson::Null | Bson::Undefined => {
@@ -374,17 +420,7 @@ fn append_value(buf: &mut Vec<u8>, v: &Bson, inv: bool) {
             }
             put(buf, 0, inv);
         }
-        Bson::Binary(b) => {
-            put(buf, ctype::BIN_DATA, inv);
-            if b.bytes.len() < 0xff {
-                put(buf, b.bytes.len() as u8, inv);
-            } else {
-                put(buf, 0xff, inv);
-                put_bytes(buf, &(b.bytes.len() as u32).to_be_bytes(), inv);
-            }
-            put(buf, u8::from(b.subtype), inv);
-            put_bytes(buf, &b.bytes, inv);
-        }
+        Bson::Binary(b) => append_binary(buf, u8::from(b.subtype), &b.bytes, inv),
         Bson::ObjectId(o) => {
             put(buf, ctype::OID, inv);
             put_bytes(buf, &o.bytes(), inv);

@@ -365,56 +365,53 @@ pub(crate) fn transform(
             .as_ref()
             .map(|k| 2 * k.raw().as_bytes().len())
             .unwrap_or(0);
-    let mut buf = Vec::with_capacity(estimate);
-    buf.extend_from_slice(&[5, 0, 0, 0, 0]);
-    let mut d = RawDocumentBuf::from_bytes(buf).map_err(|e| Error::internal(e.to_string()))?;
+    let mut d = EventWriter::with_capacity(estimate);
     if let Some(to) = &p.to {
         // mongod adds the rename target before everything else.
-        d.append("to", ns_raw(to));
+        d.doc("to", &ns_raw(to));
     }
-    d.append("_id", token.to_raw_document());
-    d.append("operationType", p.op_type);
-    d.append("clusterTime", bson::RawBson::Timestamp(keys::u64_to_ts(ts)));
+    d.name(0x03, "_id");
+    token.write_raw_document(&mut d.buf);
+    d.string("operationType", p.op_type);
+    d.timestamp("clusterTime", keys::u64_to_ts(ts));
     if spec.show_expanded && !p.view_event {
         if let Some(u) = uuid {
-            d.append(
-                "collectionUUID",
-                bson::RawBson::Binary(bson::Binary::from_uuid(u).into()),
-            );
+            d.uuid("collectionUUID", u);
         }
     }
     if let Some(wall) = f.wall {
-        d.append_ref("wallTime", wall);
+        d.value("wallTime", wall);
     }
     if let Some(full) = p.full_document {
-        d.append_ref("fullDocument", full);
+        d.doc("fullDocument", full);
     }
     match (&p.nss, &spec.collection_ns) {
-        (Cow::Borrowed(_), Some(own)) => d.append_ref("ns", own),
-        _ => d.append("ns", ns_raw(&p.nss)),
+        (Cow::Borrowed(_), Some(own)) => d.doc("ns", own),
+        _ => d.doc("ns", &ns_raw(&p.nss)),
     }
     if let Some(k) = &p.document_key {
-        d.append_ref("documentKey", k.raw());
+        d.doc("documentKey", k.raw());
     }
     if spec.show_expanded {
         if let Some(desc) = &p.op_description {
-            d.append("operationDescription", to_raw(desc)?);
+            d.doc("operationDescription", &to_raw(desc)?);
         }
     }
     if let Some(mut ud) = p.update_description {
         if !spec.show_expanded {
             ud.remove("disambiguatedPaths");
         }
-        d.append("updateDescription", to_raw(&ud)?);
+        d.doc("updateDescription", &to_raw(&ud)?);
     }
     if let Some(s) = &p.state_before_change {
-        d.append("stateBeforeChange", to_raw(s)?);
+        d.doc("stateBeforeChange", &to_raw(s)?);
     }
     // A transaction's entries carry its session: mongod's events show it.
     if let (Some(lsid), Some(number)) = (f.lsid, f.txn_number) {
-        d.append("lsid", lsid.to_raw_document_buf());
-        d.append("txnNumber", number);
+        d.doc("lsid", lsid);
+        d.value("txnNumber", bson::RawBsonRef::Int64(number));
     }
+    let mut d = d.finish();
     let wants_images = match p.op_type {
         "update" => {
             spec.full_document != FullDocument::Default || spec.before_change != BeforeChange::Off
@@ -434,6 +431,84 @@ pub(crate) fn transform(
         token,
         invalidates,
     }))
+}
+
+/// Writes an event's BSON element by element (type, name, value). The `bson` crate's
+/// `RawDocumentBuf::append` checks each name and goes through its generic value
+/// writer, which came to a sixth of building an insert event; the names here are
+/// constants and the values already encoded.
+struct EventWriter {
+    buf: Vec<u8>,
+}
+
+impl EventWriter {
+    fn with_capacity(bytes: usize) -> EventWriter {
+        let mut buf = Vec::with_capacity(bytes);
+        buf.extend_from_slice(&[0; 4]);
+        EventWriter { buf }
+    }
+
+    /// An element's type and name (names are constants without NUL).
+    fn name(&mut self, element_type: u8, name: &str) {
+        debug_assert!(!name.as_bytes().contains(&0));
+        self.buf.push(element_type);
+        self.buf.extend_from_slice(name.as_bytes());
+        self.buf.push(0);
+    }
+
+    fn doc(&mut self, name: &str, d: &RawDocument) {
+        self.name(0x03, name);
+        self.buf.extend_from_slice(d.as_bytes());
+    }
+
+    fn string(&mut self, name: &str, s: &str) {
+        self.name(0x02, name);
+        let len = i32::try_from(s.len() + 1).expect("a string under 2 GiB");
+        self.buf.extend_from_slice(&len.to_le_bytes());
+        self.buf.extend_from_slice(s.as_bytes());
+        self.buf.push(0);
+    }
+
+    fn timestamp(&mut self, name: &str, ts: bson::Timestamp) {
+        self.name(0x11, name);
+        self.buf.extend_from_slice(&ts.increment.to_le_bytes());
+        self.buf.extend_from_slice(&ts.time.to_le_bytes());
+    }
+
+    fn uuid(&mut self, name: &str, u: bson::Uuid) {
+        self.name(0x05, name);
+        self.buf.extend_from_slice(&16i32.to_le_bytes());
+        self.buf.push(u8::from(bson::spec::BinarySubtype::Uuid));
+        self.buf.extend_from_slice(&u.bytes());
+    }
+
+    /// Any value: the common ones written here, the rest through the `bson` crate.
+    fn value(&mut self, name: &str, v: bson::RawBsonRef<'_>) {
+        match v {
+            bson::RawBsonRef::DateTime(t) => {
+                self.name(0x09, name);
+                self.buf
+                    .extend_from_slice(&t.timestamp_millis().to_le_bytes());
+            }
+            bson::RawBsonRef::Int64(n) => {
+                self.name(0x12, name);
+                self.buf.extend_from_slice(&n.to_le_bytes());
+            }
+            other => {
+                let mut one = RawDocumentBuf::new();
+                one.append_ref(name, other);
+                let bytes = one.as_bytes();
+                self.buf.extend_from_slice(&bytes[4..bytes.len() - 1]);
+            }
+        }
+    }
+
+    fn finish(mut self) -> RawDocumentBuf {
+        self.buf.push(0);
+        let len = i32::try_from(self.buf.len()).expect("an event under 2 GiB");
+        self.buf[..4].copy_from_slice(&len.to_le_bytes());
+        RawDocumentBuf::from_bytes(self.buf).expect("a well-formed event")
+    }
 }
 
 /// The invalidate event that follows an invalidating event.
@@ -571,4 +646,46 @@ fn lookup_current(
         return Ok(None);
     };
     crate::read::fetch(&engine.store, meta.id, &keys::id_key(id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The event writer writes what the `bson` crate's appends write.
+    #[test]
+    fn event_writer_matches_the_bson_crate() {
+        let inner = bson::rawdoc! {"a": 1, "b": "x"};
+        let uuid = bson::Uuid::new();
+        let ts = bson::Timestamp {
+            time: 7,
+            increment: 9,
+        };
+        let mut w = EventWriter::with_capacity(0);
+        let mut expected = RawDocumentBuf::new();
+        w.doc("d", &inner);
+        expected.append("d", inner.clone());
+        w.string("s", "héllo");
+        expected.append("s", "héllo");
+        w.string("empty", "");
+        expected.append("empty", "");
+        w.timestamp("t", ts);
+        expected.append("t", ts);
+        w.uuid("u", uuid);
+        expected.append("u", bson::Binary::from_uuid(uuid));
+        let values = [
+            bson::RawBsonRef::DateTime(bson::DateTime::from_millis(-3)),
+            bson::RawBsonRef::Int64(i64::MIN),
+            bson::RawBsonRef::Int32(5),
+            bson::RawBsonRef::Timestamp(ts),
+            bson::RawBsonRef::String("w"),
+            bson::RawBsonRef::Null,
+        ];
+        for (i, v) in values.into_iter().enumerate() {
+            let name = format!("v{i}");
+            w.value(&name, v);
+            expected.append_ref(name, v);
+        }
+        assert_eq!(w.finish().as_bytes(), expected.as_bytes());
+    }
 }

@@ -90,7 +90,9 @@ impl ResumeToken {
             b.append(&Bson::Boolean(self.from_invalidate), false);
         }
         match self.uuid {
-            Some(u) => b.append(&Bson::Binary(bson::Binary::from_uuid(u)), false),
+            Some(u) => {
+                b.append_binary(u8::from(bson::spec::BinarySubtype::Uuid), &u.bytes(), false)
+            }
             None if self.version >= 2 => b.append(&Bson::Null, false),
             None => {}
         }
@@ -111,20 +113,27 @@ impl ResumeToken {
     /// [`Self::to_document`] as raw BSON (what an event's `_id` is built from).
     /// Written as bytes into one buffer of the final size (built for every event).
     pub fn to_raw_document(&self) -> bson::RawDocumentBuf {
+        let mut v = Vec::new();
+        self.write_raw_document(&mut v);
+        bson::RawDocumentBuf::from_bytes(v).expect("a well-formed token document")
+    }
+
+    /// Appends the encoded `{_data: ...}` to `out` (an event being written).
+    pub fn write_raw_document(&self, out: &mut Vec<u8>) {
         let key = self.key_bytes();
         let hex_len = key.len() * 2;
         // length, string element "_data" (type, name, length, digits, NUL), final NUL
         let total = 4 + 1 + 6 + 4 + hex_len + 1 + 1;
-        let mut v = Vec::with_capacity(total);
-        v.extend_from_slice(&(total as i32).to_le_bytes());
-        v.push(0x02);
-        v.extend_from_slice(b"_data\0");
-        v.extend_from_slice(&((hex_len + 1) as i32).to_le_bytes());
-        keystring::push_hex_upper(&mut v, &key);
-        v.push(0);
-        v.push(0);
-        debug_assert_eq!(v.len(), total);
-        bson::RawDocumentBuf::from_bytes(v).expect("a well-formed token document")
+        out.reserve(total);
+        let start = out.len();
+        out.extend_from_slice(&(total as i32).to_le_bytes());
+        out.push(0x02);
+        out.extend_from_slice(b"_data\0");
+        out.extend_from_slice(&((hex_len + 1) as i32).to_le_bytes());
+        keystring::push_hex_upper(out, &key);
+        out.push(0);
+        out.push(0);
+        debug_assert_eq!(out.len() - start, total);
     }
 
     /// Parses a token given by a client (`resumeAfter`, `startAfter`).
@@ -286,7 +295,15 @@ mod tests {
     #[test]
     fn identifier_from_raw_key_matches_the_document_encoding() {
         let oid = bson::oid::ObjectId::parse_str("67c867a2fb1cbcd579f4e4de").unwrap();
-        for key in [doc! {"_id": oid}, doc! {"_id": 7, "sk": {"a": [1, "x"]}}] {
+        for key in [
+            doc! {"_id": oid},
+            doc! {"_id": 7, "sk": {"a": [1, "x"]}},
+            // Every type read straight from the raw value, with edge values.
+            doc! {"_id": i32::MIN, "a": i64::MIN, "b": i64::MAX, "c": -0.0, "d": f64::NAN},
+            doc! {"_id": 2.5, "e": f64::INFINITY, "f": 1e300, "g": 3i64, "h": 3.0},
+            doc! {"_id": "", "s": "a\u{0}b", "t": "é", "u": bson::oid::ObjectId::new()},
+            doc! {"_id": true, "n": Bson::Null, "dt": bson::DateTime::from_millis(-5)},
+        ] {
             let raw = bson::RawDocumentBuf::from_document(&key).unwrap();
             let mut b = KeyStringBuilder::new();
             b.append_string_and_raw_document("operationType", "update", "documentKey", &raw)
