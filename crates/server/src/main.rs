@@ -22,7 +22,58 @@ use tokio::net::TcpListener;
 // Every request and event builds and drops many small BSON values; glibc's malloc
 // spent more time consolidating free chunks than the server spent on the events.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: Mimalloc = Mimalloc;
+
+/// mimalloc, asked for its plain allocation whenever that is aligned enough. (The
+/// `mimalloc` crate passes every request to `mi_malloc_aligned`, which for blocks
+/// over 1 KiB takes mimalloc's generic over-allocating path even for byte-aligned
+/// data: a change event, an oplog entry, a document. That path was 8% of a
+/// catch-up's server instructions.) Every mimalloc block is a multiple of 8 bytes
+/// from a 16-byte-aligned page start, so alignments up to 8 hold for `mi_malloc`.
+struct Mimalloc;
+
+/// The alignment every mimalloc block has.
+const MIMALLOC_WORD_ALIGN: usize = 8;
+
+// SAFETY: each function hands the request to mimalloc with the layout's alignment
+// honoured: plainly where every block already has it, through the aligned entry
+// points otherwise; `mi_free` frees blocks from either.
+unsafe impl std::alloc::GlobalAlloc for Mimalloc {
+    #[inline]
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        use libmimalloc_sys as mi;
+        if layout.align() <= MIMALLOC_WORD_ALIGN {
+            mi::mi_malloc(layout.size()).cast()
+        } else {
+            mi::mi_malloc_aligned(layout.size(), layout.align()).cast()
+        }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        use libmimalloc_sys as mi;
+        if layout.align() <= MIMALLOC_WORD_ALIGN {
+            mi::mi_zalloc(layout.size()).cast()
+        } else {
+            mi::mi_zalloc_aligned(layout.size(), layout.align()).cast()
+        }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, _layout: std::alloc::Layout) {
+        libmimalloc_sys::mi_free(ptr.cast());
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        use libmimalloc_sys as mi;
+        if layout.align() <= MIMALLOC_WORD_ALIGN {
+            mi::mi_realloc(ptr.cast(), new_size).cast()
+        } else {
+            mi::mi_realloc_aligned(ptr.cast(), new_size, layout.align()).cast()
+        }
+    }
+}
 
 fn main() {
     disable_transparent_huge_pages();
@@ -222,5 +273,34 @@ async fn wait_for_signal(state: &ServerState) {
         _ = term.recv() => {},
         _ = int.recv() => {},
         _ = state.shutdown_requested.notified() => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::alloc::{GlobalAlloc, Layout};
+
+    /// Every block honours its layout's alignment, through allocation, zeroed
+    /// allocation and growth, and keeps its bytes when it grows.
+    #[test]
+    fn allocator_honours_alignment_and_contents() {
+        let a = super::Mimalloc;
+        for align in [1, 2, 4, 8, 16, 32, 64, 4096] {
+            for size in [1, 7, 8, 24, 100, 1000, 1025, 1300, 5000, 70_000] {
+                let layout = Layout::from_size_align(size, align).unwrap();
+                unsafe {
+                    let p = a.alloc(layout);
+                    assert!(!p.is_null() && p as usize % align == 0, "{size} {align}");
+                    std::ptr::write_bytes(p, 0xAB, size);
+                    let grown = a.realloc(p, layout, size * 3);
+                    assert!(grown as usize % align == 0, "realloc {size} {align}");
+                    assert!((0..size).all(|i| *grown.add(i) == 0xAB));
+                    a.dealloc(grown, Layout::from_size_align(size * 3, align).unwrap());
+                    let z = a.alloc_zeroed(layout);
+                    assert!(z as usize % align == 0 && (0..size).all(|i| *z.add(i) == 0));
+                    a.dealloc(z, layout);
+                }
+            }
+        }
     }
 }
