@@ -225,20 +225,18 @@ unsafe fn c_call(f: impl FnOnce(*mut *mut std::ffi::c_char)) -> std::result::Res
     Err(message)
 }
 
-/// Whether `b` is `a` plus one, both read as big-endian integers of the same width.
+/// Whether `b` is `a` plus one, both read as big-endian integers of the same width
+/// (without building `a + 1`: this runs for every entry a catching-up stream reads).
 fn is_successor(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }
-    let mut next = a.to_vec();
-    for byte in next.iter_mut().rev() {
-        let (v, carry) = byte.overflowing_add(1);
-        *byte = v;
-        if !carry {
-            return next == b;
-        }
-    }
-    false
+    // a + 1 keeps a's bytes up to its last byte below 0xFF, which goes up by one;
+    // the 0xFF bytes after it wrap to 0.
+    let Some(last) = a.iter().rposition(|&x| x != 0xFF) else {
+        return false;
+    };
+    a[..last] == b[..last] && b[last] == a[last] + 1 && b[last + 1..].iter().all(|&x| x == 0)
 }
 
 /// A set of writes applied atomically by `Store::commit`.
@@ -874,6 +872,20 @@ mod tests {
         assert!(!is_successor(&[0, 1], &[0, 3]));
         assert!(!is_successor(&[0xFF], &[0]));
         assert!(!is_successor(&[1], &[0, 2]));
+        // Every pair of 2-byte keys around the carries, against integer arithmetic.
+        let near = |v: u16| [v.wrapping_sub(1), v, v.wrapping_add(1)];
+        for a in (0..=u16::MAX)
+            .step_by(251)
+            .chain([0x00FF, 0x01FF, 0xFEFF, 0xFFFE, 0xFFFF])
+        {
+            for b in near(a.wrapping_add(1)).into_iter().chain(near(a)) {
+                assert_eq!(
+                    is_successor(&a.to_be_bytes(), &b.to_be_bytes()),
+                    a.checked_add(1) == Some(b),
+                    "{a:#x} {b:#x}"
+                );
+            }
+        }
     }
 
     #[test]
