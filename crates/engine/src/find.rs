@@ -73,7 +73,7 @@ pub struct CursorBatch {
     /// Change streams: the resume token of the position after this batch.
     pub post_batch_resume_token: Option<Document>,
     /// Change streams: the events, as built from the oplog (never decoded).
-    pub raw_docs: Vec<bson::RawDocumentBuf>,
+    pub raw_docs: Vec<crate::changestream::SharedEvent>,
 }
 
 /// Most documents a tailable cursor's getMore returns when it runs on an async worker

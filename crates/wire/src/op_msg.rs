@@ -226,7 +226,7 @@ pub fn finish_msg_in_place(
 pub struct PiecedMsg {
     framing: Vec<u8>,
     cuts: Vec<usize>,
-    docs: Vec<Vec<u8>>,
+    docs: Vec<std::sync::Arc<RawDocumentBuf>>,
     /// Bytes of `docs` together.
     docs_len: usize,
 }
@@ -249,9 +249,9 @@ impl PiecedMsg {
     }
 
     /// Places a document (its whole encoding) at the current end of the framing.
-    pub fn push_doc(&mut self, doc: Vec<u8>) {
+    pub fn push_doc(&mut self, doc: std::sync::Arc<RawDocumentBuf>) {
         self.cuts.push(self.framing.len());
-        self.docs_len += doc.len();
+        self.docs_len += doc.as_bytes().len();
         self.docs.push(doc);
     }
 
@@ -259,7 +259,7 @@ impl PiecedMsg {
     /// at `at` must add to the framing's own bytes).
     pub fn docs_len_after(&self, at: usize) -> usize {
         let first = self.cuts.partition_point(|&c| c <= at);
-        self.docs[first..].iter().map(Vec::len).sum()
+        self.docs[first..].iter().map(|d| d.as_bytes().len()).sum()
     }
 
     /// The message's length in bytes.
@@ -298,7 +298,7 @@ impl PiecedMsg {
             if cut > from {
                 out.push(std::io::IoSlice::new(&self.framing[from..cut]));
             }
-            out.push(std::io::IoSlice::new(doc));
+            out.push(std::io::IoSlice::new(doc.as_bytes()));
             from = cut;
         }
         if self.framing.len() > from {
@@ -448,7 +448,7 @@ mod tests {
             f.push(0x03);
             f.extend_from_slice(i.to_string().as_bytes());
             f.push(0);
-            p.push_doc(d.as_bytes().to_vec());
+            p.push_doc(std::sync::Arc::new(d.clone()));
         }
         let f = p.framing();
         f.push(0);

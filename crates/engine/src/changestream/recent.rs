@@ -31,7 +31,7 @@ pub struct RecentEntry {
     /// The change event of a CRUD entry for streams with default options, built by
     /// the first such stream and copied by the others (fan-out: one build, not one
     /// per stream).
-    pub plain_event: std::sync::OnceLock<Option<(bson::RawDocumentBuf, super::token::ResumeToken)>>,
+    pub plain_event: std::sync::OnceLock<Option<(super::SharedEvent, super::token::ResumeToken)>>,
 }
 
 impl RecentEntry {

@@ -184,7 +184,7 @@ pub enum Output {
 pub struct RawCursor {
     /// `firstBatch` (aggregate) or `nextBatch` (getMore).
     pub first: bool,
-    pub docs: Vec<RawDocumentBuf>,
+    pub docs: Vec<std::sync::Arc<RawDocumentBuf>>,
     pub post_batch_resume_token: Option<Document>,
     pub id: i64,
     pub ns: String,
@@ -241,7 +241,7 @@ fn raw_cursor_reply(state: &ServerState, c: RawCursor) -> Body {
         out.extend_from_slice(name.format(i).as_bytes());
         out.push(0);
         if pieced {
-            msg.push_doc(d.into_bytes());
+            msg.push_doc(d);
         } else {
             out.extend_from_slice(d.as_bytes());
         }
