@@ -8,6 +8,9 @@
 # resume scenario drops the page cache (root only; it says whether it could)
 # and needs about 2 × 1.8 GB of free disk under --data-dir (default /tmp).
 # BENCH_TRACE=1 prints every aggregate/getMore reply (duration, events, resume token).
+# BENCH_CATCHUP_FLUSH=1 flushes the catch-up backlog to table files and waits 3 s before
+# the stream opens (to profile a small backlog, e.g. the server under valgrind --tool=callgrind
+# with --server-bin pointing at a wrapper script; BENCHMARKS.md, change streams run 13).
 # The benchmark has its own target directory ($BENCH_TARGET_DIR, by default
 # ~/.cache/tailstream/bench-target, shared with bench/ingest and bench/bus),
 # apart from the server's.
