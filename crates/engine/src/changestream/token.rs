@@ -35,6 +35,15 @@ pub struct ResumeToken {
     pub fragment: Option<i32>,
 }
 
+/// The components of a token that only change between collections (version, type,
+/// transaction index, invalidate flag, UUID), with their KeyString, of the last
+/// token encoded on this thread.
+type MiddleKey = (i32, i32, i64, bool, Option<bson::Uuid>);
+thread_local! {
+    static MIDDLE: std::cell::RefCell<Option<(MiddleKey, Vec<u8>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 impl ResumeToken {
     /// The position "everything before cluster time `ts` has been seen".
     pub fn high_water_mark(ts: u64) -> ResumeToken {
@@ -81,6 +90,37 @@ impl ResumeToken {
         let mut b =
             KeyStringBuilder::with_capacity(48 + self.event_key.as_ref().map_or(0, |k| k.len()));
         b.append(&Bson::Timestamp(keys::u64_to_ts(self.ts)), false);
+        // The components between the time and the event's identifier are the same for
+        // every event of a collection: encoded once per thread while they stay the
+        // same (they were most of the work of encoding a catch-up's tokens).
+        let middle = (
+            self.version,
+            self.token_type,
+            self.txn_op_index,
+            self.from_invalidate,
+            self.uuid,
+        );
+        MIDDLE.with(|cached| {
+            let mut cached = cached.borrow_mut();
+            if cached.as_ref().map(|(k, _)| *k != middle).unwrap_or(true) {
+                *cached = Some((middle, self.encode_middle()));
+            }
+            b.append_encoded(&cached.as_ref().expect("just filled").1);
+        });
+        if let Some(key) = &self.event_key {
+            b.append_encoded(key);
+        }
+        if let Some(f) = self.fragment {
+            b.append(&Bson::Int32(f), false);
+        }
+        b.append_discriminator_end();
+        b.into_bytes()
+    }
+
+    /// The KeyString of the version, type, transaction index, invalidate flag and
+    /// collection UUID.
+    fn encode_middle(&self) -> Vec<u8> {
+        let mut b = KeyStringBuilder::with_capacity(32);
         b.append(&Bson::Int32(self.version), false);
         if self.version >= 1 {
             b.append(&Bson::Int32(self.token_type), false);
@@ -96,13 +136,6 @@ impl ResumeToken {
             None if self.version >= 2 => b.append(&Bson::Null, false),
             None => {}
         }
-        if let Some(key) = &self.event_key {
-            b.append_encoded(key);
-        }
-        if let Some(f) = self.fragment {
-            b.append(&Bson::Int32(f), false);
-        }
-        b.append_discriminator_end();
         b.into_bytes()
     }
 
@@ -315,6 +348,50 @@ mod tests {
                 doc! {"operationType": "update", "documentKey": key.clone()},
             );
             assert_eq!(from_raw.to_document(), from_doc.to_document());
+        }
+    }
+
+    /// The per-thread cache of a token's middle components never leaks one token's
+    /// components into another's encoding.
+    #[test]
+    fn cached_middle_components_follow_each_token() {
+        let u1 = bson::Uuid::new();
+        let u2 = bson::Uuid::new();
+        let mut tokens = vec![
+            ResumeToken::event(5, Some(u1), doc! {"operationType": "drop"}),
+            ResumeToken::event(5, Some(u2), doc! {"operationType": "drop"}),
+            ResumeToken::event(6, None, doc! {"operationType": "dropDatabase"}),
+            ResumeToken::high_water_mark(7),
+        ];
+        let mut invalidate = tokens[0].clone();
+        invalidate.from_invalidate = true;
+        tokens.push(invalidate);
+        let mut in_txn = tokens[1].clone();
+        in_txn.txn_op_index = 3;
+        tokens.push(in_txn);
+        let fresh = |t: &ResumeToken| {
+            MIDDLE.with(|c| *c.borrow_mut() = None);
+            t.key_bytes()
+        };
+        let expected: Vec<Vec<u8>> = tokens.iter().map(fresh).collect();
+        for round in 0..3 {
+            // Each token encoded right after each other one, in several orders.
+            for (at, t) in tokens
+                .iter()
+                .enumerate()
+                .rev()
+                .cycle()
+                .skip(round)
+                .take(2 * tokens.len())
+            {
+                assert_eq!(t.key_bytes(), expected[at], "token {at}, round {round}");
+            }
+        }
+        // Different tokens encode differently (the cache did not flatten them).
+        for i in 0..expected.len() {
+            for j in i + 1..expected.len() {
+                assert_ne!(expected[i], expected[j], "tokens {i} and {j}");
+            }
         }
     }
 
