@@ -178,19 +178,17 @@ impl KeyStringBuilder {
             // The usual document keys straight from the raw value; anything else
             // through `Bson` (the same bytes, with an allocation or more).
             use bson::RawBsonRef as R;
+            let mut converted = None;
             let ctype = match v {
                 R::Int32(_) | R::Int64(_) | R::Double(_) => ctype::NUMERIC,
                 R::String(_) => ctype::STRING_LIKE,
                 R::ObjectId(_) => ctype::OID,
-                _ => {
-                    let v = Bson::try_from(v.to_raw_bson())
-                        .map_err(|e| format_error(&format!("invalid BSON: {e}")))?;
-                    put(buf, generic_ctype(&v), false);
-                    put_bytes(buf, k.as_bytes(), false);
-                    put(buf, 0, false);
-                    append_value(buf, &v, false);
-                    continue;
-                }
+                _ => generic_ctype(
+                    converted.insert(
+                        Bson::try_from(v.to_raw_bson())
+                            .map_err(|e| format_error(&format!("invalid BSON: {e}")))?,
+                    ),
+                ),
             };
             put(buf, ctype, false);
             put_bytes(buf, k.as_bytes(), false);
@@ -207,7 +205,7 @@ impl KeyStringBuilder {
                     put(buf, ctype::OID, false);
                     put_bytes(buf, &o.bytes(), false);
                 }
-                _ => unreachable!("matched above"),
+                _ => append_value(buf, converted.as_ref().expect("converted above"), false),
             }
         }
         put(buf, 0, false);

@@ -207,12 +207,18 @@ pub fn finish_msg_in_place(
     response_to: i32,
     flags: u32,
 ) -> Vec<u8> {
+    write_msg_head(&mut buf, request_id, response_to, flags);
+    finish_with_checksum(buf, flags)
+}
+
+/// Writes an OP_MSG's header (its length left for the caller), flags and body section
+/// kind over the first [`MSG_BODY_OFFSET`] bytes of `buf`, whose body follows them.
+fn write_msg_head(buf: &mut [u8], request_id: i32, response_to: i32, flags: u32) {
     assert!(buf.len() > MSG_BODY_OFFSET, "an OP_MSG needs a body");
     let head = begin_message(request_id, response_to, opcode::MSG);
     buf[..16].copy_from_slice(&head);
     buf[16..20].copy_from_slice(&flags.to_le_bytes());
     buf[20] = SECTION_BODY;
-    finish_with_checksum(buf, flags)
 }
 
 /// An OP_MSG kept in pieces: the bytes the server writes itself (header, element
@@ -278,16 +284,9 @@ impl PiecedMsg {
             flags & msg_flags::CHECKSUM_PRESENT == 0,
             "a pieced message carries no checksum"
         );
-        assert!(
-            self.framing.len() > MSG_BODY_OFFSET,
-            "an OP_MSG needs a body"
-        );
-        let head = begin_message(request_id, response_to, opcode::MSG);
-        self.framing[..16].copy_from_slice(&head);
+        write_msg_head(&mut self.framing, request_id, response_to, flags);
         let len = i32::try_from(self.len()).unwrap_or(i32::MAX);
         self.framing[..4].copy_from_slice(&len.to_le_bytes());
-        self.framing[16..20].copy_from_slice(&flags.to_le_bytes());
-        self.framing[20] = SECTION_BODY;
     }
 
     /// The pieces in order, empty ones left out.
@@ -310,9 +309,13 @@ impl PiecedMsg {
     /// The message in one buffer.
     pub fn flatten(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.len());
-        for s in self.slices() {
-            out.extend_from_slice(&s);
+        let mut from = 0;
+        for (&cut, doc) in self.cuts.iter().zip(&self.docs) {
+            out.extend_from_slice(&self.framing[from..cut]);
+            out.extend_from_slice(doc.as_bytes());
+            from = cut;
         }
+        out.extend_from_slice(&self.framing[from..]);
         out
     }
 

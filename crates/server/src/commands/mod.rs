@@ -65,7 +65,8 @@ pub struct Reply {
 pub enum Body {
     Doc(Document),
     Msg(Vec<u8>),
-    /// A large batch of raw documents, written to the socket from their own buffers.
+    /// A batch of raw documents kept in their own buffers (written to the socket from
+    /// them when large).
     Pieced(tailstream_wire::PiecedMsg),
 }
 
@@ -95,8 +96,8 @@ impl Outgoing {
     }
 }
 
-/// Batches with at least this many bytes of documents go out pieced; smaller ones are
-/// copied into one buffer (one `write`, and the copy costs little).
+/// Pieced replies of at least this many bytes go out pieced; smaller ones are copied
+/// into one buffer (one `write`, and the copy costs little).
 const PIECED_REPLY_BYTES: usize = 256 << 10;
 
 impl Body {
@@ -151,7 +152,9 @@ impl Body {
                 response_to,
                 flags,
             )),
-            Body::Pieced(p) if flags & CHECKSUM_PRESENT != 0 => {
+            // A small batch goes out in one buffer (one `write`, and the copy costs
+            // little); a checksum needs the whole message in one buffer.
+            Body::Pieced(p) if p.len() < PIECED_REPLY_BYTES || flags & CHECKSUM_PRESENT != 0 => {
                 Body::Pieced(p)
                     .flat()
                     .into_msg(request_id, response_to, flags)
@@ -209,25 +212,16 @@ fn close(out: &mut Vec<u8>, at: usize) {
 }
 
 /// The reply of a raw cursor batch, `{cursor: {<batch>: [...], postBatchResumeToken, id, ns},
-/// ok: 1, ...}`, written in one pass with no intermediate documents: the events either
-/// stay in their own buffers (a large batch, written to the socket pieced) or are
-/// copied once into an OP_MSG buffer of the right size.
+/// ok: 1, ...}`, written in one pass with no intermediate documents: the events stay in
+/// their own buffers (see [`Body::into_msg`] for when they are copied into one).
 fn raw_cursor_reply(state: &ServerState, c: RawCursor) -> Body {
     /// The elements of an encoded document (without its length and final 0).
     fn elements_of(out: &mut Vec<u8>, doc: &[u8]) {
         out.extend_from_slice(&doc[4..doc.len() - 1]);
     }
     let docs_len: usize = c.docs.iter().map(|d| d.as_bytes().len()).sum();
-    let pieced = docs_len >= PIECED_REPLY_BYTES;
     let mut msg = tailstream_wire::PiecedMsg::new();
-    let mut flat = Vec::new();
-    let out = if pieced {
-        msg.framing()
-    } else {
-        flat.reserve(tailstream_wire::MSG_BODY_OFFSET + docs_len + 9 * c.docs.len() + 512);
-        flat.resize(tailstream_wire::MSG_BODY_OFFSET, 0);
-        &mut flat
-    };
+    let out = msg.framing();
     let body_at = out.len();
     out.extend_from_slice(&[0; 4]);
     let cursor_at = open(out, 0x03, "cursor");
@@ -236,17 +230,13 @@ fn raw_cursor_reply(state: &ServerState, c: RawCursor) -> Body {
     // machinery showed at 1% of a catch-up's server CPU).
     let mut name = itoa::Buffer::new();
     for (i, d) in c.docs.into_iter().enumerate() {
-        let out = if pieced { msg.framing() } else { &mut flat };
+        let out = msg.framing();
         out.push(0x03);
         out.extend_from_slice(name.format(i).as_bytes());
         out.push(0);
-        if pieced {
-            msg.push_doc(d);
-        } else {
-            out.extend_from_slice(d.as_bytes());
-        }
+        msg.push_doc(d);
     }
-    let out = if pieced { msg.framing() } else { &mut flat };
+    let out = msg.framing();
     out.push(0);
     let array_end = out.len();
     let mut tail = RawDocumentBuf::new();
@@ -265,24 +255,17 @@ fn raw_cursor_reply(state: &ServerState, c: RawCursor) -> Body {
     push_cluster_time(out, state.engine.cluster_time());
     out.push(0);
     // The three documents around the batch: their lengths count the events too (all
-    // of them lie inside each), which the pieced framing does not hold.
-    let events = if pieced { docs_len } else { 0 };
-    let out = if pieced { msg.framing() } else { &mut flat };
+    // of them lie inside each), which the framing does not hold.
     let body_end = out.len();
     for (at, end) in [
         (array_at, array_end),
         (cursor_at, cursor_end),
         (body_at, body_end),
     ] {
-        let len = i32::try_from(end - at + events).expect("a reply under 2 GiB");
+        let len = i32::try_from(end - at + docs_len).expect("a reply under 2 GiB");
         out[at..at + 4].copy_from_slice(&len.to_le_bytes());
     }
-    if pieced {
-        debug_assert_eq!(msg.docs_len_after(body_at), docs_len);
-        Body::Pieced(msg)
-    } else {
-        Body::Msg(flat)
-    }
+    Body::Pieced(msg)
 }
 
 /// Appends the element `ok: 1.0` to a document being written.
