@@ -310,6 +310,30 @@ class TestOptions:
         assert reply["cursor"]["postBatchResumeToken"] == first[-1]["_id"]
         assert more["postBatchResumeToken"] == got[-1]["_id"]
 
+    def test_stream_behind_gets_a_full_batch(self, coll):
+        # 3,000 durable events wait in the server's recent oplog: one getMore returns
+        # as many as asked for, in order, whether read on the connection or in the pool.
+        db = coll.database
+        cur = raw_aggregate(db, coll.name)["cursor"]
+        durable = coll.with_options(write_concern=WriteConcern(w=1, j=True))
+        durable.insert_many([{"_id": i} for i in range(3000)])
+        more = db.command("getMore", cur["id"], collection=coll.name, batchSize=3000)["cursor"]
+        assert [e["documentKey"]["_id"] for e in more["nextBatch"]] == list(range(3000))
+        assert more["postBatchResumeToken"] == more["nextBatch"][-1]["_id"]
+        db.command("killCursors", coll.name, cursors=[cur["id"]])
+
+    def test_event_behind_many_filtered_entries_comes_without_waiting(self, coll):
+        # The one matching event follows 3,000 entries the filter passes over: the
+        # first getMore must find it, not wait out its await time with an empty batch.
+        db = coll.database
+        cur = raw_aggregate(db, coll.name, pipeline=[{"$match": {"fullDocument.k": 1}}])["cursor"]
+        durable = coll.with_options(write_concern=WriteConcern(w=1, j=True))
+        durable.insert_many([{"_id": i} for i in range(3000)])
+        durable.insert_one({"_id": "last", "k": 1})
+        more = db.command("getMore", cur["id"], collection=coll.name, maxTimeMS=60000)["cursor"]
+        assert [e["documentKey"]["_id"] for e in more["nextBatch"]] == ["last"]
+        db.command("killCursors", coll.name, cursors=[cur["id"]])
+
     def test_await_returns_empty_batch_and_keeps_cursor(self, coll):
         reply = raw_aggregate(coll.database, coll.name)
         cid = reply["cursor"]["id"]

@@ -393,14 +393,9 @@ impl Engine {
         let mut raw_docs = Vec::new();
         let result = match &mut c.source {
             Source::ChangeStream(stream) => {
-                // A memory-only read runs on an async worker: keep it short.
-                let want = match (memory_only, batch_size.unwrap_or(0)) {
-                    (true, 0) => crate::changestream::MAX_IN_MEMORY_BATCH,
-                    (true, n) => n.min(crate::changestream::MAX_IN_MEMORY_BATCH),
-                    (false, n) => n,
-                };
+                // A memory-only read runs on an async worker: the stream keeps it short.
                 let r = stream
-                    .next_batch(self, want, memory_only)
+                    .next_batch(self, batch_size.unwrap_or(0), memory_only)
                     .map(|(events, closed)| {
                         raw_docs = events;
                         (Vec::new(), closed)

@@ -297,8 +297,13 @@ fn enum_error(k: &str, v: &Bson) -> Error {
     }
 }
 
-/// Events at most in one memory-only read (it runs on an async worker thread).
+/// Events built at most by one read of the recent oplog in a memory-only getMore (it
+/// runs on an async worker thread); events already built are returned without limit.
 pub const MAX_IN_MEMORY_BATCH: usize = 256;
+
+/// Reads of the recent oplog at most in one memory-only getMore: a stream whose filter
+/// keeps passing over entries goes on in the blocking pool.
+const MAX_IN_MEMORY_READS: usize = 4;
 
 /// Internal (never sent): a memory-only read would need storage.
 pub const NEEDS_STORAGE: i32 = -1_000_001;
@@ -509,8 +514,9 @@ impl ChangeStream {
 
     /// Up to `want` events (0: as many as fit in a reply) that are durable now, and
     /// whether the stream ended (invalidated). Never waits.
-    /// With `memory_only`, reads only the recent oplog: when more would need storage,
-    /// returns what it has, or fails with [`NEEDS_STORAGE`] if that is nothing.
+    /// With `memory_only`, reads only the recent oplog, a bounded amount of it, and
+    /// answers only with the batch a full read would give: when that would need storage
+    /// or more reading, it puts back what it took and fails with [`NEEDS_STORAGE`].
     pub fn next_batch(
         &mut self,
         engine: &Engine,
@@ -537,6 +543,14 @@ impl ChangeStream {
         };
         let mut out = Vec::new();
         let mut bytes = 0usize;
+        // A memory-only read that gives up puts its events back and the token where it was.
+        let mut taken_tokens = Vec::new();
+        let pbrt_before = self.memory_only.then(|| self.pbrt.clone());
+        let mut reads_left = if self.memory_only {
+            MAX_IN_MEMORY_READS
+        } else {
+            usize::MAX
+        };
         loop {
             while let Some((doc, token)) = self.pending.pop_front() {
                 let size = doc.as_bytes().len();
@@ -546,6 +560,9 @@ impl ChangeStream {
                 }
                 bytes += size;
                 out.push(doc);
+                if self.memory_only {
+                    taken_tokens.push(token.clone());
+                }
                 self.advance_to(token);
             }
             if self.invalidated {
@@ -559,19 +576,40 @@ impl ChangeStream {
                 self.deferred_error = Some(e);
                 return Ok((out, false));
             }
-            match self.read_more(engine, &pipeline, &vars, want) {
-                Ok(true) => {}
-                Ok(false) => {
-                    if self.pending.is_empty() {
-                        self.advance_to(ResumeToken::high_water_mark(
-                            self.next_ts.saturating_sub(1),
-                        ));
+            let gave_up = if reads_left == 0 {
+                Some(needs_storage())
+            } else {
+                reads_left -= 1;
+                let read_want = if self.memory_only {
+                    want.saturating_sub(out.len()).min(MAX_IN_MEMORY_BATCH)
+                } else {
+                    want
+                };
+                match self.read_more(engine, &pipeline, &vars, read_want) {
+                    Ok(true) => None,
+                    Ok(false) => {
+                        if self.pending.is_empty() {
+                            self.advance_to(ResumeToken::high_water_mark(
+                                self.next_ts.saturating_sub(1),
+                            ));
+                        }
+                        return Ok((out, false));
                     }
-                    return Ok((out, false));
+                    Err(e) if e.code == NEEDS_STORAGE => Some(e),
+                    Err(e) => return Err(e),
                 }
-                // A memory-only read stops where storage would be needed.
-                Err(e) if e.code == NEEDS_STORAGE && !out.is_empty() => return Ok((out, false)),
-                Err(e) => return Err(e),
+            };
+            if let Some(e) = gave_up {
+                debug_assert!(self.memory_only, "only a memory-only read gives up");
+                debug_assert_eq!(out.len(), taken_tokens.len());
+                for (doc, token) in out.into_iter().zip(taken_tokens).rev() {
+                    self.pending.push_front((doc, token));
+                }
+                if let Some(t) = pbrt_before {
+                    // Safe to move back: the token only ever trails what was returned.
+                    self.pbrt = t;
+                }
+                return Err(e);
             }
         }
     }

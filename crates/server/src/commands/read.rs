@@ -195,17 +195,16 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
         let batch = if skip_look {
             None
         } else {
-            // After a wake-up a change stream's new events are in the recent oplog, and a
-            // tailable cursor's are the few documents just committed: read them right
-            // here; only a read that needs more goes to the blocking pool. A tailable
-            // cursor that keeps up (its last batch reached the end) reads here at once.
-            let in_memory = if !first_look || !change_stream {
-                match state.engine.get_more_in_memory(id, &ns, batch_size) {
-                    Err(e) if e.code == tailstream_engine::changestream::NEEDS_STORAGE => None,
-                    other => Some(other.map_err(label)?),
-                }
-            } else {
-                None
+            // A change stream that keeps up finds its new events in the recent oplog (or
+            // already built, read ahead), and a tailable cursor that keeps up (its last
+            // batch reached the end) the few documents just committed: read them right
+            // here; only a read that needs storage goes to the blocking pool. That is
+            // also the first look of a stream that fell a few commits behind, as each of
+            // a hundred streams woken by one commit does (the hand-off to the pool cost
+            // more than the read).
+            let in_memory = match state.engine.get_more_in_memory(id, &ns, batch_size) {
+                Err(e) if e.code == tailstream_engine::changestream::NEEDS_STORAGE => None,
+                other => Some(other.map_err(label)?),
             };
             let batch = match in_memory {
                 Some(b) => b,
