@@ -53,20 +53,21 @@ async fn stream_get_more(
 /// Runs a command while watching the client: if it closes the connection meanwhile,
 /// the command's operation is killed (ClientDisconnect), as mongod does, so a long
 /// `$where` or `sleep()` stops instead of running for nobody.
+/// The command comes pinned by the caller: a command's future is kilobytes, and taken
+/// by value it was copied into this function's own state once more per command.
 async fn until_client_gone<R: AsyncBufRead + Unpin, T>(
     rd: &mut R,
     info: &crate::current_op::ConnInfo,
     kills: &crate::current_op::Registry,
-    command: impl std::future::Future<Output = T>,
+    mut command: std::pin::Pin<&mut impl std::future::Future<Output = T>>,
 ) -> T {
-    tokio::pin!(command);
     let mut watching = true;
     loop {
         tokio::select! {
             // The command first: one that finishes at its first poll (most do) costs no
             // read attempt on the socket.
             biased;
-            out = &mut command => return out,
+            out = command.as_mut() => return out,
             // `fill_buf` is cancel safe and consumes nothing: bytes the client sends
             // (its next message) stay for the next read.
             filled = rd.fill_buf(), if watching => {
@@ -202,13 +203,9 @@ async fn serve(
                         continue;
                     }
                     let info = conn.info.clone();
-                    let reply = until_client_gone(
-                        &mut rd,
-                        &info,
-                        &state.current_ops,
-                        commands::dispatch(&state, &mut conn, cmd, payload),
-                    )
-                    .await;
+                    let command =
+                        std::pin::pin!(commands::dispatch(&state, &mut conn, cmd, payload));
+                    let reply = until_client_gone(&mut rd, &info, &state.current_ops, command).await;
                     if fire_and_forget {
                         continue;
                     }

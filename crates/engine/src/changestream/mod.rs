@@ -82,6 +82,9 @@ pub struct StreamSpec {
     pub collator: Option<std::sync::Arc<tailstream_query::collation::Collator>>,
     /// A collection stream's `ns` field, encoded once for all its events.
     pub(crate) collection_ns: Option<RawDocumentBuf>,
+    /// The oplog's `ns` of a collection stream (`db.coll`), or the prefix of a database
+    /// stream's (`db.`): made once, not per read.
+    scope_ns: Option<String>,
 }
 
 impl StreamSpec {
@@ -271,6 +274,11 @@ fn parse_spec(
         StreamSpec {
             collection_ns: match &scope {
                 Scope::Collection(c) => Some(event::ns_raw(c)),
+                _ => None,
+            },
+            scope_ns: match &scope {
+                Scope::Collection(c) => Some(c.full()),
+                Scope::Database(db) => Some(format!("{db}.")),
                 _ => None,
             },
             scope,
@@ -790,6 +798,11 @@ impl ChangeStream {
         doc: SharedEvent,
         token: ResumeToken,
     ) -> Result<()> {
+        if self.spec.stages.is_empty() && doc.as_bytes().len() <= MAX_EVENT_BYTES {
+            // No stages: the event itself, as it is (most streams, every event).
+            self.pending.push_back((doc, token));
+            return Ok(());
+        }
         let results = if self.spec.stages.is_empty() {
             vec![doc]
         } else {
@@ -851,17 +864,17 @@ impl ChangeStream {
     fn read_entries(&self, engine: &Engine, durable: u64) -> Result<Vec<ReadEntry>> {
         let mut out = Vec::new();
         let ns_full = match &self.spec.scope {
-            Scope::Collection(ns) => Some(ns.full()),
+            Scope::Collection(_) => self.spec.scope_ns.as_deref(),
             _ => None,
         };
         let db_prefix = match &self.spec.scope {
-            Scope::Database(db) => Some(format!("{db}.")),
+            Scope::Database(_) => self.spec.scope_ns.as_deref(),
             _ => None,
         };
         let in_memory = engine.recent.read(self.next_ts, durable, READ_CHUNK, |e| {
             match (&ns_full, &db_prefix) {
                 (Some(ns), _) => e.namespaces.iter().any(|n| n == ns),
-                (None, Some(prefix)) => e.namespaces.iter().any(|n| n.starts_with(prefix.as_str())),
+                (None, Some(prefix)) => e.namespaces.iter().any(|n| n.starts_with(prefix)),
                 (None, None) => true,
             }
         });

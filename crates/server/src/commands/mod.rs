@@ -96,9 +96,10 @@ impl Outgoing {
     }
 }
 
-/// Pieced replies of at least this many bytes go out pieced; smaller ones are copied
-/// into one buffer (one `write`, and the copy costs little).
-const PIECED_REPLY_BYTES: usize = 256 << 10;
+/// Pieced replies of at least this many bytes go out pieced (writev from the events'
+/// own buffers); smaller ones are copied into one buffer. Even a change stream's
+/// 10-event batch saves its copy: 1.2% of a hundred streams' server CPU.
+const PIECED_REPLY_BYTES: usize = 4 << 10;
 
 impl Body {
     fn raw_body(buf: &[u8]) -> Option<&bson::RawDocument> {
@@ -573,12 +574,23 @@ async fn run(
         .scope(
             op,
             crate::transactions::scope(open, async {
+                // Boxed but for getMore: a future is as large as its largest state, and
+                // every command's future is moved into place (8 KB copied per command when
+                // all were inline), which was 2.5% of a hundred change streams' CPU.
                 match name.as_str() {
                     "getMore" => read::get_more(state, db, &cmd).await,
-                    "aggregate" => read::aggregate(state, db, &cmd).await,
-                    _ => run_document_command(state, conn, db, &name, &cmd, payload, test_commands)
-                        .await
-                        .map(Output::Doc),
+                    "aggregate" => Box::pin(read::aggregate(state, db, &cmd)).await,
+                    _ => Box::pin(run_document_command(
+                        state,
+                        conn,
+                        db,
+                        &name,
+                        &cmd,
+                        payload,
+                        test_commands,
+                    ))
+                    .await
+                    .map(Output::Doc),
                 }
             }),
         )
