@@ -985,6 +985,9 @@ pub struct LatencyRow {
     pub wal_fsync: Option<WalFsyncs>,
     /// [`paced_log_latency`] at the row's pace, before and after it.
     pub durability_floor: Stats,
+    /// The same bare log during the row, at the same time as the server (its writes
+    /// and fsyncs add to the disk's load); only in the rows run with one alongside.
+    pub concurrent_floor: Option<Stats>,
 }
 
 /// Percentiles of the server's fsyncs over a span, from its histogram (10 µs buckets
@@ -1132,15 +1135,22 @@ pub async fn latency(
         wait_idle(server.pid, Duration::from_secs(30));
     }
     let mut rows = Vec::new();
-    for &rate in rates {
+    // Each rate twice: alone, then with a second bare log running alongside the row
+    // (the event p99 next to the disk's p99 of those very seconds).
+    let runs: Vec<(f64, bool)> = rates
+        .iter()
+        .flat_map(|&rate| [(rate, false), (rate, true)])
+        .collect();
+    for (rate, alongside) in runs {
         // insert_one every millisecond at 1,000/s; above, insert_many every millisecond.
         let batch = ((rate / 1000.0).round() as usize).max(1);
         let pace = Pace { rate, secs, batch };
         let total = pace.total();
-        let name = format!("latency{}", rate as u64);
+        let name = format!("latency{}{}", rate as u64, if alongside { "b" } else { "" });
         eprintln!(
-            "  {rate} inserts/s ({batch} per insert every {:.1} ms) for {secs} s",
-            batch as f64 / rate * 1e3
+            "  {rate} inserts/s ({batch} per insert every {:.1} ms) for {secs} s{}",
+            batch as f64 / rate * 1e3,
+            if alongside { ", a bare log alongside" } else { "" }
         );
         // The disk's durability floor at this pace, measured right before and right
         // after the row (the disk's stalls come and go: the two halves bracket it).
@@ -1197,12 +1207,28 @@ pub async fn latency(
             Ok(Err(e)) => bail!("latency {rate}/s: cannot open the stream: {e}"),
             Err(_) => bail!("latency {rate}/s: the consumer thread ended"),
         }
+        // With `alongside`, a second bare log runs during the row itself, from the
+        // producer's start: it meets the disk's stalls of the row's own seconds (its
+        // file is made first).
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let during = if alongside {
+            let concurrent = LogProbe::prepare(&server.dbpath(), "bench-log-probe-during")?;
+            Some(std::thread::spawn(move || -> Result<Vec<i64>> {
+                if go_rx.recv().is_err() {
+                    return Ok(Vec::new());
+                }
+                concurrent.run(&pace)
+            }))
+        } else {
+            None
+        };
         tokio::time::sleep(Duration::from_millis(500)).await;
         wait_idle(server.pid, Duration::from_secs(10));
         let status_client = client(&uri, 2).await?;
         let fsyncs_before = wal_fsync_histogram(&status_client).await;
         let mark = CpuMark::now(&server);
         let make: MakeDoc = Arc::new(|i, t| doc! {"i": i as i64, "t": t});
+        let _ = go_tx.send(());
         let producer = join_thread(spawn_producer(
             uri.clone(),
             "bench".into(),
@@ -1214,6 +1240,10 @@ pub async fn latency(
         .await?;
         let (lat, d) = join_thread(consumer).await?;
         let cpu = mark.span();
+        let concurrent_floor = match during {
+            Some(t) => Some(stats(join_thread(t).await??)),
+            None => None,
+        };
         let wal_fsync = match (fsyncs_before, wal_fsync_histogram(&status_client).await) {
             (Some(b), Some(a)) => wal_fsyncs_between(&b, &a),
             _ => None,
@@ -1240,6 +1270,12 @@ pub async fn latency(
             "    a bare log on this disk at the same pace (before and after the row): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
             durability_floor.p50_ms, durability_floor.p99_ms, durability_floor.max_ms
         );
+        if let Some(c) = &concurrent_floor {
+            eprintln!(
+                "    a bare log on this disk at the same pace during the row: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+                c.p50_ms, c.p99_ms, c.max_ms
+            );
+        }
         rows.push(LatencyRow {
             rate,
             batch,
@@ -1252,6 +1288,7 @@ pub async fn latency(
             error: d.error,
             wal_fsync,
             durability_floor,
+            concurrent_floor,
         });
     }
     wait_idle(server.pid, Duration::from_secs(10));
@@ -1323,8 +1360,20 @@ const LOG_PROBE_FILE_BYTES: u64 = 64 << 20;
 /// references) samples a fraction of a second and misses the disk's stalls of several
 /// milliseconds that come every second or so on a shared virtual disk.
 fn paced_log_latency(dir: &Path, pace: &Pace) -> Result<Vec<i64>> {
-    use std::os::unix::fs::FileExt;
-    let path = dir.join("bench-log-probe");
+    let probe = LogProbe::prepare(dir, "bench-log-probe")?;
+    probe.run(pace)
+}
+
+/// A bare log's file, written and synced in full before the log runs (so the run
+/// rewrites it in place, as a write-ahead log that reuses its files).
+struct LogProbe {
+    f: fs::File,
+    path: PathBuf,
+}
+
+impl LogProbe {
+    fn prepare(dir: &Path, name: &str) -> Result<LogProbe> {
+    let path = dir.join(name);
     let mut f = fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -1337,6 +1386,14 @@ fn paced_log_latency(dir: &Path, pace: &Pace) -> Result<Vec<i64>> {
         f.write_all(&chunk)?;
     }
     f.sync_all()?;
+    Ok(LogProbe { f, path })
+    }
+
+    /// Writes at `pace` from now on, each arrival made durable by the next fdatasync;
+    /// the latency of every write (its fsync's end minus its arrival).
+    fn run(self, pace: &Pace) -> Result<Vec<i64>> {
+    use std::os::unix::fs::FileExt;
+    let LogProbe { f, path } = self;
     let interval_ns = (pace.batch as f64 / pace.rate * 1e9) as i64;
     let batches = (pace.total() / pace.batch as u64) as i64;
     let batch_bytes = LOG_BYTES_PER_EVENT * pace.batch;
@@ -1374,6 +1431,7 @@ fn paced_log_latency(dir: &Path, pace: &Pace) -> Result<Vec<i64>> {
     drop(f);
     let _ = fs::remove_file(&path);
     Ok(out)
+    }
 }
 
 #[cfg(test)]
