@@ -309,9 +309,11 @@ fn enum_error(k: &str, v: &Bson) -> Error {
 /// runs on an async worker thread); events already built are returned without limit.
 pub const MAX_IN_MEMORY_BATCH: usize = 256;
 
-/// Reads of the recent oplog at most in one memory-only getMore: a stream whose filter
-/// keeps passing over entries goes on in the blocking pool.
-const MAX_IN_MEMORY_READS: usize = 4;
+/// Reads of the recent oplog at most in one memory-only getMore (the second usually
+/// only finds that nothing more is durable): a stream further behind, or whose filter
+/// keeps passing over entries, goes on in the blocking pool. One I/O thread serves
+/// every connection, so a read there builds at most 2 × 256 events.
+const MAX_IN_MEMORY_READS: usize = 2;
 
 /// Internal (never sent): a memory-only read would need storage.
 pub const NEEDS_STORAGE: i32 = -1_000_001;
