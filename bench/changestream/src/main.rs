@@ -723,7 +723,11 @@ fn markdown(rep: &Report) -> String {
             let row_name = format!(
                 "{} inserts/s{}",
                 fmt_int(r.rate as u64),
-                if r.concurrent_floor.is_some() { " (bare log alongside)" } else { "" }
+                if r.concurrent_floor.is_some() {
+                    " (bare log alongside)"
+                } else {
+                    ""
+                }
             );
             targets.push((
                 format!(

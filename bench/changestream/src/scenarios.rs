@@ -1150,7 +1150,11 @@ pub async fn latency(
         eprintln!(
             "  {rate} inserts/s ({batch} per insert every {:.1} ms) for {secs} s{}",
             batch as f64 / rate * 1e3,
-            if alongside { ", a bare log alongside" } else { "" }
+            if alongside {
+                ", a bare log alongside"
+            } else {
+                ""
+            }
         );
         // The disk's durability floor at this pace, measured right before and right
         // after the row (the disk's stalls come and go: the two halves bracket it).
@@ -1373,64 +1377,64 @@ struct LogProbe {
 
 impl LogProbe {
     fn prepare(dir: &Path, name: &str) -> Result<LogProbe> {
-    let path = dir.join(name);
-    let mut f = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .with_context(|| format!("cannot create {}", path.display()))?;
-    let chunk = vec![0u8; 1 << 20];
-    for _ in 0..LOG_PROBE_FILE_BYTES / chunk.len() as u64 {
-        f.write_all(&chunk)?;
-    }
-    f.sync_all()?;
-    Ok(LogProbe { f, path })
+        let path = dir.join(name);
+        let mut f = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        let chunk = vec![0u8; 1 << 20];
+        for _ in 0..LOG_PROBE_FILE_BYTES / chunk.len() as u64 {
+            f.write_all(&chunk)?;
+        }
+        f.sync_all()?;
+        Ok(LogProbe { f, path })
     }
 
     /// Writes at `pace` from now on, each arrival made durable by the next fdatasync;
     /// the latency of every write (its fsync's end minus its arrival).
     fn run(self, pace: &Pace) -> Result<Vec<i64>> {
-    use std::os::unix::fs::FileExt;
-    let LogProbe { f, path } = self;
-    let interval_ns = (pace.batch as f64 / pace.rate * 1e9) as i64;
-    let batches = (pace.total() / pace.batch as u64) as i64;
-    let batch_bytes = LOG_BYTES_PER_EVENT * pace.batch;
-    let record = filler(batch_bytes, 3).into_bytes();
-    let mut pending: Vec<u8> = Vec::new();
-    let mut out = Vec::with_capacity(pace.total() as usize);
-    let mut offset = 0u64;
-    let start = mono_ns();
-    let mut written = 0i64; // batches made durable (or being made durable)
-    while written < batches {
-        let now = mono_ns();
-        let arrived = (((now - start) / interval_ns) + 1).min(batches);
-        if arrived <= written {
-            let next = start + written * interval_ns;
-            std::thread::sleep(Duration::from_nanos((next - now).max(0) as u64));
-            continue;
+        use std::os::unix::fs::FileExt;
+        let LogProbe { f, path } = self;
+        let interval_ns = (pace.batch as f64 / pace.rate * 1e9) as i64;
+        let batches = (pace.total() / pace.batch as u64) as i64;
+        let batch_bytes = LOG_BYTES_PER_EVENT * pace.batch;
+        let record = filler(batch_bytes, 3).into_bytes();
+        let mut pending: Vec<u8> = Vec::new();
+        let mut out = Vec::with_capacity(pace.total() as usize);
+        let mut offset = 0u64;
+        let start = mono_ns();
+        let mut written = 0i64; // batches made durable (or being made durable)
+        while written < batches {
+            let now = mono_ns();
+            let arrived = (((now - start) / interval_ns) + 1).min(batches);
+            if arrived <= written {
+                let next = start + written * interval_ns;
+                std::thread::sleep(Duration::from_nanos((next - now).max(0) as u64));
+                continue;
+            }
+            pending.clear();
+            for _ in written..arrived {
+                pending.extend_from_slice(&record);
+            }
+            if offset + pending.len() as u64 > LOG_PROBE_FILE_BYTES {
+                offset = 0;
+            }
+            f.write_all_at(&pending, offset)?;
+            offset += pending.len() as u64;
+            f.sync_data()?;
+            let done = mono_ns();
+            for b in written..arrived {
+                let latency = done - (start + b * interval_ns);
+                out.extend(std::iter::repeat_n(latency, pace.batch));
+            }
+            written = arrived;
         }
-        pending.clear();
-        for _ in written..arrived {
-            pending.extend_from_slice(&record);
-        }
-        if offset + pending.len() as u64 > LOG_PROBE_FILE_BYTES {
-            offset = 0;
-        }
-        f.write_all_at(&pending, offset)?;
-        offset += pending.len() as u64;
-        f.sync_data()?;
-        let done = mono_ns();
-        for b in written..arrived {
-            let latency = done - (start + b * interval_ns);
-            out.extend(std::iter::repeat_n(latency, pace.batch));
-        }
-        written = arrived;
-    }
-    drop(f);
-    let _ = fs::remove_file(&path);
-    Ok(out)
+        drop(f);
+        let _ = fs::remove_file(&path);
+        Ok(out)
     }
 }
 

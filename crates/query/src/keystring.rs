@@ -346,12 +346,16 @@ fn simple_elements(b: &[u8], mut each: impl FnMut(&str, bson::RawBsonRef<'_>)) -
                     12,
                 ),
                 0x02 => {
-                    let len = usize::try_from(i32::from_le_bytes(fixed(4)?.try_into().ok()?)).ok()?;
+                    let len =
+                        usize::try_from(i32::from_le_bytes(fixed(4)?.try_into().ok()?)).ok()?;
                     let bytes = b.get(i + 4..(i + 4).checked_add(len)?)?;
                     if len == 0 || i + 4 + len > end || bytes[len - 1] != 0 {
                         return None;
                     }
-                    (R::String(std::str::from_utf8(&bytes[..len - 1]).ok()?), 4 + len)
+                    (
+                        R::String(std::str::from_utf8(&bytes[..len - 1]).ok()?),
+                        4 + len,
+                    )
                 }
                 _ => return None,
             };
@@ -362,7 +366,6 @@ fn simple_elements(b: &[u8], mut each: impl FnMut(&str, bson::RawBsonRef<'_>)) -
     };
     walk().is_some()
 }
-
 
 /// Appends the upper-case hex digits of `bytes` to `out`. Every change event's resume
 /// token is written this way: bytes into a buffer, not chars pushed one by one (each
@@ -1515,13 +1518,20 @@ mod raw_key_tests {
                     }
                     let mut m = b.clone();
                     m[at] = m[at].wrapping_add(delta);
-                    let Ok(raw) = bson::RawDocument::from_bytes(&m) else { continue };
+                    let Ok(raw) = bson::RawDocument::from_bytes(&m) else {
+                        continue;
+                    };
                     let mut general = Vec::new();
                     let general_ok = append_raw_elements(&mut general, raw).is_ok();
                     let mut fast = Vec::new();
-                    if simple_elements(raw.as_bytes(), |k, v| append_simple_element(&mut fast, k, v)) {
+                    if simple_elements(raw.as_bytes(), |k, v| {
+                        append_simple_element(&mut fast, k, v)
+                    }) {
                         fast_taken += 1;
-                        assert!(general_ok, "byte {at} + {delta}: the walk took what the iterator refuses");
+                        assert!(
+                            general_ok,
+                            "byte {at} + {delta}: the walk took what the iterator refuses"
+                        );
                         assert_eq!(fast, general, "byte {at} + {delta}");
                     }
                 }

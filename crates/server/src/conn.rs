@@ -205,7 +205,8 @@ async fn serve(
                     let info = conn.info.clone();
                     let command =
                         std::pin::pin!(commands::dispatch(&state, &mut conn, cmd, payload));
-                    let reply = until_client_gone(&mut rd, &info, &state.current_ops, command).await;
+                    let reply =
+                        until_client_gone(&mut rd, &info, &state.current_ops, command).await;
                     if fire_and_forget {
                         continue;
                     }
