@@ -307,7 +307,7 @@ fn enum_error(k: &str, v: &Bson) -> Error {
 
 /// Events built at most by one read of the recent oplog in a memory-only getMore (it
 /// runs on an async worker thread); events already built are returned without limit.
-pub const MAX_IN_MEMORY_BATCH: usize = 256;
+const MAX_IN_MEMORY_BATCH: usize = 256;
 
 /// Reads of the recent oplog at most in one memory-only getMore (the second usually
 /// only finds that nothing more is durable): a stream further behind, or whose filter

@@ -65,9 +65,13 @@ pub struct Reply {
 pub enum Body {
     Doc(Document),
     Msg(Vec<u8>),
-    /// A batch of raw documents kept in their own buffers (written to the socket from
-    /// them when large).
-    Pieced(tailstream_wire::PiecedMsg),
+    /// A cursor batch `{cursor: {...}, ok: 1}` of raw documents kept in their own
+    /// buffers (written to the socket from them when large), and whether its cursor
+    /// stays open (known when it was built: no need to read the reply back).
+    Pieced {
+        msg: tailstream_wire::PiecedMsg,
+        cursor_open: bool,
+    },
 }
 
 /// An encoded reply, ready for the socket.
@@ -109,7 +113,7 @@ impl Body {
     /// A pieced body in one buffer (for the rare readers of a whole reply).
     fn flat(self) -> Body {
         match self {
-            Body::Pieced(p) => Body::Msg(p.flatten()),
+            Body::Pieced { msg, .. } => Body::Msg(msg.flatten()),
             other => other,
         }
     }
@@ -117,7 +121,7 @@ impl Body {
     /// `ok: 1` with a cursor that stays open (exhaust getMore keeps streaming then).
     pub fn is_ok_with_open_cursor(&self) -> bool {
         match self {
-            Body::Pieced(p) => Body::Msg(p.flatten()).is_ok_with_open_cursor(),
+            Body::Pieced { cursor_open, .. } => *cursor_open,
             Body::Doc(d) => {
                 d.get_f64("ok").unwrap_or(0.0) == 1.0
                     && d.get_document("cursor")
@@ -155,14 +159,14 @@ impl Body {
             )),
             // A small batch goes out in one buffer (one `write`, and the copy costs
             // little); a checksum needs the whole message in one buffer.
-            Body::Pieced(p) if p.len() < PIECED_REPLY_BYTES || flags & CHECKSUM_PRESENT != 0 => {
-                Body::Pieced(p)
-                    .flat()
-                    .into_msg(request_id, response_to, flags)
+            Body::Pieced { msg, .. }
+                if msg.len() < PIECED_REPLY_BYTES || flags & CHECKSUM_PRESENT != 0 =>
+            {
+                Body::Msg(msg.flatten()).into_msg(request_id, response_to, flags)
             }
-            Body::Pieced(mut p) => {
-                p.finish(request_id, response_to, flags);
-                Outgoing::Pieced(p)
+            Body::Pieced { mut msg, .. } => {
+                msg.finish(request_id, response_to, flags);
+                Outgoing::Pieced(msg)
             }
         }
     }
@@ -173,7 +177,7 @@ impl Body {
             Body::Msg(m) => Self::raw_body(&m)
                 .and_then(|r| Document::try_from(r).ok())
                 .unwrap_or_default(),
-            Body::Pieced(_) => unreachable!("flattened above"),
+            Body::Pieced { .. } => unreachable!("flattened above"),
         }
     }
 }
@@ -266,7 +270,10 @@ fn raw_cursor_reply(state: &ServerState, c: RawCursor) -> Body {
         let len = i32::try_from(end - at + docs_len).expect("a reply under 2 GiB");
         out[at..at + 4].copy_from_slice(&len.to_le_bytes());
     }
-    Body::Pieced(msg)
+    Body::Pieced {
+        msg,
+        cursor_open: c.id != 0,
+    }
 }
 
 /// Appends the element `ok: 1.0` to a document being written.
