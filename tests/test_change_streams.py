@@ -449,6 +449,53 @@ class TestResume:
             no_event(s, tries=1)
         c.close()
 
+    def test_backlog_read_from_storage_in_chunks(self, fresh_server):
+        # After a restart nothing is in the server's recent oplog: a stream from before
+        # the writes reads them from storage a chunk at a time (at most 4,096 entries or
+        # 4 MiB). Every event comes once, in order, whole, however the chunks fall.
+        srv = fresh_server()
+        c = srv.client()
+        db = c.t
+        start = db.command("ping")["operationTime"]
+        durable = db.get_collection("c", write_concern=WriteConcern(j=True))
+        durable.insert_many([{"_id": i} for i in range(5000)])
+        big = "x" * (600 << 10)
+        durable.insert_many([{"_id": 5000 + i, "v": big} for i in range(12)])
+        c.close()
+        srv.restart()
+        c = srv.client()
+        db = c.t
+        want = list(range(5012))
+
+        def read_all(pipeline, batch_size):
+            cur = db.command(
+                "aggregate", "c",
+                pipeline=[{"$changeStream": {"startAtOperationTime": start}}] + pipeline,
+                cursor={"batchSize": 0},
+            )["cursor"]
+            got, sizes = [], []
+            while len(got) < len(want):
+                more = db.command("getMore", cur["id"], collection="c", batchSize=batch_size,
+                                  maxTimeMS=5000)["cursor"]
+                assert more["nextBatch"], f"an empty batch after {len(got)} events"
+                sizes.append(len(more["nextBatch"]))
+                for e in more["nextBatch"]:
+                    assert e["operationType"] == "insert"
+                    k = e["documentKey"]["_id"]
+                    assert e["fullDocument"] == ({"_id": k} if k < 5000 else {"_id": k, "v": big})
+                    got.append(k)
+                assert more["postBatchResumeToken"] == more["nextBatch"][-1]["_id"]
+            db.command("killCursors", "c", cursors=[cur["id"]])
+            return got, sizes
+
+        got, sizes = read_all([], 6000)
+        assert got == want
+        # More than one 4,096-entry chunk goes into one batch.
+        assert sizes[0] > 4096, sizes
+        got, _ = read_all([{"$match": {"operationType": "insert"}}], 1000)
+        assert got == want
+        c.close()
+
     def test_resume_after_kill9_no_gap_no_duplicate(self, fresh_server):
         srv = fresh_server()
         c = srv.client()
