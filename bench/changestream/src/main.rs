@@ -383,28 +383,49 @@ fn markdown(rep: &Report) -> String {
             c.start,
             fmt_int(c.batch_size as u64)
         );
-        let _ = writeln!(s, "| events | inserted in | read in | events/s | MB/s of events | server CPU s | client CPU s | target | met |");
-        let _ = writeln!(s, "| --: | --: | --: | --: | --: | --: | --: | :-- | :-: |");
-        let ok = c.events_per_s >= 250_000.0 && c.missing == 0;
         let _ = writeln!(
             s,
-            "| {}{} | {:.1} s ({} docs/s) | {:.2} s | {} | {:.0} | {:.2} | {:.2} | ≥ 250,000 events/s | {} |\n",
-            fmt_int(c.events),
-            if c.missing > 0 { format!(" (**{} missing**)", fmt_int(c.missing)) } else { String::new() },
-            c.insert_secs,
-            fmt_int(c.insert_docs_per_s as u64),
-            c.read.wall_s,
-            fmt_int(c.events_per_s as u64),
-            c.mb_per_s,
-            c.read.server_cpu_s,
-            c.read.client_cpu_s,
-            met(ok)
+            "Read twice, each time by a new stream from the same point: first with the driver's raw batch cursor \
+             (`aggregate([{{$changeStream}}])`, events looked at inside each reply: the client that is not the \
+             bottleneck, for the target), then with `watch()` (the driver's `ChangeStream`, which copies each event \
+             twice and its resume token once, on the same 2 cores as the server).\n"
         );
-        targets.push((
-            "catch-up ≥ 250,000 events/s".into(),
-            format!("{} events/s", fmt_int(c.events_per_s as u64)),
-            ok,
-        ));
+        let _ = writeln!(s, "| client | events | inserted in | read in | events/s | MB/s of events | server CPU s | client CPU s | target | met |");
+        let _ = writeln!(
+            s,
+            "| :-- | --: | --: | --: | --: | --: | --: | --: | :-- | :-: |"
+        );
+        for r in &c.reads {
+            let for_target = r.client == scenarios::CatchupClient::RawBatches;
+            let ok = r.events_per_s >= 250_000.0 && r.missing == 0;
+            let _ = writeln!(
+                s,
+                "| {} | {}{} | {:.1} s ({} docs/s) | {:.2} s | {} | {:.0} | {:.2} | {:.2} | {} | {} |",
+                match r.client {
+                    scenarios::CatchupClient::RawBatches => "raw batches",
+                    scenarios::CatchupClient::Watch => "watch()",
+                },
+                fmt_int(r.events),
+                if r.missing > 0 { format!(" (**{} missing**)", fmt_int(r.missing)) } else { String::new() },
+                c.insert_secs,
+                fmt_int(c.insert_docs_per_s as u64),
+                r.read.wall_s,
+                fmt_int(r.events_per_s as u64),
+                r.mb_per_s,
+                r.read.server_cpu_s,
+                r.read.client_cpu_s,
+                if for_target { "≥ 250,000 events/s" } else { "–" },
+                if for_target { met(ok) } else { "–" }
+            );
+            if for_target {
+                targets.push((
+                    "catch-up ≥ 250,000 events/s".into(),
+                    format!("{} events/s", fmt_int(r.events_per_s as u64)),
+                    ok,
+                ));
+            }
+        }
+        let _ = writeln!(s);
     }
 
     if let Some(rows) = &rep.fanout {

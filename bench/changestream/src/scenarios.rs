@@ -143,6 +143,26 @@ pub struct Catchup {
     /// How the stream was positioned before the inserts.
     pub start: String,
     pub batch_size: u32,
+    /// The backlog read twice, by two clients (see [`CatchupClient`]).
+    pub reads: Vec<CatchupRead>,
+}
+
+/// How the catch-up's stream is read.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub enum CatchupClient {
+    /// `aggregate([{$changeStream}])` read a batch at a time through the driver's
+    /// `RawBatchCursor`: events looked at inside the reply, as the server sent them.
+    /// The client that is not the bottleneck, for the target.
+    RawBatches,
+    /// `watch()`, the driver's `ChangeStream<RawDocumentBuf>`: the driver copies
+    /// every event twice and its resume token once (about a quarter of the
+    /// client's CPU is memmove), on the same two cores as the server.
+    Watch,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CatchupRead {
+    pub client: CatchupClient,
     pub events: u64,
     pub missing: u64,
     /// BSON bytes of the events received.
@@ -235,52 +255,29 @@ pub async fn catchup(ctx: &mut Ctx, docs: u64, batch_size: u32) -> Result<Catchu
         ),
         StartPoint::Token(_) => "resumeAfter the postBatchResumeToken of an empty stream".into(),
     };
-    let mark = CpuMark::now(&server);
-    let watch = coll
-        .watch()
-        .batch_size(batch_size)
-        .max_await_time(max_await());
-    let watch = match start {
-        StartPoint::OpTime(ts) => watch.start_at_operation_time(ts),
-        StartPoint::Token(t) => watch.resume_after(t),
-    };
-    let mut bytes = 0u64;
-    let (opened, drained) = match watch.await {
-        Ok(cs) => {
-            let mut cs: ChangeStream<RawDocumentBuf> = cs.with_type();
-            let done = AtomicBool::new(true);
-            let d = drain(
-                &mut cs,
-                docs,
-                &done,
-                Duration::from_secs(10),
-                Instant::now() + Duration::from_secs(1800),
-                |ev| bytes += ev.as_bytes().len() as u64,
-            )
-            .await;
-            (None, d)
+    let mut reads = Vec::new();
+    for client_kind in [CatchupClient::RawBatches, CatchupClient::Watch] {
+        let r = catchup_read(&server, &coll, &start, client_kind, docs, batch_size).await;
+        eprintln!(
+            "    {:?}: {} events in {:.2} s = {:.0} events/s; server {:.2} CPU s, client {:.2} CPU s",
+            client_kind,
+            r.events,
+            r.read.wall_s,
+            r.events_per_s,
+            r.read.server_cpu_s,
+            r.read.client_cpu_s
+        );
+        if let Some(e) = &r.error {
+            ctx.problems
+                .push(format!("catchup ({client_kind:?}): the stream failed: {e}"));
         }
-        Err(e) => (Some(e.to_string()), Drained::default()),
-    };
-    let read = mark.span();
-    eprintln!(
-        "    {} events in {:.2} s = {:.0} events/s; server {:.2} CPU s, client {:.2} CPU s",
-        drained.received,
-        read.wall_s,
-        drained.received as f64 / read.wall_s,
-        read.server_cpu_s,
-        read.client_cpu_s
-    );
-    let error = opened.or(drained.error.clone());
-    if let Some(e) = &error {
-        ctx.problems
-            .push(format!("catchup: the stream failed: {e}"));
-    }
-    if drained.received < docs {
-        ctx.problems.push(format!(
-            "catchup: received {} of {docs} events",
-            drained.received
-        ));
+        if r.missing > 0 {
+            ctx.problems.push(format!(
+                "catchup ({client_kind:?}): received {} of {docs} events",
+                r.events
+            ));
+        }
+        reads.push(r);
     }
     ctx.finish("catchup", server);
     Ok(Catchup {
@@ -290,14 +287,163 @@ pub async fn catchup(ctx: &mut Ctx, docs: u64, batch_size: u32) -> Result<Catchu
         insert_docs_per_s: docs as f64 / insert_secs,
         start: start_desc,
         batch_size,
+        reads,
+    })
+}
+
+/// One stream from `start` reading the `docs` insert events after it.
+async fn catchup_read(
+    server: &ServerProc,
+    coll: &Collection<Document>,
+    start: &StartPoint,
+    client_kind: CatchupClient,
+    docs: u64,
+    batch_size: u32,
+) -> CatchupRead {
+    let mark = CpuMark::now(server);
+    let mut bytes = 0u64;
+    let drained = match client_kind {
+        CatchupClient::Watch => {
+            let watch = coll
+                .watch()
+                .batch_size(batch_size)
+                .max_await_time(max_await());
+            let watch = match start {
+                StartPoint::OpTime(ts) => watch.start_at_operation_time(*ts),
+                StartPoint::Token(t) => watch.resume_after(t.clone()),
+            };
+            match watch.await {
+                Ok(cs) => {
+                    let mut cs: ChangeStream<RawDocumentBuf> = cs.with_type();
+                    let done = AtomicBool::new(true);
+                    drain(
+                        &mut cs,
+                        docs,
+                        &done,
+                        Duration::from_secs(10),
+                        Instant::now() + Duration::from_secs(1800),
+                        |ev| bytes += ev.as_bytes().len() as u64,
+                    )
+                    .await
+                }
+                Err(e) => Drained {
+                    error: Some(e.to_string()),
+                    ..Default::default()
+                },
+            }
+        }
+        CatchupClient::RawBatches => {
+            let (d, b) = drain_raw_batches(coll, start, docs, batch_size).await;
+            bytes = b;
+            d
+        }
+    };
+    let read = mark.span();
+    CatchupRead {
+        client: client_kind,
         events: drained.received,
         missing: docs.saturating_sub(drained.received),
         event_bytes: bytes,
         events_per_s: drained.received as f64 / read.wall_s,
         mb_per_s: bytes as f64 / 1048576.0 / read.wall_s,
         read,
-        error,
-    })
+        error: drained.error,
+    }
+}
+
+/// Reads `docs` insert events with `aggregate([{$changeStream}])` a batch at a
+/// time, each event checked where it lies in the reply; the events and their bytes.
+async fn drain_raw_batches(
+    coll: &Collection<Document>,
+    start: &StartPoint,
+    docs: u64,
+    batch_size: u32,
+) -> (Drained, u64) {
+    use futures_util::StreamExt;
+    let mut out = Drained::default();
+    let mut bytes = 0u64;
+    let opts = match start {
+        StartPoint::OpTime(ts) => doc! {"startAtOperationTime": *ts},
+        StartPoint::Token(t) => match mongodb::bson::to_bson(t) {
+            Ok(t) => doc! {"resumeAfter": t},
+            Err(e) => {
+                out.error = Some(e.to_string());
+                return (out, 0);
+            }
+        },
+    };
+    let cursor = coll
+        .aggregate([doc! {"$changeStream": opts}])
+        .batch_size(batch_size)
+        .max_await_time(max_await())
+        .batch()
+        .await;
+    let mut cursor = match cursor {
+        Ok(c) => c,
+        Err(e) => {
+            out.error = Some(e.to_string());
+            return (out, 0);
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(1800);
+    let mut empty_since: Option<Instant> = None;
+    while out.received < docs {
+        if Instant::now() > deadline {
+            out.gave_up = true;
+            break;
+        }
+        let batch = match cursor.next().await {
+            Some(Ok(b)) => b,
+            Some(Err(e)) => {
+                out.error = Some(e.to_string());
+                break;
+            }
+            None => {
+                out.error = Some("the cursor ended".into());
+                break;
+            }
+        };
+        let events = match batch.doc_slices() {
+            Ok(a) => a,
+            Err(e) => {
+                out.error = Some(e.to_string());
+                break;
+            }
+        };
+        let before = out.received;
+        for ev in events {
+            let ev = match ev.map_err(|e| e.to_string()).and_then(|v| {
+                v.as_document()
+                    .ok_or_else(|| "an event that is not a document".to_string())
+            }) {
+                Ok(d) => d,
+                Err(e) => {
+                    out.error = Some(e);
+                    break;
+                }
+            };
+            if ev.get_str("operationType").ok() != Some("insert") {
+                out.error = Some(format!("an event that is not an insert: {ev:?}"));
+                break;
+            }
+            bytes += ev.as_bytes().len() as u64;
+            out.received += 1;
+        }
+        if out.error.is_some() {
+            break;
+        }
+        // The same idle rule as `drain`: nothing for 10 s ends the read.
+        if out.received == before {
+            let since = *empty_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= Duration::from_secs(10) {
+                out.gave_up = true;
+                break;
+            }
+        } else {
+            empty_since = None;
+        }
+    }
+    (out, bytes)
 }
 
 // ---------------------------------------------------------------------------
