@@ -371,22 +371,10 @@ fn simple_elements(b: &[u8], mut each: impl FnMut(&str, bson::RawBsonRef<'_>)) -
 /// token is written this way: bytes into a buffer, not chars pushed one by one (each
 /// push re-checks capacity and encodes UTF-8).
 pub fn push_hex_upper(out: &mut Vec<u8>, bytes: &[u8]) {
-    /// The two digits of every byte value.
-    const PAIRS: [[u8; 2]; 256] = {
-        const HEX: &[u8; 16] = b"0123456789ABCDEF";
-        let mut t = [[0u8; 2]; 256];
-        let mut i = 0;
-        while i < 256 {
-            t[i] = [HEX[i >> 4], HEX[i & 15]];
-            i += 1;
-        }
-        t
-    };
     let start = out.len();
     out.resize(start + bytes.len() * 2, 0);
-    for (digits, b) in out[start..].chunks_exact_mut(2).zip(bytes) {
-        digits.copy_from_slice(&PAIRS[*b as usize]);
-    }
+    faster_hex::hex_encode_upper(bytes, &mut out[start..])
+        .expect("the destination holds two digits per byte");
 }
 
 pub fn from_hex(s: &str) -> Result<Vec<u8>> {
