@@ -45,11 +45,9 @@ struct ReadEntry {
 enum EntryBody {
     /// Ruled out on its digest: never read, never an event.
     Skipped,
-    /// From the recent oplog, whose default-option event is built once for all streams.
-    Recent {
-        bytes: Arc<[u8]>,
-        recent: Arc<recent::RecentEntry>,
-    },
+    /// From the recent oplog, with its bytes; its default-option event is built once
+    /// for all streams.
+    Recent(Arc<recent::RecentEntry>),
     /// Read from storage and made into this stream's event there and then, from the
     /// storage engine's own buffer: copying each entry out first cost a catch-up an
     /// allocation and a 1 KB copy per event. None: the entry makes no event here.
@@ -689,8 +687,9 @@ impl ChangeStream {
                 EntryBody::Skipped | EntryBody::Built(None) => continue,
                 EntryBody::Failed(e) => return Err(e),
                 EntryBody::Built(Some(ev)) => ev,
-                EntryBody::Recent { bytes, recent } => {
-                    let entry = raw_entry(ts, &bytes)?;
+                EntryBody::Recent(recent) => {
+                    let bytes = recent.bytes.as_deref().expect("listed with its bytes");
+                    let entry = raw_entry(ts, bytes)?;
                     // The digest's first byte is the kind of change (writes to a
                     // system.views, the DDL of views, are 'c' there).
                     if shared_events
@@ -915,9 +914,6 @@ impl ChangeStream {
         {
             return Err(needs_storage());
         }
-        // Makes an entry read from storage into this stream's event; after a failure
-        // nothing more is read (the error is reported after the entries before it).
-        let build = |ts: u64, bytes: &[u8]| build_event(engine, &self.spec, ts, bytes);
         if let Some(found) = in_memory {
             // Opened only for an entry whose bytes were too large to keep in memory:
             // opening a RocksDB iterator per getMore cost more than the rest of this
@@ -932,72 +928,69 @@ impl ChangeStream {
                         ts,
                         body: EntryBody::Skipped,
                     });
-                    continue;
-                }
-                let body = match &e.bytes {
-                    Some(b) => EntryBody::Recent {
-                        bytes: Arc::clone(b),
-                        recent: Arc::clone(&e),
-                    },
-                    None => match large
-                        .get_or_insert_with(|| engine.store.point_reader(Space::Oplog))
-                        .get(&keys::oplog_key(ts))
-                        .map_err(crate::storage_err)?
-                    {
-                        Some(v) => build(ts, v),
-                        None => continue,
-                    },
-                };
-                let failed = matches!(body, EntryBody::Failed(_));
-                out.push(ReadEntry { ts, body });
-                if failed {
-                    break;
+                } else if e.bytes.is_some() {
+                    out.push(ReadEntry {
+                        ts,
+                        body: EntryBody::Recent(e),
+                    });
+                } else if let Some(v) = large
+                    .get_or_insert_with(|| engine.store.point_reader(Space::Oplog))
+                    .get(&keys::oplog_key(ts))
+                    .map_err(crate::storage_err)?
+                {
+                    if !push_built(&mut out, engine, &self.spec, ts, v) {
+                        break;
+                    }
                 }
             }
             return Ok(out);
         }
         // Room for the chunk up front: growing a vector of events doubled the bytes moved.
         out.reserve(limit);
+        let mut budget = ChunkBudget {
+            entries_left: limit,
+            bytes_left: READ_CHUNK_BYTES,
+        };
         match &ns_full {
             Some(ns) => {
-                // The collection's entries in order, from its index of the oplog (its
-                // digests rule some out unread); then their events.
+                // The collection's entries in order, from its index of the oplog; its
+                // digests rule some out unread.
                 let lower = keys::oplog_ns_key(ns, self.next_ts);
                 let upper = keys::oplog_ns_key(ns, durable.saturating_add(1));
-                let mut times = Vec::with_capacity(limit);
-                let mut wanted = 0usize;
+                let mut entries = engine.store.point_reader(Space::Oplog);
                 for item in engine
                     .store
                     .scan(Space::OplogByNs, &lower, Some(&upper), false)
                 {
                     let (k, digest) = item.map_err(crate::storage_err)?;
                     let ts = u64::from_be_bytes(k[k.len() - 8..].try_into().expect("8-byte time"));
-                    let skip = !self.prefilter.is_empty()
-                        && !self.prefilter.may_match(&digest, self.spec.full_document);
-                    times.push((ts, skip));
-                    wanted += usize::from(!skip);
-                    if wanted >= limit || times.len() >= MAX_SCANNED {
+                    if !self.prefilter.is_empty()
+                        && !self.prefilter.may_match(&digest, self.spec.full_document)
+                    {
+                        out.push(ReadEntry {
+                            ts,
+                            body: EntryBody::Skipped,
+                        });
+                    } else if let Some(v) = entries
+                        .get(&keys::oplog_key(ts))
+                        .map_err(crate::storage_err)?
+                    {
+                        if !push_built(&mut out, engine, &self.spec, ts, v) || budget.spend(v) {
+                            break;
+                        }
+                    }
+                    if out.len() >= MAX_SCANNED {
                         break;
                     }
                 }
-                build_entries(engine, &self.spec, &times, &mut out)?;
             }
             None => {
-                let (mut loaded, mut loaded_bytes) = (0usize, 0usize);
-                let mut full = |v: &[u8]| {
-                    loaded += 1;
-                    loaded_bytes += v.len();
-                    loaded >= limit || loaded_bytes >= READ_CHUNK_BYTES
-                };
                 let lower = keys::oplog_key(self.next_ts);
                 let upper = keys::oplog_key(durable.saturating_add(1));
                 for item in engine.store.scan(Space::Oplog, &lower, Some(&upper), false) {
                     let (k, v) = item.map_err(crate::storage_err)?;
                     let ts = u64::from_be_bytes(k[..8].try_into().expect("8-byte time"));
-                    let body = build(ts, &v);
-                    let failed = matches!(body, EntryBody::Failed(_));
-                    out.push(ReadEntry { ts, body });
-                    if full(&v) || failed {
+                    if !push_built(&mut out, engine, &self.spec, ts, &v) || budget.spend(&v) {
                         break;
                     }
                 }
@@ -1007,51 +1000,39 @@ impl ChangeStream {
     }
 }
 
-/// Makes an oplog entry read from storage into a stream's event.
-fn build_event(engine: &Engine, spec: &StreamSpec, ts: u64, bytes: &[u8]) -> EntryBody {
-    match raw_entry(ts, bytes).and_then(|entry| event::transform(engine, spec, ts, entry)) {
-        Ok(ev) => EntryBody::Built(ev),
-        Err(e) => EntryBody::Failed(e),
+/// What one read from storage may still load: entries, and bytes of entries.
+struct ChunkBudget {
+    entries_left: usize,
+    bytes_left: usize,
+}
+
+impl ChunkBudget {
+    /// Counts an entry loaded; whether the read is now full.
+    fn spend(&mut self, entry: &[u8]) -> bool {
+        self.entries_left = self.entries_left.saturating_sub(1);
+        self.bytes_left = self.bytes_left.saturating_sub(entry.len());
+        self.entries_left == 0 || self.bytes_left == 0
     }
 }
 
-/// Reads the entries at `times` (those marked true are skipped: ruled out on their
-/// digest) and builds their events into `out`, in order, stopping after
-/// [`READ_CHUNK_BYTES`] of entries or a failure. (Building the second half on a
-/// second thread was tried: no faster on 2 cores, where the client and the reply's
-/// copy into the socket use the other.)
-fn build_entries(
+/// Makes an oplog entry read from storage into the stream's event, built from the
+/// storage engine's own buffer, and queues it in `out`; false when that failed (the
+/// read stops there: the error is reported after the entries before it).
+fn push_built(
+    out: &mut Vec<ReadEntry>,
     engine: &Engine,
     spec: &StreamSpec,
-    times: &[(u64, bool)],
-    out: &mut Vec<ReadEntry>,
-) -> Result<()> {
-    let mut entries = engine.store.point_reader(Space::Oplog);
-    let mut bytes = 0usize;
-    for &(ts, skip) in times {
-        if skip {
-            out.push(ReadEntry {
-                ts,
-                body: EntryBody::Skipped,
-            });
-            continue;
-        }
-        let Some(v) = entries
-            .get(&keys::oplog_key(ts))
-            .map_err(crate::storage_err)?
-        else {
-            // Trimmed away meanwhile: the next read finds the history lost.
-            continue;
+    ts: u64,
+    bytes: &[u8],
+) -> bool {
+    let body =
+        match raw_entry(ts, bytes).and_then(|entry| event::transform(engine, spec, ts, entry)) {
+            Ok(ev) => EntryBody::Built(ev),
+            Err(e) => EntryBody::Failed(e),
         };
-        let body = build_event(engine, spec, ts, v);
-        let failed = matches!(body, EntryBody::Failed(_));
-        out.push(ReadEntry { ts, body });
-        bytes += v.len();
-        if failed || bytes >= READ_CHUNK_BYTES {
-            break;
-        }
-    }
-    Ok(())
+    let built = matches!(body, EntryBody::Built(_));
+    out.push(ReadEntry { ts, body });
+    built
 }
 
 /// An oplog entry's bytes as a document.
