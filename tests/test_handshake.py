@@ -129,6 +129,13 @@ class TestIntrospection:
         assert micros["max"] <= micros["total"]
         bounds = [upper for upper, _ in micros["buckets"] if upper != -1]
         assert bounds == sorted(bounds) and all(b > 0 for b in bounds)
+        # Every commit counted once, when the fsync covering it ended; the durable
+        # insert's commit is among them, and waited at least as long as nothing.
+        waits = after["commitToDurableMicros"]
+        assert waits["count"] > before["commitToDurableMicros"]["count"], (before, after)
+        assert waits["count"] <= after["synced"]
+        assert sum(n for _, n in waits["buckets"]) == waits["count"]
+        assert waits["max"] <= waits["total"]
 
     def test_host_info(self, client):
         info = client.admin.command("hostInfo")

@@ -195,6 +195,11 @@ pub struct ProducerResult {
     /// The latest a tick was sent after its scheduled time (the producer could
     /// not keep the rate when this grows large).
     pub max_lag_ms: f64,
+    /// Send to acknowledgement of each insert, in ns (its documents' send time to
+    /// the reply's arrival): the write path alone, without the wait for the disk
+    /// (`{w: 1}`), to set next to an event's latency.
+    #[serde(skip)]
+    pub ack_ns: Vec<i64>,
     /// The first errors.
     pub errors: Vec<String>,
 }
@@ -271,6 +276,9 @@ async fn produce(
     let acked = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let ack_ns = Arc::new(Mutex::new(Vec::<i64>::with_capacity(
+        (total / batch) as usize + 1,
+    )));
     let sem = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
     let start = tokio::time::Instant::now();
     let mut max_lag = Duration::ZERO;
@@ -284,8 +292,13 @@ async fn produce(
         let n = batch.min(total - i);
         let t = mono_ns();
         let docs: Vec<Document> = (i..i + n).map(|k| make_doc(k, t)).collect();
-        let (coll, acked, failed, errors) =
-            (coll.clone(), acked.clone(), failed.clone(), errors.clone());
+        let (coll, acked, failed, errors, ack_ns) = (
+            coll.clone(),
+            acked.clone(),
+            failed.clone(),
+            errors.clone(),
+            ack_ns.clone(),
+        );
         tokio::spawn(async move {
             let res = if n == 1 {
                 coll.insert_one(docs.into_iter().next().unwrap())
@@ -298,6 +311,7 @@ async fn produce(
             };
             match res {
                 Ok(k) => {
+                    ack_ns.lock().unwrap().push(mono_ns() - t);
                     acked.fetch_add(k, Ordering::Relaxed);
                     failed.fetch_add(n - k, Ordering::Relaxed);
                 }
@@ -316,11 +330,13 @@ async fn produce(
     }
     let _all = sem.acquire_many(IN_FLIGHT as u32).await?;
     let errors = errors.lock().unwrap().clone();
+    let ack_ns = std::mem::take(&mut *ack_ns.lock().unwrap());
     Ok(ProducerResult {
         acked: acked.load(Ordering::Relaxed),
         failed: failed.load(Ordering::Relaxed),
         secs: start.elapsed().as_secs_f64(),
         max_lag_ms: max_lag.as_secs_f64() * 1e3,
+        ack_ns,
         errors,
     })
 }

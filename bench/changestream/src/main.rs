@@ -780,6 +780,50 @@ fn markdown(rep: &Report) -> String {
                 strict_ok,
             ));
         }
+        let _ = writeln!(
+            s,
+            "\nWhere an event's time goes: the producer's inserts acknowledged (`{{w: 1}}`: the \
+             send, the insert on the server and the reply, without the wait for the disk) and \
+             the server's commits waiting for the fsync that covered them (serverStatus \
+             `durability.commitToDurableMicros`, buckets as above: from the commit to the end of \
+             that fsync, which is when the event becomes visible), next to the events.\n"
+        );
+        let _ = writeln!(
+            s,
+            "| inserts/s | inserts acknowledged: p50 / p99 / max ms | commit to durable: p50 / p99 / max ms | events: p50 / p99 / max ms |"
+        );
+        let _ = writeln!(s, "| --: | --: | --: | --: |");
+        for r in &l.rows {
+            let _ = writeln!(
+                s,
+                "| {}{} | {} / {} / {} | {} | {} / {} / {} |",
+                fmt_int(r.rate as u64),
+                if r.concurrent_floor.is_some() {
+                    ", bare log alongside"
+                } else {
+                    ""
+                },
+                fmt_ms(r.acks.p50_ms),
+                fmt_ms(r.acks.p99_ms),
+                fmt_ms(r.acks.max_ms),
+                match &r.commit_waits {
+                    Some(w) => {
+                        let f = |v: f64| {
+                            if v.is_finite() {
+                                fmt_ms(v)
+                            } else {
+                                "≥ 1000".into()
+                            }
+                        };
+                        format!("{} / {} / {}", f(w.p50_ms), f(w.p99_ms), f(w.max_ms))
+                    }
+                    None => "–".into(),
+                },
+                fmt_ms(r.latency.p50_ms),
+                fmt_ms(r.latency.p99_ms),
+                fmt_ms(r.latency.max_ms),
+            );
+        }
         let _ = writeln!(s);
     }
 

@@ -1129,6 +1129,13 @@ pub struct LatencyRow {
     /// The server's own write-ahead-log fsyncs during the row (serverStatus
     /// `durability.syncMicros`); None for a server that does not report them.
     pub wal_fsync: Option<WalFsyncs>,
+    /// Each commit's wait for the end of the fsync that covered it (serverStatus
+    /// `durability.commitToDurableMicros`): the server's part of an event's latency up
+    /// to its visibility; None for a server that does not report it.
+    pub commit_waits: Option<WalFsyncs>,
+    /// Send to acknowledgement of the producer's inserts (`{w: 1}`: no wait for the
+    /// disk), one figure per insert.
+    pub acks: Stats,
     /// [`paced_log_latency`] at the row's pace, before and after it.
     pub durability_floor: Stats,
     /// The same bare log during the row, at the same time as the server (its writes
@@ -1150,8 +1157,10 @@ pub struct WalFsyncs {
     pub p99_time_weighted_ms: f64,
 }
 
-/// The server's fsync histogram: (upper bound µs, -1 for the open last bucket; count).
-async fn wal_fsync_histogram(c: &Client) -> Option<Vec<(i64, u64)>> {
+/// One of the server's durability histograms (`syncMicros`: its fsyncs;
+/// `commitToDurableMicros`: each commit's wait for the fsync covering it): (upper
+/// bound µs, -1 for the open last bucket; count).
+async fn durability_histogram(c: &Client, name: &str) -> Option<Vec<(i64, u64)>> {
     let status = c
         .database("admin")
         .run_command(doc! {"serverStatus": 1})
@@ -1160,7 +1169,7 @@ async fn wal_fsync_histogram(c: &Client) -> Option<Vec<(i64, u64)>> {
     let buckets = status
         .get_document("durability")
         .ok()?
-        .get_document("syncMicros")
+        .get_document(name)
         .ok()?
         .get_array("buckets")
         .ok()?;
@@ -1375,11 +1384,12 @@ pub async fn latency(
         tokio::time::sleep(Duration::from_millis(500)).await;
         wait_idle(server.pid, Duration::from_secs(10));
         let status_client = client(&uri, 2).await?;
-        let fsyncs_before = wal_fsync_histogram(&status_client).await;
+        let fsyncs_before = durability_histogram(&status_client, "syncMicros").await;
+        let waits_before = durability_histogram(&status_client, "commitToDurableMicros").await;
         let mark = CpuMark::now(&server);
         let make: MakeDoc = Arc::new(|i, t| doc! {"i": i as i64, "t": t});
         let _ = go_tx.send(());
-        let producer = join_thread(spawn_producer(
+        let mut producer = join_thread(spawn_producer(
             uri.clone(),
             "bench".into(),
             name,
@@ -1394,10 +1404,26 @@ pub async fn latency(
             Some(t) => Some(stats(join_thread(t).await??)),
             None => None,
         };
-        let wal_fsync = match (fsyncs_before, wal_fsync_histogram(&status_client).await) {
+        let wal_fsync = match (
+            fsyncs_before,
+            durability_histogram(&status_client, "syncMicros").await,
+        ) {
             (Some(b), Some(a)) => wal_fsyncs_between(&b, &a),
             _ => None,
         };
+        let commit_waits = match (
+            waits_before,
+            durability_histogram(&status_client, "commitToDurableMicros").await,
+        ) {
+            (Some(b), Some(a)) => wal_fsyncs_between(&b, &a),
+            _ => None,
+        };
+        if let Some(w) = &commit_waits {
+            eprintln!(
+                "    server: commit to durable p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} commits)",
+                w.p50_ms, w.p99_ms, w.max_ms, w.count
+            );
+        }
         let got: Vec<i64> = lat.into_iter().filter(|&x| x != i64::MIN).collect();
         let missing = total - got.len() as u64;
         if missing > 0 || d.error.is_some() || !producer.errors.is_empty() {
@@ -1409,9 +1435,10 @@ pub async fn latency(
             ));
         }
         let s = stats(got);
+        let ack = stats(std::mem::take(&mut producer.ack_ns));
         eprintln!(
-            "    p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; {missing} missing; producer max lag {:.1} ms",
-            s.p50_ms, s.p99_ms, s.max_ms, producer.max_lag_ms
+            "    p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; {missing} missing; producer max lag {:.1} ms; inserts acknowledged (w: 1) p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            s.p50_ms, s.p99_ms, s.max_ms, producer.max_lag_ms, ack.p50_ms, ack.p99_ms, ack.max_ms
         );
         wait_idle(server.pid, Duration::from_secs(10));
         floor.extend(probe(pace).await??);
@@ -1437,6 +1464,8 @@ pub async fn latency(
             cpu,
             error: d.error,
             wal_fsync,
+            commit_waits,
+            acks: ack,
             durability_floor,
             concurrent_floor,
         });

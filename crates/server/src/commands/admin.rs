@@ -170,24 +170,36 @@ pub fn server_status(state: &ServerState) -> Document {
     }
 }
 
-/// serverStatus `durability`: commit and fsync sequence numbers, and how long the
+/// serverStatus `durability`: commit and fsync sequence numbers, how long the
 /// group-commit thread's fsyncs took (`syncMicros.buckets`: [upper bound µs, count] of
-/// the non-empty buckets; the last bound is -1 for fsyncs of a second or more).
+/// the non-empty buckets; the last bound is -1 for a second or more), and how long each
+/// commit waited for the end of the fsync that covered it (`commitToDurableMicros`).
 fn durability_status(engine: &tailstream_engine::Engine) -> Document {
     let (count, total, max, buckets) = engine.durability.syncs.snapshot();
-    let buckets: Vec<Bson> = buckets
+    let (waits, wait_total, wait_max, wait_buckets) = engine.durability.commit_waits.snapshot();
+    doc! {
+        "committed": engine.durability.last_committed() as i64,
+        "synced": engine.durability.synced() as i64,
+        "syncs": count as i64,
+        "syncMicros": {"total": total as i64, "max": max as i64, "buckets": histogram_buckets(buckets)},
+        "commitToDurableMicros": {
+            "count": waits as i64,
+            "total": wait_total as i64,
+            "max": wait_max as i64,
+            "buckets": histogram_buckets(wait_buckets),
+        },
+    }
+}
+
+/// A histogram's non-empty buckets as [upper bound µs (-1: unbounded), count].
+fn histogram_buckets(buckets: Vec<(u64, u64)>) -> Vec<Bson> {
+    buckets
         .into_iter()
         .map(|(upper, n)| {
             let upper = if upper == u64::MAX { -1 } else { upper as i64 };
             Bson::Array(vec![Bson::Int64(upper), Bson::Int64(n as i64)])
         })
-        .collect();
-    doc! {
-        "committed": engine.durability.last_committed() as i64,
-        "synced": engine.durability.synced() as i64,
-        "syncs": count as i64,
-        "syncMicros": {"total": total as i64, "max": max as i64, "buckets": buckets},
-    }
+        .collect()
 }
 
 pub fn list_commands() -> Document {
