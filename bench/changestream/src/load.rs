@@ -353,6 +353,111 @@ pub struct Drained {
     pub error: Option<String>,
 }
 
+/// When a read of a stream stops short: past its deadline, or once the producer is
+/// `done` and nothing came for `idle` (gave up); a read that expects everything
+/// (`u64::MAX`) ends normally `idle` after the producer is done.
+struct Patience {
+    expect: u64,
+    idle: Duration,
+    deadline: Instant,
+    last: Instant,
+    done_seen: Option<Instant>,
+}
+
+impl Patience {
+    fn new(expect: u64, idle: Duration, deadline: Instant) -> Patience {
+        Patience {
+            expect,
+            idle,
+            deadline,
+            last: Instant::now(),
+            done_seen: None,
+        }
+    }
+
+    fn received(&mut self) {
+        self.last = Instant::now();
+    }
+
+    /// `Some(gave_up)` when the read should stop now.
+    fn stop(&mut self, done: &AtomicBool) -> Option<bool> {
+        let now = Instant::now();
+        if now > self.deadline {
+            return Some(true);
+        }
+        if self.done_seen.is_none() && done.load(Ordering::SeqCst) {
+            self.done_seen = Some(now);
+        }
+        let d = self.done_seen?;
+        if self.expect == u64::MAX {
+            (now.duration_since(d) >= self.idle).then_some(false)
+        } else {
+            (now.duration_since(self.last.max(d)) >= self.idle).then_some(true)
+        }
+    }
+}
+
+/// Reads a change stream opened as the driver's raw batch cursor
+/// (`aggregate([{$changeStream: …}]).batch()`) with the same stop rules as [`drain`],
+/// handing every event to `on_event` where it lies in the reply: no copy, no decoding
+/// beyond what `on_event` reads (the driver's `ChangeStream` copies each event twice and
+/// its resume token once, on the same cores as the server). An `Err` from `on_event`
+/// stops the read with that error.
+pub async fn drain_batches(
+    cursor: &mut mongodb::raw_batch_cursor::RawBatchCursor,
+    expect: u64,
+    done: &AtomicBool,
+    idle: Duration,
+    deadline: Instant,
+    mut on_event: impl FnMut(&mongodb::bson::RawDocument) -> Result<(), String>,
+) -> Drained {
+    use futures_util::StreamExt;
+    let mut out = Drained::default();
+    let mut patience = Patience::new(expect, idle, deadline);
+    while out.received < expect {
+        if let Some(gave_up) = patience.stop(done) {
+            out.gave_up = gave_up;
+            break;
+        }
+        let batch = match cursor.next().await {
+            Some(Ok(b)) => b,
+            Some(Err(e)) => {
+                out.error = Some(e.to_string());
+                break;
+            }
+            None => {
+                out.error = Some("the cursor ended".into());
+                break;
+            }
+        };
+        let events = match batch.doc_slices() {
+            Ok(a) => a,
+            Err(e) => {
+                out.error = Some(e.to_string());
+                break;
+            }
+        };
+        for ev in events {
+            let handled = ev.map_err(|e| e.to_string()).and_then(|v| {
+                let d = v
+                    .as_document()
+                    .ok_or_else(|| "an event that is not a document".to_string())?;
+                on_event(d)
+            });
+            if let Err(e) = handled {
+                out.error = Some(e);
+                break;
+            }
+            out.received += 1;
+            patience.received();
+        }
+        if out.error.is_some() {
+            break;
+        }
+    }
+    out
+}
+
 /// Reads `cs` until `expect` events arrived, or `done` is set and nothing came
 /// for `idle`, or `deadline`. `on_event` sees every event, raw (no decoding
 /// beyond what it does itself, so the client stays cheap).
@@ -365,30 +470,16 @@ pub async fn drain(
     mut on_event: impl FnMut(&RawDocumentBuf),
 ) -> Drained {
     let mut out = Drained::default();
-    let mut last = Instant::now();
-    let mut done_seen: Option<Instant> = None;
+    let mut patience = Patience::new(expect, idle, deadline);
     while out.received < expect {
-        let now = Instant::now();
-        if now > deadline {
-            out.gave_up = true;
+        if let Some(gave_up) = patience.stop(done) {
+            out.gave_up = gave_up;
             break;
-        }
-        if done_seen.is_none() && done.load(Ordering::SeqCst) {
-            done_seen = Some(now);
-        }
-        if let Some(d) = done_seen {
-            if now.duration_since(last.max(d)) >= idle && expect != u64::MAX {
-                out.gave_up = true;
-                break;
-            }
-            if expect == u64::MAX && now.duration_since(d) >= idle {
-                break;
-            }
         }
         match cs.next_if_any().await {
             Ok(Some(ev)) => {
                 out.received += 1;
-                last = Instant::now();
+                patience.received();
                 on_event(&ev);
             }
             Ok(None) => {}

@@ -152,6 +152,11 @@ struct Args {
     /// not a freshly made data directory [default: 1024; quick 0].
     #[arg(long)]
     latency_warmup_mb: Option<u64>,
+    /// latency: how the consumer reads its stream: the driver's raw batch cursor (events
+    /// looked at inside each reply), or watch() (the driver's ChangeStream, which copies
+    /// each event).
+    #[arg(long, value_enum, default_value = "watch")]
+    latency_client: scenarios::StreamClient,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum, Serialize)]
@@ -304,6 +309,7 @@ async fn run() -> Result<bool> {
                 latency_secs,
                 a.fsync_samples,
                 a.latency_warmup_mb.unwrap_or(if q { 0 } else { 1024 }),
+                a.latency_client,
             )
             .await
             .map(|v| rep.latency = Some(v)),
@@ -399,14 +405,14 @@ fn markdown(rep: &Report) -> String {
             "| :-- | --: | --: | --: | --: | --: | --: | --: | :-- | :-: |"
         );
         for r in &c.reads {
-            let for_target = r.client == scenarios::CatchupClient::RawBatches;
+            let for_target = r.client == scenarios::StreamClient::RawBatches;
             let ok = r.events_per_s >= 250_000.0 && r.missing == 0;
             let _ = writeln!(
                 s,
                 "| {} | {}{} | {:.1} s ({} docs/s) | {:.2} s | {} | {:.0} | {:.2} | {:.2} | {} | {} |",
                 match r.client {
-                    scenarios::CatchupClient::RawBatches => "raw batches",
-                    scenarios::CatchupClient::Watch => "watch()",
+                    scenarios::StreamClient::RawBatches => "raw batches",
+                    scenarios::StreamClient::Watch => "watch()",
                 },
                 fmt_int(r.events),
                 if r.missing > 0 { format!(" (**{} missing**)", fmt_int(r.missing)) } else { String::new() },
@@ -656,7 +662,7 @@ fn markdown(rep: &Report) -> String {
         let _ = writeln!(
             s,
             "A paced producer stamps each document with its send time (CLOCK_MONOTONIC); one stream's consumer, on a \
-             thread of its own, takes receive − send. \
+             thread of its own, takes receive − send; it reads {}. \
              **Bare log at the same pace** = the disk's durability floor for this row: one thread that only writes what has \
              arrived (512 bytes per event, into a file rewritten in place, as a write-ahead log that reuses its files) and \
              fdatasyncs, with writes arriving at the row's pace for the row's duration, right before and right after the \
@@ -669,6 +675,14 @@ fn markdown(rep: &Report) -> String {
              the disk's stalls that come every second or so): append 4 KB + fdatasync p50 {} ms, p99 {} ms, max {} ms; \
              rewrite 4 KB in place + fdatasync p50 {} ms, p99 {} ms, max {} ms; the stricter reading of the target \
              takes the lower of these p99s.\n",
+            match l.client {
+                scenarios::StreamClient::RawBatches => {
+                    "with the driver's raw batch cursor (`aggregate([{$changeStream: {}}])`, events looked at inside each reply)"
+                }
+                scenarios::StreamClient::Watch => {
+                    "with `watch()` (the driver's `ChangeStream`, which copies each event)"
+                }
+            },
             fmt_int(l.fsync.count),
             fmt_ms(l.fsync.p50_ms),
             fmt_ms(l.fsync.p99_ms),

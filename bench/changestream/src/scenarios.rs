@@ -29,8 +29,8 @@ use tailstream_bench_common::{
 
 use crate::host::{drop_caches, free_disk_bytes, mono_ns};
 use crate::load::{
-    client, drain, filler, max_await, spawn_producer, w1, CpuMark, CpuSpan, Drained, MakeDoc, Pace,
-    ProducerResult,
+    client, drain, drain_batches, filler, max_await, spawn_producer, w1, CpuMark, CpuSpan, Drained,
+    MakeDoc, Pace, ProducerResult,
 };
 use crate::stats::{stats, Stats};
 
@@ -127,7 +127,7 @@ async fn join_thread<T: Send + 'static>(h: std::thread::JoinHandle<T>) -> Result
         .map_err(|_| anyhow::anyhow!("a benchmark thread panicked"))
 }
 
-fn raw_i64(ev: &RawDocumentBuf, field: &str) -> Option<i64> {
+fn raw_i64(ev: &mongodb::bson::RawDocument, field: &str) -> Option<i64> {
     ev.get_document("fullDocument").ok()?.get_i64(field).ok()
 }
 
@@ -143,13 +143,14 @@ pub struct Catchup {
     /// How the stream was positioned before the inserts.
     pub start: String,
     pub batch_size: u32,
-    /// The backlog read twice, by two clients (see [`CatchupClient`]).
+    /// The backlog read twice, by two clients (see [`StreamClient`]).
     pub reads: Vec<CatchupRead>,
 }
 
-/// How the catch-up's stream is read.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub enum CatchupClient {
+/// How a stream is read (the catch-up reads with both; the latency consumer with one).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum StreamClient {
     /// `aggregate([{$changeStream}])` read a batch at a time through the driver's
     /// `RawBatchCursor`: events looked at inside the reply, as the server sent them.
     /// The client that is not the bottleneck, for the target.
@@ -162,7 +163,7 @@ pub enum CatchupClient {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct CatchupRead {
-    pub client: CatchupClient,
+    pub client: StreamClient,
     pub events: u64,
     pub missing: u64,
     /// BSON bytes of the events received.
@@ -256,7 +257,7 @@ pub async fn catchup(ctx: &mut Ctx, docs: u64, batch_size: u32) -> Result<Catchu
         StartPoint::Token(_) => "resumeAfter the postBatchResumeToken of an empty stream".into(),
     };
     let mut reads = Vec::new();
-    for client_kind in [CatchupClient::RawBatches, CatchupClient::Watch] {
+    for client_kind in [StreamClient::RawBatches, StreamClient::Watch] {
         let r = catchup_read(&server, &coll, &start, client_kind, docs, batch_size).await;
         eprintln!(
             "    {:?}: {} events in {:.2} s = {:.0} events/s; server {:.2} CPU s, client {:.2} CPU s",
@@ -296,14 +297,14 @@ async fn catchup_read(
     server: &ServerProc,
     coll: &Collection<Document>,
     start: &StartPoint,
-    client_kind: CatchupClient,
+    client_kind: StreamClient,
     docs: u64,
     batch_size: u32,
 ) -> CatchupRead {
     let mark = CpuMark::now(server);
     let mut bytes = 0u64;
     let drained = match client_kind {
-        CatchupClient::Watch => {
+        StreamClient::Watch => {
             let watch = coll
                 .watch()
                 .batch_size(batch_size)
@@ -332,7 +333,7 @@ async fn catchup_read(
                 },
             }
         }
-        CatchupClient::RawBatches => {
+        StreamClient::RawBatches => {
             let (d, b) = drain_raw_batches(coll, start, docs, batch_size).await;
             bytes = b;
             d
@@ -359,16 +360,19 @@ async fn drain_raw_batches(
     docs: u64,
     batch_size: u32,
 ) -> (Drained, u64) {
-    use futures_util::StreamExt;
-    let mut out = Drained::default();
-    let mut bytes = 0u64;
     let opts = match start {
         StartPoint::OpTime(ts) => doc! {"startAtOperationTime": *ts},
         StartPoint::Token(t) => match mongodb::bson::to_bson(t) {
             Ok(t) => doc! {"resumeAfter": t},
             Err(e) => {
-                out.error = Some(e.to_string());
-                return (out, 0);
+                let error = Some(e.to_string());
+                return (
+                    Drained {
+                        error,
+                        ..Default::default()
+                    },
+                    0,
+                );
             }
         },
     };
@@ -381,69 +385,36 @@ async fn drain_raw_batches(
     let mut cursor = match cursor {
         Ok(c) => c,
         Err(e) => {
-            out.error = Some(e.to_string());
-            return (out, 0);
+            let error = Some(e.to_string());
+            return (
+                Drained {
+                    error,
+                    ..Default::default()
+                },
+                0,
+            );
         }
     };
+    let mut bytes = 0u64;
+    // The backlog is all there: nothing for 10 s ends the read.
+    let all_written = AtomicBool::new(true);
     let deadline = Instant::now() + Duration::from_secs(1800);
-    let mut empty_since: Option<Instant> = None;
-    while out.received < docs {
-        if Instant::now() > deadline {
-            out.gave_up = true;
-            break;
-        }
-        let batch = match cursor.next().await {
-            Some(Ok(b)) => b,
-            Some(Err(e)) => {
-                out.error = Some(e.to_string());
-                break;
-            }
-            None => {
-                out.error = Some("the cursor ended".into());
-                break;
-            }
-        };
-        let events = match batch.doc_slices() {
-            Ok(a) => a,
-            Err(e) => {
-                out.error = Some(e.to_string());
-                break;
-            }
-        };
-        let before = out.received;
-        for ev in events {
-            let ev = match ev.map_err(|e| e.to_string()).and_then(|v| {
-                v.as_document()
-                    .ok_or_else(|| "an event that is not a document".to_string())
-            }) {
-                Ok(d) => d,
-                Err(e) => {
-                    out.error = Some(e);
-                    break;
-                }
-            };
+    let d = drain_batches(
+        &mut cursor,
+        docs,
+        &all_written,
+        Duration::from_secs(10),
+        deadline,
+        |ev| {
             if ev.get_str("operationType").ok() != Some("insert") {
-                out.error = Some(format!("an event that is not an insert: {ev:?}"));
-                break;
+                return Err(format!("an event that is not an insert: {ev:?}"));
             }
             bytes += ev.as_bytes().len() as u64;
-            out.received += 1;
-        }
-        if out.error.is_some() {
-            break;
-        }
-        // The same idle rule as `drain`: nothing for 10 s ends the read.
-        if out.received == before {
-            let since = *empty_since.get_or_insert_with(Instant::now);
-            if since.elapsed() >= Duration::from_secs(10) {
-                out.gave_up = true;
-                break;
-            }
-        } else {
-            empty_since = None;
-        }
-    }
-    (out, bytes)
+            Ok(())
+        },
+    )
+    .await;
+    (d, bytes)
 }
 
 // ---------------------------------------------------------------------------
@@ -1240,6 +1211,8 @@ fn wal_fsyncs_between(before: &[(i64, u64)], after: &[(i64, u64)]) -> Option<Wal
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Latency {
+    /// How the consumer read its stream.
+    pub client: StreamClient,
     pub rows: Vec<LatencyRow>,
     /// 4 KB appended and fdatasync'ed, in the server's dbpath.
     pub fsync: Stats,
@@ -1261,6 +1234,7 @@ pub async fn latency(
     secs: f64,
     fsync_samples: usize,
     warmup_mb: u64,
+    reader: StreamClient,
 ) -> Result<Latency> {
     let server = ctx.start(4096)?;
     let uri = server.uri();
@@ -1332,31 +1306,72 @@ pub async fn latency(
                     .expect("runtime");
                 rt.block_on(async move {
                     let mut lat = vec![i64::MIN; total as usize];
-                    let opened = async {
-                        let c = client(&uri, 4).await?;
-                        c.database("bench").create_collection(&name).await?;
-                        let coll: Collection<Document> = c.database("bench").collection(&name);
-                        Ok::<_, anyhow::Error>(coll.watch().max_await_time(max_await()).await?)
-                    }
-                    .await;
-                    let mut cs: ChangeStream<RawDocumentBuf> = match opened {
-                        Ok(cs) => cs.with_type(),
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(format!("{e:#}")));
-                            return (lat, Drained::default());
-                        }
-                    };
-                    let _ = ready_tx.send(Ok(()));
-                    let deadline = Instant::now() + Duration::from_secs_f64(secs + 300.0);
-                    let d = drain(&mut cs, total, &done, give_up_after(), deadline, |ev| {
+                    let mut record = |ev: &mongodb::bson::RawDocument| {
                         let now = mono_ns();
                         if let (Some(i), Some(t)) = (raw_i64(ev, "i"), raw_i64(ev, "t")) {
                             if let Some(slot) = lat.get_mut(i as usize) {
                                 *slot = now - t;
                             }
                         }
-                    })
+                    };
+                    let deadline = Instant::now() + Duration::from_secs_f64(secs + 300.0);
+                    let coll = async {
+                        let c = client(&uri, 4).await?;
+                        c.database("bench").create_collection(&name).await?;
+                        Ok::<_, anyhow::Error>(c.database("bench").collection::<Document>(&name))
+                    }
                     .await;
+                    let coll = match coll {
+                        Ok(c) => c,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(format!("{e:#}")));
+                            return (lat, Drained::default());
+                        }
+                    };
+                    let d = match reader {
+                        StreamClient::Watch => {
+                            let mut cs: ChangeStream<RawDocumentBuf> =
+                                match coll.watch().max_await_time(max_await()).await {
+                                    Ok(cs) => cs.with_type(),
+                                    Err(e) => {
+                                        let _ = ready_tx.send(Err(e.to_string()));
+                                        return (lat, Drained::default());
+                                    }
+                                };
+                            let _ = ready_tx.send(Ok(()));
+                            drain(&mut cs, total, &done, give_up_after(), deadline, |ev| {
+                                record(ev)
+                            })
+                            .await
+                        }
+                        StreamClient::RawBatches => {
+                            let opened = coll
+                                .aggregate([doc! {"$changeStream": {}}])
+                                .max_await_time(max_await())
+                                .batch()
+                                .await;
+                            let mut cursor = match opened {
+                                Ok(c) => c,
+                                Err(e) => {
+                                    let _ = ready_tx.send(Err(e.to_string()));
+                                    return (lat, Drained::default());
+                                }
+                            };
+                            let _ = ready_tx.send(Ok(()));
+                            drain_batches(
+                                &mut cursor,
+                                total,
+                                &done,
+                                give_up_after(),
+                                deadline,
+                                |ev| {
+                                    record(ev);
+                                    Ok(())
+                                },
+                            )
+                            .await
+                        }
+                    };
                     (lat, d)
                 })
             })
@@ -1487,6 +1502,7 @@ pub async fn latency(
     );
     ctx.finish("latency", server);
     Ok(Latency {
+        client: reader,
         rows,
         fsync,
         fsync_in_place,
