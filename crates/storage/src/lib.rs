@@ -324,6 +324,10 @@ impl Store {
                     table.set_bloom_filter(10.0, false);
                     table.set_cache_index_and_filter_blocks(true);
                     table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+                    // The same for the memtable: a miss is answered without searching
+                    // its skip list (2% of the write buffer).
+                    o.set_memtable_prefix_bloom_ratio(0.02);
+                    o.set_memtable_whole_key_filtering(true);
                 }
                 if matches!(s, Space::Oplog | Space::OplogByNs) {
                     // Read in order (a stream catching up): big blocks make one block
