@@ -538,9 +538,15 @@ impl<'e> Txn<'e> {
         let mut o2 = bson::RawDocumentBuf::new();
         o2.append_ref("_id", *id);
         let ui_bytes = ui.bytes();
-        let mut e = bson::RawDocumentBuf::new();
-        e.append("op", "i");
-        e.append("ns", ns);
+        // Sized for the whole entry at once, and every field appended by reference: an
+        // owned value per field was an allocation each, and growing the buffer field by
+        // field copied the document again (a tenth of a small insert's instructions).
+        let fixed = 160 + ns.len();
+        let mut bytes = Vec::with_capacity(fixed + doc.as_bytes().len() + o2.as_bytes().len());
+        bytes.extend_from_slice(&[5, 0, 0, 0, 0]);
+        let mut e = bson::RawDocumentBuf::from_bytes(bytes).expect("the empty document");
+        e.append_ref("op", "i");
+        e.append_ref("ns", ns);
         e.append_ref(
             "ui",
             RawBsonRef::Binary(RawBinaryRef {
@@ -550,10 +556,10 @@ impl<'e> Txn<'e> {
         );
         e.append_ref("o", RawBsonRef::Document(doc));
         e.append_ref("o2", RawBsonRef::Document(&o2));
-        e.append("ts", ts);
-        e.append("t", 1i64);
-        e.append("v", 2i64);
-        e.append("wall", self.wall);
+        e.append_ref("ts", RawBsonRef::Timestamp(ts));
+        e.append_ref("t", RawBsonRef::Int64(1));
+        e.append_ref("v", RawBsonRef::Int64(2));
+        e.append_ref("wall", RawBsonRef::DateTime(self.wall));
         if let Some((lsid, number)) = &self.session {
             if let Ok(raw) = bson::RawDocumentBuf::from_document(lsid) {
                 e.append("lsid", raw);
