@@ -497,7 +497,7 @@ impl<'e> Txn<'e> {
         entry
             .to_writer(&mut bytes)
             .expect("serialising a Document into a Vec cannot fail");
-        self.put_oplog(&change.ns, ts, &bytes);
+        self.put_oplog(&change.ns, ts, &bytes, None);
         if change.op == "c" {
             let raw = bson::RawDocument::from_bytes(&bytes).expect("just serialised");
             for target in oplog::indexed_namespaces(raw).iter().skip(1) {
@@ -566,27 +566,43 @@ impl<'e> Txn<'e> {
             }
             e.append("txnNumber", *number);
         }
-        self.put_oplog(ns, ts, e.as_bytes());
+        // What the entry holds is known here: not read back from its bytes.
+        let head = oplog::EntryHead {
+            op: "i",
+            ns,
+            o: Some(doc),
+        };
+        self.put_oplog(ns, ts, e.as_bytes(), Some(head));
         ts
     }
 
-    fn put_oplog(&mut self, ns: &str, ts: bson::Timestamp, bytes: &[u8]) {
+    /// `head`: the entry's op, ns and o when the caller knows them (else read from
+    /// `bytes`).
+    fn put_oplog(
+        &mut self,
+        ns: &str,
+        ts: bson::Timestamp,
+        bytes: &[u8],
+        head: Option<oplog::EntryHead<'_>>,
+    ) {
         let t = keys::ts_to_u64(ts);
         self.oplog_added += bytes.len() as u64;
         self.batch.put(Space::Oplog, &keys::oplog_key(t), bytes);
         let raw = bson::RawDocument::from_bytes(bytes).ok();
-        let digest = raw.map(oplog::ns_digest).unwrap_or_default();
+        let head = head.or_else(|| raw.map(oplog::EntryHead::of));
+        let digest = head.map(|h| h.digest()).unwrap_or_default();
         if !ns.is_empty() {
             self.ns_mask |= namespace_bit(ns);
             self.batch
                 .put(Space::OplogByNs, &keys::oplog_ns_key(ns, t), &digest);
         }
         if self.engine.recent.enabled() {
-            if let Some(raw) = raw {
+            if let (Some(raw), Some(head)) = (raw, head) {
                 self.recent.push(changestream::recent::RecentEntry::new(
                     t,
                     raw,
                     digest,
+                    head.namespaces(),
                     self.engine.recent.watched(),
                 ));
             }

@@ -283,65 +283,76 @@ pub fn command_targets(db: &str, o: &bson::RawDocument) -> Vec<String> {
     }
 }
 
-/// An entry's `op`, `ns` and `o`, found in one pass over its fields (each
-/// `RawDocument::get` walks and checks the fields from the first one again: three
-/// lookups were a tenth of a small insert's instructions). A field that is missing or
-/// of another type reads as `""` / `None`, as the lookups did.
-struct EntryHead<'a> {
-    op: &'a str,
-    ns: &'a str,
-    o: Option<&'a bson::RawDocument>,
+/// An entry's `op`, `ns` and `o`: what its `oplog_by_ns` keys and digest are made of.
+/// A writer that builds the entry knows them; [`EntryHead::of`] reads them back.
+#[derive(Clone, Copy)]
+pub struct EntryHead<'a> {
+    pub op: &'a str,
+    pub ns: &'a str,
+    pub o: Option<&'a bson::RawDocument>,
 }
 
-fn entry_head(entry: &bson::RawDocument) -> EntryHead<'_> {
-    use bson::RawBsonRef;
-    let mut head = EntryHead {
-        op: "",
-        ns: "",
-        o: None,
-    };
-    let (mut op, mut ns, mut o) = (false, false, false);
-    for elem in entry {
-        let Ok((key, value)) = elem else { break };
-        match (key, value) {
-            ("op", v) if !op => {
-                op = true;
-                head.op = if let RawBsonRef::String(s) = v { s } else { "" };
-            }
-            ("ns", v) if !ns => {
-                ns = true;
-                head.ns = if let RawBsonRef::String(s) = v { s } else { "" };
-            }
-            ("o", v) if !o => {
-                o = true;
-                head.o = if let RawBsonRef::Document(d) = v {
-                    Some(d)
-                } else {
-                    None
-                };
-            }
-            _ => {}
-        }
-        if op && ns && o {
-            break;
+impl<'a> EntryHead<'a> {
+    /// Reads them in one walk over the entry ([`EntryFields`]; three `RawDocument::get`
+    /// were a tenth of a small insert's instructions). A field that is missing or of
+    /// another type, or a malformed entry, reads as `""` / `None`, as those lookups did.
+    pub fn of(entry: &'a bson::RawDocument) -> EntryHead<'a> {
+        let f = EntryFields::read(entry).unwrap_or_default();
+        EntryHead {
+            op: f.op.unwrap_or(""),
+            ns: f.ns.unwrap_or(""),
+            o: f.o,
         }
     }
-    head
+
+    /// Every `oplog_by_ns` namespace the entry is listed under.
+    pub fn namespaces(&self) -> Vec<String> {
+        if self.ns.is_empty() {
+            return Vec::new();
+        }
+        let mut v = vec![self.ns.to_string()];
+        if self.op == "c" {
+            if let (Some(db), Some(o)) = (self.ns.strip_suffix(".$cmd"), self.o) {
+                v.extend(command_targets(db, o));
+            }
+        }
+        v
+    }
+
+    /// The entry's `oplog_by_ns` value: see [`ns_digest`].
+    pub fn digest(&self) -> Vec<u8> {
+        let EntryHead { op, ns, o } = *self;
+        // A write of a view definition is the DDL of a view (create, modify or drop event).
+        if matches!(op, "i" | "u" | "d") && crate::changestream::event::is_system_views(ns) {
+            return vec![b'c'];
+        }
+        let kind = match op {
+            "u" if o
+                .map(|o| o.get("$v").ok().flatten().is_none())
+                .unwrap_or(false) =>
+            {
+                b'r'
+            }
+            "i" | "u" | "d" | "c" | "n" => op.as_bytes()[0],
+            _ => return Vec::new(),
+        };
+        let mut v = vec![kind];
+        if let (b'i' | b'r', Some(o)) = (kind, o) {
+            if o.as_bytes().len() >= DIGEST_FIELDS_MIN_BYTES {
+                v.push(1);
+                for (name, _) in o.into_iter().flatten() {
+                    v.extend_from_slice(name.as_bytes());
+                    v.push(0);
+                }
+            }
+        }
+        v
+    }
 }
 
 /// Every `oplog_by_ns` namespace an entry is listed under.
 pub fn indexed_namespaces(entry: &bson::RawDocument) -> Vec<String> {
-    let head = entry_head(entry);
-    if head.ns.is_empty() {
-        return Vec::new();
-    }
-    let mut v = vec![head.ns.to_string()];
-    if head.op == "c" {
-        if let (Some(db), Some(o)) = (head.ns.strip_suffix(".$cmd"), head.o) {
-            v.extend(command_targets(db, o));
-        }
-    }
-    v
+    EntryHead::of(entry).namespaces()
 }
 
 /// Documents at least this large have their top-level field names listed in their
@@ -354,32 +365,7 @@ pub const DIGEST_FIELDS_MIN_BYTES: usize = 64 * 1024;
 /// then, for a large inserted or replacing document, 0x01 and its top-level field
 /// names, each followed by a NUL.
 pub fn ns_digest(entry: &bson::RawDocument) -> Vec<u8> {
-    let EntryHead { op, ns, o } = entry_head(entry);
-    // A write of a view definition is the DDL of a view (create, modify or drop event).
-    if matches!(op, "i" | "u" | "d") && crate::changestream::event::is_system_views(ns) {
-        return vec![b'c'];
-    }
-    let kind = match op {
-        "u" if o
-            .map(|o| o.get("$v").ok().flatten().is_none())
-            .unwrap_or(false) =>
-        {
-            b'r'
-        }
-        "i" | "u" | "d" | "c" | "n" => op.as_bytes()[0],
-        _ => return Vec::new(),
-    };
-    let mut v = vec![kind];
-    if let (b'i' | b'r', Some(o)) = (kind, o) {
-        if o.as_bytes().len() >= DIGEST_FIELDS_MIN_BYTES {
-            v.push(1);
-            for (name, _) in o.into_iter().flatten() {
-                v.extend_from_slice(name.as_bytes());
-                v.push(0);
-            }
-        }
-    }
-    v
+    EntryHead::of(entry).digest()
 }
 
 /// Builds the `$v: 2` diff mongod writes for an update, from the dotted paths an
@@ -572,6 +558,44 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a writer passes for an insert it logs is what is read back from the entry.
+    #[test]
+    fn an_inserts_digest_and_namespaces_from_what_it_knows_match_its_entry() {
+        let ui = bson::Uuid::new();
+        let ts = bson::Timestamp {
+            time: 5,
+            increment: 1,
+        };
+        let big = "x".repeat(DIGEST_FIELDS_MIN_BYTES);
+        for (ns, doc) in [
+            ("db.c", doc! {"_id": 7, "x": 1}),
+            ("db.c", doc! {"_id": 8, "big": &big, "y": 2}),
+            (
+                "db.system.views",
+                doc! {"_id": "db.v", "viewOn": "c", "pipeline": []},
+            ),
+        ] {
+            let raw_doc = bson::RawDocumentBuf::from_document(&doc).unwrap();
+            let change =
+                OplogChange::insert(ns.into(), ui, doc.clone(), doc.get("_id").unwrap().clone());
+            let entry = change.to_entry(ts, bson::DateTime::from_millis(9));
+            let entry = bson::RawDocumentBuf::from_document(&entry).unwrap();
+            let known = EntryHead {
+                op: "i",
+                ns,
+                o: Some(&raw_doc),
+            };
+            let read = EntryHead::of(&entry);
+            assert_eq!(known.digest(), read.digest(), "{ns}");
+            assert_eq!(known.digest(), ns_digest(&entry), "{ns}");
+            assert_eq!(known.namespaces(), indexed_namespaces(&entry), "{ns}");
+        }
+        assert_eq!(
+            EntryHead::of(bson::RawDocument::from_bytes(&[5, 0, 0, 0, 0]).unwrap()).digest(),
+            Vec::<u8>::new()
+        );
+    }
 
     #[test]
     fn entry_fields_are_read_in_one_walk_as_get_finds_them() {

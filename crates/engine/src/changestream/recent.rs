@@ -35,11 +35,17 @@ pub struct RecentEntry {
 }
 
 impl RecentEntry {
-    /// `digest`: the entry's `oplog_by_ns` digest, computed once by the writer;
-    /// `watched`: the namespace bits open streams watch ([`RecentOplog::watched`]).
-    pub fn new(ts: u64, entry: &bson::RawDocument, digest: Vec<u8>, watched: u64) -> RecentEntry {
+    /// `digest` and `namespaces`: the entry's `oplog_by_ns` digest and namespaces,
+    /// computed once by the writer; `watched`: the namespace bits open streams watch
+    /// ([`RecentOplog::watched`]).
+    pub fn new(
+        ts: u64,
+        entry: &bson::RawDocument,
+        digest: Vec<u8>,
+        namespaces: Vec<String>,
+        watched: u64,
+    ) -> RecentEntry {
         let raw = entry.as_bytes();
-        let namespaces = crate::oplog::indexed_namespaces(entry);
         let wanted = watched == u64::MAX
             || namespaces
                 .iter()
@@ -226,8 +232,20 @@ mod tests {
         let on_a = oplog.watch(a);
         let twice_a = oplog.watch(a);
         assert_eq!(oplog.watched(), a);
-        let kept = RecentEntry::new(1, &entry("db.a"), Vec::new(), oplog.watched());
-        let listed = RecentEntry::new(2, &entry("db.b"), Vec::new(), oplog.watched());
+        let kept = RecentEntry::new(
+            1,
+            &entry("db.a"),
+            Vec::new(),
+            vec!["db.a".into()],
+            oplog.watched(),
+        );
+        let listed = RecentEntry::new(
+            2,
+            &entry("db.b"),
+            Vec::new(),
+            vec!["db.b".into()],
+            oplog.watched(),
+        );
         assert!(kept.bytes.is_some());
         assert!(listed.bytes.is_none(), "nobody watches db.b");
         assert_eq!(listed.namespaces, vec!["db.b".to_string()]);
@@ -236,11 +254,15 @@ mod tests {
         drop(twice_a);
         assert_eq!(oplog.watched(), 0);
         let all = oplog.watch(u64::MAX);
-        assert!(
-            RecentEntry::new(3, &entry("db.b"), Vec::new(), oplog.watched())
-                .bytes
-                .is_some()
-        );
+        assert!(RecentEntry::new(
+            3,
+            &entry("db.b"),
+            Vec::new(),
+            vec!["db.b".into()],
+            oplog.watched()
+        )
+        .bytes
+        .is_some());
         drop(all);
         assert_eq!(oplog.watched(), 0);
     }
