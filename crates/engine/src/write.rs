@@ -1176,7 +1176,7 @@ pub(crate) fn check_stored_limits(raw: &bson::RawDocument, insert: bool) -> Resu
             )
         });
     }
-    if raw_depth(raw, 1) > MAX_NESTING_DEPTH {
+    if len >= SMALLEST_TOO_DEEP && raw_depth(raw, 1) > MAX_NESTING_DEPTH {
         return Err(Error::new(
             codes::OVERFLOW,
             format!("Document exceeds maximum nesting depth of {MAX_NESTING_DEPTH}"),
@@ -1184,6 +1184,13 @@ pub(crate) fn check_stored_limits(raw: &bson::RawDocument, insert: bool) -> Resu
     }
     Ok(())
 }
+
+/// The smallest document nested deeper than [`MAX_NESTING_DEPTH`]: the empty document
+/// (5 bytes) inside `MAX_NESTING_DEPTH` levels of the smallest wrapper (an element with an
+/// empty key holding the next level: its type byte, the key's NUL, and the level's own
+/// length and trailing NUL, 7 bytes; an array level is at least as large). A smaller
+/// document cannot be too deep, so the walk is skipped (it was 6% of a small insert).
+const SMALLEST_TOO_DEEP: usize = 5 + 7 * MAX_NESTING_DEPTH;
 
 /// Nesting depth of a raw document (1 for a flat one); stops descending once past the limit.
 fn raw_depth(doc: &bson::RawDocument, depth: usize) -> usize {
@@ -1445,6 +1452,29 @@ mod tests {
             d = doc! {"a": d};
         }
         d
+    }
+
+    #[test]
+    fn the_smallest_too_deep_document_is_that_size_and_refused() {
+        // {"": {"": ... {}}}: MAX_NESTING_DEPTH + 1 levels of documents.
+        let mut deepest = doc! {};
+        for _ in 0..MAX_NESTING_DEPTH {
+            deepest = doc! {"": deepest};
+        }
+        let raw = RawDocumentBuf::from_document(&deepest).unwrap();
+        assert_eq!(raw.as_bytes().len(), SMALLEST_TOO_DEEP);
+        assert_eq!(raw_depth(&raw, 1), MAX_NESTING_DEPTH + 1);
+        assert!(check_stored_limits(&raw, true).is_err());
+        // One level less is allowed, and so is the same depth with arrays (larger).
+        let ok = RawDocumentBuf::from_document(deepest.get_document("").unwrap()).unwrap();
+        assert!(check_stored_limits(&ok, true).is_ok());
+        let mut arrays = bson::Bson::Document(doc! {});
+        for _ in 0..MAX_NESTING_DEPTH {
+            arrays = bson::Bson::Array(vec![arrays]);
+        }
+        let raw = RawDocumentBuf::from_document(&doc! {"a": arrays}).unwrap();
+        assert!(raw.as_bytes().len() > SMALLEST_TOO_DEEP);
+        assert!(check_stored_limits(&raw, true).is_err());
     }
 
     #[test]
