@@ -498,17 +498,6 @@ impl<'e> Txn<'e> {
             .to_writer(&mut bytes)
             .expect("serialising a Document into a Vec cannot fail");
         self.put_oplog(&change.ns, ts, &bytes, None);
-        if change.op == "c" {
-            let raw = bson::RawDocument::from_bytes(&bytes).expect("just serialised");
-            for target in oplog::indexed_namespaces(raw).iter().skip(1) {
-                self.ns_mask |= namespace_bit(target);
-                self.batch.put(
-                    Space::OplogByNs,
-                    &keys::oplog_ns_key(target, keys::ts_to_u64(ts)),
-                    b"c",
-                );
-            }
-        }
         ts
     }
 
@@ -576,8 +565,10 @@ impl<'e> Txn<'e> {
         ts
     }
 
-    /// `head`: the entry's op, ns and o when the caller knows them (else read from
-    /// `bytes`).
+    /// Stores an oplog entry and lists it in `oplog_by_ns` under `ns` and, for a
+    /// command, under every other namespace it touches (a rename's target, a database's
+    /// collections). `head`: the entry's op, ns and o when the caller knows them (else
+    /// read from `bytes`).
     fn put_oplog(
         &mut self,
         ns: &str,
@@ -596,13 +587,27 @@ impl<'e> Txn<'e> {
             self.batch
                 .put(Space::OplogByNs, &keys::oplog_ns_key(ns, t), &digest);
         }
-        if self.engine.recent.enabled() {
-            if let (Some(raw), Some(head)) = (raw, head) {
+        let recent = self.engine.recent.enabled();
+        let is_command = head.is_some_and(|h| h.op == "c");
+        // Only commands and streams need the list (the first one is `ns`).
+        let namespaces = match head {
+            Some(h) if recent || is_command => h.namespaces(),
+            _ => Vec::new(),
+        };
+        if is_command {
+            for target in namespaces.iter().skip(1) {
+                self.ns_mask |= namespace_bit(target);
+                self.batch
+                    .put(Space::OplogByNs, &keys::oplog_ns_key(target, t), b"c");
+            }
+        }
+        if recent {
+            if let (Some(raw), Some(_)) = (raw, head) {
                 self.recent.push(changestream::recent::RecentEntry::new(
                     t,
                     raw,
                     digest,
-                    head.namespaces(),
+                    namespaces,
                     self.engine.recent.watched(),
                 ));
             }
