@@ -346,6 +346,26 @@ fn opt_ms(v: Option<f64>) -> String {
         .unwrap_or_else(|| "**none**".into())
 }
 
+/// A figure read from one of the server's histograms: the open last bucket (a second
+/// or more) has no upper bound.
+fn fmt_bucket_ms(v: f64) -> String {
+    if v.is_finite() {
+        fmt_ms(v)
+    } else {
+        "≥ 1000".into()
+    }
+}
+
+/// p50 / p99 / max of a span of one of the server's histograms.
+fn fmt_buckets_ms(w: &scenarios::WalFsyncs) -> String {
+    format!(
+        "{} / {} / {}",
+        fmt_bucket_ms(w.p50_ms),
+        fmt_bucket_ms(w.p99_ms),
+        fmt_bucket_ms(w.max_ms)
+    )
+}
+
 fn met(b: bool) -> &'static str {
     if b {
         "yes"
@@ -729,17 +749,12 @@ fn markdown(rep: &Report) -> String {
                 fmt_ms(r.latency.max_ms),
                 r.producer.max_lag_ms,
                 match &r.wal_fsync {
-                    Some(w) => {
-                        let f = |v: f64| if v.is_finite() { fmt_ms(v) } else { "≥ 1000".into() };
-                        format!(
-                            "{}, {} / {} / {}; {}",
-                            fmt_int(w.count),
-                            f(w.p50_ms),
-                            f(w.p99_ms),
-                            f(w.max_ms),
-                            f(w.p99_time_weighted_ms)
-                        )
-                    }
+                    Some(w) => format!(
+                        "{}, {}; {}",
+                        fmt_int(w.count),
+                        fmt_buckets_ms(w),
+                        fmt_bucket_ms(w.p99_time_weighted_ms)
+                    ),
                     None => "–".into(),
                 },
                 fmt_ms(r.durability_floor.p50_ms),
@@ -820,19 +835,7 @@ fn markdown(rep: &Report) -> String {
                 fmt_ms(r.acks.p50_ms),
                 fmt_ms(r.acks.p99_ms),
                 fmt_ms(r.acks.max_ms),
-                match &r.commit_waits {
-                    Some(w) => {
-                        let f = |v: f64| {
-                            if v.is_finite() {
-                                fmt_ms(v)
-                            } else {
-                                "≥ 1000".into()
-                            }
-                        };
-                        format!("{} / {} / {}", f(w.p50_ms), f(w.p99_ms), f(w.max_ms))
-                    }
-                    None => "–".into(),
-                },
+                r.commit_waits.as_ref().map_or("–".into(), fmt_buckets_ms),
                 fmt_ms(r.latency.p50_ms),
                 fmt_ms(r.latency.p99_ms),
                 fmt_ms(r.latency.max_ms),
