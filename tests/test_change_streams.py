@@ -175,6 +175,41 @@ class TestEvents:
         assert didx["operationType"] == "dropIndexes"
         assert didx["operationDescription"]["indexes"][0]["name"] == "a_1"
 
+    def test_raw_update_description(self, coll):
+        """showRawUpdateDescription (mongod's internal option): an update's event carries
+        the oplog entry's own description, and only updates change."""
+        db = coll.database
+        coll.insert_one({"_id": 1, "a": 1, "b": 1, "arr": [1, 2, 3]})
+        # pymongo's watch() has no such option: the raw commands.
+        cursor = raw_aggregate(db, coll.name, {"showRawUpdateDescription": True},
+                               cursor={"batchSize": 0})["cursor"]
+        with coll.watch() as parsed:
+            coll.update_one({"_id": 1}, {"$set": {"a": 2, "c": 3}, "$unset": {"b": 1}})
+            coll.replace_one({"_id": 1}, {"z": 1})
+            coll.delete_one({"_id": 1})
+            p_upd, p_rep, p_del = events(parsed, 3)
+        got = []
+        for _ in range(10):
+            more = db.command("getMore", cursor["id"], collection=coll.name, maxTimeMS=1000)
+            got += more["cursor"]["nextBatch"]
+            if len(got) >= 3:
+                break
+        db.command("killCursors", coll.name, cursors=[cursor["id"]])
+        upd, rep, dele = got
+        assert upd["operationType"] == "update"
+        assert "updateDescription" not in upd
+        assert upd["rawUpdateDescription"] == {
+            "$v": 2, "diff": {"u": {"a": 2}, "i": {"c": 3}, "d": {"b": False}}}
+        # The same event otherwise, also its resume token.
+        assert p_upd["updateDescription"]["updatedFields"] == {"a": 2, "c": 3}
+        assert "rawUpdateDescription" not in p_upd
+        assert upd["_id"] == p_upd["_id"]
+        assert {k: v for k, v in upd.items() if k != "rawUpdateDescription"} == {
+            k: v for k, v in p_upd.items() if k != "updateDescription"}
+        # In the place of updateDescription, as mongod adds it.
+        assert list(upd).index("rawUpdateDescription") == list(p_upd).index("updateDescription")
+        assert rep == p_rep and dele == p_del
+
     def test_ddl_hidden_without_expanded_events(self, db):
         with db.watch() as s:
             db.create_collection("c")

@@ -37,7 +37,7 @@ struct Parsed<'a> {
     to: Option<Namespace>,
     full_document: Option<&'a RawDocument>,
     document_key: Option<DocKey<'a>>,
-    update_description: Option<Document>,
+    update_description: Option<UpdateDescription<'a>>,
     op_description: Option<Document>,
     state_before_change: Option<Document>,
     /// DDL events other than drop/rename/dropDatabase appear only with showExpandedEvents.
@@ -45,6 +45,13 @@ struct Parsed<'a> {
     /// An event about a view (or a time-series collection, a view on mongod): mongod
     /// reports no collectionUUID for these.
     view_event: bool,
+}
+
+/// An update's description: parsed from the entry's diff, or (with
+/// `showRawUpdateDescription`) the entry's `o` as it is, `{$v: 2, diff: ...}`.
+enum UpdateDescription<'a> {
+    Parsed(Document),
+    Raw(&'a RawDocument),
 }
 
 enum DocKey<'a> {
@@ -110,7 +117,8 @@ fn raw_doc(field: Option<&RawDocument>) -> Result<Option<Document>> {
 
 /// None for entries that make no event, and for CRUD entries outside `scope` (dropped
 /// on the namespace alone, before any of the document is decoded).
-fn parse<'a>(f: &EntryFields<'a>, scope: &'a Scope) -> Result<Option<Parsed<'a>>> {
+fn parse<'a>(f: &EntryFields<'a>, spec: &'a StreamSpec) -> Result<Option<Parsed<'a>>> {
+    let scope = &spec.scope;
     let corrupt = |what: &str| Error::internal(format!("corrupt oplog entry: {what}"));
     let op = f.op.ok_or_else(|| corrupt("op"))?;
     let ns = f.ns.unwrap_or("");
@@ -193,8 +201,13 @@ fn parse<'a>(f: &EntryFields<'a>, scope: &'a Scope) -> Result<Option<Parsed<'a>>
                     if o.get("$v").ok().flatten().is_some() {
                         p.op_type = "update";
                         let diff = o.get_document("diff").map_err(|_| corrupt("o.diff"))?;
-                        let diff = Document::try_from(diff).map_err(|e| corrupt(&e.to_string()))?;
-                        p.update_description = Some(super::diff::update_description(&diff));
+                        p.update_description = Some(if spec.show_raw_update {
+                            UpdateDescription::Raw(o)
+                        } else {
+                            let diff =
+                                Document::try_from(diff).map_err(|e| corrupt(&e.to_string()))?;
+                            UpdateDescription::Parsed(super::diff::update_description(&diff))
+                        });
                     } else {
                         p.op_type = "replace";
                         p.full_document = Some(o);
@@ -320,7 +333,7 @@ pub(crate) fn transform(
 ) -> Result<Option<Event>> {
     let f = EntryFields::read(entry)
         .map_err(|e| Error::internal(format!("corrupt oplog entry: {e}")))?;
-    let Some(p) = parse(&f, &spec.scope)? else {
+    let Some(p) = parse(&f, spec)? else {
         return Ok(None);
     };
     if p.expanded_only && !spec.show_expanded {
@@ -404,11 +417,16 @@ pub(crate) fn transform(
             d.doc("operationDescription", &to_raw(desc)?);
         }
     }
-    if let Some(mut ud) = p.update_description {
-        if !spec.show_expanded {
-            ud.remove("disambiguatedPaths");
+    match p.update_description {
+        Some(UpdateDescription::Parsed(mut ud)) => {
+            if !spec.show_expanded {
+                ud.remove("disambiguatedPaths");
+            }
+            d.doc("updateDescription", &to_raw(&ud)?);
         }
-        d.doc("updateDescription", &to_raw(&ud)?);
+        // mongod puts the oplog's own description where the parsed one would be.
+        Some(UpdateDescription::Raw(o)) => d.doc("rawUpdateDescription", o),
+        None => {}
     }
     if let Some(s) = &p.state_before_change {
         d.doc("stateBeforeChange", &to_raw(s)?);

@@ -85,6 +85,10 @@ pub struct StreamSpec {
     pub full_document: FullDocument,
     pub before_change: BeforeChange,
     pub show_expanded: bool,
+    /// `showRawUpdateDescription` (an internal option of mongod's, for resharding and
+    /// tools that apply events as oplog entries): update events carry the entry's own
+    /// `o` as `rawUpdateDescription` instead of `updateDescription`.
+    pub show_raw_update: bool,
     /// `$changeStreamSplitLargeEvent`: events over 16 MiB are returned in fragments.
     pub split_large: bool,
     /// The user's stages after `$changeStream` (re-parsed per batch: a parsed
@@ -105,6 +109,7 @@ impl StreamSpec {
         self.full_document == FullDocument::Default
             && self.before_change == BeforeChange::Off
             && !self.show_expanded
+            && !self.show_raw_update
     }
 }
 
@@ -158,6 +163,7 @@ fn parse_spec(
     let mut full_document = FullDocument::Default;
     let mut before_change = BeforeChange::Off;
     let mut show_expanded = false;
+    let mut show_raw_update = false;
     let mut all_for_cluster = false;
     let mut start = Document::new();
     for (k, v) in opts {
@@ -191,6 +197,7 @@ fn parse_spec(
                 }
             }
             "showExpandedEvents" => show_expanded = bool_opt()?,
+            "showRawUpdateDescription" => show_raw_update = bool_opt()?,
             "allChangesForCluster" => all_for_cluster = bool_opt()?,
             "showSystemEvents"
             | "allowToRunOnConfigDB"
@@ -304,6 +311,7 @@ fn parse_spec(
             full_document,
             before_change,
             show_expanded,
+            show_raw_update,
             split_large,
             stages,
             collator: None,
