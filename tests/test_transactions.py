@@ -7,6 +7,8 @@ import pytest
 from pymongo import ReturnDocument
 from pymongo.errors import OperationFailure
 
+from conftest import next_event
+
 
 def test_commit_makes_every_write_visible_at_once(client, db):
     coll = db.t
@@ -268,3 +270,69 @@ def test_change_events_of_a_transaction_carry_its_session(client, db):
         assert isinstance(event["txnNumber"], int)
     assert inserted["txnNumber"] == updated["txnNumber"]
     assert [inserted["operationType"], updated["operationType"]] == ["insert", "update"]
+
+
+def test_each_write_of_a_transaction_is_its_own_event_in_order(client, db):
+    """As mongod's applyOps: one event per operation, in the order they ran, also for
+    several writes to one document (not one event per document for its last state)."""
+    coll = db.t
+    coll.insert_many([{"_id": "a", "n": 0}, {"_id": "b", "n": 0}])
+    with coll.watch() as stream:
+        with client.start_session() as s:
+            with s.start_transaction():
+                coll.insert_one({"_id": 1, "v": "first"}, session=s)
+                coll.update_one({"_id": "a"}, {"$inc": {"n": 1}}, session=s)
+                coll.update_one({"_id": 1}, {"$set": {"v": "second"}}, session=s)
+                coll.update_one({"_id": "b"}, {"$inc": {"n": 1}}, session=s)
+                coll.update_one({"_id": "a"}, {"$inc": {"n": 1}}, session=s)
+                coll.replace_one({"_id": "b"}, {"replaced": True}, session=s)
+                coll.delete_one({"_id": 1}, session=s)
+                coll.insert_one({"_id": 2}, session=s)
+                coll.delete_one({"_id": 2}, session=s)
+        events = [next_event(stream) for _ in range(9)]
+        coll.insert_one({"_id": "after"})
+        assert next_event(stream)["documentKey"]["_id"] == "after"
+    assert [(e["operationType"], e["documentKey"]["_id"]) for e in events] == [
+        ("insert", 1), ("update", "a"), ("update", 1), ("update", "b"), ("update", "a"),
+        ("replace", "b"), ("delete", 1), ("insert", 2), ("delete", 2)]
+    # Each event shows its own operation: the insert its document as inserted, each
+    # update its own change.
+    assert events[0]["fullDocument"] == {"_id": 1, "v": "first"}
+    assert events[1]["updateDescription"]["updatedFields"] == {"n": 1}
+    assert events[2]["updateDescription"]["updatedFields"] == {"v": "second"}
+    assert events[4]["updateDescription"]["updatedFields"] == {"n": 2}
+    assert events[5]["fullDocument"] == {"_id": "b", "replaced": True}
+    assert len({e["txnNumber"] for e in events}) == 1
+    times = [e["clusterTime"] for e in events]
+    assert times == sorted(times)
+    # The oplog holds the same operations, and the data the last state.
+    ops = list(client.local["oplog.rs"].find({"ns": coll.full_name, "txnNumber": {"$exists": True}}))
+    assert [o["op"] for o in ops] == ["i", "u", "u", "u", "u", "u", "d", "i", "d"]
+    assert sorted(coll.find(), key=lambda d: str(d["_id"])) == [
+        {"_id": "a", "n": 2}, {"_id": "after"}, {"_id": "b", "replaced": True}]
+
+
+def test_transaction_writes_that_undo_each_other_commit(client, db):
+    """The commit replays the writes in order, so none of them trips over an earlier
+    one of the same transaction: the same _id in two collections, a document deleted
+    and inserted again, a unique value freed by an update and taken by an insert."""
+    db.u.create_index("email", unique=True)
+    db.u.insert_one({"_id": 1, "email": "x@example.com"})
+    with client.start_session() as s:
+        with s.start_transaction():
+            db.a.insert_one({"_id": 7}, session=s)
+            db.b.insert_one({"_id": 7}, session=s)
+            db.u.delete_one({"_id": 1}, session=s)
+            db.u.insert_one({"_id": 1, "email": "y@example.com"}, session=s)
+            db.u.insert_one({"_id": 2, "email": "z@example.com"}, session=s)
+            db.u.update_one({"_id": 2}, {"$set": {"email": "w@example.com"}}, session=s)
+            db.u.insert_one({"_id": 3, "email": "z@example.com"}, session=s)
+            db.u.insert_one({"_id": 4, "email": "x@example.com"}, session=s)
+    assert db.a.find_one() == {"_id": 7} and db.b.find_one() == {"_id": 7}
+    assert sorted((d["_id"], d["email"]) for d in db.u.find()) == [
+        (1, "y@example.com"), (2, "w@example.com"), (3, "z@example.com"), (4, "x@example.com")]
+    # The unique index holds exactly these.
+    with pytest.raises(OperationFailure) as e:
+        db.u.insert_one({"_id": 5, "email": "z@example.com"})
+    assert e.value.code == 11000
+    db.u.insert_one({"_id": 6, "email": "q@example.com"})

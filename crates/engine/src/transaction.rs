@@ -2,10 +2,14 @@
 //!
 //! A transaction reads a snapshot of the store taken when it starts, with its own
 //! writes laid over it, and writes nothing to storage before it commits: it keeps,
-//! per document it touched, the state at its snapshot and the state now. The commit
-//! applies the differences as one atomic batch under the writer lock, like any other
-//! write, so no reader (find, tailable cursor, change stream) ever sees part of a
-//! transaction, and an abort is just forgetting.
+//! per document it touched, the state at its snapshot and the state now (for its
+//! reads and the conflict checks), and each of its writes in the order they ran. The
+//! commit replays those writes in one atomic batch under the writer lock, like any
+//! other write, so no reader (find, tailable cursor, change stream) ever sees part of
+//! a transaction, an abort is just forgetting, and the oplog holds one entry per
+//! operation as mongod's `applyOps` does: a document inserted and then updated in a
+//! transaction gives an insert event and an update event, not one insert of its last
+//! state.
 //!
 //! Conflicts, as mongod reports them (WriteConflict, labelled TransientTransactionError):
 //! a document written by an open transaction is locked to it until it ends, so another
@@ -16,7 +20,6 @@
 //! Reads inside a transaction look documents up by `_id` when the filter names them,
 //! and otherwise scan the collection (no secondary index is used).
 
-use crate::catalog::CollMeta;
 use crate::cursor::{Cursor, Source, DEFAULT_FIRST_BATCH};
 use crate::find::{check_batch_size, CursorBatch, FindRequest};
 use crate::namespace::Namespace;
@@ -38,9 +41,9 @@ use tailstream_query::sort::SortSpec;
 use tailstream_query::update::{UpdateKind, UpdateSpec};
 use tailstream_storage::{OwnedSnapshot, Space};
 
-/// Documents an open transaction may touch at most (mongod's limit is the 16 MiB of
-/// its oplog entry; this bounds the memory a transaction holds).
-pub const MAX_TRANSACTION_DOCUMENTS: usize = 100_000;
+/// Writes an open transaction may make at most (mongod's limit is the 16 MiB of its
+/// oplog entry; this bounds the memory a transaction holds).
+pub const MAX_TRANSACTION_WRITES: usize = 100_000;
 
 /// (namespace, `_id` KeyString) of a document.
 type DocKey = (String, Vec<u8>);
@@ -64,11 +67,43 @@ struct Touched {
     current: Option<Document>,
 }
 
+/// One write of a transaction, as it ran: what the commit replays.
+struct TxnWrite {
+    ns: Namespace,
+    id_ks: Vec<u8>,
+    kind: WriteKind,
+}
+
+enum WriteKind {
+    Insert(Document),
+    /// `old`: the document as the transaction saw it just before this write.
+    Update {
+        old: Document,
+        change: ComputedUpdate,
+    },
+    /// The document as the transaction saw it just before.
+    Delete(Document),
+}
+
+impl WriteKind {
+    /// The document after this write (None: deleted).
+    fn after(&self) -> Option<Document> {
+        match self {
+            WriteKind::Insert(d) => Some(d.clone()),
+            WriteKind::Update { change, .. } => Some(change.new.clone()),
+            WriteKind::Delete(_) => None,
+        }
+    }
+}
+
 pub struct Transaction {
     id: u64,
     snapshot: OwnedSnapshot,
-    /// In first-touch order, which is the order of the commit's oplog entries.
+    /// Every document written, in first-touch order, with its state at the snapshot
+    /// and now.
     touched: Vec<Touched>,
+    /// The writes in the order they ran, which is the order of the commit's oplog entries.
+    writes: Vec<TxnWrite>,
     by_key: HashMap<DocKey, usize>,
     locks: LockTable,
     ddl: Vec<PendingDdl>,
@@ -101,6 +136,7 @@ impl Engine {
             id: self.next_transaction_id.fetch_add(1, Ordering::Relaxed),
             snapshot: self.store.snapshot(),
             touched: Vec::new(),
+            writes: Vec::new(),
             by_key: HashMap::new(),
             locks: Arc::clone(&self.transaction_locks),
             ddl: Vec::new(),
@@ -234,24 +270,32 @@ impl Engine {
             .collect())
     }
 
-    /// Records the transaction's new state of a document, taking its lock first.
+    /// Records a write of the transaction and the document's new state, taking the
+    /// document's lock at its first write.
     fn touch(
         &self,
         t: &mut Transaction,
         ns: &Namespace,
         id_ks: &[u8],
-        new: Option<Document>,
+        kind: WriteKind,
     ) -> Result<()> {
+        if t.writes.len() >= MAX_TRANSACTION_WRITES {
+            return Err(Error::new(
+                codes::TRANSACTION_TOO_LARGE,
+                format!("a transaction may make at most {MAX_TRANSACTION_WRITES} writes"),
+            ));
+        }
+        let new = kind.after();
+        let write = TxnWrite {
+            ns: ns.clone(),
+            id_ks: id_ks.to_vec(),
+            kind,
+        };
         let key = (ns.full(), id_ks.to_vec());
         if let Some(&i) = t.by_key.get(&key) {
             t.touched[i].current = new;
+            t.writes.push(write);
             return Ok(());
-        }
-        if t.touched.len() >= MAX_TRANSACTION_DOCUMENTS {
-            return Err(Error::new(
-                codes::TRANSACTION_TOO_LARGE,
-                format!("a transaction may write at most {MAX_TRANSACTION_DOCUMENTS} documents"),
-            ));
         }
         {
             let mut locks = t.locks.lock();
@@ -279,6 +323,7 @@ impl Engine {
             // transaction, which the caller aborts).
             return Err(write_conflict());
         }
+        t.writes.push(write);
         Ok(())
     }
 
@@ -360,7 +405,7 @@ impl Engine {
                 &doc! {"_id": id.clone()},
             ));
         }
-        self.touch(t, ns, &id_ks, Some(doc))?;
+        self.touch(t, ns, &id_ks, WriteKind::Insert(doc))?;
         Ok(id)
     }
 
@@ -420,7 +465,7 @@ impl Engine {
                 if let Some(v) = validator.as_ref().filter(|v| v.checks_update_of(&old)) {
                     v.check_updated(&change.new)?;
                 }
-                self.touch(t, ns, &id_ks, Some(change.new))?;
+                self.touch(t, ns, &id_ks, WriteKind::Update { old, change })?;
                 modified += 1;
             }
         }
@@ -442,10 +487,11 @@ impl Engine {
             let matcher = Matcher::for_query_with_collation(&filter, collator)?;
             let candidates = self.transaction_candidates(t, ns, &matcher)?;
             let targets = matching(candidates, &matcher, op.limit != 0)?;
-            for (id_ks, _) in &targets {
-                self.touch(t, ns, id_ks, None)?;
+            let n = targets.len() as u64;
+            for (id_ks, old) in targets {
+                self.touch(t, ns, &id_ks, WriteKind::Delete(old))?;
             }
-            out.n += targets.len() as u64;
+            out.n += n;
             Ok(None)
         }))
     }
@@ -485,7 +531,7 @@ impl Engine {
         };
         match (candidates.into_iter().next(), &plan.spec) {
             (Some((id_ks, doc)), None) => {
-                self.touch(t, ns, &id_ks, None)?;
+                self.touch(t, ns, &id_ks, WriteKind::Delete(doc.clone()))?;
                 out.n = 1;
                 out.value = Some(project(doc)?);
             }
@@ -496,8 +542,10 @@ impl Engine {
                         if let Some(v) = validator.as_ref().filter(|v| v.checks_update_of(&old)) {
                             v.check_updated(&change.new)?;
                         }
-                        self.touch(t, ns, &id_ks, Some(change.new.clone()))?;
-                        change.new
+                        let new = change.new.clone();
+                        let old = old.clone();
+                        self.touch(t, ns, &id_ks, WriteKind::Update { old, change })?;
+                        new
                     }
                     None => old.clone(),
                 };
@@ -693,7 +741,7 @@ impl Engine {
     /// one atomic batch (None if it changed nothing).
     pub fn commit_transaction(
         &self,
-        t: Transaction,
+        mut t: Transaction,
         session: Option<(Document, i64)>,
     ) -> Result<Option<Committed>> {
         let mut last_ddl = None;
@@ -708,49 +756,42 @@ impl Engine {
                 }
             });
         }
-        if t.touched.iter().all(|x| x.base == x.current) {
+        if t.writes.is_empty() {
             return Ok(last_ddl);
         }
         let mut txn = self.begin();
         if let Some((lsid, number)) = session {
             txn.set_session(lsid, number);
         }
-        let mut pending = PendingIndex::default();
-        for x in t.touched.iter().filter(|x| x.base != x.current) {
-            let meta: Option<Arc<CollMeta>> = txn.catalog().get(&x.ns);
-            let latest = match &meta {
+        // Every document written must still be as the snapshot had it (a commit since
+        // then is a conflict), also one the transaction inserted and deleted again.
+        for x in &t.touched {
+            let latest = match txn.catalog().get(&x.ns) {
                 Some(m) => read::fetch(&self.store, m.id, &x.id_ks)?,
                 None => None,
             };
             if latest != x.base {
                 return Err(write_conflict());
             }
-            match (&x.base, &x.current, meta) {
-                (None, Some(doc), _) => {
-                    let meta = self.ensure_collection(&mut txn, &x.ns)?;
-                    let raw = RawDocumentBuf::from_document(doc)
+        }
+        let mut pending = PendingIndex::default();
+        for w in std::mem::take(&mut t.writes) {
+            match w.kind {
+                WriteKind::Insert(doc) => {
+                    let meta = self.ensure_collection(&mut txn, &w.ns)?;
+                    let raw = RawDocumentBuf::from_document(&doc)
                         .map_err(|e| Error::bad_value(e.to_string()))?;
                     self.insert_in(&mut txn, &meta, raw, &mut pending)?;
                 }
-                (Some(old), Some(new), Some(meta)) => {
-                    let replaced = crate::oplog::doc_diff(old, new).is_none();
-                    let change = ComputedUpdate {
-                        new: new.clone(),
-                        updated: Document::new(),
-                        removed: Vec::new(),
-                        replaced,
-                    };
-                    self.store_update(
-                        &mut txn,
-                        &meta,
-                        &x.id_ks,
-                        old.clone(),
-                        change,
-                        &mut pending,
-                    )?;
+                WriteKind::Update { old, change } => {
+                    let meta = txn.catalog().get(&w.ns).ok_or_else(write_conflict)?;
+                    self.store_update(&mut txn, &meta, &w.id_ks, old, change, &mut pending)?;
                 }
-                (Some(old), None, Some(meta)) => self.delete_in(&mut txn, &meta, &x.id_ks, old),
-                _ => return Err(write_conflict()),
+                WriteKind::Delete(old) => {
+                    let meta = txn.catalog().get(&w.ns).ok_or_else(write_conflict)?;
+                    self.delete_in(&mut txn, &meta, &w.id_ks, &old);
+                    pending.deleted(self.index_entries_of(&meta, &old), meta.id, &w.id_ks);
+                }
             }
         }
         txn.commit().map(Some)

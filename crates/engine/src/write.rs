@@ -114,7 +114,28 @@ pub struct FamOutcome {
 pub(crate) struct PendingIndex {
     added: HashMap<(u32, Vec<u8>), Vec<u8>>,
     removed: HashSet<Vec<u8>>,
+    /// Documents inserted by the batch, by record key (collection and `_id`: a
+    /// transaction may insert the same `_id` into two collections).
     ids: HashSet<Vec<u8>>,
+    /// Documents the batch deleted, by record key: an insert of the same `_id` after
+    /// the delete (in a transaction) is no duplicate of the stored one.
+    deleted_ids: HashSet<Vec<u8>>,
+}
+
+impl PendingIndex {
+    /// Notes a document deleted by the batch (with its index entries) after
+    /// [`Engine::delete_in`], for later writes of the same batch.
+    pub(crate) fn deleted(&mut self, entries: Vec<(u32, Vec<u8>)>, coll_id: u32, id_ks: &[u8]) {
+        for e in entries {
+            self.removed.insert(keys::index_entry_key(e.0, &e.1, id_ks));
+            if self.added.get(&e).is_some_and(|owner| owner == id_ks) {
+                self.added.remove(&e);
+            }
+        }
+        let dkey = keys::doc_key(coll_id, id_ks);
+        self.ids.remove(&dkey);
+        self.deleted_ids.insert(dkey);
+    }
 }
 
 /// Matches array elements for `$pull` conditions and `arrayFilters` with the query
@@ -251,12 +272,13 @@ impl Engine {
         }
         let id_ks = keys::id_key(&id);
         let dkey = keys::doc_key(meta.id, &id_ks);
-        if pending.ids.contains(&id_ks)
-            || self
-                .store
-                .get(Space::Docs, &dkey)
-                .map_err(storage_err)?
-                .is_some()
+        if pending.ids.contains(&dkey)
+            || (!pending.deleted_ids.contains(&dkey)
+                && self
+                    .store
+                    .get(Space::Docs, &dkey)
+                    .map_err(storage_err)?
+                    .is_some())
         {
             return Err(duplicate_key_error(
                 &meta.ns,
@@ -293,7 +315,7 @@ impl Engine {
                 index_keys,
             )?;
         }
-        pending.ids.insert(id_ks.clone());
+        pending.ids.insert(dkey);
         Ok((id, id_ks))
     }
 
@@ -564,6 +586,10 @@ impl Engine {
             let k = keys::index_entry_key(e.0, &e.1, &id_ks);
             txn.batch().delete(Space::Index, &k);
             pending.removed.insert(k);
+            // Added earlier in this batch (a transaction's insert, then this update).
+            if pending.added.get(e).is_some_and(|owner| *owner == id_ks) {
+                pending.added.remove(e);
+            }
         }
         for e in new_entries.iter().filter(|e| !old_entries.contains(e)) {
             let k = keys::index_entry_key(e.0, &e.1, &id_ks);
