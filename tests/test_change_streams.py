@@ -4,6 +4,7 @@ Covers every event type, the options, the errors, resuming (also after a restart
 and after kill -9) and concurrent writers and streams.
 """
 
+import datetime
 import threading
 import time
 
@@ -209,6 +210,32 @@ class TestEvents:
         # In the place of updateDescription, as mongod adds it.
         assert list(upd).index("rawUpdateDescription") == list(p_upd).index("updateDescription")
         assert rep == p_rep and dele == p_del
+
+    def test_system_events(self, db):
+        """showSystemEvents (mongod's internal option): a database stream also shows the
+        writes to system.js and to a time-series collection's system.buckets."""
+        db.create_collection("ts", timeseries={"timeField": "t"})
+        shown = raw_aggregate(db, None, {"showSystemEvents": True},
+                              cursor={"batchSize": 0})["cursor"]
+        hidden = raw_aggregate(db, None, {}, cursor={"batchSize": 0})["cursor"]
+        db.system.js.insert_one({"_id": "f", "value": "function() { return 1; }"})
+        db.ts.insert_one({"t": datetime.datetime(2026, 1, 1), "v": 1})
+        db.plain.insert_one({"_id": "last"})
+
+        def collect(cursor):
+            got = []
+            for _ in range(10):
+                more = db.command("getMore", cursor["id"], collection="$cmd.aggregate",
+                                  maxTimeMS=500)
+                got += more["cursor"]["nextBatch"]
+                if got and got[-1]["ns"].get("coll") == "plain":
+                    break
+            db.command("killCursors", "$cmd.aggregate", cursors=[cursor["id"]])
+            return [(e["operationType"], e["ns"]["coll"]) for e in got]
+
+        assert collect(shown) == [
+            ("insert", "system.js"), ("insert", "system.buckets.ts"), ("insert", "plain")]
+        assert collect(hidden) == [("insert", "plain")]
 
     def test_ddl_hidden_without_expanded_events(self, db):
         with db.watch() as s:

@@ -92,8 +92,21 @@ fn is_full_name(full: &str, ns: &Namespace) -> bool {
 }
 
 /// Whether an event about `nss` (with rename target `to`) belongs to the stream.
-fn in_scope(scope: &Scope, nss: &Namespace, to: Option<&Namespace>) -> bool {
-    let visible = |n: &Namespace| n.coll.is_empty() || !system_coll(&n.coll);
+/// With `showSystemEvents` (mongod's internal option), the system collections whose
+/// events mongod 7.0 then shows to database and cluster streams.
+fn shown_system_coll(coll: &str) -> bool {
+    coll == "system.js"
+        || coll.starts_with("system.buckets.")
+        || coll.starts_with("system.resharding.")
+}
+
+fn in_scope(spec: &StreamSpec, nss: &Namespace, to: Option<&Namespace>) -> bool {
+    let scope = &spec.scope;
+    let visible = |n: &Namespace| {
+        n.coll.is_empty()
+            || !system_coll(&n.coll)
+            || (spec.show_system && shown_system_coll(&n.coll))
+    };
     match scope {
         Scope::Collection(c) => nss == c || to == Some(c),
         Scope::Database(db) => {
@@ -173,7 +186,7 @@ fn parse<'a>(f: &EntryFields<'a>, spec: &'a StreamSpec) -> Result<Option<Parsed<
                 Scope::Collection(_) => return Ok(None),
                 _ => {
                     let nss = Namespace::parse(ns).map_err(|_| corrupt("ns"))?;
-                    if !in_scope(scope, &nss, None) {
+                    if !in_scope(spec, &nss, None) {
                         return Ok(None);
                     }
                     Cow::Owned(nss)
@@ -345,7 +358,7 @@ pub(crate) fn transform(
             Scope::Cluster if !internal_db(&p.nss.db) => {}
             _ => return Ok(None),
         }
-    } else if !in_scope(&spec.scope, &p.nss, p.to.as_ref()) {
+    } else if !in_scope(spec, &p.nss, p.to.as_ref()) {
         return Ok(None);
     }
     let uuid = match f.ui {

@@ -89,6 +89,9 @@ pub struct StreamSpec {
     /// tools that apply events as oplog entries): update events carry the entry's own
     /// `o` as `rawUpdateDescription` instead of `updateDescription`.
     pub show_raw_update: bool,
+    /// `showSystemEvents` (internal, as mongod's): database and cluster streams also
+    /// show the events of `system.js`, `system.buckets.*` and `system.resharding.*`.
+    pub show_system: bool,
     /// `$changeStreamSplitLargeEvent`: events over 16 MiB are returned in fragments.
     pub split_large: bool,
     /// The user's stages after `$changeStream` (re-parsed per batch: a parsed
@@ -110,6 +113,7 @@ impl StreamSpec {
             && self.before_change == BeforeChange::Off
             && !self.show_expanded
             && !self.show_raw_update
+            && !self.show_system
     }
 }
 
@@ -164,6 +168,7 @@ fn parse_spec(
     let mut before_change = BeforeChange::Off;
     let mut show_expanded = false;
     let mut show_raw_update = false;
+    let mut show_system = false;
     let mut all_for_cluster = false;
     let mut start = Document::new();
     for (k, v) in opts {
@@ -199,10 +204,8 @@ fn parse_spec(
             "showExpandedEvents" => show_expanded = bool_opt()?,
             "showRawUpdateDescription" => show_raw_update = bool_opt()?,
             "allChangesForCluster" => all_for_cluster = bool_opt()?,
-            "showSystemEvents"
-            | "allowToRunOnConfigDB"
-            | "allowToRunOnSystemNS"
-            | "showMigrationEvents" => {
+            "showSystemEvents" => show_system = bool_opt()?,
+            "allowToRunOnConfigDB" | "allowToRunOnSystemNS" | "showMigrationEvents" => {
                 bool_opt()?;
             }
             _ => {
@@ -312,6 +315,7 @@ fn parse_spec(
             before_change,
             show_expanded,
             show_raw_update,
+            show_system,
             split_large,
             stages,
             collator: None,
