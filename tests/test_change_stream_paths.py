@@ -105,3 +105,25 @@ def test_events_from_memory_and_from_disk_are_identical(fresh_server):
     # stream does.
     assert live_db == live[0]
     client.close()
+
+
+def test_resuming_after_any_event_gives_exactly_the_rest(fresh_server):
+    """resumeAfter the token of event i returns events i+1, i+2, ... byte for byte, for
+    every i: CRUD events, a transaction's, and DDL events (whose tokens name the
+    operation instead of a document key)."""
+    srv = fresh_server()
+    client = srv.client()
+    db = client.get_database("paths", codec_options=RAW)
+    db.create_collection("c")
+    start = client.admin.command("ping")["operationTime"]
+    start = Timestamp(start.time, start.inc + 1)
+    workload(client.get_database("paths"))
+    for opts in ({}, {"show_expanded_events": True}):
+        with db.c.watch(start_at_operation_time=start, **opts) as s:
+            everything = read_until_last(s)
+        for i, ev in enumerate(everything[:-1]):
+            token = RawBSONDocument(ev)["_id"]
+            with db.c.watch(resume_after=token, **opts) as s:
+                rest = read_until_last(s)
+            assert rest == everything[i + 1:], (opts, i)
+    client.close()
