@@ -336,3 +336,35 @@ def test_transaction_writes_that_undo_each_other_commit(client, db):
         db.u.insert_one({"_id": 5, "email": "z@example.com"})
     assert e.value.code == 11000
     db.u.insert_one({"_id": 6, "email": "q@example.com"})
+
+
+def test_writes_a_transaction_may_not_make(client, db):
+    """As mongod: no writes to capped or system collections in a transaction, and no
+    command at all on the local and config databases or on system.profile (263)."""
+    db.create_collection("cap", capped=True, size=4096)
+    db.cap.insert_one({"_id": 1})
+    cases = [
+        ("capped insert", lambda s: db.cap.insert_one({"x": 1}, session=s)),
+        ("capped update", lambda s: db.cap.update_one({"_id": 1}, {"$set": {"x": 1}}, session=s)),
+        ("capped findAndModify", lambda s: db.cap.find_one_and_update(
+            {"_id": 1}, {"$set": {"x": 1}}, session=s)),
+        ("system.js insert", lambda s: db.system.js.insert_one(
+            {"_id": "f", "value": "function() {}"}, session=s)),
+        ("config write", lambda s: client.config.t.insert_one({"x": 1}, session=s)),
+        ("config read", lambda s: client.config.t.find_one({}, session=s)),
+        ("local read", lambda s: client.local["oplog.rs"].find_one({}, session=s)),
+        ("system.profile read", lambda s: db.system.profile.find_one({}, session=s)),
+    ]
+    for what, op in cases:
+        with client.start_session() as s:
+            s.start_transaction()
+            with pytest.raises(OperationFailure) as e:
+                op(s)
+            assert e.value.code == 263, (what, e.value.details)
+            s.abort_transaction()
+    # Reads of a capped collection are allowed, and nothing was written.
+    with client.start_session() as s:
+        with s.start_transaction():
+            assert db.cap.find_one({}, session=s) == {"_id": 1}
+    assert list(db.cap.find()) == [{"_id": 1}]
+    assert db.system.js.count_documents({}) == 0

@@ -357,11 +357,30 @@ impl Engine {
         Ok(out)
     }
 
-    /// Whether a transaction may write documents to `ns`: as outside one, and not to a
-    /// time-series collection (mongod refuses those writes in transactions).
+    /// Whether a transaction may write documents to `ns`: as outside one, and, as
+    /// mongod, not to a system collection, a capped collection or a time-series
+    /// collection.
     fn transaction_writable(&self, ns: &Namespace, what: &str) -> Result<()> {
         let catalog = self.catalog();
         crate::write::check_writable(&catalog, ns)?;
+        if ns.coll.starts_with("system.") {
+            return Err(Error::new(
+                codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+                format!(
+                    "Cannot write to system collection {} within a transaction.",
+                    ns.full()
+                ),
+            ));
+        }
+        if catalog.get(ns).is_some_and(|m| m.is_capped()) {
+            return Err(Error::new(
+                codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+                format!(
+                    "Collection '{}' is a capped collection. Writes in transactions are not allowed on capped collections.",
+                    ns.full()
+                ),
+            ));
+        }
         if catalog.get(ns).is_some_and(|m| m.is_timeseries()) {
             return Err(Error::new(
                 codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,

@@ -116,7 +116,7 @@ fn no_such_transaction(number: i64, why: &str) -> Error {
 
 /// The `lsid` and `txnNumber` of a command that is part of a transaction (it has
 /// `autocommit`), checked as mongod checks them; None for other commands.
-pub fn fields(name: &str, cmd: &Document) -> Result<Option<TxnFields>> {
+pub fn fields(name: &str, db: &str, cmd: &Document) -> Result<Option<TxnFields>> {
     let Some(autocommit) = cmd.get("autocommit") else {
         if cmd.get_bool("startTransaction").is_ok() {
             return Err(Error::new(
@@ -156,6 +156,28 @@ pub fn fields(name: &str, cmd: &Document) -> Result<Option<TxnFields>> {
         return Err(Error::new(
             codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
             format!("Cannot run '{name}' in a multi-document transaction."),
+        ));
+    }
+    // As mongod (CommandHelpers::canUseTransactions): no command of a transaction on
+    // the local or config databases or on a system.profile collection.
+    if db == "local" {
+        return Err(Error::new(
+            codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+            "Cannot run command against the 'local' database in a transaction.",
+        ));
+    }
+    if db == "config" {
+        return Err(Error::new(
+            codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+            "Cannot run command against the config database in a transaction.",
+        ));
+    }
+    if cmd.get_str(name) == Ok("system.profile") {
+        return Err(Error::new(
+            codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+            format!(
+                "Cannot run command against the '{db}.system.profile' collection in a transaction."
+            ),
         ));
     }
     let starting = matches!(cmd.get("startTransaction"), Some(Bson::Boolean(true)));

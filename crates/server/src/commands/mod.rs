@@ -438,7 +438,7 @@ async fn run(
         state.local_sessions.touch(lsid);
     }
     let test_commands = state.config.test_commands_enabled();
-    let txn_fields = match crate::transactions::fields(&name, &cmd) {
+    let txn_fields = match crate::transactions::fields(&name, db, &cmd) {
         Ok(f) => f,
         Err(e) => return reply(error_reply(state, &e)),
     };
@@ -975,7 +975,7 @@ async fn run_document_command(
         "getDefaultRWConcern" => Ok(admin::default_rw_concern()),
         "commitTransaction" | "abortTransaction" => {
             args::admin_only(db, name)?;
-            let Some(f) = crate::transactions::fields(name, cmd)? else {
+            let Some(f) = crate::transactions::fields(name, db, cmd)? else {
                 return Err(Error::new(
                     codes::INVALID_OPTIONS,
                     format!("{name} must be run within a transaction"),
