@@ -354,6 +354,9 @@ def test_writes_a_transaction_may_not_make(client, db):
         ("config read", lambda s: client.config.t.find_one({}, session=s)),
         ("local read", lambda s: client.local["oplog.rs"].find_one({}, session=s)),
         ("system.profile read", lambda s: db.system.profile.find_one({}, session=s)),
+        ("change stream", lambda s: db.command(
+            "aggregate", "cap", pipeline=[{"$changeStream": {}}], cursor={}, session=s)),
+        ("killCursors first", lambda s: db.command("killCursors", "cap", cursors=[], session=s)),
     ]
     for what, op in cases:
         with client.start_session() as s:
@@ -362,6 +365,13 @@ def test_writes_a_transaction_may_not_make(client, db):
                 op(s)
             assert e.value.code == 263, (what, e.value.details)
             s.abort_transaction()
+    # A tailable cursor: InvalidOptions, as mongod.
+    with client.start_session() as s:
+        s.start_transaction()
+        with pytest.raises(OperationFailure) as e:
+            db.command("find", "cap", tailable=True, awaitData=True, session=s)
+        assert e.value.code == 72, e.value.details
+        s.abort_transaction()
     # Reads of a capped collection are allowed, and nothing was written.
     with client.start_session() as s:
         with s.start_transaction():

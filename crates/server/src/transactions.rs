@@ -181,6 +181,23 @@ pub fn fields(name: &str, db: &str, cmd: &Document) -> Result<Option<TxnFields>>
         ));
     }
     let starting = matches!(cmd.get("startTransaction"), Some(Bson::Boolean(true)));
+    if starting {
+        // As mongod's validateSessionOptions.
+        let refused = match name {
+            "killCursors" => Some(
+                "Cannot run killCursors as the first operation in a multi-document transaction.",
+            ),
+            "commitTransaction" => Some("Cannot start a transaction with a commit"),
+            "abortTransaction" => Some("Cannot start a transaction with an abort"),
+            _ => None,
+        };
+        if let Some(msg) = refused {
+            return Err(Error::new(
+                codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+                msg,
+            ));
+        }
+    }
     if !starting && cmd.contains_key("readConcern") {
         return Err(Error::new(
             codes::INVALID_OPTIONS,

@@ -79,6 +79,12 @@ pub async fn find(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<
     check_fields(cmd, FIND_FIELDS)?;
     let req = parse_find(cmd)?;
     state.opcounters.query.fetch_add(1, Ordering::Relaxed);
+    if req.tailable && crate::transactions::current().is_some() {
+        return Err(Error::new(
+            codes::INVALID_OPTIONS,
+            "It is illegal to open a tailable cursor in a transaction",
+        ));
+    }
     if let Some(view) = crate::transactions::read_view(state, cmd)? {
         let at = view.at_cluster_time();
         let batch = view
@@ -424,6 +430,12 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
             return Err(Error::new(
                 40323,
                 "A pipeline stage specification object must contain exactly one field.",
+            ));
+        }
+        if crate::transactions::current().is_some() {
+            return Err(Error::new(
+                codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+                "Stage not supported inside of a multi-document transaction: $changeStream",
             ));
         }
         if let Some(level) =
