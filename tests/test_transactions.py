@@ -155,10 +155,21 @@ def test_committed_transaction_reaches_the_oplog_and_change_streams_together(cli
                 coll.insert_one({"_id": 1}, session=s)
                 coll.insert_one({"_id": 2}, session=s)
                 assert stream.try_next() is None
-        events = [stream.next()["documentKey"]["_id"] for _ in range(2)]
-    assert events == [1, 2]
-    ops = list(client.local["oplog.rs"].find({"ns": coll.full_name, "op": "i"}))
-    assert [o["o"]["_id"] for o in ops] == [1, 2]
+        events = [next_event(stream) for _ in range(2)]
+    assert [e["documentKey"]["_id"] for e in events] == [1, 2]
+    # As mongod: one applyOps entry holds the transaction, and its events share its time.
+    entries = list(client.local["oplog.rs"].find({"o.applyOps.ns": coll.full_name}))
+    assert len(entries) == 1, entries
+    entry = entries[0]
+    assert (entry["op"], entry["ns"]) == ("c", "admin.$cmd")
+    assert list(entry)[:4] == ["lsid", "txnNumber", "op", "ns"]
+    assert entry["prevOpTime"] == {"ts": bson.Timestamp(0, 0), "t": -1}
+    # The collection is created by the transaction's first insert, inside it.
+    create, *inserts = entry["o"]["applyOps"]
+    assert (create["op"], create["ns"], create["o"]["create"]) == ("c", f"{db.name}.$cmd", "t")
+    assert [(o["op"], o["ns"], o["o"]["_id"]) for o in inserts] == [
+        ("i", coll.full_name, 1), ("i", coll.full_name, 2)]
+    assert all(e["clusterTime"] == entry["ts"] for e in events)
 
 
 def test_snapshot_session_reads_stay_at_their_first_time(client, db):
@@ -269,6 +280,8 @@ def test_change_events_of_a_transaction_carry_its_session(client, db):
         assert event["lsid"] == lsid
         assert isinstance(event["txnNumber"], int)
     assert inserted["txnNumber"] == updated["txnNumber"]
+    # Where mongod puts them: ahead of the resume token.
+    assert list(inserted)[:3] == ["txnNumber", "lsid", "_id"]
     assert [inserted["operationType"], updated["operationType"]] == ["insert", "update"]
 
 
@@ -303,11 +316,13 @@ def test_each_write_of_a_transaction_is_its_own_event_in_order(client, db):
     assert events[4]["updateDescription"]["updatedFields"] == {"n": 2}
     assert events[5]["fullDocument"] == {"_id": "b", "replaced": True}
     assert len({e["txnNumber"] for e in events}) == 1
-    times = [e["clusterTime"] for e in events]
-    assert times == sorted(times)
-    # The oplog holds the same operations, and the data the last state.
-    ops = list(client.local["oplog.rs"].find({"ns": coll.full_name, "txnNumber": {"$exists": True}}))
-    assert [o["op"] for o in ops] == ["i", "u", "u", "u", "u", "u", "d", "i", "d"]
+    # One commit time for all of them (mongod's events of a transaction share it).
+    assert len({e["clusterTime"] for e in events}) == 1
+    # The transaction's applyOps entry lists the same operations, and the data holds
+    # the last state.
+    entry = client.local["oplog.rs"].find_one({"o.applyOps.ns": coll.full_name})
+    assert [o["op"] for o in entry["o"]["applyOps"]] == ["i", "u", "u", "u", "u", "u", "d", "i", "d"]
+    assert entry["ts"] == events[0]["clusterTime"]
     assert sorted(coll.find(), key=lambda d: str(d["_id"])) == [
         {"_id": "a", "n": 2}, {"_id": "after"}, {"_id": "b", "replaced": True}]
 
@@ -378,3 +393,30 @@ def test_writes_a_transaction_may_not_make(client, db):
             assert db.cap.find_one({}, session=s) == {"_id": 1}
     assert list(db.cap.find()) == [{"_id": 1}]
     assert db.system.js.count_documents({}) == 0
+
+
+def test_images_of_each_write_in_a_transaction(client, db):
+    """With pre- and post-images on, each event of a transaction carries the document
+    as it was just before and just after its own operation, also for several writes to
+    one document."""
+    db.create_collection("img", changeStreamPreAndPostImages={"enabled": True})
+    db.img.insert_one({"_id": 1, "n": 0})
+    with db.img.watch(full_document="required",
+                      full_document_before_change="required") as stream:
+        with client.start_session() as s:
+            with s.start_transaction():
+                db.img.update_one({"_id": 1}, {"$inc": {"n": 1}}, session=s)
+                db.img.update_one({"_id": 1}, {"$inc": {"n": 10}}, session=s)
+                db.img.replace_one({"_id": 1}, {"r": True}, session=s)
+                db.img.delete_one({"_id": 1}, session=s)
+        events = [next_event(stream) for _ in range(4)]
+    assert [e["operationType"] for e in events] == ["update", "update", "replace", "delete"]
+    assert [e["fullDocumentBeforeChange"] for e in events] == [
+        {"_id": 1, "n": 0}, {"_id": 1, "n": 1}, {"_id": 1, "n": 11}, {"_id": 1, "r": True}]
+    assert [e["fullDocument"] for e in events[:3]] == [
+        {"_id": 1, "n": 1}, {"_id": 1, "n": 11}, {"_id": 1, "r": True}]
+    # Resuming after the second event gives the last two again, images included.
+    with db.img.watch(full_document="required", full_document_before_change="required",
+                      resume_after=events[1]["_id"]) as again:
+        rest = [next_event(again) for _ in range(2)]
+    assert rest == events[2:]

@@ -119,6 +119,15 @@ pub fn image_key(ts: u64, kind: ImageKind) -> [u8; 9] {
     k
 }
 
+/// The image of operation `index` of the transaction whose `applyOps` entry is at `ts`
+/// (after the entry's own images in key order, so trimming by time removes both).
+pub fn image_key_at(ts: u64, index: u32, kind: ImageKind) -> [u8; 13] {
+    let mut k = [0u8; 13];
+    k[..9].copy_from_slice(&image_key(ts, kind));
+    k[9..].copy_from_slice(&index.to_be_bytes());
+    k
+}
+
 pub const META_COUNTERS: &[u8] = b"counters";
 pub const META_OPLOG_TRIM: &[u8] = b"oplog_trim";
 /// The replica set's id (`replSetGetConfig` `settings.replicaSetId`): 12 bytes, made once.

@@ -419,6 +419,8 @@ impl Engine {
             ns_mask: 0,
             recent: Vec::new(),
             session: None,
+            apply_ops: Vec::new(),
+            txn_ts: None,
         }
     }
 
@@ -465,10 +467,15 @@ pub(crate) struct Txn<'e> {
     ns_mask: u64,
     /// This transaction's oplog entries, for the in-memory recent oplog (when enabled).
     recent: Vec<changestream::recent::RecentEntry>,
-    /// The session (`lsid`, `txnNumber`) of a multi-document transaction being committed:
-    /// written into each of its oplog entries, as mongod's transaction entries carry
-    /// them, so change events can show them.
+    /// The session (`lsid`, `txnNumber`) of a multi-document transaction being committed.
+    /// Its operations are then collected in `apply_ops` and written at the commit as
+    /// one `applyOps` entry carrying the session, as mongod writes a transaction: its
+    /// change events share that entry's time and tell each other apart by their index
+    /// in it (the resume token's `txnOpIndex`).
     session: Option<(Document, i64)>,
+    apply_ops: Vec<bson::RawDocumentBuf>,
+    /// The time of that entry, taken at the transaction's first operation.
+    txn_ts: Option<bson::Timestamp>,
 }
 
 impl Drop for Txn<'_> {
@@ -485,14 +492,41 @@ impl<'e> Txn<'e> {
         &mut self.batch
     }
 
-    /// Appends an oplog entry (and its per-namespace index entry) with the next cluster time.
-    pub fn log(&mut self, change: OplogChange) -> bson::Timestamp {
-        let ts = self.w.clock.next();
-        let mut entry = change.to_entry(ts, self.wall);
-        if let Some((lsid, number)) = &self.session {
-            entry.insert("lsid", lsid.clone());
-            entry.insert("txnNumber", *number);
+    /// Whether this commit is a multi-document transaction's: its operations go into
+    /// one `applyOps` entry (see `session`).
+    pub fn collects_ops(&self) -> bool {
+        self.session.is_some()
+    }
+
+    /// The time of the transaction's `applyOps` entry (taken once).
+    fn txn_ts(&mut self) -> bson::Timestamp {
+        match self.txn_ts {
+            Some(ts) => ts,
+            None => {
+                let ts = self.w.clock.next();
+                self.txn_ts = Some(ts);
+                ts
+            }
         }
+    }
+
+    /// Adds an operation to the transaction's `applyOps` entry; returns its time.
+    fn collect_op(&mut self, op: bson::RawDocumentBuf) -> bson::Timestamp {
+        let ts = self.txn_ts();
+        self.apply_ops.push(op);
+        ts
+    }
+
+    /// Appends an oplog entry (and its per-namespace index entry) with the next cluster
+    /// time; in a transaction, adds it to the transaction's entry.
+    pub fn log(&mut self, change: OplogChange) -> bson::Timestamp {
+        if self.collects_ops() {
+            let op = bson::RawDocumentBuf::from_document(&change.to_apply_op())
+                .expect("an oplog operation is a valid document");
+            return self.collect_op(op);
+        }
+        let ts = self.w.clock.next();
+        let entry = change.to_entry(ts, self.wall);
         let mut bytes = Vec::with_capacity(256);
         entry
             .to_writer(&mut bytes)
@@ -501,16 +535,21 @@ impl<'e> Txn<'e> {
         ts
     }
 
-    /// Stores a change-stream image (`before` or after) of the document the entry at `ts` changed.
+    /// Stores a change-stream image (`before` or after) of the document the entry at `ts`
+    /// changed (in a transaction: the operation just added to its entry).
     pub fn put_image(&mut self, ts: bson::Timestamp, kind: keys::ImageKind, doc: &Document) {
         let mut bytes = Vec::new();
         doc.to_writer(&mut bytes)
             .expect("serialising a Document into a Vec cannot fail");
-        self.batch.put(
-            Space::Images,
-            &keys::image_key(keys::ts_to_u64(ts), kind),
-            &bytes,
-        );
+        let t = keys::ts_to_u64(ts);
+        if self.collects_ops() {
+            let index = self.apply_ops.len().saturating_sub(1) as u32;
+            self.batch
+                .put(Space::Images, &keys::image_key_at(t, index, kind), &bytes);
+        } else {
+            self.batch
+                .put(Space::Images, &keys::image_key(t, kind), &bytes);
+        }
     }
 
     /// Appends an insert's oplog entry, built directly from the document's raw bytes
@@ -523,10 +562,30 @@ impl<'e> Txn<'e> {
         id: &bson::RawBsonRef<'_>,
     ) -> bson::Timestamp {
         use bson::raw::{RawBinaryRef, RawBsonRef};
-        let ts = self.w.clock.next();
         let mut o2 = bson::RawDocumentBuf::new();
         o2.append_ref("_id", *id);
         let ui_bytes = ui.bytes();
+        // The operation's own fields: the whole of a transaction's operation, the
+        // start of an entry.
+        let append_op = |e: &mut bson::RawDocumentBuf| {
+            e.append_ref("op", "i");
+            e.append_ref("ns", ns);
+            e.append_ref(
+                "ui",
+                RawBsonRef::Binary(RawBinaryRef {
+                    subtype: bson::spec::BinarySubtype::Uuid,
+                    bytes: &ui_bytes,
+                }),
+            );
+            e.append_ref("o", RawBsonRef::Document(doc));
+            e.append_ref("o2", RawBsonRef::Document(&o2));
+        };
+        if self.collects_ops() {
+            let mut op = bson::RawDocumentBuf::new();
+            append_op(&mut op);
+            return self.collect_op(op);
+        }
+        let ts = self.w.clock.next();
         // Sized for the whole entry at once, and every field appended by reference: an
         // owned value per field was an allocation each, and growing the buffer field by
         // field copied the document again (a tenth of a small insert's instructions).
@@ -534,27 +593,11 @@ impl<'e> Txn<'e> {
         let mut bytes = Vec::with_capacity(fixed + doc.as_bytes().len() + o2.as_bytes().len());
         bytes.extend_from_slice(&[5, 0, 0, 0, 0]);
         let mut e = bson::RawDocumentBuf::from_bytes(bytes).expect("the empty document");
-        e.append_ref("op", "i");
-        e.append_ref("ns", ns);
-        e.append_ref(
-            "ui",
-            RawBsonRef::Binary(RawBinaryRef {
-                subtype: bson::spec::BinarySubtype::Uuid,
-                bytes: &ui_bytes,
-            }),
-        );
-        e.append_ref("o", RawBsonRef::Document(doc));
-        e.append_ref("o2", RawBsonRef::Document(&o2));
+        append_op(&mut e);
         e.append_ref("ts", RawBsonRef::Timestamp(ts));
         e.append_ref("t", RawBsonRef::Int64(1));
         e.append_ref("v", RawBsonRef::Int64(2));
         e.append_ref("wall", RawBsonRef::DateTime(self.wall));
-        if let Some((lsid, number)) = &self.session {
-            if let Ok(raw) = bson::RawDocumentBuf::from_document(lsid) {
-                e.append("lsid", raw);
-            }
-            e.append("txnNumber", *number);
-        }
         // What the entry holds is known here: not read back from its bytes.
         let head = oplog::EntryHead {
             op: "i",
@@ -664,8 +707,48 @@ impl<'e> Txn<'e> {
         self.touched_capped = true;
     }
 
+    /// Writes a transaction's `applyOps` entry (mongod's field order: the session,
+    /// then op, ns, o, ts, t, v, wall and prevOpTime).
+    fn write_apply_ops(&mut self) {
+        let (Some(ts), Some((lsid, number))) = (self.txn_ts, self.session.as_ref()) else {
+            return;
+        };
+        let mut ops = bson::RawArrayBuf::new();
+        for op in std::mem::take(&mut self.apply_ops) {
+            ops.push(op);
+        }
+        let mut o = bson::RawDocumentBuf::new();
+        o.append("applyOps", ops);
+        let mut e = bson::RawDocumentBuf::new();
+        if let Ok(raw) = bson::RawDocumentBuf::from_document(lsid) {
+            e.append("lsid", raw);
+        }
+        e.append("txnNumber", *number);
+        e.append("op", "c");
+        e.append("ns", "admin.$cmd");
+        e.append("o", o);
+        e.append("ts", ts);
+        e.append("t", 1i64);
+        e.append("v", 2i64);
+        e.append("wall", self.wall);
+        let mut prev = bson::RawDocumentBuf::new();
+        prev.append(
+            "ts",
+            bson::Timestamp {
+                time: 0,
+                increment: 0,
+            },
+        );
+        prev.append("t", -1i64);
+        e.append("prevOpTime", prev);
+        self.put_oplog("admin.$cmd", ts, e.as_bytes(), None);
+    }
+
     /// Commits atomically; returns the durability sequence number.
     pub fn commit(mut self) -> Result<Committed> {
+        if !self.apply_ops.is_empty() {
+            self.write_apply_ops();
+        }
         if self.batch.is_empty() {
             return Ok(Committed {
                 seq: self.engine.durability.last_committed(),

@@ -198,8 +198,8 @@ pub struct OplogChange {
 }
 
 impl OplogChange {
-    /// The stored entry, with mongod's field order.
-    pub fn to_entry(&self, ts: bson::Timestamp, wall: bson::DateTime) -> Document {
+    /// The operation as an element of a transaction's `applyOps` (op, ns, ui, o, o2).
+    pub fn to_apply_op(&self) -> Document {
         let mut d = Document::new();
         d.insert("op", self.op);
         d.insert("ns", self.ns.clone());
@@ -210,6 +210,12 @@ impl OplogChange {
         if let Some(o2) = &self.o2 {
             d.insert("o2", o2.clone());
         }
+        d
+    }
+
+    /// The stored entry, with mongod's field order.
+    pub fn to_entry(&self, ts: bson::Timestamp, wall: bson::DateTime) -> Document {
+        let mut d = self.to_apply_op();
         d.insert("ts", ts);
         d.insert("t", 1i64);
         d.insert("v", 2i64);
@@ -268,6 +274,28 @@ pub fn command_targets(db: &str, o: &bson::RawDocument) -> Vec<String> {
         return Vec::new();
     };
     match (name, value) {
+        // A transaction: every namespace its operations write (in order, once each).
+        ("applyOps", bson::RawBsonRef::Array(ops)) => {
+            let mut v: Vec<String> = Vec::new();
+            for op in ops.into_iter().flatten() {
+                let Some(op) = op.as_document() else { continue };
+                let Ok(ns) = op.get_str("ns") else { continue };
+                let targets = match (
+                    op.get_str("op"),
+                    ns.strip_suffix(".$cmd"),
+                    op.get_document("o"),
+                ) {
+                    (Ok("c"), Some(db), Ok(o)) => command_targets(db, o),
+                    _ => vec![ns.to_string()],
+                };
+                for t in targets {
+                    if !v.contains(&t) {
+                        v.push(t);
+                    }
+                }
+            }
+            v
+        }
         ("renameCollection", bson::RawBsonRef::String(from)) => {
             let mut v = vec![from.to_string()];
             if let Ok(to) = o.get_str("to") {

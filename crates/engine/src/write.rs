@@ -302,8 +302,13 @@ impl Engine {
         // The document is stored once, in its oplog entry; the collection keeps a pointer
         // until the entry is trimmed (see `trim_oplog`) or the document is rewritten.
         let ts = txn.log_insert(&meta.ns.full(), meta.uuid, &raw, &id_ref);
-        txn.batch()
-            .put(Space::Docs, &dkey, &keys::doc_pointer(keys::ts_to_u64(ts)));
+        if txn.collects_ops() {
+            // Inside a transaction's applyOps entry: no pointer can name it, stored whole.
+            txn.batch().put(Space::Docs, &dkey, raw.as_bytes());
+        } else {
+            txn.batch()
+                .put(Space::Docs, &dkey, &keys::doc_pointer(keys::ts_to_u64(ts)));
+        }
         if meta.is_capped() {
             txn.touch_capped();
             self.capped_insert(

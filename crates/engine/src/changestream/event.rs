@@ -337,7 +337,7 @@ fn ns_doc(n: &Namespace) -> Document {
     }
 }
 
-/// The events an oplog entry produces for a stream (none when out of scope).
+/// The event of an oplog entry that is not a transaction's (none when out of scope).
 pub(crate) fn transform(
     engine: &Engine,
     spec: &StreamSpec,
@@ -346,6 +346,66 @@ pub(crate) fn transform(
 ) -> Result<Option<Event>> {
     let f = EntryFields::read(entry)
         .map_err(|e| Error::internal(format!("corrupt oplog entry: {e}")))?;
+    transform_fields(engine, spec, ts, &f, None)
+}
+
+/// The operations of a transaction's `applyOps` entry, if `f` is one.
+fn apply_ops<'a>(f: &EntryFields<'a>) -> Option<&'a bson::RawArray> {
+    if f.op != Some("c") {
+        return None;
+    }
+    match f.o?.into_iter().next()? {
+        Ok(("applyOps", bson::RawBsonRef::Array(ops))) => Some(ops),
+        _ => None,
+    }
+}
+
+/// The events an oplog entry produces for a stream: one at most, or, for a
+/// transaction's `applyOps` entry, one per operation in scope, all at the entry's time
+/// with their index in it as the token's `txnOpIndex` (as mongod unwinds them).
+pub(crate) fn transform_all(
+    engine: &Engine,
+    spec: &StreamSpec,
+    ts: u64,
+    entry: &RawDocument,
+) -> Result<Vec<Event>> {
+    let f = EntryFields::read(entry)
+        .map_err(|e| Error::internal(format!("corrupt oplog entry: {e}")))?;
+    let Some(ops) = apply_ops(&f) else {
+        return Ok(transform_fields(engine, spec, ts, &f, None)?
+            .into_iter()
+            .collect());
+    };
+    let corrupt = |e: bson::raw::Error| Error::internal(format!("corrupt oplog entry: {e}"));
+    let mut out = Vec::new();
+    for (index, op) in ops.into_iter().enumerate() {
+        let op = op.map_err(corrupt)?;
+        let Some(op) = op.as_document() else {
+            return Err(Error::internal("corrupt oplog entry: applyOps"));
+        };
+        let inner = EntryFields::read(op).map_err(corrupt)?;
+        let fields = EntryFields {
+            wall: f.wall,
+            lsid: f.lsid,
+            txn_number: f.txn_number,
+            ..inner
+        };
+        if let Some(ev) = transform_fields(engine, spec, ts, &fields, Some(index as u32))? {
+            out.push(ev);
+        }
+    }
+    Ok(out)
+}
+
+/// The event of one operation: a whole entry's, or (`op_index`) one of a transaction's.
+fn transform_fields(
+    engine: &Engine,
+    spec: &StreamSpec,
+    ts: u64,
+    f: &EntryFields<'_>,
+    op_index: Option<u32>,
+) -> Result<Option<Event>> {
+    let f = *f;
     let Some(p) = parse(&f, spec)? else {
         return Ok(None);
     };
@@ -374,13 +434,17 @@ pub(crate) fn transform(
             EVENT_KEY_OVERHEAD + p.op_type.len() + 2 * k.raw().as_bytes().len(),
         );
         b.append_string_and_raw_document("operationType", p.op_type, "documentKey", k.raw())?;
-        ResumeToken::event_with_key(ts, uuid, b.into_bytes())
+        let mut t = ResumeToken::event_with_key(ts, uuid, b.into_bytes());
+        t.txn_op_index = op_index.map(i64::from).unwrap_or(0);
+        t
     } else {
         let mut event_id = doc! {"operationType": p.op_type};
         if let Some(d) = &p.op_description {
             event_id.insert("operationDescription", d.clone());
         }
-        ResumeToken::event(ts, uuid, event_id)
+        let mut t = ResumeToken::event(ts, uuid, event_id);
+        t.txn_op_index = op_index.map(i64::from).unwrap_or(0);
+        t
     };
     let invalidates = match &spec.scope {
         Scope::Collection(_) => matches!(p.op_type, "drop" | "rename"),
@@ -402,6 +466,12 @@ pub(crate) fn transform(
     if let Some(to) = &p.to {
         // mongod adds the rename target before everything else.
         d.doc("to", &ns_raw(to));
+    }
+    // A transaction's events show its session, ahead of the token as mongod adds them
+    // (its transform sets txnNumber and lsid before the resume token).
+    if let (Some(lsid), Some(number), Some(_)) = (f.lsid, f.txn_number, op_index) {
+        d.value("txnNumber", bson::RawBsonRef::Int64(number));
+        d.doc("lsid", lsid);
     }
     d.name(0x03, "_id");
     token.write_raw_document(&mut d.buf);
@@ -444,11 +514,6 @@ pub(crate) fn transform(
     if let Some(s) = &p.state_before_change {
         d.doc("stateBeforeChange", &to_raw(s)?);
     }
-    // A transaction's entries carry its session: mongod's events show it.
-    if let (Some(lsid), Some(number)) = (f.lsid, f.txn_number) {
-        d.doc("lsid", lsid);
-        d.value("txnNumber", bson::RawBsonRef::Int64(number));
-    }
     let mut d = d.finish();
     let wants_images = match p.op_type {
         "update" => {
@@ -461,7 +526,7 @@ pub(crate) fn transform(
         let mut full = d
             .to_document()
             .map_err(|e| Error::internal(e.to_string()))?;
-        add_images(engine, spec, ts, uuid, &mut full)?;
+        add_images(engine, spec, ts, op_index, uuid, &mut full)?;
         d = to_raw(&full)?;
     }
     Ok(Some(Event {
@@ -574,6 +639,7 @@ fn add_images(
     engine: &Engine,
     spec: &StreamSpec,
     ts: u64,
+    op_index: Option<u32>,
     uuid: Option<bson::Uuid>,
     d: &mut Document,
 ) -> Result<()> {
@@ -590,7 +656,7 @@ fn add_images(
             }
             FullDocument::WhenAvailable | FullDocument::Required => add_image(
                 engine,
-                ts,
+                (ts, op_index),
                 ImageKind::After,
                 spec.full_document == FullDocument::Required,
                 "fullDocument",
@@ -604,7 +670,7 @@ fn add_images(
     {
         add_image(
             engine,
-            ts,
+            (ts, op_index),
             ImageKind::Before,
             spec.before_change == BeforeChange::Required,
             "fullDocumentBeforeChange",
@@ -618,14 +684,14 @@ fn add_images(
 /// Sets `field` to the stored image, or to null when there is none (an error when required).
 fn add_image(
     engine: &Engine,
-    ts: u64,
+    at: (u64, Option<u32>),
     kind: ImageKind,
     required: bool,
     field: &str,
     what: &str,
     d: &mut Document,
 ) -> Result<()> {
-    match image(engine, ts, kind)? {
+    match image(engine, at, kind)? {
         Some(img) => {
             d.insert(field, img);
         }
@@ -645,12 +711,20 @@ fn add_image(
     Ok(())
 }
 
-fn image(engine: &Engine, ts: u64, kind: ImageKind) -> Result<Option<Document>> {
-    match engine
-        .store
-        .get(Space::Images, &keys::image_key(ts, kind))
-        .map_err(crate::storage_err)?
-    {
+/// The image stored for the entry at `ts` (or for operation `index` of the transaction
+/// whose entry it is).
+fn image(
+    engine: &Engine,
+    (ts, index): (u64, Option<u32>),
+    kind: ImageKind,
+) -> Result<Option<Document>> {
+    let found = match index {
+        Some(i) => engine
+            .store
+            .get(Space::Images, &keys::image_key_at(ts, i, kind)),
+        None => engine.store.get(Space::Images, &keys::image_key(ts, kind)),
+    };
+    match found.map_err(crate::storage_err)? {
         Some(bytes) => Ok(Some(crate::read::decode(&bytes)?)),
         None => Ok(None),
     }

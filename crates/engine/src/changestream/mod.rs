@@ -50,8 +50,9 @@ enum EntryBody {
     Recent(Arc<recent::RecentEntry>),
     /// Read from storage and made into this stream's event there and then, from the
     /// storage engine's own buffer: copying each entry out first cost a catch-up an
-    /// allocation and a 1 KB copy per event. None: the entry makes no event here.
-    Built(Option<event::Event>),
+    /// allocation and a 1 KB copy per event. Empty: the entry makes no event here (a
+    /// transaction's entry may make several).
+    Built(Vec<event::Event>),
     /// The entry could not be read or made into an event; reported in its turn.
     Failed(Error),
 }
@@ -693,12 +694,12 @@ impl ChangeStream {
             return Ok(false);
         }
         let shared_events = self.spec.plain() && matches!(self.spec.scope, Scope::Collection(_));
-        for ReadEntry { ts, body } in entries {
+        'entries: for ReadEntry { ts, body } in entries {
             self.next_ts = ts + 1;
-            let ev = match body {
-                EntryBody::Skipped | EntryBody::Built(None) => continue,
+            let evs = match body {
+                EntryBody::Skipped => continue,
                 EntryBody::Failed(e) => return Err(e),
-                EntryBody::Built(Some(ev)) => ev,
+                EntryBody::Built(evs) => evs,
                 EntryBody::Recent(recent) => {
                     let bytes = recent.bytes.as_deref().expect("listed with its bytes");
                     let entry = raw_entry(ts, bytes)?;
@@ -721,18 +722,19 @@ impl ChangeStream {
                             continue;
                         }
                     }
-                    match event::transform(engine, &self.spec, ts, entry)? {
-                        Some(ev) => ev,
-                        None => continue,
-                    }
+                    event::transform_all(engine, &self.spec, ts, entry)?
                 }
             };
-            let invalidate = ev.invalidates.then(|| event::invalidate(&ev));
-            self.push_through(pipeline, vars, Arc::new(ev.doc), ev.token)?;
-            if let Some(inv) = invalidate {
-                self.push_through(pipeline, vars, Arc::new(inv.doc), inv.token)?;
-                self.invalidated = true;
-                break;
+            // A transaction's events all go to `pending` together: the next read starts
+            // after its entry.
+            for ev in evs {
+                let invalidate = ev.invalidates.then(|| event::invalidate(&ev));
+                self.push_through(pipeline, vars, Arc::new(ev.doc), ev.token)?;
+                if let Some(inv) = invalidate {
+                    self.push_through(pipeline, vars, Arc::new(inv.doc), inv.token)?;
+                    self.invalidated = true;
+                    break 'entries;
+                }
             }
             if self.pending.len() >= want {
                 break;
@@ -801,13 +803,16 @@ impl ChangeStream {
         };
         let entry = bson::RawDocument::from_bytes(&bytes)
             .map_err(|e| Error::internal(format!("corrupt oplog entry: {e}")))?;
-        let Some(ev) = event::transform(engine, &self.spec, expected.ts, entry)? else {
+        let mut evs = event::transform_all(engine, &self.spec, expected.ts, entry)?.into_iter();
+        // In a transaction's entry, the event at the token's index; the ones after it in
+        // the same entry come next.
+        let Some(ev) = evs.find(|ev| ev.token.same_event(expected)) else {
             return Err(token_not_found(expected));
         };
-        if !ev.token.same_event(expected) {
-            return Err(token_not_found(expected));
-        }
         self.next_ts = expected.ts + 1;
+        for rest in evs {
+            self.push_through(pipeline, vars, Arc::new(rest.doc), rest.token)?;
+        }
         if ev.invalidates && !expected.from_invalidate {
             let inv = event::invalidate(&ev);
             self.push_through(pipeline, vars, Arc::new(inv.doc), inv.token)?;
@@ -1037,11 +1042,12 @@ fn push_built(
     ts: u64,
     bytes: &[u8],
 ) -> bool {
-    let body =
-        match raw_entry(ts, bytes).and_then(|entry| event::transform(engine, spec, ts, entry)) {
-            Ok(ev) => EntryBody::Built(ev),
-            Err(e) => EntryBody::Failed(e),
-        };
+    let body = match raw_entry(ts, bytes)
+        .and_then(|entry| event::transform_all(engine, spec, ts, entry))
+    {
+        Ok(evs) => EntryBody::Built(evs),
+        Err(e) => EntryBody::Failed(e),
+    };
     let built = matches!(body, EntryBody::Built(_));
     out.push(ReadEntry { ts, body });
     built
