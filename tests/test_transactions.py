@@ -290,6 +290,7 @@ def test_each_write_of_a_transaction_is_its_own_event_in_order(client, db):
     several writes to one document (not one event per document for its last state)."""
     coll = db.t
     coll.insert_many([{"_id": "a", "n": 0}, {"_id": "b", "n": 0}])
+    inserts_only = coll.watch([{"$match": {"operationType": "insert"}}])
     with coll.watch() as stream:
         with client.start_session() as s:
             with s.start_transaction():
@@ -305,6 +306,9 @@ def test_each_write_of_a_transaction_is_its_own_event_in_order(client, db):
         events = [next_event(stream) for _ in range(9)]
         coll.insert_one({"_id": "after"})
         assert next_event(stream)["documentKey"]["_id"] == "after"
+    # A stream that filters on the kind of change finds the transaction's inserts too.
+    with inserts_only:
+        assert [next_event(inserts_only)["documentKey"]["_id"] for _ in range(3)] == [1, 2, "after"]
     assert [(e["operationType"], e["documentKey"]["_id"]) for e in events] == [
         ("insert", 1), ("update", "a"), ("update", 1), ("update", "b"), ("update", "a"),
         ("replace", "b"), ("delete", 1), ("insert", 2), ("delete", 2)]
