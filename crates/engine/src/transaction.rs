@@ -6,10 +6,10 @@
 //! reads and the conflict checks), and each of its writes in the order they ran. The
 //! commit replays those writes in one atomic batch under the writer lock, like any
 //! other write, so no reader (find, tailable cursor, change stream) ever sees part of
-//! a transaction, an abort is just forgetting, and the oplog holds one entry per
-//! operation as mongod's `applyOps` does: a document inserted and then updated in a
-//! transaction gives an insert event and an update event, not one insert of its last
-//! state.
+//! a transaction, an abort is just forgetting, and the oplog gets one `applyOps`
+//! entry listing every operation, as mongod writes it (see `Txn::collects_ops`): a
+//! document inserted and then updated in a transaction gives an insert event and an
+//! update event, not one insert of its last state.
 //!
 //! Conflicts, as mongod reports them (WriteConflict, labelled TransientTransactionError):
 //! a document written by an open transaction is locked to it until it ends, so another
@@ -102,7 +102,8 @@ pub struct Transaction {
     /// Every document written, in first-touch order, with its state at the snapshot
     /// and now.
     touched: Vec<Touched>,
-    /// The writes in the order they ran, which is the order of the commit's oplog entries.
+    /// The writes in the order they ran, which is the order of the operations in the
+    /// commit's `applyOps` entry.
     writes: Vec<TxnWrite>,
     by_key: HashMap<DocKey, usize>,
     locks: LockTable,
