@@ -349,6 +349,10 @@ pub(crate) fn transform(
     transform_fields(engine, spec, ts, &f, None)
 }
 
+/// The events of one entry: one at most, except for a transaction's (inline, so the
+/// catch-up of a million ordinary entries allocates nothing more for them).
+pub(crate) type Events = smallvec::SmallVec<[Event; 1]>;
+
 /// The operations of a transaction's `applyOps` entry, if `f` is one.
 fn apply_ops<'a>(f: &EntryFields<'a>) -> Option<&'a bson::RawArray> {
     if f.op != Some("c") {
@@ -368,7 +372,7 @@ pub(crate) fn transform_all(
     spec: &StreamSpec,
     ts: u64,
     entry: &RawDocument,
-) -> Result<Vec<Event>> {
+) -> Result<Events> {
     let f = EntryFields::read(entry)
         .map_err(|e| Error::internal(format!("corrupt oplog entry: {e}")))?;
     let Some(ops) = apply_ops(&f) else {
@@ -377,7 +381,7 @@ pub(crate) fn transform_all(
             .collect());
     };
     let corrupt = |e: bson::raw::Error| Error::internal(format!("corrupt oplog entry: {e}"));
-    let mut out = Vec::new();
+    let mut out = Events::new();
     for (index, op) in ops.into_iter().enumerate() {
         let op = op.map_err(corrupt)?;
         let Some(op) = op.as_document() else {

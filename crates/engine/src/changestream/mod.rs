@@ -52,7 +52,7 @@ enum EntryBody {
     /// storage engine's own buffer: copying each entry out first cost a catch-up an
     /// allocation and a 1 KB copy per event. Empty: the entry makes no event here (a
     /// transaction's entry may make several).
-    Built(Vec<event::Event>),
+    Built(event::Events),
     /// The entry could not be read or made into an event; reported in its turn.
     Failed(Error),
 }
