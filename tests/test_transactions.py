@@ -1,11 +1,12 @@
 """Multi-document transactions (startTransaction / commitTransaction / abortTransaction)."""
 
+import threading
 import time
 
 import bson
 import pytest
 from pymongo import ReturnDocument
-from pymongo.errors import OperationFailure
+from pymongo.errors import OperationFailure, PyMongoError
 
 from conftest import next_event
 
@@ -424,3 +425,60 @@ def test_images_of_each_write_in_a_transaction(client, db):
                       resume_after=events[1]["_id"]) as again:
         rest = [next_event(again) for _ in range(2)]
     assert rest == events[2:]
+
+
+def test_concurrent_transactions_reach_streams_whole_and_once(client, db):
+    """Several threads commit (and abort) transactions of several writes while streams
+    watch: every committed transaction's operations arrive exactly once, together, in
+    order, at one clusterTime; no aborted write ever arrives."""
+    coll = db.t
+    coll.insert_one({"_id": "seed"})
+    committed, lock = [], threading.Lock()
+
+    def writer(w):
+        for n in range(15):
+            ops = [f"w{w}-{n}-{k}" for k in range(3)]
+            with client.start_session() as s:
+                try:
+                    with s.start_transaction():
+                        for k in ops:
+                            coll.insert_one({"_id": k}, session=s)
+                        coll.update_one({"_id": ops[0]}, {"$set": {"u": 1}}, session=s)
+                        if n % 5 == 4:
+                            raise RuntimeError("abort this one")
+                except RuntimeError:
+                    continue
+                except PyMongoError:
+                    continue  # a write conflict aborts it: nothing of it may appear
+            with lock:
+                committed.append(ops)
+
+    with coll.watch() as stream, db.watch() as db_stream:
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        coll.insert_one({"_id": "end"})
+        for s in (stream, db_stream):
+            events = []
+            while True:
+                e = next_event(s)
+                if e["documentKey"]["_id"] == "end":
+                    break
+                events.append(e)
+            assert len(events) == 4 * len(committed)
+            # Group by transaction: consecutive, one clusterTime, insert x3 then update.
+            groups = [events[i:i + 4] for i in range(0, len(events), 4)]
+            seen = []
+            for g in groups:
+                assert len({e["clusterTime"] for e in g}) == 1, g
+                assert len({(e["lsid"]["id"], e["txnNumber"]) for e in g}) == 1, g
+                ids = [e["documentKey"]["_id"] for e in g]
+                assert [e["operationType"] for e in g] == ["insert"] * 3 + ["update"]
+                assert ids[3] == ids[0]
+                seen.append(ids[:3])
+            assert sorted(seen) == sorted(committed)
+            times = [g[0]["clusterTime"] for g in groups]
+            assert times == sorted(times) and len(set(times)) == len(times)
+    assert len(committed) == 3 * 12
