@@ -138,6 +138,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn transaction_images_sort_with_their_entry_time() {
+        // The oplog trim deletes images in [image_key(0, Before), image_key(trim, Before)):
+        // an image of a transaction's operation must fall in it exactly when its
+        // entry's time is below the trim point.
+        let trim = 1_000u64;
+        let low = image_key(0, ImageKind::Before);
+        let high = image_key(trim, ImageKind::Before);
+        for kind in [ImageKind::Before, ImageKind::After] {
+            for index in [0, 1, u32::MAX] {
+                let below = image_key_at(trim - 1, index, kind);
+                assert!(low[..] <= below[..] && below[..] < high[..]);
+                let at = image_key_at(trim, index, kind);
+                assert!(at[..] >= high[..]);
+            }
+            // Operations of one transaction, in their order.
+            assert!(image_key_at(trim, 1, kind) < image_key_at(trim, 2, kind));
+        }
+    }
+
+    #[test]
     fn doc_pointers_are_never_bson() {
         let p = doc_pointer(0x0102_0304_0506_0708);
         assert_eq!(parse_doc_pointer(&p), Some(0x0102_0304_0506_0708));

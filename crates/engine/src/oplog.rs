@@ -587,6 +587,29 @@ impl Node {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_transaction_entry_targets_every_namespace_it_writes_once() {
+        let o = bson::rawdoc! {"applyOps": [
+            {"op": "c", "ns": "a.$cmd", "o": {"create": "new"}},
+            {"op": "i", "ns": "a.new", "o": {"_id": 1}},
+            {"op": "u", "ns": "b.c", "o": {"$v": 2, "diff": {}}, "o2": {"_id": 1}},
+            {"op": "i", "ns": "a.new", "o": {"_id": 2}},
+            {"op": "d", "ns": "a.old", "o": {"_id": 3}},
+        ]};
+        assert_eq!(command_targets("admin", &o), vec!["a.new", "b.c", "a.old"]);
+        let head = EntryHead {
+            op: "c",
+            ns: "admin.$cmd",
+            o: Some(&o),
+        };
+        assert_eq!(
+            head.namespaces(),
+            vec!["admin.$cmd", "a.new", "b.c", "a.old"]
+        );
+        // Never ruled out on its digest: a command's.
+        assert_eq!(head.digest(), vec![b'c']);
+    }
+
     /// What a writer passes for an insert it logs is what is read back from the entry.
     #[test]
     fn an_inserts_digest_and_namespaces_from_what_it_knows_match_its_entry() {
