@@ -202,15 +202,25 @@ def test_snapshot_read_concern_is_refused_by_writes_and_old_times(client, db):
 
 
 def test_collection_and_index_created_in_a_transaction_appear_at_the_commit(client, db):
-    with client.start_session() as s:
-        with s.start_transaction():
-            db.create_collection("made", session=s)
-            db.made.insert_one({"_id": 1, "k": "a"}, session=s)
-            db.indexed.create_index("k", session=s)
-            assert "made" not in db.list_collection_names()
-            assert "indexed" not in db.list_collection_names()
+    with db.watch(show_expanded_events=True) as stream:
+        with client.start_session() as s:
+            with s.start_transaction():
+                db.create_collection("made", session=s)
+                db.made.insert_one({"_id": 1, "k": "a"}, session=s)
+                db.indexed.create_index("k", session=s)
+                assert "made" not in db.list_collection_names()
+                assert "indexed" not in db.list_collection_names()
+        events = [next_event(stream) for _ in range(4)]
     assert list(db.made.find()) == [{"_id": 1, "k": "a"}]
     assert "k_1" in db.indexed.index_information()
+    # As mongod: the DDL is inside the transaction's applyOps entry, before its writes,
+    # and its events share the commit's time.
+    assert [(e["operationType"], e["ns"]["coll"]) for e in events] == [
+        ("create", "made"), ("create", "indexed"), ("createIndexes", "indexed"),
+        ("insert", "made")]
+    assert len({e["clusterTime"] for e in events}) == 1
+    entry = client.local["oplog.rs"].find_one({"o.applyOps.ns": f"{db.name}.made"})
+    assert [o["op"] for o in entry["o"]["applyOps"]] == ["c", "c", "c", "i"]
 
 
 def test_create_index_on_an_existing_collection_is_refused_in_a_transaction(client, db):

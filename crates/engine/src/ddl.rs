@@ -162,49 +162,28 @@ impl Engine {
     }
 
     /// The `create` command. An existing collection with the same options is not an error.
-    pub fn create_collection(&self, ns: &Namespace, mut options: Document) -> Result<Committed> {
-        ns.validate_for_write()?;
-        for k in options.keys() {
-            if !CREATE_OPTIONS.contains(&k.as_str()) {
-                return Err(Error::new(
-                    codes::UNRECOGNIZED_COMMAND_FIELD,
-                    format!("BSON field 'create.{k}' is an unknown field."),
-                ));
-            }
-        }
-        crate::validation::check_options("create", &options)?;
-        options.remove("comment");
-        if options.contains_key("pipeline") && !options.contains_key("viewOn") {
-            return Err(Error::invalid_options(
-                "'pipeline' requires 'viewOn' to also be specified",
-            ));
-        }
-        if options.contains_key("timeseries") {
-            crate::timeseries::normalize_create_options(ns, &mut options)?;
-        } else if options.contains_key("expireAfterSeconds") {
-            if !options.contains_key("clusteredIndex") {
-                return Err(Error::invalid_options(
-                    "'expireAfterSeconds' is only supported on time-series collections or when the 'clusteredIndex' option is specified",
-                ));
-            }
-            let secs = options
-                .get("expireAfterSeconds")
-                .cloned()
-                .unwrap_or(Bson::Null);
-            options.insert(
-                "expireAfterSeconds",
-                crate::timeseries::expire_after_seconds("create", &secs)?,
-            );
-        }
+    pub fn create_collection(&self, ns: &Namespace, options: Document) -> Result<Committed> {
+        let options = create_options(ns, options)?;
         if options.contains_key("viewOn") {
             return self.create_view(ns, &options);
         }
-        crate::clustered::normalize_options(&mut options)?;
-        let options = normalize_create_options(options)?;
+        let options = collection_options(options)?;
         let mut txn = self.begin();
+        self.create_collection_in(&mut txn, ns, options)?;
+        txn.commit()
+    }
+
+    /// Creates a collection with checked options in `txn` (an existing one with the
+    /// same options is no error, and nothing is written).
+    pub(crate) fn create_collection_in(
+        &self,
+        txn: &mut Txn<'_>,
+        ns: &Namespace,
+        options: Document,
+    ) -> Result<()> {
         if let Some(existing) = txn.catalog().get(ns) {
             if existing.options == options {
-                return txn.commit();
+                return Ok(());
             }
             return Err(namespace_exists(&existing));
         }
@@ -214,8 +193,8 @@ impl Engine {
                 format!("A view already exists. NS: {}", ns.full()),
             ));
         }
-        self.create_in(&mut txn, ns, options)?;
-        txn.commit()
+        self.create_in(txn, ns, options)?;
+        Ok(())
     }
 
     /// Drops a collection and its indexes, or a view. Dropping a missing collection is
@@ -376,8 +355,21 @@ impl Engine {
             ));
         }
         let mut txn = self.begin();
+        let mut outcome = self.create_indexes_in(&mut txn, ns, specs)?;
+        outcome.committed = Some(txn.commit()?);
+        Ok(outcome)
+    }
+
+    /// Builds indexes in `txn` (see [`Engine::create_indexes`]; `committed` is left
+    /// to the caller).
+    pub(crate) fn create_indexes_in(
+        &self,
+        txn: &mut Txn<'_>,
+        ns: &Namespace,
+        specs: &[Document],
+    ) -> Result<CreateIndexesOutcome> {
         let created_collection = txn.catalog().get(ns).is_none();
-        let meta = self.ensure_collection(&mut txn, ns)?;
+        let meta = self.ensure_collection(txn, ns)?;
         let before = meta.index_count();
         let mut indexes = meta.indexes.clone();
         let mut new_indexes: Vec<Arc<IndexMeta>> = Vec::new();
@@ -479,7 +471,7 @@ impl Engine {
                 after: before,
                 created_collection,
                 note: Some("all indexes already exist"),
-                committed: Some(txn.commit()?),
+                committed: None,
             });
         }
         // Build: one pass over the collection, entries for every new index.
@@ -538,7 +530,7 @@ impl Engine {
             after,
             created_collection,
             note: None,
-            committed: Some(txn.commit()?),
+            committed: None,
         })
     }
 
@@ -1137,4 +1129,49 @@ pub(crate) fn round_capped_size(v: &Bson) -> Result<i64> {
         return Err(Error::bad_value("size cannot exceed 1 PB"));
     }
     Ok((size + 255) / 256 * 256)
+}
+
+/// `create`'s options checked (known fields, validator, time-series and expiry
+/// options normalized); a view's still carry `viewOn`.
+pub(crate) fn create_options(ns: &Namespace, mut options: Document) -> Result<Document> {
+    ns.validate_for_write()?;
+    for k in options.keys() {
+        if !CREATE_OPTIONS.contains(&k.as_str()) {
+            return Err(Error::new(
+                codes::UNRECOGNIZED_COMMAND_FIELD,
+                format!("BSON field 'create.{k}' is an unknown field."),
+            ));
+        }
+    }
+    crate::validation::check_options("create", &options)?;
+    options.remove("comment");
+    if options.contains_key("pipeline") && !options.contains_key("viewOn") {
+        return Err(Error::invalid_options(
+            "'pipeline' requires 'viewOn' to also be specified",
+        ));
+    }
+    if options.contains_key("timeseries") {
+        crate::timeseries::normalize_create_options(ns, &mut options)?;
+    } else if options.contains_key("expireAfterSeconds") {
+        if !options.contains_key("clusteredIndex") {
+            return Err(Error::invalid_options(
+                "'expireAfterSeconds' is only supported on time-series collections or when the 'clusteredIndex' option is specified",
+            ));
+        }
+        let secs = options
+            .get("expireAfterSeconds")
+            .cloned()
+            .unwrap_or(Bson::Null);
+        options.insert(
+            "expireAfterSeconds",
+            crate::timeseries::expire_after_seconds("create", &secs)?,
+        );
+    }
+    Ok(options)
+}
+
+/// A collection's stored options, from checked `create` options.
+pub(crate) fn collection_options(mut options: Document) -> Result<Document> {
+    crate::clustered::normalize_options(&mut options)?;
+    normalize_create_options(options)
 }

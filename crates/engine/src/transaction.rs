@@ -757,31 +757,32 @@ impl Engine {
         Ok((before, before + n, created))
     }
 
-    /// Commits: the transaction's collections and indexes, then its document changes in
-    /// one atomic batch (None if it changed nothing).
+    /// Commits: the transaction's collections and indexes, then its document changes,
+    /// in one atomic batch and one `applyOps` entry (None if it changed nothing).
     pub fn commit_transaction(
         &self,
         mut t: Transaction,
         session: Option<(Document, i64)>,
     ) -> Result<Option<Committed>> {
-        let mut last_ddl = None;
-        for d in &t.ddl {
-            last_ddl = Some(match d {
-                PendingDdl::Create(ns, options) => self.create_collection(ns, options.clone())?,
-                PendingDdl::CreateIndexes(ns, specs) => {
-                    match self.create_indexes(ns, specs)?.committed {
-                        Some(c) => c,
-                        None => continue,
-                    }
-                }
-            });
-        }
-        if t.writes.is_empty() {
-            return Ok(last_ddl);
+        if t.writes.is_empty() && t.ddl.is_empty() {
+            return Ok(None);
         }
         let mut txn = self.begin();
         if let Some((lsid, number)) = session {
             txn.set_session(lsid, number);
+        }
+        // The DDL first, inside the transaction's entry, as mongod logs it.
+        for d in &t.ddl {
+            match d {
+                PendingDdl::Create(ns, options) => {
+                    let options = crate::ddl::create_options(ns, options.clone())?;
+                    let options = crate::ddl::collection_options(options)?;
+                    self.create_collection_in(&mut txn, ns, options)?;
+                }
+                PendingDdl::CreateIndexes(ns, specs) => {
+                    self.create_indexes_in(&mut txn, ns, specs)?;
+                }
+            }
         }
         // Every document written must still be as the snapshot had it (a commit since
         // then is a conflict), also one the transaction inserted and deleted again.
