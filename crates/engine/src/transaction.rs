@@ -810,8 +810,7 @@ impl Engine {
                 }
                 WriteKind::Delete(old) => {
                     let meta = txn.catalog().get(&w.ns).ok_or_else(write_conflict)?;
-                    self.delete_in(&mut txn, &meta, &w.id_ks, &old);
-                    pending.deleted(self.index_entries_of(&meta, &old), meta.id, &w.id_ks);
+                    self.delete_in(&mut txn, &meta, &w.id_ks, &old, Some(&mut pending));
                 }
             }
         }

@@ -551,7 +551,7 @@ impl Engine {
     pub(crate) fn drop_view_in(&self, txn: &mut Txn<'_>, view: &ViewMeta) -> Result<()> {
         let sys = self.system_views_of(txn, &view.ns)?;
         let id_ks = keys::id_key(&Bson::String(view.ns.full()));
-        self.delete_in(txn, &sys, &id_ks, &view.definition());
+        self.delete_in(txn, &sys, &id_ks, &view.definition(), None);
         txn.catalog_mut().views.remove(&view.ns.full());
         Ok(())
     }

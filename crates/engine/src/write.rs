@@ -123,18 +123,13 @@ pub(crate) struct PendingIndex {
 }
 
 impl PendingIndex {
-    /// Notes a document deleted by the batch (with its index entries) after
-    /// [`Engine::delete_in`], for later writes of the same batch.
-    pub(crate) fn deleted(&mut self, entries: Vec<(u32, Vec<u8>)>, coll_id: u32, id_ks: &[u8]) {
-        for e in entries {
-            self.removed.insert(keys::index_entry_key(e.0, &e.1, id_ks));
-            if self.added.get(&e).is_some_and(|owner| owner == id_ks) {
-                self.added.remove(&e);
-            }
+    /// Notes that the batch removed this index entry of document `id_ks`.
+    fn entry_removed(&mut self, entry: &(u32, Vec<u8>), key: Vec<u8>, id_ks: &[u8]) {
+        self.removed.insert(key);
+        // Added earlier in this batch (a transaction's insert, then this change).
+        if self.added.get(entry).is_some_and(|owner| owner == id_ks) {
+            self.added.remove(entry);
         }
-        let dkey = keys::doc_key(coll_id, id_ks);
-        self.ids.remove(&dkey);
-        self.deleted_ids.insert(dkey);
     }
 }
 
@@ -590,11 +585,7 @@ impl Engine {
         for e in old_entries.iter().filter(|e| !new_entries.contains(e)) {
             let k = keys::index_entry_key(e.0, &e.1, &id_ks);
             txn.batch().delete(Space::Index, &k);
-            pending.removed.insert(k);
-            // Added earlier in this batch (a transaction's insert, then this update).
-            if pending.added.get(e).is_some_and(|owner| *owner == id_ks) {
-                pending.added.remove(e);
-            }
+            pending.entry_removed(e, k, &id_ks);
         }
         for e in new_entries.iter().filter(|e| !old_entries.contains(e)) {
             let k = keys::index_entry_key(e.0, &e.1, &id_ks);
@@ -675,7 +666,7 @@ impl Engine {
         let targets = self.targets(&meta, &matcher, op.hint.as_ref(), op.limit == 0)?;
         let n = targets.len() as u64;
         for (id_ks, doc) in targets {
-            self.delete_in(&mut txn, &meta, &id_ks, &doc);
+            self.delete_in(&mut txn, &meta, &id_ks, &doc, None);
         }
         if n == 0 {
             return Ok((0, None));
@@ -704,21 +695,30 @@ impl Engine {
         Ok(first)
     }
 
+    /// Deletes a document in `txn`. `pending`: the batch's own index changes, for a batch
+    /// whose later writes may take what this one frees (a transaction's replay); None
+    /// where no write follows in the batch.
     pub(crate) fn delete_in(
         &self,
         txn: &mut Txn<'_>,
         meta: &CollMeta,
         id_ks: &[u8],
         doc: &Document,
+        mut pending: Option<&mut PendingIndex>,
     ) {
-        for (index_id, values_ks) in self.index_entries_of(meta, doc) {
-            txn.batch().delete(
-                Space::Index,
-                &keys::index_entry_key(index_id, &values_ks, id_ks),
-            );
+        for entry in self.index_entries_of(meta, doc) {
+            let key = keys::index_entry_key(entry.0, &entry.1, id_ks);
+            txn.batch().delete(Space::Index, &key);
+            if let Some(p) = pending.as_deref_mut() {
+                p.entry_removed(&entry, key, id_ks);
+            }
         }
-        txn.batch()
-            .delete(Space::Docs, &keys::doc_key(meta.id, id_ks));
+        let dkey = keys::doc_key(meta.id, id_ks);
+        txn.batch().delete(Space::Docs, &dkey);
+        if let Some(p) = pending {
+            p.ids.remove(&dkey);
+            p.deleted_ids.insert(dkey);
+        }
         if meta.is_capped() {
             let len = RawDocumentBuf::from_document(doc)
                 .map(|r| r.as_bytes().len())
@@ -776,7 +776,7 @@ impl Engine {
         };
         match (target, spec) {
             (Some((id_ks, doc)), None) => {
-                self.delete_in(&mut txn, &meta, &id_ks, &doc);
+                self.delete_in(&mut txn, &meta, &id_ks, &doc, None);
                 out.n = 1;
                 out.value = Some(project(doc)?);
             }
