@@ -56,18 +56,23 @@ def read_until_last(stream):
     while True:
         ev = next_event(stream)
         out.append(ev.raw)
-        if RawBSONDocument(ev.raw)["operationType"] == "insert" and \
-                RawBSONDocument(ev.raw)["documentKey"]["_id"] == "last":
+        if ev["operationType"] == "insert" and ev["documentKey"]["_id"] == "last":
             return out
 
 
-def test_events_from_memory_and_from_disk_are_identical(fresh_server):
+def fresh_paths_db(fresh_server):
+    """A new server, its client, the test's database (raw events) with collection c,
+    and the time just after that collection was made."""
     srv = fresh_server()
     client = srv.client()
     db = client.get_database("paths", codec_options=RAW)
     db.create_collection("c")
     start = client.admin.command("ping")["operationTime"]
-    start = Timestamp(start.time, start.inc + 1)
+    return srv, client, db, Timestamp(start.time, start.inc + 1)
+
+
+def test_events_from_memory_and_from_disk_are_identical(fresh_server):
+    srv, client, db, start = fresh_paths_db(fresh_server)
     streams = [
         db.c.watch(pipeline, start_at_operation_time=start, **opts)
         for _, opts, pipeline in STREAMS
@@ -111,12 +116,7 @@ def test_resuming_after_any_event_gives_exactly_the_rest(fresh_server):
     """resumeAfter the token of event i returns events i+1, i+2, ... byte for byte, for
     every i: CRUD events, a transaction's, and DDL events (whose tokens name the
     operation instead of a document key)."""
-    srv = fresh_server()
-    client = srv.client()
-    db = client.get_database("paths", codec_options=RAW)
-    db.create_collection("c")
-    start = client.admin.command("ping")["operationTime"]
-    start = Timestamp(start.time, start.inc + 1)
+    _, client, db, start = fresh_paths_db(fresh_server)
     workload(client.get_database("paths"))
     for opts in ({}, {"show_expanded_events": True}):
         with db.c.watch(start_at_operation_time=start, **opts) as s:
