@@ -4,8 +4,8 @@
 
 use super::token::ResumeToken;
 use super::{BeforeChange, FullDocument, Scope, StreamSpec};
-use crate::keys::{self, ImageKind};
-use crate::namespace::Namespace;
+use crate::catalog::namespace::Namespace;
+use crate::core::keys::{self, ImageKind};
 use crate::oplog::EntryFields;
 use crate::Engine;
 use bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
@@ -274,7 +274,7 @@ fn parse<'a>(f: &EntryFields<'a>, spec: &'a StreamSpec) -> Result<Option<Parsed<
                     p.op_description = Some(if o.contains_key("timeseries") {
                         // mongod reports the view over the buckets collection it creates.
                         p.view_event = true;
-                        crate::timeseries::view_description(&coll, &o)
+                        crate::catalog::timeseries::view_description(&coll, &o)
                     } else {
                         except(&["create"])
                     });
@@ -704,7 +704,7 @@ fn add_image(
                 codes::NO_MATCHING_DOCUMENT,
                 format!(
                     "Change stream was configured to require {what} was not found for event: {}",
-                    crate::format::doc_to_string(d)
+                    crate::core::format::doc_to_string(d)
                 ),
             ));
         }
@@ -728,7 +728,7 @@ fn image(
             .get(Space::Images, &keys::image_key_at(ts, i, kind)),
         None => engine.store.get(Space::Images, &keys::image_key(ts, kind)),
     };
-    match found.map_err(crate::storage_err)? {
+    match found.map_err(crate::core::storage_err)? {
         Some(bytes) => Ok(Some(crate::read::decode(&bytes)?)),
         None => Ok(None),
     }

@@ -9,19 +9,20 @@
 //! an event is visible only once its write is on disk, so no stream ever shows a
 //! write that a crash could roll back ("majority" here means journaled).
 //!
-//! Waiting is done by the server (a getMore with nothing to return waits for the
-//! durable time to advance, see `commands/read.rs`); this module only reads.
+//! A stream is a cursor source of events ([`EventSource`]): the read layer's getMore
+//! (`read/get_more.rs`) waits for the durable time to pass a commit the stream cares
+//! about; this module only reads.
 
 pub mod diff;
 pub(crate) mod event;
 pub mod prefilter;
-pub mod recent;
 pub mod token;
 
-use crate::cursor::{Cursor, Source};
-use crate::find::CursorBatch;
-use crate::keys;
-use crate::namespace::Namespace;
+use crate::catalog::namespace::Namespace;
+use crate::core::keys;
+use crate::oplog::recent;
+use crate::read::cursor::{needs_storage, Cursor, EventSource, Source, NEEDS_STORAGE};
+use crate::read::find::CursorBatch;
 use crate::Engine;
 use bson::{Bson, Document, RawDocumentBuf};
 use std::collections::VecDeque;
@@ -34,7 +35,7 @@ use token::ResumeToken;
 /// A change event's bytes, shared: the event of a CRUD entry in the recent oplog is
 /// built once and queued by every default-option stream on its collection, and a
 /// copy per stream (1 KB each, 100 streams) was a fifth of a fan-out's server CPU.
-pub type SharedEvent = Arc<RawDocumentBuf>;
+pub type SharedEvent = crate::read::cursor::RawEvent;
 
 /// An entry read for a stream, at its oplog time.
 struct ReadEntry {
@@ -347,13 +348,6 @@ const MAX_IN_MEMORY_BATCH: usize = 256;
 /// every connection, so a read there builds at most 2 × 256 events.
 const MAX_IN_MEMORY_READS: usize = 2;
 
-/// Internal (never sent): a memory-only read would need storage.
-pub const NEEDS_STORAGE: i32 = -1_000_001;
-
-pub(crate) fn needs_storage() -> Error {
-    Error::new(NEEDS_STORAGE, "this read needs storage")
-}
-
 /// Error codes after which a driver may resume a change stream: mongod labels them
 /// `ResumableChangeStreamError` when a change stream's getMore fails with them.
 pub const RESUMABLE_CODES: [i32; 17] = [
@@ -361,48 +355,6 @@ pub const RESUMABLE_CODES: [i32; 17] = [
 ];
 
 impl Engine {
-    /// Reads ahead on a change stream cursor (see [`ChangeStream::prefetch`]); skipped
-    /// when a getMore holds the cursor.
-    pub fn prefetch_change_stream(&self, id: i64, max_events: usize) {
-        let Some(c) = self.cursors.get(id) else {
-            return;
-        };
-        let Some(mut c) = c.try_lock() else { return };
-        if let Source::ChangeStream(s) = &mut c.source {
-            s.prefetch(self, max_events);
-        }
-    }
-
-    /// For a change-stream cursor: the commit-notice bits it cares about
-    /// ([`crate::CommitNotice::ns_mask`]: its collection's, or all for database and
-    /// cluster streams), and whether it has nothing to return now (everything durable
-    /// read, nothing queued or pending: a getMore can wait without looking first).
-    /// One registry lookup and one cursor lock for both, at the start of a getMore.
-    pub fn change_stream_state(&self, id: i64) -> Option<(u64, bool)> {
-        let c = self.cursors.get(id)?;
-        let c = c.try_lock()?;
-        match &c.source {
-            Source::ChangeStream(s) => {
-                let mask = s.watch.mask();
-                let caught_up = s.pending.is_empty()
-                    && !s.invalidated
-                    && s.verify.is_none()
-                    && s.deferred_error.is_none()
-                    && s.next_ts > self.durability.durable_ts();
-                Some((mask, caught_up))
-            }
-            _ => None,
-        }
-    }
-
-    /// Whether the cursor is an open change stream.
-    pub fn is_change_stream_cursor(&self, id: i64) -> bool {
-        self.cursors
-            .get(id)
-            .map(|c| matches!(c.lock().source, Source::ChangeStream(_)))
-            .unwrap_or(false)
-    }
-
     /// `aggregate` with a leading `$changeStream`: opens the stream and returns its
     /// first batch (events already durable after the start point).
     #[allow(clippy::too_many_arguments)]
@@ -422,11 +374,11 @@ impl Engine {
             // its own to stream.
             let catalog = self.catalog();
             if catalog.view(ns).is_some() || catalog.get(ns).is_some_and(|m| m.is_timeseries()) {
-                return Err(crate::views::not_a_collection(ns));
+                return Err(crate::catalog::views::not_a_collection(ns));
             }
         }
         let meta = coll.and_then(|c| self.collection(&Namespace::new(db, c)));
-        spec.collator = crate::find::operation_collator(meta.as_deref(), collation)?;
+        spec.collator = crate::read::find::operation_collator(meta.as_deref(), collation)?;
         if start.len() > 1 {
             if start.contains_key("resumeAfter") && start.contains_key("startAfter") {
                 return Err(Error::new(
@@ -438,7 +390,7 @@ impl Engine {
                 40674,
                 format!(
                     "Only one type of resume option is allowed, but multiple were found: {}",
-                    crate::format::doc_to_string(&start)
+                    crate::core::format::doc_to_string(&start)
                 ),
             ));
         }
@@ -501,7 +453,7 @@ impl Engine {
             Some(_) => prefilter::Prefilter::default(),
         };
         let watch = self.recent.watch(match &spec.scope {
-            Scope::Collection(ns) => crate::namespace_bit(&ns.full()),
+            Scope::Collection(ns) => crate::core::bus::namespace_bit(&ns.full()),
             _ => u64::MAX,
         });
         let stream = ChangeStream {
@@ -516,23 +468,22 @@ impl Engine {
             deferred_error: None,
             memory_only: false,
         };
-        let mut cursor = Cursor::new(ns.clone(), Source::ChangeStream(Box::new(stream)));
-        cursor.tailable = true;
-        cursor.await_data = true;
-        cursor.lsid = lsid;
+        let mut stream = stream;
         let want = match batch_size {
             Some(n) if n < 0 => return Err(Error::bad_value("batchSize must be non-negative")),
             Some(n) => n as usize,
             None => DEFAULT_FIRST_BATCH,
         };
-        let (raw_docs, closed, pbrt) = match &mut cursor.source {
-            Source::ChangeStream(s) if want == 0 => (Vec::new(), false, s.pbrt.to_document()),
-            Source::ChangeStream(s) => {
-                let (docs, closed) = s.next_batch(self, want, false)?;
-                (docs, closed, s.pbrt.to_document())
-            }
-            _ => unreachable!("just built as a change stream"),
+        let (raw_docs, closed) = if want == 0 {
+            (Vec::new(), false)
+        } else {
+            stream.next_batch(self, want, false)?
         };
+        let pbrt = stream.pbrt.to_document();
+        let mut cursor = Cursor::new(ns.clone(), Source::Events(Box::new(stream)));
+        cursor.tailable = true;
+        cursor.await_data = true;
+        cursor.lsid = lsid;
         let id = if closed {
             0
         } else {
@@ -546,6 +497,51 @@ impl Engine {
             post_batch_resume_token: Some(pbrt),
             ..Default::default()
         })
+    }
+}
+
+impl EventSource for ChangeStream {
+    fn next_events(
+        &mut self,
+        engine: &Engine,
+        want: usize,
+        memory_only: bool,
+    ) -> Result<(Vec<SharedEvent>, bool)> {
+        self.next_batch(engine, want, memory_only)
+    }
+
+    fn resume_token(&self) -> Document {
+        self.pbrt.to_document()
+    }
+
+    fn interest(&self) -> u64 {
+        self.watch.mask()
+    }
+
+    fn caught_up(&self, engine: &Engine) -> bool {
+        self.pending.is_empty()
+            && !self.invalidated
+            && self.verify.is_none()
+            && self.deferred_error.is_none()
+            && self.next_ts > engine.durability.durable_ts()
+    }
+
+    fn prefetch(&mut self, engine: &Engine, max_events: usize) {
+        ChangeStream::prefetch(self, engine, max_events)
+    }
+
+    fn error_labeler(&self) -> fn(Error) -> Error {
+        label_resumable
+    }
+}
+
+/// mongod labels a change stream's getMore error `ResumableChangeStreamError` when a
+/// driver may resume after it.
+pub fn label_resumable(e: Error) -> Error {
+    if RESUMABLE_CODES.contains(&e.code) && e.labels.is_empty() {
+        e.with_label("ResumableChangeStreamError")
+    } else {
+        e
     }
 }
 
@@ -797,7 +793,7 @@ impl ChangeStream {
         let bytes = engine
             .store
             .get(Space::Oplog, &keys::oplog_key(expected.ts))
-            .map_err(crate::storage_err)?;
+            .map_err(crate::core::storage_err)?;
         let Some(bytes) = bytes else {
             return Err(token_not_found(expected));
         };
@@ -953,7 +949,7 @@ impl ChangeStream {
                 } else if let Some(v) = large
                     .get_or_insert_with(|| engine.store.point_reader(Space::Oplog))
                     .get(&keys::oplog_key(ts))
-                    .map_err(crate::storage_err)?
+                    .map_err(crate::core::storage_err)?
                 {
                     if !push_built(&mut out, engine, &self.spec, ts, v) {
                         break;
@@ -979,7 +975,7 @@ impl ChangeStream {
                     .store
                     .scan(Space::OplogByNs, &lower, Some(&upper), false)
                 {
-                    let (k, digest) = item.map_err(crate::storage_err)?;
+                    let (k, digest) = item.map_err(crate::core::storage_err)?;
                     let ts = u64::from_be_bytes(k[k.len() - 8..].try_into().expect("8-byte time"));
                     if !self.prefilter.is_empty()
                         && !self.prefilter.may_match(&digest, self.spec.full_document)
@@ -990,7 +986,7 @@ impl ChangeStream {
                         });
                     } else if let Some(v) = entries
                         .get(&keys::oplog_key(ts))
-                        .map_err(crate::storage_err)?
+                        .map_err(crate::core::storage_err)?
                     {
                         if !push_built(&mut out, engine, &self.spec, ts, v) || budget.spend(v) {
                             break;
@@ -1005,7 +1001,7 @@ impl ChangeStream {
                 let lower = keys::oplog_key(self.next_ts);
                 let upper = keys::oplog_key(durable.saturating_add(1));
                 for item in engine.store.scan(Space::Oplog, &lower, Some(&upper), false) {
-                    let (k, v) = item.map_err(crate::storage_err)?;
+                    let (k, v) = item.map_err(crate::core::storage_err)?;
                     let ts = u64::from_be_bytes(k[..8].try_into().expect("8-byte time"));
                     if !push_built(&mut out, engine, &self.spec, ts, &v) || budget.spend(&v) {
                         break;
@@ -1110,7 +1106,7 @@ fn token_not_found(t: &ResumeToken) -> Error {
         codes::CHANGE_STREAM_FATAL_ERROR,
         format!(
             "cannot resume stream; the resume token was not found. {}",
-            crate::format::doc_to_string(&t.to_document())
+            crate::core::format::doc_to_string(&t.to_document())
         ),
     )
 }

@@ -5,7 +5,7 @@
 //! as strings in stream order and tools that decode them (Debezium, the Kafka
 //! connector) read them as they read mongod's.
 
-use crate::keys;
+use crate::core::keys;
 use bson::{doc, Bson, Document};
 use std::sync::Arc;
 use tailstream_query::error::{codes, Error, Result};
@@ -180,7 +180,7 @@ impl ResumeToken {
             _ => {
                 return Err(invalid(format!(
                     "Bad resume token: _data of missing or of wrong type. Expected string, got {}",
-                    crate::format::doc_to_string(d)
+                    crate::core::format::doc_to_string(d)
                 )))
             }
         };

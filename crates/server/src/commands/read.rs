@@ -13,6 +13,7 @@ use std::time::Duration;
 use tailstream_engine::find::{CursorBatch, FindRequest};
 use tailstream_engine::namespace::Namespace;
 use tailstream_engine::query::error::{codes, Error, Result};
+use tailstream_engine::read::get_more::GetMoreRequest;
 
 fn cursor_reply(batch: CursorBatch, first: bool) -> Document {
     let key = if first { "firstBatch" } else { "nextBatch" };
@@ -126,174 +127,41 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
             ))
         }
         Some(ms) => Duration::from_millis(ms as u64),
-        None => DEFAULT_AWAIT,
+        None => tailstream_engine::read::get_more::DEFAULT_AWAIT,
     };
     let ns = format!("{db}.{coll}");
     state.opcounters.getmore.fetch_add(1, Ordering::Relaxed);
-    // A cursor busy in another getMore (or reading ahead) reports no state: it is then
-    // checked the slow way.
-    let stream_state = state.engine.change_stream_state(id);
-    let change_stream = stream_state.is_some() || state.engine.is_change_stream_cursor(id);
-    let interest = stream_state
-        .map(|(mask, _)| mask)
-        .or(change_stream.then_some(u64::MAX));
-    let label = |e: Error| -> Error {
-        if change_stream
-            && tailstream_engine::changestream::RESUMABLE_CODES.contains(&e.code)
-            && e.labels.is_empty()
-        {
-            e.with_label("ResumableChangeStreamError")
-        } else {
-            e
-        }
-    };
     if state.config.test_commands_enabled() && state.engine.cursors.get(id).is_some() {
         if let Some(e) = state.fail_points.fail_get_more() {
+            let e = if state.engine.is_event_cursor(id) {
+                tailstream_engine::changestream::label_resumable(e)
+            } else {
+                e
+            };
             // As in mongod, an error after the cursor was checked out kills the cursor.
             state.engine.cursors.remove(id);
-            return Err(label(e));
+            return Err(e);
         }
     }
-    // Subscribe before the first look, so a commit landing in between still wakes us.
-    // A collection's change stream hears only of commits to its collection.
-    let mut commits = state
-        .engine
-        .subscribe_commits_for(interest.unwrap_or(u64::MAX));
-    commits.borrow_and_update();
-    // From now on a commit to what the stream watches asks for its fsync itself.
-    let _waiting = change_stream.then(|| {
-        state
-            .engine
-            .change_stream_waiting(interest.unwrap_or(u64::MAX))
-    });
-    let mut durable = state.engine.durability.subscribe_durable_ts();
-    durable.borrow_and_update();
-    let mut closed = state.engine.cursors.subscribe_closed();
-    closed.borrow_and_update();
-    // Whether the stream has read everything durable, checked again now that we listen:
-    // an event made durable between the first check and the subscriptions would
-    // otherwise wait for the next fsync (another writer's) before it is read.
-    let caught_up = change_stream
-        && stream_state.is_some()
-        && state
-            .engine
-            .change_stream_state(id)
-            .is_some_and(|(_, caught_up)| caught_up);
-    let deadline = tokio::time::Instant::now() + max_await;
-    // This getMore's operation, for killOp and the client going away to end its wait.
+    // The engine looks, waits and looks again; this getMore's operation ends the wait
+    // when killed (killOp, the client gone).
     let op = super::OPERATION.with(Arc::clone);
-    let mut first_look = true;
-    // The empty batch to answer with at the deadline (read then if never read).
-    let final_ns = ns.clone();
-    let reply_now = |batch: Option<CursorBatch>| async move {
-        let batch = match batch {
-            Some(b) => b,
-            None => blocking(state, move |e| e.get_more(id, &final_ns, batch_size))
-                .await
-                .map_err(label)?,
-        };
-        Ok::<Output, Error>(cursor_output(batch, false))
+    let req = GetMoreRequest {
+        cursor_id: id,
+        ns: ns.clone(),
+        batch_size,
+        max_await,
     };
-    loop {
-        // A change stream that has read everything durable (the usual state of a stream
-        // that keeps up, right after its previous batch) skips the look and waits.
-        let skip_look = first_look && caught_up;
-        let batch = if skip_look {
-            None
-        } else {
-            // A change stream that keeps up finds its new events in the recent oplog (or
-            // already built, read ahead), and a tailable cursor that keeps up (its last
-            // batch reached the end) the few documents just committed: read them right
-            // here; only a read that needs storage goes to the blocking pool. That is
-            // also the first look of a stream that fell a few commits behind, as each of
-            // a hundred streams woken by one commit does (the hand-off to the pool cost
-            // more than the read).
-            let in_memory = match state.engine.get_more_in_memory(id, &ns, batch_size) {
-                Err(e) if e.code == tailstream_engine::changestream::NEEDS_STORAGE => None,
-                other => Some(other.map_err(label)?),
-            };
-            let batch = match in_memory {
-                Some(b) => b,
-                None => {
-                    let ns = ns.clone();
-                    blocking(state, move |e| e.get_more(id, &ns, batch_size))
-                        .await
-                        .map_err(label)?
-                }
-            };
-            if !batch.docs.is_empty() || !batch.raw_docs.is_empty() || !batch.await_data {
-                if change_stream
-                    && batch.cursor_id != 0
-                    && batch.raw_docs.len() >= PREFETCH_MIN_EVENTS
-                {
-                    // A full batch suggests a backlog: build the next one while this one travels.
-                    let n = batch.raw_docs.len();
-                    let engine = state.engine.clone();
-                    tokio::task::spawn_blocking(move || engine.prefetch_change_stream(id, n));
-                }
-                return Ok(cursor_output(batch, false));
-            }
-            Some(batch)
-        };
-        // A change stream re-reads once the durable time reaches a commit it cares about.
-        let mut wake_at: Option<u64> = None;
-        if change_stream && first_look {
-            // Writes committed before we registered as waiting may still wait for their
-            // fsync; the ones after ask for it themselves (`change_stream_waiting`).
-            let d = &state.engine.durability;
-            d.request(d.last_committed());
-            wake_at = Some(commits.borrow().last_ts);
-        }
-        first_look = false;
-        // Nothing new on a tailable awaitData cursor: the next commit wakes us (no polling);
-        // at the deadline the empty batch goes back and the cursor stays open. A change
-        // stream shows only durable writes: a commit asks for the fsync at once, and the
-        // durable time advancing wakes it.
-        loop {
-            tokio::select! {
-                changed = commits.changed() => {
-                    if changed.is_err() {
-                        return reply_now(batch).await;
-                    }
-                    if change_stream {
-                        // Only a commit to what the stream watches sets the durable time
-                        // to wait for (it asked for its fsync itself); others pass by.
-                        let notice = *commits.borrow_and_update();
-                        if notice.ns_mask & interest.unwrap_or(u64::MAX) != 0 {
-                            wake_at = Some(wake_at.map_or(notice.last_ts, |w| w.min(notice.last_ts)));
-                        }
-                        continue;
-                    }
-                }
-                changed = durable.changed(), if change_stream => {
-                    if changed.is_err() {
-                        return reply_now(batch).await;
-                    }
-                    let d = *durable.borrow_and_update();
-                    if !wake_at.map(|w| d >= w).unwrap_or(false) {
-                        continue;
-                    }
-                }
-                // Killed meanwhile: the next look reports it (CursorNotFound).
-                _ = closed.changed() => {}
-                // Killed (killOp, client gone): the getMore fails with the interruption
-                // and takes its cursor with it, as an error in a getMore does in mongod.
-                e = state.current_ops.interrupted(&op) => {
-                    state.engine.cursors.remove(id);
-                    return Err(label(e));
-                }
-                _ = tokio::time::sleep_until(deadline) => return reply_now(batch).await,
-            }
-            break;
-        }
-    }
+    let read_on_pool = || {
+        let ns = ns.clone();
+        blocking(state, move |e| e.get_more(id, &ns, batch_size))
+    };
+    let batch = state
+        .engine
+        .get_more_awaiting(req, read_on_pool, state.current_ops.interrupted(&op))
+        .await?;
+    Ok(cursor_output(batch, false))
 }
-
-/// A change-stream batch at least this large triggers reading ahead.
-const PREFETCH_MIN_EVENTS: usize = 100;
-
-/// How long a getMore on an awaitData cursor waits without `maxTimeMS` (mongod: 1 s).
-const DEFAULT_AWAIT: Duration = Duration::from_secs(1);
 
 pub fn kill_cursors(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     collection_arg(cmd, db)?;

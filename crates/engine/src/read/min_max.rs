@@ -3,7 +3,7 @@
 //! larger value). They replace the index ranges the filter would give; the filter
 //! still applies to every document the bounded scan reaches.
 
-use crate::keys;
+use crate::core::keys;
 use crate::read::{Access, Plan};
 use bson::{Bson, Document};
 use tailstream_query::error::{codes, Error, Result};

@@ -1,7 +1,7 @@
 //! The TTL monitor: periodically deletes documents whose indexed date is older
 //! than the index's `expireAfterSeconds`, with ordinary delete oplog entries.
 
-use crate::namespace::Namespace;
+use crate::catalog::namespace::Namespace;
 use crate::write::DeleteOp;
 use crate::Engine;
 use bson::{doc, Bson};
@@ -49,7 +49,7 @@ impl Engine {
                 let secs = meta
                     .options
                     .get("expireAfterSeconds")
-                    .and_then(crate::find::as_i64)?;
+                    .and_then(crate::read::find::as_i64)?;
                 Some((spec.get_str("timeField").ok()?.to_string(), secs))
             });
             let index_ttls = meta.indexes.iter().filter_map(|index| {

@@ -3,7 +3,14 @@
 //! every DDL change, and persisted in the `Catalog` space in the same batch as
 //! the change's data and oplog entry.
 
-use crate::namespace::Namespace;
+pub(crate) mod clustered;
+pub mod namespace;
+pub(crate) mod partial;
+pub mod timeseries;
+pub(crate) mod validation;
+pub mod views;
+
+use crate::catalog::namespace::Namespace;
 use bson::{doc, Bson, Document};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -328,7 +335,7 @@ impl ViewMeta {
         let bad = |what: &str| {
             Error::internal(format!(
                 "invalid view definition in {db}.system.views: {what}: {}",
-                crate::format::doc_to_string(d)
+                crate::core::format::doc_to_string(d)
             ))
         };
         let ns =

@@ -9,7 +9,7 @@
 
 use crate::catalog::CollMeta;
 use crate::read;
-use crate::{keys, storage_err, Engine, Txn};
+use crate::{core::keys, core::storage_err, oplog::txn::Txn, Engine};
 use bson::Document;
 use std::collections::VecDeque;
 
@@ -41,13 +41,13 @@ pub fn limits(meta: &CollMeta) -> (u64, u64) {
     let size = meta
         .options
         .get("size")
-        .and_then(crate::find::as_i64)
+        .and_then(crate::read::find::as_i64)
         .unwrap_or(0)
         .max(0) as u64;
     let max = meta
         .options
         .get("max")
-        .and_then(crate::find::as_i64)
+        .and_then(crate::read::find::as_i64)
         .unwrap_or(0)
         .max(0) as u64;
     (size, max)
@@ -145,15 +145,15 @@ impl Engine {
     /// as insertion order, then is cut to `size`.
     pub fn convert_to_capped(
         &self,
-        ns: &crate::namespace::Namespace,
+        ns: &crate::catalog::namespace::Namespace,
         size: &bson::Bson,
-    ) -> Result<crate::Committed> {
+    ) -> Result<crate::oplog::txn::Committed> {
         use tailstream_query::error::{codes, Error};
         let mut txn = self.begin();
         if txn.catalog().view(ns).is_some()
             || txn.catalog().get(ns).is_some_and(|m| m.is_timeseries())
         {
-            return Err(crate::views::not_a_collection(ns));
+            return Err(crate::catalog::views::not_a_collection(ns));
         }
         let Some(meta) = txn.catalog().get(ns) else {
             return Err(Error::new(
@@ -161,10 +161,10 @@ impl Engine {
                 format!("source collection {} does not exist", ns.full()),
             ));
         };
-        let size = crate::ddl::round_capped_size(size)?;
+        let size = crate::write::ddl::round_capped_size(size)?;
         let mut options = meta.options.clone();
         options.insert("capped", true);
-        options.insert("size", crate::ddl::stored_number(size));
+        options.insert("size", crate::write::ddl::stored_number(size));
         if !meta.is_capped() {
             // Existing documents get insertion positions below any real cluster time.
             let prefix = keys::coll_prefix(meta.id);
@@ -220,14 +220,14 @@ impl Engine {
     /// oplog, so change streams see them). `from` is left as it was.
     pub fn clone_collection_as_capped(
         &self,
-        from: &crate::namespace::Namespace,
-        to: &crate::namespace::Namespace,
+        from: &crate::catalog::namespace::Namespace,
+        to: &crate::catalog::namespace::Namespace,
         size: &bson::Bson,
-    ) -> Result<crate::Committed> {
+    ) -> Result<crate::oplog::txn::Committed> {
         use tailstream_query::error::{codes, Error};
         let source = self.collection(from);
         if self.view(from).is_some() || source.as_ref().is_some_and(|m| m.is_timeseries()) {
-            return Err(crate::views::not_a_collection(from));
+            return Err(crate::catalog::views::not_a_collection(from));
         }
         let Some(source) = source else {
             return Err(Error::new(
@@ -245,10 +245,10 @@ impl Engine {
                 ),
             ));
         }
-        let size = crate::ddl::round_capped_size(size)?;
+        let size = crate::write::ddl::round_capped_size(size)?;
         let mut last = self.create_collection(to, bson::doc! {"capped": true, "size": size})?;
         const CHUNK: i64 = 1000;
-        let request = crate::find::FindRequest {
+        let request = crate::read::find::FindRequest {
             // A capped source in insertion order; any other in `_id` order (its natural
             // order here, as convertToCapped takes it).
             sort: source.is_capped().then(|| bson::doc! {"$natural": 1}),

@@ -2,7 +2,7 @@
 //! `$geoNear` aggregation stage (distanceField, spherical, key, query, maxDistance,
 //! minDistance, includeLocs, distanceMultiplier).
 
-use crate::namespace::Namespace;
+use crate::catalog::namespace::Namespace;
 use crate::read::{self, Scan};
 use crate::Engine;
 use bson::{doc, Bson, Document};

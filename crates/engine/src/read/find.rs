@@ -1,10 +1,10 @@
 //! Read commands on top of the planner: find, getMore, count, distinct,
 //! aggregate, and the plan summary that explain reports.
 
+use crate::catalog::namespace::Namespace;
 use crate::catalog::CollMeta;
-use crate::cursor::{Cursor, Source, DEFAULT_FIRST_BATCH};
-use crate::namespace::Namespace;
 use crate::oplog::{OPLOG_COLL, OPLOG_DB};
+use crate::read::cursor::{Cursor, Source, DEFAULT_FIRST_BATCH};
 use crate::read::{self, Access, Plan, Scan};
 use crate::write::WriteOutcome;
 use crate::Engine;
@@ -73,7 +73,7 @@ pub struct CursorBatch {
     /// Change streams: the resume token of the position after this batch.
     pub post_batch_resume_token: Option<Document>,
     /// Change streams: the events, as built from the oplog (never decoded).
-    pub raw_docs: Vec<crate::changestream::SharedEvent>,
+    pub raw_docs: Vec<crate::read::cursor::RawEvent>,
 }
 
 /// Most documents a tailable cursor's getMore returns when it runs on an async worker
@@ -163,7 +163,7 @@ impl Engine {
                 None => None,
                 Some(meta) => {
                     let mut plan = read::plan(&meta, &matcher, sort.as_ref(), req.hint.as_ref())?;
-                    crate::min_max::bound_plan(
+                    crate::read::min_max::bound_plan(
                         &mut plan,
                         req.hint.as_ref(),
                         req.min.as_ref(),
@@ -230,7 +230,8 @@ impl Engine {
         if matcher.geo_near().is_some() {
             // $near returns the nearest first (a sort, if given, reorders them stably).
             let all = scan.collect_all(&self.store, meta.id, &matcher)?;
-            let mut docs = crate::geo_near::by_distance(&matcher, all.into_iter().map(|(_, d)| d));
+            let mut docs =
+                crate::read::geo_near::by_distance(&matcher, all.into_iter().map(|(_, d)| d));
             if let Some(s) = sort {
                 docs.sort_by(|a, b| s.compare(&a.1, &b.1));
             }
@@ -337,22 +338,8 @@ impl Engine {
         }
     }
 
-    /// A getMore short enough to run on an async worker: a change stream reads memory
-    /// only (the recent oplog); a tailable cursor whose last batch reached the newest
-    /// document reads at most [`INLINE_TAIL_BATCH`] documents (what commits added since,
-    /// usually a few).
-    /// Fails with [`crate::changestream::NEEDS_STORAGE`] when the cursor is busy, is of
-    /// another kind, or the batch would need storage (then use [`Self::get_more`]).
-    pub fn get_more_in_memory(
-        &self,
-        cursor_id: i64,
-        ns: &str,
-        batch_size: Option<i64>,
-    ) -> Result<CursorBatch> {
-        self.get_more_with(cursor_id, ns, batch_size, true)
-    }
-
-    fn get_more_with(
+    /// The next batch, `memory_only` as [`Self::get_more_in_memory`] reads it.
+    pub(crate) fn get_more_with(
         &self,
         cursor_id: i64,
         ns: &str,
@@ -371,14 +358,14 @@ impl Engine {
                 // JavaScript never runs on an async worker: a filter with it reads on
                 // the blocking pool.
                 Some(c)
-                    if matches!(c.source, Source::ChangeStream(_))
+                    if matches!(c.source, Source::Events(_))
                         || (c.tailable
                             && c.at_tail
                             && !matches!(&c.source, Source::Scan { matcher, .. } if matcher.uses_script())) =>
                 {
                     c
                 }
-                _ => return Err(crate::changestream::needs_storage()),
+                _ => return Err(crate::read::cursor::needs_storage()),
             }
         } else {
             cursor.lock()
@@ -392,15 +379,15 @@ impl Engine {
         let mut pbrt = None;
         let mut raw_docs = Vec::new();
         let result = match &mut c.source {
-            Source::ChangeStream(stream) => {
+            Source::Events(stream) => {
                 // A memory-only read runs on an async worker: the stream keeps it short.
                 let r = stream
-                    .next_batch(self, batch_size.unwrap_or(0), memory_only)
+                    .next_events(self, batch_size.unwrap_or(0), memory_only)
                     .map(|(events, closed)| {
                         raw_docs = events;
                         (Vec::new(), closed)
                     });
-                pbrt = Some(stream.post_batch_resume_token());
+                pbrt = Some(stream.resume_token());
                 r
             }
             _ if memory_only => {
@@ -430,7 +417,7 @@ impl Engine {
                     raw_docs,
                 })
             }
-            Err(e) if e.code == crate::changestream::NEEDS_STORAGE => Err(e),
+            Err(e) if e.code == crate::read::cursor::NEEDS_STORAGE => Err(e),
             Err(e) => {
                 self.cursors.remove(cursor_id);
                 Err(e)
@@ -524,9 +511,9 @@ impl Engine {
                 self.store
                     .count_prefix(
                         tailstream_storage::Space::Docs,
-                        &crate::keys::coll_prefix(meta.id),
+                        &crate::core::keys::coll_prefix(meta.id),
                     )
-                    .map_err(crate::storage_err)?
+                    .map_err(crate::core::storage_err)?
             } else {
                 count_scan(Scan::new(plan.access))?
             }
@@ -680,7 +667,10 @@ impl Engine {
                 if stages.first().is_some_and(|s| s.contains_key("$collStats")) {
                     return Err(executor_error(
                         &cursor_ns,
-                        crate::views::not_a_collection(&Namespace::new(db, coll.unwrap_or(""))),
+                        crate::catalog::views::not_a_collection(&Namespace::new(
+                            db,
+                            coll.unwrap_or(""),
+                        )),
                     ));
                 }
                 let mut full = r.pipeline.clone();
@@ -804,7 +794,7 @@ impl Engine {
     /// transaction sees them).
     pub(crate) fn view_documents(
         &self,
-        view: &crate::views::ResolvedView,
+        view: &crate::catalog::views::ResolvedView,
         base: Vec<Document>,
     ) -> Result<Vec<Document>> {
         let input = PipelineInput {
@@ -828,7 +818,7 @@ impl Engine {
     fn find_view(
         &self,
         ns: &Namespace,
-        view: &crate::views::ResolvedView,
+        view: &crate::catalog::views::ResolvedView,
         req: FindRequest,
     ) -> Result<CursorBatch> {
         let unsupported = |what: &str| {
@@ -909,7 +899,7 @@ impl Engine {
     /// The documents of a view matching `query`, with `extra` stages after the match.
     fn view_matches(
         &self,
-        view: &crate::views::ResolvedView,
+        view: &crate::catalog::views::ResolvedView,
         query: &Document,
         extra: Vec<Document>,
         hint: Option<&Bson>,
@@ -931,7 +921,7 @@ impl Engine {
     /// Runs `stages` (the view's pipeline and what follows it) over the view's base collection.
     fn run_on_view_base(
         &self,
-        view: &crate::views::ResolvedView,
+        view: &crate::catalog::views::ResolvedView,
         stages: &[Document],
         vars: &tailstream_query::expr::Variables,
         input: PipelineInput,
@@ -970,7 +960,7 @@ impl Engine {
             if self.view(ns).is_some() {
                 return Err(executor_error(
                     source_ns,
-                    crate::views::not_a_collection(ns),
+                    crate::catalog::views::not_a_collection(ns),
                 ));
             }
             Ok(())
@@ -988,7 +978,7 @@ impl Engine {
             }
             return Ok(out);
         }
-        let merge = crate::merge::MergeSpec::parse(db, spec)?;
+        let merge = crate::write::merge::MergeSpec::parse(db, spec)?;
         refuse_view(&merge.into)?;
         self.write_merge(&merge, docs)
     }
@@ -1028,7 +1018,7 @@ impl Engine {
     /// Document count and total BSON bytes of a collection (a key scan; for stats commands).
     pub fn collection_numbers(&self, meta: &CollMeta) -> (i64, i64) {
         let (mut count, mut size) = (0i64, 0i64);
-        let prefix = crate::keys::coll_prefix(meta.id);
+        let prefix = crate::core::keys::coll_prefix(meta.id);
         for (_, v) in self
             .store
             .scan_prefix(tailstream_storage::Space::Docs, &prefix, false)
@@ -1108,7 +1098,7 @@ fn oplog_start(matcher: &Matcher) -> u64 {
         }
         let v = b.eq.as_ref().or(b.gte.as_ref()).or(b.gt.as_ref());
         if let Some(Bson::Timestamp(t)) = v {
-            return crate::keys::ts_to_u64(*t);
+            return crate::core::keys::ts_to_u64(*t);
         }
     }
     0
@@ -1218,12 +1208,12 @@ impl CollectionSource for EngineSource<'_> {
     fn scan(&self, db: &str, coll: &str) -> Result<Vec<Document>> {
         let ns = Namespace::new(db, coll);
         if let Some(view) = self.engine.resolve_view(&ns)? {
-            if self.depth >= crate::views::MAX_VIEW_DEPTH {
+            if self.depth >= crate::catalog::views::MAX_VIEW_DEPTH {
                 return Err(Error::new(
-                    crate::views::VIEW_DEPTH_LIMIT_EXCEEDED,
+                    crate::catalog::views::VIEW_DEPTH_LIMIT_EXCEEDED,
                     format!(
                         "View depth too deep or view cycle detected; maximum depth is {}",
-                        crate::views::MAX_VIEW_DEPTH
+                        crate::catalog::views::MAX_VIEW_DEPTH
                     ),
                 ));
             }

@@ -2,7 +2,7 @@
 //! matching each result to a target document by the `on` fields (`_id` by default)
 //! and doing what `whenMatched` / `whenNotMatched` say, as mongod does.
 
-use crate::namespace::Namespace;
+use crate::catalog::namespace::Namespace;
 use crate::write::{UpdateOp, WriteOutcome};
 use crate::Engine;
 use bson::{doc, Bson, Document};

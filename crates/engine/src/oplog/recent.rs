@@ -31,7 +31,12 @@ pub struct RecentEntry {
     /// The change event of a CRUD entry for streams with default options, built by
     /// the first such stream and copied by the others (fan-out: one build, not one
     /// per stream).
-    pub plain_event: std::sync::OnceLock<Option<(super::SharedEvent, super::token::ResumeToken)>>,
+    pub plain_event: std::sync::OnceLock<
+        Option<(
+            crate::changestream::SharedEvent,
+            crate::changestream::token::ResumeToken,
+        )>,
+    >,
 }
 
 impl RecentEntry {
@@ -49,7 +54,7 @@ impl RecentEntry {
         let wanted = watched == u64::MAX
             || namespaces
                 .iter()
-                .any(|n| watched & crate::namespace_bit(n) != 0);
+                .any(|n| watched & crate::core::bus::namespace_bit(n) != 0);
         RecentEntry {
             ts,
             namespaces,
@@ -75,7 +80,7 @@ struct Ring {
 pub struct RecentOplog {
     enabled: AtomicBool,
     ring: RwLock<Ring>,
-    /// Open streams by namespace bit ([`crate::namespace_bit`]).
+    /// Open streams by namespace bit ([`crate::core::bus::namespace_bit`]).
     watchers: Mutex<[u32; 64]>,
     /// The bits with at least one open stream (read by writers without the lock).
     watched: AtomicU64,
@@ -226,8 +231,8 @@ mod tests {
     fn only_watched_namespaces_keep_their_bytes() {
         let oplog = Arc::new(RecentOplog::default());
         assert_eq!(oplog.watched(), 0);
-        let a = crate::namespace_bit("db.a");
-        let b = crate::namespace_bit("db.b");
+        let a = crate::core::bus::namespace_bit("db.a");
+        let b = crate::core::bus::namespace_bit("db.b");
         assert_ne!(a, b, "the test needs two namespaces in different buckets");
         let on_a = oplog.watch(a);
         let twice_a = oplog.watch(a);

@@ -3,7 +3,7 @@
 //! documents produce.
 
 use crate::catalog::CollMeta;
-use crate::{keys, read, storage_err, Engine};
+use crate::{core::keys, core::storage_err, read, Engine};
 use tailstream_query::error::Result;
 use tailstream_storage::Space;
 

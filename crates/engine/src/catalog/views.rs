@@ -9,10 +9,8 @@
 //! `system.views`). Reads resolve a view to the collection it finally reads and the
 //! concatenation of the pipelines on the way (at most 20 views deep, as mongod).
 
-use crate::catalog::{Catalog, CollMeta, ViewMeta};
-use crate::namespace::{validate_collection_name, Namespace};
-use crate::write::{ComputedUpdate, PendingIndex};
-use crate::{keys, Committed, Engine, Txn};
+use crate::catalog::namespace::{validate_collection_name, Namespace};
+use crate::catalog::{Catalog, ViewMeta};
 use bson::{Bson, Document, RawDocumentBuf};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -425,8 +423,8 @@ pub(crate) fn definition_from_create(ns: &Namespace, options: &Document) -> Resu
             return Err(Error::invalid_options(format!(
                 "'idIndex' is not allowed with 'viewOn': {}",
                 match v {
-                    Bson::Document(d) => crate::format::doc_to_string(d),
-                    other => crate::format::value_to_string(other),
+                    Bson::Document(d) => crate::core::format::doc_to_string(d),
+                    other => crate::core::format::value_to_string(other),
                 }
             )));
         }
@@ -465,133 +463,6 @@ pub(crate) fn definition_from_create(ns: &Namespace, options: &Document) -> Resu
     };
     validate_pipeline(&view)?;
     Ok(view)
-}
-
-impl Engine {
-    /// The view `ns`, if it is one.
-    pub fn view(&self, ns: &Namespace) -> Option<Arc<ViewMeta>> {
-        self.catalog().view(ns)
-    }
-
-    /// `ns` resolved to the collection it reads, if it is a view.
-    pub fn resolve_view(&self, ns: &Namespace) -> Result<Option<ResolvedView>> {
-        self.catalog().resolve_view(ns)
-    }
-
-    /// `create` with `viewOn`: stores the view (an identical existing view is fine).
-    pub(crate) fn create_view(&self, ns: &Namespace, options: &Document) -> Result<Committed> {
-        ns.validate_for_write()?;
-        let view = definition_from_create(ns, options)?;
-        let mut txn = self.begin();
-        if let Some(existing) = txn.catalog().view(ns) {
-            if *existing == view {
-                return txn.commit();
-            }
-            return Err(Error::new(
-                codes::NAMESPACE_EXISTS,
-                format!("A view already exists. NS: {}", ns.full()),
-            ));
-        }
-        if let Some(existing) = txn.catalog().get(ns) {
-            return Err(crate::ddl::namespace_exists(&existing));
-        }
-        check_graph(txn.catalog(), &view)?;
-        let system_views = Namespace::new(&ns.db, SYSTEM_VIEWS);
-        let sys = match txn.catalog().get(&system_views) {
-            Some(m) => m,
-            None => self.create_in(&mut txn, &system_views, Document::new())?,
-        };
-        let raw = RawDocumentBuf::from_document(&view.definition())
-            .map_err(|e| Error::internal(e.to_string()))?;
-        self.insert_in(&mut txn, &sys, raw, &mut PendingIndex::default())?;
-        txn.catalog_mut().views.insert(ns.full(), Arc::new(view));
-        txn.commit()
-    }
-
-    /// `collMod` of a view: a new `viewOn` and/or `pipeline` (the other half is kept).
-    pub(crate) fn modify_view(
-        &self,
-        txn: &mut Txn<'_>,
-        current: &ViewMeta,
-        view_on: Option<&Bson>,
-        pipeline: Option<&Bson>,
-    ) -> Result<()> {
-        let mut view = current.clone();
-        if let Some(v) = view_on {
-            view.view_on = parse_view_on("collMod", v)?;
-        }
-        if let Some(p) = pipeline {
-            view.pipeline = parse_pipeline("collMod", p)?;
-        }
-        validate_pipeline(&view)?;
-        check_graph(txn.catalog(), &view)?;
-        let sys = self.system_views_of(txn, &view.ns)?;
-        let id = Bson::String(view.ns.full());
-        let id_ks = keys::id_key(&id);
-        let old = current.definition();
-        let new = view.definition();
-        if old != new {
-            // A replacement, as mongod logs it (its change stream builds the `modify`
-            // event from the whole new definition).
-            let change = ComputedUpdate {
-                new,
-                updated: Document::new(),
-                removed: Vec::new(),
-                replaced: true,
-            };
-            self.store_update(txn, &sys, &id_ks, old, change, &mut PendingIndex::default())?;
-        }
-        txn.catalog_mut()
-            .views
-            .insert(view.ns.full(), Arc::new(view));
-        Ok(())
-    }
-
-    /// Drops a view: its definition leaves `system.views` (a delete in the oplog).
-    pub(crate) fn drop_view_in(&self, txn: &mut Txn<'_>, view: &ViewMeta) -> Result<()> {
-        let sys = self.system_views_of(txn, &view.ns)?;
-        let id_ks = keys::id_key(&Bson::String(view.ns.full()));
-        self.delete_in(txn, &sys, &id_ks, &view.definition(), None);
-        txn.catalog_mut().views.remove(&view.ns.full());
-        Ok(())
-    }
-
-    fn system_views_of(&self, txn: &Txn<'_>, ns: &Namespace) -> Result<Arc<CollMeta>> {
-        txn.catalog()
-            .get(&Namespace::new(&ns.db, SYSTEM_VIEWS))
-            .ok_or_else(|| {
-                Error::internal(format!(
-                    "view {} has no {}.{SYSTEM_VIEWS}",
-                    ns.full(),
-                    ns.db
-                ))
-            })
-    }
-}
-
-/// Reads the view definitions of every `system.views` collection (at startup).
-/// A definition that does not parse is skipped with a warning, as a bad document
-/// written by hand would be.
-pub(crate) fn load_views(store: &tailstream_storage::Store, catalog: &mut Catalog) -> Result<()> {
-    let systems: Vec<Arc<CollMeta>> = catalog
-        .colls
-        .values()
-        .filter(|c| c.ns.coll == SYSTEM_VIEWS)
-        .cloned()
-        .collect();
-    let all = tailstream_query::matcher::Matcher::new(&Document::new())?;
-    for sys in systems {
-        let mut scan = crate::read::Scan::new(crate::read::Access::CollScan { reverse: false });
-        for (_, d) in scan.collect_all(store, sys.id, &all)? {
-            match ViewMeta::from_definition(&sys.ns.db, &d) {
-                Ok(v) => {
-                    catalog.views.insert(v.ns.full(), Arc::new(v));
-                }
-                Err(e) => tracing::warn!("{}", e.message),
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -1,13 +1,24 @@
 //! Inserts, updates, deletes and findAndModify. Each command's documents, index
 //! entries and oplog entries go into one atomic batch per operation.
 
+pub mod capped;
+pub mod ddl;
+pub(crate) mod merge;
+pub mod transaction;
+pub mod ttl;
+pub mod validate;
+pub mod views;
+
+use crate::catalog::namespace::Namespace;
+use crate::catalog::validation::DocumentValidator;
 use crate::catalog::{CollMeta, IndexMeta};
-use crate::format::{doc_to_string, value_to_string};
-use crate::namespace::Namespace;
+use crate::core::format::{doc_to_string, value_to_string};
 use crate::oplog::{update_diff, OplogChange};
 use crate::read::{self, Scan};
-use crate::validation::DocumentValidator;
-use crate::{keys, storage_err, Committed, Engine, Txn, MAX_DOCUMENT_SIZE, MAX_NESTING_DEPTH};
+use crate::{
+    core::keys, core::storage_err, core::MAX_DOCUMENT_SIZE, core::MAX_NESTING_DEPTH,
+    oplog::txn::Committed, oplog::txn::Txn, Engine,
+};
 use bson::{doc, Bson, Document, RawDocumentBuf};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -331,7 +342,7 @@ impl Engine {
         id: Bson,
         pending: &mut PendingIndex,
     ) -> Result<(Bson, Vec<u8>)> {
-        crate::timeseries::check_measurement(spec, &raw)?;
+        crate::catalog::timeseries::check_measurement(spec, &raw)?;
         // Index keys first, so a document that cannot be indexed fails before its oplog
         // entry is written (no unique index exists here: the record key is not needed).
         let entries = if meta.indexes.is_empty() {
@@ -476,8 +487,10 @@ impl Engine {
         op: &UpdateOp,
     ) -> Result<(u64, u64, Option<Bson>, Option<Committed>)> {
         let (filter, mut vars) = bind_let(&op.q, op.let_vars.as_ref())?;
-        vars.collator =
-            crate::find::operation_collator(self.collection(ns).as_deref(), op.collation.as_ref())?;
+        vars.collator = crate::read::find::operation_collator(
+            self.collection(ns).as_deref(),
+            op.collation.as_ref(),
+        )?;
         let matcher = Matcher::for_query_with_collation(&filter, vars.collator.clone())?;
         let spec = UpdateSpec::parse(&op.u, op.array_filters.as_deref())?;
         if op.multi && matches!(spec.kind(), UpdateKind::Replacement) {
@@ -578,7 +591,7 @@ impl Engine {
         if let Some(spec) = meta.timeseries() {
             let raw = bson::RawDocument::from_bytes(&bytes)
                 .map_err(|e| Error::internal(e.to_string()))?;
-            crate::timeseries::check_measurement(spec, raw)?;
+            crate::catalog::timeseries::check_measurement(spec, raw)?;
         }
         let old_entries = self.index_entries_of(meta, &old);
         let new_entries = self.index_entries_checked(meta, &new, &id_ks, pending, &old_entries)?;
@@ -655,8 +668,10 @@ impl Engine {
     fn delete_op(&self, ns: &Namespace, op: &DeleteOp) -> Result<(u64, Option<Committed>)> {
         check_delete_limit(op.limit)?;
         let (filter, _) = bind_let(&op.q, op.let_vars.as_ref())?;
-        let collator =
-            crate::find::operation_collator(self.collection(ns).as_deref(), op.collation.as_ref())?;
+        let collator = crate::read::find::operation_collator(
+            self.collection(ns).as_deref(),
+            op.collation.as_ref(),
+        )?;
         let matcher = Matcher::for_query_with_collation(&filter, collator)?;
         let mut txn = self.begin();
         check_writable(txn.catalog(), ns)?;
@@ -839,7 +854,7 @@ impl FamPlan {
     /// `meta`: the collection, whose default collation applies without a `collation`.
     pub fn parse(ns: &Namespace, req: &FindAndModify, meta: Option<&CollMeta>) -> Result<FamPlan> {
         let (filter, mut vars) = bind_let(&req.query, req.let_vars.as_ref())?;
-        vars.collator = crate::find::operation_collator(meta, req.collation.as_ref())?;
+        vars.collator = crate::read::find::operation_collator(meta, req.collation.as_ref())?;
         let matcher = Matcher::for_query_with_collation(&filter, vars.collator.clone())?;
         let sort = match &req.sort {
             Some(s) if !s.is_empty() => {
@@ -1008,9 +1023,9 @@ pub(crate) fn compute_update(
 /// drop here, which keep the catalog's parsed views in step).
 pub(crate) fn check_writable(catalog: &crate::catalog::Catalog, ns: &Namespace) -> Result<()> {
     if catalog.view(ns).is_some() {
-        return Err(crate::views::not_a_collection(ns));
+        return Err(crate::catalog::views::not_a_collection(ns));
     }
-    if ns.coll == crate::views::SYSTEM_VIEWS {
+    if ns.coll == crate::catalog::views::SYSTEM_VIEWS {
         return Err(Error::new(
             codes::INVALID_NAMESPACE,
             format!(

@@ -7,7 +7,7 @@
 //! index on its field and reads all of it (see `tailstream_query::geo::index`).
 
 use crate::catalog::{CollMeta, IndexMeta};
-use crate::keys;
+use crate::core::keys;
 use crate::read::{Access, Plan};
 use bson::Bson;
 use std::sync::Arc;

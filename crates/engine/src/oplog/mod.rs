@@ -1,6 +1,10 @@
 //! Oplog entries in MongoDB's format (`local.oplog.rs`: `ts t v op ns ui o o2 wall`),
 //! the v2 update diffs they carry, and the size accounting that trims the oplog.
 
+pub mod recent;
+pub mod trim;
+pub mod txn;
+
 use bson::{doc, Bson, Document};
 
 /// The namespace under which the oplog is readable with `find`.

@@ -35,8 +35,49 @@ pub enum Source {
         scan: Box<Scan>,
         buf: VecDeque<Document>,
     },
-    /// A change stream (read by `Engine::get_more` through its own `next_batch`).
-    ChangeStream(Box<crate::changestream::ChangeStream>),
+    /// Events made by a layer above this one (change streams), read through
+    /// [`EventSource`]: the cursor code never names them.
+    Events(Box<dyn EventSource>),
+}
+
+/// An event's bytes, shared by every cursor that returns it (see
+/// `changestream::SharedEvent`).
+pub type RawEvent = Arc<bson::RawDocumentBuf>;
+
+/// A cursor source of events, built above the read layer (change streams). Events
+/// are shown only once durable: a getMore waiting on such a cursor waits for the
+/// durable time to pass a commit it cares about, not for the commit.
+pub trait EventSource: Send {
+    /// Up to `want` events (0: as many as fit in a reply) ready now, and whether the
+    /// source ended. Never waits. With `memory_only` (the read runs on an async worker)
+    /// it reads memory only, a bounded amount, and fails with [`needs_storage`] when the
+    /// batch a full read would give needs more, having put back what it took.
+    fn next_events(
+        &mut self,
+        engine: &crate::Engine,
+        want: usize,
+        memory_only: bool,
+    ) -> Result<(Vec<RawEvent>, bool)>;
+    /// The position after the last batch (`postBatchResumeToken`).
+    fn resume_token(&self) -> Document;
+    /// The commit-notice namespace bits it reads (`CommitNotice::ns_mask`).
+    fn interest(&self) -> u64;
+    /// Whether it has nothing to return now (everything durable read, nothing queued):
+    /// a getMore can wait without looking first.
+    fn caught_up(&self, engine: &crate::Engine) -> bool;
+    /// Builds the next batch ahead, after a full one went out (errors kept for the
+    /// next getMore).
+    fn prefetch(&mut self, engine: &crate::Engine, max_events: usize);
+    /// Adds the error labels of this kind of source to an error of its getMore.
+    fn error_labeler(&self) -> fn(Error) -> Error;
+}
+
+/// Internal (never sent): a memory-only read would need storage.
+pub(crate) const NEEDS_STORAGE: i32 = -1_000_001;
+
+/// The error of a memory-only read that needs storage (see [`EventSource::next_events`]).
+pub(crate) fn needs_storage() -> Error {
+    Error::new(NEEDS_STORAGE, "this read needs storage")
 }
 
 pub struct Cursor {
@@ -159,7 +200,7 @@ impl Cursor {
                     Source::Scan { scan, buf, .. } => {
                         scan.done && buf.is_empty() && out.len() < want
                     }
-                    Source::ChangeStream(_) => false,
+                    Source::Events(_) => false,
                 });
         Ok((out, exhausted))
     }
@@ -183,7 +224,7 @@ impl Cursor {
                 }
                 Ok(buf.pop_front())
             }
-            Source::ChangeStream(_) => Ok(None),
+            Source::Events(_) => Ok(None),
         }
     }
 }

@@ -3,9 +3,16 @@
 //! scan in resumable steps so a cursor can continue where its last batch ended
 //! without holding a storage iterator between getMores.
 
+pub mod cursor;
+pub mod find;
+pub(crate) mod geo_near;
+pub mod get_more;
+pub mod min_max;
+pub(crate) mod plugin_plan;
+
 use crate::catalog::{CollMeta, IndexMeta};
-use crate::keys;
-use crate::storage_err;
+use crate::core::keys;
+use crate::core::storage_err;
 use bson::{Bson, Document};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -108,7 +115,7 @@ pub fn plan(
     hint: Option<&Bson>,
 ) -> Result<Plan> {
     // `$text` (and, later, geo operators) decide the index themselves.
-    if let Some(p) = crate::plugin_plan::special_plan(meta, matcher)? {
+    if let Some(p) = crate::read::plugin_plan::special_plan(meta, matcher)? {
         return Ok(p);
     }
     let mut p = plan_access(meta, matcher, sort, hint)?;
@@ -163,7 +170,7 @@ fn plan_access(
         // excludes them (a partial filter the query implies), or when hinted.
         let usable = match &index.partial_filter {
             _ if index.sparse => false,
-            Some(pf) => crate::partial::query_implies(pf, matcher),
+            Some(pf) => crate::catalog::partial::query_implies(pf, matcher),
             None => true,
         };
         if !usable {
@@ -352,7 +359,7 @@ fn lead_ranges(
     }
     match &index.plugin {
         None => bounds_to_ranges(index.id, b, *desc, index.collator()),
-        Some(plugin) => crate::plugin_plan::lead_ranges(index, plugin, b, |b| {
+        Some(plugin) => crate::read::plugin_plan::lead_ranges(index, plugin, b, |b| {
             bounds_to_ranges(index.id, b, *desc, index.collator())
         }),
     }
@@ -363,7 +370,7 @@ fn sort_matches_index(sort_fields: &[(String, bool)], index: &IndexMeta) -> Opti
     if sort_fields.is_empty() || sort_fields.len() > index.pattern.fields.len() {
         return None;
     }
-    if !crate::plugin_plan::sorts_by(index, sort_fields.len()) {
+    if !crate::read::plugin_plan::sorts_by(index, sort_fields.len()) {
         return None;
     }
     let fwd = sort_fields

@@ -1,12 +1,12 @@
 //! Collection and index DDL: create, drop, rename, collMod, createIndexes,
 //! dropIndexes, dropDatabase. Each is one atomic batch with its oplog entry.
 
+use crate::catalog::namespace::{validate_db_name, Namespace};
 use crate::catalog::{CollMeta, IndexMeta};
-use crate::namespace::{validate_db_name, Namespace};
 use crate::oplog::OplogChange;
 use crate::read::{Access, Scan};
 use crate::write::encoded_keys;
-use crate::{keys, Committed, Engine, Txn};
+use crate::{core::keys, oplog::txn::Committed, oplog::txn::Txn, Engine};
 use bson::{doc, Bson, Document};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -106,7 +106,7 @@ impl Engine {
             return Ok(m);
         }
         if txn.catalog().view(ns).is_some() {
-            return Err(crate::views::not_a_collection(ns));
+            return Err(crate::catalog::views::not_a_collection(ns));
         }
         self.create_in(txn, ns, Document::new())
     }
@@ -234,7 +234,7 @@ impl Engine {
             self.capped_forget(meta.id);
         }
         txn.remove_collection(&meta.ns);
-        if meta.ns.coll == crate::views::SYSTEM_VIEWS {
+        if meta.ns.coll == crate::catalog::views::SYSTEM_VIEWS {
             // The database's view definitions go with it (as on mongod).
             let db = meta.ns.db.clone();
             txn.catalog_mut().views.retain(|_, v| v.ns.db != db);
@@ -276,12 +276,14 @@ impl Engine {
                 "Can't rename a collection to itself",
             ));
         }
-        if from.coll == crate::views::SYSTEM_VIEWS || to.coll == crate::views::SYSTEM_VIEWS {
+        if from.coll == crate::catalog::views::SYSTEM_VIEWS
+            || to.coll == crate::catalog::views::SYSTEM_VIEWS
+        {
             return Err(Error::new(
                 codes::ILLEGAL_OPERATION,
                 format!(
                     "renaming {} is not supported: views are changed with create, collMod and drop",
-                    crate::views::SYSTEM_VIEWS
+                    crate::catalog::views::SYSTEM_VIEWS
                 ),
             ));
         }
@@ -291,7 +293,7 @@ impl Engine {
         if txn.catalog().view(from).is_some() || is_view(source.as_ref()) {
             // A time-series collection is a view on mongod.
             return Err(Error::new(
-                crate::views::COMMAND_NOT_SUPPORTED_ON_VIEW,
+                crate::catalog::views::COMMAND_NOT_SUPPORTED_ON_VIEW,
                 format!("cannot rename view: {}", from.full()),
             ));
         }
@@ -322,7 +324,7 @@ impl Engine {
         let uuid = if from.db == to.db {
             meta.uuid
         } else {
-            crate::materialize_collection(self, txn.batch(), meta.id)?;
+            crate::write::ddl::materialize_collection(self, txn.batch(), meta.id)?;
             bson::Uuid::new()
         };
         let moved = CollMeta {
@@ -411,7 +413,7 @@ impl Engine {
                 }
                 return Err(Error::new(
                     codes::INDEX_KEY_SPECS_CONFLICT,
-                    format!("An existing index has the same name as the requested index. When index names are not specified, they are auto generated and can cause conflicts. Please refer to our documentation. Requested index: {}, existing index: {}", crate::format::doc_to_string(&spec), crate::format::doc_to_string(&existing.spec)),
+                    format!("An existing index has the same name as the requested index. When index names are not specified, they are auto generated and can cause conflicts. Please refer to our documentation. Requested index: {}, existing index: {}", crate::core::format::doc_to_string(&spec), crate::core::format::doc_to_string(&existing.spec)),
                 ));
             }
             // The same key pattern under another collation is another index.
@@ -430,7 +432,7 @@ impl Engine {
                 }
                 return Err(Error::new(
                     codes::INDEX_OPTIONS_CONFLICT,
-                    format!("An equivalent index already exists with the same name but different options. Requested index: {}, existing index: {}", crate::format::doc_to_string(&spec), crate::format::doc_to_string(&existing.spec)),
+                    format!("An equivalent index already exists with the same name but different options. Requested index: {}, existing index: {}", crate::core::format::doc_to_string(&spec), crate::core::format::doc_to_string(&existing.spec)),
                 ));
             }
             let is_text = |k: &Document| k.values().any(|v| v.as_str() == Some("text"));
@@ -451,7 +453,7 @@ impl Engine {
                     format!(
                         "add index fails, too many indexes for {} key:{}",
                         ns.full(),
-                        crate::format::doc_to_string(&key)
+                        crate::core::format::doc_to_string(&key)
                     ),
                 ));
             }
@@ -503,7 +505,7 @@ impl Engine {
                                     "Index build failed: E11000 duplicate key error collection: {} index: {} dup key: {}",
                                     ns.full(),
                                     index.name,
-                                    crate::format::doc_to_string(&key_value)
+                                    crate::core::format::doc_to_string(&key_value)
                                 ),
                             )
                             .with_info(doc! {"keyPattern": index.key.clone(), "keyValue": key_value}));
@@ -539,7 +541,7 @@ impl Engine {
     pub fn drop_indexes(&self, ns: &Namespace, which: &Bson) -> Result<(usize, Committed)> {
         let mut txn = self.begin();
         if txn.catalog().view(ns).is_some() {
-            return Err(crate::views::not_a_collection(ns));
+            return Err(crate::catalog::views::not_a_collection(ns));
         }
         let Some(meta) = txn.catalog().get(ns) else {
             return Err(Error::new(
@@ -578,9 +580,9 @@ impl Engine {
                             format!(
                                 "{} indexes found for key: {}, identify by name instead. Conflicting indexes: {}, {}",
                                 found.len(),
-                                crate::format::doc_to_string(key),
-                                crate::format::doc_to_string(&a.spec),
-                                crate::format::doc_to_string(&b.spec)
+                                crate::core::format::doc_to_string(key),
+                                crate::core::format::doc_to_string(&a.spec),
+                                crate::core::format::doc_to_string(&b.spec)
                             ),
                         ));
                     }
@@ -589,7 +591,7 @@ impl Engine {
                             codes::INDEX_NOT_FOUND,
                             format!(
                                 "can't find index with key: {}",
-                                crate::format::doc_to_string(key)
+                                crate::core::format::doc_to_string(key)
                             ),
                         ))
                     }
@@ -633,7 +635,7 @@ impl Engine {
     /// collMod: index options (expireAfterSeconds, hidden), validator settings,
     /// pre/post images, capped limits. Returns the changed values (old and new).
     pub fn coll_mod(&self, ns: &Namespace, cmd: &Document) -> Result<(Document, Committed)> {
-        crate::validation::check_options("collMod", cmd)?;
+        crate::catalog::validation::check_options("collMod", cmd)?;
         let mut txn = self.begin();
         if let Some(view) = txn.catalog().view(ns) {
             let (mut view_on, mut pipeline) = (None, None);
@@ -692,10 +694,10 @@ impl Engine {
                                 codes::AMBIGUOUS_INDEX_KEY_PATTERN,
                                 format!(
                                     "index keyPattern {} matches {} indexes, must use index name. Conflicting indexes:{}, {}",
-                                    crate::format::doc_to_string(kp),
+                                    crate::core::format::doc_to_string(kp),
                                     matching.len(),
-                                    crate::format::doc_to_string(&a.spec),
-                                    crate::format::doc_to_string(&b.spec)
+                                    crate::core::format::doc_to_string(&a.spec),
+                                    crate::core::format::doc_to_string(&b.spec)
                                 ),
                             ));
                         }
@@ -710,7 +712,7 @@ impl Engine {
                             codes::INDEX_NOT_FOUND,
                             format!(
                                 "cannot find index {} for ns {}",
-                                crate::format::doc_to_string(spec),
+                                crate::core::format::doc_to_string(spec),
                                 ns.full()
                             ),
                         ));
@@ -759,7 +761,7 @@ impl Engine {
                 }
                 "timeseries" if meta.is_timeseries() => {
                     let current = meta.timeseries().cloned().unwrap_or_default();
-                    if let Some(changed) = crate::timeseries::modify(&current, v)? {
+                    if let Some(changed) = crate::catalog::timeseries::modify(&current, v)? {
                         options.insert("timeseries", changed);
                         logged.insert(k.clone(), v.clone());
                     }
@@ -768,7 +770,7 @@ impl Engine {
                     if v.as_str() == Some("off") {
                         options.remove("expireAfterSeconds");
                     } else {
-                        let secs = crate::timeseries::expire_after_seconds("collMod", v)?;
+                        let secs = crate::catalog::timeseries::expire_after_seconds("collMod", v)?;
                         options.insert("expireAfterSeconds", secs);
                     }
                     logged.insert(k.clone(), v.clone());
@@ -904,7 +906,7 @@ fn validate_index_spec(spec: &Document) -> Result<Document> {
                 codes::CANNOT_CREATE_INDEX,
                 format!(
                     "Values in the index key pattern can't be all zeros or negative zero: {}",
-                    crate::format::doc_to_string(&key)
+                    crate::core::format::doc_to_string(&key)
                 ),
             ));
         }
@@ -931,7 +933,7 @@ fn validate_index_spec(spec: &Document) -> Result<Document> {
                 codes::INVALID_INDEX_SPECIFICATION_OPTION,
                 format!(
                     "The field '{k}' is not valid for an index specification. Specification: {}",
-                    crate::format::doc_to_string(spec)
+                    crate::core::format::doc_to_string(spec)
                 ),
             ));
         }
@@ -1143,7 +1145,7 @@ pub(crate) fn create_options(ns: &Namespace, mut options: Document) -> Result<Do
             ));
         }
     }
-    crate::validation::check_options("create", &options)?;
+    crate::catalog::validation::check_options("create", &options)?;
     options.remove("comment");
     if options.contains_key("pipeline") && !options.contains_key("viewOn") {
         return Err(Error::invalid_options(
@@ -1151,7 +1153,7 @@ pub(crate) fn create_options(ns: &Namespace, mut options: Document) -> Result<Do
         ));
     }
     if options.contains_key("timeseries") {
-        crate::timeseries::normalize_create_options(ns, &mut options)?;
+        crate::catalog::timeseries::normalize_create_options(ns, &mut options)?;
     } else if options.contains_key("expireAfterSeconds") {
         if !options.contains_key("clusteredIndex") {
             return Err(Error::invalid_options(
@@ -1164,7 +1166,7 @@ pub(crate) fn create_options(ns: &Namespace, mut options: Document) -> Result<Do
             .unwrap_or(Bson::Null);
         options.insert(
             "expireAfterSeconds",
-            crate::timeseries::expire_after_seconds("create", &secs)?,
+            crate::catalog::timeseries::expire_after_seconds("create", &secs)?,
         );
     }
     Ok(options)
@@ -1172,6 +1174,28 @@ pub(crate) fn create_options(ns: &Namespace, mut options: Document) -> Result<Do
 
 /// A collection's stored options, from checked `create` options.
 pub(crate) fn collection_options(mut options: Document) -> Result<Document> {
-    crate::clustered::normalize_options(&mut options)?;
+    crate::catalog::clustered::normalize_options(&mut options)?;
     normalize_create_options(options)
+}
+/// Rewrites every pointer value of a collection with its document (before the
+/// collection changes UUID, which trimming uses to find it).
+pub(crate) fn materialize_collection(
+    engine: &Engine,
+    batch: &mut tailstream_storage::Batch<'_>,
+    coll_id: u32,
+) -> Result<()> {
+    let prefix = keys::coll_prefix(coll_id);
+    for item in engine.store.scan_prefix(Space::Docs, &prefix, false) {
+        let (k, v) = item.map_err(crate::core::storage_err)?;
+        if let crate::read::StoredDoc::InOplog(entry) =
+            crate::read::stored_bytes(&engine.store, &v)?
+        {
+            batch.put(
+                Space::Docs,
+                &k,
+                crate::read::inserted_document(&entry)?.as_bytes(),
+            );
+        }
+    }
+    Ok(())
 }

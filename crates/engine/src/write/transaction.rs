@@ -20,15 +20,15 @@
 //! Reads inside a transaction look documents up by `_id` when the filter names them,
 //! and otherwise scan the collection (no secondary index is used).
 
-use crate::cursor::{Cursor, Source, DEFAULT_FIRST_BATCH};
-use crate::find::{check_batch_size, CursorBatch, FindRequest};
-use crate::namespace::Namespace;
-use crate::validation::DocumentValidator;
+use crate::catalog::namespace::Namespace;
+use crate::catalog::validation::DocumentValidator;
+use crate::read::cursor::{Cursor, Source, DEFAULT_FIRST_BATCH};
+use crate::read::find::{check_batch_size, CursorBatch, FindRequest};
 use crate::write::{
     check_delete_limit, compute_update, run_statements, upsert_document, ComputedUpdate, DeleteOp,
     PendingIndex, UpdateOp, WriteError, WriteOutcome,
 };
-use crate::{keys, read, storage_err, Committed, Engine};
+use crate::{core::keys, core::storage_err, oplog::txn::Committed, read, Engine};
 use bson::{doc, Bson, Document, RawDocumentBuf};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
@@ -647,7 +647,7 @@ impl Engine {
         requested: Option<&Document>,
     ) -> Result<Option<Arc<tailstream_query::collation::Collator>>> {
         if requested.is_some_and(|r| !r.is_empty()) {
-            return crate::find::operation_collator(None, requested);
+            return crate::read::find::operation_collator(None, requested);
         }
         if let Some(meta) = self.collection(ns) {
             return meta.default_collator();
@@ -732,7 +732,7 @@ impl Engine {
     ) -> Result<(usize, usize, bool)> {
         ns.validate_for_write()?;
         if self.view(ns).is_some() {
-            return Err(crate::views::not_a_collection(ns));
+            return Err(crate::catalog::views::not_a_collection(ns));
         }
         if self.collection(ns).is_some() {
             return Err(Error::new(
@@ -775,8 +775,8 @@ impl Engine {
         for d in &t.ddl {
             match d {
                 PendingDdl::Create(ns, options) => {
-                    let options = crate::ddl::create_options(ns, options.clone())?;
-                    let options = crate::ddl::collection_options(options)?;
+                    let options = crate::write::ddl::create_options(ns, options.clone())?;
+                    let options = crate::write::ddl::collection_options(options)?;
                     self.create_collection_in(&mut txn, ns, options)?;
                 }
                 PendingDdl::CreateIndexes(ns, specs) => {

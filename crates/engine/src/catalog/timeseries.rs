@@ -11,7 +11,7 @@
 use bson::{doc, Bson, Document};
 use tailstream_query::error::{codes, Error, Result};
 
-use crate::namespace::Namespace;
+use crate::catalog::namespace::Namespace;
 
 /// The options `create` accepts with `timeseries` (mongod's
 /// timeseries::kAllowedCollectionCreationOptions).

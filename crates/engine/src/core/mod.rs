@@ -1,0 +1,36 @@
+//! The engine's lowest layer: vocabulary and mechanisms every other layer uses and
+//! that use no other layer: cluster time and the clock, storage key layouts,
+//! durability (group commit), the fsync lock, message formatting.
+
+pub mod bus;
+pub mod clock;
+pub mod durability;
+pub mod format;
+pub mod fsync_lock;
+pub mod keys;
+
+use tailstream_query::error::{codes, Error};
+
+/// Largest document mongod accepts (BSONObjMaxUserSize).
+pub const MAX_DOCUMENT_SIZE: usize = 16 * 1024 * 1024;
+/// Deepest nesting of documents/arrays accepted in a stored document.
+pub const MAX_NESTING_DEPTH: usize = 100;
+/// Most write operations in one insert/update/delete command (maxWriteBatchSize).
+pub const MAX_WRITE_BATCH: usize = 100_000;
+
+/// A storage failure as a command error.
+pub(crate) fn storage_err(e: tailstream_storage::StorageError) -> Error {
+    if e.is_out_of_space() {
+        // mongod's code for a write refused for want of disk space. After a failed
+        // write of the write-ahead log RocksDB refuses writes until it is reopened
+        // (see `Store::wal_writable`), hence the restart.
+        return Error::new(
+            codes::OUT_OF_DISK_SPACE,
+            format!(
+                "out of disk space ({e}); writes are refused: free disk space under the \
+                 data directory and restart the server"
+            ),
+        );
+    }
+    Error::internal(e.to_string())
+}

@@ -1,0 +1,445 @@
+//! The atomic write: a [`Txn`] puts documents, index entries, oplog entries and
+//! catalog changes into one storage batch under the writer lock (the sequencer) and
+//! commits it. Cluster times are taken from the clock under that lock, so commit order
+//! equals oplog order and a reader tailing the oplog never sees a gap. The commit
+//! hands its entries to the recent oplog (before the durable time can cover them) and
+//! publishes a notice on the commit bus ([`crate::core::bus`]).
+
+use crate::catalog::namespace::Namespace;
+use crate::catalog::{Catalog, CollMeta};
+use crate::core::bus::{namespace_bit, CommitNotice};
+use crate::core::clock::ClusterClock;
+use crate::core::{keys, storage_err};
+use crate::oplog::{self, OplogChange};
+use crate::Engine;
+use bson::{doc, Document};
+use parking_lot::MutexGuard;
+use std::sync::Arc;
+use tailstream_query::error::Result;
+use tailstream_storage::{Batch, Space};
+
+/// What a committed transaction reports back.
+#[derive(Debug, Clone, Copy)]
+pub struct Committed {
+    /// Durability sequence number: wait for `Durability::wait_synced(seq)` before a `j: true` ack.
+    pub seq: u64,
+    /// Cluster time of the last oplog entry written (the operation time).
+    pub last_ts: Option<bson::Timestamp>,
+}
+
+pub(crate) struct Writer {
+    pub(crate) clock: ClusterClock,
+    /// Bytes of oplog entries currently retained.
+    pub(crate) oplog_bytes: u64,
+    /// Oldest retained oplog time (everything below it was trimmed).
+    pub(crate) trim_ts: u64,
+}
+
+impl Writer {
+    /// Stores the trim point and retained size (read back at open) in `batch`.
+    pub(crate) fn put_oplog_state(&self, batch: &mut Batch<'_>) {
+        let state = doc! {"trim": self.trim_ts as i64, "bytes": self.oplog_bytes as i64};
+        let mut bytes = Vec::new();
+        state.to_writer(&mut bytes).expect("serialise oplog state");
+        batch.put(Space::Meta, keys::META_OPLOG_TRIM, &bytes);
+    }
+}
+
+impl Engine {
+    pub(crate) fn begin(&self) -> Txn<'_> {
+        let w = self.writer.lock();
+        Txn {
+            engine: self,
+            batch: self.store.batch(),
+            w,
+            base: self.catalog(),
+            catalog: None,
+            wall: bson::DateTime::now(),
+            last_ts: None,
+            oplog_added: 0,
+            touched_capped: false,
+            ns_mask: 0,
+            recent: Vec::new(),
+            session: None,
+            apply_ops: Vec::new(),
+            txn_ts: None,
+        }
+    }
+
+    /// Starts the in-memory recent oplog (the first change stream does), under the
+    /// writer lock so that no commit slips between its start and the first hand-over.
+    pub(crate) fn enable_recent_oplog(&self) {
+        if !self.recent.enabled() {
+            let w = self.writer.lock();
+            self.recent.enable(keys::ts_to_u64(w.clock.last()) + 1);
+        }
+    }
+
+    /// Writes a no-op oplog entry (as mongod's periodic noop writer does), e.g. to
+    /// advance the cluster time for readers.
+    pub fn write_noop(&self, msg: &str) -> Result<Committed> {
+        let mut txn = self.begin();
+        txn.log(OplogChange {
+            op: "n",
+            ns: String::new(),
+            ui: None,
+            o: doc! {"msg": msg},
+            o2: None,
+        });
+        txn.commit()
+    }
+}
+
+/// One atomic write: data, index entries, oplog entries and catalog changes,
+/// committed together under the writer lock.
+pub(crate) struct Txn<'e> {
+    engine: &'e Engine,
+    w: MutexGuard<'e, Writer>,
+    batch: Batch<'e>,
+    /// The catalog as of the start (stable: it only changes under the writer lock we hold).
+    base: Arc<Catalog>,
+    /// A modified copy of the catalog, installed on commit.
+    catalog: Option<Catalog>,
+    wall: bson::DateTime,
+    last_ts: Option<bson::Timestamp>,
+    oplog_added: u64,
+    /// Capped totals include this transaction's inserts: settle them at commit or drop.
+    touched_capped: bool,
+    /// Namespaces written (see [`CommitNotice::ns_mask`]).
+    ns_mask: u64,
+    /// This transaction's oplog entries, for the in-memory recent oplog (when enabled).
+    recent: Vec<oplog::recent::RecentEntry>,
+    /// The session (`lsid`, `txnNumber`) of a multi-document transaction being committed.
+    /// Its operations are then collected in `apply_ops` and written at the commit as
+    /// one `applyOps` entry carrying the session, as mongod writes a transaction: its
+    /// change events share that entry's time and tell each other apart by their index
+    /// in it (the resume token's `txnOpIndex`).
+    session: Option<(Document, i64)>,
+    apply_ops: Vec<bson::RawDocumentBuf>,
+    /// The time of that entry, taken at the transaction's first operation.
+    txn_ts: Option<bson::Timestamp>,
+}
+
+impl Drop for Txn<'_> {
+    fn drop(&mut self) {
+        if self.touched_capped {
+            // Not committed (commit clears the flag): the totals counted work that never happened.
+            self.engine.capped_settle(false);
+        }
+    }
+}
+
+impl<'e> Txn<'e> {
+    pub fn batch(&mut self) -> &mut Batch<'e> {
+        &mut self.batch
+    }
+
+    /// Whether this commit is a multi-document transaction's: its operations go into
+    /// one `applyOps` entry (see `session`).
+    pub fn collects_ops(&self) -> bool {
+        self.session.is_some()
+    }
+
+    /// The time of the transaction's `applyOps` entry (taken once).
+    fn txn_ts(&mut self) -> bson::Timestamp {
+        match self.txn_ts {
+            Some(ts) => ts,
+            None => {
+                let ts = self.w.clock.next();
+                self.txn_ts = Some(ts);
+                ts
+            }
+        }
+    }
+
+    /// Adds an operation to the transaction's `applyOps` entry; returns its time.
+    fn collect_op(&mut self, op: bson::RawDocumentBuf) -> bson::Timestamp {
+        let ts = self.txn_ts();
+        self.apply_ops.push(op);
+        ts
+    }
+
+    /// Appends an oplog entry (and its per-namespace index entry) with the next cluster
+    /// time; in a transaction, adds it to the transaction's entry.
+    pub fn log(&mut self, change: OplogChange) -> bson::Timestamp {
+        if self.collects_ops() {
+            let op = bson::RawDocumentBuf::from_document(&change.to_apply_op())
+                .expect("an oplog operation is a valid document");
+            return self.collect_op(op);
+        }
+        let ts = self.w.clock.next();
+        let entry = change.to_entry(ts, self.wall);
+        let mut bytes = Vec::with_capacity(256);
+        entry
+            .to_writer(&mut bytes)
+            .expect("serialising a Document into a Vec cannot fail");
+        self.put_oplog(&change.ns, ts, &bytes, None);
+        ts
+    }
+
+    /// Stores a change-stream image (`before` or after) of the document the entry at `ts`
+    /// changed (in a transaction: the operation just added to its entry).
+    pub fn put_image(&mut self, ts: bson::Timestamp, kind: keys::ImageKind, doc: &Document) {
+        let mut bytes = Vec::new();
+        doc.to_writer(&mut bytes)
+            .expect("serialising a Document into a Vec cannot fail");
+        let t = keys::ts_to_u64(ts);
+        if self.collects_ops() {
+            let index = self.apply_ops.len().saturating_sub(1) as u32;
+            self.batch
+                .put(Space::Images, &keys::image_key_at(t, index, kind), &bytes);
+        } else {
+            self.batch
+                .put(Space::Images, &keys::image_key(t, kind), &bytes);
+        }
+    }
+
+    /// Appends an insert's oplog entry, built directly from the document's raw bytes
+    /// (the hot path of bulk inserts: no Document is built or re-encoded).
+    pub fn log_insert(
+        &mut self,
+        ns: &str,
+        ui: bson::Uuid,
+        doc: &bson::RawDocument,
+        id: &bson::RawBsonRef<'_>,
+    ) -> bson::Timestamp {
+        use bson::raw::{RawBinaryRef, RawBsonRef};
+        let mut o2 = bson::RawDocumentBuf::new();
+        o2.append_ref("_id", *id);
+        let ui_bytes = ui.bytes();
+        // The operation's own fields: the whole of a transaction's operation, the
+        // start of an entry.
+        let append_op = |e: &mut bson::RawDocumentBuf| {
+            e.append_ref("op", "i");
+            e.append_ref("ns", ns);
+            e.append_ref(
+                "ui",
+                RawBsonRef::Binary(RawBinaryRef {
+                    subtype: bson::spec::BinarySubtype::Uuid,
+                    bytes: &ui_bytes,
+                }),
+            );
+            e.append_ref("o", RawBsonRef::Document(doc));
+            e.append_ref("o2", RawBsonRef::Document(&o2));
+        };
+        if self.collects_ops() {
+            let mut op = bson::RawDocumentBuf::new();
+            append_op(&mut op);
+            return self.collect_op(op);
+        }
+        let ts = self.w.clock.next();
+        // Sized for the whole entry at once, and every field appended by reference: an
+        // owned value per field was an allocation each, and growing the buffer field by
+        // field copied the document again (a tenth of a small insert's instructions).
+        let fixed = 160 + ns.len();
+        let mut bytes = Vec::with_capacity(fixed + doc.as_bytes().len() + o2.as_bytes().len());
+        bytes.extend_from_slice(&[5, 0, 0, 0, 0]);
+        let mut e = bson::RawDocumentBuf::from_bytes(bytes).expect("the empty document");
+        append_op(&mut e);
+        e.append_ref("ts", RawBsonRef::Timestamp(ts));
+        e.append_ref("t", RawBsonRef::Int64(1));
+        e.append_ref("v", RawBsonRef::Int64(2));
+        e.append_ref("wall", RawBsonRef::DateTime(self.wall));
+        // What the entry holds is known here: not read back from its bytes.
+        let head = oplog::EntryHead {
+            op: "i",
+            ns,
+            o: Some(doc),
+        };
+        self.put_oplog(ns, ts, e.as_bytes(), Some(head));
+        ts
+    }
+
+    /// Stores an oplog entry and lists it in `oplog_by_ns` under `ns` and, for a
+    /// command, under every other namespace it touches (a rename's target, a database's
+    /// collections). `head`: the entry's op, ns and o when the caller knows them (else
+    /// read from `bytes`).
+    fn put_oplog(
+        &mut self,
+        ns: &str,
+        ts: bson::Timestamp,
+        bytes: &[u8],
+        head: Option<oplog::EntryHead<'_>>,
+    ) {
+        let t = keys::ts_to_u64(ts);
+        self.oplog_added += bytes.len() as u64;
+        self.batch.put(Space::Oplog, &keys::oplog_key(t), bytes);
+        let raw = bson::RawDocument::from_bytes(bytes).ok();
+        let head = head.or_else(|| raw.map(oplog::EntryHead::of));
+        let digest = head.map(|h| h.digest()).unwrap_or_default();
+        if !ns.is_empty() {
+            self.ns_mask |= namespace_bit(ns);
+            self.batch
+                .put(Space::OplogByNs, &keys::oplog_ns_key(ns, t), &digest);
+        }
+        let recent = self.engine.recent.enabled();
+        let is_command = head.is_some_and(|h| h.op == "c");
+        // Only commands and streams need the list (the first one is `ns`).
+        let namespaces = match head {
+            Some(h) if recent || is_command => h.namespaces(),
+            _ => Vec::new(),
+        };
+        if is_command {
+            for target in namespaces.iter().skip(1) {
+                self.ns_mask |= namespace_bit(target);
+                self.batch
+                    .put(Space::OplogByNs, &keys::oplog_ns_key(target, t), b"c");
+            }
+        }
+        if recent {
+            if let (Some(raw), Some(_)) = (raw, head) {
+                self.recent.push(oplog::recent::RecentEntry::new(
+                    t,
+                    raw,
+                    digest,
+                    namespaces,
+                    self.engine.recent.watched(),
+                ));
+            }
+        }
+        self.last_ts = Some(ts);
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        self.catalog.as_ref().unwrap_or(&self.base)
+    }
+
+    pub fn catalog_mut(&mut self) -> &mut Catalog {
+        if self.catalog.is_none() {
+            self.catalog = Some((*self.base).clone());
+        }
+        self.catalog.as_mut().unwrap()
+    }
+
+    /// Installs a collection's new metadata (persisted in this batch).
+    pub fn put_collection(&mut self, meta: CollMeta) -> Arc<CollMeta> {
+        let mut bytes = Vec::new();
+        meta.to_document()
+            .to_writer(&mut bytes)
+            .expect("serialise catalog entry");
+        let key = keys::catalog_key(&meta.ns.full());
+        self.batch.put(Space::Catalog, &key, &bytes);
+        let arc = Arc::new(meta);
+        self.catalog_mut().colls.insert(arc.ns.full(), arc.clone());
+        self.persist_counters();
+        arc
+    }
+
+    pub fn remove_collection(&mut self, ns: &Namespace) {
+        self.batch
+            .delete(Space::Catalog, &keys::catalog_key(&ns.full()));
+        self.catalog_mut().colls.remove(&ns.full());
+    }
+
+    fn persist_counters(&mut self) {
+        let mut bytes = Vec::new();
+        self.catalog()
+            .counters_document()
+            .to_writer(&mut bytes)
+            .expect("serialise counters");
+        self.batch.put(Space::Meta, keys::META_COUNTERS, &bytes);
+    }
+
+    /// Marks the oplog entries of this commit as a transaction's (see `session`).
+    pub fn set_session(&mut self, lsid: Document, txn_number: i64) {
+        self.session = Some((lsid, txn_number));
+    }
+
+    pub fn touch_capped(&mut self) {
+        self.touched_capped = true;
+    }
+
+    /// Writes a transaction's `applyOps` entry (mongod's field order: the session,
+    /// then op, ns, o, ts, t, v, wall and prevOpTime).
+    fn write_apply_ops(&mut self) {
+        let (Some(ts), Some((lsid, number))) = (self.txn_ts, self.session.as_ref()) else {
+            return;
+        };
+        let mut ops = bson::RawArrayBuf::new();
+        for op in std::mem::take(&mut self.apply_ops) {
+            ops.push(op);
+        }
+        let mut o = bson::RawDocumentBuf::new();
+        o.append("applyOps", ops);
+        let mut e = bson::RawDocumentBuf::new();
+        if let Ok(raw) = bson::RawDocumentBuf::from_document(lsid) {
+            e.append("lsid", raw);
+        }
+        e.append("txnNumber", *number);
+        e.append("op", "c");
+        e.append("ns", "admin.$cmd");
+        e.append("o", o);
+        e.append("ts", ts);
+        e.append("t", 1i64);
+        e.append("v", 2i64);
+        e.append("wall", self.wall);
+        let mut prev = bson::RawDocumentBuf::new();
+        prev.append(
+            "ts",
+            bson::Timestamp {
+                time: 0,
+                increment: 0,
+            },
+        );
+        prev.append("t", -1i64);
+        e.append("prevOpTime", prev);
+        self.put_oplog("admin.$cmd", ts, e.as_bytes(), None);
+    }
+
+    /// Commits atomically; returns the durability sequence number.
+    pub fn commit(mut self) -> Result<Committed> {
+        if !self.apply_ops.is_empty() {
+            self.write_apply_ops();
+        }
+        if self.batch.is_empty() {
+            return Ok(Committed {
+                seq: self.engine.durability.last_committed(),
+                last_ts: None,
+            });
+        }
+        let touched_capped = std::mem::take(&mut self.touched_capped);
+        if self.oplog_added > 0 {
+            self.w.oplog_bytes += self.oplog_added;
+            self.w.put_oplog_state(&mut self.batch);
+        }
+        let engine = self.engine;
+        let batch = std::mem::replace(&mut self.batch, engine.store.batch());
+        let catalog = self.catalog.take();
+        let last_ts = self.last_ts;
+        if let Err(e) = engine.store.commit(batch) {
+            if touched_capped {
+                engine.capped_settle(false);
+            }
+            return Err(storage_err(e));
+        }
+        if touched_capped {
+            engine.capped_settle(true);
+        }
+        // Before the durable time can cover these entries, so a stream that reads up
+        // to it finds them in memory.
+        if !self.recent.is_empty() {
+            engine.recent.push(std::mem::take(&mut self.recent));
+        }
+        let seq = engine.durability.committed(last_ts.map(keys::ts_to_u64));
+        if let Some(c) = catalog {
+            *engine.catalog.write() = Arc::new(c);
+        }
+        if let Some(ts) = last_ts {
+            if engine.bus.waits_on(self.ns_mask) {
+                engine.durability.request(seq);
+            }
+            engine.bus.publish(CommitNotice {
+                seq,
+                last_ts: keys::ts_to_u64(ts),
+                ns_mask: self.ns_mask,
+            });
+        }
+        if self.w.oplog_bytes > engine.opts.oplog_size_bytes {
+            if let Some(wake) = engine.oplog_wake.lock().as_ref() {
+                // Full: a wake-up is already pending.
+                let _ = wake.try_send(());
+            }
+        }
+        Ok(Committed { seq, last_ts })
+    }
+}
