@@ -343,6 +343,9 @@ impl Durability {
                 if self.failing.swap(false, Ordering::SeqCst) {
                     tracing::info!("the write-ahead log is written again (disk space freed)");
                 }
+                // Counted before anyone is woken, so a client acknowledged by this fsync
+                // finds its commit's wait in serverStatus (the figure ends at `ended`).
+                self.record_commit_waits(was_synced, target, ended);
                 // The durable time before the sequence: a writer woken by the sequence
                 // acknowledges, and its client may open a change stream at once; that
                 // stream must already find the write's event durable.
@@ -354,7 +357,6 @@ impl Durability {
                     newer
                 });
                 let _ = self.synced_tx.send(target);
-                self.record_commit_waits(was_synced, target, ended);
             }
             if self.stop.load(Ordering::SeqCst) && self.synced() >= self.last_committed() {
                 return;
