@@ -5,6 +5,7 @@ mod config;
 mod conn;
 mod current_op;
 mod disk_space;
+mod error_labels;
 mod ingress;
 mod local_sessions;
 mod profiler;

@@ -567,7 +567,7 @@ pub fn label_transient(name: &str, e: &mut Error) {
     ];
     // Network and primary-change errors (ErrorCodes::isRetriableError: the codes a
     // retryable write retries).
-    use crate::commands::testing::RETRYABLE_WRITE_CODES as RETRIABLE;
+    use crate::error_labels::RETRYABLE_WRITE_CODES as RETRIABLE;
     let commit_or_abort = matches!(name, "commitTransaction" | "abortTransaction");
     let transient = TRANSIENT.contains(&e.code)
         || e.code == codes::NO_SUCH_TRANSACTION
