@@ -397,6 +397,27 @@ impl Transactions {
     }
 }
 
+/// commitTransaction and abortTransaction: the session's transaction is committed or
+/// aborted.
+pub async fn commit_or_abort(
+    state: &Arc<ServerState>,
+    name: &str,
+    db: &str,
+    cmd: &Document,
+) -> Result<Document> {
+    let Some(f) = fields(name, db, cmd)? else {
+        return Err(Error::new(
+            codes::INVALID_OPTIONS,
+            format!("{name} must be run within a transaction"),
+        ));
+    };
+    if name == "commitTransaction" {
+        commit(state, cmd, &f).await
+    } else {
+        state.transactions.abort(&f).map(|_| Document::new())
+    }
+}
+
 /// commitTransaction: applies the transaction, then waits as its write concern asks.
 pub async fn commit(state: &Arc<ServerState>, cmd: &Document, f: &TxnFields) -> Result<Document> {
     let wc = crate::commands::write::parse_write_concern(cmd)?;

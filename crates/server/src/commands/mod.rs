@@ -7,6 +7,8 @@ pub(crate) mod args;
 mod ddl;
 mod handshake;
 mod read;
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) mod registry;
 pub(crate) mod testing;
 pub(crate) mod write;
 
@@ -32,6 +34,18 @@ pub struct Conn {
     /// This connection in the server's registry: the command running now (for
     /// `currentOp`, `killOp`, and the connection task to kill when the client goes away).
     pub info: Arc<crate::current_op::ConnInfo>,
+}
+
+/// What a command's handler is given (see `registry::Handler`).
+pub struct Call<'a> {
+    pub state: &'a Arc<ServerState>,
+    pub conn: &'a mut Conn,
+    /// The name it was run as: its name or an alias.
+    pub name: &'a str,
+    pub db: &'a str,
+    pub cmd: &'a Document,
+    /// An insert's documents when they came as a raw document sequence.
+    pub payload: Option<Vec<RawDocumentBuf>>,
 }
 
 tokio::task_local! {
@@ -959,33 +973,14 @@ async fn run_document_command(
             match name {
                 "replSetGetStatus" => Ok(admin::repl_set_get_status(state)),
                 "replSetGetConfig" => admin::repl_set_get_config(state, cmd),
-                // The set is initiated from the start (`--replSet`, one member): what
-                // mongod answers `rs.initiate()` on an initiated set.
-                "replSetInitiate" => Err(Error::new(
-                    codes::ALREADY_INITIALIZED,
-                    "already initialized",
-                )),
-                // Members cannot be added: one server is the whole set.
-                _ => Err(Error::new(
-                    codes::COMMAND_NOT_SUPPORTED,
-                    "replSetReconfig: this server is a one-member replica set; its configuration cannot be changed",
-                )),
+                "replSetInitiate" => admin::repl_set_initiate(),
+                _ => admin::repl_set_reconfig(),
             }
         }
         "getDefaultRWConcern" => Ok(admin::default_rw_concern()),
         "commitTransaction" | "abortTransaction" => {
             args::admin_only(db, name)?;
-            let Some(f) = crate::transactions::fields(name, db, cmd)? else {
-                return Err(Error::new(
-                    codes::INVALID_OPTIONS,
-                    format!("{name} must be run within a transaction"),
-                ));
-            };
-            if name == "commitTransaction" {
-                crate::transactions::commit(state, cmd, &f).await
-            } else {
-                state.transactions.abort(&f).map(|_| Document::new())
-            }
+            crate::transactions::commit_or_abort(state, name, db, cmd).await
         }
         "endSessions"
         | "killSessions"
@@ -993,10 +988,9 @@ async fn run_document_command(
         | "killAllSessionsByPattern"
         | "refreshSessions"
         | "startSession" => admin::sessions(state, &name, &cmd),
-        "logout" | "saslStart" | "saslContinue" | "authenticate" => Err(Error::new(
-            codes::COMMAND_NOT_SUPPORTED,
-            format!("{name}: authentication is not supported by this server"),
-        )),
+        "logout" | "saslStart" | "saslContinue" | "authenticate" => {
+            handshake::no_authentication(name)
+        }
         "listDatabases" => ddl::list_databases(state, db, &cmd).await,
         "listCollections" => ddl::list_collections(state, db, &cmd).await,
         "listIndexes" => ddl::list_indexes(state, db, &cmd).await,
