@@ -7,6 +7,7 @@
 //! true`. The transaction lives until `commitTransaction` or `abortTransaction`, an
 //! error in one of its commands, a newer `txnNumber` on the session, or `endSessions`.
 
+use crate::commands::registry::Spec;
 use crate::state::ServerState;
 use bson::{Bson, Document};
 use parking_lot::Mutex;
@@ -77,25 +78,6 @@ fn transaction_lifetime(state: &ServerState) -> Duration {
         .unwrap_or(TRANSACTION_LIFETIME)
 }
 
-/// Commands mongod runs inside a transaction; any other is refused there.
-const ALLOWED: &[&str] = &[
-    "find",
-    "getMore",
-    "killCursors",
-    "insert",
-    "update",
-    "delete",
-    "findAndModify",
-    "findandmodify",
-    "aggregate",
-    "distinct",
-    "commitTransaction",
-    "abortTransaction",
-    "create",
-    "createIndexes",
-    "bulkWrite",
-];
-
 /// What a command's transaction fields say.
 pub struct TxnFields {
     pub lsid: Bson,
@@ -115,8 +97,9 @@ fn no_such_transaction(number: i64, why: &str) -> Error {
 }
 
 /// The `lsid` and `txnNumber` of a command that is part of a transaction (it has
-/// `autocommit`), checked as mongod checks them; None for other commands.
-pub fn fields(name: &str, db: &str, cmd: &Document) -> Result<Option<TxnFields>> {
+/// `autocommit`), checked as mongod checks them; None for other commands. Only the
+/// commands the registry allows in a transaction (`Spec::in_transaction`) run in one.
+pub fn fields(spec: &Spec, name: &str, db: &str, cmd: &Document) -> Result<Option<TxnFields>> {
     let Some(autocommit) = cmd.get("autocommit") else {
         if cmd.get_bool("startTransaction").is_ok() {
             return Err(Error::new(
@@ -152,7 +135,7 @@ pub fn fields(name: &str, db: &str, cmd: &Document) -> Result<Option<TxnFields>>
             ))
         }
     };
-    if !ALLOWED.contains(&name) {
+    if !spec.in_transaction {
         return Err(Error::new(
             codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
             format!("Cannot run '{name}' in a multi-document transaction."),
@@ -401,11 +384,12 @@ impl Transactions {
 /// aborted.
 pub async fn commit_or_abort(
     state: &Arc<ServerState>,
+    spec: &Spec,
     name: &str,
     db: &str,
     cmd: &Document,
 ) -> Result<Document> {
-    let Some(f) = fields(name, db, cmd)? else {
+    let Some(f) = fields(spec, name, db, cmd)? else {
         return Err(Error::new(
             codes::INVALID_OPTIONS,
             format!("{name} must be run within a transaction"),
@@ -419,7 +403,7 @@ pub async fn commit_or_abort(
 }
 
 /// commitTransaction: applies the transaction, then waits as its write concern asks.
-pub async fn commit(state: &Arc<ServerState>, cmd: &Document, f: &TxnFields) -> Result<Document> {
+async fn commit(state: &Arc<ServerState>, cmd: &Document, f: &TxnFields) -> Result<Document> {
     let wc = crate::commands::write::parse_write_concern(cmd)?;
     let committed = match state.transactions.take_for_commit(f)? {
         Some(t) => {
@@ -571,10 +555,6 @@ impl ReadView {
         }
     }
 }
-
-/// Commands that read at a snapshot outside transactions (a getMore continues its
-/// cursor's snapshot; drivers may repeat the read concern on it); the others refuse it.
-pub const SNAPSHOT_READS: &[&str] = &["find", "aggregate", "distinct", "getMore"];
 
 /// mongod's rule (isTransientTransactionError): which errors of a command in a
 /// transaction mean the whole transaction may be retried.

@@ -225,12 +225,8 @@ pub async fn drop_database(state: &Arc<ServerState>, db: &str, cmd: &Document) -
     ))
 }
 
-pub async fn rename_collection(
-    state: &Arc<ServerState>,
-    db: &str,
-    cmd: &Document,
-) -> Result<Document> {
-    super::args::admin_only(db, "renameCollection")?;
+/// `renameCollection` (run on admin: the registry's admin-only gate checks it).
+pub async fn rename_collection(state: &Arc<ServerState>, cmd: &Document) -> Result<Document> {
     let from = match cmd.get("renameCollection") {
         Some(Bson::String(s)) => Namespace::parse(s)?,
         Some(v) => return Err(Error::type_mismatch(format!("BSON field 'renameCollection.renameCollection' is the wrong type '{}', expected type 'string'", type_name(v)))),

@@ -1,10 +1,10 @@
 //! The command registry: one table, [`SPECS`], with everything the server knows about
-//! each command. Dispatch, `listCommands` and every check `commands::run` makes before a
-//! command runs read it; no other list of command names exists.
+//! each command. Dispatch, `listCommands` and every check `gates::run` makes before a
+//! command runs read it, instead of lists of command names of their own.
 //!
 //! A [`Spec`] holds:
 //! - `name`, and the `aliases` it also runs as (`findandmodify`): an alias is the same
-//!   command with every flag of its name, as in mongod;
+//!   command, with all its flags, as in mongod;
 //! - `handler`: the function that runs it (in the family's file, `commands/*.rs`);
 //! - `admin_only`: runs only on the `admin` database (13 Unauthorized elsewhere);
 //!   `listCommands` reports it;
@@ -73,7 +73,7 @@ pub enum Writes {
     /// Only removes data: waits at the fsync lock, runs below the free-space floor.
     Removes,
     /// Writes when its pipeline ends in `$out` or `$merge` (aggregate).
-    WhenPipelineWrites,
+    PipelineOutput,
 }
 
 impl Writes {
@@ -82,7 +82,7 @@ impl Writes {
         match self {
             Writes::No => false,
             Writes::Adds | Writes::Removes => true,
-            Writes::WhenPipelineWrites => matches!(
+            Writes::PipelineOutput => matches!(
                 cmd.get_array("pipeline").ok().and_then(|p| p.last()),
                 Some(Bson::Document(last)) if last.contains_key("$out") || last.contains_key("$merge")
             ),
@@ -239,13 +239,13 @@ macro_rules! output {
 
 use Action::*;
 use Resource::{Cluster, Collection, Database};
-use Writes::{Adds, Removes, WhenPipelineWrites};
+use Writes::{Adds, PipelineOutput, Removes};
 
 /// Every command, in alphabetical order.
 pub static SPECS: &[Spec] = &[
     command(
         "abortTransaction",
-        reply!(c => crate::transactions::commit_or_abort(c.state, c.name, c.db, c.cmd).await),
+        reply!(c => crate::transactions::commit_or_abort(c.state, c.spec, c.name, c.db, c.cmd).await),
     )
     .admin_only()
     .api_v1()
@@ -255,7 +255,7 @@ pub static SPECS: &[Spec] = &[
         "aggregate",
         output!(c => read::aggregate(c.state, c.db, c.cmd).await),
     )
-    .writes(WhenPipelineWrites)
+    .writes(PipelineOutput)
     .api_v1()
     .in_transaction()
     .snapshot_read(),
@@ -295,7 +295,7 @@ pub static SPECS: &[Spec] = &[
     .needs(Collection, &[CollStats]),
     command(
         "commitTransaction",
-        reply!(c => crate::transactions::commit_or_abort(c.state, c.name, c.db, c.cmd).await),
+        reply!(c => crate::transactions::commit_or_abort(c.state, c.spec, c.name, c.db, c.cmd).await),
     )
     .admin_only()
     .writes(Adds)
@@ -345,7 +345,7 @@ pub static SPECS: &[Spec] = &[
     .needs(Collection, &[CreateIndex]),
     command(
         "currentOp",
-        reply!(c => crate::current_op::command(c.state, c.db, c.cmd)),
+        reply!(c => crate::current_op::command(c.state, c.cmd)),
     )
     .admin_only()
     .needs(Cluster, &[Inprog]),
@@ -518,7 +518,7 @@ pub static SPECS: &[Spec] = &[
     .needs(Collection, &[KillCursors]),
     command(
         "killOp",
-        reply!(c => crate::current_op::kill_op(c.state, c.db, c.cmd)),
+        reply!(c => crate::current_op::kill_op(c.state, c.cmd)),
     )
     .admin_only()
     .needs(Cluster, &[Killop]),
@@ -569,7 +569,7 @@ pub static SPECS: &[Spec] = &[
     .open(),
     command(
         "renameCollection",
-        reply!(c => ddl::rename_collection(c.state, c.db, c.cmd).await),
+        reply!(c => ddl::rename_collection(c.state, c.cmd).await),
     )
     .admin_only()
     .writes(Adds)
