@@ -465,6 +465,12 @@ pub(crate) fn definition_from_create(ns: &Namespace, options: &Document) -> Resu
     Ok(view)
 }
 
+/// Whether `ns` is a database's `system.views` (the view definitions).
+pub(crate) fn is_system_views(ns: &str) -> bool {
+    ns.strip_suffix(".system.views")
+        .is_some_and(|db| !db.is_empty() && !db.contains('.'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -77,12 +77,6 @@ fn system_coll(coll: &str) -> bool {
     coll.starts_with("system.")
 }
 
-/// Whether `ns` is a database's `system.views` (the view definitions).
-pub(crate) fn is_system_views(ns: &str) -> bool {
-    ns.strip_suffix(".system.views")
-        .is_some_and(|db| !db.is_empty() && !db.contains('.'))
-}
-
 /// Whether `full` is `ns` written as `db.coll`.
 fn is_full_name(full: &str, ns: &Namespace) -> bool {
     full.len() == ns.db.len() + 1 + ns.coll.len()
@@ -148,7 +142,7 @@ fn parse<'a>(f: &EntryFields<'a>, spec: &'a StreamSpec) -> Result<Option<Parsed<
         view_event: false,
     };
     match op {
-        "i" | "u" | "d" if is_system_views(ns) => {
+        "i" | "u" | "d" if crate::catalog::views::is_system_views(ns) => {
             // As mongod: writes to <db>.system.views are the DDL of views, shown to
             // database and cluster streams (with showExpandedEvents) as create, modify
             // and drop events of the view the document defines.

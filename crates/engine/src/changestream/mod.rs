@@ -704,12 +704,15 @@ impl ChangeStream {
                     if shared_events
                         && matches!(recent.digest.first(), Some(b'i' | b'u' | b'r' | b'd'))
                     {
-                        let built = recent.plain_event.get_or_init(|| {
+                        let built = recent.memo.get_or_init(|| {
                             event::transform(engine, &self.spec, ts, entry)
                                 .ok()
                                 .flatten()
-                                .map(|e| (Arc::new(e.doc), e.token))
+                                .map(|e| Arc::new((Arc::new(e.doc), e.token)) as recent::Memo)
                         });
+                        let built = built
+                            .as_ref()
+                            .and_then(|m| m.downcast_ref::<(SharedEvent, ResumeToken)>());
                         if let Some((doc, token)) = built {
                             self.push_through(pipeline, vars, Arc::clone(doc), token.clone())?;
                             if self.pending.len() >= want {

@@ -21,6 +21,9 @@ const MAX_BYTES: usize = 64 << 20;
 const MAX_ENTRIES: usize = 200_000;
 const MAX_ENTRY_BYTES: usize = 64 << 10;
 
+/// A reader's memo of an entry (see [`RecentEntry::memo`]).
+pub type Memo = Arc<dyn std::any::Any + Send + Sync>;
+
 pub struct RecentEntry {
     pub ts: u64,
     /// The `oplog_by_ns` namespaces it is listed under.
@@ -28,15 +31,11 @@ pub struct RecentEntry {
     pub digest: Vec<u8>,
     /// The entry's BSON (None for large entries: read them from storage).
     pub bytes: Option<Arc<[u8]>>,
-    /// The change event of a CRUD entry for streams with default options, built by
-    /// the first such stream and copied by the others (fan-out: one build, not one
-    /// per stream).
-    pub plain_event: std::sync::OnceLock<
-        Option<(
-            crate::changestream::SharedEvent,
-            crate::changestream::token::ResumeToken,
-        )>,
-    >,
+    /// What a reader made of the entry once for every reader like it (change streams:
+    /// the event of a CRUD entry for streams with default options, built by the first
+    /// such stream and shared by the others; fan-out: one build, not one per stream).
+    /// Opaque here: the oplog layer does not know its readers.
+    pub memo: std::sync::OnceLock<Option<Memo>>,
 }
 
 impl RecentEntry {
@@ -60,7 +59,7 @@ impl RecentEntry {
             namespaces,
             digest,
             bytes: (wanted && raw.len() <= MAX_ENTRY_BYTES).then(|| Arc::from(raw)),
-            plain_event: std::sync::OnceLock::new(),
+            memo: std::sync::OnceLock::new(),
         }
     }
 

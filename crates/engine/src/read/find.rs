@@ -86,7 +86,7 @@ impl Engine {
         if let Some(view) = self.resolve_view(ns)? {
             return self.find_view(ns, &view, req);
         }
-        let (filter, _) = crate::write::bind_let(&req.filter, req.let_vars.as_ref())?;
+        let (filter, _) = crate::read::bind_let(&req.filter, req.let_vars.as_ref())?;
         let is_oplog = is_oplog(ns);
         // One catalog lookup serves the collation, the tailable check and the plan.
         let meta = if is_oplog { None } else { self.collection(ns) };

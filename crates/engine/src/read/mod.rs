@@ -930,3 +930,19 @@ pub fn decode(bytes: &[u8]) -> Result<Document> {
             )
         })
 }
+/// A filter with the `let` variables bound into its `$expr` parts, and the variables.
+pub(crate) fn bind_let(
+    filter: &Document,
+    let_vars: Option<&Document>,
+) -> Result<(Document, tailstream_query::expr::Variables)> {
+    match let_vars {
+        Some(l) if !l.is_empty() => {
+            let vars = tailstream_query::expr::let_variables(l)?;
+            Ok((
+                tailstream_query::pipeline::substitute_vars(filter, &vars),
+                vars,
+            ))
+        }
+        _ => Ok((filter.clone(), tailstream_query::expr::Variables::default())),
+    }
+}

@@ -76,23 +76,6 @@ pub struct DeleteOp {
     pub collation: Option<Document>,
 }
 
-/// A filter with the `let` variables bound into its `$expr` parts, and the variables.
-pub(crate) fn bind_let(
-    filter: &Document,
-    let_vars: Option<&Document>,
-) -> Result<(Document, Variables)> {
-    match let_vars {
-        Some(l) if !l.is_empty() => {
-            let vars = tailstream_query::expr::let_variables(l)?;
-            Ok((
-                tailstream_query::pipeline::substitute_vars(filter, &vars),
-                vars,
-            ))
-        }
-        _ => Ok((filter.clone(), Variables::default())),
-    }
-}
-
 #[derive(Debug, Clone, Default)]
 pub struct FindAndModify {
     pub query: Document,
@@ -486,7 +469,7 @@ impl Engine {
         ns: &Namespace,
         op: &UpdateOp,
     ) -> Result<(u64, u64, Option<Bson>, Option<Committed>)> {
-        let (filter, mut vars) = bind_let(&op.q, op.let_vars.as_ref())?;
+        let (filter, mut vars) = crate::read::bind_let(&op.q, op.let_vars.as_ref())?;
         vars.collator = crate::read::find::operation_collator(
             self.collection(ns).as_deref(),
             op.collation.as_ref(),
@@ -667,7 +650,7 @@ impl Engine {
 
     fn delete_op(&self, ns: &Namespace, op: &DeleteOp) -> Result<(u64, Option<Committed>)> {
         check_delete_limit(op.limit)?;
-        let (filter, _) = bind_let(&op.q, op.let_vars.as_ref())?;
+        let (filter, _) = crate::read::bind_let(&op.q, op.let_vars.as_ref())?;
         let collator = crate::read::find::operation_collator(
             self.collection(ns).as_deref(),
             op.collation.as_ref(),
@@ -853,7 +836,7 @@ pub(crate) struct FamPlan {
 impl FamPlan {
     /// `meta`: the collection, whose default collation applies without a `collation`.
     pub fn parse(ns: &Namespace, req: &FindAndModify, meta: Option<&CollMeta>) -> Result<FamPlan> {
-        let (filter, mut vars) = bind_let(&req.query, req.let_vars.as_ref())?;
+        let (filter, mut vars) = crate::read::bind_let(&req.query, req.let_vars.as_ref())?;
         vars.collator = crate::read::find::operation_collator(meta, req.collation.as_ref())?;
         let matcher = Matcher::for_query_with_collation(&filter, vars.collator.clone())?;
         let sort = match &req.sort {

@@ -453,7 +453,7 @@ impl Engine {
         ns: &Namespace,
         op: &UpdateOp,
     ) -> Result<(u64, u64, Option<Bson>)> {
-        let (filter, mut vars) = crate::write::bind_let(&op.q, op.let_vars.as_ref())?;
+        let (filter, mut vars) = crate::read::bind_let(&op.q, op.let_vars.as_ref())?;
         vars.collator = self.transaction_collator(t, ns, op.collation.as_ref())?;
         let matcher = Matcher::for_query_with_collation(&filter, vars.collator.clone())?;
         let spec = UpdateSpec::parse(&op.u, op.array_filters.as_deref())?;
@@ -502,7 +502,7 @@ impl Engine {
         Ok(run_statements(&ops, ordered, |_, op, out| {
             check_delete_limit(op.limit)?;
             self.transaction_writable(ns, "delete from")?;
-            let (filter, _) = crate::write::bind_let(&op.q, op.let_vars.as_ref())?;
+            let (filter, _) = crate::read::bind_let(&op.q, op.let_vars.as_ref())?;
             let collator = self.transaction_collator(t, ns, op.collation.as_ref())?;
             let matcher = Matcher::for_query_with_collation(&filter, collator)?;
             let candidates = self.transaction_candidates(t, ns, &matcher)?;
@@ -599,7 +599,7 @@ impl Engine {
         ns: &Namespace,
         req: FindRequest,
     ) -> Result<CursorBatch> {
-        let (filter, _) = crate::write::bind_let(&req.filter, req.let_vars.as_ref())?;
+        let (filter, _) = crate::read::bind_let(&req.filter, req.let_vars.as_ref())?;
         let collator = self.transaction_collator(t, ns, req.collation.as_ref())?;
         let matcher = Matcher::for_query_with_collation(&filter, collator.clone())?;
         let projection = match &req.projection {
