@@ -162,7 +162,7 @@ impl Registry {
                 "type": "op",
                 "host": host.clone(),
                 "desc": format!("conn{}", c.id),
-                "connectionId": c.id,
+                "connectionId": tailstream_engine::ddl::stored_number(c.id),
                 "client": c.peer.clone(),
             };
             if let Some(meta) = c.client.get() {

@@ -80,7 +80,11 @@ pub async fn hello(
     );
     d.insert("localTime", now);
     d.insert("logicalSessionTimeoutMinutes", 30);
-    d.insert("connectionId", conn.id);
+    // As mongod (`appendNumber`): a 32-bit int while it fits.
+    d.insert(
+        "connectionId",
+        tailstream_engine::ddl::stored_number(conn.id),
+    );
     d.insert("minWireVersion", 0);
     d.insert("maxWireVersion", MAX_WIRE_VERSION);
     d.insert("readOnly", false);

@@ -216,7 +216,8 @@ pub async fn count(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result
         )
     })
     .await?;
-    Ok(doc! {"n": n as i64})
+    // As mongod (`appendNumber`): a 32-bit int when it fits.
+    Ok(doc! {"n": tailstream_engine::ddl::stored_number(i64::try_from(n).unwrap_or(i64::MAX))})
 }
 
 pub async fn distinct(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {

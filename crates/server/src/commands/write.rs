@@ -328,7 +328,7 @@ pub async fn insert(
         })
         .await?;
         state.opcounters.insert.fetch_add(count, Ordering::Relaxed);
-        return transaction_reply(doc! {"n": out.n as i64}, &out);
+        return transaction_reply(doc! {"n": reply_int(out.n)}, &out);
     }
     let small = docs.len() <= SMALL_WRITE_DOCS
         && docs.iter().map(|d| d.as_bytes().len()).sum::<usize>() <= SMALL_WRITE_BYTES;
@@ -338,7 +338,7 @@ pub async fn insert(
         })
         .await?;
         state.opcounters.insert.fetch_add(count, Ordering::Relaxed);
-        let mut reply = doc! {"n": out.n as i64};
+        let mut reply = doc! {"n": reply_int(out.n)};
         if let Some(we) = write_errors(&out) {
             reply.insert("writeErrors", we);
         }
@@ -477,12 +477,12 @@ pub async fn delete(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
         })
         .await?;
         state.opcounters.delete.fetch_add(count, Ordering::Relaxed);
-        return transaction_reply(doc! {"n": out.n as i64}, &out);
+        return transaction_reply(doc! {"n": reply_int(out.n)}, &out);
     }
     retryable(state, cmd, count as usize, || async move {
         let out = blocking(state, move |e| e.delete(&ns, ops, ordered)).await?;
         state.opcounters.delete.fetch_add(count, Ordering::Relaxed);
-        let mut reply = doc! {"n": out.n as i64};
+        let mut reply = doc! {"n": reply_int(out.n)};
         if let Some(we) = write_errors(&out) {
             reply.insert("writeErrors", we);
         }
@@ -543,7 +543,7 @@ pub async fn find_and_modify(
         } else {
             state.opcounters.update.fetch_add(1, Ordering::Relaxed);
         }
-        let mut last = doc! {"n": out.n as i32};
+        let mut last = doc! {"n": reply_int(out.n)};
         if !remove {
             last.insert("updatedExisting", out.updated_existing);
         }
@@ -564,9 +564,17 @@ pub async fn find_and_modify(
     retryable(state, cmd, 1, run).await
 }
 
+/// A count in a write reply (`n`, `nModified`): a 32-bit int, as mongod's write
+/// replies declare it (write_ops.idl `type: int`). Drivers that decode 64-bit ints as
+/// BigInt or Long (the Node driver with `useBigInt64`, mongosh) otherwise show or sum
+/// them as such.
+fn reply_int(n: u64) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
 /// The reply fields of an update: n, nModified, upserted.
 fn update_reply(out: &WriteOutcome) -> Document {
-    let mut reply = doc! {"n": out.n as i64, "nModified": out.n_modified as i64};
+    let mut reply = doc! {"n": reply_int(out.n), "nModified": reply_int(out.n_modified)};
     if !out.upserted.is_empty() {
         let ups: Vec<Bson> = out
             .upserted
