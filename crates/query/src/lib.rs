@@ -19,5 +19,6 @@ pub mod script;
 pub mod sort;
 pub mod text;
 pub mod update;
+pub mod validation_error;
 
 pub use error::{Error, Result};

@@ -8,6 +8,7 @@ use crate::catalog::CollMeta;
 use bson::{doc, Bson, Document};
 use tailstream_query::error::{codes, Error, Result};
 use tailstream_query::matcher::Matcher;
+use tailstream_query::validation_error;
 
 pub(crate) struct DocumentValidator {
     matcher: Matcher,
@@ -66,11 +67,20 @@ impl DocumentValidator {
             );
             return Ok(());
         }
+        // As mongod 5.0+: why it failed, clause by clause (drivers' tests read it).
+        let mut err_info = doc! {"failingDocumentId": id};
+        if let Some(details) = validation_error::details(
+            self.matcher.filter(),
+            doc,
+            self.matcher.collator_arc().cloned(),
+        ) {
+            err_info.insert("details", details);
+        }
         Err(Error::new(
             codes::DOCUMENT_VALIDATION_FAILURE,
             "Document failed validation",
         )
-        .with_info(doc! {"errInfo": {"failingDocumentId": id}}))
+        .with_info(doc! {"errInfo": err_info}))
     }
 }
 
