@@ -6,7 +6,11 @@ Drivers that decode 64-bit ints as BigInt or Long (the Node driver with
 `bson.int64.Int64` and an int32 as a plain `int`, so the decoded types tell them apart
 (checked first, against values stored with each type)."""
 
+import os
+
+import pytest
 from bson.int64 import Int64
+from pymongo.errors import OperationFailure
 
 INT32 = "int"
 INT64 = "long"
@@ -92,3 +96,69 @@ def test_cursor_ids_stay_int64(db):
 
 def test_hello_connection_id_is_int32(client):
     assert bson_type(client.admin.command("hello")["connectionId"]) == INT32
+
+
+def test_coll_stats_numbers_are_mongods_types(db):
+    db.create_collection("cap", capped=True, size=1 << 20, max=100)
+    db.cap.insert_many([{"x": "y" * 50} for _ in range(4)])
+    db.cap.create_index("x")
+    stats = db.command("collStats", "cap")
+    int32_fields = ("size", "count", "avgObjSize", "storageSize", "freeStorageSize",
+                    "nindexes", "totalIndexSize", "totalSize", "scaleFactor", "max", "maxSize")
+    assert types_of(stats, *int32_fields) == {f: INT32 for f in int32_fields}
+    assert {bson_type(v) for v in stats["indexSizes"].values()} == {INT32}
+    (agg,) = db.cap.aggregate([{"$collStats": {"storageStats": {}, "count": {}}}])
+    assert types_of(agg["storageStats"], *int32_fields) == {f: INT32 for f in int32_fields}
+    assert bson_type(agg["count"]) == INT32
+
+
+def test_db_stats_numbers_are_mongods_types(db):
+    db.c.insert_one({"a": 1})
+    stats = db.command("dbStats")
+    assert types_of(stats, "collections", "views", "objects", "indexes", "scaleFactor") == {
+        f: INT64 for f in ("collections", "views", "objects", "indexes", "scaleFactor")}
+    sizes = ("avgObjSize", "dataSize", "storageSize", "indexSize", "totalSize",
+             "fsUsedSize", "fsTotalSize")
+    assert types_of(stats, *sizes) == {f: DOUBLE for f in sizes}
+
+
+def test_stats_report_index_sizes(db):
+    db.a.insert_many([{"x": "v" * 20, "n": i} for i in range(50)])
+    db.a.create_index("x")
+    db.b.insert_one({"y": 1})
+    a = db.command("collStats", "a")
+    b = db.command("collStats", "b")
+    assert set(a["indexSizes"]) == {"_id_", "x_1"}
+    # Every index entry holds at least its 20-byte key.
+    assert a["indexSizes"]["x_1"] > 50 * 20
+    assert a["indexSizes"]["_id_"] > 0
+    assert a["totalIndexSize"] == sum(a["indexSizes"].values())
+    assert a["totalSize"] == a["storageSize"] + a["totalIndexSize"]
+    halved = db.command("collStats", "a", scale=2)
+    assert halved["indexSizes"]["x_1"] == a["indexSizes"]["x_1"] // 2
+    stats = db.command("dbStats")
+    assert stats["indexSize"] == a["totalIndexSize"] + b["totalIndexSize"]
+    assert stats["totalSize"] == stats["dataSize"] + stats["indexSize"]
+    db.a.drop_index("x_1")
+    assert db.command("dbStats")["indexSize"] < stats["indexSize"]
+
+
+def test_db_stats_report_the_data_directory_filesystem(db, server):
+    db.c.insert_one({})
+    before = os.statvfs(server.dbpath)
+    stats = db.command("dbStats")
+    after = os.statvfs(server.dbpath)
+    total = before.f_blocks * before.f_frsize
+    assert stats["fsTotalSize"] == total
+    used = sorted((s.f_blocks - s.f_bavail) * s.f_frsize for s in (before, after))
+    # Other processes may write meanwhile: between the two readings, give or take 64 MiB.
+    slack = 64 << 20
+    assert used[0] - slack <= stats["fsUsedSize"] <= used[1] + slack
+    scaled = db.command("dbStats", scale=1024)
+    assert scaled["fsTotalSize"] == total // 1024
+
+
+def test_coll_stats_of_a_missing_collection_fail(db):
+    with pytest.raises(OperationFailure) as exc:
+        db.command("collStats", "nope")
+    assert exc.value.code == 26

@@ -164,6 +164,8 @@ test('write results and counts under useBigInt64 are numbers, as against mongod'
     assert.equal(typeof count.n, 'number');
     const created = await db.command({ createIndexes: 'bigint', indexes: [{ key: { a: 1 }, name: 'a_1' }] });
     assert.deepEqual([typeof created.numIndexesBefore, typeof created.numIndexesAfter], ['number', 'number']);
+    const stats = await db.command({ collStats: 'bigint' });
+    assert.deepEqual([typeof stats.count, typeof stats.size, typeof stats.nindexes], ['number', 'number', 'number']);
   } finally {
     await client.close();
   }

@@ -34,3 +34,12 @@ pub(crate) fn storage_err(e: tailstream_storage::StorageError) -> Error {
     }
     Error::internal(e.to_string())
 }
+
+/// A number as mongod's catalog stores and reports it (`appendNumber`): a 32-bit int
+/// when it fits, else a 64-bit one (so shells show `1024`, not `Long("1024")`).
+pub fn stored_number(n: i64) -> bson::Bson {
+    match i32::try_from(n) {
+        Ok(small) => bson::Bson::Int32(small),
+        Err(_) => bson::Bson::Int64(n),
+    }
+}

@@ -983,34 +983,25 @@ impl Engine {
         self.write_merge(&merge, docs)
     }
 
-    /// The document `$collStats` produces (storageStats and/or count, as requested).
+    /// The document `$collStats` produces (storageStats and/or count, as requested), for
+    /// a collection or the oplog.
     fn coll_stats_document(&self, ns: &Namespace, spec: &Document) -> Result<Document> {
-        let Some(meta) = self.collection(ns) else {
+        let scale = match spec.get("storageStats") {
+            Some(Bson::Document(s)) => s.get("scale").and_then(as_i64).unwrap_or(1),
+            _ => 1,
+        };
+        let Some(stats) = self.storage_stats(ns, scale)? else {
             return Err(Error::new(codes::NAMESPACE_NOT_FOUND, format!("Unable to retrieve storageStats in $collStats stage :: caused by :: Collection [{}] not found.", ns.full())));
         };
-        let (count, size) = self.collection_numbers(&meta);
         let mut out = doc! {"ns": ns.full(), "localTime": bson::DateTime::now()};
         if spec.contains_key("storageStats") {
-            let mut stats = doc! {
-                "size": size, "count": count, "avgObjSize": if count > 0 { size / count } else { 0 },
-                "storageSize": size, "nindexes": meta.index_count() as i32, "totalIndexSize": 0i64,
-                "totalSize": size, "capped": meta.is_capped(),
-            };
-            // A capped collection's limits, as collStats reports them.
-            if meta.is_capped() {
-                // As mongod: 0 when the collection has no document limit.
-                stats.insert(
-                    "max",
-                    meta.options.get("max").cloned().unwrap_or(Bson::Int32(0)),
-                );
-                if let Some(size) = meta.options.get("size") {
-                    stats.insert("maxSize", size.clone());
-                }
-            }
-            out.insert("storageStats", stats);
+            out.insert("storageStats", stats.clone());
         }
         if spec.contains_key("count") {
-            out.insert("count", count);
+            out.insert(
+                "count",
+                stats.get("count").cloned().unwrap_or(Bson::Int32(0)),
+            );
         }
         Ok(out)
     }

@@ -9,6 +9,7 @@ pub(crate) mod geo_near;
 pub mod get_more;
 pub mod min_max;
 pub(crate) mod plugin_plan;
+mod storage_stats;
 
 use crate::catalog::{CollMeta, IndexMeta};
 use crate::core::keys;

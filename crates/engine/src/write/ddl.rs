@@ -1049,14 +1049,7 @@ fn normalize_create_options(mut options: Document) -> Result<Document> {
     Ok(options)
 }
 
-/// A number as mongod's catalog stores and reports it (`appendNumber`): a 32-bit int
-/// when it fits, else a 64-bit one (so shells show `1024`, not `Long("1024")`).
-pub fn stored_number(n: i64) -> Bson {
-    match i32::try_from(n) {
-        Ok(small) => Bson::Int32(small),
-        Err(_) => Bson::Int64(n),
-    }
-}
+pub use crate::core::stored_number;
 
 /// The largest capped size mongod accepts: 1 PB.
 const ONE_PB: i64 = 1 << 50;
