@@ -160,3 +160,11 @@ def test_details_of_failed_updates_and_find_and_modify(db):
     assert error["errInfo"]["details"] == {
         "operatorName": "$gte", "specifiedAs": {"z": {"$gte": 0}},
         "reason": "comparison failed", "consideredValues": [-1, -2]}
+
+
+def test_details_too_large_to_send_are_truncated(db):
+    # mongod's limit is 12 MB: the quoted value goes, the explanation stays.
+    db.create_collection("v", validator={"a": {"$type": "int"}})
+    info = failure_details(lambda: db.v.insert_one({"_id": 1, "a": "x" * (13 << 20)}))
+    assert info == {"failingDocumentId": 1, "truncated": True, "details": {
+        "operatorName": "$type", "reason": "type did not match", "consideredType": "string"}}

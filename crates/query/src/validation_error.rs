@@ -25,10 +25,92 @@ use std::sync::Arc;
 /// internalQueryMaxDocValidationErrorConsideredValues).
 const MAX_CONSIDERED_VALUES: usize = 10;
 
+/// Largest `errInfo` mongod sends (kDefaultMaxDocValidationErrorSize): a larger one is
+/// sent again without `specifiedAs` and the considered values, then as a note only.
+const MAX_ERR_INFO_BYTES: usize = 12 * 1024 * 1024;
+
+/// Deepest `errInfo` mongod sends: its maxBSONDepth (200) less a margin of 10 for the
+/// reply around it.
+const MAX_ERR_INFO_DEPTH: usize = 190;
+
+/// The fields a truncated error leaves out: those as large as the validator or the
+/// document.
+const TRUNCATED_FIELDS: [&str; 4] = [
+    "specifiedAs",
+    "consideredValue",
+    "consideredValues",
+    "consideredValuesTruncated",
+];
+
+/// The `errInfo` of mongod's DocumentValidationFailure for `doc`, which failed
+/// `validator` (compared under `collator`): `failingDocumentId` and `details`, within
+/// mongod's size and depth limits.
+pub fn err_info(validator: &Document, doc: &Document, collator: Option<Arc<Collator>>) -> Document {
+    err_info_within(validator, doc, collator, MAX_ERR_INFO_BYTES)
+}
+
+fn err_info_within(
+    validator: &Document,
+    doc: &Document,
+    collator: Option<Arc<Collator>>,
+    max_bytes: usize,
+) -> Document {
+    let id = doc.get("_id").cloned().unwrap_or(Bson::Null);
+    let Some(mut full) = details(validator, doc, collator) else {
+        return doc! {"failingDocumentId": id};
+    };
+    let info = within_depth(doc! {"failingDocumentId": id.clone(), "details": full.clone()});
+    if encoded_len(&info) <= max_bytes {
+        return info;
+    }
+    strip_large_fields(&mut full);
+    let info =
+        within_depth(doc! {"failingDocumentId": id.clone(), "truncated": true, "details": full});
+    if encoded_len(&info) <= max_bytes {
+        return info;
+    }
+    doc! {"failingDocumentId": id, "note": "detailed error was too large"}
+}
+
+/// `info`, or mongod's note in its place when it is nested too deeply to send.
+fn within_depth(info: Document) -> Document {
+    if crate::path::nesting_depth(&info) > MAX_ERR_INFO_DEPTH {
+        return doc! {"reason": "generated error was too deeply nested", "truncated": true};
+    }
+    info
+}
+
+fn encoded_len(d: &Document) -> usize {
+    bson::to_vec(d).map_or(usize::MAX, |bytes| bytes.len())
+}
+
+/// Removes [`TRUNCATED_FIELDS`] from an error and the errors nested in it (not from
+/// the values it quotes).
+fn strip_large_fields(error: &mut Document) {
+    for field in TRUNCATED_FIELDS {
+        error.remove(field);
+    }
+    if let Ok(nested) = error.get_document_mut("details") {
+        strip_large_fields(nested);
+    }
+    for list in ["clausesNotSatisfied", "clausesSatisfied"] {
+        if let Ok(clauses) = error.get_array_mut(list) {
+            for clause in clauses {
+                if let Some(nested) = clause
+                    .as_document_mut()
+                    .and_then(|c| c.get_document_mut("details").ok())
+                {
+                    strip_large_fields(nested);
+                }
+            }
+        }
+    }
+}
+
 /// The `details` of mongod's DocumentValidationFailure for `doc`, which failed
 /// `validator` (compared under `collator`). None when the validator holds something
 /// this explanation cannot read (the error then carries no details).
-pub fn details(
+fn details(
     validator: &Document,
     doc: &Document,
     collator: Option<Arc<Collator>>,
@@ -935,6 +1017,43 @@ mod tests {
                 "details": {"code": e.code, "codeName": e.code_name(), "errmsg": e.message},
             }
         );
+    }
+
+    #[test]
+    fn an_error_too_large_is_truncated_then_replaced_by_a_note() {
+        let validator = doc! {"$or": [{"a": {"$type": "int"}}, {"b": {"$in": ["x".repeat(100)]}}]};
+        let document = doc! {"_id": 1, "a": "y".repeat(1000), "b": "z"};
+        let full = err_info_within(&validator, &document, None, 4096);
+        assert_eq!(
+            full.get_document("details"),
+            Ok(&explain(validator.clone(), document.clone()))
+        );
+        assert_eq!(
+            err_info_within(&validator, &document, None, 1000),
+            doc! {"failingDocumentId": 1, "truncated": true, "details": {"operatorName": "$or", "clausesNotSatisfied": [
+                {"index": 0, "details": {"operatorName": "$type", "reason": "type did not match", "consideredType": "string"}},
+                {"index": 1, "details": {"operatorName": "$in", "reason": "no matching value found in array"}},
+            ]}}
+        );
+        assert_eq!(
+            err_info_within(&validator, &document, None, 100),
+            doc! {"failingDocumentId": 1, "note": "detailed error was too large"}
+        );
+    }
+
+    #[test]
+    fn an_error_nested_too_deeply_says_so() {
+        let mut validator = doc! {"a": 1};
+        for _ in 0..70 {
+            validator = doc! {"$and": [validator]};
+        }
+        assert_eq!(
+            err_info(&validator, &doc! {"_id": 1, "a": 2}, None),
+            doc! {"reason": "generated error was too deeply nested", "truncated": true}
+        );
+        let shallow = doc! {"$and": [{"$and": [{"a": 1}]}]};
+        let info = err_info(&shallow, &doc! {"_id": 1, "a": 2}, None);
+        assert_eq!(info.get_i32("failingDocumentId"), Ok(1));
     }
 
     #[test]

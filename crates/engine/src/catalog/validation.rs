@@ -68,14 +68,11 @@ impl DocumentValidator {
             return Ok(());
         }
         // As mongod 5.0+: why it failed, clause by clause (drivers' tests read it).
-        let mut err_info = doc! {"failingDocumentId": id};
-        if let Some(details) = validation_error::details(
+        let err_info = validation_error::err_info(
             self.matcher.filter(),
             doc,
             self.matcher.collator_arc().cloned(),
-        ) {
-            err_info.insert("details", details);
-        }
+        );
         Err(Error::new(
             codes::DOCUMENT_VALIDATION_FAILURE,
             "Document failed validation",
