@@ -1,6 +1,6 @@
 //! The engine's lowest layer: vocabulary and mechanisms every other layer uses and
-//! that use no other layer: cluster time and the clock, storage key layouts,
-//! durability (group commit), the fsync lock, message formatting.
+//! that use no other layer: cluster time ([`time::ClusterTime`]) and the clock,
+//! storage key layouts, durability (group commit), the fsync lock, message formatting.
 
 pub mod bus;
 pub mod clock;
@@ -8,6 +8,7 @@ pub mod durability;
 pub mod format;
 pub mod fsync_lock;
 pub mod keys;
+pub mod time;
 
 use tailstream_query::error::{codes, Error};
 
