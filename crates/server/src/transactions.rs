@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use tailstream_engine::query::compare::type_name;
 use tailstream_engine::query::error::{codes, Error, Result};
 use tailstream_engine::transaction::Transaction;
+use tailstream_engine::ClusterTime;
 
 /// The open transaction a command runs in (taken out by the commit).
 pub type OpenTransaction = Arc<Mutex<Option<Transaction>>>;
@@ -443,7 +444,7 @@ pub const SNAPSHOT_HISTORY: Duration = Duration::from_secs(300);
 /// time, gets `atClusterTime` back, and names it in its later reads.
 #[derive(Default)]
 pub struct Snapshots {
-    by_time: Mutex<BTreeMap<u64, (Instant, Arc<Transaction>)>>,
+    by_time: Mutex<BTreeMap<ClusterTime, (Instant, Arc<Transaction>)>>,
 }
 
 fn snapshot_too_old(at: bson::Timestamp) -> Error {
@@ -483,19 +484,19 @@ pub fn snapshot_read(
         }
     };
     if let Some(at) = at {
-        let key = tailstream_engine::keys::ts_to_u64(at);
+        let key = ClusterTime::from(at);
         if let Some((_, t)) = by_time.get(&key) {
             return Ok(Some((t.clone(), at)));
         }
         // Only a time with no commit after it can still be read (a snapshot of now).
         let (ts, t) = engine.snapshot_now();
-        if key > tailstream_engine::keys::ts_to_u64(ts) {
+        if key > ts {
             return Err(Error::new(
                 codes::INVALID_OPTIONS,
                 "readConcern atClusterTime value must not be greater than the current clusterTime",
             ));
         }
-        if ts != at {
+        if ts != key {
             return Err(snapshot_too_old(at));
         }
         let t = Arc::new(t);
@@ -503,16 +504,15 @@ pub fn snapshot_read(
         return Ok(Some((t, at)));
     }
     let (ts, t) = engine.snapshot_now();
-    let key = tailstream_engine::keys::ts_to_u64(ts);
     let t = by_time
-        .entry(key)
+        .entry(ts)
         .or_insert_with(|| (Instant::now(), Arc::new(t)))
         .1
         .clone();
     while by_time.len() > MAX_SNAPSHOTS {
         by_time.pop_first();
     }
-    Ok(Some((t, ts)))
+    Ok(Some((t, ts.into())))
 }
 
 /// What a read command sees instead of the latest data: its transaction (snapshot

@@ -6,6 +6,7 @@ use super::token::ResumeToken;
 use super::{BeforeChange, FullDocument, Scope, StreamSpec};
 use crate::catalog::namespace::Namespace;
 use crate::core::keys::{self, ImageKind};
+use crate::core::time::ClusterTime;
 use crate::oplog::EntryFields;
 use crate::Engine;
 use bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
@@ -335,7 +336,7 @@ fn ns_doc(n: &Namespace) -> Document {
 pub(crate) fn transform(
     engine: &Engine,
     spec: &StreamSpec,
-    ts: u64,
+    ts: ClusterTime,
     entry: &RawDocument,
 ) -> Result<Option<Event>> {
     let f = EntryFields::read(entry)
@@ -364,7 +365,7 @@ fn apply_ops<'a>(f: &EntryFields<'a>) -> Option<&'a bson::RawArray> {
 pub(crate) fn transform_all(
     engine: &Engine,
     spec: &StreamSpec,
-    ts: u64,
+    ts: ClusterTime,
     entry: &RawDocument,
 ) -> Result<Events> {
     let f = EntryFields::read(entry)
@@ -399,7 +400,7 @@ pub(crate) fn transform_all(
 fn transform_fields(
     engine: &Engine,
     spec: &StreamSpec,
-    ts: u64,
+    ts: ClusterTime,
     f: &EntryFields<'_>,
     op_index: Option<u32>,
 ) -> Result<Option<Event>> {
@@ -474,7 +475,7 @@ fn transform_fields(
     d.name(0x03, "_id");
     token.write_raw_document(&mut d.buf);
     d.string("operationType", p.op_type);
-    d.timestamp("clusterTime", keys::u64_to_ts(ts));
+    d.timestamp("clusterTime", ts.into());
     if spec.show_expanded && !p.view_event {
         if let Some(u) = uuid {
             d.uuid("collectionUUID", u);
@@ -636,7 +637,7 @@ pub(crate) fn invalidate(cause: &Event) -> Event {
 fn add_images(
     engine: &Engine,
     spec: &StreamSpec,
-    ts: u64,
+    ts: ClusterTime,
     op_index: Option<u32>,
     uuid: Option<bson::Uuid>,
     d: &mut Document,
@@ -682,7 +683,7 @@ fn add_images(
 /// Sets `field` to the stored image, or to null when there is none (an error when required).
 fn add_image(
     engine: &Engine,
-    at: (u64, Option<u32>),
+    at: (ClusterTime, Option<u32>),
     kind: ImageKind,
     required: bool,
     field: &str,
@@ -713,7 +714,7 @@ fn add_image(
 /// whose entry it is).
 fn image(
     engine: &Engine,
-    (ts, index): (u64, Option<u32>),
+    (ts, index): (ClusterTime, Option<u32>),
     kind: ImageKind,
 ) -> Result<Option<Document>> {
     let found = match index {

@@ -20,6 +20,7 @@ pub mod token;
 
 use crate::catalog::namespace::Namespace;
 use crate::core::keys;
+use crate::core::time::ClusterTime;
 use crate::oplog::recent;
 use crate::read::cursor::{needs_storage, Cursor, EventSource, Source, NEEDS_STORAGE};
 use crate::read::find::CursorBatch;
@@ -39,7 +40,7 @@ pub type SharedEvent = crate::read::cursor::RawEvent;
 
 /// An entry read for a stream, at its oplog time.
 struct ReadEntry {
-    ts: u64,
+    ts: ClusterTime,
     body: EntryBody,
 }
 
@@ -139,7 +140,7 @@ const DEFAULT_FIRST_BATCH: usize = 101;
 pub struct ChangeStream {
     spec: StreamSpec,
     /// The smallest oplog time not read yet.
-    next_ts: u64,
+    next_ts: ClusterTime,
     /// resumeAfter/startAfter an event: that event must be the stream's first entry at
     /// its time, or the token is not from this stream (280).
     verify: Option<ResumeToken>,
@@ -395,20 +396,18 @@ impl Engine {
             ));
         }
         let trim_ts = self.oplog_trim_ts();
-        let lost = |t: u64| {
+        let lost = |t: ClusterTime| {
             Error::new(
                 codes::CHANGE_STREAM_HISTORY_LOST,
                 format!(
-                    "Resume of change stream was not possible, as the resume point may no longer be in the oplog. (resume point {:?}, oldest oplog entry {:?})",
-                    keys::u64_to_ts(t),
-                    keys::u64_to_ts(trim_ts)
+                    "Resume of change stream was not possible, as the resume point may no longer be in the oplog. (resume point {t}, oldest oplog entry {trim_ts})",
                 ),
             )
         };
         let (next_ts, verify, pbrt) = match start.iter().next() {
             None => {
                 // As mongod: from just after the newest committed write.
-                let t = keys::ts_to_u64(self.cluster_time()) + 1;
+                let t = self.last_commit_time().next();
                 (t, None, ResumeToken::high_water_mark(t))
             }
             Some((k, v)) if k == "startAtOperationTime" => {
@@ -418,7 +417,7 @@ impl Engine {
                         tailstream_query::compare::type_name(v)
                     )));
                 };
-                let t = keys::ts_to_u64(*t);
+                let t = ClusterTime::from(*t);
                 if t < trim_ts {
                     return Err(lost(t));
                 }
@@ -627,9 +626,7 @@ impl ChangeStream {
                     Ok(true) => None,
                     Ok(false) => {
                         if self.pending.is_empty() {
-                            self.advance_to(ResumeToken::high_water_mark(
-                                self.next_ts.saturating_sub(1),
-                            ));
+                            self.advance_to(ResumeToken::high_water_mark(self.next_ts.prev()));
                         }
                         return Ok((out, false));
                     }
@@ -686,12 +683,12 @@ impl ChangeStream {
         };
         let entries = self.read_entries(engine, durable, limit)?;
         if entries.is_empty() {
-            self.next_ts = durable + 1;
+            self.next_ts = durable.next();
             return Ok(false);
         }
         let shared_events = self.spec.plain() && matches!(self.spec.scope, Scope::Collection(_));
         'entries: for ReadEntry { ts, body } in entries {
-            self.next_ts = ts + 1;
+            self.next_ts = ts.next();
             let evs = match body {
                 EntryBody::Skipped => continue,
                 EntryBody::Failed(e) => return Err(e),
@@ -741,7 +738,7 @@ impl ChangeStream {
         }
         if self.pending.is_empty() && !self.invalidated {
             // Everything read so far was filtered out: the position still advances.
-            self.advance_to(ResumeToken::high_water_mark(self.next_ts.saturating_sub(1)));
+            self.advance_to(ResumeToken::high_water_mark(self.next_ts.prev()));
         }
         Ok(true)
     }
@@ -808,7 +805,7 @@ impl ChangeStream {
         let Some(ev) = evs.find(|ev| ev.token.same_event(expected)) else {
             return Err(token_not_found(expected));
         };
-        self.next_ts = expected.ts + 1;
+        self.next_ts = expected.ts.next();
         for rest in evs {
             self.push_through(pipeline, vars, Arc::new(rest.doc), rest.token)?;
         }
@@ -908,7 +905,12 @@ impl ChangeStream {
     /// the prefilter rules out on its digest is not read. A stream that keeps up reads
     /// them from the in-memory recent oplog; entries read from storage are made into
     /// events on the spot.
-    fn read_entries(&self, engine: &Engine, durable: u64, limit: usize) -> Result<Vec<ReadEntry>> {
+    fn read_entries(
+        &self,
+        engine: &Engine,
+        durable: ClusterTime,
+        limit: usize,
+    ) -> Result<Vec<ReadEntry>> {
         let mut out = Vec::new();
         let ns_full = match &self.spec.scope {
             Scope::Collection(_) => self.spec.scope_ns.as_deref(),
@@ -972,14 +974,14 @@ impl ChangeStream {
                 // The collection's entries in order, from its index of the oplog; its
                 // digests rule some out unread.
                 let lower = keys::oplog_ns_key(ns, self.next_ts);
-                let upper = keys::oplog_ns_key(ns, durable.saturating_add(1));
+                let upper = keys::oplog_ns_key(ns, durable.next());
                 let mut entries = engine.store.point_reader(Space::Oplog);
                 for item in engine
                     .store
                     .scan(Space::OplogByNs, &lower, Some(&upper), false)
                 {
                     let (k, digest) = item.map_err(crate::core::storage_err)?;
-                    let ts = u64::from_be_bytes(k[k.len() - 8..].try_into().expect("8-byte time"));
+                    let ts = keys::oplog_ns_key_time(&k);
                     if !self.prefilter.is_empty()
                         && !self.prefilter.may_match(&digest, self.spec.full_document)
                     {
@@ -1002,10 +1004,10 @@ impl ChangeStream {
             }
             None => {
                 let lower = keys::oplog_key(self.next_ts);
-                let upper = keys::oplog_key(durable.saturating_add(1));
+                let upper = keys::oplog_key(durable.next());
                 for item in engine.store.scan(Space::Oplog, &lower, Some(&upper), false) {
                     let (k, v) = item.map_err(crate::core::storage_err)?;
-                    let ts = u64::from_be_bytes(k[..8].try_into().expect("8-byte time"));
+                    let ts = keys::oplog_key_time(&k);
                     if !push_built(&mut out, engine, &self.spec, ts, &v) || budget.spend(&v) {
                         break;
                     }
@@ -1038,7 +1040,7 @@ fn push_built(
     out: &mut Vec<ReadEntry>,
     engine: &Engine,
     spec: &StreamSpec,
-    ts: u64,
+    ts: ClusterTime,
     bytes: &[u8],
 ) -> bool {
     let body = match raw_entry(ts, bytes)
@@ -1053,13 +1055,9 @@ fn push_built(
 }
 
 /// An oplog entry's bytes as a document.
-fn raw_entry(ts: u64, bytes: &[u8]) -> Result<&bson::RawDocument> {
-    bson::RawDocument::from_bytes(bytes).map_err(|e| {
-        Error::internal(format!(
-            "corrupt oplog entry at {:?}: {e}",
-            keys::u64_to_ts(ts)
-        ))
-    })
+fn raw_entry(ts: ClusterTime, bytes: &[u8]) -> Result<&bson::RawDocument> {
+    bson::RawDocument::from_bytes(bytes)
+        .map_err(|e| Error::internal(format!("corrupt oplog entry at {ts}: {e}")))
 }
 
 /// The largest event returned whole (mongod: BSONObjMaxUserSize).

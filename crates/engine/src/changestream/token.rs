@@ -5,7 +5,7 @@
 //! as strings in stream order and tools that decode them (Debezium, the Kafka
 //! connector) read them as they read mongod's.
 
-use crate::core::keys;
+use crate::core::time::ClusterTime;
 use bson::{doc, Bson, Document};
 use std::sync::Arc;
 use tailstream_query::error::{codes, Error, Result};
@@ -20,8 +20,8 @@ pub const EVENT: i32 = 128;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResumeToken {
-    /// Cluster time of the event (or position), as the sortable u64 of [`keys::ts_to_u64`].
-    pub ts: u64,
+    /// Cluster time of the event (or position).
+    pub ts: ClusterTime,
     pub version: i32,
     pub token_type: i32,
     pub txn_op_index: i64,
@@ -46,7 +46,7 @@ thread_local! {
 
 impl ResumeToken {
     /// The position "everything before cluster time `ts` has been seen".
-    pub fn high_water_mark(ts: u64) -> ResumeToken {
+    pub fn high_water_mark(ts: ClusterTime) -> ResumeToken {
         ResumeToken {
             ts,
             version: TOKEN_VERSION,
@@ -60,14 +60,18 @@ impl ResumeToken {
     }
 
     /// The token of an event: its time, collection UUID and identifier.
-    pub fn event(ts: u64, uuid: Option<bson::Uuid>, event_id: Document) -> ResumeToken {
+    pub fn event(ts: ClusterTime, uuid: Option<bson::Uuid>, event_id: Document) -> ResumeToken {
         let mut b = KeyStringBuilder::new();
         b.append_document(&event_id, false);
         Self::event_with_key(ts, uuid, b.into_bytes())
     }
 
     /// Like [`Self::event`], with the identifier already KeyString-encoded.
-    pub fn event_with_key(ts: u64, uuid: Option<bson::Uuid>, event_key: Vec<u8>) -> ResumeToken {
+    pub fn event_with_key(
+        ts: ClusterTime,
+        uuid: Option<bson::Uuid>,
+        event_key: Vec<u8>,
+    ) -> ResumeToken {
         ResumeToken {
             ts,
             version: TOKEN_VERSION,
@@ -89,7 +93,7 @@ impl ResumeToken {
         // Sized for the usual event: a header of about 40 bytes and its identifier.
         let mut b =
             KeyStringBuilder::with_capacity(48 + self.event_key.as_ref().map_or(0, |k| k.len()));
-        b.append(&Bson::Timestamp(keys::u64_to_ts(self.ts)), false);
+        b.append(&Bson::from(self.ts), false);
         // The components between the time and the event's identifier are the same for
         // every event of a collection: encoded once per thread while they stay the
         // same (they were most of the work of encoding a catch-up's tokens).
@@ -190,7 +194,7 @@ impl ResumeToken {
             .map_err(|e| invalid(format!("invalid resume token: {}", e.message)))?;
         let mut it = values.into_iter();
         let ts = match it.next() {
-            Some(Bson::Timestamp(t)) => keys::ts_to_u64(t),
+            Some(Bson::Timestamp(t)) => ClusterTime::from(t),
             Some(_) => {
                 return Err(invalid(
                     "invalid resume token: clusterTime is not a Timestamp",
@@ -288,13 +292,14 @@ fn invalid(msg: impl Into<String>) -> Error {
 mod tests {
     use super::*;
 
+    fn at(increment: u32) -> ClusterTime {
+        ClusterTime::new(1, increment)
+    }
+
     #[test]
     fn high_water_mark_matches_mongod() {
         // A high-water-mark token printed by mongod 7.0 (Timestamp(0x67C867A3, 1)).
-        let t = ResumeToken::high_water_mark(keys::ts_to_u64(bson::Timestamp {
-            time: 0x67C867A3,
-            increment: 1,
-        }));
+        let t = ResumeToken::high_water_mark(ClusterTime::new(0x67C867A3, 1));
         assert_eq!(
             t.to_document().get_str("_data").unwrap(),
             "8267C867A3000000012B0429296E1404"
@@ -307,10 +312,7 @@ mod tests {
         let uuid = bson::Uuid::parse_str("d3284e04-d891-4467-a216-0201812e4c4c").unwrap();
         let oid = bson::oid::ObjectId::parse_str("67c867a2fb1cbcd579f4e4de").unwrap();
         let t = ResumeToken::event(
-            keys::ts_to_u64(bson::Timestamp {
-                time: 1741186978,
-                increment: 25,
-            }),
+            ClusterTime::new(1741186978, 25),
             Some(uuid),
             doc! {"operationType": "insert", "documentKey": {"_id": oid}},
         );
@@ -341,9 +343,9 @@ mod tests {
             let mut b = KeyStringBuilder::new();
             b.append_string_and_raw_document("operationType", "update", "documentKey", &raw)
                 .unwrap();
-            let from_raw = ResumeToken::event_with_key(5, None, b.into_bytes());
+            let from_raw = ResumeToken::event_with_key(at(5), None, b.into_bytes());
             let from_doc = ResumeToken::event(
-                5,
+                at(5),
                 None,
                 doc! {"operationType": "update", "documentKey": key.clone()},
             );
@@ -358,10 +360,10 @@ mod tests {
         let u1 = bson::Uuid::new();
         let u2 = bson::Uuid::new();
         let mut tokens = vec![
-            ResumeToken::event(5, Some(u1), doc! {"operationType": "drop"}),
-            ResumeToken::event(5, Some(u2), doc! {"operationType": "drop"}),
-            ResumeToken::event(6, None, doc! {"operationType": "dropDatabase"}),
-            ResumeToken::high_water_mark(7),
+            ResumeToken::event(at(5), Some(u1), doc! {"operationType": "drop"}),
+            ResumeToken::event(at(5), Some(u2), doc! {"operationType": "drop"}),
+            ResumeToken::event(at(6), None, doc! {"operationType": "dropDatabase"}),
+            ResumeToken::high_water_mark(at(7)),
         ];
         let mut invalidate = tokens[0].clone();
         invalidate.from_invalidate = true;
@@ -397,9 +399,9 @@ mod tests {
 
     #[test]
     fn tokens_sort_in_stream_order() {
-        let a = ResumeToken::event(10, None, doc! {"operationType": "drop"}).to_document();
-        let hwm = ResumeToken::high_water_mark(11).to_document();
-        let b = ResumeToken::event(11, None, doc! {"operationType": "drop"}).to_document();
+        let a = ResumeToken::event(at(10), None, doc! {"operationType": "drop"}).to_document();
+        let hwm = ResumeToken::high_water_mark(at(11)).to_document();
+        let b = ResumeToken::event(at(11), None, doc! {"operationType": "drop"}).to_document();
         assert!(a.get_str("_data").unwrap() < hwm.get_str("_data").unwrap());
         assert!(hwm.get_str("_data").unwrap() < b.get_str("_data").unwrap());
     }

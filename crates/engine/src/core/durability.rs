@@ -4,6 +4,7 @@
 //! the next fsync covers them all, so concurrent durable writers share syncs.
 //! Without any request, the thread still syncs within `IDLE_SYNC_INTERVAL`.
 
+use super::time::{AtomicClusterTime, ClusterTime};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -110,11 +111,11 @@ pub struct Durability {
     commit_times: Box<[(AtomicU64, AtomicU64)]>,
     epoch: std::time::Instant,
     committed: AtomicU64,
-    /// Newest oplog time committed (sortable u64), stored before `committed` advances,
-    /// so an fsync that starts after reading it covers that entry.
-    committed_ts: AtomicU64,
+    /// Newest oplog time committed, stored before `committed` advances, so an fsync
+    /// that starts after reading it covers that entry.
+    committed_ts: AtomicClusterTime,
     /// Newest oplog time known to be on disk: change streams show nothing newer.
-    durable_ts_tx: watch::Sender<u64>,
+    durable_ts_tx: watch::Sender<ClusterTime>,
     requested: Mutex<u64>,
     wake: Condvar,
     synced_tx: watch::Sender<u64>,
@@ -130,7 +131,7 @@ pub struct Durability {
 
 impl Durability {
     /// `last_ts`: the newest oplog time already in the store (durable after recovery).
-    pub fn new(last_ts: u64) -> Arc<Durability> {
+    pub fn new(last_ts: ClusterTime) -> Arc<Durability> {
         let (synced_tx, synced_rx) = watch::channel(0u64);
         Arc::new(Durability {
             syncs: MicrosHistogram::new(),
@@ -140,7 +141,7 @@ impl Durability {
                 .collect(),
             epoch: std::time::Instant::now(),
             committed: AtomicU64::new(0),
-            committed_ts: AtomicU64::new(last_ts),
+            committed_ts: AtomicClusterTime::new(last_ts),
             durable_ts_tx: watch::channel(last_ts).0,
             requested: Mutex::new(0),
             wake: Condvar::new(),
@@ -155,7 +156,7 @@ impl Durability {
 
     /// Called by the writer after each commit (with the commit's newest oplog time, if it
     /// wrote any); returns the commit's sequence number.
-    pub fn committed(&self, last_ts: Option<u64>) -> u64 {
+    pub fn committed(&self, last_ts: Option<ClusterTime>) -> u64 {
         if let Some(ts) = last_ts {
             self.committed_ts.fetch_max(ts, Ordering::SeqCst);
         }
@@ -182,12 +183,12 @@ impl Durability {
     }
 
     /// The newest oplog time that is on disk.
-    pub fn durable_ts(&self) -> u64 {
+    pub fn durable_ts(&self) -> ClusterTime {
         *self.durable_ts_tx.borrow()
     }
 
     /// A receiver that sees the durable oplog time advance (change streams wait on it).
-    pub fn subscribe_durable_ts(&self) -> watch::Receiver<u64> {
+    pub fn subscribe_durable_ts(&self) -> watch::Receiver<ClusterTime> {
         self.durable_ts_tx.subscribe()
     }
 
@@ -376,7 +377,7 @@ mod tests {
 
     #[test]
     fn each_commit_is_timed_once_up_to_the_fsync_that_covered_it() {
-        let d = Durability::new(0);
+        let d = Durability::new(ClusterTime::ZERO);
         for _ in 0..3 {
             d.committed(None);
         }

@@ -12,6 +12,7 @@
 //! costs writers to collection B no copy (the isolation target of issue 3); a stream
 //! opened later on B reads B's earlier entries from storage, as it would large ones.
 
+use crate::core::time::ClusterTime;
 use parking_lot::{Mutex, RwLock};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,7 +26,7 @@ const MAX_ENTRY_BYTES: usize = 64 << 10;
 pub type Memo = Arc<dyn std::any::Any + Send + Sync>;
 
 pub struct RecentEntry {
-    pub ts: u64,
+    pub ts: ClusterTime,
     /// The `oplog_by_ns` namespaces it is listed under.
     pub namespaces: Vec<String>,
     pub digest: Vec<u8>,
@@ -43,7 +44,7 @@ impl RecentEntry {
     /// computed once by the writer; `watched`: the namespace bits open streams watch
     /// ([`RecentOplog::watched`]).
     pub fn new(
-        ts: u64,
+        ts: ClusterTime,
         entry: &bson::RawDocument,
         digest: Vec<u8>,
         namespaces: Vec<String>,
@@ -73,7 +74,7 @@ struct Ring {
     entries: VecDeque<Arc<RecentEntry>>,
     bytes: usize,
     /// Every committed entry with a time >= `from` is in `entries`.
-    from: u64,
+    from: ClusterTime,
 }
 
 pub struct RecentOplog {
@@ -157,7 +158,7 @@ impl RecentOplog {
 
     /// Starts keeping entries from time `from` on. Called under the writer lock, so
     /// no commit can fall between this and the first hand-over.
-    pub fn enable(&self, from: u64) {
+    pub fn enable(&self, from: ClusterTime) {
         if !self.enabled() {
             let mut r = self.ring.write();
             r.entries.clear();
@@ -183,7 +184,7 @@ impl RecentOplog {
                 break;
             };
             r.bytes -= old.size();
-            r.from = old.ts + 1;
+            r.from = old.ts.next();
         }
     }
 
@@ -191,8 +192,8 @@ impl RecentOplog {
     /// of them; None when the ring does not hold everything from `from` on.
     pub fn read(
         &self,
-        from: u64,
-        to: u64,
+        from: ClusterTime,
+        to: ClusterTime,
         limit: usize,
         mut wanted: impl FnMut(&RecentEntry) -> bool,
     ) -> Option<Vec<Arc<RecentEntry>>> {
@@ -237,14 +238,14 @@ mod tests {
         let twice_a = oplog.watch(a);
         assert_eq!(oplog.watched(), a);
         let kept = RecentEntry::new(
-            1,
+            ClusterTime::new(1, 1),
             &entry("db.a"),
             Vec::new(),
             vec!["db.a".into()],
             oplog.watched(),
         );
         let listed = RecentEntry::new(
-            2,
+            ClusterTime::new(1, 2),
             &entry("db.b"),
             Vec::new(),
             vec!["db.b".into()],
@@ -259,7 +260,7 @@ mod tests {
         assert_eq!(oplog.watched(), 0);
         let all = oplog.watch(u64::MAX);
         assert!(RecentEntry::new(
-            3,
+            ClusterTime::new(1, 3),
             &entry("db.b"),
             Vec::new(),
             vec!["db.b".into()],

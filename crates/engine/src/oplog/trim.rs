@@ -1,6 +1,7 @@
 //! Oplog trimming and the oplog's maintenance thread.
 
 use crate::catalog::Catalog;
+use crate::core::time::ClusterTime;
 use crate::core::{keys, storage_err};
 use crate::oplog;
 use crate::Engine;
@@ -15,7 +16,7 @@ const TRIM_ROUND_BYTES: u64 = 16 << 20;
 struct TrimCopy {
     coll_uuid: bson::Uuid,
     doc_key: Vec<u8>,
-    ts: u64,
+    ts: ClusterTime,
     doc: bson::RawDocumentBuf,
 }
 
@@ -36,7 +37,7 @@ fn trim_oplog_round(engine: &Engine) -> Result<bool> {
     let cap = engine.opts.oplog_size_bytes;
     let (trim_ts, oplog_bytes, newest) = {
         let w = engine.writer.lock();
-        (w.trim_ts, w.oplog_bytes, keys::ts_to_u64(w.clock.last()))
+        (w.trim_ts, w.oplog_bytes, w.clock.last())
     };
     if oplog_bytes <= cap {
         return Ok(false);
@@ -55,7 +56,7 @@ fn trim_oplog_round(engine: &Engine) -> Result<bool> {
         .scan(Space::Oplog, &keys::oplog_key(trim_ts), None, false)
     {
         let (k, v) = item.map_err(storage_err)?;
-        let t = u64::from_be_bytes(k[..8].try_into().unwrap());
+        let t = keys::oplog_key_time(&k);
         if to_free == 0 || t >= newest {
             break;
         }
@@ -68,7 +69,7 @@ fn trim_oplog_round(engine: &Engine) -> Result<bool> {
         let n = v.len() as u64;
         to_free = to_free.saturating_sub(n);
         freed += n;
-        new_trim = t + 1;
+        new_trim = t.next();
     }
     if new_trim <= trim_ts {
         return Ok(false);
@@ -77,13 +78,13 @@ fn trim_oplog_round(engine: &Engine) -> Result<bool> {
     for ns in &namespaces {
         batch.delete_range(
             Space::OplogByNs,
-            &keys::oplog_ns_key(ns, 0),
+            &keys::oplog_ns_key(ns, ClusterTime::ZERO),
             &keys::oplog_ns_key(ns, new_trim),
         );
     }
     batch.delete_range(
         Space::Images,
-        &keys::image_key(0, keys::ImageKind::Before),
+        &keys::image_key(ClusterTime::ZERO, keys::ImageKind::Before),
         &keys::image_key(new_trim, keys::ImageKind::Before),
     );
     let mut w = engine.writer.lock();
@@ -116,8 +117,8 @@ fn trim_oplog_round(engine: &Engine) -> Result<bool> {
     drop(w);
     engine
         .store
-        .retire_through(Space::Oplog, &keys::oplog_key(new_trim - 1));
-    tracing::debug!(freed, new_trim, "oplog trimmed");
+        .retire_through(Space::Oplog, &keys::oplog_key(new_trim.prev()));
+    tracing::debug!(freed, %new_trim, "oplog trimmed");
     Ok(over)
 }
 
@@ -131,7 +132,7 @@ fn coll_ids_by_uuid(catalog: &Catalog) -> std::collections::HashMap<bson::Uuid, 
 fn trim_copy(
     coll_ids: &std::collections::HashMap<bson::Uuid, u32>,
     entry: &bson::RawDocument,
-    ts: u64,
+    ts: ClusterTime,
 ) -> Result<Option<TrimCopy>> {
     let Ok(bson::RawBsonRef::Binary(ui)) =
         entry.get("ui").map(|v| v.unwrap_or(bson::RawBsonRef::Null))

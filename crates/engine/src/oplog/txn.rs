@@ -9,14 +9,15 @@ use crate::catalog::namespace::Namespace;
 use crate::catalog::{Catalog, CollMeta};
 use crate::core::bus::{namespace_bit, CommitNotice};
 use crate::core::clock::ClusterClock;
+use crate::core::time::ClusterTime;
 use crate::core::{keys, storage_err};
 use crate::oplog::{self, OplogChange};
 use crate::Engine;
 use bson::{doc, Document};
 use parking_lot::MutexGuard;
 use std::sync::Arc;
-use tailstream_query::error::Result;
-use tailstream_storage::{Batch, Space};
+use tailstream_query::error::{Error, Result};
+use tailstream_storage::{Batch, Space, Store};
 
 /// What a committed transaction reports back.
 #[derive(Debug, Clone, Copy)]
@@ -24,7 +25,7 @@ pub struct Committed {
     /// Durability sequence number: wait for `Durability::wait_synced(seq)` before a `j: true` ack.
     pub seq: u64,
     /// Cluster time of the last oplog entry written (the operation time).
-    pub last_ts: Option<bson::Timestamp>,
+    pub last_ts: Option<ClusterTime>,
 }
 
 pub(crate) struct Writer {
@@ -32,16 +33,36 @@ pub(crate) struct Writer {
     /// Bytes of oplog entries currently retained.
     pub(crate) oplog_bytes: u64,
     /// Oldest retained oplog time (everything below it was trimmed).
-    pub(crate) trim_ts: u64,
+    pub(crate) trim_ts: ClusterTime,
 }
 
 impl Writer {
     /// Stores the trim point and retained size (read back at open) in `batch`.
     pub(crate) fn put_oplog_state(&self, batch: &mut Batch<'_>) {
-        let state = doc! {"trim": self.trim_ts as i64, "bytes": self.oplog_bytes as i64};
+        let state = doc! {
+            "trim": self.trim_ts.as_u64() as i64,
+            "bytes": self.oplog_bytes as i64,
+        };
         let mut bytes = Vec::new();
         state.to_writer(&mut bytes).expect("serialise oplog state");
         batch.put(Space::Meta, keys::META_OPLOG_TRIM, &bytes);
+    }
+
+    /// The trim point and retained size [`Self::put_oplog_state`] stored (nothing
+    /// trimmed, nothing retained in a new data directory).
+    pub(crate) fn load_oplog_state(store: &Store) -> Result<(ClusterTime, u64)> {
+        let Some(v) = store
+            .get(Space::Meta, keys::META_OPLOG_TRIM)
+            .map_err(storage_err)?
+        else {
+            return Ok((ClusterTime::ZERO, 0));
+        };
+        let d =
+            Document::from_reader(&mut v.as_slice()).map_err(|e| Error::internal(e.to_string()))?;
+        Ok((
+            ClusterTime::from_u64(d.get_i64("trim").unwrap_or(0) as u64),
+            d.get_i64("bytes").unwrap_or(0) as u64,
+        ))
     }
 }
 
@@ -71,7 +92,7 @@ impl Engine {
     pub(crate) fn enable_recent_oplog(&self) {
         if !self.recent.enabled() {
             let w = self.writer.lock();
-            self.recent.enable(keys::ts_to_u64(w.clock.last()) + 1);
+            self.recent.enable(w.clock.last().next());
         }
     }
 
@@ -101,7 +122,7 @@ pub(crate) struct Txn<'e> {
     /// A modified copy of the catalog, installed on commit.
     catalog: Option<Catalog>,
     wall: bson::DateTime,
-    last_ts: Option<bson::Timestamp>,
+    last_ts: Option<ClusterTime>,
     oplog_added: u64,
     /// Capped totals include this transaction's inserts: settle them at commit or drop.
     touched_capped: bool,
@@ -117,7 +138,7 @@ pub(crate) struct Txn<'e> {
     session: Option<(Document, i64)>,
     apply_ops: Vec<bson::RawDocumentBuf>,
     /// The time of that entry, taken at the transaction's first operation.
-    txn_ts: Option<bson::Timestamp>,
+    txn_ts: Option<ClusterTime>,
 }
 
 impl Drop for Txn<'_> {
@@ -141,7 +162,7 @@ impl<'e> Txn<'e> {
     }
 
     /// The time of the transaction's `applyOps` entry (taken once).
-    fn txn_ts(&mut self) -> bson::Timestamp {
+    fn txn_ts(&mut self) -> ClusterTime {
         match self.txn_ts {
             Some(ts) => ts,
             None => {
@@ -153,7 +174,7 @@ impl<'e> Txn<'e> {
     }
 
     /// Adds an operation to the transaction's `applyOps` entry; returns its time.
-    fn collect_op(&mut self, op: bson::RawDocumentBuf) -> bson::Timestamp {
+    fn collect_op(&mut self, op: bson::RawDocumentBuf) -> ClusterTime {
         let ts = self.txn_ts();
         self.apply_ops.push(op);
         ts
@@ -161,14 +182,14 @@ impl<'e> Txn<'e> {
 
     /// Appends an oplog entry (and its per-namespace index entry) with the next cluster
     /// time; in a transaction, adds it to the transaction's entry.
-    pub fn log(&mut self, change: OplogChange) -> bson::Timestamp {
+    pub fn log(&mut self, change: OplogChange) -> ClusterTime {
         if self.collects_ops() {
             let op = bson::RawDocumentBuf::from_document(&change.to_apply_op())
                 .expect("an oplog operation is a valid document");
             return self.collect_op(op);
         }
         let ts = self.w.clock.next();
-        let entry = change.to_entry(ts, self.wall);
+        let entry = change.to_entry(ts.into(), self.wall);
         let mut bytes = Vec::with_capacity(256);
         entry
             .to_writer(&mut bytes)
@@ -179,18 +200,17 @@ impl<'e> Txn<'e> {
 
     /// Stores a change-stream image (`before` or after) of the document the entry at `ts`
     /// changed (in a transaction: the operation just added to its entry).
-    pub fn put_image(&mut self, ts: bson::Timestamp, kind: keys::ImageKind, doc: &Document) {
+    pub fn put_image(&mut self, ts: ClusterTime, kind: keys::ImageKind, doc: &Document) {
         let mut bytes = Vec::new();
         doc.to_writer(&mut bytes)
             .expect("serialising a Document into a Vec cannot fail");
-        let t = keys::ts_to_u64(ts);
         if self.collects_ops() {
             let index = self.apply_ops.len().saturating_sub(1) as u32;
             self.batch
-                .put(Space::Images, &keys::image_key_at(t, index, kind), &bytes);
+                .put(Space::Images, &keys::image_key_at(ts, index, kind), &bytes);
         } else {
             self.batch
-                .put(Space::Images, &keys::image_key(t, kind), &bytes);
+                .put(Space::Images, &keys::image_key(ts, kind), &bytes);
         }
     }
 
@@ -202,7 +222,7 @@ impl<'e> Txn<'e> {
         ui: bson::Uuid,
         doc: &bson::RawDocument,
         id: &bson::RawBsonRef<'_>,
-    ) -> bson::Timestamp {
+    ) -> ClusterTime {
         use bson::raw::{RawBinaryRef, RawBsonRef};
         let mut o2 = bson::RawDocumentBuf::new();
         o2.append_ref("_id", *id);
@@ -236,7 +256,7 @@ impl<'e> Txn<'e> {
         bytes.extend_from_slice(&[5, 0, 0, 0, 0]);
         let mut e = bson::RawDocumentBuf::from_bytes(bytes).expect("the empty document");
         append_op(&mut e);
-        e.append_ref("ts", RawBsonRef::Timestamp(ts));
+        e.append_ref("ts", RawBsonRef::Timestamp(ts.into()));
         e.append_ref("t", RawBsonRef::Int64(1));
         e.append_ref("v", RawBsonRef::Int64(2));
         e.append_ref("wall", RawBsonRef::DateTime(self.wall));
@@ -257,20 +277,19 @@ impl<'e> Txn<'e> {
     fn put_oplog(
         &mut self,
         ns: &str,
-        ts: bson::Timestamp,
+        ts: ClusterTime,
         bytes: &[u8],
         head: Option<oplog::EntryHead<'_>>,
     ) {
-        let t = keys::ts_to_u64(ts);
         self.oplog_added += bytes.len() as u64;
-        self.batch.put(Space::Oplog, &keys::oplog_key(t), bytes);
+        self.batch.put(Space::Oplog, &keys::oplog_key(ts), bytes);
         let raw = bson::RawDocument::from_bytes(bytes).ok();
         let head = head.or_else(|| raw.map(oplog::EntryHead::of));
         let digest = head.map(|h| h.digest()).unwrap_or_default();
         if !ns.is_empty() {
             self.ns_mask |= namespace_bit(ns);
             self.batch
-                .put(Space::OplogByNs, &keys::oplog_ns_key(ns, t), &digest);
+                .put(Space::OplogByNs, &keys::oplog_ns_key(ns, ts), &digest);
         }
         let recent = self.engine.recent.enabled();
         let is_command = head.is_some_and(|h| h.op == "c");
@@ -283,13 +302,13 @@ impl<'e> Txn<'e> {
             for target in namespaces.iter().skip(1) {
                 self.ns_mask |= namespace_bit(target);
                 self.batch
-                    .put(Space::OplogByNs, &keys::oplog_ns_key(target, t), b"c");
+                    .put(Space::OplogByNs, &keys::oplog_ns_key(target, ts), b"c");
             }
         }
         if recent {
             if let (Some(raw), Some(_)) = (raw, head) {
                 self.recent.push(oplog::recent::RecentEntry::new(
-                    t,
+                    ts,
                     raw,
                     digest,
                     namespaces,
@@ -369,18 +388,12 @@ impl<'e> Txn<'e> {
         e.append("op", "c");
         e.append("ns", "admin.$cmd");
         e.append("o", o);
-        e.append("ts", ts);
+        e.append("ts", bson::Timestamp::from(ts));
         e.append("t", 1i64);
         e.append("v", 2i64);
         e.append("wall", self.wall);
         let mut prev = bson::RawDocumentBuf::new();
-        prev.append(
-            "ts",
-            bson::Timestamp {
-                time: 0,
-                increment: 0,
-            },
-        );
+        prev.append("ts", bson::Timestamp::from(ClusterTime::ZERO));
         prev.append("t", -1i64);
         e.append("prevOpTime", prev);
         self.put_oplog("admin.$cmd", ts, e.as_bytes(), None);
@@ -420,7 +433,7 @@ impl<'e> Txn<'e> {
         if !self.recent.is_empty() {
             engine.recent.push(std::mem::take(&mut self.recent));
         }
-        let seq = engine.durability.committed(last_ts.map(keys::ts_to_u64));
+        let seq = engine.durability.committed(last_ts);
         if let Some(c) = catalog {
             *engine.catalog.write() = Arc::new(c);
         }
@@ -430,7 +443,7 @@ impl<'e> Txn<'e> {
             }
             engine.bus.publish(CommitNotice {
                 seq,
-                last_ts: keys::ts_to_u64(ts),
+                last_ts: ts,
                 ns_mask: self.ns_mask,
             });
         }

@@ -3,6 +3,7 @@
 
 use crate::catalog::namespace::Namespace;
 use crate::catalog::CollMeta;
+use crate::core::time::ClusterTime;
 use crate::oplog::{OPLOG_COLL, OPLOG_DB};
 use crate::read::cursor::{Cursor, Source, DEFAULT_FIRST_BATCH};
 use crate::read::{self, Access, Plan, Scan};
@@ -443,7 +444,11 @@ impl Engine {
     /// query's `ts` predicate.
     fn oplog_scan(&self, matcher: &Matcher, reverse: bool) -> Scan {
         Scan::new(Access::OplogScan {
-            from: if reverse { 0 } else { oplog_start(matcher) },
+            from: if reverse {
+                ClusterTime::ZERO
+            } else {
+                oplog_start(matcher)
+            },
             reverse,
             floor: self.oplog_floor(),
         })
@@ -1082,17 +1087,17 @@ fn oplog_meta() -> CollMeta {
 }
 
 /// Where an oplog query can start: the lower bound of its `ts` predicate.
-fn oplog_start(matcher: &Matcher) -> u64 {
+fn oplog_start(matcher: &Matcher) -> ClusterTime {
     for (path, b) in matcher.index_predicates() {
         if path != "ts" {
             continue;
         }
         let v = b.eq.as_ref().or(b.gte.as_ref()).or(b.gt.as_ref());
         if let Some(Bson::Timestamp(t)) = v {
-            return crate::core::keys::ts_to_u64(*t);
+            return ClusterTime::from(*t);
         }
     }
-    0
+    ClusterTime::ZERO
 }
 
 fn collect_path_values(v: &Bson, parts: &[&str], out: &mut Vec<Bson>) {

@@ -20,6 +20,7 @@
 //! - **The deadline** (`maxTimeMS`, default 1 s) answers an empty batch; the cursor
 //!   stays open. A cursor closed meanwhile is reported by the next look.
 
+use crate::core::time::ClusterTime;
 use crate::read::cursor::{Source, NEEDS_STORAGE};
 use crate::read::find::CursorBatch;
 use crate::Engine;
@@ -222,7 +223,7 @@ impl Engine {
             }
             // An event source re-reads once the durable time reaches a commit it cares
             // about.
-            let mut wake_at: Option<u64> = None;
+            let mut wake_at: Option<ClusterTime> = None;
             if kind.events && first_look {
                 // Writes committed before we registered as waiting may still wait for
                 // their fsync; the ones after ask for it themselves.

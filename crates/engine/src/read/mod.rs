@@ -14,6 +14,7 @@ mod storage_stats;
 use crate::catalog::{CollMeta, IndexMeta};
 use crate::core::keys;
 use crate::core::storage_err;
+use crate::core::time::{AtomicClusterTime, ClusterTime};
 use bson::{Bson, Document};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -49,9 +50,9 @@ pub enum Access {
     /// The oplog from a cluster time on (`local.oplog.rs`). `floor` is the engine's
     /// trim point: entries below it may still be stored but are gone.
     OplogScan {
-        from: u64,
+        from: ClusterTime,
         reverse: bool,
-        floor: Arc<std::sync::atomic::AtomicU64>,
+        floor: Arc<AtomicClusterTime>,
     },
     /// A capped collection in insertion order (its `Natural` entries).
     NaturalScan { reverse: bool },

@@ -295,8 +295,7 @@ impl Engine {
             // Inside a transaction's applyOps entry: no pointer can name it, stored whole.
             txn.batch().put(Space::Docs, &dkey, raw.as_bytes());
         } else {
-            txn.batch()
-                .put(Space::Docs, &dkey, &keys::doc_pointer(keys::ts_to_u64(ts)));
+            txn.batch().put(Space::Docs, &dkey, &keys::doc_pointer(ts));
         }
         if meta.is_capped() {
             txn.touch_capped();
@@ -341,7 +340,7 @@ impl Engine {
             .flatten()
             .expect("prepared documents have an _id");
         let ts = txn.log_insert(&meta.oplog_ns(), meta.uuid, &raw, &id_ref);
-        let record = keys::record_key(keys::ts_to_u64(ts)).to_vec();
+        let record = keys::record_key(ts).to_vec();
         for (index_id, values_ks) in entries {
             txn.batch().put(
                 Space::Index,

@@ -22,6 +22,7 @@
 
 use crate::catalog::namespace::Namespace;
 use crate::catalog::validation::DocumentValidator;
+use crate::core::time::ClusterTime;
 use crate::read::cursor::{Cursor, Source, DEFAULT_FIRST_BATCH};
 use crate::read::find::{check_batch_size, CursorBatch, FindRequest};
 use crate::write::{
@@ -146,7 +147,7 @@ impl Engine {
 
     /// A read-only transaction on everything committed, with the cluster time of the
     /// newest commit it contains (for `readConcern: {level: "snapshot"}` reads).
-    pub fn snapshot_now(&self) -> (bson::Timestamp, Transaction) {
+    pub fn snapshot_now(&self) -> (ClusterTime, Transaction) {
         // Under the writer lock no commit is half done: the clock's last time is the
         // newest commit, and the snapshot holds exactly the commits up to it.
         let w = self.writer.lock();

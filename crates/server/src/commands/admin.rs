@@ -163,8 +163,8 @@ pub fn server_status(state: &ServerState) -> Document {
             },
         },
         "oplog": {
-            "oldest": tailstream_engine::keys::u64_to_ts(oldest),
-            "newest": tailstream_engine::keys::u64_to_ts(newest),
+            "oldest": oldest,
+            "newest": newest,
         },
         "durability": durability_status(engine),
     }
