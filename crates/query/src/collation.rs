@@ -11,7 +11,7 @@
 //! (or a collection or index that has one) does not rebuild it.
 
 use crate::error::{codes, Error, Result};
-use crate::update::util::doc_to_string;
+use crate::render::doc_to_string;
 use bson::{Bson, Document};
 use icu_collator::options::{AlternateHandling, CaseLevel, CollatorOptions, MaxVariable, Strength};
 use icu_collator::preferences::{CollationCaseFirst, CollationNumericOrdering};

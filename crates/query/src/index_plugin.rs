@@ -64,7 +64,7 @@ pub fn normalize_spec(spec: Document) -> Result<Document> {
                     31303,
                     format!(
                         "A maximum of one index field is allowed to be hashed but found {n} for 'key' {}",
-                        crate::expr::util::show(&Bson::Document(key.clone()))
+                        crate::render::show(&Bson::Document(key.clone()))
                     ),
                 ));
             }

@@ -15,6 +15,7 @@ pub mod matcher;
 pub mod path;
 pub mod pipeline;
 pub mod projection;
+pub mod render;
 pub mod script;
 pub mod sort;
 pub mod text;
