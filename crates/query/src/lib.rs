@@ -2,6 +2,7 @@
 //! query matching, update operators, projection, sorting and aggregation.
 //! Nothing here touches disk or the network, so all of it is unit-tested in isolation.
 
+pub mod args;
 pub mod collation;
 pub mod compare;
 pub mod error;
@@ -19,6 +20,7 @@ pub mod render;
 pub mod script;
 pub mod sort;
 pub mod text;
+pub mod types;
 pub mod update;
 pub mod validation_error;
 

@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tailstream_engine::query::compare::type_name;
+use tailstream_engine::query::args::wrong_type;
 use tailstream_engine::query::error::{codes, Error, Result};
 use tailstream_engine::transaction::Transaction;
 use tailstream_engine::ClusterTime;
@@ -112,13 +112,13 @@ pub fn fields(spec: &Spec, name: &str, db: &str, cmd: &Document) -> Result<Optio
     };
     match autocommit {
         Bson::Boolean(false) => {}
-        Bson::Boolean(true) => return Err(Error::new(codes::INVALID_OPTIONS, "autocommit must be false")),
-        v => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field 'OperationSessionInfo.autocommit' is the wrong type '{}', expected type 'bool'",
-                type_name(v)
-            )))
+        Bson::Boolean(true) => {
+            return Err(Error::new(
+                codes::INVALID_OPTIONS,
+                "autocommit must be false",
+            ))
         }
+        v => return Err(wrong_type("OperationSessionInfo.autocommit", v, "bool")),
     }
     let lsid = cmd.get("lsid").cloned().ok_or_else(|| {
         Error::new(
@@ -476,12 +476,7 @@ pub fn snapshot_read(
     let at = match rc.get("atClusterTime") {
         None => None,
         Some(Bson::Timestamp(t)) => Some(*t),
-        Some(v) => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field 'atClusterTime' is the wrong type '{}', expected type 'timestamp'",
-                type_name(v)
-            )))
-        }
+        Some(v) => return Err(wrong_type("atClusterTime", v, "timestamp")),
     };
     if let Some(at) = at {
         let key = ClusterTime::from(at);

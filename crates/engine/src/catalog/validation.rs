@@ -98,10 +98,11 @@ pub(crate) fn check_options(command: &str, options: &Document) -> Result<()> {
             Matcher::new(v)?;
         }
         Some(other) => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field '{command}.validator' is the wrong type '{}', expected type 'object'",
-                tailstream_query::compare::type_name(other)
-            )))
+            return Err(tailstream_query::args::wrong_type(
+                &format!("{command}.validator"),
+                other,
+                "object",
+            ))
         }
     }
     for (field, allowed) in [
@@ -117,10 +118,11 @@ pub(crate) fn check_options(command: &str, options: &Document) -> Result<()> {
                 )))
             }
             Some(other) => {
-                return Err(Error::type_mismatch(format!(
-                    "BSON field '{command}.{field}' is the wrong type '{}', expected type 'string'",
-                    tailstream_query::compare::type_name(other)
-                )))
+                return Err(tailstream_query::args::wrong_type(
+                    &format!("{command}.{field}"),
+                    other,
+                    "string",
+                ))
             }
         }
     }

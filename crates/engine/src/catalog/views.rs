@@ -102,10 +102,7 @@ fn bson_size(d: &Document) -> usize {
 }
 
 fn wrong_type(command: &str, field: &str, v: &Bson, expected: &str) -> Error {
-    Error::type_mismatch(format!(
-        "BSON field '{command}.{field}' is the wrong type '{}', expected type '{expected}'",
-        tailstream_query::compare::type_name(v)
-    ))
+    tailstream_query::args::wrong_type(&format!("{command}.{field}"), v, expected)
 }
 
 /// `viewOn`, checked as mongod's `create` and `collMod` check it.

@@ -175,14 +175,7 @@ fn parse_spec(
     let mut all_for_cluster = false;
     let mut start = Document::new();
     for (k, v) in opts {
-        let bool_opt = || -> Result<bool> {
-            v.as_bool().ok_or_else(|| {
-                Error::type_mismatch(format!(
-                    "BSON field '$changeStream.{k}' is the wrong type '{}', expected type 'bool'",
-                    tailstream_query::compare::type_name(v)
-                ))
-            })
-        };
+        let bool_opt = || tailstream_query::args::bool_value(&format!("$changeStream.{k}"), v);
         match k.as_str() {
             "resumeAfter" | "startAfter" | "startAtOperationTime" => {
                 start.insert(k.clone(), v.clone());
@@ -332,10 +325,7 @@ fn enum_error(k: &str, v: &Bson) -> Error {
         Bson::String(s) => Error::bad_value(format!(
             "Enumeration value '{s}' for field '$changeStream.{k}' is not a valid value."
         )),
-        other => Error::type_mismatch(format!(
-            "BSON field '$changeStream.{k}' is the wrong type '{}', expected type 'string'",
-            tailstream_query::compare::type_name(other)
-        )),
+        other => tailstream_query::args::wrong_type(&format!("$changeStream.{k}"), other, "string"),
     }
 }
 
@@ -411,13 +401,11 @@ impl Engine {
                 (t, None, ResumeToken::high_water_mark(t))
             }
             Some((k, v)) if k == "startAtOperationTime" => {
-                let Bson::Timestamp(t) = v else {
-                    return Err(Error::type_mismatch(format!(
-                        "BSON field '$changeStream.startAtOperationTime' is the wrong type '{}', expected type 'timestamp'",
-                        tailstream_query::compare::type_name(v)
-                    )));
-                };
-                let t = ClusterTime::from(*t);
+                let t = tailstream_query::args::timestamp_value(
+                    "$changeStream.startAtOperationTime",
+                    v,
+                )?;
+                let t = ClusterTime::from(t);
                 if t < trim_ts {
                     return Err(lost(t));
                 }

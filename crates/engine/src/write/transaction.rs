@@ -713,10 +713,11 @@ impl Engine {
                 tailstream_query::collation::Collator::parse(d)?;
             }
             Some(other) => {
-                let found = tailstream_query::compare::type_name(other);
-                return Err(Error::type_mismatch(format!(
-                    "BSON field 'create.collation' is the wrong type '{found}', expected type 'object'"
-                )));
+                return Err(tailstream_query::args::wrong_type(
+                    "create.collation",
+                    other,
+                    "object",
+                ));
             }
         }
         t.ddl.push(PendingDdl::Create(ns.clone(), options));

@@ -229,8 +229,18 @@ pub async fn drop_database(state: &Arc<ServerState>, db: &str, cmd: &Document) -
 pub async fn rename_collection(state: &Arc<ServerState>, cmd: &Document) -> Result<Document> {
     let from = match cmd.get("renameCollection") {
         Some(Bson::String(s)) => Namespace::parse(s)?,
-        Some(v) => return Err(Error::type_mismatch(format!("BSON field 'renameCollection.renameCollection' is the wrong type '{}', expected type 'string'", type_name(v)))),
-        None => return Err(Error::failed_to_parse("renameCollection requires a source namespace")),
+        Some(v) => {
+            return Err(super::wrong_field_type(
+                "renameCollection.renameCollection",
+                v,
+                "string",
+            ))
+        }
+        None => {
+            return Err(Error::failed_to_parse(
+                "renameCollection requires a source namespace",
+            ))
+        }
     };
     let to = match opt_str(cmd, "to")? {
         Some(s) => Namespace::parse(s)?,
@@ -315,12 +325,17 @@ pub async fn create_indexes(
     let specs: Vec<Document> = match cmd.get("indexes") {
         Some(Bson::Array(a)) => a
             .iter()
-            .map(|v| match v {
+            .enumerate()
+            .map(|(i, v)| match v {
                 Bson::Document(d) => Ok(d.clone()),
-                other => Err(Error::type_mismatch(format!("BSON field 'createIndexes.indexes' element is the wrong type '{}', expected type 'object'", type_name(other)))),
+                other => Err(super::wrong_field_type(
+                    &format!("createIndexes.indexes.{i}"),
+                    other,
+                    "object",
+                )),
             })
             .collect::<Result<_>>()?,
-        Some(v) => return Err(Error::type_mismatch(format!("BSON field 'createIndexes.indexes' is the wrong type '{}', expected type 'array'", type_name(v)))),
+        Some(v) => return Err(super::wrong_field_type("createIndexes.indexes", v, "array")),
         None => return Err(Error::missing_field("createIndexes.indexes")),
     };
     if let Some(t) = crate::transactions::current() {

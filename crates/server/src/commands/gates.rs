@@ -551,19 +551,9 @@ fn read_concern_level(cmd: &Document) -> Result<Option<&str>> {
         Some(Bson::Document(rc)) => match rc.get("level") {
             None => return Ok(None),
             Some(Bson::String(l)) => l,
-            Some(v) => {
-                return Err(Error::type_mismatch(format!(
-                    "BSON field 'readConcern.level' is the wrong type '{}', expected type 'string'",
-                    type_name(v)
-                )))
-            }
+            Some(v) => return Err(args::wrong_field_type("readConcern.level", v, "string")),
         },
-        Some(v) => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field 'readConcern' is the wrong type '{}', expected type 'object'",
-                type_name(v)
-            )))
-        }
+        Some(v) => return Err(args::wrong_field_type("readConcern", v, "object")),
     };
     if READ_CONCERN_LEVELS.contains(&level.as_str()) {
         Ok(Some(level.as_str()))

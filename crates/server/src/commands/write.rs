@@ -44,12 +44,7 @@ pub fn parse_write_concern(cmd: &Document) -> Result<WriteConcern> {
     };
     let wc = match wc {
         Bson::Document(d) => d,
-        other => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field 'writeConcern' is the wrong type '{}', expected type 'object'",
-                type_name(other)
-            )))
-        }
+        other => return Err(super::wrong_field_type("writeConcern", other, "object")),
     };
     let mut out = WriteConcern::default();
     match wc.get("w") {
@@ -163,10 +158,11 @@ fn statement_collation(path: &str, statement: &Document) -> Result<Option<Docume
     match statement.get("collation") {
         None => Ok(None),
         Some(Bson::Document(d)) => Ok(Some(d.clone())),
-        Some(v) => Err(Error::type_mismatch(format!(
-            "BSON field '{path}.collation' is the wrong type '{}', expected type 'object'",
-            type_name(v)
-        ))),
+        Some(v) => Err(super::wrong_field_type(
+            &format!("{path}.collation"),
+            v,
+            "object",
+        )),
     }
 }
 
@@ -374,12 +370,7 @@ pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
         )?;
         let q = match u.get("q") {
             Some(Bson::Document(q)) => q.clone(),
-            Some(v) => {
-                return Err(Error::type_mismatch(format!(
-                    "BSON field 'update.updates.q' is the wrong type '{}', expected type 'object'",
-                    type_name(v)
-                )))
-            }
+            Some(v) => return Err(super::wrong_field_type("update.updates.q", v, "object")),
             None => return Err(Error::missing_field("update.updates.q")),
         };
         let upd = match u.get("u") {
@@ -445,12 +436,7 @@ pub async fn delete(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
         check_statement_fields("delete.deletes", d, &["q", "limit", "hint", "collation"])?;
         let q = match d.get("q") {
             Some(Bson::Document(q)) => q.clone(),
-            Some(v) => {
-                return Err(Error::type_mismatch(format!(
-                    "BSON field 'delete.deletes.q' is the wrong type '{}', expected type 'object'",
-                    type_name(v)
-                )))
-            }
+            Some(v) => return Err(super::wrong_field_type("delete.deletes.q", v, "object")),
             None => return Err(Error::missing_field("delete.deletes.q")),
         };
         let limit = match d.get("limit") {
