@@ -16,6 +16,7 @@ pub mod matcher;
 pub mod path;
 pub mod pipeline;
 pub mod projection;
+pub mod random;
 pub mod render;
 pub mod script;
 pub mod sort;

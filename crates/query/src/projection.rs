@@ -450,7 +450,7 @@ impl Projection {
         };
         if let Some(score) = doc.get(crate::text::TEXT_SCORE_FIELD) {
             for path in &self.metas {
-                crate::pipeline::set_path(&mut out, path, score.clone());
+                crate::path::set_path(&mut out, path, score.clone());
             }
         }
         Ok(out)

@@ -15,8 +15,8 @@ use bson::{doc, Bson, Document};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
+pub use crate::path::set_path;
 pub use group::{group_key, AccOp, AccSpec};
 pub use project::Tree as ProjectionTree;
 
@@ -32,35 +32,6 @@ impl CollectionSource for NoCollections {
     fn scan(&self, _db: &str, _coll: &str) -> Result<Vec<Document>> {
         Ok(Vec::new())
     }
-}
-
-// ---------------------------------------------------------------------------------------
-// Random numbers ($sample, $rand): xorshift64*, seeded from the clock.
-
-static RNG_STATE: AtomicU64 = AtomicU64::new(0);
-
-fn next_u64() -> u64 {
-    let mut s = RNG_STATE.load(AtomicOrdering::Relaxed);
-    if s == 0 {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0x9E37_79B9_7F4A_7C15);
-        s = t ^ 0x9E37_79B9_7F4A_7C15 ^ ((&RNG_STATE as *const _ as u64) << 7);
-        if s == 0 {
-            s = 0x2545_F491_4F6C_DD1D;
-        }
-    }
-    s ^= s >> 12;
-    s ^= s << 25;
-    s ^= s >> 27;
-    RNG_STATE.store(s, AtomicOrdering::Relaxed);
-    s.wrapping_mul(0x2545_F491_4F6C_DD1D)
-}
-
-/// A uniformly distributed double in [0, 1).
-pub fn random_f64() -> f64 {
-    (next_u64() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1369,7 +1340,7 @@ impl Pipeline {
                 let mut docs = docs;
                 let n = (*n).min(docs.len());
                 for i in 0..n {
-                    let j = i + (next_u64() % (docs.len() - i) as u64) as usize;
+                    let j = i + (crate::random::next_u64() % (docs.len() - i) as u64) as usize;
                     docs.swap(i, j);
                 }
                 docs.truncate(n);
@@ -1534,28 +1505,6 @@ fn get_plain<'a>(doc: &'a Document, path: &[String]) -> Option<&'a Bson> {
         };
     }
     Some(cur)
-}
-
-/// Sets a dotted path, creating (or replacing non-document) intermediate values.
-pub fn set_path(doc: &mut Document, path: &str, value: Bson) {
-    let parts: Vec<&str> = path.split('.').collect();
-    set_parts(doc, &parts, value);
-}
-
-fn set_parts(doc: &mut Document, parts: &[&str], value: Bson) {
-    let (first, rest) = parts.split_first().unwrap();
-    if rest.is_empty() {
-        doc.insert(first.to_string(), value);
-        return;
-    }
-    match doc.get_mut(*first) {
-        Some(Bson::Document(d)) => set_parts(d, rest, value),
-        _ => {
-            let mut d = Document::new();
-            set_parts(&mut d, rest, value);
-            doc.insert(first.to_string(), Bson::Document(d));
-        }
-    }
 }
 
 fn remove_parts(doc: &mut Document, parts: &[String]) {
