@@ -29,7 +29,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 use tailstream_engine::fsync_lock::WritePass;
-use tailstream_engine::query::compare::type_name;
 use tailstream_engine::query::error::{codes, Error, Result};
 use tailstream_engine::query::script::Operation;
 
