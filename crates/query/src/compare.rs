@@ -36,10 +36,10 @@ fn cmp_i64_f64(x: i64, y: f64) -> Ordering {
         return Ordering::Greater;
     }
     // 2^63 as f64 is exact; anything at or beyond it is larger than every i64.
-    if y >= 9.223_372_036_854_775_808e18 {
+    if y >= 9.223_372_036_854_776e18 {
         return Ordering::Less;
     }
-    if y < -9.223_372_036_854_775_808e18 {
+    if y < -9.223_372_036_854_776e18 {
         return Ordering::Greater;
     }
     let t = y.trunc();

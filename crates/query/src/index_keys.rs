@@ -206,7 +206,10 @@ struct Gen<'a, 'p> {
     _doc: std::marker::PhantomData<&'a ()>,
 }
 
-fn generate(doc: &Document, pattern: &KeyPattern) -> Result<(BTreeMap<Vec<u8>, Vec<Bson>>, bool)> {
+/// Index keys by their encoding, each with its key values.
+type KeysByEncoding = BTreeMap<Vec<u8>, Vec<Bson>>;
+
+fn generate(doc: &Document, pattern: &KeyPattern) -> Result<(KeysByEncoding, bool)> {
     let mut g = Gen {
         pattern,
         keys: BTreeMap::new(),

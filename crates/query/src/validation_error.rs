@@ -491,7 +491,7 @@ fn exists_argument(arg: &Bson) -> bool {
     match arg {
         Bson::Boolean(b) => *b,
         Bson::Null | Bson::Undefined => false,
-        _ if is_number(arg) => as_f64(arg).map_or(true, |f| f != 0.0),
+        _ if is_number(arg) => as_f64(arg) != Some(0.0),
         _ => true,
     }
 }

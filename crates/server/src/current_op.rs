@@ -329,7 +329,7 @@ pub fn command(state: &ServerState, cmd: &Document) -> Result<Document> {
         .current_ops
         .report(state, &opts)
         .into_iter()
-        .filter(|d| matcher.as_ref().map_or(true, |m| m.matches(d)))
+        .filter(|d| matcher.as_ref().is_none_or(|m| m.matches(d)))
         .map(Bson::Document)
         .collect();
     let mut reply = doc! {"inprog": inprog};

@@ -15,6 +15,9 @@ use rocksdb::{
 };
 use std::path::Path;
 
+/// A stored key and its value, as the store returns them.
+pub type KeyValue = (Box<[u8]>, Box<[u8]>);
+
 /// A named, ordered keyspace (a RocksDB column family).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Space {
@@ -178,7 +181,7 @@ impl OwnedSnapshot {
     }
 
     /// Every key and value starting with `prefix`, in key order.
-    pub fn scan_prefix(&self, space: Space, prefix: &[u8]) -> Result<Vec<(Box<[u8]>, Box<[u8]>)>> {
+    pub fn scan_prefix(&self, space: Space, prefix: &[u8]) -> Result<Vec<KeyValue>> {
         let mut ro = ReadOptions::default();
         ro.set_iterate_lower_bound(prefix.to_vec());
         if let Some(u) = prefix_successor(prefix) {
@@ -627,7 +630,7 @@ impl Store {
         lower: &[u8],
         upper: Option<&[u8]>,
         reverse: bool,
-    ) -> impl Iterator<Item = Result<(Box<[u8]>, Box<[u8]>)>> + '_ {
+    ) -> impl Iterator<Item = Result<KeyValue>> + '_ {
         let mut ro = ReadOptions::default();
         ro.set_iterate_lower_bound(lower.to_vec());
         if let Some(u) = upper {
@@ -664,7 +667,7 @@ impl Store {
         space: Space,
         prefix: &[u8],
         reverse: bool,
-    ) -> impl Iterator<Item = Result<(Box<[u8]>, Box<[u8]>)>> + '_ {
+    ) -> impl Iterator<Item = Result<KeyValue>> + '_ {
         let upper = prefix_successor(prefix);
         self.scan(space, prefix, upper.as_deref(), reverse)
     }
@@ -730,7 +733,7 @@ impl Store {
         space: Space,
         lower: &[u8],
         upper: Option<&[u8]>,
-    ) -> Result<Option<(Box<[u8]>, Box<[u8]>)>> {
+    ) -> Result<Option<KeyValue>> {
         self.scan(space, lower, upper, true).next().transpose()
     }
 

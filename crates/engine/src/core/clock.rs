@@ -17,6 +17,8 @@ impl ClusterClock {
         ClusterClock { last }
     }
 
+    /// The next time (never ends, so not an `Iterator`).
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> ClusterTime {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)

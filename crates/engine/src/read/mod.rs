@@ -26,6 +26,9 @@ use tailstream_query::matcher::Matcher;
 use tailstream_query::sort::SortSpec;
 use tailstream_storage::{prefix_successor, Space, Store};
 
+/// A range of index keys: its lower and upper bound.
+type KeyRange = (Vec<u8>, Vec<u8>);
+
 /// How documents are reached.
 #[derive(Debug, Clone)]
 pub enum Access {
@@ -353,7 +356,7 @@ fn lead_ranges(
     index: &IndexMeta,
     preds: &[(String, tailstream_query::matcher::FieldBounds)],
     coll: Option<&Collator>,
-) -> Option<(u8, Vec<(Vec<u8>, Vec<u8>)>)> {
+) -> Option<(u8, Vec<KeyRange>)> {
     let (lead, desc) = &index.pattern.fields[0];
     let (_, b) = preds.iter().find(|(p, _)| p == lead)?;
     if !bounds_usable(index, b, coll) {
@@ -440,7 +443,7 @@ fn bounds_to_ranges(
     b: &tailstream_query::matcher::FieldBounds,
     desc: bool,
     coll: Option<&Collator>,
-) -> Option<(u8, Vec<(Vec<u8>, Vec<u8>)>)> {
+) -> Option<(u8, Vec<KeyRange>)> {
     let prefix = keys::index_prefix(index_id);
     let point = |v: &Bson| -> (Vec<u8>, Vec<u8>) {
         let mut k = KeyStringBuilder::new();

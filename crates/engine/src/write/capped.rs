@@ -61,7 +61,7 @@ impl Engine {
         states: &'a mut std::collections::HashMap<u32, CappedState>,
         meta: &CollMeta,
     ) -> Result<&'a mut CappedState> {
-        if !states.contains_key(&meta.id) {
+        if let std::collections::hash_map::Entry::Vacant(e) = states.entry(meta.id) {
             let prefix = meta.id.to_be_bytes();
             let mut st = CappedState {
                 head: prefix.to_vec(),
@@ -74,7 +74,7 @@ impl Engine {
                     st.bytes += size;
                 }
             }
-            states.insert(meta.id, st);
+            e.insert(st);
         }
         Ok(states.get_mut(&meta.id).expect("inserted above"))
     }

@@ -402,7 +402,7 @@ impl Engine {
                 if name != "_id_" && !name.is_empty() {
                     return Err(Error::new(
                         codes::INDEX_OPTIONS_CONFLICT,
-                        format!("Index already exists with a different name: _id_"),
+                        "Index already exists with a different name: _id_".to_string(),
                     ));
                 }
                 continue;
@@ -497,7 +497,7 @@ impl Engine {
                                 .fields
                                 .iter()
                                 .map(|(f, _)| f.clone())
-                                .zip(values.into_iter())
+                                .zip(values)
                                 .collect();
                             return Err(Error::new(
                                 codes::DUPLICATE_KEY,

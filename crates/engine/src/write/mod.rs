@@ -383,7 +383,7 @@ impl Engine {
                         .fields
                         .iter()
                         .map(|(f, _)| f.clone())
-                        .zip(values.into_iter())
+                        .zip(values)
                         .collect();
                     return Err(duplicate_key_error(
                         &meta.ns,

@@ -40,7 +40,7 @@ pub fn validate_variable_name(name: &str) -> Result<()> {
             "empty variable names are not allowed",
         ));
     };
-    if !(first.is_ascii_lowercase() || !first.is_ascii()) {
+    if !first.is_ascii_lowercase() && first.is_ascii() {
         return Err(Error::location(
             16867,
             format!("'{name}' starts with an invalid character for a user variable name"),
@@ -419,13 +419,11 @@ impl Expr {
                     return Ok(Expr::Op(name.to_string(), vec![iff, then, els]));
                 }
             }
-            "$getField" => {
-                if !matches!(arg, Bson::Document(d) if d.keys().next().is_some_and(|k| !k.starts_with('$')))
-                {
-                    // Shorthand: {$getField: "name"} (or an expression for the field).
-                    let f = Expr::parse(arg)?;
-                    return Ok(Expr::Named(name.to_string(), vec![("field".into(), f)]));
-                }
+            "$getField" if !matches!(arg, Bson::Document(d) if d.keys().next().is_some_and(|k| !k.starts_with('$'))) =>
+            {
+                // Shorthand: {$getField: "name"} (or an expression for the field).
+                let f = Expr::parse(arg)?;
+                return Ok(Expr::Named(name.to_string(), vec![("field".into(), f)]));
             }
             _ => {}
         }

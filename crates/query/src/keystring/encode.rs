@@ -12,13 +12,13 @@ use bson::{Bson, Document};
 pub(super) fn append_raw_elements(buf: &mut Vec<u8>, raw: &bson::RawDocument) -> Result<()> {
     use bson::RawBsonRef as R;
     for item in raw {
-        let (k, v) = item.map_err(|e| format_error(&format!("invalid BSON: {e}")))?;
+        let (k, v) = item.map_err(|e| format_error(format!("invalid BSON: {e}")))?;
         if let R::Int32(_) | R::Int64(_) | R::Double(_) | R::String(_) | R::ObjectId(_) = v {
             append_simple_element(buf, k, v);
             continue;
         }
         let converted = Bson::try_from(v.to_raw_bson())
-            .map_err(|e| format_error(&format!("invalid BSON: {e}")))?;
+            .map_err(|e| format_error(format!("invalid BSON: {e}")))?;
         put(buf, generic_ctype(&converted), false);
         put_bytes(buf, k.as_bytes(), false);
         put(buf, 0, false);
@@ -274,7 +274,7 @@ pub(super) fn db_pointer_parts(v: &Bson) -> (String, [u8; 12]) {
     d.insert("x", v.clone());
     let bytes = bson::to_vec(&d).unwrap_or_default();
     // int32 doc len, 0x0C, "x\0", int32 strlen (incl. NUL), ns, \0, 12-byte oid, \0
-    if bytes.len() >= 4 + 1 + 2 + 4 + 1 + 12 + 1 {
+    if bytes.len() > 4 + 1 + 2 + 4 + 1 + 12 {
         let sl = i32::from_le_bytes([bytes[7], bytes[8], bytes[9], bytes[10]]).max(1) as usize;
         let ns_start = 11;
         let ns_end = ns_start + sl - 1;

@@ -299,7 +299,7 @@ pub fn from_hex(s: &str) -> Result<Vec<u8>> {
         }
     }
     let b = s.as_bytes();
-    if b.len() % 2 != 0 {
+    if !b.len().is_multiple_of(2) {
         return Err(Error::failed_to_parse(format!(
             "odd-length hex string: {s:?}"
         )));

@@ -28,7 +28,7 @@ pub(super) fn append_integer(buf: &mut Vec<u8>, n: i64, inv: bool) {
 /// `_appendPreshiftedIntegerPortion`: ctype says how many bytes follow (big-endian,
 /// inverted for negative values).
 pub(super) fn append_preshifted_integer(buf: &mut Vec<u8>, value: u64, neg: bool, inv: bool) {
-    let bytes_needed = ((64 - value.leading_zeros() + 7) / 8) as usize;
+    let bytes_needed = (64 - value.leading_zeros()).div_ceil(8) as usize;
     let be = value.to_be_bytes();
     let used = &be[8 - bytes_needed..];
     if neg {

@@ -70,6 +70,8 @@ fn oid(h: &str) -> Bson {
     Bson::ObjectId(ObjectId::parse_str(h).unwrap())
 }
 
+// 3.14159 is a double to encode, not an approximation of π.
+#[allow(clippy::approx_constant)]
 fn sample_values() -> Vec<Bson> {
     let mut v = vec![
         Bson::MinKey,

@@ -115,7 +115,7 @@ fn mod_single(x: &Bson, d: i64, r: i64) -> bool {
                 return false;
             }
             let t = f.trunc();
-            if t >= 9.223_372_036_854_775_808e18 || t < -9.223_372_036_854_775_808e18 {
+            if !(-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&t) {
                 return false;
             }
             t as i64

@@ -377,10 +377,11 @@ fn collect_bounds(node: &Node, out: &mut Vec<(String, FieldBounds)>) {
             let b = &mut out[idx].1;
             for p in preds {
                 match p {
-                    Pred::Eq(v) if !matches!(v, Bson::Array(_) | Bson::RegularExpression(_)) => {
-                        if b.eq.is_none() {
-                            b.eq = Some(v.clone());
-                        }
+                    Pred::Eq(v)
+                        if !matches!(v, Bson::Array(_) | Bson::RegularExpression(_))
+                            && b.eq.is_none() =>
+                    {
+                        b.eq = Some(v.clone());
                     }
                     Pred::In(items) => {
                         let vals: Option<Vec<Bson>> = items

@@ -139,7 +139,7 @@ fn parse_mod(v: &Bson) -> Result<Pred> {
             Bson::Int64(i) => *i,
             _ => {
                 let t = f.trunc();
-                if t >= 9.223_372_036_854_775_808e18 || t < -9.223_372_036_854_775_808e18 {
+                if !(-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&t) {
                     return Err(bad(format!("malformed mod, {what} value is invalid :: caused by :: Out of bounds coercing to integral value")));
                 }
                 t as i64

@@ -564,7 +564,7 @@ mod pcre {
     fn where_parsing_and_evaluation() {
         crate::script::install(Box::new(FakeEngine));
         let q = |f: Document| Matcher::for_query(&f);
-        let qerr = |f: Document| q(f).err().expect("should fail");
+        let qerr = |f: Document| q(f).expect_err("should fail");
         assert!(q(doc! {"$where": "true"}).unwrap().uses_script());
         assert!(q(doc! {"$where": "true"}).unwrap().matches(&doc! {}));
         assert!(!q(doc! {"$where": "false"}).unwrap().matches(&doc! {}));

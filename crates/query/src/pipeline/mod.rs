@@ -257,6 +257,7 @@ impl Pipeline {
             for item in input {
                 let doc = item?;
                 let mut batch = vec![doc];
+                #[allow(clippy::needless_range_loop)] // i indexes stages, matchers and counters
                 for i in 0..prefix {
                     batch = self.stages[i].apply_streaming(
                         batch,
@@ -275,6 +276,7 @@ impl Pipeline {
                 }
             }
         }
+        #[allow(clippy::needless_range_loop)] // i indexes stages, matchers and counters
         for i in prefix..self.stages.len() {
             let st = &self.stages[i];
             if st.is_streaming() {
@@ -288,9 +290,12 @@ impl Pipeline {
     }
 }
 
+/// A collection's documents read once for a run (by database and collection).
+type CachedDocuments = Rc<Vec<Document>>;
+
 struct RunCtx<'a> {
     source: &'a dyn CollectionSource,
-    cache: RefCell<HashMap<(String, String), Rc<Vec<Document>>>>,
+    cache: RefCell<HashMap<(String, String), CachedDocuments>>,
 }
 
 impl RunCtx<'_> {

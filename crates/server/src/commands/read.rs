@@ -333,7 +333,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
         ));
     }
     let pipeline = list_local_sessions(state, coll.is_some(), pipeline)?;
-    let pipeline = current_op_stage(state, &db, coll.is_some(), pipeline)?;
+    let pipeline = current_op_stage(state, db, coll.is_some(), pipeline)?;
     let db = db.to_string();
     let writes = pipeline
         .last()
