@@ -105,6 +105,10 @@ impl Engine {
     /// that ends the operation (the cursor is then closed, as an error in a getMore
     /// closes it in mongod). Errors carry the cursor's labels (a change stream's
     /// `ResumableChangeStreamError`).
+    ///
+    /// One async function, the loop included: every level of nested futures is moved
+    /// (copied whole) once when it starts, which callgrind showed as memcpy in the
+    /// change streams' fan-out.
     pub async fn get_more_awaiting<R, RF>(
         self: &Arc<Self>,
         req: GetMoreRequest,
@@ -116,9 +120,95 @@ impl Engine {
         RF: Future<Output = Result<CursorBatch>>,
     {
         let kind = self.get_more_kind(req.cursor_id);
-        self.get_more_loop(&req, kind, &read_on_pool, interrupted)
-            .await
-            .map_err(|e| kind.label(e))
+        let (req, read_on_pool) = (&req, &read_on_pool);
+        let id = req.cursor_id;
+        // Subscribe before the first look, so a commit landing in between still wakes
+        // us. An event source hears only of commits to what it reads.
+        let mut commits = self.subscribe_commits_for(kind.interest);
+        commits.borrow_and_update();
+        // From now on a commit to what the stream watches asks for its fsync itself.
+        let _waiting = kind
+            .events
+            .then(|| self.change_stream_waiting(kind.interest));
+        let mut durable = self.durability.subscribe_durable_ts();
+        durable.borrow_and_update();
+        let mut closed = self.cursors.subscribe_closed();
+        closed.borrow_and_update();
+        // Whether the source has read everything durable, checked again now that we
+        // listen: an event made durable between the first check and the subscriptions
+        // would otherwise wait for the next fsync (another writer's) before it is read.
+        let caught_up = kind.caught_up
+            && self
+                .event_cursor_state(id)
+                .is_some_and(|(_, caught_up, _)| caught_up);
+        let deadline = tokio::time::Instant::now() + req.max_await;
+        tokio::pin!(interrupted);
+        // A source that has read everything durable (the usual state of a stream that
+        // keeps up, right after its previous batch) skips the first look and waits.
+        let mut last_look = None;
+        let mut first_look = true;
+        loop {
+            if !(first_look && caught_up) {
+                let batch = self
+                    .get_more_look(req, read_on_pool)
+                    .await
+                    .map_err(|e| kind.label(e))?;
+                if !batch.docs.is_empty() || !batch.raw_docs.is_empty() || !batch.await_data {
+                    self.prefetch_after(kind, &batch);
+                    return Ok(batch);
+                }
+                last_look = Some(batch);
+            }
+            // An event source re-reads once the durable time reaches a commit it cares
+            // about.
+            let mut wake_at: Option<ClusterTime> = None;
+            if kind.events && first_look {
+                // Writes committed before we registered as waiting may still wait for
+                // their fsync; the ones after ask for it themselves.
+                self.durability.request(self.durability.last_committed());
+                wake_at = Some(commits.borrow().last_ts);
+            }
+            first_look = false;
+            // Nothing new: the next commit (a tailable cursor) or the durable time
+            // passing a commit of interest (an event source) wakes us; no polling.
+            loop {
+                tokio::select! {
+                    changed = commits.changed() => {
+                        if changed.is_err() {
+                            return self.get_more_final(req, last_look, read_on_pool).await.map_err(|e| kind.label(e));
+                        }
+                        if kind.events {
+                            // Only a commit to what the source reads sets the durable
+                            // time to wait for (it asked for its fsync itself).
+                            let notice = *commits.borrow_and_update();
+                            if notice.ns_mask & kind.interest != 0 {
+                                wake_at = Some(wake_at.map_or(notice.last_ts, |w| w.min(notice.last_ts)));
+                            }
+                            continue;
+                        }
+                    }
+                    changed = durable.changed(), if kind.events => {
+                        if changed.is_err() {
+                            return self.get_more_final(req, last_look, read_on_pool).await.map_err(|e| kind.label(e));
+                        }
+                        let d = *durable.borrow_and_update();
+                        if wake_at.is_none_or(|w| d < w) {
+                            continue;
+                        }
+                    }
+                    // Closed meanwhile: the next look reports it (CursorNotFound).
+                    _ = closed.changed() => {}
+                    e = &mut interrupted => {
+                        self.cursors.remove(id);
+                        return Err(kind.label(e));
+                    }
+                    _ = tokio::time::sleep_until(deadline) => {
+                        return self.get_more_final(req, last_look, read_on_pool).await.map_err(|e| kind.label(e));
+                    }
+                }
+                break;
+            }
+        }
     }
 
     /// Whether the cursor is open and an event source (a change stream).
@@ -175,104 +265,6 @@ impl Engine {
             interest: u64::MAX,
             caught_up: false,
             labeler,
-        }
-    }
-
-    async fn get_more_loop<R, RF>(
-        self: &Arc<Self>,
-        req: &GetMoreRequest,
-        kind: Kind,
-        read_on_pool: &R,
-        interrupted: impl Future<Output = Error>,
-    ) -> Result<CursorBatch>
-    where
-        R: Fn() -> RF,
-        RF: Future<Output = Result<CursorBatch>>,
-    {
-        let id = req.cursor_id;
-        // Subscribe before the first look, so a commit landing in between still wakes
-        // us. An event source hears only of commits to what it reads.
-        let mut commits = self.subscribe_commits_for(kind.interest);
-        commits.borrow_and_update();
-        // From now on a commit to what the stream watches asks for its fsync itself.
-        let _waiting = kind
-            .events
-            .then(|| self.change_stream_waiting(kind.interest));
-        let mut durable = self.durability.subscribe_durable_ts();
-        durable.borrow_and_update();
-        let mut closed = self.cursors.subscribe_closed();
-        closed.borrow_and_update();
-        // Whether the source has read everything durable, checked again now that we
-        // listen: an event made durable between the first check and the subscriptions
-        // would otherwise wait for the next fsync (another writer's) before it is read.
-        let caught_up = kind.caught_up
-            && self
-                .event_cursor_state(id)
-                .is_some_and(|(_, caught_up, _)| caught_up);
-        let deadline = tokio::time::Instant::now() + req.max_await;
-        tokio::pin!(interrupted);
-        // A source that has read everything durable (the usual state of a stream that
-        // keeps up, right after its previous batch) skips the first look and waits.
-        let mut last_look = None;
-        let mut first_look = true;
-        loop {
-            if !(first_look && caught_up) {
-                let batch = self.get_more_look(req, read_on_pool).await?;
-                if !batch.docs.is_empty() || !batch.raw_docs.is_empty() || !batch.await_data {
-                    self.prefetch_after(kind, &batch);
-                    return Ok(batch);
-                }
-                last_look = Some(batch);
-            }
-            // An event source re-reads once the durable time reaches a commit it cares
-            // about.
-            let mut wake_at: Option<ClusterTime> = None;
-            if kind.events && first_look {
-                // Writes committed before we registered as waiting may still wait for
-                // their fsync; the ones after ask for it themselves.
-                self.durability.request(self.durability.last_committed());
-                wake_at = Some(commits.borrow().last_ts);
-            }
-            first_look = false;
-            // Nothing new: the next commit (a tailable cursor) or the durable time
-            // passing a commit of interest (an event source) wakes us; no polling.
-            loop {
-                tokio::select! {
-                    changed = commits.changed() => {
-                        if changed.is_err() {
-                            return self.get_more_final(req, last_look, read_on_pool).await;
-                        }
-                        if kind.events {
-                            // Only a commit to what the source reads sets the durable
-                            // time to wait for (it asked for its fsync itself).
-                            let notice = *commits.borrow_and_update();
-                            if notice.ns_mask & kind.interest != 0 {
-                                wake_at = Some(wake_at.map_or(notice.last_ts, |w| w.min(notice.last_ts)));
-                            }
-                            continue;
-                        }
-                    }
-                    changed = durable.changed(), if kind.events => {
-                        if changed.is_err() {
-                            return self.get_more_final(req, last_look, read_on_pool).await;
-                        }
-                        let d = *durable.borrow_and_update();
-                        if wake_at.is_none_or(|w| d < w) {
-                            continue;
-                        }
-                    }
-                    // Closed meanwhile: the next look reports it (CursorNotFound).
-                    _ = closed.changed() => {}
-                    e = &mut interrupted => {
-                        self.cursors.remove(id);
-                        return Err(e);
-                    }
-                    _ = tokio::time::sleep_until(deadline) => {
-                        return self.get_more_final(req, last_look, read_on_pool).await;
-                    }
-                }
-                break;
-            }
         }
     }
 
