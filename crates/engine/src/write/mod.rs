@@ -3,11 +3,15 @@
 
 pub mod capped;
 pub mod ddl;
+mod find_and_modify;
 pub(crate) mod merge;
 pub mod transaction;
 pub mod ttl;
 pub mod validate;
 pub mod views;
+
+pub(crate) use find_and_modify::FamPlan;
+pub use find_and_modify::{FamOutcome, FindAndModify};
 
 use crate::catalog::namespace::Namespace;
 use crate::catalog::validation::DocumentValidator;
@@ -74,32 +78,6 @@ pub struct DeleteOp {
     pub let_vars: Option<Document>,
     /// The statement's `collation` (None: the collection's default).
     pub collation: Option<Document>,
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct FindAndModify {
-    pub query: Document,
-    pub sort: Option<Document>,
-    pub remove: bool,
-    pub update: Option<Bson>,
-    pub new: bool,
-    pub fields: Option<Document>,
-    pub upsert: bool,
-    pub array_filters: Option<Vec<Document>>,
-    pub hint: Option<Bson>,
-    pub let_vars: Option<Document>,
-    pub bypass_document_validation: bool,
-    /// The command's `collation` (None: the collection's default).
-    pub collation: Option<Document>,
-}
-
-#[derive(Debug, Default)]
-pub struct FamOutcome {
-    pub value: Option<Document>,
-    pub n: u64,
-    pub updated_existing: bool,
-    pub upserted: Option<Bson>,
-    pub committed: Option<Committed>,
 }
 
 /// Index entries added and removed by the current batch, for unique checks that
@@ -728,162 +706,6 @@ impl Engine {
         if meta.images_enabled() {
             txn.put_image(ts, keys::ImageKind::Before, doc);
         }
-    }
-
-    /// The findAndModify command: one document, chosen by query and sort, updated or removed.
-    pub fn find_and_modify(&self, ns: &Namespace, req: &FindAndModify) -> Result<FamOutcome> {
-        let FamPlan {
-            filter,
-            vars,
-            matcher,
-            sort,
-            projection,
-            spec,
-        } = FamPlan::parse(ns, req, self.collection(ns).as_deref())?;
-        let mut out = FamOutcome::default();
-        let mut txn = self.begin();
-        check_writable(txn.catalog(), ns)?;
-        let meta = match txn.catalog().get(ns) {
-            Some(m) => m,
-            None if req.upsert => self.ensure_collection(&mut txn, ns)?,
-            None => return Ok(out),
-        };
-        let validator = DocumentValidator::for_write(&meta, req.bypass_document_validation)?;
-        let plan = read::plan(&meta, &matcher, sort.as_ref(), req.hint.as_ref())?;
-        let mut scan = Scan::new(plan.access);
-        let target = if plan.sorted {
-            let mut v = Vec::new();
-            while v.is_empty() && !scan.done {
-                scan.next_batch(&self.store, meta.id, &matcher, 1, &mut v)?;
-            }
-            v.pop()
-        } else {
-            let mut all = scan.collect_all(&self.store, meta.id, &matcher)?;
-            let s = sort
-                .as_ref()
-                .expect("unsorted plans only when a sort is requested");
-            all.sort_by(|a, b| s.compare(&a.1, &b.1));
-            all.into_iter().next()
-        };
-        let project = |d: Document| -> Result<Document> {
-            match &projection {
-                Some(p) => p.apply(&d),
-                None => Ok(d),
-            }
-        };
-        match (target, spec) {
-            (Some((id_ks, doc)), None) => {
-                self.delete_in(&mut txn, &meta, &id_ks, &doc, None);
-                out.n = 1;
-                out.value = Some(project(doc)?);
-            }
-            (Some((id_ks, old)), Some(spec)) => {
-                let mut pending = PendingIndex::default();
-                let checked = validator.as_ref().filter(|v| v.checks_update_of(&old));
-                let new = self.update_in(
-                    &mut txn,
-                    &meta,
-                    &filter,
-                    &spec,
-                    id_ks,
-                    old.clone(),
-                    &mut pending,
-                    &vars,
-                )?;
-                if let (Some(v), Some(new)) = (checked, &new) {
-                    v.check_updated(new)?;
-                }
-                out.n = 1;
-                out.updated_existing = true;
-                out.value = Some(project(if req.new { new.unwrap_or(old) } else { old })?);
-            }
-            (None, Some(spec)) if req.upsert => {
-                let (id, key) =
-                    self.upsert_in(&mut txn, &meta, &filter, &spec, &vars, validator.as_ref())?;
-                out.n = 1;
-                out.upserted = Some(id.clone());
-                if req.new {
-                    // Read back through the batch's own write: fetch after commit below.
-                    let committed = txn.commit()?;
-                    out.committed = Some(committed);
-                    let doc = read::fetch(&self.store, meta.id, &key)?;
-                    out.value = match doc {
-                        Some(d) => Some(project(d)?),
-                        None => None,
-                    };
-                    return Ok(out);
-                }
-            }
-            _ => return Ok(out),
-        }
-        out.committed = Some(txn.commit()?);
-        Ok(out)
-    }
-}
-
-/// A findAndModify request checked and parsed.
-pub(crate) struct FamPlan {
-    pub filter: Document,
-    pub vars: Variables,
-    pub matcher: Matcher,
-    pub sort: Option<SortSpec>,
-    pub projection: Option<tailstream_query::projection::Projection>,
-    /// None: remove.
-    pub spec: Option<UpdateSpec>,
-}
-
-impl FamPlan {
-    /// `meta`: the collection, whose default collation applies without a `collation`.
-    pub fn parse(ns: &Namespace, req: &FindAndModify, meta: Option<&CollMeta>) -> Result<FamPlan> {
-        let (filter, mut vars) = crate::read::bind_let(&req.query, req.let_vars.as_ref())?;
-        vars.collator = crate::read::find::operation_collator(meta, req.collation.as_ref())?;
-        let matcher = Matcher::for_query_with_collation(&filter, vars.collator.clone())?;
-        let sort = match &req.sort {
-            Some(s) if !s.is_empty() => {
-                Some(SortSpec::parse(s)?.with_collator(vars.collator.clone()))
-            }
-            _ => None,
-        };
-        let projection = match &req.fields {
-            Some(f) if !f.is_empty() => {
-                Some(tailstream_query::projection::Projection::with_collation(
-                    f,
-                    Some(&req.query),
-                    vars.collator.clone(),
-                )?)
-            }
-            _ => None,
-        };
-        let spec = match (&req.update, req.remove) {
-            (Some(_), true) => {
-                return Err(Error::failed_to_parse(
-                    "Cannot specify both an update and remove=true",
-                ))
-            }
-            (None, false) => {
-                return Err(Error::failed_to_parse(
-                    "Either an update or remove=true must be specified",
-                ))
-            }
-            (Some(u), false) => Some(UpdateSpec::parse(u, req.array_filters.as_deref())?),
-            (None, true) => None,
-        };
-        if req.remove && (req.upsert || req.new) {
-            return Err(Error::failed_to_parse(
-                "Cannot specify both upsert=true and remove=true",
-            ));
-        }
-        if req.upsert || spec.is_some() {
-            ns.validate_for_write()?;
-        }
-        Ok(FamPlan {
-            filter,
-            vars,
-            matcher,
-            sort,
-            projection,
-            spec,
-        })
     }
 }
 
