@@ -144,6 +144,7 @@ impl Engine {
                 clock: ClusterClock::after(last_ts),
                 oplog_bytes,
                 trim_ts,
+                committed_ts: last_ts.map(keys::ts_to_u64).unwrap_or(0),
             }),
             durability,
             cursors: cursor::CursorRegistry::new(),

@@ -34,9 +34,11 @@ struct TrimCopy {
 /// compaction. The per-namespace ordering and pre-images go with range tombstones.
 fn trim_oplog_round(engine: &Engine) -> Result<bool> {
     let cap = engine.opts.oplog_size_bytes;
+    // The newest committed entry, not the clock's newest time: a write that failed or
+    // a transaction that conflicted at its commit took times no entry has.
     let (trim_ts, oplog_bytes, newest) = {
         let w = engine.writer.lock();
-        (w.trim_ts, w.oplog_bytes, keys::ts_to_u64(w.clock.last()))
+        (w.trim_ts, w.oplog_bytes, w.committed_ts)
     };
     if oplog_bytes <= cap {
         return Ok(false);
@@ -205,4 +207,154 @@ pub(crate) fn spawn_oplog_maintenance(
             }
         })
         .expect("spawn the oplog maintenance thread")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::namespace::Namespace;
+    use crate::core::testing::TestEngine;
+    use crate::oplog::OplogChange;
+    use bson::doc;
+
+    /// A small cap: a few documents of [`DOC_BYTES`] go over it.
+    const CAP: u64 = 64 * 1024;
+    const DOC_BYTES: usize = 4 * 1024;
+
+    /// A test engine whose maintenance thread never trims: its rounds are skipped while
+    /// the fsync lock is held, so each test trims itself, when it wants.
+    fn engine_trimmed_by_hand() -> TestEngine {
+        let e = TestEngine::with_oplog_cap(CAP);
+        e.fsync_lock.lock(|| Ok(())).expect("take the fsync lock");
+        e
+    }
+
+    /// The entries stored from the trim point on: (time, bytes).
+    fn retained(e: &Engine) -> Vec<(u64, usize)> {
+        e.store
+            .scan(
+                Space::Oplog,
+                &keys::oplog_key(e.oplog_trim_ts()),
+                None,
+                false,
+            )
+            .map(|item| {
+                let (k, v) = item.expect("an oplog entry");
+                (u64::from_be_bytes(k[..8].try_into().unwrap()), v.len())
+            })
+            .collect()
+    }
+
+    fn insert(e: &Engine, ns: &Namespace, id: i32, bytes: usize) -> u64 {
+        let out = e
+            .insert_documents(ns, vec![doc! {"_id": id, "pad": "x".repeat(bytes)}], true)
+            .expect("insert");
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        keys::ts_to_u64(out.committed.unwrap().last_ts.unwrap())
+    }
+
+    #[test]
+    fn trims_the_oldest_entries_under_the_cap_and_keeps_every_document() {
+        let e = engine_trimmed_by_hand();
+        let ns = Namespace::new("db", "c");
+        let times: Vec<u64> = (0..40).map(|i| insert(&e, &ns, i, DOC_BYTES)).collect();
+        assert!(e.writer.lock().oplog_bytes > CAP);
+        let mut trim_points = vec![e.oplog_trim_ts()];
+        while trim_oplog_round(&e).unwrap() {
+            trim_points.push(e.oplog_trim_ts());
+        }
+        trim_points.push(e.oplog_trim_ts());
+        assert!(
+            trim_points.windows(2).all(|w| w[0] <= w[1]),
+            "the trim point only moves forward: {trim_points:?}"
+        );
+        let trim = e.oplog_trim_ts();
+        assert!(trim > times[0], "the oldest inserts were trimmed");
+        assert!(trim <= times[39], "the newest insert was kept");
+        let left = retained(&e);
+        let counted = e.writer.lock().oplog_bytes;
+        assert!(counted <= CAP, "{counted} bytes left, cap {CAP}");
+        assert_eq!(
+            left.iter().map(|(_, n)| *n as u64).sum::<u64>(),
+            counted,
+            "the byte count is the retained entries' bytes"
+        );
+        assert_eq!(
+            left.first().map(|(t, _)| *t),
+            times.iter().copied().find(|t| *t >= trim)
+        );
+        // Documents stored only in their insert entry were copied out before it went.
+        let found = e.find(&ns, Default::default()).unwrap();
+        let ids: Vec<i32> = found
+            .docs
+            .iter()
+            .map(|d| d.get_i32("_id").unwrap())
+            .collect();
+        assert_eq!(ids, (0..40).collect::<Vec<_>>());
+        assert!(found
+            .docs
+            .iter()
+            .all(|d| d.get_str("pad").unwrap().len() == DOC_BYTES));
+        // What was trimmed stays trimmed after a restart.
+        let state = e
+            .store
+            .get(Space::Meta, keys::META_OPLOG_TRIM)
+            .unwrap()
+            .unwrap();
+        let state = bson::Document::from_reader(&mut state.as_slice()).unwrap();
+        assert_eq!(state.get_i64("trim").unwrap() as u64, trim);
+        assert_eq!(state.get_i64("bytes").unwrap() as u64, counted);
+    }
+
+    /// A write that fails (or a transaction that conflicts at its commit) has taken a
+    /// time from the clock that no entry has: the trim still stops below the newest
+    /// entry that is committed, not below the clock's newest time.
+    #[test]
+    fn the_newest_committed_entry_stays_when_the_clock_ran_ahead_of_it() {
+        let e = engine_trimmed_by_hand();
+        let ns = Namespace::new("db", "c");
+        let first = insert(&e, &ns, 0, 16);
+        // Alone over the cap: everything else is trimmed before it.
+        let newest = insert(&e, &ns, 1, 2 * CAP as usize);
+        {
+            let mut abandoned = e.begin();
+            abandoned.log(OplogChange {
+                op: "n",
+                ns: String::new(),
+                ui: None,
+                o: doc! {"msg": "never committed"},
+                o2: None,
+            });
+        }
+        assert!(keys::ts_to_u64(e.writer.lock().clock.last()) > newest);
+        while trim_oplog_round(&e).unwrap() {}
+        let trim = e.oplog_trim_ts();
+        assert!(trim > first, "the entries before the newest were trimmed");
+        assert_eq!(
+            retained(&e).iter().map(|(t, _)| *t).collect::<Vec<_>>(),
+            vec![newest]
+        );
+        // The next commit comes after it, and is not trimmed either.
+        let next = e.write_noop("after").unwrap().last_ts.unwrap();
+        assert!(keys::ts_to_u64(next) > newest);
+        assert!(e.oplog_trim_ts() <= newest);
+    }
+
+    #[test]
+    fn nothing_is_trimmed_under_the_cap() {
+        let e = engine_trimmed_by_hand();
+        let ns = Namespace::new("db", "c");
+        let first = insert(&e, &ns, 0, 16);
+        let before = retained(&e);
+        assert!(!trim_oplog_round(&e).unwrap());
+        assert_eq!(e.oplog_trim_ts(), 0);
+        // The collection's create entry and the insert's.
+        assert_eq!(before.len(), 2);
+        assert_eq!(before[1].0, first);
+        assert_eq!(retained(&e), before);
+        assert_eq!(
+            e.writer.lock().oplog_bytes,
+            before.iter().map(|(_, n)| *n as u64).sum::<u64>()
+        );
+    }
 }

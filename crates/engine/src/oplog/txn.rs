@@ -33,6 +33,10 @@ pub(crate) struct Writer {
     pub(crate) oplog_bytes: u64,
     /// Oldest retained oplog time (everything below it was trimmed).
     pub(crate) trim_ts: u64,
+    /// Newest oplog time committed (sortable, 0 for none): every commit's entries come
+    /// after it, and the trim point never passes it (the newest entry is kept, so the
+    /// clock restarts after it and a stream opened now starts inside the oplog).
+    pub(crate) committed_ts: u64,
 }
 
 impl Writer {
@@ -414,6 +418,9 @@ impl<'e> Txn<'e> {
         }
         if touched_capped {
             engine.capped_settle(true);
+        }
+        if let Some(ts) = last_ts {
+            self.w.committed_ts = keys::ts_to_u64(ts);
         }
         // Before the durable time can cover these entries, so a stream that reads up
         // to it finds them in memory.
