@@ -691,6 +691,14 @@ impl ChangeStream {
         }
         let shared_events = self.spec.plain() && matches!(self.spec.scope, Scope::Collection(_));
         'entries: for ReadEntry { ts, body } in entries {
+            // A stream's position only moves forward: an entry before it would be an
+            // event returned twice, or read past the trim point's check.
+            assert!(
+                ts >= self.next_ts,
+                "a change stream read the entry at {:?} behind its position {:?}",
+                keys::u64_to_ts(ts),
+                keys::u64_to_ts(self.next_ts)
+            );
             self.next_ts = ts + 1;
             let evs = match body {
                 EntryBody::Skipped => continue,

@@ -23,13 +23,23 @@ impl ClusterClock {
             .map(|d| d.as_secs() as u32)
             .unwrap_or(0);
         let (secs, inc) = self.last;
-        self.last = if now > secs {
+        let next = if now > secs {
             (now, 1)
         } else if inc == u32::MAX {
-            (secs + 1, 1)
+            let secs = secs
+                .checked_add(1)
+                .expect("the cluster clock ran out of seconds (year 2106)");
+            (secs, 1)
         } else {
             (secs, inc + 1)
         };
+        // Oplog order, resume tokens and every reader's position rest on this.
+        assert!(
+            next > self.last,
+            "the cluster clock went backwards: {next:?} after {:?}",
+            self.last
+        );
+        self.last = next;
         bson::Timestamp {
             time: self.last.0,
             increment: self.last.1,
@@ -70,5 +80,32 @@ mod tests {
         let x = c.next();
         let y = c.next();
         assert!((y.time, y.increment) > (x.time, x.increment));
+    }
+
+    #[test]
+    fn a_full_increment_moves_to_the_next_second() {
+        let future = bson::Timestamp {
+            time: u32::MAX - 1,
+            increment: u32::MAX,
+        };
+        let next = ClusterClock::after(Some(future)).next();
+        assert_eq!(
+            next,
+            bson::Timestamp {
+                time: u32::MAX,
+                increment: 1
+            }
+        );
+    }
+
+    /// Past the last second a timestamp holds, the clock stops rather than wrap to 0.
+    #[test]
+    #[should_panic(expected = "ran out of seconds")]
+    fn the_clock_never_wraps_around() {
+        let last = bson::Timestamp {
+            time: u32::MAX,
+            increment: u32::MAX,
+        };
+        ClusterClock::after(Some(last)).next();
     }
 }

@@ -5,6 +5,9 @@
 use crate::{Engine, EngineOptions};
 use std::sync::Arc;
 
+/// The oplog cap of [`TestEngine::open`]: large enough that no test's writes are trimmed.
+const UNTRIMMED_OPLOG_BYTES: u64 = 1 << 30;
+
 pub(crate) struct TestEngine {
     pub(crate) engine: Arc<Engine>,
     // Dropped after the engine (fields drop in order): the store is closed first.
@@ -12,6 +15,10 @@ pub(crate) struct TestEngine {
 }
 
 impl TestEngine {
+    pub(crate) fn open() -> TestEngine {
+        TestEngine::with_oplog_cap(UNTRIMMED_OPLOG_BYTES)
+    }
+
     /// An engine whose oplog is trimmed past `bytes`.
     pub(crate) fn with_oplog_cap(bytes: u64) -> TestEngine {
         let dir = tempfile::tempdir().expect("a temporary directory");

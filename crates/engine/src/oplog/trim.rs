@@ -91,6 +91,19 @@ fn trim_oplog_round(engine: &Engine) -> Result<bool> {
     let mut w = engine.writer.lock();
     // Only this thread moves the trim point.
     assert_eq!(w.trim_ts, trim_ts, "oplog trim point moved during a trim");
+    // The newest entry stays: the clock restarts after it, and a stream opened without
+    // a start point starts after it, so never below the trim point.
+    assert!(
+        new_trim <= w.committed_ts,
+        "the oplog trim would remove the newest committed entry (trim point {:?}, newest {:?})",
+        keys::u64_to_ts(new_trim),
+        keys::u64_to_ts(w.committed_ts)
+    );
+    assert!(
+        freed <= w.oplog_bytes,
+        "the oplog trim frees {freed} bytes of the {} counted",
+        w.oplog_bytes
+    );
     // Under the writer lock the catalog and the collection keys cannot change.
     let live = coll_ids_by_uuid(&engine.catalog());
     for c in &copies {
@@ -108,12 +121,21 @@ fn trim_oplog_round(engine: &Engine) -> Result<bool> {
         }
     }
     w.trim_ts = new_trim;
-    w.oplog_bytes = w.oplog_bytes.saturating_sub(freed);
+    w.oplog_bytes -= freed;
     w.put_oplog_state(&mut batch);
     engine.store.commit(batch).map_err(storage_err)?;
-    engine
+    // Readers compare their position with this point (change streams fail with
+    // ChangeStreamHistoryLost below it, oplog scans with CappedPositionLost): it only
+    // moves forward, or a reader that checked it could be below it unawares.
+    let before = engine
         .trim_ts
-        .store(new_trim, std::sync::atomic::Ordering::Release);
+        .swap(new_trim, std::sync::atomic::Ordering::AcqRel);
+    assert!(
+        before < new_trim,
+        "the oplog trim point moves backwards: {:?} after {:?}",
+        keys::u64_to_ts(new_trim),
+        keys::u64_to_ts(before)
+    );
     let over = w.oplog_bytes > cap;
     drop(w);
     engine
