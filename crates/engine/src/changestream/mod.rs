@@ -218,46 +218,36 @@ fn parse_spec(
             }
         }
     }
+    // mongod's order: a cluster stream's place first, then the internal databases
+    // (admin only for a cluster stream), then the internal collections.
+    if all_for_cluster && (db != "admin" || coll.is_some()) {
+        let ns = match coll {
+            Some(c) => format!("{db}.{c}"),
+            None => format!("{db}.$cmd.aggregate"),
+        };
+        return Err(Error::new(
+            codes::INVALID_OPTIONS,
+            format!(
+                "A $changeStream with 'allChangesForCluster:true' may only be opened on the 'admin' database, and with no collection name; found {ns}"
+            ),
+        ));
+    }
+    if matches!(db, "config" | "local") || (db == "admin" && !all_for_cluster) {
+        return Err(Error::new(
+            codes::INVALID_NAMESPACE,
+            format!("$changeStream may not be opened on the internal {db} database"),
+        ));
+    }
     let scope = match coll {
-        Some(c) => {
-            if matches!(db, "admin" | "config" | "local") {
-                return Err(Error::new(
-                    codes::INVALID_NAMESPACE,
-                    format!("$changeStream may not be opened on the internal {db} database"),
-                ));
-            }
-            if c.starts_with("system.") {
-                return Err(Error::new(
-                    codes::INVALID_NAMESPACE,
-                    format!("$changeStream may not be opened on the internal {db}.{c} collection"),
-                ));
-            }
-            if all_for_cluster {
-                return Err(Error::new(
-                    codes::INVALID_OPTIONS,
-                    "A $changeStream with 'allChangesForCluster:true' may only be opened on the 'admin' database, and with no collection name",
-                ));
-            }
-            Scope::Collection(Namespace::new(db, c))
+        Some(c) if c.starts_with("system.") => {
+            return Err(Error::new(
+                codes::INVALID_NAMESPACE,
+                format!("$changeStream may not be opened on the internal {db}.{c} collection"),
+            ));
         }
-        None if all_for_cluster => {
-            if db != "admin" {
-                return Err(Error::new(
-                    codes::INVALID_OPTIONS,
-                    "A $changeStream with 'allChangesForCluster:true' may only be opened on the 'admin' database, and with no collection name",
-                ));
-            }
-            Scope::Cluster
-        }
-        None => {
-            if matches!(db, "admin" | "config" | "local") {
-                return Err(Error::new(
-                    codes::INVALID_NAMESPACE,
-                    format!("$changeStream may not be opened on the internal {db} database"),
-                ));
-            }
-            Scope::Database(db.to_string())
-        }
+        Some(c) => Scope::Collection(Namespace::new(db, c)),
+        None if all_for_cluster => Scope::Cluster,
+        None => Scope::Database(db.to_string()),
     };
     // The stages after $changeStream: only document-by-document transformations.
     let mut stages = rest.to_vec();
@@ -275,15 +265,20 @@ fn parse_spec(
         stages.pop();
         split_large = true;
     }
+    // Before the stages are parsed, as on mongod (the query crate does not know the
+    // stage: it would call it unrecognized).
+    if stages
+        .iter()
+        .any(|s| s.keys().next().is_some_and(|k| k == "$changeStream"))
+    {
+        return Err(Error::new(
+            40602,
+            "$changeStream is only valid as the first stage in a pipeline",
+        ));
+    }
     Pipeline::parse(&stages, db)?;
     for s in &stages {
         let name = s.keys().next().map(String::as_str).unwrap_or("");
-        if name == "$changeStream" {
-            return Err(Error::new(
-                40602,
-                "$changeStream is only valid as the first stage in a pipeline",
-            ));
-        }
         const ALLOWED: [&str; 8] = [
             "$match",
             "$project",
@@ -1118,3 +1113,4 @@ fn token_not_found(t: &ResumeToken) -> Error {
         ),
     )
 }
+
