@@ -1114,3 +1114,648 @@ fn token_not_found(t: &ResumeToken) -> Error {
     )
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::testing::TestEngine;
+    use crate::write::{DeleteOp, UpdateOp};
+    use bson::doc;
+
+    fn spec(db: &str, coll: Option<&str>, opts: Document) -> Result<StreamSpec> {
+        parse_spec(db, coll, &opts, &[]).map(|(s, _)| s)
+    }
+
+    fn spec_error(db: &str, coll: Option<&str>, opts: Document, stages: &[Document]) -> Error {
+        parse_spec(db, coll, &opts, stages).expect_err("refused")
+    }
+
+    /// Opens a stream with a start option (or none) and no stages.
+    fn open(e: &Engine, db: &str, coll: Option<&str>, opts: Document) -> Result<CursorBatch> {
+        e.open_change_stream(db, coll, &opts, &[], None, None, None)
+    }
+
+    fn decoded(batch: &CursorBatch) -> Vec<Document> {
+        batch
+            .raw_docs
+            .iter()
+            .map(|d| d.to_document().unwrap())
+            .collect()
+    }
+
+    /// The events committed since the stream's last batch (made durable first).
+    fn next(e: &TestEngine, stream: &CursorBatch) -> Vec<Document> {
+        e.sync();
+        decoded(&e.get_more(stream.cursor_id, &stream.ns, None).unwrap())
+    }
+
+    fn op_types(events: &[Document]) -> Vec<&str> {
+        events
+            .iter()
+            .map(|e| e.get_str("operationType").unwrap())
+            .collect()
+    }
+
+    fn ids(events: &[Document]) -> Vec<Bson> {
+        events
+            .iter()
+            .map(|e| {
+                e.get_document("documentKey")
+                    .unwrap()
+                    .get("_id")
+                    .unwrap()
+                    .clone()
+            })
+            .collect()
+    }
+
+    fn insert(e: &Engine, ns: &Namespace, id: i32) -> bson::Timestamp {
+        let out = e
+            .insert_documents(ns, vec![doc! {"_id": id}], true)
+            .unwrap();
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        out.committed.unwrap().last_ts.unwrap()
+    }
+
+    fn token_of(event: &Document) -> ResumeToken {
+        ResumeToken::parse(event.get("_id").unwrap()).unwrap()
+    }
+
+    #[test]
+    fn options_are_read_into_the_spec() {
+        let s = spec("db", Some("c"), doc! {}).unwrap();
+        assert_eq!(s.scope, Scope::Collection(Namespace::new("db", "c")));
+        assert!(s.plain());
+        assert_eq!(s.scope_ns.as_deref(), Some("db.c"));
+        let s = spec(
+            "db",
+            None,
+            doc! {
+                "fullDocument": "updateLookup",
+                "fullDocumentBeforeChange": "required",
+                "showExpandedEvents": true,
+                "showSystemEvents": true,
+                "showRawUpdateDescription": true,
+            },
+        )
+        .unwrap();
+        assert_eq!(s.scope, Scope::Database("db".into()));
+        assert_eq!(s.full_document, FullDocument::UpdateLookup);
+        assert_eq!(s.before_change, BeforeChange::Required);
+        assert!(s.show_expanded && s.show_system && s.show_raw_update);
+        assert!(!s.plain());
+        assert_eq!(s.scope_ns.as_deref(), Some("db."));
+        for (value, expected) in [
+            ("default", FullDocument::Default),
+            ("whenAvailable", FullDocument::WhenAvailable),
+            ("required", FullDocument::Required),
+        ] {
+            let s = spec("db", Some("c"), doc! {"fullDocument": value}).unwrap();
+            assert_eq!(s.full_document, expected, "{value}");
+        }
+        let s = spec("admin", None, doc! {"allChangesForCluster": true}).unwrap();
+        assert_eq!(s.scope, Scope::Cluster);
+        assert_eq!(s.scope_ns, None);
+        // The start options are handed back for the caller to check.
+        let (_, start) = parse_spec(
+            "db",
+            Some("c"),
+            &doc! {"startAtOperationTime": bson::Timestamp { time: 1, increment: 2 }},
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            start.keys().collect::<Vec<_>>(),
+            vec!["startAtOperationTime"]
+        );
+    }
+
+    /// The codes mongod's IDL parser and change-stream checks give.
+    #[test]
+    fn bad_options_get_mongods_errors() {
+        let cases: Vec<(Document, i32, &str)> = vec![
+            (
+                doc! {"fullDocument": "sometimes"},
+                codes::BAD_VALUE,
+                "Enumeration value 'sometimes' for field '$changeStream.fullDocument' is not a valid value.",
+            ),
+            (
+                doc! {"fullDocument": 1},
+                codes::TYPE_MISMATCH,
+                "BSON field '$changeStream.fullDocument' is the wrong type 'int', expected type 'string'",
+            ),
+            (
+                doc! {"fullDocumentBeforeChange": "updateLookup"},
+                codes::BAD_VALUE,
+                "Enumeration value 'updateLookup' for field '$changeStream.fullDocumentBeforeChange' is not a valid value.",
+            ),
+            (
+                doc! {"showExpandedEvents": "yes"},
+                codes::TYPE_MISMATCH,
+                "BSON field '$changeStream.showExpandedEvents' is the wrong type 'string', expected type 'bool'",
+            ),
+            (
+                doc! {"allowToRunOnSystemNS": 1},
+                codes::TYPE_MISMATCH,
+                "BSON field '$changeStream.allowToRunOnSystemNS' is the wrong type 'int', expected type 'bool'",
+            ),
+            (
+                doc! {"resumeAt": {}},
+                codes::UNRECOGNIZED_COMMAND_FIELD,
+                "BSON field '$changeStream.resumeAt' is an unknown field.",
+            ),
+        ];
+        for (opts, code, message) in cases {
+            let e = spec_error("db", Some("c"), opts.clone(), &[]);
+            assert_eq!((e.code, e.message.as_str()), (code, message), "{opts}");
+        }
+    }
+
+    #[test]
+    fn internal_namespaces_and_misplaced_cluster_streams_are_refused() {
+        for (db, coll) in [
+            ("admin", Some("c")),
+            ("config", Some("c")),
+            ("local", Some("oplog.rs")),
+            ("admin", None),
+            ("local", None),
+            ("db", Some("system.views")),
+            ("db", Some("system.js")),
+        ] {
+            let e = spec_error(db, coll, doc! {}, &[]);
+            assert_eq!(e.code, codes::INVALID_NAMESPACE, "{db} {coll:?}");
+            assert!(e
+                .message
+                .starts_with("$changeStream may not be opened on the internal"));
+        }
+        // Where a cluster stream may be opened is checked first (also on admin).
+        for (db, coll, found) in [
+            ("db", None, "db.$cmd.aggregate"),
+            ("db", Some("c"), "db.c"),
+            ("admin", Some("c"), "admin.c"),
+            ("local", None, "local.$cmd.aggregate"),
+        ] {
+            let e = spec_error(db, coll, doc! {"allChangesForCluster": true}, &[]);
+            assert_eq!(e.code, codes::INVALID_OPTIONS, "{db} {coll:?}");
+            assert_eq!(
+                e.message,
+                format!("A $changeStream with 'allChangesForCluster:true' may only be opened on the 'admin' database, and with no collection name; found {found}")
+            );
+        }
+        // allChangesForCluster: false is the database stream it would be without it.
+        let s = spec("db", None, doc! {"allChangesForCluster": false}).unwrap();
+        assert_eq!(s.scope, Scope::Database("db".into()));
+    }
+
+    #[test]
+    fn only_event_by_event_stages_may_follow() {
+        let ok = parse_spec(
+            "db",
+            Some("c"),
+            &doc! {},
+            &[
+                doc! {"$match": {"operationType": "insert"}},
+                doc! {"$project": {"fullDocument": 1}},
+                doc! {"$changeStreamSplitLargeEvent": {}},
+            ],
+        )
+        .unwrap()
+        .0;
+        assert!(ok.split_large);
+        assert_eq!(ok.stages.len(), 2, "the split stage is the stream's own");
+        let cases = [
+            (
+                vec![doc! {"$group": {"_id": null}}],
+                codes::ILLEGAL_OPERATION,
+            ),
+            (vec![doc! {"$sort": {"a": 1}}], codes::ILLEGAL_OPERATION),
+            (vec![doc! {"$changeStream": {}}], 40602),
+            (
+                vec![
+                    doc! {"$changeStreamSplitLargeEvent": {}},
+                    doc! {"$match": {}},
+                ],
+                7182802,
+            ),
+        ];
+        for (stages, code) in cases {
+            let e = spec_error("db", Some("c"), doc! {}, &stages);
+            assert_eq!(e.code, code, "{stages:?}");
+        }
+        // An unknown stage is unknown before it is out of place.
+        let e = spec_error("db", Some("c"), doc! {}, &[doc! {"$nosuchstage": {}}]);
+        assert_eq!(e.code, 40324);
+        assert_eq!(
+            spec_error("db", Some("c"), doc! {}, &[doc! {"$group": {"_id": null}}]).message,
+            "$group is not permitted in a $changeStream pipeline"
+        );
+    }
+
+    #[test]
+    fn start_options_that_conflict_or_do_not_parse_are_refused() {
+        let e = TestEngine::open();
+        let ts = insert(&e, &Namespace::new("db", "c"), 1);
+        let token = ResumeToken::high_water_mark(keys::ts_to_u64(ts)).to_document();
+        let cases: Vec<(Document, i32)> = vec![
+            (
+                doc! {"resumeAfter": token.clone(), "startAfter": token.clone()},
+                50865,
+            ),
+            (
+                doc! {"resumeAfter": token.clone(), "startAtOperationTime": ts},
+                40674,
+            ),
+            (doc! {"startAtOperationTime": 5}, codes::TYPE_MISMATCH),
+            (
+                doc! {"resumeAfter": {"_data": "zz"}},
+                codes::INVALID_RESUME_TOKEN,
+            ),
+            (doc! {"startAfter": "token"}, codes::INVALID_RESUME_TOKEN),
+        ];
+        for (opts, code) in cases {
+            let err = open(&e, "db", Some("c"), opts.clone()).expect_err("refused");
+            assert_eq!(err.code, code, "{opts}");
+        }
+        let err = e
+            .open_change_stream("db", Some("c"), &doc! {}, &[], Some(-1), None, None)
+            .expect_err("refused");
+        assert_eq!(err.code, codes::BAD_VALUE);
+        assert_eq!(e.cursors.len(), 0, "no cursor left open by a refusal");
+    }
+
+    /// A collection stream returns its collection's events only, in commit order, and
+    /// its post-batch token is the last event's.
+    #[test]
+    fn a_collection_stream_returns_its_own_events_in_commit_order() {
+        let e = TestEngine::open();
+        let c = Namespace::new("db", "c");
+        insert(&e, &c, 0);
+        let stream = open(&e, "db", Some("c"), doc! {}).unwrap();
+        assert!(stream.raw_docs.is_empty(), "nothing after the start");
+        assert_ne!(stream.cursor_id, 0);
+        assert_eq!(stream.ns, "db.c");
+        insert(&e, &c, 1);
+        insert(&e, &Namespace::new("db", "other"), 2);
+        insert(&e, &Namespace::new("db2", "c"), 3);
+        e.update(
+            &c,
+            vec![UpdateOp {
+                q: doc! {"_id": 1},
+                u: Bson::Document(doc! {"$set": {"a": 1}}),
+                ..Default::default()
+            }],
+            true,
+        )
+        .unwrap();
+        e.update(
+            &c,
+            vec![UpdateOp {
+                q: doc! {"_id": 0},
+                u: Bson::Document(doc! {"b": 2}),
+                ..Default::default()
+            }],
+            true,
+        )
+        .unwrap();
+        e.delete(
+            &c,
+            vec![DeleteOp {
+                q: doc! {"_id": 1},
+                limit: 1,
+                ..Default::default()
+            }],
+            true,
+        )
+        .unwrap();
+        let batch = {
+            e.sync();
+            e.get_more(stream.cursor_id, &stream.ns, None).unwrap()
+        };
+        let events = decoded(&batch);
+        assert_eq!(
+            op_types(&events),
+            vec!["insert", "update", "replace", "delete"]
+        );
+        assert_eq!(
+            ids(&events),
+            vec![
+                Bson::Int32(1),
+                Bson::Int32(1),
+                Bson::Int32(0),
+                Bson::Int32(1)
+            ]
+        );
+        let times: Vec<u64> = events.iter().map(|ev| token_of(ev).ts).collect();
+        assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+        assert_eq!(
+            batch.post_batch_resume_token.as_ref(),
+            events.last().map(|ev| ev.get_document("_id").unwrap())
+        );
+        assert!(next(&e, &stream).is_empty(), "each event once");
+    }
+
+    #[test]
+    fn database_and_cluster_streams_see_their_scope_only() {
+        let e = TestEngine::open();
+        let database = open(&e, "db", None, doc! {}).unwrap();
+        assert_eq!(database.ns, "db.$cmd.aggregate");
+        let cluster = open(&e, "admin", None, doc! {"allChangesForCluster": true}).unwrap();
+        assert_eq!(cluster.ns, "admin.$cmd.aggregate");
+        insert(&e, &Namespace::new("db", "a"), 1);
+        insert(&e, &Namespace::new("db", "b"), 2);
+        insert(&e, &Namespace::new("other", "a"), 3);
+        insert(&e, &Namespace::new("db", "system.js"), 4);
+        insert(&e, &Namespace::new("config", "x"), 5);
+        let namespaces = |events: Vec<Document>| -> Vec<String> {
+            events
+                .iter()
+                .map(|ev| {
+                    let ns = ev.get_document("ns").unwrap();
+                    format!(
+                        "{}.{}",
+                        ns.get_str("db").unwrap(),
+                        ns.get_str("coll").unwrap()
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(namespaces(next(&e, &database)), vec!["db.a", "db.b"]);
+        assert_eq!(
+            namespaces(next(&e, &cluster)),
+            vec!["db.a", "db.b", "other.a"]
+        );
+    }
+
+    #[test]
+    fn start_at_operation_time_includes_the_entry_at_that_time() {
+        let e = TestEngine::open();
+        let c = Namespace::new("db", "c");
+        let times: Vec<bson::Timestamp> = (0..3).map(|i| insert(&e, &c, i)).collect();
+        e.sync();
+        let stream = open(&e, "db", Some("c"), doc! {"startAtOperationTime": times[1]}).unwrap();
+        let events = decoded(&stream);
+        assert_eq!(ids(&events), vec![Bson::Int32(1), Bson::Int32(2)]);
+        assert_eq!(events[0].get_timestamp("clusterTime").unwrap(), times[1]);
+    }
+
+    #[test]
+    fn resuming_after_an_event_returns_the_events_after_it_only() {
+        let e = TestEngine::open();
+        let c = Namespace::new("db", "c");
+        let stream = open(&e, "db", Some("c"), doc! {}).unwrap();
+        for i in 0..4 {
+            insert(&e, &c, i);
+        }
+        let events = next(&e, &stream);
+        assert_eq!(events.len(), 4);
+        let second = events[1].get_document("_id").unwrap().clone();
+        for option in ["resumeAfter", "startAfter"] {
+            let resumed = open(&e, "db", Some("c"), doc! {option: second.clone()}).unwrap();
+            assert_eq!(decoded(&resumed), events[2..].to_vec(), "{option}");
+        }
+        // The token of another collection's event was not made by this stream.
+        let other = Namespace::new("db", "other");
+        let on_other = open(&e, "db", Some("other"), doc! {}).unwrap();
+        insert(&e, &other, 9);
+        let foreign = next(&e, &on_other)[0].get_document("_id").unwrap().clone();
+        let err = open(&e, "db", Some("c"), doc! {"resumeAfter": foreign}).expect_err("refused");
+        assert_eq!(err.code, codes::CHANGE_STREAM_FATAL_ERROR);
+        assert!(err.message.contains("the resume token was not found"));
+    }
+
+    /// A drop ends a collection stream with an invalidate; resumeAfter that invalidate
+    /// is refused, startAfter it opens a stream on the collection made again.
+    #[test]
+    fn an_invalidated_stream_can_start_after_but_not_resume_after_its_invalidate() {
+        let e = TestEngine::open();
+        let c = Namespace::new("db", "c");
+        insert(&e, &c, 0);
+        let stream = open(&e, "db", Some("c"), doc! {}).unwrap();
+        e.drop_collection(&c).unwrap();
+        e.sync();
+        let last = e.get_more(stream.cursor_id, &stream.ns, None).unwrap();
+        let events = decoded(&last);
+        assert_eq!(op_types(&events), vec!["drop", "invalidate"]);
+        assert_eq!(last.cursor_id, 0, "the cursor is closed");
+        let invalidate = events[1].get_document("_id").unwrap().clone();
+        assert!(token_of(&events[1]).from_invalidate);
+        let err = open(
+            &e,
+            "db",
+            Some("c"),
+            doc! {"resumeAfter": invalidate.clone()},
+        )
+        .expect_err("refused");
+        assert_eq!(err.code, codes::INVALID_RESUME_TOKEN);
+        let after = open(&e, "db", Some("c"), doc! {"startAfter": invalidate}).unwrap();
+        assert!(decoded(&after).is_empty());
+        insert(&e, &c, 1);
+        assert_eq!(ids(&next(&e, &after)), vec![Bson::Int32(1)]);
+    }
+
+    /// A stream whose start or position the trim passed fails with
+    /// ChangeStreamHistoryLost (not resumable), instead of skipping what it lost.
+    #[test]
+    fn history_the_trim_removed_is_lost_not_skipped() {
+        let e = TestEngine::trimmed_by_hand(64 * 1024);
+        let c = Namespace::new("db", "c");
+        let first = insert(&e, &c, 0);
+        let behind = open(&e, "db", Some("c"), doc! {}).unwrap();
+        let pad = "x".repeat(8 * 1024);
+        for i in 1..20 {
+            e.insert_documents(&c, vec![doc! {"_id": i, "pad": &pad}], true)
+                .unwrap();
+        }
+        e.sync();
+        while crate::oplog::trim::trim_oplog_round(&e).unwrap() {}
+        assert!(e.oplog_trim_ts() > keys::ts_to_u64(first));
+        let lost = |r: Result<CursorBatch>| {
+            let err = r.expect_err("history lost");
+            assert_eq!(
+                err.code,
+                codes::CHANGE_STREAM_HISTORY_LOST,
+                "{}",
+                err.message
+            );
+            assert!(label_resumable(err).labels.is_empty(), "not resumable");
+        };
+        lost(open(
+            &e,
+            "db",
+            Some("c"),
+            doc! {"startAtOperationTime": first},
+        ));
+        let token = ResumeToken::high_water_mark(keys::ts_to_u64(first)).to_document();
+        lost(open(&e, "db", Some("c"), doc! {"resumeAfter": token}));
+        lost(e.get_more(behind.cursor_id, &behind.ns, None));
+        // From the trim point on, the history is whole.
+        let from = keys::u64_to_ts(e.oplog_trim_ts());
+        let whole = open(&e, "db", Some("c"), doc! {"startAtOperationTime": from}).unwrap();
+        let events = decoded(&whole);
+        let last = ids(&events).last().cloned();
+        assert_eq!(last, Some(Bson::Int32(19)));
+        assert!(events.iter().all(
+            |ev| keys::ts_to_u64(ev.get_timestamp("clusterTime").unwrap()) >= e.oplog_trim_ts()
+        ));
+    }
+
+    /// Events a filter drops are never returned, but the position still moves past
+    /// them: the post-batch token of an empty batch is past the last write read.
+    #[test]
+    fn a_filtered_stream_moves_past_what_it_drops() {
+        let e = TestEngine::open();
+        let c = Namespace::new("db", "c");
+        let stream = e
+            .open_change_stream(
+                "db",
+                Some("c"),
+                &doc! {},
+                &[doc! {"$match": {"operationType": "delete"}}],
+                None,
+                None,
+                None,
+            )
+            .unwrap();
+        let last_insert = (0..3).map(|i| insert(&e, &c, i)).last().unwrap();
+        e.sync();
+        let batch = e.get_more(stream.cursor_id, &stream.ns, None).unwrap();
+        assert!(batch.raw_docs.is_empty());
+        let pbrt =
+            ResumeToken::parse(&Bson::Document(batch.post_batch_resume_token.unwrap())).unwrap();
+        assert!(pbrt.is_high_water_mark());
+        assert!(pbrt.ts >= keys::ts_to_u64(last_insert));
+        e.delete(
+            &c,
+            vec![DeleteOp {
+                q: doc! {"_id": 2},
+                limit: 1,
+                ..Default::default()
+            }],
+            true,
+        )
+        .unwrap();
+        let events = next(&e, &stream);
+        assert_eq!(op_types(&events), vec!["delete"]);
+        assert!(token_of(&events[0]).ts > pbrt.ts);
+    }
+
+    #[test]
+    fn a_stage_that_changes_the_token_ends_the_stream() {
+        let e = TestEngine::open();
+        let stream = e
+            .open_change_stream(
+                "db",
+                Some("c"),
+                &doc! {},
+                &[doc! {"$project": {"_id": 0}}],
+                None,
+                None,
+                None,
+            )
+            .unwrap();
+        insert(&e, &Namespace::new("db", "c"), 1);
+        e.sync();
+        let err = e
+            .get_more(stream.cursor_id, &stream.ns, None)
+            .expect_err("fatal");
+        assert_eq!(err.code, codes::CHANGE_STREAM_FATAL_ERROR);
+        assert_eq!(
+            err.labels,
+            vec!["NonResumableChangeStreamError".to_string()]
+        );
+    }
+
+    #[test]
+    fn batch_sizes_bound_each_batch() {
+        let e = TestEngine::open();
+        let c = Namespace::new("db", "c");
+        let stream = e
+            .open_change_stream("db", Some("c"), &doc! {}, &[], Some(0), None, None)
+            .unwrap();
+        assert_ne!(stream.cursor_id, 0, "batchSize 0 opens the cursor");
+        assert!(stream.post_batch_resume_token.is_some());
+        for i in 0..5 {
+            insert(&e, &c, i);
+        }
+        e.sync();
+        let mut sizes = Vec::new();
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            let b = e.get_more(stream.cursor_id, &stream.ns, Some(2)).unwrap();
+            sizes.push(b.raw_docs.len());
+            seen.extend(ids(&decoded(&b)));
+        }
+        assert_eq!(sizes, vec![2, 2, 1, 0]);
+        assert_eq!(seen, (0..5).map(Bson::Int32).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn only_transient_errors_are_labelled_resumable() {
+        let labelled = label_resumable(Error::new(6, "host unreachable"));
+        assert_eq!(
+            labelled.labels,
+            vec!["ResumableChangeStreamError".to_string()]
+        );
+        for code in [
+            codes::CHANGE_STREAM_FATAL_ERROR,
+            codes::CHANGE_STREAM_HISTORY_LOST,
+            codes::INVALID_RESUME_TOKEN,
+            codes::BAD_VALUE,
+        ] {
+            assert!(
+                label_resumable(Error::new(code, "x")).labels.is_empty(),
+                "{code}"
+            );
+        }
+        // An error labelled already keeps its own label alone.
+        let own = Error::new(6, "x").with_label("NonResumableChangeStreamError");
+        assert_eq!(
+            label_resumable(own).labels,
+            vec!["NonResumableChangeStreamError".to_string()]
+        );
+    }
+
+    /// `$changeStreamSplitLargeEvent`: fragments of whole top-level fields, each under
+    /// the limit, each with the event's token plus its fragment number.
+    #[test]
+    fn a_large_event_splits_into_numbered_fragments() {
+        // Each over half the limit: no two fit in one fragment.
+        let big = "x".repeat(9 * 1024 * 1024);
+        let token = ResumeToken::event(5, None, doc! {"operationType": "insert"});
+        let event = doc! {
+            "_id": token.to_document(),
+            "operationType": "insert",
+            "fullDocument": {"_id": 1, "a": &big},
+            "fullDocumentBeforeChange": {"_id": 1, "b": &big},
+            "updateDescription": {"updatedFields": {"c": &big}},
+        };
+        let fragments = split_event(event, &token).unwrap();
+        assert_eq!(fragments.len(), 3);
+        for (i, (doc, t)) in fragments.iter().enumerate() {
+            let bytes = bson::to_vec(doc).unwrap().len();
+            assert!(bytes <= MAX_EVENT_BYTES, "fragment {i}: {bytes} bytes");
+            assert_eq!(t.fragment, Some(i as i32));
+            assert!(t.same_event(&token));
+            assert_eq!(doc.get_document("_id").unwrap(), &t.to_document());
+            assert_eq!(
+                doc.get_document("splitEvent").unwrap(),
+                &doc! {"fragment": i as i32 + 1, "of": 3}
+            );
+        }
+        let keys: Vec<Vec<&str>> = fragments
+            .iter()
+            .map(|(d, _)| d.keys().skip(2).map(String::as_str).collect())
+            .collect();
+        assert_eq!(
+            keys,
+            vec![
+                vec!["operationType", "fullDocument"],
+                vec!["fullDocumentBeforeChange"],
+                vec!["updateDescription"]
+            ]
+        );
+        let too_big =
+            doc! {"_id": token.to_document(), "fullDocument": {"a": "x".repeat(MAX_EVENT_BYTES)}};
+        let err = split_event(too_big, &token).expect_err("one field over the limit");
+        assert_eq!(err.code, codes::BSON_OBJECT_TOO_LARGE);
+    }
+}

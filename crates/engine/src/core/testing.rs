@@ -29,6 +29,24 @@ impl TestEngine {
         .expect("open an engine on an empty directory");
         TestEngine { engine, _dir: dir }
     }
+
+    /// An engine whose oplog is over its cap past `bytes` but never trimmed unless the
+    /// test trims it (`oplog::trim::trim_oplog_round`): the maintenance thread skips its
+    /// rounds while the fsync lock is held, as it does for `db.fsyncLock()`.
+    pub(crate) fn trimmed_by_hand(bytes: u64) -> TestEngine {
+        let e = TestEngine::with_oplog_cap(bytes);
+        e.fsync_lock.lock(|| Ok(())).expect("take the fsync lock");
+        e
+    }
+
+    /// Waits until every commit so far is on disk: change streams show only what is.
+    pub(crate) fn sync(&self) {
+        let seq = self.engine.durability.last_committed();
+        self.engine
+            .durability
+            .wait_synced_blocking(seq)
+            .expect("the fsync of a test engine");
+    }
 }
 
 impl std::ops::Deref for TestEngine {

@@ -32,7 +32,7 @@ struct TrimCopy {
 /// are gone for every reader at once (readers start at the trim point); their
 /// storage is reclaimed by whole files later, so the oplog is never rewritten by
 /// compaction. The per-namespace ordering and pre-images go with range tombstones.
-fn trim_oplog_round(engine: &Engine) -> Result<bool> {
+pub(crate) fn trim_oplog_round(engine: &Engine) -> Result<bool> {
     let cap = engine.opts.oplog_size_bytes;
     // The newest committed entry, not the clock's newest time: a write that failed or
     // a transaction that conflicted at its commit took times no entry has.
@@ -243,12 +243,8 @@ mod tests {
     const CAP: u64 = 64 * 1024;
     const DOC_BYTES: usize = 4 * 1024;
 
-    /// A test engine whose maintenance thread never trims: its rounds are skipped while
-    /// the fsync lock is held, so each test trims itself, when it wants.
     fn engine_trimmed_by_hand() -> TestEngine {
-        let e = TestEngine::with_oplog_cap(CAP);
-        e.fsync_lock.lock(|| Ok(())).expect("take the fsync lock");
-        e
+        TestEngine::trimmed_by_hand(CAP)
     }
 
     /// The entries stored from the trim point on: (time, bytes).
