@@ -660,12 +660,7 @@ impl ChangeStream {
         if self.next_ts > durable {
             return Ok(false);
         }
-        if self.next_ts < engine.oplog_trim_ts() {
-            return Err(Error::new(
-                codes::CHANGE_STREAM_HISTORY_LOST,
-                "Resume of change stream was not possible, as the resume point may no longer be in the oplog.",
-            ));
-        }
+        self.check_not_trimmed(engine)?;
         if self.verify.is_some() && self.memory_only {
             return Err(needs_storage());
         }
@@ -680,6 +675,11 @@ impl ChangeStream {
             READ_CHUNK
         };
         let entries = self.read_entries(engine, durable, limit)?;
+        // Again after the read: a trim that committed during it deleted the collection's
+        // index of the entries it removed, so the read may have passed over some of
+        // them unawares. The trim point only moves forward: still at or below the
+        // position, it removed nothing the read covered.
+        self.check_not_trimmed(engine)?;
         if entries.is_empty() {
             self.next_ts = durable + 1;
             return Ok(false);
@@ -744,6 +744,18 @@ impl ChangeStream {
             self.advance_to(ResumeToken::high_water_mark(self.next_ts.saturating_sub(1)));
         }
         Ok(true)
+    }
+
+    /// ChangeStreamHistoryLost when the oplog trim passed the stream's position: the
+    /// stream fails rather than skip what was trimmed.
+    fn check_not_trimmed(&self, engine: &Engine) -> Result<()> {
+        if self.next_ts < engine.oplog_trim_ts() {
+            return Err(Error::new(
+                codes::CHANGE_STREAM_HISTORY_LOST,
+                "Resume of change stream was not possible, as the resume point may no longer be in the oplog.",
+            ));
+        }
+        Ok(())
     }
 
     /// Reads ahead, after a full batch went out, so the next getMore finds its events
@@ -1596,6 +1608,50 @@ mod tests {
         assert!(events.iter().all(
             |ev| keys::ts_to_u64(ev.get_timestamp("clusterTime").unwrap()) >= e.oplog_trim_ts()
         ));
+    }
+
+    /// Why a read checks the trim point again after reading: a trim that lands
+    /// between the check before it and the read deletes the collection's index of the
+    /// trimmed entries, and the read alone passes over them without a sign.
+    #[test]
+    fn a_read_that_raced_a_trim_is_lost_not_a_gap() {
+        let e = TestEngine::trimmed_by_hand(64 * 1024);
+        let c = Namespace::new("db", "c");
+        let start = keys::ts_to_u64(insert(&e, &c, 0));
+        let pad = "x".repeat(8 * 1024);
+        for i in 1..20 {
+            e.insert_documents(&c, vec![doc! {"_id": i, "pad": &pad}], true)
+                .unwrap();
+        }
+        e.sync();
+        let spec = spec("db", Some("c"), doc! {}).unwrap();
+        let stream = ChangeStream {
+            watch: e.recent.watch(crate::core::bus::namespace_bit("db.c")),
+            spec,
+            next_ts: start,
+            verify: None,
+            pbrt: ResumeToken::high_water_mark(start),
+            pending: VecDeque::new(),
+            invalidated: false,
+            prefilter: prefilter::Prefilter::default(),
+            deferred_error: None,
+            memory_only: false,
+        };
+        // The check before the read passes; then the trim commits.
+        stream.check_not_trimmed(&e).unwrap();
+        while crate::oplog::trim::trim_oplog_round(&e).unwrap() {}
+        let trim = e.oplog_trim_ts();
+        assert!(trim > start);
+        let read = stream
+            .read_entries(&e, e.durability.durable_ts(), READ_CHUNK)
+            .unwrap();
+        let first = read.first().map(|r| r.ts).unwrap();
+        assert!(
+            first >= trim,
+            "the read starts past the trim, not at {start}"
+        );
+        let err = stream.check_not_trimmed(&e).expect_err("lost");
+        assert_eq!(err.code, codes::CHANGE_STREAM_HISTORY_LOST);
     }
 
     /// Events a filter drops are never returned, but the position still moves past
