@@ -565,8 +565,12 @@ impl Store {
         if !self.out_of_space.load(Ordering::SeqCst) {
             return Ok(());
         }
-        self.db
-            .write_opt(WriteBatch::default(), &WriteOptions::default())?;
+        // Through `noting_space`: the refusal may be the log writer's "Seen error",
+        // which is that same failure for want of space.
+        self.noting_space(
+            self.db
+                .write_opt(WriteBatch::default(), &WriteOptions::default()),
+        )?;
         self.out_of_space.store(false, Ordering::SeqCst);
         Ok(())
     }
