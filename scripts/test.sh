@@ -8,6 +8,25 @@ build_release
 SUMMARY="$(mktemp)"
 trap 'rm -f "$SUMMARY"' EXIT
 
+# Style: formatting and clippy with warnings denied (allowed lints are listed, with their
+# reasons, in the workspace Cargo.toml or at the line they concern).
+ensure_rust_component() {
+    cargo "$1" --version >/dev/null 2>&1 || rustup component add "$2" >/dev/null 2>&1 || true
+    cargo "$1" --version >/dev/null 2>&1
+}
+if ensure_rust_component fmt rustfmt; then
+    log "cargo fmt --check"
+    (cd "$ROOT" && cargo fmt --all --check)
+else
+    log "WARNING: rustfmt is not installed and could not be added: formatting NOT checked"
+fi
+if ensure_rust_component clippy clippy; then
+    log "cargo clippy (warnings denied)"
+    (cd "$ROOT" && cargo clippy --release --locked --workspace --all-targets -- -D warnings)
+else
+    log "WARNING: clippy is not installed and could not be added: lints NOT checked"
+fi
+
 log "Rust unit tests"
 (cd "$ROOT" && cargo test --release --locked --workspace) 2>&1 | tee -a "$SUMMARY"
 

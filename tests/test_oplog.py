@@ -296,3 +296,42 @@ class TestTrimming:
             assert coll.count_documents({}) == 399
             assert coll.find_one({"_id": 5}) == {**docs[5], "x": 1}
             assert coll.find_one({"_id": 399}) == docs[399]
+
+
+class TestStats:
+    """The oplog reports itself as mongod's capped collection does: mongosh's
+    rs.printReplicationInfo() and db.getReplicationInfo() read its maxSize and size
+    ($collStats storageStats), then its first and last entries in natural order."""
+
+    def test_coll_stats_of_the_oplog(self, client, coll):
+        coll.insert_many([{"x": i} for i in range(5)])
+        stats = client.local.command("collStats", "oplog.rs")
+        assert stats["ns"] == "local.oplog.rs"
+        assert stats["capped"] is True
+        assert stats["max"] == 0
+        assert stats["maxSize"] == 64 * 1024 * 1024
+        assert stats["nindexes"] == 0 and stats["indexSizes"] == {}
+        assert stats["count"] >= 5 and stats["size"] > 0
+        assert stats["avgObjSize"] == stats["size"] // stats["count"]
+        assert client.local.command("collStats", "oplog.rs", scale=1024)["maxSize"] == 64 * 1024
+
+    def test_coll_stats_count_is_the_number_of_entries(self, fresh_server):
+        srv = fresh_server()
+        with srv.client() as c:
+            c.test.c.insert_many([{"i": i} for i in range(7)])
+            stats = c.local.command("collStats", "oplog.rs")
+            assert stats["count"] == oplog(c).count_documents({})
+
+    def test_replication_info_as_mongosh_reads_it(self, client, coll):
+        coll.insert_one({})
+        assert "oplog.rs" in client.local.list_collection_names()
+        (stats,) = oplog(client).aggregate([{"$collStats": {"storageStats": {"scale": 1}}}])
+        storage = stats["storageStats"]
+        assert storage["capped"] is True and storage["maxSize"] == 64 * 1024 * 1024
+        log_size_mb = max(storage["maxSize"], storage["size"]) / (1024 * 1024)
+        assert log_size_mb == 64
+        first = oplog(client).find().sort("$natural", 1).limit(1).next()
+        last = oplog(client).find().sort("$natural", -1).limit(1).next()
+        assert first["ts"] == min(e["ts"] for e in oplog(client).find({}, {"ts": 1}))
+        assert last["ts"] == client.admin.command("hello")["lastWrite"]["opTime"]["ts"]
+        assert first["ts"] <= last["ts"]

@@ -83,3 +83,88 @@ def test_bad_validation_options_are_refused(db):
         db.command("collMod", "v", validator=5)
     assert exc.value.code == 14
     assert "v" in db.list_collection_names()
+
+
+# errInfo.details, as mongod 5.0+ explains a failure (its jstests/core/doc_validation/
+# doc_validation_error.js and doc_validation_error_test.cpp).
+
+def failure_details(write):
+    with pytest.raises((WriteError, OperationFailure)) as exc:
+        write()
+    assert exc.value.code == 121
+    return exc.value.details["errInfo"]
+
+
+def test_details_of_a_failed_insert_name_the_clauses_not_satisfied(db):
+    import re
+    validator = {"$or": [
+        {"phone": {"$type": "string"}},
+        {"email": {"$regex": re.compile(r"@mongodb\.com$")}},
+        {"status": {"$in": ["Unknown", "Incomplete"]}},
+    ]}
+    db.create_collection("contacts", validator=validator)
+    info = failure_details(lambda: db.contacts.insert_one({"_id": 7, "email": "info@mongodb.co"}))
+    assert info["failingDocumentId"] == 7
+    details = info["details"]
+    assert details["operatorName"] == "$or"
+    clauses = details["clausesNotSatisfied"]
+    assert [c["index"] for c in clauses] == [0, 1, 2]
+    assert clauses[0]["details"] == {
+        "operatorName": "$type", "specifiedAs": {"phone": {"$type": "string"}},
+        "reason": "field was missing"}
+    assert clauses[1]["details"]["operatorName"] == "$regex"
+    assert clauses[1]["details"]["reason"] == "regular expression did not match"
+    assert clauses[1]["details"]["consideredValue"] == "info@mongodb.co"
+    assert clauses[2]["details"] == {
+        "operatorName": "$in", "specifiedAs": {"status": {"$in": ["Unknown", "Incomplete"]}},
+        "reason": "field was missing"}
+
+
+def test_details_of_an_implicit_and_list_only_the_failing_operators(db):
+    db.create_collection("v", validator={"a": {"$gt": 0, "$lt": 10}, "b": {"$exists": True}})
+    details = failure_details(lambda: db.v.insert_one({"a": 11, "b": 1}))["details"]
+    assert details == {"operatorName": "$and", "clausesNotSatisfied": [{"index": 1, "details": {
+        "operatorName": "$lt", "specifiedAs": {"a": {"$lt": 10}},
+        "reason": "comparison failed", "consideredValue": 11}}]}
+
+
+def test_details_of_negations_report_what_matched(db):
+    db.create_collection("v", validator={"$nor": [{"a": {"$gt": 10}}, {"b": {"$ne": 1}}]})
+    details = failure_details(lambda: db.v.insert_one({"a": 9, "b": 2}))["details"]
+    assert details == {"operatorName": "$nor", "clausesSatisfied": [{"index": 1, "details": {
+        "operatorName": "$ne", "specifiedAs": {"b": {"$ne": 1}},
+        "reason": "comparison failed", "consideredValue": 2}}]}
+
+
+def test_details_of_expr_carry_its_result(db):
+    # "Duplicate check in an array" of mongod's doc_validation_error.js.
+    validator = {"$expr": {"$eq": [{"$size": "$a.b"}, {"$size": {"$setUnion": "$a.b"}}]}}
+    db.create_collection("v", validator=validator)
+    details = failure_details(lambda: db.v.insert_one({"a": [{"b": 1}, {"b": 1}]}))["details"]
+    assert details == {"operatorName": "$expr", "specifiedAs": validator,
+                       "reason": "expression did not match", "expressionResult": False}
+
+
+def test_details_of_failed_updates_and_find_and_modify(db):
+    db.create_collection("v", validator={"z": {"$gte": 0}})
+    db.v.insert_one({"_id": 1, "z": 5})
+    expected = {"operatorName": "$gte", "specifiedAs": {"z": {"$gte": 0}},
+                "reason": "comparison failed", "consideredValue": -5}
+    info = failure_details(lambda: db.v.update_one({"_id": 1}, {"$inc": {"z": -10}}))
+    assert info == {"failingDocumentId": 1, "details": expected}
+    info = failure_details(lambda: db.v.find_one_and_update({"_id": 1}, {"$set": {"z": -5}}))
+    assert info == {"failingDocumentId": 1, "details": expected}
+    with pytest.raises(BulkWriteError) as exc:
+        db.v.insert_many([{"_id": 2, "z": 1}, {"_id": 3, "z": [-1, -2]}])
+    (error,) = exc.value.details["writeErrors"]
+    assert error["errInfo"]["details"] == {
+        "operatorName": "$gte", "specifiedAs": {"z": {"$gte": 0}},
+        "reason": "comparison failed", "consideredValues": [-1, -2]}
+
+
+def test_details_too_large_to_send_are_truncated(db):
+    # mongod's limit is 12 MB: the quoted value goes, the explanation stays.
+    db.create_collection("v", validator={"a": {"$type": "int"}})
+    info = failure_details(lambda: db.v.insert_one({"_id": 1, "a": "x" * (13 << 20)}))
+    assert info == {"failingDocumentId": 1, "truncated": True, "details": {
+        "operatorName": "$type", "reason": "type did not match", "consideredType": "string"}}

@@ -135,3 +135,38 @@ test('tailable awaitData cursor on a capped collection (empty at first) receives
     await client.close();
   }
 });
+
+// With useBigInt64 the driver decodes every BSON int64 as a BigInt, so a write
+// count sent as int64 (mongod sends int32) breaks insertMany's arithmetic.
+test('write results and counts under useBigInt64 are numbers, as against mongod', async () => {
+  const client = new MongoClient(`mongodb://127.0.0.1:${port}/?directConnection=true`, { useBigInt64: true });
+  try {
+    const db = client.db('nodetest');
+    const coll = db.collection('bigint');
+    await coll.drop().catch(() => {});
+    const ins = await coll.insertMany([{ a: 1 }, { a: 2 }, { a: 3 }]);
+    assert.equal(ins.insertedCount, 3);
+    const upd = await coll.updateMany({ a: { $gte: 2 } }, { $set: { b: true } });
+    assert.deepEqual([upd.matchedCount, upd.modifiedCount], [2, 2]);
+    const ups = await coll.updateOne({ a: 9 }, { $set: { b: false } }, { upsert: true });
+    assert.equal(ups.upsertedCount, 1);
+    const bulk = await coll.bulkWrite([
+      { insertOne: { document: { a: 4 } } },
+      { updateOne: { filter: { a: 4 }, update: { $set: { b: true } } } },
+      { deleteOne: { filter: { a: 1 } } },
+    ]);
+    assert.deepEqual([bulk.insertedCount, bulk.matchedCount, bulk.modifiedCount, bulk.deletedCount], [1, 1, 1, 1]);
+    const del = await coll.deleteMany({ b: false });
+    assert.equal(del.deletedCount, 1);
+    assert.equal(await coll.countDocuments(), 3);
+    assert.equal(await coll.estimatedDocumentCount(), 3);
+    const count = await db.command({ count: 'bigint' });
+    assert.equal(typeof count.n, 'number');
+    const created = await db.command({ createIndexes: 'bigint', indexes: [{ key: { a: 1 }, name: 'a_1' }] });
+    assert.deepEqual([typeof created.numIndexesBefore, typeof created.numIndexesAfter], ['number', 'number']);
+    const stats = await db.command({ collStats: 'bigint' });
+    assert.deepEqual([typeof stats.count, typeof stats.size, typeof stats.nindexes], ['number', 'number', 'number']);
+  } finally {
+    await client.close();
+  }
+});

@@ -21,6 +21,7 @@ pub use crate::read::{cursor, find, min_max};
 pub use crate::write::{capped, ddl, transaction, ttl, validate};
 
 pub use crate::core::bus::{namespace_bit, ChangeStreamWaiting, CommitNotice};
+pub use crate::core::time::ClusterTime;
 pub use crate::core::{MAX_DOCUMENT_SIZE, MAX_NESTING_DEPTH, MAX_WRITE_BATCH};
 pub use crate::oplog::txn::Committed;
 
@@ -30,6 +31,7 @@ use crate::core::bus::CommitBus;
 use crate::core::clock::ClusterClock;
 use crate::core::durability::Durability;
 use crate::core::storage_err;
+use crate::core::time::AtomicClusterTime;
 use crate::oplog::txn::Writer;
 use bson::Document;
 use parking_lot::{Mutex, RwLock};
@@ -68,7 +70,7 @@ pub struct Engine {
     recent: Arc<oplog::recent::RecentOplog>,
     /// Oldest retained oplog time, readable without the writer lock (change streams
     /// check it on every read; oplog scans never return entries below it).
-    trim_ts: Arc<std::sync::atomic::AtomicU64>,
+    trim_ts: Arc<AtomicClusterTime>,
     /// Documents held by open transactions (see [`transaction`]).
     transaction_locks: transaction::LockTable,
     next_transaction_id: std::sync::atomic::AtomicU64,
@@ -101,32 +103,19 @@ impl Engine {
         let last = store.last(Space::Oplog, &[], None).map_err(storage_err)?;
         let last_ts = last
             .as_ref()
-            .map(|(k, _)| keys::u64_to_ts(u64::from_be_bytes(k[..8].try_into().unwrap())));
-        let (trim_ts, oplog_bytes) = match store
-            .get(Space::Meta, keys::META_OPLOG_TRIM)
-            .map_err(storage_err)?
-        {
-            Some(v) => {
-                let d = Document::from_reader(&mut v.as_slice())
-                    .map_err(|e| Error::internal(e.to_string()))?;
-                (
-                    d.get_i64("trim").unwrap_or(0) as u64,
-                    d.get_i64("bytes").unwrap_or(0) as u64,
-                )
-            }
-            None => (0, 0),
-        };
+            .map_or(ClusterTime::ZERO, |(k, _)| keys::oplog_key_time(k));
+        let (trim_ts, oplog_bytes) = Writer::load_oplog_state(&store)?;
         let replica_set_id = load_or_make_replica_set_id(&store)?;
-        let durability = Durability::new(last_ts.map(keys::ts_to_u64).unwrap_or(0));
+        let durability = Durability::new(last_ts);
         let syncer = durability.spawn_syncer(Arc::clone(&store));
-        if trim_ts > 0 {
+        if trim_ts > ClusterTime::ZERO {
             // Entries trimmed before a restart may still be on disk.
-            store.retire_through(Space::Oplog, &keys::oplog_key(trim_ts - 1));
+            store.retire_through(Space::Oplog, &keys::oplog_key(trim_ts.prev()));
         }
         let (oplog_wake, oplog_woken) = std::sync::mpsc::sync_channel::<()>(1);
         let first_notice = CommitNotice {
             seq: 0,
-            last_ts: last_ts.map(keys::ts_to_u64).unwrap_or(0),
+            last_ts,
             ns_mask: 0,
         };
         tracing::info!(
@@ -144,7 +133,7 @@ impl Engine {
                 clock: ClusterClock::after(last_ts),
                 oplog_bytes,
                 trim_ts,
-                committed_ts: last_ts.map(keys::ts_to_u64).unwrap_or(0),
+                committed_ts: last_ts,
             }),
             durability,
             cursors: cursor::CursorRegistry::new(),
@@ -152,7 +141,7 @@ impl Engine {
             opts,
             bus: CommitBus::new(first_notice),
             recent: Default::default(),
-            trim_ts: Arc::new(std::sync::atomic::AtomicU64::new(trim_ts)),
+            trim_ts: Arc::new(AtomicClusterTime::new(trim_ts)),
             transaction_locks: Default::default(),
             next_transaction_id: std::sync::atomic::AtomicU64::new(1),
             _lock_file: lock_file,
@@ -213,24 +202,29 @@ impl Engine {
 
     /// The newest cluster time handed out (the server's `operationTime` when idle).
     pub fn cluster_time(&self) -> bson::Timestamp {
-        keys::u64_to_ts(self.bus.last().last_ts)
+        self.last_commit_time().into()
+    }
+
+    /// The newest oplog time committed.
+    pub(crate) fn last_commit_time(&self) -> ClusterTime {
+        self.bus.last().last_ts
     }
 
     /// Oldest retained oplog time (everything before it was trimmed).
-    pub fn oplog_trim_ts(&self) -> u64 {
+    pub fn oplog_trim_ts(&self) -> ClusterTime {
         self.trim_ts.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The oldest retained oplog time as a shared value that follows the trims (for
     /// oplog scans that outlive a trim).
-    pub(crate) fn oplog_floor(&self) -> Arc<std::sync::atomic::AtomicU64> {
+    pub(crate) fn oplog_floor(&self) -> Arc<AtomicClusterTime> {
         Arc::clone(&self.trim_ts)
     }
 
     /// Oldest and newest retained oplog times.
-    pub fn oplog_window(&self) -> (u64, u64) {
+    pub fn oplog_window(&self) -> (ClusterTime, ClusterTime) {
         let w = self.writer.lock();
-        (w.trim_ts, keys::ts_to_u64(w.clock.last()))
+        (w.trim_ts, w.clock.last())
     }
 
     /// Whether a write holds the writer lock right now (a hint: it may be released

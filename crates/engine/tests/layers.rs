@@ -16,10 +16,6 @@ const ROOT_ITEMS: [&str; 3] = ["Engine", "EngineOptions", "query"];
 
 /// Upward uses not removed yet, each with why it is there: (file, layer it uses).
 const KNOWN_UPWARD: &[(&str, &str)] = &[
-    // The recent oplog memoises a change stream's event per entry (fan-out).
-    ("oplog/recent.rs", "changestream"),
-    // An oplog entry on system.views is a view's DDL for change streams.
-    ("oplog/mod.rs", "changestream"),
     // find's aggregate runs $out/$merge, which write.
     ("read/find.rs", "write"),
 ];

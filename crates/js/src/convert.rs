@@ -123,7 +123,8 @@ impl<'js> Types<'js> {
         })
     }
 
-    /// A script's value as BSON.
+    /// A script's value as BSON (a conversion of this context's values, hence `self`).
+    #[allow(clippy::wrong_self_convention)]
     pub fn from_js(&self, v: &Value<'js>) -> Result<Bson> {
         let mut budget = MAX_RESULT_BYTES;
         self.value(v, 0, &mut budget)

@@ -10,8 +10,9 @@
 //! Collators are cached by their specification: an operation that names a collation
 //! (or a collection or index that has one) does not rebuild it.
 
+use crate::args;
 use crate::error::{codes, Error, Result};
-use crate::update::util::doc_to_string;
+use crate::render::doc_to_string;
 use bson::{Bson, Document};
 use icu_collator::options::{AlternateHandling, CaseLevel, CollatorOptions, MaxVariable, Strength};
 use icu_collator::preferences::{CollationCaseFirst, CollationNumericOrdering};
@@ -331,13 +332,6 @@ struct Requested {
     version: Option<String>,
 }
 
-fn wrong_type(field: &str, v: &Bson, expected: &str) -> Error {
-    Error::type_mismatch(format!(
-        "BSON field 'collation.{field}' is the wrong type '{}', expected type '{expected}'",
-        crate::compare::type_name(v)
-    ))
-}
-
 fn bad_enum(field: &str, value: &str) -> Error {
     Error::bad_value(format!(
         "Enumeration value '{value}' for field 'collation.{field}' is not a valid value."
@@ -345,17 +339,11 @@ fn bad_enum(field: &str, value: &str) -> Error {
 }
 
 fn bool_field(field: &str, v: &Bson) -> Result<bool> {
-    match v {
-        Bson::Boolean(b) => Ok(*b),
-        other => Err(wrong_type(field, other, "bool")),
-    }
+    args::bool_value(&format!("collation.{field}"), v)
 }
 
 fn string_field<'a>(field: &str, v: &'a Bson) -> Result<&'a str> {
-    match v {
-        Bson::String(s) => Ok(s),
-        other => Err(wrong_type(field, other, "string")),
-    }
+    args::str_value(&format!("collation.{field}"), v)
 }
 
 /// mongod's IDL parse of the `Collation` struct: types, enum values, strength bounds,
@@ -375,24 +363,7 @@ fn parse_fields(spec: &Document) -> Result<Requested> {
                 })
             }
             "strength" => {
-                let n = match v {
-                    Bson::Int32(i) => *i as i64,
-                    Bson::Int64(i) => *i,
-                    Bson::Double(_) | Bson::Decimal128(_) => {
-                        let f = crate::compare::as_f64(v).unwrap_or(f64::NAN);
-                        if f.is_nan() {
-                            0
-                        } else {
-                            f.trunc().clamp(i32::MIN as f64, i32::MAX as f64) as i64
-                        }
-                    }
-                    other => {
-                        return Err(Error::type_mismatch(format!(
-                            "BSON field 'collation.strength' is the wrong type '{}', expected types '[long, int, decimal, double]'",
-                            crate::compare::type_name(other)
-                        )))
-                    }
-                };
+                let n = args::safe_int64("collation.strength", v)?;
                 // safeNumberInt saturates, then the IDL validator bounds the value.
                 let n = n.clamp(i32::MIN as i64, i32::MAX as i64) as i32;
                 if n < 0 {

@@ -74,9 +74,13 @@ impl Error {
                 | codes::CLIENT_DISCONNECT
                 | codes::JS_INTERPRETER_FAILURE
                 | codes::EXCEEDED_MEMORY_LIMIT
-        ) || crate::script::is_script_error(self)
+        ) || SCRIPT_ARGUMENT_ERRORS.contains(&self.code)
     }
 }
+
+/// Errors raised while evaluating `$function` / `$accumulator` arguments: like a
+/// script's own failure they fail the operation rather than count as a non-match.
+const SCRIPT_ARGUMENT_ERRORS: [i32; 4] = [31266, 4544711, 4544712, 4545000];
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -20,6 +20,12 @@ use crate::path::parse_index;
 use bson::{Bson, Document};
 use std::collections::BTreeMap;
 
+/// The special index types (plugins) this server implements: their fields are stored
+/// ascending, their keys built by the index_plugin module.
+pub fn is_supported_plugin(name: &str) -> bool {
+    matches!(name, "hashed" | "text" | "2d" | "2dsphere")
+}
+
 /// mongod's `CannotIndexParallelArrays`.
 pub const CANNOT_INDEX_PARALLEL_ARRAYS: i32 = 171;
 /// mongod's assertion for a numeric field name colliding with a positional path.
@@ -60,8 +66,8 @@ impl KeyPattern {
                     x < 0.0
                 }
                 // Fields of the special index types are stored ascending; their keys come
-                // from `crate::index_plugin` (hashes, text terms, geo cells).
-                Bson::String(s) if crate::index_plugin::is_supported_plugin(s) => false,
+                // from the index_plugin module (hashes, text terms, geo cells).
+                Bson::String(s) if is_supported_plugin(s) => false,
                 Bson::String(s) => {
                     return Err(match s.as_str() {
                         "geoHaystack" | "columnstore" => Error::new(
@@ -200,7 +206,10 @@ struct Gen<'a, 'p> {
     _doc: std::marker::PhantomData<&'a ()>,
 }
 
-fn generate(doc: &Document, pattern: &KeyPattern) -> Result<(BTreeMap<Vec<u8>, Vec<Bson>>, bool)> {
+/// Index keys by their encoding, each with its key values.
+type KeysByEncoding = BTreeMap<Vec<u8>, Vec<Bson>>;
+
+fn generate(doc: &Document, pattern: &KeyPattern) -> Result<(KeysByEncoding, bool)> {
     let mut g = Gen {
         pattern,
         keys: BTreeMap::new(),

@@ -11,10 +11,7 @@ use crate::text::TextIndexSpec;
 use bson::{Bson, Document};
 use std::sync::Arc;
 
-/// The plugin names this server implements.
-pub fn is_supported_plugin(name: &str) -> bool {
-    matches!(name, "hashed" | "text" | "2d" | "2dsphere")
-}
+pub use crate::index_keys::is_supported_plugin;
 
 /// An index's special type, built from its (validated) specification.
 #[derive(Debug, Clone)]
@@ -64,7 +61,7 @@ pub fn normalize_spec(spec: Document) -> Result<Document> {
                     31303,
                     format!(
                         "A maximum of one index field is allowed to be hashed but found {n} for 'key' {}",
-                        crate::expr::util::show(&Bson::Document(key.clone()))
+                        crate::render::show(&Bson::Document(key.clone()))
                     ),
                 ));
             }

@@ -2,6 +2,7 @@
 //! query matching, update operators, projection, sorting and aggregation.
 //! Nothing here touches disk or the network, so all of it is unit-tested in isolation.
 
+pub mod args;
 pub mod collation;
 pub mod compare;
 pub mod error;
@@ -15,9 +16,13 @@ pub mod matcher;
 pub mod path;
 pub mod pipeline;
 pub mod projection;
+pub mod random;
+pub mod render;
 pub mod script;
 pub mod sort;
 pub mod text;
+pub mod types;
 pub mod update;
+pub mod validation_error;
 
 pub use error::{Error, Result};

@@ -47,6 +47,28 @@ pub fn nesting_depth(doc: &Document) -> usize {
     1 + doc.values().map(val).max().unwrap_or(0)
 }
 
+/// Sets a dotted path, creating (or replacing non-document) intermediate values.
+pub fn set_path(doc: &mut Document, path: &str, value: Bson) {
+    let parts: Vec<&str> = path.split('.').collect();
+    set_parts(doc, &parts, value);
+}
+
+fn set_parts(doc: &mut Document, parts: &[&str], value: Bson) {
+    let (first, rest) = parts.split_first().unwrap();
+    if rest.is_empty() {
+        doc.insert(first.to_string(), value);
+        return;
+    }
+    match doc.get_mut(*first) {
+        Some(Bson::Document(d)) => set_parts(d, rest, value),
+        _ => {
+            let mut d = Document::new();
+            set_parts(&mut d, rest, value);
+            doc.insert(first.to_string(), Bson::Document(d));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

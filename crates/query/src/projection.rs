@@ -450,7 +450,7 @@ impl Projection {
         };
         if let Some(score) = doc.get(crate::text::TEXT_SCORE_FIELD) {
             for path in &self.metas {
-                crate::pipeline::set_path(&mut out, path, score.clone());
+                crate::path::set_path(&mut out, path, score.clone());
             }
         }
         Ok(out)
@@ -553,12 +553,16 @@ impl Projection {
                         }
                     }
                 }
-                PNode::Children(c) if has_computed(c) => {
-                    if !matches!(doc.get(k), Some(Bson::Document(_)) | Some(Bson::Array(_))) {
-                        let sub = self.incl_doc(&Document::new(), c, root, false, pos)?;
-                        if !sub.is_empty() {
-                            out.insert(k.clone(), sub);
-                        }
+                PNode::Children(c)
+                    if has_computed(c)
+                        && !matches!(
+                            doc.get(k),
+                            Some(Bson::Document(_)) | Some(Bson::Array(_))
+                        ) =>
+                {
+                    let sub = self.incl_doc(&Document::new(), c, root, false, pos)?;
+                    if !sub.is_empty() {
+                        out.insert(k.clone(), sub);
                     }
                 }
                 _ => {}

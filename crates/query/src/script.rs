@@ -294,12 +294,6 @@ pub fn fold(source: &str, state: Bson, calls: &[Bson]) -> Result<Bson> {
     })
 }
 
-/// Errors raised while evaluating `$function` / `$accumulator` arguments: like a
-/// script's own failure they fail the operation rather than count as a non-match.
-pub(crate) fn is_script_error(e: &Error) -> bool {
-    matches!(e.code, 31266 | 4544711 | 4544712 | 4545000)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

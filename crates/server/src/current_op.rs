@@ -2,12 +2,12 @@
 //! the `$currentOp` aggregation stage and `killOp`.
 //!
 //! Every connection registers itself for its lifetime ([`Registry::connect`]); the
-//! command it is running is a [`Running`] in its slot, set and cleared by `dispatch`
+//! command it is running is a [`Running`] in its slot, set and cleared by `gates::run`
 //! (one uncontended lock each way, the command document shared, not copied). A
 //! report walks the connections; `killOp` kills the operation's [`Operation`], which
 //! scripts, `sleep`, scans and awaiting getMores watch.
 
-use crate::commands::args::{admin_only, opt_bool, GENERIC_ARGS};
+use crate::commands::args::{opt_bool, GENERIC_ARGS};
 use crate::state::ServerState;
 use bson::{doc, Bson, Document};
 use parking_lot::Mutex;
@@ -162,7 +162,7 @@ impl Registry {
                 "type": "op",
                 "host": host.clone(),
                 "desc": format!("conn{}", c.id),
-                "connectionId": c.id,
+                "connectionId": tailstream_engine::ddl::stored_number(c.id),
                 "client": c.peer.clone(),
             };
             if let Some(meta) = c.client.get() {
@@ -307,8 +307,7 @@ pub fn stage_options(arg: &Bson) -> Result<Options> {
 
 /// `{currentOp: 1, $all?, $ownOps?, <filter>...}`: `{inprog: [...]}`. `$all` adds
 /// the idle connections and ignores the filter, as in mongod.
-pub fn command(state: &ServerState, db: &str, cmd: &Document) -> Result<Document> {
-    admin_only(db, "currentOp")?;
+pub fn command(state: &ServerState, cmd: &Document) -> Result<Document> {
     let all = opt_bool(cmd, "$all")?.unwrap_or(false);
     opt_bool(cmd, "$ownOps")?;
     let mut filter = Document::new();
@@ -330,7 +329,7 @@ pub fn command(state: &ServerState, db: &str, cmd: &Document) -> Result<Document
         .current_ops
         .report(state, &opts)
         .into_iter()
-        .filter(|d| matcher.as_ref().map_or(true, |m| m.matches(d)))
+        .filter(|d| matcher.as_ref().is_none_or(|m| m.matches(d)))
         .map(Bson::Document)
         .collect();
     let mut reply = doc! {"inprog": inprog};
@@ -345,8 +344,7 @@ pub fn command(state: &ServerState, db: &str, cmd: &Document) -> Result<Document
 }
 
 /// `{killOp: 1, op: <opid>}`: the operation is interrupted (11601) at its next check.
-pub fn kill_op(state: &ServerState, db: &str, cmd: &Document) -> Result<Document> {
-    admin_only(db, "killOp")?;
+pub fn kill_op(state: &ServerState, cmd: &Document) -> Result<Document> {
     let opid = match cmd.get("op") {
         None => {
             return Err(Error::new(

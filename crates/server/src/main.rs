@@ -5,6 +5,7 @@ mod config;
 mod conn;
 mod current_op;
 mod disk_space;
+mod error_labels;
 mod ingress;
 mod local_sessions;
 mod profiler;
@@ -290,14 +291,22 @@ mod tests {
                 let layout = Layout::from_size_align(size, align).unwrap();
                 unsafe {
                     let p = a.alloc(layout);
-                    assert!(!p.is_null() && p as usize % align == 0, "{size} {align}");
+                    assert!(
+                        !p.is_null() && (p as usize).is_multiple_of(align),
+                        "{size} {align}"
+                    );
                     std::ptr::write_bytes(p, 0xAB, size);
                     let grown = a.realloc(p, layout, size * 3);
-                    assert!(grown as usize % align == 0, "realloc {size} {align}");
+                    assert!(
+                        (grown as usize).is_multiple_of(align),
+                        "realloc {size} {align}"
+                    );
                     assert!((0..size).all(|i| *grown.add(i) == 0xAB));
                     a.dealloc(grown, Layout::from_size_align(size * 3, align).unwrap());
                     let z = a.alloc_zeroed(layout);
-                    assert!(z as usize % align == 0 && (0..size).all(|i| *z.add(i) == 0));
+                    assert!(
+                        (z as usize).is_multiple_of(align) && (0..size).all(|i| *z.add(i) == 0)
+                    );
                     a.dealloc(z, layout);
                 }
             }

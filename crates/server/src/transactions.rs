@@ -7,15 +7,17 @@
 //! true`. The transaction lives until `commitTransaction` or `abortTransaction`, an
 //! error in one of its commands, a newer `txnNumber` on the session, or `endSessions`.
 
+use crate::commands::registry::Spec;
 use crate::state::ServerState;
 use bson::{Bson, Document};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tailstream_engine::query::compare::type_name;
+use tailstream_engine::query::args::wrong_type;
 use tailstream_engine::query::error::{codes, Error, Result};
 use tailstream_engine::transaction::Transaction;
+use tailstream_engine::ClusterTime;
 
 /// The open transaction a command runs in (taken out by the commit).
 pub type OpenTransaction = Arc<Mutex<Option<Transaction>>>;
@@ -77,25 +79,6 @@ fn transaction_lifetime(state: &ServerState) -> Duration {
         .unwrap_or(TRANSACTION_LIFETIME)
 }
 
-/// Commands mongod runs inside a transaction; any other is refused there.
-const ALLOWED: &[&str] = &[
-    "find",
-    "getMore",
-    "killCursors",
-    "insert",
-    "update",
-    "delete",
-    "findAndModify",
-    "findandmodify",
-    "aggregate",
-    "distinct",
-    "commitTransaction",
-    "abortTransaction",
-    "create",
-    "createIndexes",
-    "bulkWrite",
-];
-
 /// What a command's transaction fields say.
 pub struct TxnFields {
     pub lsid: Bson,
@@ -115,8 +98,9 @@ fn no_such_transaction(number: i64, why: &str) -> Error {
 }
 
 /// The `lsid` and `txnNumber` of a command that is part of a transaction (it has
-/// `autocommit`), checked as mongod checks them; None for other commands.
-pub fn fields(name: &str, db: &str, cmd: &Document) -> Result<Option<TxnFields>> {
+/// `autocommit`), checked as mongod checks them; None for other commands. Only the
+/// commands the registry allows in a transaction (`Spec::in_transaction`) run in one.
+pub fn fields(spec: &Spec, name: &str, db: &str, cmd: &Document) -> Result<Option<TxnFields>> {
     let Some(autocommit) = cmd.get("autocommit") else {
         if cmd.get_bool("startTransaction").is_ok() {
             return Err(Error::new(
@@ -128,13 +112,13 @@ pub fn fields(name: &str, db: &str, cmd: &Document) -> Result<Option<TxnFields>>
     };
     match autocommit {
         Bson::Boolean(false) => {}
-        Bson::Boolean(true) => return Err(Error::new(codes::INVALID_OPTIONS, "autocommit must be false")),
-        v => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field 'OperationSessionInfo.autocommit' is the wrong type '{}', expected type 'bool'",
-                type_name(v)
-            )))
+        Bson::Boolean(true) => {
+            return Err(Error::new(
+                codes::INVALID_OPTIONS,
+                "autocommit must be false",
+            ))
         }
+        v => return Err(wrong_type("OperationSessionInfo.autocommit", v, "bool")),
     }
     let lsid = cmd.get("lsid").cloned().ok_or_else(|| {
         Error::new(
@@ -152,7 +136,7 @@ pub fn fields(name: &str, db: &str, cmd: &Document) -> Result<Option<TxnFields>>
             ))
         }
     };
-    if !ALLOWED.contains(&name) {
+    if !spec.in_transaction {
         return Err(Error::new(
             codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
             format!("Cannot run '{name}' in a multi-document transaction."),
@@ -397,8 +381,30 @@ impl Transactions {
     }
 }
 
+/// commitTransaction and abortTransaction: the session's transaction is committed or
+/// aborted.
+pub async fn commit_or_abort(
+    state: &Arc<ServerState>,
+    spec: &Spec,
+    name: &str,
+    db: &str,
+    cmd: &Document,
+) -> Result<Document> {
+    let Some(f) = fields(spec, name, db, cmd)? else {
+        return Err(Error::new(
+            codes::INVALID_OPTIONS,
+            format!("{name} must be run within a transaction"),
+        ));
+    };
+    if name == "commitTransaction" {
+        commit(state, cmd, &f).await
+    } else {
+        state.transactions.abort(&f).map(|_| Document::new())
+    }
+}
+
 /// commitTransaction: applies the transaction, then waits as its write concern asks.
-pub async fn commit(state: &Arc<ServerState>, cmd: &Document, f: &TxnFields) -> Result<Document> {
+async fn commit(state: &Arc<ServerState>, cmd: &Document, f: &TxnFields) -> Result<Document> {
     let wc = crate::commands::write::parse_write_concern(cmd)?;
     let committed = match state.transactions.take_for_commit(f)? {
         Some(t) => {
@@ -438,7 +444,7 @@ pub const SNAPSHOT_HISTORY: Duration = Duration::from_secs(300);
 /// time, gets `atClusterTime` back, and names it in its later reads.
 #[derive(Default)]
 pub struct Snapshots {
-    by_time: Mutex<BTreeMap<u64, (Instant, Arc<Transaction>)>>,
+    by_time: Mutex<BTreeMap<ClusterTime, (Instant, Arc<Transaction>)>>,
 }
 
 fn snapshot_too_old(at: bson::Timestamp) -> Error {
@@ -470,27 +476,22 @@ pub fn snapshot_read(
     let at = match rc.get("atClusterTime") {
         None => None,
         Some(Bson::Timestamp(t)) => Some(*t),
-        Some(v) => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field 'atClusterTime' is the wrong type '{}', expected type 'timestamp'",
-                type_name(v)
-            )))
-        }
+        Some(v) => return Err(wrong_type("atClusterTime", v, "timestamp")),
     };
     if let Some(at) = at {
-        let key = tailstream_engine::keys::ts_to_u64(at);
+        let key = ClusterTime::from(at);
         if let Some((_, t)) = by_time.get(&key) {
             return Ok(Some((t.clone(), at)));
         }
         // Only a time with no commit after it can still be read (a snapshot of now).
         let (ts, t) = engine.snapshot_now();
-        if key > tailstream_engine::keys::ts_to_u64(ts) {
+        if key > ts {
             return Err(Error::new(
                 codes::INVALID_OPTIONS,
                 "readConcern atClusterTime value must not be greater than the current clusterTime",
             ));
         }
-        if ts != at {
+        if ts != key {
             return Err(snapshot_too_old(at));
         }
         let t = Arc::new(t);
@@ -498,16 +499,15 @@ pub fn snapshot_read(
         return Ok(Some((t, at)));
     }
     let (ts, t) = engine.snapshot_now();
-    let key = tailstream_engine::keys::ts_to_u64(ts);
     let t = by_time
-        .entry(key)
+        .entry(ts)
         .or_insert_with(|| (Instant::now(), Arc::new(t)))
         .1
         .clone();
     while by_time.len() > MAX_SNAPSHOTS {
         by_time.pop_first();
     }
-    Ok(Some((t, ts)))
+    Ok(Some((t, ts.into())))
 }
 
 /// What a read command sees instead of the latest data: its transaction (snapshot
@@ -551,10 +551,6 @@ impl ReadView {
     }
 }
 
-/// Commands that read at a snapshot outside transactions (a getMore continues its
-/// cursor's snapshot; drivers may repeat the read concern on it); the others refuse it.
-pub const SNAPSHOT_READS: &[&str] = &["find", "aggregate", "distinct", "getMore"];
-
 /// mongod's rule (isTransientTransactionError): which errors of a command in a
 /// transaction mean the whole transaction may be retried.
 pub fn label_transient(name: &str, e: &mut Error) {
@@ -567,7 +563,7 @@ pub fn label_transient(name: &str, e: &mut Error) {
     ];
     // Network and primary-change errors (ErrorCodes::isRetriableError: the codes a
     // retryable write retries).
-    use crate::commands::testing::RETRYABLE_WRITE_CODES as RETRIABLE;
+    use crate::error_labels::RETRYABLE_WRITE_CODES as RETRIABLE;
     let commit_or_abort = matches!(name, "commitTransaction" | "abortTransaction");
     let transient = TRANSIENT.contains(&e.code)
         || e.code == codes::NO_SUCH_TRANSACTION

@@ -3,6 +3,7 @@
 //! clustered collection differs only in how its `_id` index is named and listed.
 
 use bson::{doc, Bson, Document};
+use tailstream_query::args;
 use tailstream_query::error::{codes, Error, Result};
 
 /// Checks `options.clusteredIndex` as mongod does and completes it as `listCollections`
@@ -11,12 +12,7 @@ pub(crate) fn normalize_options(options: &mut Document) -> Result<()> {
     let spec = match options.get("clusteredIndex") {
         None => return Ok(()),
         Some(Bson::Document(d)) => d.clone(),
-        Some(other) => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field 'create.clusteredIndex' is the wrong type '{}', expected type 'object'",
-                tailstream_query::compare::type_name(other)
-            )))
-        }
+        Some(other) => return Err(args::wrong_type("create.clusteredIndex", other, "object")),
     };
     for k in spec.keys() {
         if !matches!(k.as_str(), "key" | "unique" | "name" | "v") {
@@ -52,10 +48,11 @@ pub(crate) fn normalize_options(options: &mut Document) -> Result<()> {
         None => "_id_".to_string(),
         Some(Bson::String(n)) => n.clone(),
         Some(other) => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field 'create.clusteredIndex.name' is the wrong type '{}', expected type 'string'",
-                tailstream_query::compare::type_name(other)
-            )))
+            return Err(args::wrong_type(
+                "create.clusteredIndex.name",
+                other,
+                "string",
+            ))
         }
     };
     options.insert(

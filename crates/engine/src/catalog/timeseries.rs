@@ -9,6 +9,7 @@
 //! mongod logs its bucket writes, so change streams never show them (as on mongod).
 
 use bson::{doc, Bson, Document};
+use tailstream_query::args;
 use tailstream_query::error::{codes, Error, Result};
 
 use crate::catalog::namespace::Namespace;
@@ -41,10 +42,11 @@ impl Granularity {
                     "Enumeration value '{s}' for field '{command}.timeseries.granularity' is not a valid value."
                 ))),
             },
-            other => Err(Error::type_mismatch(format!(
-                "BSON field '{command}.timeseries.granularity' is the wrong type '{}', expected type 'string'",
-                tailstream_query::compare::type_name(other)
-            ))),
+            other => Err(args::wrong_type(
+                &format!("{command}.timeseries.granularity"),
+                other,
+                "string",
+            )),
         }
     }
 
@@ -83,10 +85,11 @@ fn seconds_field(command: &str, field: &str, v: &Bson) -> Result<i32> {
         Bson::Double(d) if d.is_finite() => *d as i64,
         Bson::Double(_) => 0,
         other => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field '{command}.timeseries.{field}' is the wrong type '{}', expected types '[long, int, decimal, double]'",
-                tailstream_query::compare::type_name(other)
-            )))
+            return Err(args::wrong_types(
+                &format!("{command}.timeseries.{field}"),
+                other,
+                args::NUMBER_TYPES,
+            ))
         }
     };
     if n < 1 {
@@ -120,12 +123,7 @@ pub(crate) fn normalize_create_options(ns: &Namespace, options: &mut Document) -
     options.remove("capped");
     let spec = match options.get("timeseries") {
         Some(Bson::Document(d)) => d.clone(),
-        Some(other) => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field 'create.timeseries' is the wrong type '{}', expected type 'object'",
-                tailstream_query::compare::type_name(other)
-            )))
-        }
+        Some(other) => return Err(args::wrong_type("create.timeseries", other, "object")),
         None => return Err(Error::internal("no timeseries options")),
     };
     let normalized = normalize_spec("create", ns, &spec)?;
@@ -144,13 +142,7 @@ fn normalize_spec(command: &str, ns: &Namespace, spec: &Document) -> Result<Docu
     let mut max_span = None;
     for (k, v) in spec {
         let string = |v: &Bson| -> Result<String> {
-            match v {
-                Bson::String(s) => Ok(s.clone()),
-                other => Err(Error::type_mismatch(format!(
-                    "BSON field '{command}.timeseries.{k}' is the wrong type '{}', expected type 'string'",
-                    tailstream_query::compare::type_name(other)
-                ))),
-            }
+            args::str_value(&format!("{command}.timeseries.{k}"), v).map(str::to_string)
         };
         match k.as_str() {
             "timeField" => time_field = Some(string(v)?),
@@ -247,10 +239,11 @@ pub(crate) fn expire_after_seconds(command: &str, v: &Bson) -> Result<i64> {
         }
         Bson::Double(d) => d.clamp(i64::MIN as f64, i64::MAX as f64) as i64,
         other => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field '{command}.expireAfterSeconds' is the wrong type '{}', expected types '[long, int, decimal, double]'",
-                tailstream_query::compare::type_name(other)
-            )))
+            return Err(args::wrong_types(
+                &format!("{command}.expireAfterSeconds"),
+                other,
+                args::NUMBER_TYPES,
+            ))
         }
     };
     if secs < 0 {
@@ -282,12 +275,7 @@ pub(crate) fn check_measurement(spec: &Document, doc: &bson::RawDocument) -> Res
 /// `collMod`'s `timeseries: {granularity}` on a time-series collection: the new
 /// options, or None when nothing changes. Only coarser granularities are allowed.
 pub(crate) fn modify(current: &Document, change: &Bson) -> Result<Option<Document>> {
-    let Bson::Document(change) = change else {
-        return Err(Error::type_mismatch(format!(
-            "BSON field 'collMod.timeseries' is the wrong type '{}', expected type 'object'",
-            tailstream_query::compare::type_name(change)
-        )));
-    };
+    let change = args::doc_value("collMod.timeseries", change)?;
     let mut target = None;
     for (k, v) in change {
         match k.as_str() {

@@ -8,6 +8,7 @@ use crate::catalog::CollMeta;
 use bson::{doc, Bson, Document};
 use tailstream_query::error::{codes, Error, Result};
 use tailstream_query::matcher::Matcher;
+use tailstream_query::validation_error;
 
 pub(crate) struct DocumentValidator {
     matcher: Matcher,
@@ -66,11 +67,17 @@ impl DocumentValidator {
             );
             return Ok(());
         }
+        // As mongod 5.0+: why it failed, clause by clause (drivers' tests read it).
+        let err_info = validation_error::err_info(
+            self.matcher.filter(),
+            doc,
+            self.matcher.collator_arc().cloned(),
+        );
         Err(Error::new(
             codes::DOCUMENT_VALIDATION_FAILURE,
             "Document failed validation",
         )
-        .with_info(doc! {"errInfo": {"failingDocumentId": id}}))
+        .with_info(doc! {"errInfo": err_info}))
     }
 }
 
@@ -91,10 +98,11 @@ pub(crate) fn check_options(command: &str, options: &Document) -> Result<()> {
             Matcher::new(v)?;
         }
         Some(other) => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field '{command}.validator' is the wrong type '{}', expected type 'object'",
-                tailstream_query::compare::type_name(other)
-            )))
+            return Err(tailstream_query::args::wrong_type(
+                &format!("{command}.validator"),
+                other,
+                "object",
+            ))
         }
     }
     for (field, allowed) in [
@@ -110,10 +118,11 @@ pub(crate) fn check_options(command: &str, options: &Document) -> Result<()> {
                 )))
             }
             Some(other) => {
-                return Err(Error::type_mismatch(format!(
-                    "BSON field '{command}.{field}' is the wrong type '{}', expected type 'string'",
-                    tailstream_query::compare::type_name(other)
-                )))
+                return Err(tailstream_query::args::wrong_type(
+                    &format!("{command}.{field}"),
+                    other,
+                    "string",
+                ))
             }
         }
     }

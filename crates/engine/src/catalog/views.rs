@@ -102,10 +102,7 @@ fn bson_size(d: &Document) -> usize {
 }
 
 fn wrong_type(command: &str, field: &str, v: &Bson, expected: &str) -> Error {
-    Error::type_mismatch(format!(
-        "BSON field '{command}.{field}' is the wrong type '{}', expected type '{expected}'",
-        tailstream_query::compare::type_name(v)
-    ))
+    tailstream_query::args::wrong_type(&format!("{command}.{field}"), v, expected)
 }
 
 /// `viewOn`, checked as mongod's `create` and `collMod` check it.
@@ -463,6 +460,12 @@ pub(crate) fn definition_from_create(ns: &Namespace, options: &Document) -> Resu
     };
     validate_pipeline(&view)?;
     Ok(view)
+}
+
+/// Whether `ns` is a database's `system.views` (the view definitions).
+pub(crate) fn is_system_views(ns: &str) -> bool {
+    ns.strip_suffix(".system.views")
+        .is_some_and(|db| !db.is_empty() && !db.contains('.'))
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use super::token::ResumeToken;
 use super::{BeforeChange, FullDocument, Scope, StreamSpec};
 use crate::catalog::namespace::Namespace;
 use crate::core::keys::{self, ImageKind};
+use crate::core::time::ClusterTime;
 use crate::oplog::EntryFields;
 use crate::Engine;
 use bson::{doc, Bson, Document, RawDocument, RawDocumentBuf};
@@ -77,12 +78,6 @@ fn system_coll(coll: &str) -> bool {
     coll.starts_with("system.")
 }
 
-/// Whether `ns` is a database's `system.views` (the view definitions).
-pub(crate) fn is_system_views(ns: &str) -> bool {
-    ns.strip_suffix(".system.views")
-        .is_some_and(|db| !db.is_empty() && !db.contains('.'))
-}
-
 /// Whether `full` is `ns` written as `db.coll`.
 fn is_full_name(full: &str, ns: &Namespace) -> bool {
     full.len() == ns.db.len() + 1 + ns.coll.len()
@@ -148,7 +143,7 @@ fn parse<'a>(f: &EntryFields<'a>, spec: &'a StreamSpec) -> Result<Option<Parsed<
         view_event: false,
     };
     match op {
-        "i" | "u" | "d" if is_system_views(ns) => {
+        "i" | "u" | "d" if crate::catalog::views::is_system_views(ns) => {
             // As mongod: writes to <db>.system.views are the DDL of views, shown to
             // database and cluster streams (with showExpandedEvents) as create, modify
             // and drop events of the view the document defines.
@@ -341,7 +336,7 @@ fn ns_doc(n: &Namespace) -> Document {
 pub(crate) fn transform(
     engine: &Engine,
     spec: &StreamSpec,
-    ts: u64,
+    ts: ClusterTime,
     entry: &RawDocument,
 ) -> Result<Option<Event>> {
     let f = EntryFields::read(entry)
@@ -370,15 +365,19 @@ fn apply_ops<'a>(f: &EntryFields<'a>) -> Option<&'a bson::RawArray> {
 pub(crate) fn transform_all(
     engine: &Engine,
     spec: &StreamSpec,
-    ts: u64,
+    ts: ClusterTime,
     entry: &RawDocument,
 ) -> Result<Events> {
     let f = EntryFields::read(entry)
         .map_err(|e| Error::internal(format!("corrupt oplog entry: {e}")))?;
     let Some(ops) = apply_ops(&f) else {
-        return Ok(transform_fields(engine, spec, ts, &f, None)?
-            .into_iter()
-            .collect());
+        // The usual entry: one event at most, pushed (collecting an Option into the
+        // SmallVec went through its generic `extend`, ~100 instructions per event).
+        let mut out = Events::new();
+        if let Some(ev) = transform_fields(engine, spec, ts, &f, None)? {
+            out.push(ev);
+        }
+        return Ok(out);
     };
     let corrupt = |e: bson::raw::Error| Error::internal(format!("corrupt oplog entry: {e}"));
     let mut out = Events::new();
@@ -405,7 +404,7 @@ pub(crate) fn transform_all(
 fn transform_fields(
     engine: &Engine,
     spec: &StreamSpec,
-    ts: u64,
+    ts: ClusterTime,
     f: &EntryFields<'_>,
     op_index: Option<u32>,
 ) -> Result<Option<Event>> {
@@ -480,7 +479,7 @@ fn transform_fields(
     d.name(0x03, "_id");
     token.write_raw_document(&mut d.buf);
     d.string("operationType", p.op_type);
-    d.timestamp("clusterTime", keys::u64_to_ts(ts));
+    d.timestamp("clusterTime", ts.into());
     if spec.show_expanded && !p.view_event {
         if let Some(u) = uuid {
             d.uuid("collectionUUID", u);
@@ -642,7 +641,7 @@ pub(crate) fn invalidate(cause: &Event) -> Event {
 fn add_images(
     engine: &Engine,
     spec: &StreamSpec,
-    ts: u64,
+    ts: ClusterTime,
     op_index: Option<u32>,
     uuid: Option<bson::Uuid>,
     d: &mut Document,
@@ -688,7 +687,7 @@ fn add_images(
 /// Sets `field` to the stored image, or to null when there is none (an error when required).
 fn add_image(
     engine: &Engine,
-    at: (u64, Option<u32>),
+    at: (ClusterTime, Option<u32>),
     kind: ImageKind,
     required: bool,
     field: &str,
@@ -719,7 +718,7 @@ fn add_image(
 /// whose entry it is).
 fn image(
     engine: &Engine,
-    (ts, index): (u64, Option<u32>),
+    (ts, index): (ClusterTime, Option<u32>),
     kind: ImageKind,
 ) -> Result<Option<Document>> {
     let found = match index {
@@ -786,8 +785,8 @@ mod tests {
     fn entry_of(
         e: &Engine,
         committed: Option<crate::oplog::txn::Committed>,
-    ) -> (u64, RawDocumentBuf) {
-        let ts = keys::ts_to_u64(committed.unwrap().last_ts.unwrap());
+    ) -> (ClusterTime, RawDocumentBuf) {
+        let ts = committed.unwrap().last_ts.unwrap();
         let bytes = e
             .store
             .get(Space::Oplog, &keys::oplog_key(ts))
@@ -872,7 +871,10 @@ mod tests {
             ]
         );
         assert_eq!(ev.get_str("operationType").unwrap(), "insert");
-        assert_eq!(ev.get_timestamp("clusterTime").unwrap(), ts);
+        assert_eq!(
+            ClusterTime::from(ev.get_timestamp("clusterTime").unwrap()),
+            ts
+        );
         assert!(ev.get_datetime("wallTime").is_ok());
         assert_eq!(
             ev.get_document("fullDocument").unwrap(),
@@ -885,7 +887,7 @@ mod tests {
         assert_eq!(ev.get_document("documentKey").unwrap(), &doc! {"_id": 1});
         let token = ResumeToken::parse(ev.get("_id").unwrap()).unwrap();
         let expected = ResumeToken::event(
-            keys::ts_to_u64(ts),
+            ts,
             Some(uuid),
             doc! {"operationType": "insert", "documentKey": {"_id": 1}},
         );
@@ -1263,7 +1265,10 @@ mod tests {
             );
             assert_eq!(d.get_i64("txnNumber").unwrap(), 4);
             assert_eq!(d.get_document("lsid").unwrap(), &lsid);
-            assert_eq!(d.get_timestamp("clusterTime").unwrap(), ts);
+            assert_eq!(
+                ClusterTime::from(d.get_timestamp("clusterTime").unwrap()),
+                ts
+            );
         }
         let keys: Vec<&Bson> = on_c
             .iter()

@@ -20,6 +20,7 @@ pub mod token;
 
 use crate::catalog::namespace::Namespace;
 use crate::core::keys;
+use crate::core::time::ClusterTime;
 use crate::oplog::recent;
 use crate::read::cursor::{needs_storage, Cursor, EventSource, Source, NEEDS_STORAGE};
 use crate::read::find::CursorBatch;
@@ -39,7 +40,7 @@ pub type SharedEvent = crate::read::cursor::RawEvent;
 
 /// An entry read for a stream, at its oplog time.
 struct ReadEntry {
-    ts: u64,
+    ts: ClusterTime,
     body: EntryBody,
 }
 
@@ -139,7 +140,7 @@ const DEFAULT_FIRST_BATCH: usize = 101;
 pub struct ChangeStream {
     spec: StreamSpec,
     /// The smallest oplog time not read yet.
-    next_ts: u64,
+    next_ts: ClusterTime,
     /// resumeAfter/startAfter an event: that event must be the stream's first entry at
     /// its time, or the token is not from this stream (280).
     verify: Option<ResumeToken>,
@@ -174,14 +175,7 @@ fn parse_spec(
     let mut all_for_cluster = false;
     let mut start = Document::new();
     for (k, v) in opts {
-        let bool_opt = || -> Result<bool> {
-            v.as_bool().ok_or_else(|| {
-                Error::type_mismatch(format!(
-                    "BSON field '$changeStream.{k}' is the wrong type '{}', expected type 'bool'",
-                    tailstream_query::compare::type_name(v)
-                ))
-            })
-        };
+        let bool_opt = || tailstream_query::args::bool_value(&format!("$changeStream.{k}"), v);
         match k.as_str() {
             "resumeAfter" | "startAfter" | "startAtOperationTime" => {
                 start.insert(k.clone(), v.clone());
@@ -326,10 +320,7 @@ fn enum_error(k: &str, v: &Bson) -> Error {
         Bson::String(s) => Error::bad_value(format!(
             "Enumeration value '{s}' for field '$changeStream.{k}' is not a valid value."
         )),
-        other => Error::type_mismatch(format!(
-            "BSON field '$changeStream.{k}' is the wrong type '{}', expected type 'string'",
-            tailstream_query::compare::type_name(other)
-        )),
+        other => tailstream_query::args::wrong_type(&format!("$changeStream.{k}"), other, "string"),
     }
 }
 
@@ -390,30 +381,26 @@ impl Engine {
             ));
         }
         let trim_ts = self.oplog_trim_ts();
-        let lost = |t: u64| {
+        let lost = |t: ClusterTime| {
             Error::new(
                 codes::CHANGE_STREAM_HISTORY_LOST,
                 format!(
-                    "Resume of change stream was not possible, as the resume point may no longer be in the oplog. (resume point {:?}, oldest oplog entry {:?})",
-                    keys::u64_to_ts(t),
-                    keys::u64_to_ts(trim_ts)
+                    "Resume of change stream was not possible, as the resume point may no longer be in the oplog. (resume point {t}, oldest oplog entry {trim_ts})",
                 ),
             )
         };
         let (next_ts, verify, pbrt) = match start.iter().next() {
             None => {
                 // As mongod: from just after the newest committed write.
-                let t = keys::ts_to_u64(self.cluster_time()) + 1;
+                let t = self.last_commit_time().next();
                 (t, None, ResumeToken::high_water_mark(t))
             }
             Some((k, v)) if k == "startAtOperationTime" => {
-                let Bson::Timestamp(t) = v else {
-                    return Err(Error::type_mismatch(format!(
-                        "BSON field '$changeStream.startAtOperationTime' is the wrong type '{}', expected type 'timestamp'",
-                        tailstream_query::compare::type_name(v)
-                    )));
-                };
-                let t = keys::ts_to_u64(*t);
+                let t = tailstream_query::args::timestamp_value(
+                    "$changeStream.startAtOperationTime",
+                    v,
+                )?;
+                let t = ClusterTime::from(t);
                 if t < trim_ts {
                     return Err(lost(t));
                 }
@@ -622,9 +609,7 @@ impl ChangeStream {
                     Ok(true) => None,
                     Ok(false) => {
                         if self.pending.is_empty() {
-                            self.advance_to(ResumeToken::high_water_mark(
-                                self.next_ts.saturating_sub(1),
-                            ));
+                            self.advance_to(ResumeToken::high_water_mark(self.next_ts.prev()));
                         }
                         return Ok((out, false));
                     }
@@ -681,7 +666,7 @@ impl ChangeStream {
         // position, it removed nothing the read covered.
         self.check_not_trimmed(engine)?;
         if entries.is_empty() {
-            self.next_ts = durable + 1;
+            self.next_ts = durable.next();
             return Ok(false);
         }
         let shared_events = self.spec.plain() && matches!(self.spec.scope, Scope::Collection(_));
@@ -690,11 +675,10 @@ impl ChangeStream {
             // event returned twice, or read past the trim point's check.
             assert!(
                 ts >= self.next_ts,
-                "a change stream read the entry at {:?} behind its position {:?}",
-                keys::u64_to_ts(ts),
-                keys::u64_to_ts(self.next_ts)
+                "a change stream read the entry at {ts} behind its position {}",
+                self.next_ts
             );
-            self.next_ts = ts + 1;
+            self.next_ts = ts.next();
             let evs = match body {
                 EntryBody::Skipped => continue,
                 EntryBody::Failed(e) => return Err(e),
@@ -707,12 +691,15 @@ impl ChangeStream {
                     if shared_events
                         && matches!(recent.digest.first(), Some(b'i' | b'u' | b'r' | b'd'))
                     {
-                        let built = recent.plain_event.get_or_init(|| {
+                        let built = recent.memo.get_or_init(|| {
                             event::transform(engine, &self.spec, ts, entry)
                                 .ok()
                                 .flatten()
-                                .map(|e| (Arc::new(e.doc), e.token))
+                                .map(|e| Arc::new((Arc::new(e.doc), e.token)) as recent::Memo)
                         });
+                        let built = built
+                            .as_ref()
+                            .and_then(|m| m.downcast_ref::<(SharedEvent, ResumeToken)>());
                         if let Some((doc, token)) = built {
                             self.push_through(pipeline, vars, Arc::clone(doc), token.clone())?;
                             if self.pending.len() >= want {
@@ -741,7 +728,7 @@ impl ChangeStream {
         }
         if self.pending.is_empty() && !self.invalidated {
             // Everything read so far was filtered out: the position still advances.
-            self.advance_to(ResumeToken::high_water_mark(self.next_ts.saturating_sub(1)));
+            self.advance_to(ResumeToken::high_water_mark(self.next_ts.prev()));
         }
         Ok(true)
     }
@@ -820,7 +807,7 @@ impl ChangeStream {
         let Some(ev) = evs.find(|ev| ev.token.same_event(expected)) else {
             return Err(token_not_found(expected));
         };
-        self.next_ts = expected.ts + 1;
+        self.next_ts = expected.ts.next();
         for rest in evs {
             self.push_through(pipeline, vars, Arc::new(rest.doc), rest.token)?;
         }
@@ -920,7 +907,12 @@ impl ChangeStream {
     /// the prefilter rules out on its digest is not read. A stream that keeps up reads
     /// them from the in-memory recent oplog; entries read from storage are made into
     /// events on the spot.
-    fn read_entries(&self, engine: &Engine, durable: u64, limit: usize) -> Result<Vec<ReadEntry>> {
+    fn read_entries(
+        &self,
+        engine: &Engine,
+        durable: ClusterTime,
+        limit: usize,
+    ) -> Result<Vec<ReadEntry>> {
         let mut out = Vec::new();
         let ns_full = match &self.spec.scope {
             Scope::Collection(_) => self.spec.scope_ns.as_deref(),
@@ -984,14 +976,14 @@ impl ChangeStream {
                 // The collection's entries in order, from its index of the oplog; its
                 // digests rule some out unread.
                 let lower = keys::oplog_ns_key(ns, self.next_ts);
-                let upper = keys::oplog_ns_key(ns, durable.saturating_add(1));
+                let upper = keys::oplog_ns_key(ns, durable.next());
                 let mut entries = engine.store.point_reader(Space::Oplog);
                 for item in engine
                     .store
                     .scan(Space::OplogByNs, &lower, Some(&upper), false)
                 {
                     let (k, digest) = item.map_err(crate::core::storage_err)?;
-                    let ts = u64::from_be_bytes(k[k.len() - 8..].try_into().expect("8-byte time"));
+                    let ts = keys::oplog_ns_key_time(&k);
                     if !self.prefilter.is_empty()
                         && !self.prefilter.may_match(&digest, self.spec.full_document)
                     {
@@ -1014,10 +1006,10 @@ impl ChangeStream {
             }
             None => {
                 let lower = keys::oplog_key(self.next_ts);
-                let upper = keys::oplog_key(durable.saturating_add(1));
+                let upper = keys::oplog_key(durable.next());
                 for item in engine.store.scan(Space::Oplog, &lower, Some(&upper), false) {
                     let (k, v) = item.map_err(crate::core::storage_err)?;
-                    let ts = u64::from_be_bytes(k[..8].try_into().expect("8-byte time"));
+                    let ts = keys::oplog_key_time(&k);
                     if !push_built(&mut out, engine, &self.spec, ts, &v) || budget.spend(&v) {
                         break;
                     }
@@ -1050,7 +1042,7 @@ fn push_built(
     out: &mut Vec<ReadEntry>,
     engine: &Engine,
     spec: &StreamSpec,
-    ts: u64,
+    ts: ClusterTime,
     bytes: &[u8],
 ) -> bool {
     let body = match raw_entry(ts, bytes)
@@ -1065,13 +1057,9 @@ fn push_built(
 }
 
 /// An oplog entry's bytes as a document.
-fn raw_entry(ts: u64, bytes: &[u8]) -> Result<&bson::RawDocument> {
-    bson::RawDocument::from_bytes(bytes).map_err(|e| {
-        Error::internal(format!(
-            "corrupt oplog entry at {:?}: {e}",
-            keys::u64_to_ts(ts)
-        ))
-    })
+fn raw_entry(ts: ClusterTime, bytes: &[u8]) -> Result<&bson::RawDocument> {
+    bson::RawDocument::from_bytes(bytes)
+        .map_err(|e| Error::internal(format!("corrupt oplog entry at {ts}: {e}")))
 }
 
 /// The largest event returned whole (mongod: BSONObjMaxUserSize).
@@ -1185,7 +1173,7 @@ mod tests {
             .insert_documents(ns, vec![doc! {"_id": id}], true)
             .unwrap();
         assert!(out.errors.is_empty(), "{:?}", out.errors);
-        out.committed.unwrap().last_ts.unwrap()
+        out.committed.unwrap().last_ts.unwrap().into()
     }
 
     fn token_of(event: &Document) -> ResumeToken {
@@ -1366,7 +1354,7 @@ mod tests {
     fn start_options_that_conflict_or_do_not_parse_are_refused() {
         let e = TestEngine::open();
         let ts = insert(&e, &Namespace::new("db", "c"), 1);
-        let token = ResumeToken::high_water_mark(keys::ts_to_u64(ts)).to_document();
+        let token = ResumeToken::high_water_mark(ClusterTime::from(ts)).to_document();
         let cases: Vec<(Document, i32)> = vec![
             (
                 doc! {"resumeAfter": token.clone(), "startAfter": token.clone()},
@@ -1456,7 +1444,7 @@ mod tests {
                 Bson::Int32(1)
             ]
         );
-        let times: Vec<u64> = events.iter().map(|ev| token_of(ev).ts).collect();
+        let times: Vec<ClusterTime> = events.iter().map(|ev| token_of(ev).ts).collect();
         assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
         assert_eq!(
             batch.post_batch_resume_token.as_ref(),
@@ -1579,7 +1567,7 @@ mod tests {
         }
         e.sync();
         while crate::oplog::trim::trim_oplog_round(&e).unwrap() {}
-        assert!(e.oplog_trim_ts() > keys::ts_to_u64(first));
+        assert!(e.oplog_trim_ts() > ClusterTime::from(first));
         let lost = |r: Result<CursorBatch>| {
             let err = r.expect_err("history lost");
             assert_eq!(
@@ -1596,18 +1584,18 @@ mod tests {
             Some("c"),
             doc! {"startAtOperationTime": first},
         ));
-        let token = ResumeToken::high_water_mark(keys::ts_to_u64(first)).to_document();
+        let token = ResumeToken::high_water_mark(ClusterTime::from(first)).to_document();
         lost(open(&e, "db", Some("c"), doc! {"resumeAfter": token}));
         lost(e.get_more(behind.cursor_id, &behind.ns, None));
         // From the trim point on, the history is whole.
-        let from = keys::u64_to_ts(e.oplog_trim_ts());
+        let from = bson::Timestamp::from(e.oplog_trim_ts());
         let whole = open(&e, "db", Some("c"), doc! {"startAtOperationTime": from}).unwrap();
         let events = decoded(&whole);
         let last = ids(&events).last().cloned();
         assert_eq!(last, Some(Bson::Int32(19)));
-        assert!(events.iter().all(
-            |ev| keys::ts_to_u64(ev.get_timestamp("clusterTime").unwrap()) >= e.oplog_trim_ts()
-        ));
+        assert!(events.iter().all(|ev| ClusterTime::from(
+            ev.get_timestamp("clusterTime").unwrap()
+        ) >= e.oplog_trim_ts()));
     }
 
     /// Why a read checks the trim point again after reading: a trim that lands
@@ -1617,7 +1605,7 @@ mod tests {
     fn a_read_that_raced_a_trim_is_lost_not_a_gap() {
         let e = TestEngine::trimmed_by_hand(64 * 1024);
         let c = Namespace::new("db", "c");
-        let start = keys::ts_to_u64(insert(&e, &c, 0));
+        let start = ClusterTime::from(insert(&e, &c, 0));
         let pad = "x".repeat(8 * 1024);
         for i in 1..20 {
             e.insert_documents(&c, vec![doc! {"_id": i, "pad": &pad}], true)
@@ -1671,14 +1659,15 @@ mod tests {
                 None,
             )
             .unwrap();
-        let last_insert = (0..3).map(|i| insert(&e, &c, i)).last().unwrap();
+        let inserts: Vec<bson::Timestamp> = (0..3).map(|i| insert(&e, &c, i)).collect();
+        let last_insert = *inserts.last().unwrap();
         e.sync();
         let batch = e.get_more(stream.cursor_id, &stream.ns, None).unwrap();
         assert!(batch.raw_docs.is_empty());
         let pbrt =
             ResumeToken::parse(&Bson::Document(batch.post_batch_resume_token.unwrap())).unwrap();
         assert!(pbrt.is_high_water_mark());
-        assert!(pbrt.ts >= keys::ts_to_u64(last_insert));
+        assert!(pbrt.ts >= ClusterTime::from(last_insert));
         e.delete(
             &c,
             vec![DeleteOp {
@@ -1776,7 +1765,11 @@ mod tests {
     fn a_large_event_splits_into_numbered_fragments() {
         // Each over half the limit: no two fit in one fragment.
         let big = "x".repeat(9 * 1024 * 1024);
-        let token = ResumeToken::event(5, None, doc! {"operationType": "insert"});
+        let token = ResumeToken::event(
+            ClusterTime::from_u64(5),
+            None,
+            doc! {"operationType": "insert"},
+        );
         let event = doc! {
             "_id": token.to_document(),
             "operationType": "insert",

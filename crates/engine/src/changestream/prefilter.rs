@@ -252,6 +252,7 @@ mod tests {
     fn it_never_rules_out_an_event_the_filter_keeps() {
         use crate::catalog::namespace::Namespace;
         use crate::core::keys;
+        use crate::core::time::ClusterTime;
         use crate::write::{DeleteOp, UpdateOp};
         use tailstream_query::pipeline::{NoCollections, Pipeline};
         use tailstream_storage::Space;
@@ -300,14 +301,14 @@ mod tests {
             doc! {"operationType": {"$in": ["update", "delete"]}},
             doc! {"$and": [{"operationType": "replace"}, {"fullDocument.big": {"$regex": "^x"}}]},
         ];
-        let lower = keys::oplog_ns_key("db.c", 0);
-        let upper = keys::oplog_ns_key("db.c", u64::MAX);
-        let entries: Vec<(u64, Vec<u8>)> = e
+        let lower = keys::oplog_ns_key("db.c", ClusterTime::ZERO);
+        let upper = keys::oplog_ns_key("db.c", ClusterTime::MAX);
+        let entries: Vec<(ClusterTime, Vec<u8>)> = e
             .store
             .scan(Space::OplogByNs, &lower, Some(&upper), false)
             .map(|item| {
                 let (k, digest) = item.unwrap();
-                let ts = u64::from_be_bytes(k[k.len() - 8..].try_into().unwrap());
+                let ts = ClusterTime::from_be_bytes(k[k.len() - 8..].try_into().unwrap());
                 (ts, digest.to_vec())
             })
             .collect();
@@ -347,8 +348,7 @@ mod tests {
                                 &vars,
                             )
                             .unwrap()
-                            .into_iter()
-                            .count();
+                            .len();
                         assert_eq!(
                             kept,
                             0,

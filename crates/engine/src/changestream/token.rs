@@ -5,7 +5,7 @@
 //! as strings in stream order and tools that decode them (Debezium, the Kafka
 //! connector) read them as they read mongod's.
 
-use crate::core::keys;
+use crate::core::time::ClusterTime;
 use bson::{doc, Bson, Document};
 use std::sync::Arc;
 use tailstream_query::error::{codes, Error, Result};
@@ -20,8 +20,8 @@ pub const EVENT: i32 = 128;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResumeToken {
-    /// Cluster time of the event (or position), as the sortable u64 of [`keys::ts_to_u64`].
-    pub ts: u64,
+    /// Cluster time of the event (or position).
+    pub ts: ClusterTime,
     pub version: i32,
     pub token_type: i32,
     pub txn_op_index: i64,
@@ -46,7 +46,7 @@ thread_local! {
 
 impl ResumeToken {
     /// The position "everything before cluster time `ts` has been seen".
-    pub fn high_water_mark(ts: u64) -> ResumeToken {
+    pub fn high_water_mark(ts: ClusterTime) -> ResumeToken {
         ResumeToken {
             ts,
             version: TOKEN_VERSION,
@@ -60,14 +60,18 @@ impl ResumeToken {
     }
 
     /// The token of an event: its time, collection UUID and identifier.
-    pub fn event(ts: u64, uuid: Option<bson::Uuid>, event_id: Document) -> ResumeToken {
+    pub fn event(ts: ClusterTime, uuid: Option<bson::Uuid>, event_id: Document) -> ResumeToken {
         let mut b = KeyStringBuilder::new();
         b.append_document(&event_id, false);
         Self::event_with_key(ts, uuid, b.into_bytes())
     }
 
     /// Like [`Self::event`], with the identifier already KeyString-encoded.
-    pub fn event_with_key(ts: u64, uuid: Option<bson::Uuid>, event_key: Vec<u8>) -> ResumeToken {
+    pub fn event_with_key(
+        ts: ClusterTime,
+        uuid: Option<bson::Uuid>,
+        event_key: Vec<u8>,
+    ) -> ResumeToken {
         ResumeToken {
             ts,
             version: TOKEN_VERSION,
@@ -89,7 +93,7 @@ impl ResumeToken {
         // Sized for the usual event: a header of about 40 bytes and its identifier.
         let mut b =
             KeyStringBuilder::with_capacity(48 + self.event_key.as_ref().map_or(0, |k| k.len()));
-        b.append(&Bson::Timestamp(keys::u64_to_ts(self.ts)), false);
+        b.append(&Bson::from(self.ts), false);
         // The components between the time and the event's identifier are the same for
         // every event of a collection: encoded once per thread while they stay the
         // same (they were most of the work of encoding a catch-up's tokens).
@@ -190,7 +194,7 @@ impl ResumeToken {
             .map_err(|e| invalid(format!("invalid resume token: {}", e.message)))?;
         let mut it = values.into_iter();
         let ts = match it.next() {
-            Some(Bson::Timestamp(t)) => keys::ts_to_u64(t),
+            Some(Bson::Timestamp(t)) => ClusterTime::from(t),
             Some(_) => {
                 return Err(invalid(
                     "invalid resume token: clusterTime is not a Timestamp",
@@ -288,13 +292,19 @@ fn invalid(msg: impl Into<String>) -> Error {
 mod tests {
     use super::*;
 
+    fn at(increment: u32) -> ClusterTime {
+        ClusterTime::new(1, increment)
+    }
+
+    /// The cluster time whose sortable integer is `v`.
+    fn ct(v: u64) -> ClusterTime {
+        ClusterTime::from_u64(v)
+    }
+
     #[test]
     fn high_water_mark_matches_mongod() {
         // A high-water-mark token printed by mongod 7.0 (Timestamp(0x67C867A3, 1)).
-        let t = ResumeToken::high_water_mark(keys::ts_to_u64(bson::Timestamp {
-            time: 0x67C867A3,
-            increment: 1,
-        }));
+        let t = ResumeToken::high_water_mark(ClusterTime::new(0x67C867A3, 1));
         assert_eq!(
             t.to_document().get_str("_data").unwrap(),
             "8267C867A3000000012B0429296E1404"
@@ -307,10 +317,7 @@ mod tests {
         let uuid = bson::Uuid::parse_str("d3284e04-d891-4467-a216-0201812e4c4c").unwrap();
         let oid = bson::oid::ObjectId::parse_str("67c867a2fb1cbcd579f4e4de").unwrap();
         let t = ResumeToken::event(
-            keys::ts_to_u64(bson::Timestamp {
-                time: 1741186978,
-                increment: 25,
-            }),
+            ClusterTime::new(1741186978, 25),
             Some(uuid),
             doc! {"operationType": "insert", "documentKey": {"_id": oid}},
         );
@@ -341,9 +348,9 @@ mod tests {
             let mut b = KeyStringBuilder::new();
             b.append_string_and_raw_document("operationType", "update", "documentKey", &raw)
                 .unwrap();
-            let from_raw = ResumeToken::event_with_key(5, None, b.into_bytes());
+            let from_raw = ResumeToken::event_with_key(at(5), None, b.into_bytes());
             let from_doc = ResumeToken::event(
-                5,
+                at(5),
                 None,
                 doc! {"operationType": "update", "documentKey": key.clone()},
             );
@@ -358,10 +365,10 @@ mod tests {
         let u1 = bson::Uuid::new();
         let u2 = bson::Uuid::new();
         let mut tokens = vec![
-            ResumeToken::event(5, Some(u1), doc! {"operationType": "drop"}),
-            ResumeToken::event(5, Some(u2), doc! {"operationType": "drop"}),
-            ResumeToken::event(6, None, doc! {"operationType": "dropDatabase"}),
-            ResumeToken::high_water_mark(7),
+            ResumeToken::event(at(5), Some(u1), doc! {"operationType": "drop"}),
+            ResumeToken::event(at(5), Some(u2), doc! {"operationType": "drop"}),
+            ResumeToken::event(at(6), None, doc! {"operationType": "dropDatabase"}),
+            ResumeToken::high_water_mark(at(7)),
         ];
         let mut invalidate = tokens[0].clone();
         invalidate.from_invalidate = true;
@@ -397,9 +404,9 @@ mod tests {
 
     #[test]
     fn tokens_sort_in_stream_order() {
-        let a = ResumeToken::event(10, None, doc! {"operationType": "drop"}).to_document();
-        let hwm = ResumeToken::high_water_mark(11).to_document();
-        let b = ResumeToken::event(11, None, doc! {"operationType": "drop"}).to_document();
+        let a = ResumeToken::event(at(10), None, doc! {"operationType": "drop"}).to_document();
+        let hwm = ResumeToken::high_water_mark(at(11)).to_document();
+        let b = ResumeToken::event(at(11), None, doc! {"operationType": "drop"}).to_document();
         assert!(a.get_str("_data").unwrap() < hwm.get_str("_data").unwrap());
         assert!(hwm.get_str("_data").unwrap() < b.get_str("_data").unwrap());
     }
@@ -425,21 +432,18 @@ mod tests {
     fn every_component_round_trips() {
         let uuid = bson::Uuid::new();
         let mut in_txn = ResumeToken::event(
-            keys::ts_to_u64(bson::Timestamp {
-                time: 9,
-                increment: 4,
-            }),
+            ClusterTime::new(9, 4),
             Some(uuid),
             doc! {"operationType": "update", "documentKey": {"_id": "k", "shard": 2}},
         );
         in_txn.txn_op_index = 3;
-        let mut invalidate = ResumeToken::event(20, Some(uuid), doc! {"operationType": "drop"});
+        let mut invalidate = ResumeToken::event(ct(20), Some(uuid), doc! {"operationType": "drop"});
         invalidate.from_invalidate = true;
         let mut fragment = in_txn.clone();
         fragment.fragment = Some(2);
-        let no_uuid = ResumeToken::event(30, None, doc! {"operationType": "dropDatabase"});
+        let no_uuid = ResumeToken::event(ct(30), None, doc! {"operationType": "dropDatabase"});
         for t in [
-            ResumeToken::high_water_mark(12),
+            ResumeToken::high_water_mark(ct(12)),
             in_txn,
             invalidate,
             fragment,
@@ -457,7 +461,7 @@ mod tests {
     fn tokens_sort_by_time_type_transaction_index_and_invalidate() {
         let at = |ts: u64, index: i64, key: i32| {
             let mut t = ResumeToken::event(
-                ts,
+                ct(ts),
                 None,
                 doc! {"operationType": "insert", "documentKey": {"_id": key}},
             );
@@ -467,12 +471,12 @@ mod tests {
         let mut invalidate = at(10, 2, 1);
         invalidate.from_invalidate = true;
         let ordered = [
-            ResumeToken::high_water_mark(10),
+            ResumeToken::high_water_mark(ct(10)),
             at(10, 0, 9),
             at(10, 1, 1),
             at(10, 2, 1),
             invalidate,
-            ResumeToken::high_water_mark(11),
+            ResumeToken::high_water_mark(ct(11)),
             at(11, 0, 0),
         ];
         let data: Vec<String> = ordered
@@ -594,7 +598,7 @@ mod tests {
     #[test]
     fn the_same_event_whatever_its_invalidate_flag_or_fragment() {
         let t = ResumeToken::event(
-            8,
+            ct(8),
             None,
             doc! {"operationType": "insert", "documentKey": {"_id": 1}},
         );
@@ -606,9 +610,9 @@ mod tests {
         let mut other_index = t.clone();
         other_index.txn_op_index = 1;
         assert!(!t.same_event(&other_index));
-        assert!(!t.same_event(&ResumeToken::high_water_mark(8)));
+        assert!(!t.same_event(&ResumeToken::high_water_mark(ct(8))));
         let other_doc = ResumeToken::event(
-            8,
+            ct(8),
             None,
             doc! {"operationType": "insert", "documentKey": {"_id": 2}},
         );
@@ -617,7 +621,11 @@ mod tests {
 
     #[test]
     fn a_token_is_written_in_place_after_what_a_buffer_holds() {
-        let t = ResumeToken::event(8, Some(bson::Uuid::new()), doc! {"operationType": "drop"});
+        let t = ResumeToken::event(
+            ct(8),
+            Some(bson::Uuid::new()),
+            doc! {"operationType": "drop"},
+        );
         let mut out = vec![1, 2, 3];
         t.write_raw_document(&mut out);
         assert_eq!(&out[..3], &[1, 2, 3]);

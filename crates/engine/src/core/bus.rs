@@ -14,6 +14,7 @@
 //! for. Subscribers subscribe before they look (no lost wake-up): a `watch` channel
 //! remembers the last notice.
 
+use super::time::ClusterTime;
 use std::sync::atomic::{AtomicU32, Ordering};
 use tokio::sync::watch;
 
@@ -26,8 +27,8 @@ const ALL_NAMESPACES_SLOT: usize = NAMESPACE_BITS;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CommitNotice {
     pub seq: u64,
-    /// The newest oplog time committed (as the sortable u64 of [`super::keys::ts_to_u64`]).
-    pub last_ts: u64,
+    /// The newest oplog time committed.
+    pub last_ts: ClusterTime,
     /// One bit per namespace the commit wrote ([`namespace_bit`]), so a change stream on
     /// another collection lets the commit pass without waking up.
     pub ns_mask: u64,
@@ -194,7 +195,7 @@ mod tests {
         let on_b = bus.subscribe_for(b);
         let notice = CommitNotice {
             seq: 1,
-            last_ts: 7,
+            last_ts: ClusterTime::new(1, 7),
             ns_mask: a,
         };
         bus.publish(notice);
@@ -210,13 +211,13 @@ mod tests {
     fn a_notice_older_than_the_last_is_refused() {
         let bus = CommitNotice {
             seq: 5,
-            last_ts: 9,
+            last_ts: ClusterTime::new(1, 9),
             ns_mask: 1,
         };
         let bus = CommitBus::new(bus);
         bus.publish(CommitNotice {
             seq: 6,
-            last_ts: 8,
+            last_ts: ClusterTime::new(1, 8),
             ns_mask: 1,
         });
     }

@@ -4,6 +4,7 @@
 //! the next fsync covers them all, so concurrent durable writers share syncs.
 //! Without any request, the thread still syncs within `IDLE_SYNC_INTERVAL`.
 
+use super::time::{AtomicClusterTime, ClusterTime};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -110,11 +111,11 @@ pub struct Durability {
     commit_times: Box<[(AtomicU64, AtomicU64)]>,
     epoch: std::time::Instant,
     committed: AtomicU64,
-    /// Newest oplog time committed (sortable u64), stored before `committed` advances,
-    /// so an fsync that starts after reading it covers that entry.
-    committed_ts: AtomicU64,
+    /// Newest oplog time committed, stored before `committed` advances, so an fsync
+    /// that starts after reading it covers that entry.
+    committed_ts: AtomicClusterTime,
     /// Newest oplog time known to be on disk: change streams show nothing newer.
-    durable_ts_tx: watch::Sender<u64>,
+    durable_ts_tx: watch::Sender<ClusterTime>,
     requested: Mutex<u64>,
     wake: Condvar,
     synced_tx: watch::Sender<u64>,
@@ -130,7 +131,7 @@ pub struct Durability {
 
 impl Durability {
     /// `last_ts`: the newest oplog time already in the store (durable after recovery).
-    pub fn new(last_ts: u64) -> Arc<Durability> {
+    pub fn new(last_ts: ClusterTime) -> Arc<Durability> {
         let (synced_tx, synced_rx) = watch::channel(0u64);
         Arc::new(Durability {
             syncs: MicrosHistogram::new(),
@@ -140,7 +141,7 @@ impl Durability {
                 .collect(),
             epoch: std::time::Instant::now(),
             committed: AtomicU64::new(0),
-            committed_ts: AtomicU64::new(last_ts),
+            committed_ts: AtomicClusterTime::new(last_ts),
             durable_ts_tx: watch::channel(last_ts).0,
             requested: Mutex::new(0),
             wake: Condvar::new(),
@@ -155,15 +156,13 @@ impl Durability {
 
     /// Called by the writer after each commit (with the commit's newest oplog time, if it
     /// wrote any); returns the commit's sequence number.
-    pub fn committed(&self, last_ts: Option<u64>) -> u64 {
+    pub fn committed(&self, last_ts: Option<ClusterTime>) -> u64 {
         if let Some(ts) = last_ts {
             // Commits come one at a time (under the writer lock), in oplog order.
             let before = self.committed_ts.fetch_max(ts, Ordering::SeqCst);
             assert!(
                 before < ts,
-                "commits' oplog times go backwards: {:?} committed after {:?}",
-                super::keys::u64_to_ts(ts),
-                super::keys::u64_to_ts(before)
+                "commits' oplog times go backwards: {ts} committed after {before}"
             );
         }
         let seq = self.committed.fetch_add(1, Ordering::SeqCst) + 1;
@@ -189,12 +188,12 @@ impl Durability {
     }
 
     /// The newest oplog time that is on disk.
-    pub fn durable_ts(&self) -> u64 {
+    pub fn durable_ts(&self) -> ClusterTime {
         *self.durable_ts_tx.borrow()
     }
 
     /// A receiver that sees the durable oplog time advance (change streams wait on it).
-    pub fn subscribe_durable_ts(&self) -> watch::Receiver<u64> {
+    pub fn subscribe_durable_ts(&self) -> watch::Receiver<ClusterTime> {
         self.durable_ts_tx.subscribe()
     }
 
@@ -367,6 +366,9 @@ impl Durability {
                 if self.failing.swap(false, Ordering::SeqCst) {
                     tracing::info!("the write-ahead log is written again (disk space freed)");
                 }
+                // Counted before anyone is woken, so a client acknowledged by this fsync
+                // finds its commit's wait in serverStatus (the figure ends at `ended`).
+                self.record_commit_waits(was_synced, target, ended);
                 // The durable time before the sequence: a writer woken by the sequence
                 // acknowledges, and its client may open a change stream at once; that
                 // stream must already find the write's event durable.
@@ -374,9 +376,8 @@ impl Durability {
                     // `ts` is the newest committed time, which only grows.
                     assert!(
                         ts >= *d,
-                        "the durable oplog time would go backwards: {:?} after {:?}",
-                        super::keys::u64_to_ts(ts),
-                        super::keys::u64_to_ts(*d)
+                        "the durable oplog time would go backwards: {ts} after {}",
+                        *d
                     );
                     let newer = ts > *d;
                     if newer {
@@ -385,7 +386,6 @@ impl Durability {
                     newer
                 });
                 let _ = self.synced_tx.send(target);
-                self.record_commit_waits(was_synced, target, ended);
             }
             if self.stop.load(Ordering::SeqCst) && self.synced() >= self.last_committed() {
                 return;
@@ -403,9 +403,14 @@ impl Durability {
 mod tests {
     use super::*;
 
+    /// The cluster time whose sortable integer is `v`.
+    fn t(v: u64) -> ClusterTime {
+        ClusterTime::from_u64(v)
+    }
+
     #[test]
     fn each_commit_is_timed_once_up_to_the_fsync_that_covered_it() {
-        let d = Durability::new(0);
+        let d = Durability::new(ClusterTime::ZERO);
         for _ in 0..3 {
             d.committed(None);
         }
@@ -427,28 +432,28 @@ mod tests {
 
     #[test]
     fn commits_count_up_and_keep_the_newest_time() {
-        let d = Durability::new(10);
-        assert_eq!(d.committed(Some(11)), 1);
+        let d = Durability::new(t(10));
+        assert_eq!(d.committed(Some(t(11))), 1);
         assert_eq!(d.committed(None), 2, "a commit without oplog entries");
-        assert_eq!(d.committed(Some(15)), 3);
+        assert_eq!(d.committed(Some(t(15))), 3);
         assert_eq!(d.last_committed(), 3);
-        assert_eq!(d.committed_ts.load(Ordering::SeqCst), 15);
-        assert_eq!(d.durable_ts(), 10, "nothing synced yet");
+        assert_eq!(d.committed_ts.load(Ordering::SeqCst), t(15));
+        assert_eq!(d.durable_ts(), t(10), "nothing synced yet");
         d.request(3);
     }
 
     #[test]
     #[should_panic(expected = "oplog times go backwards")]
     fn a_commit_older_than_the_last_is_refused() {
-        let d = Durability::new(0);
-        d.committed(Some(7));
-        d.committed(Some(7));
+        let d = Durability::new(ClusterTime::ZERO);
+        d.committed(Some(t(7)));
+        d.committed(Some(t(7)));
     }
 
     #[test]
     #[should_panic(expected = "past the last commit")]
     fn a_sync_for_a_commit_that_did_not_happen_is_refused() {
-        let d = Durability::new(0);
+        let d = Durability::new(ClusterTime::ZERO);
         d.committed(None);
         d.request(2);
     }
@@ -461,16 +466,16 @@ mod tests {
         let store = Arc::new(
             Store::open(dir.path(), &tailstream_storage::StoreOptions::default()).unwrap(),
         );
-        let d = Durability::new(4);
+        let d = Durability::new(t(4));
         let syncer = d.spawn_syncer(Arc::clone(&store));
         let mut durable = Vec::new();
         for ts in [5, 9, 12] {
-            let seq = d.committed(Some(ts));
+            let seq = d.committed(Some(t(ts)));
             d.wait_synced_blocking(seq).unwrap();
             assert!(d.synced() >= seq && d.synced() <= d.last_committed());
             durable.push(d.durable_ts());
         }
-        assert_eq!(durable, vec![5, 9, 12]);
+        assert_eq!(durable, [5, 9, 12].map(t));
         d.stop();
         syncer.join().unwrap();
     }

@@ -1,6 +1,7 @@
 //! Byte layouts of keys in each storage space. All integers are big-endian so
 //! that byte order is numeric order.
 
+use super::time::ClusterTime;
 use bson::Bson;
 use tailstream_query::keystring;
 
@@ -16,7 +17,7 @@ pub fn id_key(id: &Bson) -> Vec<u8> {
 
 /// Record key of a time-series measurement (which has no unique `_id` to be keyed by):
 /// the cluster time of its insert, big-endian so that key order is insertion order.
-pub fn record_key(insert_ts: u64) -> [u8; 8] {
+pub fn record_key(insert_ts: ClusterTime) -> [u8; 8] {
     insert_ts.to_be_bytes()
 }
 
@@ -43,30 +44,35 @@ pub fn index_entry_key(index_id: u32, values_ks: &[u8], id_ks: &[u8]) -> Vec<u8>
     k
 }
 
-/// Cluster time as a sortable u64: seconds in the high half, increment in the low half.
-pub fn ts_to_u64(ts: bson::Timestamp) -> u64 {
-    ((ts.time as u64) << 32) | ts.increment as u64
-}
-
-pub fn u64_to_ts(v: u64) -> bson::Timestamp {
-    bson::Timestamp {
-        time: (v >> 32) as u32,
-        increment: v as u32,
-    }
-}
-
 /// `Oplog` key of an entry.
-pub fn oplog_key(ts: u64) -> [u8; 8] {
+#[inline]
+pub fn oplog_key(ts: ClusterTime) -> [u8; 8] {
     ts.to_be_bytes()
 }
 
+/// The time of an `Oplog` key.
+#[inline]
+pub fn oplog_key_time(key: &[u8]) -> ClusterTime {
+    ClusterTime::from_be_bytes(key[..8].try_into().expect("an 8-byte oplog key"))
+}
+
 /// `OplogByNs` key: the namespace, a 0 separator (namespaces contain no NUL), then the time.
-pub fn oplog_ns_key(ns: &str, ts: u64) -> Vec<u8> {
+pub fn oplog_ns_key(ns: &str, ts: ClusterTime) -> Vec<u8> {
     let mut k = Vec::with_capacity(ns.len() + 9);
     k.extend_from_slice(ns.as_bytes());
     k.push(0);
     k.extend_from_slice(&ts.to_be_bytes());
     k
+}
+
+/// The time of an `OplogByNs` key (its last eight bytes).
+#[inline]
+pub fn oplog_ns_key_time(key: &[u8]) -> ClusterTime {
+    let time = key
+        .len()
+        .checked_sub(8)
+        .expect("an oplog_by_ns key ends in a time");
+    ClusterTime::from_be_bytes(key[time..].try_into().expect("8 bytes"))
 }
 
 /// `Catalog` key of a collection.
@@ -78,16 +84,18 @@ pub fn catalog_key(ns: &str) -> Vec<u8> {
 
 /// A `Docs` value that points at the oplog entry holding the document (an insert not
 /// rewritten since): four 0xFF bytes (an impossible BSON length) and the entry's time.
-pub fn doc_pointer(ts: u64) -> [u8; 12] {
+pub fn doc_pointer(ts: ClusterTime) -> [u8; 12] {
     let mut v = [0xFF; 12];
     v[4..].copy_from_slice(&ts.to_be_bytes());
     v
 }
 
 /// The oplog time a `Docs` value points at, if it is a pointer rather than a document.
-pub fn parse_doc_pointer(v: &[u8]) -> Option<u64> {
+pub fn parse_doc_pointer(v: &[u8]) -> Option<ClusterTime> {
     if v.len() == 12 && v[..4] == [0xFF; 4] {
-        Some(u64::from_be_bytes(v[4..].try_into().expect("8 bytes")))
+        Some(ClusterTime::from_be_bytes(
+            v[4..].try_into().expect("8 bytes"),
+        ))
     } else {
         None
     }
@@ -95,7 +103,7 @@ pub fn parse_doc_pointer(v: &[u8]) -> Option<u64> {
 
 /// `Natural` key of a capped collection's document: its collection, then the cluster
 /// time of its insert (insertion order).
-pub fn natural_key(coll_id: u32, ts: u64) -> [u8; 12] {
+pub fn natural_key(coll_id: u32, ts: ClusterTime) -> [u8; 12] {
     let mut k = [0u8; 12];
     k[..4].copy_from_slice(&coll_id.to_be_bytes());
     k[4..].copy_from_slice(&ts.to_be_bytes());
@@ -112,7 +120,7 @@ pub enum ImageKind {
 }
 
 /// `Images` key: the cluster time of the write, then the kind (trimmed with the oplog).
-pub fn image_key(ts: u64, kind: ImageKind) -> [u8; 9] {
+pub fn image_key(ts: ClusterTime, kind: ImageKind) -> [u8; 9] {
     let mut k = [0u8; 9];
     k[..8].copy_from_slice(&ts.to_be_bytes());
     k[8] = kind as u8;
@@ -121,7 +129,7 @@ pub fn image_key(ts: u64, kind: ImageKind) -> [u8; 9] {
 
 /// The image of operation `index` of the transaction whose `applyOps` entry is at `ts`
 /// (after the entry's own images in key order, so trimming by time removes both).
-pub fn image_key_at(ts: u64, index: u32, kind: ImageKind) -> [u8; 13] {
+pub fn image_key_at(ts: ClusterTime, index: u32, kind: ImageKind) -> [u8; 13] {
     let mut k = [0u8; 13];
     k[..9].copy_from_slice(&image_key(ts, kind));
     k[9..].copy_from_slice(&index.to_be_bytes());
@@ -142,12 +150,12 @@ mod tests {
         // The oplog trim deletes images in [image_key(0, Before), image_key(trim, Before)):
         // an image of a transaction's operation must fall in it exactly when its
         // entry's time is below the trim point.
-        let trim = 1_000u64;
-        let low = image_key(0, ImageKind::Before);
+        let trim = ClusterTime::new(1, 1_000);
+        let low = image_key(ClusterTime::ZERO, ImageKind::Before);
         let high = image_key(trim, ImageKind::Before);
         for kind in [ImageKind::Before, ImageKind::After] {
             for index in [0, 1, u32::MAX] {
-                let below = image_key_at(trim - 1, index, kind);
+                let below = image_key_at(trim.prev(), index, kind);
                 assert!(low[..] <= below[..] && below[..] < high[..]);
                 let at = image_key_at(trim, index, kind);
                 assert!(at[..] >= high[..]);
@@ -159,35 +167,31 @@ mod tests {
 
     #[test]
     fn doc_pointers_are_never_bson() {
-        let p = doc_pointer(0x0102_0304_0506_0708);
-        assert_eq!(parse_doc_pointer(&p), Some(0x0102_0304_0506_0708));
+        let t = ClusterTime::new(0x0102_0304, 0x0506_0708);
+        let p = doc_pointer(t);
+        assert_eq!(
+            p[4..],
+            [1, 2, 3, 4, 5, 6, 7, 8],
+            "big-endian, seconds first"
+        );
+        assert_eq!(parse_doc_pointer(&p), Some(t));
         let mut bytes = Vec::new();
         bson::doc! {"a": 1}.to_writer(&mut bytes).unwrap();
         assert_eq!(parse_doc_pointer(&bytes), None);
     }
 
     #[test]
-    fn timestamps_sort_as_u64() {
-        let a = ts_to_u64(bson::Timestamp {
-            time: 5,
-            increment: 9,
-        });
-        let b = ts_to_u64(bson::Timestamp {
-            time: 6,
-            increment: 1,
-        });
-        assert!(a < b);
+    fn oplog_keys_sort_by_time_and_give_it_back() {
+        let a = ClusterTime::new(5, 9);
+        let b = ClusterTime::new(6, 1);
         assert!(oplog_key(a) < oplog_key(b));
-        assert_eq!(
-            u64_to_ts(a),
-            bson::Timestamp {
-                time: 5,
-                increment: 9
-            }
-        );
+        assert_eq!(oplog_key_time(&oplog_key(a)), a);
+        assert_eq!(oplog_ns_key_time(&oplog_ns_key("a.b", b)), b);
         assert!(
             oplog_ns_key("a.b", b) < oplog_ns_key("a.bc", a),
             "namespace first, separator sorts low"
         );
+        assert!(natural_key(7, a) < natural_key(7, b));
+        assert!(record_key(a) < record_key(b));
     }
 }

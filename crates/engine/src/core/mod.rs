@@ -1,6 +1,6 @@
 //! The engine's lowest layer: vocabulary and mechanisms every other layer uses and
-//! that use no other layer: cluster time and the clock, storage key layouts,
-//! durability (group commit), the fsync lock, message formatting.
+//! that use no other layer: cluster time ([`time::ClusterTime`]) and the clock,
+//! storage key layouts, durability (group commit), the fsync lock, message formatting.
 
 pub mod bus;
 pub mod clock;
@@ -10,6 +10,7 @@ pub mod fsync_lock;
 pub mod keys;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod time;
 
 use tailstream_query::error::{codes, Error};
 
@@ -35,4 +36,13 @@ pub(crate) fn storage_err(e: tailstream_storage::StorageError) -> Error {
         );
     }
     Error::internal(e.to_string())
+}
+
+/// A number as mongod's catalog stores and reports it (`appendNumber`): a 32-bit int
+/// when it fits, else a 64-bit one (so shells show `1024`, not `Long("1024")`).
+pub fn stored_number(n: i64) -> bson::Bson {
+    match i32::try_from(n) {
+        Ok(small) => bson::Bson::Int32(small),
+        Err(_) => bson::Bson::Int64(n),
+    }
 }

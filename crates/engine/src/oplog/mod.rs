@@ -355,7 +355,7 @@ impl<'a> EntryHead<'a> {
     pub fn digest(&self) -> Vec<u8> {
         let EntryHead { op, ns, o } = *self;
         // A write of a view definition is the DDL of a view (create, modify or drop event).
-        if matches!(op, "i" | "u" | "d") && crate::changestream::event::is_system_views(ns) {
+        if matches!(op, "i" | "u" | "d") && crate::catalog::views::is_system_views(ns) {
             return vec![b'c'];
         }
         let kind = match op {

@@ -12,6 +12,7 @@
 //! costs writers to collection B no copy (the isolation target of issue 3); a stream
 //! opened later on B reads B's earlier entries from storage, as it would large ones.
 
+use crate::core::time::ClusterTime;
 use parking_lot::{Mutex, RwLock};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,22 +22,21 @@ const MAX_BYTES: usize = 64 << 20;
 const MAX_ENTRIES: usize = 200_000;
 const MAX_ENTRY_BYTES: usize = 64 << 10;
 
+/// A reader's memo of an entry (see [`RecentEntry::memo`]).
+pub type Memo = Arc<dyn std::any::Any + Send + Sync>;
+
 pub struct RecentEntry {
-    pub ts: u64,
+    pub ts: ClusterTime,
     /// The `oplog_by_ns` namespaces it is listed under.
     pub namespaces: Vec<String>,
     pub digest: Vec<u8>,
     /// The entry's BSON (None for large entries: read them from storage).
     pub bytes: Option<Arc<[u8]>>,
-    /// The change event of a CRUD entry for streams with default options, built by
-    /// the first such stream and copied by the others (fan-out: one build, not one
-    /// per stream).
-    pub plain_event: std::sync::OnceLock<
-        Option<(
-            crate::changestream::SharedEvent,
-            crate::changestream::token::ResumeToken,
-        )>,
-    >,
+    /// What a reader made of the entry once for every reader like it (change streams:
+    /// the event of a CRUD entry for streams with default options, built by the first
+    /// such stream and shared by the others; fan-out: one build, not one per stream).
+    /// Opaque here: the oplog layer does not know its readers.
+    pub memo: std::sync::OnceLock<Option<Memo>>,
 }
 
 impl RecentEntry {
@@ -44,7 +44,7 @@ impl RecentEntry {
     /// computed once by the writer; `watched`: the namespace bits open streams watch
     /// ([`RecentOplog::watched`]).
     pub fn new(
-        ts: u64,
+        ts: ClusterTime,
         entry: &bson::RawDocument,
         digest: Vec<u8>,
         namespaces: Vec<String>,
@@ -60,7 +60,7 @@ impl RecentEntry {
             namespaces,
             digest,
             bytes: (wanted && raw.len() <= MAX_ENTRY_BYTES).then(|| Arc::from(raw)),
-            plain_event: std::sync::OnceLock::new(),
+            memo: std::sync::OnceLock::new(),
         }
     }
 
@@ -74,7 +74,7 @@ struct Ring {
     entries: VecDeque<Arc<RecentEntry>>,
     bytes: usize,
     /// Every committed entry with a time >= `from` is in `entries`.
-    from: u64,
+    from: ClusterTime,
 }
 
 pub struct RecentOplog {
@@ -158,7 +158,7 @@ impl RecentOplog {
 
     /// Starts keeping entries from time `from` on. Called under the writer lock, so
     /// no commit can fall between this and the first hand-over.
-    pub fn enable(&self, from: u64) {
+    pub fn enable(&self, from: ClusterTime) {
         if !self.enabled() {
             let mut r = self.ring.write();
             r.entries.clear();
@@ -174,12 +174,11 @@ impl RecentOplog {
         for e in new {
             // Readers find entries by binary search on time and trust `from`: an entry
             // out of order, or below `from`, would be skipped by every stream.
-            let after = r.entries.back().map_or(r.from, |b| b.ts + 1);
+            let after = r.entries.back().map_or(r.from, |b| b.ts.next());
             assert!(
                 e.ts >= after,
-                "recent oplog entry at {:?} arrives out of time order (expected {:?} or later)",
-                crate::core::keys::u64_to_ts(e.ts),
-                crate::core::keys::u64_to_ts(after)
+                "recent oplog entry at {} arrives out of time order (expected {after} or later)",
+                e.ts
             );
             r.bytes += e.size();
             r.entries.push_back(Arc::new(e));
@@ -192,7 +191,7 @@ impl RecentOplog {
                 .bytes
                 .checked_sub(old.size())
                 .expect("the recent oplog's byte count underflows");
-            r.from = old.ts + 1;
+            r.from = old.ts.next();
         }
         assert!(
             r.bytes <= MAX_BYTES && r.entries.len() <= MAX_ENTRIES,
@@ -206,8 +205,8 @@ impl RecentOplog {
     /// of them; None when the ring does not hold everything from `from` on.
     pub fn read(
         &self,
-        from: u64,
-        to: u64,
+        from: ClusterTime,
+        to: ClusterTime,
         limit: usize,
         mut wanted: impl FnMut(&RecentEntry) -> bool,
     ) -> Option<Vec<Arc<RecentEntry>>> {
@@ -256,14 +255,14 @@ mod tests {
         let twice_a = oplog.watch(a);
         assert_eq!(oplog.watched(), a);
         let kept = RecentEntry::new(
-            1,
+            ClusterTime::new(1, 1),
             &entry("db.a"),
             Vec::new(),
             vec!["db.a".into()],
             oplog.watched(),
         );
         let listed = RecentEntry::new(
-            2,
+            ClusterTime::new(1, 2),
             &entry("db.b"),
             Vec::new(),
             vec!["db.b".into()],
@@ -278,7 +277,7 @@ mod tests {
         assert_eq!(oplog.watched(), 0);
         let all = oplog.watch(u64::MAX);
         assert!(RecentEntry::new(
-            3,
+            ClusterTime::new(1, 3),
             &entry("db.b"),
             Vec::new(),
             vec!["db.b".into()],
@@ -290,9 +289,14 @@ mod tests {
         assert_eq!(oplog.watched(), 0);
     }
 
+    /// The cluster time whose sortable integer is `v`.
+    fn ct(v: u64) -> ClusterTime {
+        ClusterTime::from_u64(v)
+    }
+
     fn kept(ts: u64) -> RecentEntry {
         RecentEntry::new(
-            ts,
+            ct(ts),
             &entry("db.a"),
             vec![b'i'],
             vec!["db.a".into()],
@@ -300,34 +304,49 @@ mod tests {
         )
     }
 
+    /// The times of the entries found, as their sortable integers.
     fn times(found: Option<Vec<Arc<RecentEntry>>>) -> Option<Vec<u64>> {
-        found.map(|v| v.iter().map(|e| e.ts).collect())
+        found.map(|v| v.iter().map(|e| e.ts.as_u64()).collect())
     }
 
     #[test]
     fn reads_the_entries_in_a_range_only_while_it_holds_them_all() {
         let oplog = RecentOplog::default();
         assert!(
-            oplog.read(0, u64::MAX, 10, |_| true).is_none(),
+            oplog
+                .read(ClusterTime::ZERO, ClusterTime::MAX, 10, |_| true)
+                .is_none(),
             "not enabled"
         );
-        oplog.enable(10);
+        oplog.enable(ct(10));
         oplog.push(vec![kept(10), kept(12)]);
         oplog.push(vec![kept(15)]);
         assert_eq!(
-            times(oplog.read(10, 15, 10, |_| true)),
+            times(oplog.read(ct(10), ct(15), 10, |_| true)),
             Some(vec![10, 12, 15])
         );
-        assert_eq!(times(oplog.read(11, 14, 10, |_| true)), Some(vec![12]));
-        assert_eq!(times(oplog.read(13, 20, 10, |_| true)), Some(vec![15]));
-        assert_eq!(times(oplog.read(16, 20, 10, |_| true)), Some(vec![]));
-        assert_eq!(times(oplog.read(10, 15, 2, |_| true)), Some(vec![10, 12]));
         assert_eq!(
-            times(oplog.read(10, 15, 10, |e| e.ts != 12)),
+            times(oplog.read(ct(11), ct(14), 10, |_| true)),
+            Some(vec![12])
+        );
+        assert_eq!(
+            times(oplog.read(ct(13), ct(20), 10, |_| true)),
+            Some(vec![15])
+        );
+        assert_eq!(
+            times(oplog.read(ct(16), ct(20), 10, |_| true)),
+            Some(vec![])
+        );
+        assert_eq!(
+            times(oplog.read(ct(10), ct(15), 2, |_| true)),
+            Some(vec![10, 12])
+        );
+        assert_eq!(
+            times(oplog.read(ct(10), ct(15), 10, |e| e.ts != ct(12))),
             Some(vec![10, 15])
         );
         // Before the start: those entries may exist, but only storage has them.
-        assert!(oplog.read(9, 15, 10, |_| true).is_none());
+        assert!(oplog.read(ct(9), ct(15), 10, |_| true).is_none());
     }
 
     /// The oldest entries go once the ring is full, and a read from them is refused
@@ -335,20 +354,22 @@ mod tests {
     #[test]
     fn a_full_ring_drops_its_oldest_entries_and_their_readers() {
         let oplog = RecentOplog::default();
-        oplog.enable(1);
+        oplog.enable(ct(1));
         let extra = 10u64;
         for ts in 1..=MAX_ENTRIES as u64 + extra {
             oplog.push(vec![kept(ts)]);
         }
         let first_kept = extra + 1;
-        assert!(oplog.read(extra, u64::MAX, 1, |_| true).is_none());
+        assert!(oplog
+            .read(ct(extra), ClusterTime::MAX, 1, |_| true)
+            .is_none());
         assert_eq!(
-            times(oplog.read(first_kept, u64::MAX, 2, |_| true)),
+            times(oplog.read(ct(first_kept), ClusterTime::MAX, 2, |_| true)),
             Some(vec![first_kept, first_kept + 1])
         );
         let r = oplog.ring.read();
         assert_eq!(r.entries.len(), MAX_ENTRIES);
-        assert_eq!(r.from, first_kept);
+        assert_eq!(r.from, ct(first_kept));
         assert_eq!(r.bytes, r.entries.iter().map(|e| e.size()).sum::<usize>());
     }
 
@@ -356,7 +377,7 @@ mod tests {
     #[should_panic(expected = "out of time order")]
     fn an_entry_older_than_the_newest_is_refused() {
         let oplog = RecentOplog::default();
-        oplog.enable(1);
+        oplog.enable(ct(1));
         oplog.push(vec![kept(5)]);
         oplog.push(vec![kept(5)]);
     }
@@ -365,7 +386,7 @@ mod tests {
     #[should_panic(expected = "out of time order")]
     fn an_entry_below_the_start_is_refused() {
         let oplog = RecentOplog::default();
-        oplog.enable(8);
+        oplog.enable(ct(8));
         oplog.push(vec![kept(7)]);
     }
 }

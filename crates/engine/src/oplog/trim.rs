@@ -1,6 +1,7 @@
 //! Oplog trimming and the oplog's maintenance thread.
 
 use crate::catalog::Catalog;
+use crate::core::time::ClusterTime;
 use crate::core::{keys, storage_err};
 use crate::oplog;
 use crate::Engine;
@@ -15,7 +16,7 @@ const TRIM_ROUND_BYTES: u64 = 16 << 20;
 struct TrimCopy {
     coll_uuid: bson::Uuid,
     doc_key: Vec<u8>,
-    ts: u64,
+    ts: ClusterTime,
     doc: bson::RawDocumentBuf,
 }
 
@@ -57,7 +58,7 @@ pub(crate) fn trim_oplog_round(engine: &Engine) -> Result<bool> {
         .scan(Space::Oplog, &keys::oplog_key(trim_ts), None, false)
     {
         let (k, v) = item.map_err(storage_err)?;
-        let t = u64::from_be_bytes(k[..8].try_into().unwrap());
+        let t = keys::oplog_key_time(&k);
         if to_free == 0 || t >= newest {
             break;
         }
@@ -70,7 +71,7 @@ pub(crate) fn trim_oplog_round(engine: &Engine) -> Result<bool> {
         let n = v.len() as u64;
         to_free = to_free.saturating_sub(n);
         freed += n;
-        new_trim = t + 1;
+        new_trim = t.next();
     }
     if new_trim <= trim_ts {
         return Ok(false);
@@ -79,13 +80,13 @@ pub(crate) fn trim_oplog_round(engine: &Engine) -> Result<bool> {
     for ns in &namespaces {
         batch.delete_range(
             Space::OplogByNs,
-            &keys::oplog_ns_key(ns, 0),
+            &keys::oplog_ns_key(ns, ClusterTime::ZERO),
             &keys::oplog_ns_key(ns, new_trim),
         );
     }
     batch.delete_range(
         Space::Images,
-        &keys::image_key(0, keys::ImageKind::Before),
+        &keys::image_key(ClusterTime::ZERO, keys::ImageKind::Before),
         &keys::image_key(new_trim, keys::ImageKind::Before),
     );
     let mut w = engine.writer.lock();
@@ -95,9 +96,8 @@ pub(crate) fn trim_oplog_round(engine: &Engine) -> Result<bool> {
     // a start point starts after it, so never below the trim point.
     assert!(
         new_trim <= w.committed_ts,
-        "the oplog trim would remove the newest committed entry (trim point {:?}, newest {:?})",
-        keys::u64_to_ts(new_trim),
-        keys::u64_to_ts(w.committed_ts)
+        "the oplog trim would remove the newest committed entry (trim point {new_trim}, newest {})",
+        w.committed_ts
     );
     assert!(
         freed <= w.oplog_bytes,
@@ -132,16 +132,14 @@ pub(crate) fn trim_oplog_round(engine: &Engine) -> Result<bool> {
         .swap(new_trim, std::sync::atomic::Ordering::AcqRel);
     assert!(
         before < new_trim,
-        "the oplog trim point moves backwards: {:?} after {:?}",
-        keys::u64_to_ts(new_trim),
-        keys::u64_to_ts(before)
+        "the oplog trim point moves backwards: {new_trim} after {before}"
     );
     let over = w.oplog_bytes > cap;
     drop(w);
     engine
         .store
-        .retire_through(Space::Oplog, &keys::oplog_key(new_trim - 1));
-    tracing::debug!(freed, new_trim, "oplog trimmed");
+        .retire_through(Space::Oplog, &keys::oplog_key(new_trim.prev()));
+    tracing::debug!(freed, %new_trim, "oplog trimmed");
     Ok(over)
 }
 
@@ -155,7 +153,7 @@ fn coll_ids_by_uuid(catalog: &Catalog) -> std::collections::HashMap<bson::Uuid, 
 fn trim_copy(
     coll_ids: &std::collections::HashMap<bson::Uuid, u32>,
     entry: &bson::RawDocument,
-    ts: u64,
+    ts: ClusterTime,
 ) -> Result<Option<TrimCopy>> {
     let Ok(bson::RawBsonRef::Binary(ui)) =
         entry.get("ui").map(|v| v.unwrap_or(bson::RawBsonRef::Null))
@@ -248,7 +246,7 @@ mod tests {
     }
 
     /// The entries stored from the trim point on: (time, bytes).
-    fn retained(e: &Engine) -> Vec<(u64, usize)> {
+    fn retained(e: &Engine) -> Vec<(ClusterTime, usize)> {
         e.store
             .scan(
                 Space::Oplog,
@@ -258,24 +256,27 @@ mod tests {
             )
             .map(|item| {
                 let (k, v) = item.expect("an oplog entry");
-                (u64::from_be_bytes(k[..8].try_into().unwrap()), v.len())
+                (
+                    ClusterTime::from_be_bytes(k[..8].try_into().unwrap()),
+                    v.len(),
+                )
             })
             .collect()
     }
 
-    fn insert(e: &Engine, ns: &Namespace, id: i32, bytes: usize) -> u64 {
+    fn insert(e: &Engine, ns: &Namespace, id: i32, bytes: usize) -> ClusterTime {
         let out = e
             .insert_documents(ns, vec![doc! {"_id": id, "pad": "x".repeat(bytes)}], true)
             .expect("insert");
         assert!(out.errors.is_empty(), "{:?}", out.errors);
-        keys::ts_to_u64(out.committed.unwrap().last_ts.unwrap())
+        out.committed.unwrap().last_ts.unwrap()
     }
 
     #[test]
     fn trims_the_oldest_entries_under_the_cap_and_keeps_every_document() {
         let e = engine_trimmed_by_hand();
         let ns = Namespace::new("db", "c");
-        let times: Vec<u64> = (0..40).map(|i| insert(&e, &ns, i, DOC_BYTES)).collect();
+        let times: Vec<ClusterTime> = (0..40).map(|i| insert(&e, &ns, i, DOC_BYTES)).collect();
         assert!(e.writer.lock().oplog_bytes > CAP);
         let mut trim_points = vec![e.oplog_trim_ts()];
         while trim_oplog_round(&e).unwrap() {
@@ -320,7 +321,10 @@ mod tests {
             .unwrap()
             .unwrap();
         let state = bson::Document::from_reader(&mut state.as_slice()).unwrap();
-        assert_eq!(state.get_i64("trim").unwrap() as u64, trim);
+        assert_eq!(
+            ClusterTime::from_u64(state.get_i64("trim").unwrap() as u64),
+            trim
+        );
         assert_eq!(state.get_i64("bytes").unwrap() as u64, counted);
     }
 
@@ -344,7 +348,7 @@ mod tests {
                 o2: None,
             });
         }
-        assert!(keys::ts_to_u64(e.writer.lock().clock.last()) > newest);
+        assert!(e.writer.lock().clock.last() > newest);
         while trim_oplog_round(&e).unwrap() {}
         let trim = e.oplog_trim_ts();
         assert!(trim > first, "the entries before the newest were trimmed");
@@ -354,7 +358,7 @@ mod tests {
         );
         // The next commit comes after it, and is not trimmed either.
         let next = e.write_noop("after").unwrap().last_ts.unwrap();
-        assert!(keys::ts_to_u64(next) > newest);
+        assert!(next > newest);
         assert!(e.oplog_trim_ts() <= newest);
     }
 
@@ -365,7 +369,7 @@ mod tests {
         let first = insert(&e, &ns, 0, 16);
         let before = retained(&e);
         assert!(!trim_oplog_round(&e).unwrap());
-        assert_eq!(e.oplog_trim_ts(), 0);
+        assert_eq!(e.oplog_trim_ts(), ClusterTime::ZERO);
         // The collection's create entry and the insert's.
         assert_eq!(before.len(), 2);
         assert_eq!(before[1].0, first);

@@ -9,14 +9,15 @@ use crate::catalog::namespace::Namespace;
 use crate::catalog::{Catalog, CollMeta};
 use crate::core::bus::{namespace_bit, CommitNotice};
 use crate::core::clock::ClusterClock;
+use crate::core::time::ClusterTime;
 use crate::core::{keys, storage_err};
 use crate::oplog::{self, OplogChange};
 use crate::Engine;
 use bson::{doc, Document};
 use parking_lot::MutexGuard;
 use std::sync::Arc;
-use tailstream_query::error::Result;
-use tailstream_storage::{Batch, Space};
+use tailstream_query::error::{Error, Result};
+use tailstream_storage::{Batch, Space, Store};
 
 /// What a committed transaction reports back.
 #[derive(Debug, Clone, Copy)]
@@ -24,7 +25,7 @@ pub struct Committed {
     /// Durability sequence number: wait for `Durability::wait_synced(seq)` before a `j: true` ack.
     pub seq: u64,
     /// Cluster time of the last oplog entry written (the operation time).
-    pub last_ts: Option<bson::Timestamp>,
+    pub last_ts: Option<ClusterTime>,
 }
 
 pub(crate) struct Writer {
@@ -32,20 +33,40 @@ pub(crate) struct Writer {
     /// Bytes of oplog entries currently retained.
     pub(crate) oplog_bytes: u64,
     /// Oldest retained oplog time (everything below it was trimmed).
-    pub(crate) trim_ts: u64,
-    /// Newest oplog time committed (sortable, 0 for none): every commit's entries come
-    /// after it, and the trim point never passes it (the newest entry is kept, so the
-    /// clock restarts after it and a stream opened now starts inside the oplog).
-    pub(crate) committed_ts: u64,
+    pub(crate) trim_ts: ClusterTime,
+    /// Newest oplog time committed (ZERO for none): every commit's entries come after
+    /// it, and the trim point never passes it (the newest entry is kept, so the clock
+    /// restarts after it and a stream opened now starts inside the oplog).
+    pub(crate) committed_ts: ClusterTime,
 }
 
 impl Writer {
     /// Stores the trim point and retained size (read back at open) in `batch`.
     pub(crate) fn put_oplog_state(&self, batch: &mut Batch<'_>) {
-        let state = doc! {"trim": self.trim_ts as i64, "bytes": self.oplog_bytes as i64};
+        let state = doc! {
+            "trim": self.trim_ts.as_u64() as i64,
+            "bytes": self.oplog_bytes as i64,
+        };
         let mut bytes = Vec::new();
         state.to_writer(&mut bytes).expect("serialise oplog state");
         batch.put(Space::Meta, keys::META_OPLOG_TRIM, &bytes);
+    }
+
+    /// The trim point and retained size [`Self::put_oplog_state`] stored (nothing
+    /// trimmed, nothing retained in a new data directory).
+    pub(crate) fn load_oplog_state(store: &Store) -> Result<(ClusterTime, u64)> {
+        let Some(v) = store
+            .get(Space::Meta, keys::META_OPLOG_TRIM)
+            .map_err(storage_err)?
+        else {
+            return Ok((ClusterTime::ZERO, 0));
+        };
+        let d =
+            Document::from_reader(&mut v.as_slice()).map_err(|e| Error::internal(e.to_string()))?;
+        Ok((
+            ClusterTime::from_u64(d.get_i64("trim").unwrap_or(0) as u64),
+            d.get_i64("bytes").unwrap_or(0) as u64,
+        ))
     }
 }
 
@@ -75,7 +96,7 @@ impl Engine {
     pub(crate) fn enable_recent_oplog(&self) {
         if !self.recent.enabled() {
             let w = self.writer.lock();
-            self.recent.enable(keys::ts_to_u64(w.clock.last()) + 1);
+            self.recent.enable(w.clock.last().next());
         }
     }
 
@@ -105,7 +126,7 @@ pub(crate) struct Txn<'e> {
     /// A modified copy of the catalog, installed on commit.
     catalog: Option<Catalog>,
     wall: bson::DateTime,
-    last_ts: Option<bson::Timestamp>,
+    last_ts: Option<ClusterTime>,
     oplog_added: u64,
     /// Capped totals include this transaction's inserts: settle them at commit or drop.
     touched_capped: bool,
@@ -121,7 +142,7 @@ pub(crate) struct Txn<'e> {
     session: Option<(Document, i64)>,
     apply_ops: Vec<bson::RawDocumentBuf>,
     /// The time of that entry, taken at the transaction's first operation.
-    txn_ts: Option<bson::Timestamp>,
+    txn_ts: Option<ClusterTime>,
 }
 
 impl Drop for Txn<'_> {
@@ -145,7 +166,7 @@ impl<'e> Txn<'e> {
     }
 
     /// The time of the transaction's `applyOps` entry (taken once).
-    fn txn_ts(&mut self) -> bson::Timestamp {
+    fn txn_ts(&mut self) -> ClusterTime {
         match self.txn_ts {
             Some(ts) => ts,
             None => {
@@ -157,7 +178,7 @@ impl<'e> Txn<'e> {
     }
 
     /// Adds an operation to the transaction's `applyOps` entry; returns its time.
-    fn collect_op(&mut self, op: bson::RawDocumentBuf) -> bson::Timestamp {
+    fn collect_op(&mut self, op: bson::RawDocumentBuf) -> ClusterTime {
         let ts = self.txn_ts();
         self.apply_ops.push(op);
         ts
@@ -165,14 +186,14 @@ impl<'e> Txn<'e> {
 
     /// Appends an oplog entry (and its per-namespace index entry) with the next cluster
     /// time; in a transaction, adds it to the transaction's entry.
-    pub fn log(&mut self, change: OplogChange) -> bson::Timestamp {
+    pub fn log(&mut self, change: OplogChange) -> ClusterTime {
         if self.collects_ops() {
             let op = bson::RawDocumentBuf::from_document(&change.to_apply_op())
                 .expect("an oplog operation is a valid document");
             return self.collect_op(op);
         }
         let ts = self.w.clock.next();
-        let entry = change.to_entry(ts, self.wall);
+        let entry = change.to_entry(ts.into(), self.wall);
         let mut bytes = Vec::with_capacity(256);
         entry
             .to_writer(&mut bytes)
@@ -183,11 +204,10 @@ impl<'e> Txn<'e> {
 
     /// Stores a change-stream image (`before` or after) of the document the entry at `ts`
     /// changed (in a transaction: the operation just added to its entry).
-    pub fn put_image(&mut self, ts: bson::Timestamp, kind: keys::ImageKind, doc: &Document) {
+    pub fn put_image(&mut self, ts: ClusterTime, kind: keys::ImageKind, doc: &Document) {
         let mut bytes = Vec::new();
         doc.to_writer(&mut bytes)
             .expect("serialising a Document into a Vec cannot fail");
-        let t = keys::ts_to_u64(ts);
         if self.collects_ops() {
             assert!(
                 !self.apply_ops.is_empty(),
@@ -195,10 +215,10 @@ impl<'e> Txn<'e> {
             );
             let index = (self.apply_ops.len() - 1) as u32;
             self.batch
-                .put(Space::Images, &keys::image_key_at(t, index, kind), &bytes);
+                .put(Space::Images, &keys::image_key_at(ts, index, kind), &bytes);
         } else {
             self.batch
-                .put(Space::Images, &keys::image_key(t, kind), &bytes);
+                .put(Space::Images, &keys::image_key(ts, kind), &bytes);
         }
     }
 
@@ -210,7 +230,7 @@ impl<'e> Txn<'e> {
         ui: bson::Uuid,
         doc: &bson::RawDocument,
         id: &bson::RawBsonRef<'_>,
-    ) -> bson::Timestamp {
+    ) -> ClusterTime {
         use bson::raw::{RawBinaryRef, RawBsonRef};
         let mut o2 = bson::RawDocumentBuf::new();
         o2.append_ref("_id", *id);
@@ -244,7 +264,7 @@ impl<'e> Txn<'e> {
         bytes.extend_from_slice(&[5, 0, 0, 0, 0]);
         let mut e = bson::RawDocumentBuf::from_bytes(bytes).expect("the empty document");
         append_op(&mut e);
-        e.append_ref("ts", RawBsonRef::Timestamp(ts));
+        e.append_ref("ts", RawBsonRef::Timestamp(ts.into()));
         e.append_ref("t", RawBsonRef::Int64(1));
         e.append_ref("v", RawBsonRef::Int64(2));
         e.append_ref("wall", RawBsonRef::DateTime(self.wall));
@@ -265,28 +285,26 @@ impl<'e> Txn<'e> {
     fn put_oplog(
         &mut self,
         ns: &str,
-        ts: bson::Timestamp,
+        ts: ClusterTime,
         bytes: &[u8],
         head: Option<oplog::EntryHead<'_>>,
     ) {
-        let t = keys::ts_to_u64(ts);
         // Commit order is oplog order: this commit's entries in time order, all after
         // the previous commit's (a reader tailing the oplog never sees a gap fill in).
-        let after = self.last_ts.map_or(self.w.committed_ts, keys::ts_to_u64);
+        let after = self.last_ts.unwrap_or(self.w.committed_ts);
         assert!(
-            t > after,
-            "oplog entry at {ts:?} not after {:?}: commit order must be oplog order",
-            keys::u64_to_ts(after)
+            ts > after,
+            "oplog entry at {ts} not after {after}: commit order must be oplog order",
         );
         self.oplog_added += bytes.len() as u64;
-        self.batch.put(Space::Oplog, &keys::oplog_key(t), bytes);
+        self.batch.put(Space::Oplog, &keys::oplog_key(ts), bytes);
         let raw = bson::RawDocument::from_bytes(bytes).ok();
         let head = head.or_else(|| raw.map(oplog::EntryHead::of));
         let digest = head.map(|h| h.digest()).unwrap_or_default();
         if !ns.is_empty() {
             self.ns_mask |= namespace_bit(ns);
             self.batch
-                .put(Space::OplogByNs, &keys::oplog_ns_key(ns, t), &digest);
+                .put(Space::OplogByNs, &keys::oplog_ns_key(ns, ts), &digest);
         }
         let recent = self.engine.recent.enabled();
         let is_command = head.is_some_and(|h| h.op == "c");
@@ -299,13 +317,13 @@ impl<'e> Txn<'e> {
             for target in namespaces.iter().skip(1) {
                 self.ns_mask |= namespace_bit(target);
                 self.batch
-                    .put(Space::OplogByNs, &keys::oplog_ns_key(target, t), b"c");
+                    .put(Space::OplogByNs, &keys::oplog_ns_key(target, ts), b"c");
             }
         }
         if recent {
             if let (Some(raw), Some(_)) = (raw, head) {
                 self.recent.push(oplog::recent::RecentEntry::new(
-                    t,
+                    ts,
                     raw,
                     digest,
                     namespaces,
@@ -390,18 +408,12 @@ impl<'e> Txn<'e> {
         e.append("op", "c");
         e.append("ns", "admin.$cmd");
         e.append("o", o);
-        e.append("ts", ts);
+        e.append("ts", bson::Timestamp::from(ts));
         e.append("t", 1i64);
         e.append("v", 2i64);
         e.append("wall", self.wall);
         let mut prev = bson::RawDocumentBuf::new();
-        prev.append(
-            "ts",
-            bson::Timestamp {
-                time: 0,
-                increment: 0,
-            },
-        );
+        prev.append("ts", bson::Timestamp::from(ClusterTime::ZERO));
         prev.append("t", -1i64);
         e.append("prevOpTime", prev);
         self.put_oplog("admin.$cmd", ts, e.as_bytes(), None);
@@ -441,14 +453,14 @@ impl<'e> Txn<'e> {
             engine.capped_settle(true);
         }
         if let Some(ts) = last_ts {
-            self.w.committed_ts = keys::ts_to_u64(ts);
+            self.w.committed_ts = ts;
         }
         // Before the durable time can cover these entries, so a stream that reads up
         // to it finds them in memory.
         if !self.recent.is_empty() {
             engine.recent.push(std::mem::take(&mut self.recent));
         }
-        let seq = engine.durability.committed(last_ts.map(keys::ts_to_u64));
+        let seq = engine.durability.committed(last_ts);
         if let Some(c) = catalog {
             *engine.catalog.write() = Arc::new(c);
         }
@@ -458,7 +470,7 @@ impl<'e> Txn<'e> {
             }
             engine.bus.publish(CommitNotice {
                 seq,
-                last_ts: keys::ts_to_u64(ts),
+                last_ts: ts,
                 ns_mask: self.ns_mask,
             });
         }
@@ -488,10 +500,15 @@ mod tests {
         }
     }
 
-    fn oplog_times(e: &Engine) -> Vec<u64> {
+    fn oplog_times(e: &Engine) -> Vec<ClusterTime> {
         e.store
-            .scan(Space::Oplog, &keys::oplog_key(0), None, false)
-            .map(|item| u64::from_be_bytes(item.unwrap().0[..8].try_into().unwrap()))
+            .scan(
+                Space::Oplog,
+                &keys::oplog_key(ClusterTime::ZERO),
+                None,
+                false,
+            )
+            .map(|item| ClusterTime::from_be_bytes(item.unwrap().0[..8].try_into().unwrap()))
             .collect()
     }
 
@@ -509,12 +526,12 @@ mod tests {
         // The collection's create entry, three inserts, the no-op.
         assert_eq!(times.len(), 5);
         assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
-        assert_eq!(times[3], keys::ts_to_u64(first.last_ts.unwrap()));
-        let newest = keys::ts_to_u64(second.last_ts.unwrap());
+        assert_eq!(times[3], first.last_ts.unwrap());
+        let newest = second.last_ts.unwrap();
         assert_eq!(times[4], newest);
         assert_eq!(second.seq, first.seq + 1);
         assert_eq!(e.writer.lock().committed_ts, newest);
-        assert_eq!(e.cluster_time(), second.last_ts.unwrap());
+        assert_eq!(ClusterTime::from(e.cluster_time()), second.last_ts.unwrap());
     }
 
     /// A write that is dropped uncommitted leaves nothing, and its time is not reused.
@@ -530,7 +547,7 @@ mod tests {
         assert_eq!(oplog_times(&e), before);
         assert_eq!(e.durability.last_committed(), seq);
         let next = e.write_noop("kept").unwrap();
-        assert!(keys::ts_to_u64(next.last_ts.unwrap()) > keys::ts_to_u64(abandoned));
+        assert!(next.last_ts.unwrap() > abandoned);
     }
 
     #[test]
@@ -556,12 +573,12 @@ mod tests {
         assert_eq!(a, b, "one entry, one time");
         let c = txn.commit().unwrap();
         assert_eq!(c.last_ts, Some(a));
-        assert!(keys::ts_to_u64(a) > keys::ts_to_u64(before));
+        assert!(a > before);
         let times = oplog_times(&e);
-        assert_eq!(times, vec![keys::ts_to_u64(before), keys::ts_to_u64(a)]);
+        assert_eq!(times, vec![before, a]);
         let bytes = e
             .store
-            .get(Space::Oplog, &keys::oplog_key(keys::ts_to_u64(a)))
+            .get(Space::Oplog, &keys::oplog_key(a))
             .unwrap()
             .unwrap();
         let entry = Document::from_reader(&mut bytes.as_slice()).unwrap();

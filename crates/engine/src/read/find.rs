@@ -3,6 +3,7 @@
 
 use crate::catalog::namespace::Namespace;
 use crate::catalog::CollMeta;
+use crate::core::time::ClusterTime;
 use crate::oplog::{OPLOG_COLL, OPLOG_DB};
 use crate::read::cursor::{Cursor, Source, DEFAULT_FIRST_BATCH};
 use crate::read::{self, Access, Plan, Scan};
@@ -86,7 +87,7 @@ impl Engine {
         if let Some(view) = self.resolve_view(ns)? {
             return self.find_view(ns, &view, req);
         }
-        let (filter, _) = crate::write::bind_let(&req.filter, req.let_vars.as_ref())?;
+        let (filter, _) = crate::read::bind_let(&req.filter, req.let_vars.as_ref())?;
         let is_oplog = is_oplog(ns);
         // One catalog lookup serves the collation, the tailable check and the plan.
         let meta = if is_oplog { None } else { self.collection(ns) };
@@ -443,7 +444,11 @@ impl Engine {
     /// query's `ts` predicate.
     fn oplog_scan(&self, matcher: &Matcher, reverse: bool) -> Scan {
         Scan::new(Access::OplogScan {
-            from: if reverse { 0 } else { oplog_start(matcher) },
+            from: if reverse {
+                ClusterTime::ZERO
+            } else {
+                oplog_start(matcher)
+            },
             reverse,
             floor: self.oplog_floor(),
         })
@@ -983,34 +988,25 @@ impl Engine {
         self.write_merge(&merge, docs)
     }
 
-    /// The document `$collStats` produces (storageStats and/or count, as requested).
+    /// The document `$collStats` produces (storageStats and/or count, as requested), for
+    /// a collection or the oplog.
     fn coll_stats_document(&self, ns: &Namespace, spec: &Document) -> Result<Document> {
-        let Some(meta) = self.collection(ns) else {
+        let scale = match spec.get("storageStats") {
+            Some(Bson::Document(s)) => s.get("scale").and_then(as_i64).unwrap_or(1),
+            _ => 1,
+        };
+        let Some(stats) = self.storage_stats(ns, scale)? else {
             return Err(Error::new(codes::NAMESPACE_NOT_FOUND, format!("Unable to retrieve storageStats in $collStats stage :: caused by :: Collection [{}] not found.", ns.full())));
         };
-        let (count, size) = self.collection_numbers(&meta);
         let mut out = doc! {"ns": ns.full(), "localTime": bson::DateTime::now()};
         if spec.contains_key("storageStats") {
-            let mut stats = doc! {
-                "size": size, "count": count, "avgObjSize": if count > 0 { size / count } else { 0 },
-                "storageSize": size, "nindexes": meta.index_count() as i32, "totalIndexSize": 0i64,
-                "totalSize": size, "capped": meta.is_capped(),
-            };
-            // A capped collection's limits, as collStats reports them.
-            if meta.is_capped() {
-                // As mongod: 0 when the collection has no document limit.
-                stats.insert(
-                    "max",
-                    meta.options.get("max").cloned().unwrap_or(Bson::Int32(0)),
-                );
-                if let Some(size) = meta.options.get("size") {
-                    stats.insert("maxSize", size.clone());
-                }
-            }
-            out.insert("storageStats", stats);
+            out.insert("storageStats", stats.clone());
         }
         if spec.contains_key("count") {
-            out.insert("count", count);
+            out.insert(
+                "count",
+                stats.get("count").cloned().unwrap_or(Bson::Int32(0)),
+            );
         }
         Ok(out)
     }
@@ -1091,17 +1087,17 @@ fn oplog_meta() -> CollMeta {
 }
 
 /// Where an oplog query can start: the lower bound of its `ts` predicate.
-fn oplog_start(matcher: &Matcher) -> u64 {
+fn oplog_start(matcher: &Matcher) -> ClusterTime {
     for (path, b) in matcher.index_predicates() {
         if path != "ts" {
             continue;
         }
         let v = b.eq.as_ref().or(b.gte.as_ref()).or(b.gt.as_ref());
         if let Some(Bson::Timestamp(t)) = v {
-            return crate::core::keys::ts_to_u64(*t);
+            return ClusterTime::from(*t);
         }
     }
-    0
+    ClusterTime::ZERO
 }
 
 fn collect_path_values(v: &Bson, parts: &[&str], out: &mut Vec<Bson>) {

@@ -20,6 +20,7 @@
 //! - **The deadline** (`maxTimeMS`, default 1 s) answers an empty batch; the cursor
 //!   stays open. A cursor closed meanwhile is reported by the next look.
 
+use crate::core::time::ClusterTime;
 use crate::read::cursor::{Source, NEEDS_STORAGE};
 use crate::read::find::CursorBatch;
 use crate::Engine;
@@ -65,8 +66,11 @@ struct Kind {
     /// An event source that has read everything durable: wait before looking.
     caught_up: bool,
     /// The source's error labels.
-    labeler: Option<fn(Error) -> Error>,
+    labeler: Option<Labeler>,
 }
+
+/// Adds a source's error labels to an error of its getMore.
+type Labeler = fn(Error) -> Error;
 
 impl Kind {
     fn label(&self, e: Error) -> Error {
@@ -139,7 +143,7 @@ impl Engine {
 
     /// For an event cursor no getMore holds: its interest and whether it is caught up.
     /// One registry lookup and one cursor lock for both.
-    fn event_cursor_state(&self, cursor_id: i64) -> Option<(u64, bool, fn(Error) -> Error)> {
+    fn event_cursor_state(&self, cursor_id: i64) -> Option<(u64, bool, Labeler)> {
         let c = self.cursors.get(cursor_id)?;
         let c = c.try_lock()?;
         match &c.source {
@@ -222,7 +226,7 @@ impl Engine {
             }
             // An event source re-reads once the durable time reaches a commit it cares
             // about.
-            let mut wake_at: Option<u64> = None;
+            let mut wake_at: Option<ClusterTime> = None;
             if kind.events && first_look {
                 // Writes committed before we registered as waiting may still wait for
                 // their fsync; the ones after ask for it themselves.
@@ -253,7 +257,7 @@ impl Engine {
                             return self.get_more_final(req, last_look, read_on_pool).await;
                         }
                         let d = *durable.borrow_and_update();
-                        if !wake_at.is_some_and(|w| d >= w) {
+                        if wake_at.is_none_or(|w| d < w) {
                             continue;
                         }
                     }

@@ -9,10 +9,12 @@ pub(crate) mod geo_near;
 pub mod get_more;
 pub mod min_max;
 pub(crate) mod plugin_plan;
+mod storage_stats;
 
 use crate::catalog::{CollMeta, IndexMeta};
 use crate::core::keys;
 use crate::core::storage_err;
+use crate::core::time::{AtomicClusterTime, ClusterTime};
 use bson::{Bson, Document};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -23,6 +25,9 @@ use tailstream_query::keystring::KeyStringBuilder;
 use tailstream_query::matcher::Matcher;
 use tailstream_query::sort::SortSpec;
 use tailstream_storage::{prefix_successor, Space, Store};
+
+/// A range of index keys: its lower and upper bound.
+type KeyRange = (Vec<u8>, Vec<u8>);
 
 /// How documents are reached.
 #[derive(Debug, Clone)]
@@ -48,9 +53,9 @@ pub enum Access {
     /// The oplog from a cluster time on (`local.oplog.rs`). `floor` is the engine's
     /// trim point: entries below it may still be stored but are gone.
     OplogScan {
-        from: u64,
+        from: ClusterTime,
         reverse: bool,
-        floor: Arc<std::sync::atomic::AtomicU64>,
+        floor: Arc<AtomicClusterTime>,
     },
     /// A capped collection in insertion order (its `Natural` entries).
     NaturalScan { reverse: bool },
@@ -351,7 +356,7 @@ fn lead_ranges(
     index: &IndexMeta,
     preds: &[(String, tailstream_query::matcher::FieldBounds)],
     coll: Option<&Collator>,
-) -> Option<(u8, Vec<(Vec<u8>, Vec<u8>)>)> {
+) -> Option<(u8, Vec<KeyRange>)> {
     let (lead, desc) = &index.pattern.fields[0];
     let (_, b) = preds.iter().find(|(p, _)| p == lead)?;
     if !bounds_usable(index, b, coll) {
@@ -438,7 +443,7 @@ fn bounds_to_ranges(
     b: &tailstream_query::matcher::FieldBounds,
     desc: bool,
     coll: Option<&Collator>,
-) -> Option<(u8, Vec<(Vec<u8>, Vec<u8>)>)> {
+) -> Option<(u8, Vec<KeyRange>)> {
     let prefix = keys::index_prefix(index_id);
     let point = |v: &Bson| -> (Vec<u8>, Vec<u8>) {
         let mut k = KeyStringBuilder::new();
@@ -930,6 +935,22 @@ pub fn decode(bytes: &[u8]) -> Result<Document> {
             )
         })
 }
+/// A filter with the `let` variables bound into its `$expr` parts, and the variables.
+pub(crate) fn bind_let(
+    filter: &Document,
+    let_vars: Option<&Document>,
+) -> Result<(Document, tailstream_query::expr::Variables)> {
+    match let_vars {
+        Some(l) if !l.is_empty() => {
+            let vars = tailstream_query::expr::let_variables(l)?;
+            Ok((
+                tailstream_query::pipeline::substitute_vars(filter, &vars),
+                vars,
+            ))
+        }
+        _ => Ok((filter.clone(), tailstream_query::expr::Variables::default())),
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -937,7 +958,6 @@ mod tests {
     use crate::catalog::namespace::Namespace;
     use crate::core::testing::TestEngine;
     use bson::doc;
-    use std::sync::atomic::AtomicU64;
 
     /// A collection `db.c` with these secondary indexes (ids from 10).
     fn meta_with(specs: &[Document]) -> CollMeta {
@@ -978,7 +998,7 @@ mod tests {
     }
 
     /// The index a plan scans, its ranges and direction.
-    fn index_scan(p: &Plan) -> (&str, &[(Vec<u8>, Vec<u8>)], bool) {
+    fn index_scan(p: &Plan) -> (&str, &[KeyRange], bool) {
         match &p.access {
             Access::IndexScan {
                 index,
@@ -1121,10 +1141,10 @@ mod tests {
         let sorted_by = |sort: Document| plan_for(&m, doc! {}, Some(sort), None).unwrap();
         let p = sorted_by(doc! {"a": 1});
         assert!(p.sorted);
-        assert_eq!(index_scan(&p).2, false);
+        assert!(!index_scan(&p).2, "forwards");
         let p = sorted_by(doc! {"a": -1, "b": 1});
         assert!(p.sorted);
-        assert_eq!(index_scan(&p).2, true);
+        assert!(index_scan(&p).2, "backwards");
         // Not the index's order: every document, sorted in memory.
         let p = sorted_by(doc! {"a": 1, "b": 1});
         assert!(matches!(p.access, Access::CollScan { .. }) && !p.sorted);
@@ -1311,17 +1331,17 @@ mod tests {
     fn an_oplog_scan_starts_at_its_time_and_stops_at_the_floor() {
         let e = TestEngine::open();
         let ns = Namespace::new("db", "c");
-        let times: Vec<u64> = (0..5)
+        let times: Vec<ClusterTime> = (0..5)
             .map(|i| {
                 let out = e
                     .insert_documents(&ns, vec![doc! {"_id": i}], true)
                     .unwrap();
-                keys::ts_to_u64(out.committed.unwrap().last_ts.unwrap())
+                out.committed.unwrap().last_ts.unwrap()
             })
             .collect();
         let inserts = Matcher::for_query(&doc! {"op": "i"}).unwrap();
-        let floor = Arc::new(AtomicU64::new(0));
-        let read = |from: u64, reverse: bool| {
+        let floor = Arc::new(AtomicClusterTime::new(ClusterTime::ZERO));
+        let read = |from: ClusterTime, reverse: bool| {
             let mut scan = Scan::new(Access::OplogScan {
                 from,
                 reverse,
@@ -1336,13 +1356,17 @@ mod tests {
                 .collect()
         };
         assert_eq!(ids(read(times[2], false)), vec![2, 3, 4]);
-        assert_eq!(ids(read(0, true)), vec![4, 3, 2, 1, 0]);
+        assert_eq!(ids(read(ClusterTime::ZERO, true)), vec![4, 3, 2, 1, 0]);
         floor.store(times[3], std::sync::atomic::Ordering::Release);
-        assert_eq!(ids(read(0, false)), vec![3, 4], "nothing below the floor");
+        assert_eq!(
+            ids(read(ClusterTime::ZERO, false)),
+            vec![3, 4],
+            "nothing below the floor"
+        );
         // A scan positioned below the floor when the trim passes it.
-        floor.store(0, std::sync::atomic::Ordering::Release);
+        floor.store(ClusterTime::ZERO, std::sync::atomic::Ordering::Release);
         let mut scan = Scan::new(Access::OplogScan {
-            from: 0,
+            from: ClusterTime::ZERO,
             reverse: false,
             floor: Arc::clone(&floor),
         });

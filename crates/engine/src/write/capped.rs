@@ -8,6 +8,7 @@
 //! stay until eviction reaches them ("dangling"); readers skip them.
 
 use crate::catalog::CollMeta;
+use crate::core::time::ClusterTime;
 use crate::read;
 use crate::{core::keys, core::storage_err, oplog::txn::Txn, Engine};
 use bson::Document;
@@ -60,7 +61,7 @@ impl Engine {
         states: &'a mut std::collections::HashMap<u32, CappedState>,
         meta: &CollMeta,
     ) -> Result<&'a mut CappedState> {
-        if !states.contains_key(&meta.id) {
+        if let std::collections::hash_map::Entry::Vacant(e) = states.entry(meta.id) {
             let prefix = meta.id.to_be_bytes();
             let mut st = CappedState {
                 head: prefix.to_vec(),
@@ -73,7 +74,7 @@ impl Engine {
                     st.bytes += size;
                 }
             }
-            states.insert(meta.id, st);
+            e.insert(st);
         }
         Ok(states.get_mut(&meta.id).expect("inserted above"))
     }
@@ -98,12 +99,12 @@ impl Engine {
         &self,
         txn: &mut Txn<'_>,
         meta: &CollMeta,
-        ts: bson::Timestamp,
+        ts: ClusterTime,
         id_ks: &[u8],
         size: u64,
         index_keys: Vec<Vec<u8>>,
     ) -> Result<()> {
-        let natural_key = keys::natural_key(meta.id, keys::ts_to_u64(ts)).to_vec();
+        let natural_key = keys::natural_key(meta.id, ts).to_vec();
         txn.batch().put(Space::Natural, &natural_key, id_ks);
         let mut states = self.capped.lock();
         let st = self.capped_state(&mut states, meta)?;
@@ -176,7 +177,7 @@ impl Engine {
                 let (k, _) = item.map_err(storage_err)?;
                 txn.batch().put(
                     Space::Natural,
-                    &keys::natural_key(meta.id, n as u64 + 1),
+                    &keys::natural_key(meta.id, ClusterTime::from_u64(n as u64 + 1)),
                     &k[4..],
                 );
             }

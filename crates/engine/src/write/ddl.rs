@@ -402,7 +402,7 @@ impl Engine {
                 if name != "_id_" && !name.is_empty() {
                     return Err(Error::new(
                         codes::INDEX_OPTIONS_CONFLICT,
-                        format!("Index already exists with a different name: _id_"),
+                        "Index already exists with a different name: _id_".to_string(),
                     ));
                 }
                 continue;
@@ -497,7 +497,7 @@ impl Engine {
                                 .fields
                                 .iter()
                                 .map(|(f, _)| f.clone())
-                                .zip(values.into_iter())
+                                .zip(values)
                                 .collect();
                             return Err(Error::new(
                                 codes::DUPLICATE_KEY,
@@ -1014,10 +1014,11 @@ fn normalize_create_options(mut options: Document) -> Result<Document> {
             }
         },
         Some(other) => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field 'create.collation' is the wrong type '{}', expected type 'object'",
-                tailstream_query::compare::type_name(other)
-            )))
+            return Err(tailstream_query::args::wrong_type(
+                "create.collation",
+                other,
+                "object",
+            ))
         }
     }
     let capped = options
@@ -1049,14 +1050,7 @@ fn normalize_create_options(mut options: Document) -> Result<Document> {
     Ok(options)
 }
 
-/// A number as mongod's catalog stores and reports it (`appendNumber`): a 32-bit int
-/// when it fits, else a 64-bit one (so shells show `1024`, not `Long("1024")`).
-pub fn stored_number(n: i64) -> Bson {
-    match i32::try_from(n) {
-        Ok(small) => Bson::Int32(small),
-        Err(_) => Bson::Int64(n),
-    }
-}
+pub use crate::core::stored_number;
 
 /// The largest capped size mongod accepts: 1 PB.
 const ONE_PB: i64 = 1 << 50;
@@ -1064,17 +1058,7 @@ const ONE_PB: i64 = 1 << 50;
 /// A whole-number limit at `path` as mongod's command parser reads it (`safeInt64`):
 /// any number, doubles and decimals truncated (NaN is 0); anything else TypeMismatch.
 fn limit_number(v: &Bson, path: &str) -> Result<i64> {
-    match v {
-        Bson::Int32(n) => Ok(*n as i64),
-        Bson::Int64(n) => Ok(*n),
-        Bson::Double(_) | Bson::Decimal128(_) => Ok(tailstream_query::compare::as_f64(v)
-            .map(|d| d as i64)
-            .unwrap_or(0)),
-        other => Err(Error::type_mismatch(format!(
-            "BSON field '{path}' is the wrong type '{}', expected types '[long, int, decimal, double]'",
-            tailstream_query::compare::type_name(other)
-        ))),
-    }
+    tailstream_query::args::safe_int64(path, v)
 }
 
 /// A `create` limit (`size`, `max`) as mongod's command parser checks it: a number

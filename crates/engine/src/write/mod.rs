@@ -76,23 +76,6 @@ pub struct DeleteOp {
     pub collation: Option<Document>,
 }
 
-/// A filter with the `let` variables bound into its `$expr` parts, and the variables.
-pub(crate) fn bind_let(
-    filter: &Document,
-    let_vars: Option<&Document>,
-) -> Result<(Document, Variables)> {
-    match let_vars {
-        Some(l) if !l.is_empty() => {
-            let vars = tailstream_query::expr::let_variables(l)?;
-            Ok((
-                tailstream_query::pipeline::substitute_vars(filter, &vars),
-                vars,
-            ))
-        }
-        _ => Ok((filter.clone(), Variables::default())),
-    }
-}
-
 #[derive(Debug, Clone, Default)]
 pub struct FindAndModify {
     pub query: Document,
@@ -312,8 +295,7 @@ impl Engine {
             // Inside a transaction's applyOps entry: no pointer can name it, stored whole.
             txn.batch().put(Space::Docs, &dkey, raw.as_bytes());
         } else {
-            txn.batch()
-                .put(Space::Docs, &dkey, &keys::doc_pointer(keys::ts_to_u64(ts)));
+            txn.batch().put(Space::Docs, &dkey, &keys::doc_pointer(ts));
         }
         if meta.is_capped() {
             txn.touch_capped();
@@ -358,7 +340,7 @@ impl Engine {
             .flatten()
             .expect("prepared documents have an _id");
         let ts = txn.log_insert(&meta.oplog_ns(), meta.uuid, &raw, &id_ref);
-        let record = keys::record_key(keys::ts_to_u64(ts)).to_vec();
+        let record = keys::record_key(ts).to_vec();
         for (index_id, values_ks) in entries {
             txn.batch().put(
                 Space::Index,
@@ -401,7 +383,7 @@ impl Engine {
                         .fields
                         .iter()
                         .map(|(f, _)| f.clone())
-                        .zip(values.into_iter())
+                        .zip(values)
                         .collect();
                     return Err(duplicate_key_error(
                         &meta.ns,
@@ -486,7 +468,7 @@ impl Engine {
         ns: &Namespace,
         op: &UpdateOp,
     ) -> Result<(u64, u64, Option<Bson>, Option<Committed>)> {
-        let (filter, mut vars) = bind_let(&op.q, op.let_vars.as_ref())?;
+        let (filter, mut vars) = crate::read::bind_let(&op.q, op.let_vars.as_ref())?;
         vars.collator = crate::read::find::operation_collator(
             self.collection(ns).as_deref(),
             op.collation.as_ref(),
@@ -667,7 +649,7 @@ impl Engine {
 
     fn delete_op(&self, ns: &Namespace, op: &DeleteOp) -> Result<(u64, Option<Committed>)> {
         check_delete_limit(op.limit)?;
-        let (filter, _) = bind_let(&op.q, op.let_vars.as_ref())?;
+        let (filter, _) = crate::read::bind_let(&op.q, op.let_vars.as_ref())?;
         let collator = crate::read::find::operation_collator(
             self.collection(ns).as_deref(),
             op.collation.as_ref(),
@@ -853,7 +835,7 @@ pub(crate) struct FamPlan {
 impl FamPlan {
     /// `meta`: the collection, whose default collation applies without a `collation`.
     pub fn parse(ns: &Namespace, req: &FindAndModify, meta: Option<&CollMeta>) -> Result<FamPlan> {
-        let (filter, mut vars) = bind_let(&req.query, req.let_vars.as_ref())?;
+        let (filter, mut vars) = crate::read::bind_let(&req.query, req.let_vars.as_ref())?;
         vars.collator = crate::read::find::operation_collator(meta, req.collation.as_ref())?;
         let matcher = Matcher::for_query_with_collation(&filter, vars.collator.clone())?;
         let sort = match &req.sort {

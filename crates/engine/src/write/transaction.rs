@@ -22,6 +22,7 @@
 
 use crate::catalog::namespace::Namespace;
 use crate::catalog::validation::DocumentValidator;
+use crate::core::time::ClusterTime;
 use crate::read::cursor::{Cursor, Source, DEFAULT_FIRST_BATCH};
 use crate::read::find::{check_batch_size, CursorBatch, FindRequest};
 use crate::write::{
@@ -74,6 +75,9 @@ struct TxnWrite {
     kind: WriteKind,
 }
 
+// One per write of an open transaction, kept in memory until it ends: a boxed update
+// would cost an allocation per write for no measured gain.
+#[allow(clippy::large_enum_variant)]
 enum WriteKind {
     Insert(Document),
     /// `old`: the document as the transaction saw it just before this write.
@@ -146,7 +150,7 @@ impl Engine {
 
     /// A read-only transaction on everything committed, with the cluster time of the
     /// newest commit it contains (for `readConcern: {level: "snapshot"}` reads).
-    pub fn snapshot_now(&self) -> (bson::Timestamp, Transaction) {
+    pub fn snapshot_now(&self) -> (ClusterTime, Transaction) {
         // Under the writer lock no commit is half done: the clock's last time is the
         // newest commit, and the snapshot holds exactly the commits up to it.
         let w = self.writer.lock();
@@ -453,7 +457,7 @@ impl Engine {
         ns: &Namespace,
         op: &UpdateOp,
     ) -> Result<(u64, u64, Option<Bson>)> {
-        let (filter, mut vars) = crate::write::bind_let(&op.q, op.let_vars.as_ref())?;
+        let (filter, mut vars) = crate::read::bind_let(&op.q, op.let_vars.as_ref())?;
         vars.collator = self.transaction_collator(t, ns, op.collation.as_ref())?;
         let matcher = Matcher::for_query_with_collation(&filter, vars.collator.clone())?;
         let spec = UpdateSpec::parse(&op.u, op.array_filters.as_deref())?;
@@ -502,7 +506,7 @@ impl Engine {
         Ok(run_statements(&ops, ordered, |_, op, out| {
             check_delete_limit(op.limit)?;
             self.transaction_writable(ns, "delete from")?;
-            let (filter, _) = crate::write::bind_let(&op.q, op.let_vars.as_ref())?;
+            let (filter, _) = crate::read::bind_let(&op.q, op.let_vars.as_ref())?;
             let collator = self.transaction_collator(t, ns, op.collation.as_ref())?;
             let matcher = Matcher::for_query_with_collation(&filter, collator)?;
             let candidates = self.transaction_candidates(t, ns, &matcher)?;
@@ -599,7 +603,7 @@ impl Engine {
         ns: &Namespace,
         req: FindRequest,
     ) -> Result<CursorBatch> {
-        let (filter, _) = crate::write::bind_let(&req.filter, req.let_vars.as_ref())?;
+        let (filter, _) = crate::read::bind_let(&req.filter, req.let_vars.as_ref())?;
         let collator = self.transaction_collator(t, ns, req.collation.as_ref())?;
         let matcher = Matcher::for_query_with_collation(&filter, collator.clone())?;
         let projection = match &req.projection {
@@ -712,10 +716,11 @@ impl Engine {
                 tailstream_query::collation::Collator::parse(d)?;
             }
             Some(other) => {
-                let found = tailstream_query::compare::type_name(other);
-                return Err(Error::type_mismatch(format!(
-                    "BSON field 'create.collation' is the wrong type '{found}', expected type 'object'"
-                )));
+                return Err(tailstream_query::args::wrong_type(
+                    "create.collation",
+                    other,
+                    "object",
+                ));
             }
         }
         t.ddl.push(PendingDdl::Create(ns.clone(), options));
@@ -881,7 +886,12 @@ mod tests {
 
     fn oplog_len(e: &Engine) -> usize {
         e.store
-            .scan(Space::Oplog, &keys::oplog_key(0), None, false)
+            .scan(
+                Space::Oplog,
+                &keys::oplog_key(ClusterTime::ZERO),
+                None,
+                false,
+            )
             .count()
     }
 
@@ -1107,7 +1117,7 @@ mod tests {
         let ts = committed.last_ts.unwrap();
         let bytes = e
             .store
-            .get(Space::Oplog, &keys::oplog_key(keys::ts_to_u64(ts)))
+            .get(Space::Oplog, &keys::oplog_key(ts))
             .unwrap()
             .unwrap();
         let entry = Document::from_reader(&mut bytes.as_slice()).unwrap();
@@ -1133,7 +1143,7 @@ mod tests {
             (entry.get_str("op").unwrap(), entry.get_str("ns").unwrap()),
             ("c", "admin.$cmd")
         );
-        assert_eq!(entry.get_timestamp("ts").unwrap(), ts);
+        assert_eq!(ClusterTime::from(entry.get_timestamp("ts").unwrap()), ts);
         assert_eq!(
             entry.get_document("prevOpTime").unwrap(),
             &doc! {"ts": bson::Timestamp { time: 0, increment: 0 }, "t": -1i64}
@@ -1340,10 +1350,7 @@ mod tests {
         assert!(meta.index_by_name("a_1").is_some());
         let bytes = e
             .store
-            .get(
-                Space::Oplog,
-                &keys::oplog_key(keys::ts_to_u64(committed.last_ts.unwrap())),
-            )
+            .get(Space::Oplog, &keys::oplog_key(committed.last_ts.unwrap()))
             .unwrap()
             .unwrap();
         let entry = Document::from_reader(&mut bytes.as_slice()).unwrap();

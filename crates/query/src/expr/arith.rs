@@ -69,7 +69,7 @@ pub fn apply(name: &str, vals: &[Option<Bson>], coll: Option<&Collator>) -> R {
             };
             done(accumulate(name, &items, coll))
         }
-        "$rand" => done(Bson::Double(crate::pipeline::random_f64())),
+        "$rand" => done(Bson::Double(crate::random::random_f64())),
         _ => Ok(None),
     }
 }

@@ -248,8 +248,8 @@ pub fn convert_value(v: &Bson, to: &str) -> Result<Bson> {
             Bson::Int64(l) => *l,
             Bson::Double(_) | Bson::Decimal128(_) => f64_to_int(
                 as_f64(v).unwrap(),
-                -9.223_372_036_854_775_808e18,
-                9.223_372_036_854_775_807e18,
+                -9.223_372_036_854_776e18,
+                9.223_372_036_854_776e18,
             )?,
             Bson::Boolean(b) => *b as i64,
             Bson::String(s) => parse_int_str(s, "long")?,

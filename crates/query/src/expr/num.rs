@@ -110,6 +110,8 @@ impl Dec {
         })
     }
 
+    // Checked decimal arithmetic (None on overflow), not the operator trait.
+    #[allow(clippy::should_implement_trait)]
     pub fn add(self, o: Dec) -> Option<Dec> {
         let e = self.exp.min(o.exp);
         let a = if self.coeff == 0 {
@@ -148,6 +150,8 @@ impl Dec {
         })
     }
 
+    // Checked decimal arithmetic (None on overflow), not the operator trait.
+    #[allow(clippy::should_implement_trait)]
     pub fn neg(self) -> Dec {
         Dec {
             neg: !self.neg && self.coeff != 0,
@@ -155,6 +159,8 @@ impl Dec {
         }
     }
 
+    // Checked decimal arithmetic (None on overflow), not the operator trait.
+    #[allow(clippy::should_implement_trait)]
     pub fn mul(self, o: Dec) -> Option<Dec> {
         let coeff = self.coeff.checked_mul(o.coeff)?;
         Some(Dec {
@@ -213,7 +219,7 @@ pub fn f64_to_decimal(f: f64) -> Decimal128 {
 }
 
 fn normalize_trailing(mut d: Dec) -> Dec {
-    while d.coeff != 0 && d.coeff % 10 == 0 && d.exp < 0 {
+    while d.coeff != 0 && d.coeff.is_multiple_of(10) && d.exp < 0 {
         d.coeff /= 10;
         d.exp += 1;
     }
@@ -244,9 +250,7 @@ pub fn as_exact_i64(v: &Bson) -> Option<i64> {
         Bson::Int32(i) => Some(*i as i64),
         Bson::Int64(i) => Some(*i),
         Bson::Double(d) => {
-            if d.fract() == 0.0
-                && *d >= -9.223_372_036_854_775_808e18
-                && *d < 9.223_372_036_854_775_808e18
+            if d.fract() == 0.0 && *d >= -9.223_372_036_854_776e18 && *d < 9.223_372_036_854_776e18
             {
                 Some(*d as i64)
             } else {
@@ -482,7 +486,7 @@ pub fn round_dec(d: Dec, place: i32, trunc: bool) -> Option<Dec> {
     let q = d.coeff / m;
     let r = d.coeff % m;
     let half = m / 2;
-    let q = if trunc || r < half || (r == half && q % 2 == 0) {
+    let q = if trunc || r < half || (r == half && q.is_multiple_of(2)) {
         q
     } else {
         q + 1

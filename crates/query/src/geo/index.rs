@@ -63,7 +63,7 @@ fn values_at<'a>(doc: &'a Document, path: &str, expand_last: bool) -> Vec<&'a Bs
 }
 
 fn show_doc(d: &Document) -> String {
-    crate::expr::util::show(&Bson::Document(d.clone()))
+    crate::render::show(&Bson::Document(d.clone()))
 }
 
 /// Cartesian product of per-field key values, bounded.
@@ -121,7 +121,7 @@ pub fn normalize_2dsphere(mut spec: Document) -> Result<Document> {
                 codes::CANNOT_CREATE_INDEX,
                 format!(
                     "unsupported geo index version {{ 2dsphereIndexVersion : {} }}, only support versions: [1,2,3]",
-                    crate::expr::util::show(v)
+                    crate::render::show(v)
                 ),
             ))
         }

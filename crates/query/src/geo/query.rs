@@ -54,7 +54,7 @@ fn bad(msg: impl Into<String>) -> Error {
 }
 
 fn show(v: &Bson) -> String {
-    crate::expr::util::show(v)
+    crate::render::show(v)
 }
 
 fn flat_point(v: &Bson, what: &str) -> Result<Pt> {

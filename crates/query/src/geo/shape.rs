@@ -133,7 +133,7 @@ fn line(v: &Bson) -> Result<Vec<Pt>, String> {
     if pts.len() < 2 {
         return Err(format!(
             "GeoJSON LineString must have at least 2 vertices: {}",
-            crate::expr::util::show(v)
+            crate::render::show(v)
         ));
     }
     Ok(pts)
@@ -144,13 +144,13 @@ fn ring(v: &Bson) -> Result<Vec<Pt>, String> {
     if pts.len() < 4 {
         return Err(format!(
             "Loop must have at least 3 different vertices: {}",
-            crate::expr::util::show(v)
+            crate::render::show(v)
         ));
     }
     if pts.first() != pts.last() {
         return Err(format!(
             "Loop is not closed, first vertex does not equal last vertex: {}",
-            crate::expr::util::show(v)
+            crate::render::show(v)
         ));
     }
     let mut distinct: Vec<Pt> = Vec::new();
@@ -162,7 +162,7 @@ fn ring(v: &Bson) -> Result<Vec<Pt>, String> {
     if distinct.len() < 3 {
         return Err(format!(
             "Loop must have at least 3 different vertices: {}",
-            crate::expr::util::show(v)
+            crate::render::show(v)
         ));
     }
     Ok(pts)
@@ -190,7 +190,7 @@ pub fn geojson(d: &Document) -> Result<Geometry, String> {
         _ => {
             return Err(format!(
                 "unknown GeoJSON type: {}",
-                crate::expr::util::show(&Bson::Document(d.clone()))
+                crate::render::show(&Bson::Document(d.clone()))
             ))
         }
     };
@@ -233,7 +233,7 @@ pub fn geojson(d: &Document) -> Result<Geometry, String> {
         _ => {
             return Err(format!(
                 "unknown GeoJSON type: {}",
-                crate::expr::util::show(&Bson::Document(d.clone()))
+                crate::render::show(&Bson::Document(d.clone()))
             ))
         }
     })
@@ -252,7 +252,7 @@ pub fn parse_stored(v: &Bson) -> Result<Stored, String> {
             let p = legacy_point(v).ok_or_else(|| {
                 format!(
                     "Point must only contain numeric elements: {}",
-                    crate::expr::util::show(v)
+                    crate::render::show(v)
                 )
             })?;
             check_bounds(p)?;
@@ -264,7 +264,7 @@ pub fn parse_stored(v: &Bson) -> Result<Stored, String> {
         }
         _ => Err(format!(
             "geo element must be an array or object: {}",
-            crate::expr::util::show(v)
+            crate::render::show(v)
         )),
     }
 }

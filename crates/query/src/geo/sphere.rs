@@ -141,9 +141,12 @@ fn flat_side(p: (f64, f64), ring: &[(f64, f64)]) -> Side {
 
 /// A ring prepared for spherical point tests: its vertices, and the gnomonic
 /// projection about its centre (None when it spans a hemisphere or more).
+/// A ring's gnomonic projection: its centre and plane axes, and the projected vertices.
+type RingProjection = (V3, V3, V3, Vec<(f64, f64)>);
+
 struct SphereRing {
     v: Vec<V3>,
-    proj: Option<(V3, V3, V3, Vec<(f64, f64)>)>,
+    proj: Option<RingProjection>,
     flat: Vec<(f64, f64)>,
 }
 
@@ -475,9 +478,9 @@ mod tests {
         let outside = Geometry::LineString(vec![pt(-5.0, 5.0), pt(-1.0, 5.0)]);
         assert!(intersects(&crossing, &poly));
         assert!(!intersects(&outside, &poly));
-        assert!(!within_polygons(&crossing, &[region.clone()]));
+        assert!(!within_polygons(&crossing, std::slice::from_ref(&region)));
         let inner = Geometry::LineString(vec![pt(1.0, 1.0), pt(9.0, 9.0)]);
-        assert!(within_polygons(&inner, &[region.clone()]));
+        assert!(within_polygons(&inner, std::slice::from_ref(&region)));
         assert!(intersects(&inner, &poly));
         // a polygon containing the region intersects it without any crossing edge
         let big = Geometry::Polygon(square(-20.0, -20.0, 20.0, 20.0));

@@ -185,7 +185,7 @@ impl Tree {
                         }
                     }
                     if *mode == Some(Mode::Exclusion) {
-                        return Err(Error::location(31252, format!("Invalid $project :: caused by :: Cannot use expression other than $meta in exclusion projection")));
+                        return Err(Error::location(31252, "Invalid $project :: caused by :: Cannot use expression other than $meta in exclusion projection".to_string()));
                     }
                     *mode = Some(Mode::Inclusion);
                     let e = Expr::parse(v).map_err(|e| prefix_err(e, "$project"))?;
@@ -200,7 +200,7 @@ impl Tree {
                 }
             } else {
                 if *mode == Some(Mode::Exclusion) {
-                    return Err(Error::location(31252, format!("Invalid $project :: caused by :: Cannot use expression other than $meta in exclusion projection")));
+                    return Err(Error::location(31252, "Invalid $project :: caused by :: Cannot use expression other than $meta in exclusion projection".to_string()));
                 }
                 *mode = Some(Mode::Inclusion);
                 let e = Expr::parse(v).map_err(|e| prefix_err(e, "$project"))?;

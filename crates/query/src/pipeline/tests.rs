@@ -221,10 +221,7 @@ fn project_inclusion_exclusion() {
         ),
         vec![doc! {"a": 1, "b": {"d": 3}, "e": [{"c": 1}, 5, {}]}]
     );
-    assert_eq!(
-        run(vec![doc! {"$project": {"_id": 0}}], d.clone())[0].contains_key("_id"),
-        false
-    );
+    assert!(!run(vec![doc! {"$project": {"_id": 0}}], d.clone())[0].contains_key("_id"));
     // Computed fields, $$REMOVE and literals.
     let out = run(
         vec![

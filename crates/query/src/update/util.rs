@@ -1,4 +1,4 @@
-//! Helpers: mongod-style value rendering for error messages, exact ("binary") value
+//! Helpers: the `_id` and field rendering of update errors, exact ("binary") value
 //! identity, and SafeNum-like arithmetic with mongod's overflow rules.
 
 use bson::{Bson, Document};
@@ -7,73 +7,7 @@ use crate::error::{codes, Error};
 use crate::Result;
 
 pub use crate::compare::type_name;
-
-fn double_to_string(d: f64) -> String {
-    if d.is_nan() {
-        "nan".into()
-    } else if d.is_infinite() {
-        if d > 0.0 {
-            "inf".into()
-        } else {
-            "-inf".into()
-        }
-    } else if d.fract() == 0.0 && d.abs() < 1e15 {
-        format!("{d:.1}")
-    } else {
-        format!("{d}")
-    }
-}
-
-/// A value rendered as mongod's `BSONElement::toString` renders it (without the field name).
-pub fn bson_to_string(v: &Bson) -> String {
-    match v {
-        Bson::Double(d) => double_to_string(*d),
-        Bson::String(s) => format!("\"{s}\""),
-        Bson::Document(d) => doc_to_string(d),
-        Bson::Array(a) => {
-            if a.is_empty() {
-                "[]".into()
-            } else {
-                let items: Vec<String> = a.iter().map(bson_to_string).collect();
-                format!("[ {} ]", items.join(", "))
-            }
-        }
-        Bson::Binary(b) => {
-            let hex: String = b.bytes.iter().map(|x| format!("{x:02X}")).collect();
-            format!("BinData({}, {hex})", u8::from(b.subtype))
-        }
-        Bson::Undefined => "undefined".into(),
-        Bson::ObjectId(o) => format!("ObjectId('{}')", o.to_hex()),
-        Bson::Boolean(b) => b.to_string(),
-        Bson::DateTime(dt) => format!("new Date({})", dt.timestamp_millis()),
-        Bson::Null => "null".into(),
-        Bson::RegularExpression(r) => format!("/{}/{}", r.pattern, r.options),
-        Bson::DbPointer(_) => "DBRef(...)".into(),
-        Bson::JavaScriptCode(c) => c.clone(),
-        Bson::Symbol(s) => format!("\"{s}\""),
-        Bson::JavaScriptCodeWithScope(c) => c.code.clone(),
-        Bson::Int32(i) => i.to_string(),
-        Bson::Timestamp(t) => format!("Timestamp({}, {})", t.time, t.increment),
-        Bson::Int64(i) => i.to_string(),
-        Bson::Decimal128(d) => format!("NumberDecimal(\"{d}\")"),
-        Bson::MinKey => "MinKey".into(),
-        Bson::MaxKey => "MaxKey".into(),
-    }
-}
-
-/// `{ a: 1, b: "x" }` / `{}`.
-pub(crate) fn doc_to_string(d: &Document) -> String {
-    if d.is_empty() {
-        return "{}".into();
-    }
-    let items: Vec<String> = d.iter().map(|(k, v)| elem_to_string(k, v)).collect();
-    format!("{{ {} }}", items.join(", "))
-}
-
-/// `name: value`, as `BSONElement::toString`.
-pub(crate) fn elem_to_string(name: &str, v: &Bson) -> String {
-    format!("{name}: {}", bson_to_string(v))
-}
+pub use crate::render::{bson_to_string, doc_to_string, elem_to_string};
 
 /// `_id: <value>` of a document, or `no id`.
 pub(crate) fn id_string(doc: &Document) -> String {

@@ -163,8 +163,8 @@ pub fn server_status(state: &ServerState) -> Document {
             },
         },
         "oplog": {
-            "oldest": tailstream_engine::keys::u64_to_ts(oldest),
-            "newest": tailstream_engine::keys::u64_to_ts(newest),
+            "oldest": oldest,
+            "newest": newest,
         },
         "durability": durability_status(engine),
     }
@@ -202,78 +202,6 @@ fn histogram_buckets(buckets: Vec<(u64, u64)>) -> Vec<Bson> {
         .collect()
 }
 
-pub fn list_commands() -> Document {
-    // (name, adminOnly): the commands `dispatch` runs.
-    let names = [
-        ("abortTransaction", true),
-        ("aggregate", false),
-        ("appendOplogNote", true),
-        ("buildInfo", false),
-        ("cloneCollectionAsCapped", false),
-        ("collMod", false),
-        ("collStats", false),
-        ("commitTransaction", true),
-        ("connectionStatus", false),
-        ("convertToCapped", false),
-        ("count", false),
-        ("create", false),
-        ("createIndexes", false),
-        ("dataSize", false),
-        ("dbStats", false),
-        ("delete", false),
-        ("distinct", false),
-        ("drop", false),
-        ("dropDatabase", false),
-        ("dropIndexes", false),
-        ("endSessions", false),
-        ("explain", false),
-        ("find", false),
-        ("findAndModify", false),
-        ("fsync", true),
-        ("fsyncUnlock", true),
-        ("getCmdLineOpts", true),
-        ("getDefaultRWConcern", true),
-        ("getLastError", false),
-        ("getLog", true),
-        ("getMore", false),
-        ("getParameter", true),
-        ("hello", false),
-        ("hostInfo", true),
-        ("insert", false),
-        ("isMaster", false),
-        ("killAllSessions", false),
-        ("killAllSessionsByPattern", false),
-        ("killCursors", false),
-        ("killSessions", false),
-        ("listCollections", false),
-        ("listCommands", false),
-        ("listDatabases", true),
-        ("listIndexes", false),
-        ("ping", false),
-        ("profile", false),
-        ("refreshSessions", false),
-        ("renameCollection", true),
-        ("replSetGetConfig", true),
-        ("replSetGetStatus", true),
-        ("replSetInitiate", true),
-        ("replSetReconfig", true),
-        ("resetError", false),
-        ("serverStatus", false),
-        ("setParameter", true),
-        ("shutdown", true),
-        ("startSession", false),
-        ("update", false),
-        ("usersInfo", false),
-        ("validate", false),
-        ("whatsmyuri", false),
-    ];
-    let mut commands = Document::new();
-    for (n, admin_only) in names {
-        commands.insert(n, doc! {"help": "", "adminOnly": admin_only});
-    }
-    doc! {"commands": commands}
-}
-
 /// The cluster-wide defaults: none set, so the implicit ones of a replica set
 /// (read concern local, write concern majority, which is what this server applies).
 pub fn default_rw_concern() -> Document {
@@ -301,6 +229,23 @@ pub fn repl_set_get_status(state: &ServerState) -> Document {
         }],
         "optimes": {"lastCommittedOpTime": {"ts": ts, "t": 1i64}, "appliedOpTime": {"ts": ts, "t": 1i64}, "durableOpTime": {"ts": ts, "t": 1i64}},
     }
+}
+
+/// `replSetInitiate` (`rs.initiate()`): the set is initiated from the start
+/// (`--replSet`, one member), so mongod's answer on an initiated set.
+pub fn repl_set_initiate() -> Result<Document> {
+    Err(Error::new(
+        codes::ALREADY_INITIALIZED,
+        "already initialized",
+    ))
+}
+
+/// `replSetReconfig`: members cannot be added, one server is the whole set.
+pub fn repl_set_reconfig() -> Result<Document> {
+    Err(Error::new(
+        codes::COMMAND_NOT_SUPPORTED,
+        "replSetReconfig: this server is a one-member replica set; its configuration cannot be changed",
+    ))
 }
 
 /// `replSetGetConfig` (`rs.conf()`): the configuration of the one-member replica set

@@ -1,24 +1,16 @@
 //! Typed access to command arguments, with mongod's error messages for wrong types
-//! ("BSON field 'find.filter' is the wrong type 'int', expected type 'object'").
+//! ("BSON field 'find.filter' is the wrong type 'int', expected type 'object'"): the
+//! query crate's typed reads (`tailstream_query::args`), the field named after the command.
 
 use bson::{Bson, Document};
 use tailstream_engine::namespace::Namespace;
+use tailstream_engine::query::args::Fields;
 use tailstream_engine::query::error::{codes, Error, Result};
-
-pub use tailstream_engine::query::compare::type_name;
-
-fn wrong_type(cmd: &str, field: &str, v: &Bson, expected: &str) -> Error {
-    wrong_field_type(&format!("{cmd}.{field}"), v, expected)
-}
 
 /// mongod's TypeMismatch for the field at `path` (e.g. "find.filter", or a generic
 /// argument such as "apiVersion").
-pub fn wrong_field_type(path: &str, v: &Bson, expected: &str) -> Error {
-    Error::type_mismatch(format!(
-        "BSON field '{path}' is the wrong type '{}', expected type '{expected}'",
-        type_name(v)
-    ))
-}
+pub use tailstream_engine::query::args::wrong_type as wrong_field_type;
+pub use tailstream_engine::query::compare::type_name;
 
 /// mongod's refusal (13 Unauthorized) of an admin-only command run on another database.
 pub fn admin_only(db: &str, command: &str) -> Result<()> {
@@ -38,69 +30,28 @@ fn cmd_name(cmd: &Document) -> &str {
 
 /// An optional sub-document argument.
 pub fn opt_doc(cmd: &Document, field: &str) -> Result<Option<Document>> {
-    match cmd.get(field) {
-        None | Some(Bson::Null) => Ok(None),
-        Some(Bson::Document(d)) => Ok(Some(d.clone())),
-        Some(v) => Err(wrong_type(cmd_name(cmd), field, v, "object")),
-    }
+    Ok(Fields::command(cmd).opt_doc(field)?.cloned())
 }
 
 /// An optional array-of-documents argument.
 pub fn opt_doc_array(cmd: &Document, field: &str) -> Result<Option<Vec<Document>>> {
-    match cmd.get(field) {
-        None | Some(Bson::Null) => Ok(None),
-        Some(Bson::Array(a)) => a
-            .iter()
-            .enumerate()
-            .map(|(i, v)| match v {
-                Bson::Document(d) => Ok(d.clone()),
-                other => Err(wrong_type(
-                    cmd_name(cmd),
-                    &format!("{field}.{i}"),
-                    other,
-                    "object",
-                )),
-            })
-            .collect::<Result<Vec<_>>>()
-            .map(Some),
-        Some(v) => Err(wrong_type(cmd_name(cmd), field, v, "array")),
-    }
+    let docs = Fields::command(cmd).opt_doc_array(field)?;
+    Ok(docs.map(|d| d.into_iter().cloned().collect()))
 }
 
 /// An optional boolean argument (numbers count as booleans, as mongod accepts).
 pub fn opt_bool(cmd: &Document, field: &str) -> Result<Option<bool>> {
-    match cmd.get(field) {
-        None | Some(Bson::Null) => Ok(None),
-        Some(Bson::Boolean(b)) => Ok(Some(*b)),
-        Some(Bson::Int32(i)) => Ok(Some(*i != 0)),
-        Some(Bson::Int64(i)) => Ok(Some(*i != 0)),
-        Some(Bson::Double(d)) => Ok(Some(*d != 0.0)),
-        Some(v) => Err(wrong_type(cmd_name(cmd), field, v, "bool")),
-    }
+    Fields::command(cmd).opt_bool(field)
 }
 
 /// An optional integer argument (int, long, or an integral double).
 pub fn opt_i64(cmd: &Document, field: &str) -> Result<Option<i64>> {
-    match cmd.get(field) {
-        None | Some(Bson::Null) => Ok(None),
-        Some(Bson::Int32(i)) => Ok(Some(*i as i64)),
-        Some(Bson::Int64(i)) => Ok(Some(*i)),
-        Some(Bson::Double(d)) if d.fract() == 0.0 && d.is_finite() => Ok(Some(*d as i64)),
-        Some(Bson::Double(d)) => Err(Error::bad_value(format!(
-            "BSON field '{}.{field}' value must be an integer, got {d}",
-            cmd_name(cmd)
-        ))),
-        Some(v) => Err(wrong_type(cmd_name(cmd), field, v, "long")),
-    }
+    Fields::command(cmd).opt_i64(field)
 }
 
 /// An optional string argument.
 pub fn opt_str<'a>(cmd: &'a Document, field: &str) -> Result<Option<&'a str>> {
-    match cmd.get(field) {
-        None | Some(Bson::Null) => Ok(None),
-        Some(Bson::String(s)) => Ok(Some(s)),
-        Some(v) => Err(wrong_type(cmd_name(cmd), field, v, "string")),
-    }
+    Fields::command(cmd).opt_str(field)
 }
 
 /// The collection a command names in its first field (`{find: "coll", ...}`).

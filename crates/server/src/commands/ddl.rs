@@ -225,16 +225,22 @@ pub async fn drop_database(state: &Arc<ServerState>, db: &str, cmd: &Document) -
     ))
 }
 
-pub async fn rename_collection(
-    state: &Arc<ServerState>,
-    db: &str,
-    cmd: &Document,
-) -> Result<Document> {
-    super::args::admin_only(db, "renameCollection")?;
+/// `renameCollection` (run on admin: the registry's admin-only gate checks it).
+pub async fn rename_collection(state: &Arc<ServerState>, cmd: &Document) -> Result<Document> {
     let from = match cmd.get("renameCollection") {
         Some(Bson::String(s)) => Namespace::parse(s)?,
-        Some(v) => return Err(Error::type_mismatch(format!("BSON field 'renameCollection.renameCollection' is the wrong type '{}', expected type 'string'", type_name(v)))),
-        None => return Err(Error::failed_to_parse("renameCollection requires a source namespace")),
+        Some(v) => {
+            return Err(super::wrong_field_type(
+                "renameCollection.renameCollection",
+                v,
+                "string",
+            ))
+        }
+        None => {
+            return Err(Error::failed_to_parse(
+                "renameCollection requires a source namespace",
+            ))
+        }
     };
     let to = match opt_str(cmd, "to")? {
         Some(s) => Namespace::parse(s)?,
@@ -319,12 +325,17 @@ pub async fn create_indexes(
     let specs: Vec<Document> = match cmd.get("indexes") {
         Some(Bson::Array(a)) => a
             .iter()
-            .map(|v| match v {
+            .enumerate()
+            .map(|(i, v)| match v {
                 Bson::Document(d) => Ok(d.clone()),
-                other => Err(Error::type_mismatch(format!("BSON field 'createIndexes.indexes' element is the wrong type '{}', expected type 'object'", type_name(other)))),
+                other => Err(super::wrong_field_type(
+                    &format!("createIndexes.indexes.{i}"),
+                    other,
+                    "object",
+                )),
             })
             .collect::<Result<_>>()?,
-        Some(v) => return Err(Error::type_mismatch(format!("BSON field 'createIndexes.indexes' is the wrong type '{}', expected type 'array'", type_name(v)))),
+        Some(v) => return Err(super::wrong_field_type("createIndexes.indexes", v, "array")),
         None => return Err(Error::missing_field("createIndexes.indexes")),
     };
     if let Some(t) = crate::transactions::current() {
@@ -368,43 +379,67 @@ pub async fn drop_indexes(state: &Arc<ServerState>, db: &str, cmd: &Document) ->
     ))
 }
 
-fn coll_numbers(state: &ServerState, meta: &CollMeta) -> (i64, i64) {
-    state.engine.collection_numbers(meta)
+/// What dbStats adds up over a database's collections (unscaled).
+#[derive(Default)]
+struct DbTotals {
+    collections: i64,
+    views: i64,
+    objects: i64,
+    data_bytes: i64,
+    indexes: i64,
+    index_bytes: i64,
+}
+
+fn db_totals(engine: &tailstream_engine::Engine, db: &str) -> Result<DbTotals> {
+    let catalog = engine.catalog();
+    let metas = catalog.collections_in(db);
+    let mut t = DbTotals {
+        collections: metas.len() as i64,
+        views: catalog.views_in(db).len() as i64,
+        ..Default::default()
+    };
+    for m in &metas {
+        let (count, size) = engine.collection_numbers(m);
+        t.objects += count;
+        t.data_bytes += size;
+        let index_sizes = engine.index_sizes(m)?;
+        t.indexes += index_sizes.len() as i64;
+        t.index_bytes += index_sizes.iter().map(|(_, b)| b).sum::<i64>();
+    }
+    Ok(t)
+}
+
+/// The used and total bytes of the filesystem holding `path`, as mongod's dbStats
+/// reports them (`fsUsedSize` is the capacity less the space available to the
+/// server); -1 each when the filesystem cannot be queried, as mongod.
+fn filesystem_sizes(path: &std::path::Path) -> (i64, i64) {
+    match (fs2::total_space(path), fs2::available_space(path)) {
+        (Ok(total), Ok(available)) => (total.saturating_sub(available) as i64, total as i64),
+        _ => (-1, -1),
+    }
 }
 
 pub async fn db_stats(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let scale = super::opt_i64(cmd, "scale")?.unwrap_or(1).max(1);
-    let st = state.clone();
     let dbname = db.to_string();
-    let (colls, views, objects, data, indexes) = tokio::task::spawn_blocking(move || {
-        let catalog = st.engine.catalog();
-        let metas = catalog.collections_in(&dbname);
-        let (mut objects, mut data, mut indexes) = (0i64, 0i64, 0i64);
-        for m in &metas {
-            let (c, s) = coll_numbers(&st, m);
-            objects += c;
-            data += s;
-            indexes += m.index_count() as i64 - i64::from(m.is_timeseries());
-        }
-        let views = catalog.views_in(&dbname).len() as i64;
-        (metas.len() as i64, views, objects, data, indexes)
-    })
-    .await
-    .map_err(|e| Error::internal(e.to_string()))?;
+    let t = blocking(state, move |e| db_totals(e, &dbname)).await?;
+    let (fs_used, fs_total) = filesystem_sizes(&state.config.dbpath);
+    // Sizes are doubles and counts 64-bit ints, as mongod 7.0 reports them.
+    let scaled = |bytes: i64| (bytes / scale) as f64;
     Ok(doc! {
         "db": db,
-        "collections": colls,
-        "views": views,
-        "objects": objects,
-        "avgObjSize": if objects > 0 { data as f64 / objects as f64 } else { 0.0 },
-        "dataSize": (data / scale) as f64,
-        "storageSize": (data / scale) as f64,
-        "indexes": indexes,
-        "indexSize": 0.0,
-        "totalSize": (data / scale) as f64,
+        "collections": t.collections,
+        "views": t.views,
+        "objects": t.objects,
+        "avgObjSize": if t.objects > 0 { t.data_bytes as f64 / t.objects as f64 } else { 0.0 },
+        "dataSize": scaled(t.data_bytes),
+        "storageSize": scaled(t.data_bytes),
+        "indexes": t.indexes,
+        "indexSize": scaled(t.index_bytes),
+        "totalSize": scaled(t.data_bytes + t.index_bytes),
         "scaleFactor": scale,
-        "fsUsedSize": 0.0,
-        "fsTotalSize": 0.0,
+        "fsUsedSize": if fs_used < 0 { -1.0 } else { scaled(fs_used) },
+        "fsTotalSize": if fs_total < 0 { -1.0 } else { scaled(fs_total) },
     })
 }
 
@@ -414,57 +449,16 @@ pub async fn coll_stats(state: &Arc<ServerState>, db: &str, cmd: &Document) -> R
     if state.engine.view(&ns).is_some() {
         return Err(not_a_collection(&ns));
     }
-    let Some(meta) = state.engine.collection(&ns) else {
+    let full = ns.full();
+    let Some(stats) = blocking(state, move |e| e.storage_stats(&ns, scale)).await? else {
         return Err(Error::new(
             codes::NAMESPACE_NOT_FOUND,
-            format!("Collection [{}] not found.", ns.full()),
+            format!("Collection [{full}] not found."),
         ));
     };
-    let st = state.clone();
-    let m = meta.clone();
-    let (count, size) = tokio::task::spawn_blocking(move || coll_numbers(&st, &m))
-        .await
-        .map_err(|e| Error::internal(e.to_string()))?;
-    let has_id_index = !meta.is_timeseries();
-    let mut index_sizes = Document::new();
-    if has_id_index {
-        index_sizes.insert("_id_", 0i64);
-    }
-    for i in meta.secondary_indexes() {
-        index_sizes.insert(i.name.clone(), 0i64);
-    }
-    let mut reply = doc! {
-        "ns": ns.full(),
-        "size": size / scale,
-        "count": count,
-        "avgObjSize": if count > 0 { size / count } else { 0 },
-        "storageSize": size / scale,
-        "freeStorageSize": 0i64,
-        "nindexes": meta.index_count() as i32 - i32::from(!has_id_index),
-        "indexDetails": {},
-        "indexBuilds": [],
-        "totalIndexSize": 0i64,
-        "totalSize": size / scale,
-        "indexSizes": index_sizes,
-        "scaleFactor": scale as i32,
-        "capped": meta.is_capped(),
-    };
-    if meta.is_capped() {
-        // As mongod: max is 0 without a document limit, maxSize is scaled.
-        reply.insert(
-            "max",
-            meta.options.get("max").cloned().unwrap_or(Bson::Int32(0)),
-        );
-        if let Some(size) = meta
-            .options
-            .get("size")
-            .and_then(tailstream_engine::find::as_i64)
-        {
-            reply.insert(
-                "maxSize",
-                tailstream_engine::ddl::stored_number(size / scale),
-            );
-        }
+    let mut reply = doc! {"ns": full};
+    for (k, v) in stats {
+        reply.insert(k, v);
     }
     Ok(reply)
 }

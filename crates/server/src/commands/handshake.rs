@@ -7,7 +7,7 @@ use crate::state::ServerState;
 use bson::{doc, Bson, Document};
 use std::sync::Arc;
 use std::time::Duration;
-use tailstream_engine::query::error::Result;
+use tailstream_engine::query::error::{codes, Error, Result};
 
 /// MongoDB 7.0's wire version.
 pub const MAX_WIRE_VERSION: i32 = 21;
@@ -80,7 +80,11 @@ pub async fn hello(
     );
     d.insert("localTime", now);
     d.insert("logicalSessionTimeoutMinutes", 30);
-    d.insert("connectionId", conn.id);
+    // As mongod (`appendNumber`): a 32-bit int while it fits.
+    d.insert(
+        "connectionId",
+        tailstream_engine::ddl::stored_number(conn.id),
+    );
     d.insert("minWireVersion", 0);
     d.insert("maxWireVersion", MAX_WIRE_VERSION);
     d.insert("readOnly", false);
@@ -122,4 +126,12 @@ pub fn connection_status(cmd: &Document) -> Document {
         info.insert("authenticatedUserPrivileges", Bson::Array(vec![]));
     }
     doc! {"authInfo": info}
+}
+
+/// logout, saslStart, saslContinue, authenticate: this server has no users.
+pub fn no_authentication(name: &str) -> Result<Document> {
+    Err(Error::new(
+        codes::COMMAND_NOT_SUPPORTED,
+        format!("{name}: authentication is not supported by this server"),
+    ))
 }

@@ -1,12 +1,17 @@
-//! Command dispatch. A command is a BSON document whose first field names it;
-//! each family of commands lives in its own file and turns the document into an
-//! engine call and the engine's answer into mongod's reply shape.
+//! Commands. A command is a BSON document whose first field names it. `registry` has
+//! one spec per command (its handler and everything checked before it runs);
+//! `gates::run` takes a command from its document to its reply through a chain of
+//! small gates that read its spec; each family of commands lives in its own file
+//! (admin, ddl, handshake, read, write) and turns the document into an engine call
+//! and the engine's answer into mongod's reply shape.
 
 mod admin;
 pub(crate) mod args;
 mod ddl;
+mod gates;
 mod handshake;
 mod read;
+pub(crate) mod registry;
 pub(crate) mod testing;
 pub(crate) mod write;
 
@@ -16,7 +21,6 @@ pub use testing::FailPoints;
 
 use crate::state::ServerState;
 use bson::{doc, Bson, Document, RawDocumentBuf};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tailstream_engine::query::error::{code_name, codes, Error, Result};
 use tailstream_engine::query::script::Operation;
@@ -32,6 +36,19 @@ pub struct Conn {
     /// This connection in the server's registry: the command running now (for
     /// `currentOp`, `killOp`, and the connection task to kill when the client goes away).
     pub info: Arc<crate::current_op::ConnInfo>,
+}
+
+/// What a command's handler is given (see `registry::Handler`).
+pub struct Call<'a> {
+    pub state: &'a Arc<ServerState>,
+    pub conn: &'a mut Conn,
+    pub spec: &'static registry::Spec,
+    /// The name it was run as: its name or an alias.
+    pub name: &'a str,
+    pub db: &'a str,
+    pub cmd: &'a Document,
+    /// An insert's documents when they came as a raw document sequence.
+    pub payload: Option<Vec<RawDocumentBuf>>,
 }
 
 tokio::task_local! {
@@ -57,6 +74,28 @@ fn operation_for(name: &str, cmd: &Document) -> Arc<Operation> {
 pub struct Reply {
     pub body: Body,
     pub close_connection: bool,
+}
+
+impl Reply {
+    fn body(body: Body) -> Reply {
+        Reply {
+            body,
+            close_connection: false,
+        }
+    }
+
+    /// mongod's error reply (see [`error_reply`]).
+    fn error(state: &ServerState, e: &Error) -> Reply {
+        Reply::body(Body::Doc(error_reply(state, e)))
+    }
+
+    /// No reply: the connection closes (fail points).
+    fn close() -> Reply {
+        Reply {
+            body: Body::Doc(Document::new()),
+            close_connection: true,
+        }
+    }
 }
 
 /// A reply body: a document, or an OP_MSG already holding the encoded body at
@@ -356,16 +395,13 @@ pub async fn dispatch(
     let db = match cmd.get("$db") {
         Some(Bson::String(db)) => db.clone(),
         _ => {
-            return Reply {
-                body: Body::Doc(error_reply(
-                    state,
-                    &Error::new(40571, "OP_MSG requests require a $db argument"),
-                )),
-                close_connection: false,
-            }
+            return Reply::error(
+                state,
+                &Error::new(40571, "OP_MSG requests require a $db argument"),
+            )
         }
     };
-    run(state, conn, &db, cmd, payload).await
+    gates::run(state, conn, &db, cmd, payload).await
 }
 
 /// Runs a legacy OP_QUERY command (drivers' first `isMaster` before they know the server speaks OP_MSG).
@@ -400,645 +436,7 @@ pub async fn dispatch_legacy(state: &Arc<ServerState>, conn: &mut Conn, q: OpQue
             &Error::new(352, format!("Unsupported OP_QUERY command: {name}. The client driver may require an upgrade.")),
         ));
     }
-    run(state, conn, &db, cmd, None).await
-}
-
-async fn run(
-    state: &Arc<ServerState>,
-    conn: &mut Conn,
-    db: &str,
-    cmd: Document,
-    payload: Option<Vec<RawDocumentBuf>>,
-) -> Reply {
-    let reply = |body| Reply {
-        body: Body::Doc(body),
-        close_connection: false,
-    };
-    // Shared with the currentOp report while the command runs.
-    let cmd = Arc::new(cmd);
-    let Some(name) = cmd.keys().next().cloned() else {
-        return reply(error_reply(
-            state,
-            &Error::new(codes::FAILED_TO_PARSE, "Empty command object"),
-        ));
-    };
-    state.opcounters.command.fetch_add(1, Ordering::Relaxed);
-    let started = std::time::Instant::now();
-    // The handshake's client metadata is recorded before fail points are evaluated, so a
-    // `failCommand` with an `appName` applies to the very first hello of a connection
-    // (as mongod does).
-    if conn.info.client.get().is_none()
-        && matches!(name.as_str(), "hello" | "isMaster" | "ismaster")
-    {
-        if let Some(Bson::Document(client)) = cmd.get("client") {
-            let _ = conn.info.client.set(client.clone());
-        }
-    }
-    if let Some(lsid) = cmd.get("lsid") {
-        state.local_sessions.touch(lsid);
-    }
-    let test_commands = state.config.test_commands_enabled();
-    let txn_fields = match crate::transactions::fields(&name, db, &cmd) {
-        Ok(f) => f,
-        Err(e) => return reply(error_reply(state, &e)),
-    };
-    // Errors of a command in a transaction carry mongod's TransientTransactionError label.
-    let labelled = |mut e: Error| -> Error {
-        if txn_fields.is_some() {
-            crate::transactions::label_transient(&name, &mut e);
-        }
-        e
-    };
-    let level = match read_concern_level(&cmd) {
-        Ok(level) => level,
-        Err(e) => return reply(error_reply(state, &e)),
-    };
-    if let Err(e) = check_api_strict(&name, &cmd) {
-        return reply(error_reply(state, &e));
-    }
-    if crate::state::REQUIRE_API_VERSION.load(Ordering::Relaxed) && !cmd.contains_key("apiVersion")
-    {
-        return reply(error_reply(
-            state,
-            &Error::new(
-                codes::API_VERSION_REQUIRED,
-                "The apiVersion parameter is required, please configure your MongoClient's API version",
-            ),
-        ));
-    }
-    if txn_fields.is_none()
-        && level == Some("snapshot")
-        && !crate::transactions::SNAPSHOT_READS.contains(&name.as_str())
-    {
-        let e = Error::new(
-            codes::INVALID_OPTIONS,
-            format!("Command {name} does not support {{ readConcern: {{ level: \"snapshot\" }} }}"),
-        );
-        return reply(error_reply(state, &e));
-    }
-    let injected = if test_commands {
-        state
-            .fail_points
-            .fail_command(&name, &cmd, conn.info.app_name())
-    } else {
-        None
-    };
-    if test_commands {
-        if let Some(e) = state.fail_points.max_time_expired(&cmd) {
-            // An error in a getMore kills its cursor (as in mongod).
-            if let Some(Bson::Int64(id)) = cmd.get("getMore") {
-                state.engine.cursors.remove(*id);
-            }
-            return reply(error_reply(state, &e));
-        }
-    }
-    if let Some(inj) = &injected {
-        if let Some(d) = inj.block {
-            tokio::time::sleep(d).await;
-        }
-        if inj.close_connection {
-            return Reply {
-                body: Body::Doc(Document::new()),
-                close_connection: true,
-            };
-        }
-        if let Some(e) = &inj.error {
-            return reply(error_reply(state, &labelled(e.clone())));
-        }
-    }
-    // A command in a transaction runs in it (see `transactions`); a command outside
-    // one with a newer txnNumber ends the session's open transaction.
-    let open = match &txn_fields {
-        Some(f) if !matches!(name.as_str(), "commitTransaction" | "abortTransaction") => {
-            let start = matches!(cmd.get("startTransaction"), Some(Bson::Boolean(true)));
-            match state.transactions.enter(state, f, start) {
-                Ok(t) => Some(t),
-                Err(e) => return reply(error_reply(state, &e)),
-            }
-        }
-        Some(_) => None,
-        None => {
-            if let Some((lsid, n)) = retry_key(&cmd) {
-                state.transactions.newer_number(lsid, n);
-            }
-            None
-        }
-    };
-    let in_transaction = open.is_some();
-    let op = operation_for(&name, &cmd);
-    let info = conn.info.clone();
-    *info.running.lock() = Some(crate::current_op::Running {
-        opid: state.current_ops.next_opid(),
-        started,
-        op: op.clone(),
-        db: db.to_string(),
-        cmd: cmd.clone(),
-        waiting_for_lock: false,
-    });
-    let writes = writes_data(&name, &cmd);
-    // Below the free-space floor, commands that add data are refused (deletes and
-    // drops still run, so space can be freed from a client).
-    if writes && !removes_data(&name) {
-        if let Err(e) = state.disk_space.check(&state.config.dbpath) {
-            *info.running.lock() = None;
-            return reply(error_reply(state, &labelled(e)));
-        }
-    }
-    // A write waits here while `fsync` holds the lock (`db.fsyncLock()`), shown by
-    // currentOp as waiting for a lock; the lock in turn waits for the writes already
-    // past this point.
-    let _write_pass = if writes {
-        let gate = &state.engine.fsync_lock;
-        let waits = gate.is_locked();
-        let set_waiting = |waiting: bool| {
-            if let Some(r) = info.running.lock().as_mut() {
-                r.waiting_for_lock = waiting;
-            }
-        };
-        if waits {
-            set_waiting(true);
-        }
-        // killOp, the client going away and maxTimeMS end the wait too, as they end
-        // a wait for a lock in mongod.
-        let entered = tokio::select! {
-            pass = gate.enter_write() => Ok(pass),
-            e = state.current_ops.interrupted(&op) => Err(e),
-        };
-        if waits {
-            set_waiting(false);
-        }
-        match entered {
-            Ok(pass) => Some(pass),
-            Err(e) => {
-                *info.running.lock() = None;
-                return reply(error_reply(state, &labelled(e)));
-            }
-        }
-    } else {
-        None
-    };
-    let result = OPERATION
-        .scope(
-            op,
-            crate::transactions::scope(open, async {
-                // Boxed but for getMore: a future is as large as its largest state, and
-                // every command's future is moved into place (8 KB copied per command when
-                // all were inline), which was 2.5% of a hundred change streams' CPU.
-                match name.as_str() {
-                    "getMore" => read::get_more(state, db, &cmd).await,
-                    "aggregate" => Box::pin(read::aggregate(state, db, &cmd)).await,
-                    _ => Box::pin(run_document_command(
-                        state,
-                        conn,
-                        db,
-                        &name,
-                        &cmd,
-                        payload,
-                        test_commands,
-                    ))
-                    .await
-                    .map(Output::Doc),
-                }
-            }),
-        )
-        .await;
-    *info.running.lock() = None;
-    if in_transaction {
-        // As in mongod, a failed command (or write) ends its transaction.
-        let failed = match &result {
-            Err(_) => true,
-            Ok(Output::Doc(d)) => d.contains_key("writeErrors"),
-            Ok(_) => false,
-        };
-        if let (true, Some(f)) = (failed, &txn_fields) {
-            state.transactions.abort_open(f);
-        }
-    }
-    if test_commands {
-        if let Ok(Output::Doc(body)) = &result {
-            let cursor_id = body
-                .get_document("cursor")
-                .and_then(|c| c.get_i64("id"))
-                .unwrap_or(0);
-            state
-                .fail_points
-                .note_cursor(&cmd, cursor_id, |id| state.engine.cursors.get(id).is_some());
-        }
-    }
-    profile(state, conn, db, &name, &cmd, started, &result);
-    let inject_wce = injected
-        .as_ref()
-        .is_some_and(|i| i.write_concern_error.is_some());
-    let mut body = match result {
-        Ok(Output::Doc(body)) if !inject_wce => {
-            return Reply {
-                body: raw_ok_reply(state, body),
-                close_connection: false,
-            }
-        }
-        Ok(Output::Doc(body)) => ok_reply(state, body),
-        Ok(Output::Cursor(c)) => {
-            return Reply {
-                body: raw_cursor_reply(state, c),
-                close_connection: false,
-            }
-        }
-        Err(e) if e.code == testing::CLOSE_CONNECTION => {
-            return Reply {
-                body: Body::Doc(Document::new()),
-                close_connection: true,
-            }
-        }
-        Err(e) => {
-            let mut body = error_reply(state, &labelled(e));
-            if !in_transaction {
-                attach_unsatisfied_write_concern(&name, &cmd, &mut body);
-            }
-            body
-        }
-    };
-    if let Some(wce) = injected.and_then(|i| i.write_concern_error) {
-        testing::attach_write_concern_error(&mut body, wce, &cmd);
-    }
-    reply(body)
-}
-
-/// Leaves the command's entry in its database's `system.profile` when that database
-/// is profiled (see `crate::profiler`).
-fn profile(
-    state: &ServerState,
-    conn: &Conn,
-    db: &str,
-    name: &str,
-    cmd: &Document,
-    started: std::time::Instant,
-    result: &Result<Output>,
-) {
-    if !state.profiler.enabled() {
-        return;
-    }
-    let (nreturned, response_length, error) = match result {
-        Ok(Output::Doc(body)) => {
-            let batch = body.get_document("cursor").ok().and_then(|c| {
-                c.get_array("firstBatch")
-                    .or_else(|_| c.get_array("nextBatch"))
-                    .ok()
-            });
-            let len = bson::to_vec(body).map(|b| b.len() as i64).ok();
-            (batch.map(|b| b.len() as i64), len, None)
-        }
-        Ok(Output::Cursor(c)) => (Some(c.docs.len() as i64), None, None),
-        Err(e) => (None, None, Some(e)),
-    };
-    let finished = crate::profiler::Finished {
-        db,
-        name,
-        cmd,
-        elapsed: started.elapsed(),
-        nreturned,
-        response_length,
-        error,
-        client: conn.peer.clone(),
-        app_name: conn.info.app_name().map(str::to_string),
-    };
-    if let Some((ns, entry)) = state.profiler.entry(&finished) {
-        crate::profiler::record(state, &ns, entry);
-    }
-}
-
-/// Whether the command writes data, so waits while `fsync` holds the lock.
-fn writes_data(name: &str, cmd: &Document) -> bool {
-    match name {
-        "insert"
-        | "update"
-        | "delete"
-        | "findAndModify"
-        | "findandmodify"
-        | "create"
-        | "drop"
-        | "dropDatabase"
-        | "createIndexes"
-        | "dropIndexes"
-        | "deleteIndexes"
-        | "renameCollection"
-        | "collMod"
-        | "convertToCapped"
-        | "cloneCollectionAsCapped"
-        | "commitTransaction"
-        | "appendOplogNote" => true,
-        "aggregate" => matches!(
-            cmd.get_array("pipeline").ok().and_then(|p| p.last()),
-            Some(Bson::Document(last)) if last.contains_key("$out") || last.contains_key("$merge")
-        ),
-        _ => false,
-    }
-}
-
-/// Whether a writing command only removes data (so still runs below the free-space
-/// floor).
-fn removes_data(name: &str) -> bool {
-    matches!(
-        name,
-        "delete" | "drop" | "dropDatabase" | "dropIndexes" | "deleteIndexes"
-    )
-}
-
-/// Commands that take a write concern and wait for it whether they succeed or fail.
-const WRITE_CONCERN_COMMANDS: &[&str] = &[
-    "insert",
-    "update",
-    "delete",
-    "findAndModify",
-    "create",
-    "drop",
-    "dropDatabase",
-    "renameCollection",
-    "createIndexes",
-    "dropIndexes",
-    "collMod",
-];
-
-/// mongod waits for a command's write concern even when the command fails (so that what
-/// the client read before is as durable as it asked); an unsatisfiable one then adds a
-/// `writeConcernError` to the error reply, and drivers report that error first.
-fn attach_unsatisfied_write_concern(name: &str, cmd: &Document, body: &mut Document) {
-    if !WRITE_CONCERN_COMMANDS.contains(&name) {
-        return;
-    }
-    if let Ok(wc) = write::parse_write_concern(cmd) {
-        if wc.unsatisfiable {
-            body.insert(
-                "writeConcernError",
-                write::unsatisfiable_write_concern_error(),
-            );
-        }
-    }
-}
-
-/// The commands of the Stable API, version 1 (with `apiStrict: true` no other runs).
-const API_V1_COMMANDS: &[&str] = &[
-    "abortTransaction",
-    "aggregate",
-    "authenticate",
-    "collMod",
-    "commitTransaction",
-    "count",
-    "create",
-    "createIndexes",
-    "delete",
-    "drop",
-    "dropDatabase",
-    "dropIndexes",
-    "endSessions",
-    "find",
-    "findAndModify",
-    "getMore",
-    "hello",
-    "insert",
-    "killCursors",
-    "listCollections",
-    "listDatabases",
-    "listIndexes",
-    "ping",
-    "refreshSessions",
-    "saslContinue",
-    "saslStart",
-    "update",
-];
-
-/// Aggregation stages outside the Stable API, version 1.
-const API_V1_EXCLUDED_STAGES: &[&str] = &[
-    "$currentOp",
-    "$indexStats",
-    "$listLocalSessions",
-    "$listSessions",
-    "$planCacheStats",
-    "$collStats",
-    "$search",
-    "$searchMeta",
-    "$listSearchIndexes",
-    "$changeStreamSplitLargeEvent",
-];
-
-/// `apiStrict: true` refuses commands and aggregation stages outside API version 1,
-/// as mongod does (323 APIStrictError).
-/// Checks the stable-API parameters as mongod parses them: apiVersion a string and
-/// "1", apiStrict and apiDeprecationErrors booleans and only with an apiVersion; then
-/// apiStrict: true allows only the commands (and stages) of API version 1.
-fn check_api_strict(name: &str, cmd: &Document) -> Result<()> {
-    match cmd.get("apiVersion") {
-        None => {
-            if cmd.contains_key("apiStrict") || cmd.contains_key("apiDeprecationErrors") {
-                return Err(Error::new(
-                    codes::API_PARAMETERS_WITHOUT_VERSION,
-                    "Provided apiStrict and/or apiDeprecationErrors without passing apiVersion",
-                ));
-            }
-            return Ok(());
-        }
-        Some(Bson::String(v)) if v == "1" => {}
-        Some(Bson::String(v)) if v == "2" => {
-            return Err(Error::new(
-                codes::API_VERSION_ERROR,
-                "Cannot accept API version 2",
-            ))
-        }
-        Some(Bson::String(_)) => {
-            return Err(Error::new(
-                codes::API_VERSION_ERROR,
-                "API version must be \"1\"",
-            ))
-        }
-        Some(v) => return Err(wrong_field_type("apiVersion", v, "string")),
-    }
-    for field in ["apiStrict", "apiDeprecationErrors"] {
-        match cmd.get(field) {
-            None | Some(Bson::Boolean(_)) => {}
-            Some(v) => return Err(wrong_field_type(field, v, "bool")),
-        }
-    }
-    if !matches!(cmd.get("apiStrict"), Some(Bson::Boolean(true))) {
-        return Ok(());
-    }
-    if !API_V1_COMMANDS.contains(&name) {
-        return Err(Error::new(
-            codes::API_STRICT_ERROR,
-            format!("Provided apiStrict:true, but the command {name} is not in API Version 1"),
-        ));
-    }
-    if name == "aggregate" {
-        if let Ok(pipeline) = cmd.get_array("pipeline") {
-            for stage in pipeline.iter().filter_map(|s| s.as_document()) {
-                if let Some(k) = stage
-                    .keys()
-                    .next()
-                    .filter(|k| API_V1_EXCLUDED_STAGES.contains(&k.as_str()))
-                {
-                    return Err(Error::new(
-                        codes::API_STRICT_ERROR,
-                        format!("{k} is not allowed with 'apiStrict: true' in API Version 1"),
-                    ));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Read concern levels mongod knows (its IDL refuses any other with BadValue).
-const READ_CONCERN_LEVELS: &[&str] =
-    &["local", "majority", "linearizable", "available", "snapshot"];
-
-/// The command's read concern level, checked as mongod checks it (None: no level).
-fn read_concern_level(cmd: &Document) -> Result<Option<&str>> {
-    let level = match cmd.get("readConcern") {
-        None => return Ok(None),
-        Some(Bson::Document(rc)) => match rc.get("level") {
-            None => return Ok(None),
-            Some(Bson::String(l)) => l,
-            Some(v) => {
-                return Err(Error::type_mismatch(format!(
-                    "BSON field 'readConcern.level' is the wrong type '{}', expected type 'string'",
-                    type_name(v)
-                )))
-            }
-        },
-        Some(v) => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field 'readConcern' is the wrong type '{}', expected type 'object'",
-                type_name(v)
-            )))
-        }
-    };
-    if READ_CONCERN_LEVELS.contains(&level.as_str()) {
-        Ok(Some(level.as_str()))
-    } else {
-        Err(Error::bad_value(format!(
-            "Enumeration value '{level}' for field 'readConcern.level' is not a valid value."
-        )))
-    }
-}
-
-/// The commands whose reply is a document.
-async fn run_document_command(
-    state: &Arc<ServerState>,
-    conn: &mut Conn,
-    db: &str,
-    name: &str,
-    cmd: &Document,
-    payload: Option<Vec<RawDocumentBuf>>,
-    test_commands: bool,
-) -> Result<Document> {
-    match name {
-        "configureFailPoint" if test_commands => {
-            args::admin_only(db, name)?;
-            testing::configure_fail_point(state, &cmd)
-        }
-        "hello" | "isMaster" | "ismaster" => handshake::hello(state, conn, &name, &cmd).await,
-        "ping" => Ok(Document::new()),
-        "profile" => state.profiler.command(db, cmd),
-        "buildInfo" | "buildinfo" => Ok(handshake::build_info()),
-        "whatsmyuri" => Ok(doc! {"you": conn.peer.clone()}),
-        "connectionStatus" => Ok(handshake::connection_status(&cmd)),
-        "getParameter" => admin::get_parameter(state, &cmd),
-        "setParameter" => admin::set_parameter(state, &cmd),
-        "getCmdLineOpts" => Ok(admin::get_cmd_line_opts(state)),
-        "hostInfo" => Ok(admin::host_info()),
-        "serverStatus" => Ok(admin::server_status(state)),
-        "listCommands" => Ok(admin::list_commands()),
-        "getLog" => Ok(doc! {"totalLinesWritten": 0, "log": []}),
-        "getFreeMonitoringStatus" => Ok(doc! {"state": "disabled"}),
-        "currentOp" => crate::current_op::command(state, db, cmd),
-        "killOp" => crate::current_op::kill_op(state, db, cmd),
-        "shutdown" => {
-            args::admin_only(db, name)?;
-            admin::shutdown(state, &conn.peer, cmd).await
-        }
-        "replSetGetStatus" | "replSetGetConfig" | "replSetInitiate" | "replSetReconfig" => {
-            args::admin_only(db, name)?;
-            match name {
-                "replSetGetStatus" => Ok(admin::repl_set_get_status(state)),
-                "replSetGetConfig" => admin::repl_set_get_config(state, cmd),
-                // The set is initiated from the start (`--replSet`, one member): what
-                // mongod answers `rs.initiate()` on an initiated set.
-                "replSetInitiate" => Err(Error::new(
-                    codes::ALREADY_INITIALIZED,
-                    "already initialized",
-                )),
-                // Members cannot be added: one server is the whole set.
-                _ => Err(Error::new(
-                    codes::COMMAND_NOT_SUPPORTED,
-                    "replSetReconfig: this server is a one-member replica set; its configuration cannot be changed",
-                )),
-            }
-        }
-        "getDefaultRWConcern" => Ok(admin::default_rw_concern()),
-        "commitTransaction" | "abortTransaction" => {
-            args::admin_only(db, name)?;
-            let Some(f) = crate::transactions::fields(name, db, cmd)? else {
-                return Err(Error::new(
-                    codes::INVALID_OPTIONS,
-                    format!("{name} must be run within a transaction"),
-                ));
-            };
-            if name == "commitTransaction" {
-                crate::transactions::commit(state, cmd, &f).await
-            } else {
-                state.transactions.abort(&f).map(|_| Document::new())
-            }
-        }
-        "endSessions"
-        | "killSessions"
-        | "killAllSessions"
-        | "killAllSessionsByPattern"
-        | "refreshSessions"
-        | "startSession" => admin::sessions(state, &name, &cmd),
-        "logout" | "saslStart" | "saslContinue" | "authenticate" => Err(Error::new(
-            codes::COMMAND_NOT_SUPPORTED,
-            format!("{name}: authentication is not supported by this server"),
-        )),
-        "listDatabases" => ddl::list_databases(state, db, &cmd).await,
-        "listCollections" => ddl::list_collections(state, db, &cmd).await,
-        "listIndexes" => ddl::list_indexes(state, db, &cmd).await,
-        "create" => ddl::create(state, db, &cmd).await,
-        "drop" => ddl::drop(state, db, &cmd).await,
-        "dropDatabase" => ddl::drop_database(state, db, &cmd).await,
-        "renameCollection" => ddl::rename_collection(state, db, &cmd).await,
-        "collMod" => ddl::coll_mod(state, db, &cmd).await,
-        "convertToCapped" => ddl::convert_to_capped(state, db, &cmd).await,
-        "cloneCollectionAsCapped" => ddl::clone_collection_as_capped(state, db, &cmd).await,
-        "createIndexes" => ddl::create_indexes(state, db, &cmd).await,
-        "dropIndexes" | "deleteIndexes" => ddl::drop_indexes(state, db, &cmd).await,
-        "dbStats" => ddl::db_stats(state, db, &cmd).await,
-        "collStats" => ddl::coll_stats(state, db, &cmd).await,
-        "dataSize" | "datasize" => ddl::data_size(state, &cmd).await,
-        "validate" => ddl::validate(state, db, &cmd).await,
-        // Authentication is not supported, so no user exists.
-        "usersInfo" => Ok(doc! {"users": []}),
-        "insert" => write::insert(state, db, &cmd, payload).await,
-        "update" => write::update(state, db, &cmd).await,
-        "delete" => write::delete(state, db, &cmd).await,
-        "findAndModify" | "findandmodify" => write::find_and_modify(state, db, &cmd).await,
-        "find" => read::find(state, db, &cmd).await,
-        "killCursors" => read::kill_cursors(state, db, &cmd),
-        "count" => read::count(state, db, &cmd).await,
-        "distinct" => read::distinct(state, db, &cmd).await,
-        "explain" => read::explain(state, db, &cmd).await,
-        "getLastError" | "resetError" => Ok(doc! {"err": Bson::Null, "n": 0}),
-        "fsync" => {
-            args::admin_only(db, name)?;
-            admin::fsync(state, cmd).await
-        }
-        "fsyncUnlock" => {
-            args::admin_only(db, name)?;
-            admin::fsync_unlock(state).await
-        }
-        "appendOplogNote" => admin::append_oplog_note(state, &cmd).await,
-        _ => Err(Error::new(
-            codes::COMMAND_NOT_FOUND,
-            format!("no such command: '{name}'"),
-        )),
-    }
+    gates::run(state, conn, &db, cmd, None).await
 }
 
 /// Adds `ok: 1` and the cluster time fields drivers expect on every reply.

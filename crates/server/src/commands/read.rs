@@ -100,22 +100,12 @@ pub async fn find(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<
 pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Output> {
     let id = match cmd.get("getMore") {
         Some(Bson::Int64(id)) => *id,
-        Some(v) => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field 'getMore.getMore' is the wrong type '{}', expected type 'long'",
-                type_name(v)
-            )))
-        }
+        Some(v) => return Err(super::wrong_field_type("getMore.getMore", v, "long")),
         None => return Err(Error::failed_to_parse("getMore requires a cursor id")),
     };
     let coll = match cmd.get("collection") {
         Some(Bson::String(c)) => c.clone(),
-        Some(v) => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field 'getMore.collection' is the wrong type '{}', expected type 'string'",
-                type_name(v)
-            )))
-        }
+        Some(v) => return Err(super::wrong_field_type("getMore.collection", v, "string")),
         None => return Err(Error::missing_field("getMore.collection")),
     };
     check_fields(cmd, GET_MORE_FIELDS)?;
@@ -170,10 +160,11 @@ pub fn kill_cursors(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
             .iter()
             .map(|v| match v {
                 Bson::Int64(i) => Ok(*i),
-                other => Err(Error::type_mismatch(format!(
-                    "BSON field 'killCursors.cursors' is the wrong type '{}', expected type 'long'",
-                    type_name(other)
-                ))),
+                other => Err(super::wrong_field_type(
+                    "killCursors.cursors",
+                    other,
+                    "long",
+                )),
             })
             .collect::<Result<_>>()?,
         _ => return Err(Error::missing_field("killCursors.cursors")),
@@ -216,7 +207,8 @@ pub async fn count(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result
         )
     })
     .await?;
-    Ok(doc! {"n": n as i64})
+    // As mongod (`appendNumber`): a 32-bit int when it fits.
+    Ok(doc! {"n": tailstream_engine::ddl::stored_number(i64::try_from(n).unwrap_or(i64::MAX))})
 }
 
 pub async fn distinct(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
@@ -224,12 +216,7 @@ pub async fn distinct(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     check_fields(cmd, DISTINCT_FIELDS)?;
     let key = match cmd.get("key") {
         Some(Bson::String(k)) => k.clone(),
-        Some(v) => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field 'distinct.key' is the wrong type '{}', expected type 'string'",
-                type_name(v)
-            )))
-        }
+        Some(v) => return Err(super::wrong_field_type("distinct.key", v, "string")),
         None => return Err(Error::missing_field("distinct.key")),
     };
     let query = opt_doc(cmd, "query")?.unwrap_or_default();
@@ -281,12 +268,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
     let cursor =
         match cmd.get("cursor") {
             Some(Bson::Document(c)) => c.clone(),
-            Some(v) => {
-                return Err(Error::type_mismatch(format!(
-                    "BSON field 'aggregate.cursor' is the wrong type '{}', expected type 'object'",
-                    type_name(v)
-                )))
-            }
+            Some(v) => return Err(super::wrong_field_type("aggregate.cursor", v, "object")),
             None => return Err(Error::failed_to_parse(
                 "The 'cursor' option is required, except for aggregate with the explain argument",
             )),
@@ -351,7 +333,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
         ));
     }
     let pipeline = list_local_sessions(state, coll.is_some(), pipeline)?;
-    let pipeline = current_op_stage(state, &db, coll.is_some(), pipeline)?;
+    let pipeline = current_op_stage(state, db, coll.is_some(), pipeline)?;
     let db = db.to_string();
     let writes = pipeline
         .last()

@@ -3,6 +3,7 @@
 //! `failGetMoreAfterCursorCheckout` fail points that drivers' test suites use to
 //! simulate errors, dropped connections and slow servers.
 
+use crate::error_labels::RETRYABLE_WRITE_CODES;
 use crate::state::ServerState;
 use bson::{doc, Bson, Document};
 use parking_lot::Mutex;
@@ -45,11 +46,6 @@ pub struct Injected {
     pub error: Option<Error>,
     pub write_concern_error: Option<Document>,
 }
-
-/// Codes whose errors a retryable write may retry: mongod labels them RetryableWriteError.
-pub(crate) const RETRYABLE_WRITE_CODES: &[i32] = &[
-    6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436,
-];
 
 impl FailPoints {
     pub fn configure(&self, cmd: &Document) -> Result<Document> {

@@ -44,12 +44,7 @@ pub fn parse_write_concern(cmd: &Document) -> Result<WriteConcern> {
     };
     let wc = match wc {
         Bson::Document(d) => d,
-        other => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field 'writeConcern' is the wrong type '{}', expected type 'object'",
-                type_name(other)
-            )))
-        }
+        other => return Err(super::wrong_field_type("writeConcern", other, "object")),
     };
     let mut out = WriteConcern::default();
     match wc.get("w") {
@@ -163,10 +158,11 @@ fn statement_collation(path: &str, statement: &Document) -> Result<Option<Docume
     match statement.get("collation") {
         None => Ok(None),
         Some(Bson::Document(d)) => Ok(Some(d.clone())),
-        Some(v) => Err(Error::type_mismatch(format!(
-            "BSON field '{path}.collation' is the wrong type '{}', expected type 'object'",
-            type_name(v)
-        ))),
+        Some(v) => Err(super::wrong_field_type(
+            &format!("{path}.collation"),
+            v,
+            "object",
+        )),
     }
 }
 
@@ -328,7 +324,7 @@ pub async fn insert(
         })
         .await?;
         state.opcounters.insert.fetch_add(count, Ordering::Relaxed);
-        return transaction_reply(doc! {"n": out.n as i64}, &out);
+        return transaction_reply(doc! {"n": reply_int(out.n)}, &out);
     }
     let small = docs.len() <= SMALL_WRITE_DOCS
         && docs.iter().map(|d| d.as_bytes().len()).sum::<usize>() <= SMALL_WRITE_BYTES;
@@ -338,7 +334,7 @@ pub async fn insert(
         })
         .await?;
         state.opcounters.insert.fetch_add(count, Ordering::Relaxed);
-        let mut reply = doc! {"n": out.n as i64};
+        let mut reply = doc! {"n": reply_int(out.n)};
         if let Some(we) = write_errors(&out) {
             reply.insert("writeErrors", we);
         }
@@ -374,12 +370,7 @@ pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
         )?;
         let q = match u.get("q") {
             Some(Bson::Document(q)) => q.clone(),
-            Some(v) => {
-                return Err(Error::type_mismatch(format!(
-                    "BSON field 'update.updates.q' is the wrong type '{}', expected type 'object'",
-                    type_name(v)
-                )))
-            }
+            Some(v) => return Err(super::wrong_field_type("update.updates.q", v, "object")),
             None => return Err(Error::missing_field("update.updates.q")),
         };
         let upd = match u.get("u") {
@@ -445,12 +436,7 @@ pub async fn delete(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
         check_statement_fields("delete.deletes", d, &["q", "limit", "hint", "collation"])?;
         let q = match d.get("q") {
             Some(Bson::Document(q)) => q.clone(),
-            Some(v) => {
-                return Err(Error::type_mismatch(format!(
-                    "BSON field 'delete.deletes.q' is the wrong type '{}', expected type 'object'",
-                    type_name(v)
-                )))
-            }
+            Some(v) => return Err(super::wrong_field_type("delete.deletes.q", v, "object")),
             None => return Err(Error::missing_field("delete.deletes.q")),
         };
         let limit = match d.get("limit") {
@@ -477,12 +463,12 @@ pub async fn delete(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
         })
         .await?;
         state.opcounters.delete.fetch_add(count, Ordering::Relaxed);
-        return transaction_reply(doc! {"n": out.n as i64}, &out);
+        return transaction_reply(doc! {"n": reply_int(out.n)}, &out);
     }
     retryable(state, cmd, count as usize, || async move {
         let out = blocking(state, move |e| e.delete(&ns, ops, ordered)).await?;
         state.opcounters.delete.fetch_add(count, Ordering::Relaxed);
-        let mut reply = doc! {"n": out.n as i64};
+        let mut reply = doc! {"n": reply_int(out.n)};
         if let Some(we) = write_errors(&out) {
             reply.insert("writeErrors", we);
         }
@@ -543,7 +529,7 @@ pub async fn find_and_modify(
         } else {
             state.opcounters.update.fetch_add(1, Ordering::Relaxed);
         }
-        let mut last = doc! {"n": out.n as i32};
+        let mut last = doc! {"n": reply_int(out.n)};
         if !remove {
             last.insert("updatedExisting", out.updated_existing);
         }
@@ -564,9 +550,17 @@ pub async fn find_and_modify(
     retryable(state, cmd, 1, run).await
 }
 
+/// A count in a write reply (`n`, `nModified`): a 32-bit int, as mongod's write
+/// replies declare it (write_ops.idl `type: int`). Drivers that decode 64-bit ints as
+/// BigInt or Long (the Node driver with `useBigInt64`, mongosh) otherwise show or sum
+/// them as such.
+fn reply_int(n: u64) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
 /// The reply fields of an update: n, nModified, upserted.
 fn update_reply(out: &WriteOutcome) -> Document {
-    let mut reply = doc! {"n": out.n as i64, "nModified": out.n_modified as i64};
+    let mut reply = doc! {"n": reply_int(out.n), "nModified": reply_int(out.n_modified)};
     if !out.upserted.is_empty() {
         let ups: Vec<Bson> = out
             .upserted

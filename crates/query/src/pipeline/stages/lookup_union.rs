@@ -1,0 +1,438 @@
+//! `$lookup`, `$graphLookup` and `$unionWith`: the stages that read other collections
+//! (through the run's [`RunCtx`]).
+
+use super::super::group::group_key;
+use super::super::{Context, Pipeline, RunCtx};
+use super::Stage;
+use super::{parse_field_name_option, parse_from, parse_sub_pipeline, string_arg, type_name};
+use crate::compare::bson_eq_with;
+use crate::error::{Error, Result};
+use crate::expr::{util, Expr, Variables};
+use crate::matcher::Matcher;
+use crate::path::set_path;
+use bson::{Bson, Document};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+pub(crate) struct LookupStage {
+    from_db: String,
+    from: Option<String>,
+    as_path: String,
+    local_field: Option<String>,
+    foreign_field: Option<String>,
+    let_vars: Vec<(String, Expr)>,
+    pipeline: Option<Pipeline>,
+}
+
+pub(crate) struct GraphLookupStage {
+    from_db: String,
+    from: String,
+    start_with: Expr,
+    connect_from: String,
+    connect_to: String,
+    as_field: String,
+    max_depth: Option<i64>,
+    depth_field: Option<String>,
+    restrict: Option<Matcher>,
+}
+
+/// `$lookup`: equality on `localField`/`foreignField`, or a `pipeline` with `let`.
+pub(crate) fn parse_lookup(arg: &Bson, db: &str) -> Result<Stage> {
+    let Bson::Document(d) = arg else {
+        return Err(Error::failed_to_parse(format!(
+            "the $lookup specification must be an Object, but found {}",
+            type_name(arg)
+        )));
+    };
+    let mut from = None;
+    let mut as_path = None;
+    let mut local = None;
+    let mut foreign = None;
+    let mut let_vars = Vec::new();
+    let mut pipeline_spec = None;
+    for (k, v) in d {
+        match k.as_str() {
+            "from" => from = Some(parse_from("$lookup", v, db)?),
+            "as" => as_path = Some(string_arg("$lookup", "as", v)?.to_string()),
+            "localField" => local = Some(string_arg("$lookup", "localField", v)?.to_string()),
+            "foreignField" => foreign = Some(string_arg("$lookup", "foreignField", v)?.to_string()),
+            "let" => {
+                let Bson::Document(l) = v else {
+                    return Err(Error::failed_to_parse(format!(
+                        "$lookup argument 'let' must be an object, found {}",
+                        type_name(v)
+                    )));
+                };
+                for (n, e) in l {
+                    crate::expr::validate_variable_name(n)?;
+                    let_vars.push((n.clone(), Expr::parse(e)?));
+                }
+            }
+            "pipeline" => pipeline_spec = Some(v.clone()),
+            _ => {
+                return Err(Error::failed_to_parse(format!(
+                    "unknown argument to $lookup: {k}"
+                )))
+            }
+        }
+    }
+    let as_path =
+        as_path.ok_or_else(|| Error::failed_to_parse("must specify 'as' field for a $lookup"))?;
+    if local.is_some() != foreign.is_some() || (local.is_none() && pipeline_spec.is_none()) {
+        return Err(Error::failed_to_parse(
+            "$lookup requires either 'pipeline' or both 'localField' and 'foreignField' to be specified",
+        ));
+    }
+    let pipeline = match &pipeline_spec {
+        Some(p) => Some(parse_sub_pipeline(p, db, Context::Lookup, "$lookup")?),
+        None => None,
+    };
+    let starts_with_documents = pipeline
+        .as_ref()
+        .is_some_and(|p| matches!(p.stages.first(), Some(Stage::Documents(_))));
+    if from.is_none() && !starts_with_documents {
+        return Err(Error::failed_to_parse(
+            "must specify 'from' field for a $lookup",
+        ));
+    }
+    let (from_db, from) = match from {
+        Some((d, c)) => (d, Some(c)),
+        None => (db.to_string(), None),
+    };
+    Ok(Stage::Lookup(Box::new(LookupStage {
+        from_db,
+        from,
+        as_path,
+        local_field: local,
+        foreign_field: foreign,
+        let_vars,
+        pipeline,
+    })))
+}
+
+/// `$graphLookup`: a recursive search from `startWith` along `connectFromField`.
+pub(crate) fn parse_graph_lookup(arg: &Bson, db: &str) -> Result<Stage> {
+    let Bson::Document(d) = arg else {
+        return Err(Error::failed_to_parse(
+            "the $graphLookup stage specification must be an object",
+        ));
+    };
+    let mut from = None;
+    let mut start_with = None;
+    let mut connect_from = None;
+    let mut connect_to = None;
+    let mut as_field = None;
+    let mut max_depth = None;
+    let mut depth_field = None;
+    let mut restrict = None;
+    for (k, v) in d {
+        match k.as_str() {
+            "from" => from = Some(parse_from("$graphLookup", v, db)?),
+            "startWith" => start_with = Some(Expr::parse(v)?),
+            "connectFromField" => {
+                connect_from = Some(parse_field_name_option("$graphLookup", k, v)?)
+            }
+            "connectToField" => connect_to = Some(parse_field_name_option("$graphLookup", k, v)?),
+            "as" => as_field = Some(parse_field_name_option("$graphLookup", k, v)?),
+            "depthField" => depth_field = Some(parse_field_name_option("$graphLookup", k, v)?),
+            "maxDepth" => {
+                let n = crate::expr::num::as_exact_i64(v).filter(|_| crate::compare::is_number(v));
+                match n {
+                    Some(n) if n >= 0 => max_depth = Some(n),
+                    _ => {
+                        return Err(Error::location(
+                            40101,
+                            format!(
+                                "maxDepth requires a nonnegative argument, found: {}",
+                                util::show(v)
+                            ),
+                        ))
+                    }
+                }
+            }
+            "restrictSearchWithMatch" => {
+                let Bson::Document(m) = v else {
+                    return Err(Error::location(
+                        40185,
+                        format!(
+                            "restrictSearchWithMatch must be an object, found {}",
+                            type_name(v)
+                        ),
+                    ));
+                };
+                restrict = Some(Matcher::new(m)?);
+            }
+            _ => {
+                return Err(Error::location(
+                    40104,
+                    format!("Unknown argument to $graphLookup: {k}"),
+                ))
+            }
+        }
+    }
+    let missing = |n: &str| {
+        Error::location(
+            40105,
+            format!("$graphLookup requires '{n}' to be specified"),
+        )
+    };
+    let (from_db, from) = from.ok_or_else(|| missing("from"))?;
+    Ok(Stage::GraphLookup(Box::new(GraphLookupStage {
+        from_db,
+        from,
+        start_with: start_with.ok_or_else(|| missing("startWith"))?,
+        connect_from: connect_from.ok_or_else(|| missing("connectFromField"))?,
+        connect_to: connect_to.ok_or_else(|| missing("connectToField"))?,
+        as_field: as_field.ok_or_else(|| missing("as"))?,
+        max_depth,
+        depth_field,
+        restrict,
+    })))
+}
+
+/// `$unionWith`: a collection name, or `{coll, pipeline}`.
+pub(crate) fn parse_union_with(arg: &Bson, db: &str) -> Result<Stage> {
+    let (coll, pipeline) = match arg {
+        Bson::String(s) => (s.clone(), None),
+        Bson::Document(d) => {
+            let mut coll = None;
+            let mut pipeline = None;
+            for (k, v) in d {
+                match k.as_str() {
+                    "coll" => coll = Some(string_arg("$unionWith", "coll", v)?.to_string()),
+                    "pipeline" => {
+                        pipeline =
+                            Some(parse_sub_pipeline(v, db, Context::UnionWith, "$unionWith")?)
+                    }
+                    _ => {
+                        return Err(Error::location(
+                            40415,
+                            format!("BSON field '$unionWith.{k}' is an unknown field."),
+                        ))
+                    }
+                }
+            }
+            let coll = coll.ok_or_else(|| {
+                Error::location(
+                    40414,
+                    "BSON field '$unionWith.coll' is missing but a required field",
+                )
+            })?;
+            (coll, pipeline)
+        }
+        other => {
+            return Err(Error::failed_to_parse(format!(
+                "the $unionWith stage specification must be an object or string, but found {}",
+                type_name(other)
+            )))
+        }
+    };
+    Ok(Stage::UnionWith {
+        db: db.to_string(),
+        coll,
+        pipeline,
+    })
+}
+
+/// `$lookup` for one document: the matching documents under `as`.
+pub(crate) fn lookup(
+    l: &LookupStage,
+    mut doc: Document,
+    ctx: &RunCtx,
+    vars: &Variables,
+) -> Result<Document> {
+    let foreign: Rc<Vec<Document>> = match &l.from {
+        Some(c) => ctx.scan(&l.from_db, c)?,
+        None => Rc::new(Vec::new()),
+    };
+    let mut candidates: Vec<Document> = match (&l.local_field, &l.foreign_field) {
+        (Some(lf), Some(ff)) => {
+            let locals = local_values(&doc, lf);
+            foreign
+                .iter()
+                .filter(|fd| {
+                    let fvals = matcher_values(fd, ff);
+                    locals.iter().any(|lv| {
+                        if matches!(lv, Bson::Null)
+                            && (fvals.is_empty()
+                                || fvals
+                                    .iter()
+                                    .any(|f| matches!(f, Bson::Null | Bson::Undefined)))
+                        {
+                            return true;
+                        }
+                        fvals
+                            .iter()
+                            .any(|f| bson_eq_with(f, lv, vars.collator.as_deref()))
+                    })
+                })
+                .cloned()
+                .collect()
+        }
+        _ => foreign.as_ref().clone(),
+    };
+    if let Some(p) = &l.pipeline {
+        let mut sub_vars = vars.clone();
+        for (n, e) in &l.let_vars {
+            let v = e.evaluate(&doc, vars)?.unwrap_or(Bson::Null);
+            sub_vars.vars.insert(n.clone(), v);
+        }
+        let input: Box<dyn Iterator<Item = Result<Document>>> =
+            Box::new(std::mem::take(&mut candidates).into_iter().map(Ok));
+        candidates = p.run_in(input, ctx, &sub_vars)?;
+    }
+    set_path(
+        &mut doc,
+        &l.as_path,
+        Bson::Array(candidates.into_iter().map(Bson::Document).collect()),
+    );
+    Ok(doc)
+}
+
+/// `$unionWith`: the documents, then those of the other collection (through its
+/// pipeline, if any).
+pub(crate) fn union_with(
+    db: &str,
+    coll: &str,
+    pipeline: Option<&Pipeline>,
+    docs: Vec<Document>,
+    ctx: &RunCtx,
+    vars: &Variables,
+) -> Result<Vec<Document>> {
+    let mut docs = docs;
+    let other = ctx.scan(db, coll)?;
+    let extra = match pipeline {
+        Some(p) => {
+            let input: Box<dyn Iterator<Item = Result<Document>>> =
+                Box::new(other.iter().cloned().map(Ok));
+            p.run_in(input, ctx, vars)?
+        }
+        None => other.as_ref().clone(),
+    };
+    docs.extend(extra);
+    Ok(docs)
+}
+
+/// Values a query predicate sees at `path`: traversing arrays of documents, and at the end
+/// both an array and its elements.
+pub fn matcher_values(doc: &Document, path: &str) -> Vec<Bson> {
+    let parts: Vec<&str> = path.split('.').collect();
+    let mut out = Vec::new();
+    collect_matcher(&Bson::Document(doc.clone()), &parts, &mut out);
+    out
+}
+
+fn collect_matcher(v: &Bson, parts: &[&str], out: &mut Vec<Bson>) {
+    let Some((first, rest)) = parts.split_first() else {
+        if let Bson::Array(a) = v {
+            out.extend(a.iter().cloned());
+        }
+        out.push(v.clone());
+        return;
+    };
+    match v {
+        Bson::Document(d) => {
+            if let Some(x) = d.get(*first) {
+                collect_matcher(x, rest, out);
+            }
+        }
+        Bson::Array(a) => {
+            if let Some(i) = crate::path::parse_index(first) {
+                if let Some(x) = a.get(i) {
+                    collect_matcher(x, rest, out);
+                }
+            }
+            for item in a {
+                if let Bson::Document(_) = item {
+                    collect_matcher(item, parts, out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `$lookup` local values: the values along `path` (arrays flattened); null if none.
+fn local_values(doc: &Document, path: &str) -> Vec<Bson> {
+    let parts = crate::expr::split_path(path);
+    let mut out = Vec::new();
+    match crate::expr::path_doc(doc, &parts) {
+        None => out.push(Bson::Null),
+        Some(Bson::Array(a)) => {
+            fn flat(a: Vec<Bson>, out: &mut Vec<Bson>) {
+                for x in a {
+                    match x {
+                        Bson::Array(inner) => flat(inner, out),
+                        other => out.push(other),
+                    }
+                }
+            }
+            flat(a, &mut out);
+        }
+        Some(v) => out.push(v),
+    }
+    out
+}
+
+/// `$graphLookup` for one document: every document reached, under `as`.
+pub(crate) fn graph_lookup(
+    g: &GraphLookupStage,
+    mut doc: Document,
+    ctx: &RunCtx,
+    vars: &Variables,
+) -> Result<Document> {
+    let foreign = ctx.scan(&g.from_db, &g.from)?;
+    let coll = vars.collator.as_deref();
+    let start = g.start_with.evaluate(&doc, vars)?.unwrap_or(Bson::Null);
+    let mut frontier: Vec<Bson> = match start {
+        Bson::Array(a) => a,
+        other => vec![other],
+    };
+    let mut visited: HashMap<String, ()> = HashMap::new();
+    let mut results: Vec<Document> = Vec::new();
+    let mut depth = 0i64;
+    while !frontier.is_empty() && g.max_depth.is_none_or(|m| depth <= m) {
+        let mut next = Vec::new();
+        for (i, fd) in foreign.iter().enumerate() {
+            if let Some(r) = &g.restrict {
+                if !r.matches(fd) {
+                    continue;
+                }
+            }
+            let tvals = matcher_values(fd, &g.connect_to);
+            let hit = frontier.iter().any(|f| {
+                tvals.iter().any(|t| bson_eq_with(t, f, coll))
+                    || (matches!(f, Bson::Null) && tvals.is_empty())
+            });
+            if !hit {
+                continue;
+            }
+            let key = match fd.get("_id") {
+                Some(id) => group_key(id, coll),
+                None => format!("#{i}"),
+            };
+            if visited.insert(key, ()).is_some() {
+                continue;
+            }
+            let mut r = fd.clone();
+            if let Some(df) = &g.depth_field {
+                set_path(&mut r, df, Bson::Int64(depth));
+            }
+            for v in local_values(fd, &g.connect_from) {
+                if !matches!(v, Bson::Null) || crate::path::get_path(fd, &g.connect_from).is_some()
+                {
+                    next.push(v);
+                }
+            }
+            results.push(r);
+        }
+        frontier = next;
+        depth += 1;
+    }
+    set_path(
+        &mut doc,
+        &g.as_field,
+        Bson::Array(results.into_iter().map(Bson::Document).collect()),
+    );
+    Ok(doc)
+}

@@ -1,0 +1,593 @@
+//! A command's way from its document to its reply: [`run`], a chain of gates, each a
+//! short function. Their order is mongod's, and it is visible to drivers (when several
+//! checks fail, the first decides the error):
+//!
+//! 1. the command's name and its [`Spec`] in the registry: an unknown name fails with
+//!    59 CommandNotFound before anything else, as mongod looks a command up first;
+//! 2. the envelope ([`check_envelope`]): transaction fields, read concern, Stable API,
+//!    `requireApiVersion`, snapshot reads;
+//! 3. fail points, with test commands ([`fail_points`]);
+//! 4. the session's transaction, entered or ended ([`enter_transaction`]);
+//! 5. registered as running, for currentOp and killOp ([`Running`]);
+//! 6. for a command that writes, the free-space floor then the fsync lock
+//!    ([`admit_write`]);
+//! 7. the handler, admin-only commands refused elsewhere first ([`execute`]);
+//! 8. afterwards: a failed command ends its transaction, the profiler's entry, and the
+//!    reply, with an unsatisfied write concern or an injected one ([`reply_for`]).
+
+use super::registry::{self, Handler, Spec};
+use super::testing::{self, Injected};
+use super::{
+    args, error_reply, ok_reply, operation_for, raw_cursor_reply, raw_ok_reply, read, write, Body,
+    Call, Conn, Output, Reply, OPERATION,
+};
+use crate::current_op::ConnInfo;
+use crate::state::ServerState;
+use crate::transactions::{OpenTransaction, TxnFields};
+use bson::{Bson, Document, RawDocumentBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+use tailstream_engine::fsync_lock::WritePass;
+use tailstream_engine::query::error::{codes, Error, Result};
+use tailstream_engine::query::script::Operation;
+
+/// Runs one command through the gates and builds its reply (never fails: errors
+/// become `ok: 0` replies).
+pub(super) async fn run(
+    state: &Arc<ServerState>,
+    conn: &mut Conn,
+    db: &str,
+    cmd: Document,
+    payload: Option<Vec<RawDocumentBuf>>,
+) -> Reply {
+    // Shared with the currentOp report while the command runs.
+    let cmd = Arc::new(cmd);
+    let name = match command_name(&cmd) {
+        Ok(name) => name,
+        Err(e) => return Reply::error(state, &e),
+    };
+    state.opcounters.command.fetch_add(1, Ordering::Relaxed);
+    let started = Instant::now();
+    let test_commands = state.config.test_commands_enabled();
+    let spec = match look_up(&name, test_commands) {
+        Ok(spec) => spec,
+        Err(e) => return Reply::error(state, &e),
+    };
+    note_client_and_session(state, conn, &name, &cmd);
+    let txn = match check_envelope(spec, &name, db, &cmd) {
+        Ok(txn) => txn,
+        Err(e) => return Reply::error(state, &e),
+    };
+    let labels = Labels {
+        name: &name,
+        part_of_transaction: txn.is_some(),
+    };
+    let injected = if test_commands {
+        match fail_points(state, conn, &name, &cmd, &labels).await {
+            Ok(injected) => injected,
+            Err(reply) => return reply,
+        }
+    } else {
+        None
+    };
+    let open = match enter_transaction(state, &name, &cmd, txn.as_ref()) {
+        Ok(open) => open,
+        Err(e) => return Reply::error(state, &e),
+    };
+    let in_transaction = open.is_some();
+    let op = operation_for(&name, &cmd);
+    let running = Running::register(state, &conn.info, &op, db, &cmd, started);
+    let _write_pass = match admit_write(state, spec, &cmd, &op, &running).await {
+        Ok(pass) => pass,
+        Err(e) => return Reply::error(state, &labels.apply(e)),
+    };
+    let call = Call {
+        state,
+        conn: &mut *conn,
+        spec,
+        name: &name,
+        db,
+        cmd: &cmd,
+        payload,
+    };
+    let result = execute(call, op, open).await;
+    drop(running);
+    if in_transaction {
+        end_failed_transaction(state, txn.as_ref(), &result);
+    }
+    if test_commands {
+        note_time_limited_cursor(state, &cmd, &result);
+    }
+    profile(state, conn, db, &name, &cmd, started, &result);
+    reply_for(state, spec, &cmd, &labels, in_transaction, injected, result)
+}
+
+/// The command's name: its document's first key.
+fn command_name(cmd: &Document) -> Result<String> {
+    cmd.keys()
+        .next()
+        .cloned()
+        .ok_or_else(|| Error::new(codes::FAILED_TO_PARSE, "Empty command object"))
+}
+
+/// The command's spec (59 CommandNotFound for a name the registry lacks).
+fn look_up(name: &str, test_commands: bool) -> Result<&'static Spec> {
+    registry::find(name, test_commands).ok_or_else(|| {
+        Error::new(
+            codes::COMMAND_NOT_FOUND,
+            format!("no such command: '{name}'"),
+        )
+    })
+}
+
+/// Records the handshake's client metadata before fail points are evaluated, so a
+/// `failCommand` with an `appName` applies to the very first hello of a connection (as
+/// mongod does), and marks the command's session as used.
+fn note_client_and_session(state: &ServerState, conn: &Conn, name: &str, cmd: &Document) {
+    if conn.info.client.get().is_none() && matches!(name, "hello" | "isMaster" | "ismaster") {
+        if let Some(Bson::Document(client)) = cmd.get("client") {
+            let _ = conn.info.client.set(client.clone());
+        }
+    }
+    if let Some(lsid) = cmd.get("lsid") {
+        state.local_sessions.touch(lsid);
+    }
+}
+
+/// The generic arguments around the command, checked as mongod parses them before the
+/// command runs: transaction fields, read concern, the Stable API, `requireApiVersion`,
+/// snapshot reads. Returns the transaction fields (None: not part of a transaction).
+fn check_envelope(spec: &Spec, name: &str, db: &str, cmd: &Document) -> Result<Option<TxnFields>> {
+    let txn = crate::transactions::fields(spec, name, db, cmd)?;
+    let level = read_concern_level(cmd)?;
+    check_stable_api(spec, name, cmd)?;
+    check_api_version_required(cmd)?;
+    check_snapshot_read(spec, name, txn.is_some(), level)?;
+    Ok(txn)
+}
+
+/// How the errors of a command are labelled: in a transaction, with mongod's
+/// TransientTransactionError where it applies.
+struct Labels<'a> {
+    name: &'a str,
+    part_of_transaction: bool,
+}
+
+impl Labels<'_> {
+    fn apply(&self, mut e: Error) -> Error {
+        if self.part_of_transaction {
+            crate::transactions::label_transient(self.name, &mut e);
+        }
+        e
+    }
+}
+
+/// The test commands' fail points: `maxTimeAlwaysTimeOut`, and what `failCommand`
+/// injects (a delay, a closed connection, an error, or a write concern error the reply
+/// carries later). Err: the reply the command ends with.
+async fn fail_points(
+    state: &ServerState,
+    conn: &Conn,
+    name: &str,
+    cmd: &Document,
+    labels: &Labels<'_>,
+) -> std::result::Result<Option<Injected>, Reply> {
+    let injected = state
+        .fail_points
+        .fail_command(name, cmd, conn.info.app_name());
+    if let Some(e) = state.fail_points.max_time_expired(cmd) {
+        // An error in a getMore kills its cursor (as in mongod).
+        if let Some(Bson::Int64(id)) = cmd.get("getMore") {
+            state.engine.cursors.remove(*id);
+        }
+        return Err(Reply::error(state, &e));
+    }
+    if let Some(inj) = &injected {
+        if let Some(d) = inj.block {
+            tokio::time::sleep(d).await;
+        }
+        if inj.close_connection {
+            return Err(Reply::close());
+        }
+        if let Some(e) = &inj.error {
+            return Err(Reply::error(state, &labels.apply(e.clone())));
+        }
+    }
+    Ok(injected)
+}
+
+/// A command in a transaction runs in it (see `transactions`); a command outside one
+/// with a newer txnNumber ends the session's open transaction. commitTransaction and
+/// abortTransaction find theirs themselves.
+fn enter_transaction(
+    state: &ServerState,
+    name: &str,
+    cmd: &Document,
+    txn: Option<&TxnFields>,
+) -> Result<Option<OpenTransaction>> {
+    match txn {
+        Some(f) if !matches!(name, "commitTransaction" | "abortTransaction") => {
+            let start = matches!(cmd.get("startTransaction"), Some(Bson::Boolean(true)));
+            state.transactions.enter(state, f, start).map(Some)
+        }
+        Some(_) => Ok(None),
+        None => {
+            if let Some((lsid, n)) = args::retry_key(cmd) {
+                state.transactions.newer_number(lsid, n);
+            }
+            Ok(None)
+        }
+    }
+}
+
+/// The command in its connection's slot of the currentOp registry while it runs;
+/// cleared when dropped.
+struct Running(Arc<ConnInfo>);
+
+impl Running {
+    fn register(
+        state: &ServerState,
+        info: &Arc<ConnInfo>,
+        op: &Arc<Operation>,
+        db: &str,
+        cmd: &Arc<Document>,
+        started: Instant,
+    ) -> Running {
+        *info.running.lock() = Some(crate::current_op::Running {
+            opid: state.current_ops.next_opid(),
+            started,
+            op: op.clone(),
+            db: db.to_string(),
+            cmd: cmd.clone(),
+            waiting_for_lock: false,
+        });
+        Running(info.clone())
+    }
+
+    /// currentOp shows it waiting for a lock (`waitingForLock`).
+    fn set_waiting_for_lock(&self, waiting: bool) {
+        if let Some(r) = self.0.running.lock().as_mut() {
+            r.waiting_for_lock = waiting;
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        *self.0.running.lock() = None;
+    }
+}
+
+/// The gates of a command that writes data: the free-space floor, then the fsync lock.
+/// The pass it returns lets the fsync lock wait for the command.
+async fn admit_write(
+    state: &ServerState,
+    spec: &Spec,
+    cmd: &Document,
+    op: &Arc<Operation>,
+    running: &Running,
+) -> Result<Option<WritePass>> {
+    if !spec.writes.writes(cmd) {
+        return Ok(None);
+    }
+    check_disk_space(state, spec)?;
+    pass_fsync_lock(state, op, running).await.map(Some)
+}
+
+/// Below the free-space floor, commands that add data are refused (deletes and drops
+/// still run, so space can be freed from a client).
+fn check_disk_space(state: &ServerState, spec: &Spec) -> Result<()> {
+    if spec.writes == registry::Writes::Removes {
+        return Ok(());
+    }
+    state.disk_space.check(&state.config.dbpath)
+}
+
+/// A write waits here while `fsync` holds the lock (`db.fsyncLock()`), shown by
+/// currentOp as waiting for a lock; the lock in turn waits for the writes already past
+/// this point. killOp, the client going away and maxTimeMS end the wait too, as they
+/// end a wait for a lock in mongod.
+async fn pass_fsync_lock(
+    state: &ServerState,
+    op: &Arc<Operation>,
+    running: &Running,
+) -> Result<WritePass> {
+    let gate = &state.engine.fsync_lock;
+    let waits = gate.is_locked();
+    if waits {
+        running.set_waiting_for_lock(true);
+    }
+    let entered = tokio::select! {
+        pass = gate.enter_write() => Ok(pass),
+        e = state.current_ops.interrupted(op) => Err(e),
+    };
+    if waits {
+        running.set_waiting_for_lock(false);
+    }
+    entered
+}
+
+/// Runs the command in its operation (deadline, kill) and its transaction: admin-only
+/// commands are refused on other databases, then its handler runs.
+async fn execute(
+    call: Call<'_>,
+    op: Arc<Operation>,
+    open: Option<OpenTransaction>,
+) -> Result<Output> {
+    OPERATION
+        .scope(op, crate::transactions::scope(open, dispatch(call)))
+        .await
+}
+
+async fn dispatch(call: Call<'_>) -> Result<Output> {
+    let spec = call.spec;
+    if spec.admin_only {
+        args::admin_only(call.db, spec.name)?;
+    }
+    match spec.handler {
+        Handler::GetMore => read::get_more(call.state, call.db, call.cmd).await,
+        Handler::Boxed(handler) => handler(call).await,
+    }
+}
+
+/// As in mongod, a failed command (or write) ends its transaction.
+fn end_failed_transaction(state: &ServerState, txn: Option<&TxnFields>, result: &Result<Output>) {
+    let failed = match result {
+        Err(_) => true,
+        Ok(Output::Doc(d)) => d.contains_key("writeErrors"),
+        Ok(_) => false,
+    };
+    if let (true, Some(f)) = (failed, txn) {
+        state.transactions.abort_open(f);
+    }
+}
+
+/// `maxTimeAlwaysTimeOut` fires on the getMores of a cursor opened with `maxTimeMS`:
+/// the fail points note such cursors.
+fn note_time_limited_cursor(state: &ServerState, cmd: &Document, result: &Result<Output>) {
+    if let Ok(Output::Doc(body)) = result {
+        let cursor_id = body
+            .get_document("cursor")
+            .and_then(|c| c.get_i64("id"))
+            .unwrap_or(0);
+        state
+            .fail_points
+            .note_cursor(cmd, cursor_id, |id| state.engine.cursors.get(id).is_some());
+    }
+}
+
+/// The reply: `ok: 1` with the cluster time (written raw where nothing is injected), a
+/// raw cursor batch, a closed connection, or the error with its labels and the write
+/// concern error mongod adds on failure; a `failCommand` write concern error last.
+fn reply_for(
+    state: &ServerState,
+    spec: &Spec,
+    cmd: &Document,
+    labels: &Labels<'_>,
+    in_transaction: bool,
+    injected: Option<Injected>,
+    result: Result<Output>,
+) -> Reply {
+    let injected_wce = injected.and_then(|i| i.write_concern_error);
+    let mut body = match result {
+        Ok(Output::Doc(body)) if injected_wce.is_none() => {
+            return Reply::body(raw_ok_reply(state, body))
+        }
+        Ok(Output::Doc(body)) => ok_reply(state, body),
+        Ok(Output::Cursor(c)) => return Reply::body(raw_cursor_reply(state, c)),
+        Err(e) if e.code == testing::CLOSE_CONNECTION => return Reply::close(),
+        Err(e) => {
+            let mut body = error_reply(state, &labels.apply(e));
+            if !in_transaction && spec.write_concern {
+                attach_unsatisfied_write_concern(cmd, &mut body);
+            }
+            body
+        }
+    };
+    if let Some(wce) = injected_wce {
+        testing::attach_write_concern_error(&mut body, wce, cmd);
+    }
+    Reply::body(Body::Doc(body))
+}
+
+/// Leaves the command's entry in its database's `system.profile` when that database
+/// is profiled (see `crate::profiler`).
+fn profile(
+    state: &ServerState,
+    conn: &Conn,
+    db: &str,
+    name: &str,
+    cmd: &Document,
+    started: Instant,
+    result: &Result<Output>,
+) {
+    if !state.profiler.enabled() {
+        return;
+    }
+    let (nreturned, response_length, error) = match result {
+        Ok(Output::Doc(body)) => {
+            let batch = body.get_document("cursor").ok().and_then(|c| {
+                c.get_array("firstBatch")
+                    .or_else(|_| c.get_array("nextBatch"))
+                    .ok()
+            });
+            let len = bson::to_vec(body).map(|b| b.len() as i64).ok();
+            (batch.map(|b| b.len() as i64), len, None)
+        }
+        Ok(Output::Cursor(c)) => (Some(c.docs.len() as i64), None, None),
+        Err(e) => (None, None, Some(e)),
+    };
+    let finished = crate::profiler::Finished {
+        db,
+        name,
+        cmd,
+        elapsed: started.elapsed(),
+        nreturned,
+        response_length,
+        error,
+        client: conn.peer.clone(),
+        app_name: conn.info.app_name().map(str::to_string),
+    };
+    if let Some((ns, entry)) = state.profiler.entry(&finished) {
+        crate::profiler::record(state, &ns, entry);
+    }
+}
+
+/// mongod waits for a command's write concern even when the command fails (so that what
+/// the client read before is as durable as it asked); an unsatisfiable one then adds a
+/// `writeConcernError` to the error reply, and drivers report that error first.
+fn attach_unsatisfied_write_concern(cmd: &Document, body: &mut Document) {
+    if let Ok(wc) = write::parse_write_concern(cmd) {
+        if wc.unsatisfiable {
+            body.insert(
+                "writeConcernError",
+                write::unsatisfiable_write_concern_error(),
+            );
+        }
+    }
+}
+
+/// Aggregation stages outside the Stable API, version 1.
+const API_V1_EXCLUDED_STAGES: &[&str] = &[
+    "$currentOp",
+    "$indexStats",
+    "$listLocalSessions",
+    "$listSessions",
+    "$planCacheStats",
+    "$collStats",
+    "$search",
+    "$searchMeta",
+    "$listSearchIndexes",
+    "$changeStreamSplitLargeEvent",
+];
+
+/// The Stable API: its parameters, then, with `apiStrict: true`, the command (and its
+/// stages) must be in API version 1.
+fn check_stable_api(spec: &Spec, name: &str, cmd: &Document) -> Result<()> {
+    if api_strict(cmd)? {
+        check_api_version_1(spec, name, cmd)?;
+    }
+    Ok(())
+}
+
+/// Checks the stable-API parameters as mongod parses them: apiVersion a string and
+/// "1", apiStrict and apiDeprecationErrors booleans and only with an apiVersion.
+/// Returns whether apiStrict is true.
+fn api_strict(cmd: &Document) -> Result<bool> {
+    match cmd.get("apiVersion") {
+        None => {
+            if cmd.contains_key("apiStrict") || cmd.contains_key("apiDeprecationErrors") {
+                return Err(Error::new(
+                    codes::API_PARAMETERS_WITHOUT_VERSION,
+                    "Provided apiStrict and/or apiDeprecationErrors without passing apiVersion",
+                ));
+            }
+            return Ok(false);
+        }
+        Some(Bson::String(v)) if v == "1" => {}
+        Some(Bson::String(v)) if v == "2" => {
+            return Err(Error::new(
+                codes::API_VERSION_ERROR,
+                "Cannot accept API version 2",
+            ))
+        }
+        Some(Bson::String(_)) => {
+            return Err(Error::new(
+                codes::API_VERSION_ERROR,
+                "API version must be \"1\"",
+            ))
+        }
+        Some(v) => return Err(args::wrong_field_type("apiVersion", v, "string")),
+    }
+    for field in ["apiStrict", "apiDeprecationErrors"] {
+        match cmd.get(field) {
+            None | Some(Bson::Boolean(_)) => {}
+            Some(v) => return Err(args::wrong_field_type(field, v, "bool")),
+        }
+    }
+    Ok(matches!(cmd.get("apiStrict"), Some(Bson::Boolean(true))))
+}
+
+/// `apiStrict: true` refuses commands and aggregation stages outside API version 1,
+/// as mongod does (323 APIStrictError).
+fn check_api_version_1(spec: &Spec, name: &str, cmd: &Document) -> Result<()> {
+    if !spec.api_v1 {
+        return Err(Error::new(
+            codes::API_STRICT_ERROR,
+            format!("Provided apiStrict:true, but the command {name} is not in API Version 1"),
+        ));
+    }
+    if spec.name != "aggregate" {
+        return Ok(());
+    }
+    let Ok(pipeline) = cmd.get_array("pipeline") else {
+        return Ok(());
+    };
+    for stage in pipeline.iter().filter_map(|s| s.as_document()) {
+        if let Some(k) = stage
+            .keys()
+            .next()
+            .filter(|k| API_V1_EXCLUDED_STAGES.contains(&k.as_str()))
+        {
+            return Err(Error::new(
+                codes::API_STRICT_ERROR,
+                format!("{k} is not allowed with 'apiStrict: true' in API Version 1"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Read concern levels mongod knows (its IDL refuses any other with BadValue).
+const READ_CONCERN_LEVELS: &[&str] =
+    &["local", "majority", "linearizable", "available", "snapshot"];
+
+/// The command's read concern level, checked as mongod checks it (None: no level).
+fn read_concern_level(cmd: &Document) -> Result<Option<&str>> {
+    let level = match cmd.get("readConcern") {
+        None => return Ok(None),
+        Some(Bson::Document(rc)) => match rc.get("level") {
+            None => return Ok(None),
+            Some(Bson::String(l)) => l,
+            Some(v) => return Err(args::wrong_field_type("readConcern.level", v, "string")),
+        },
+        Some(v) => return Err(args::wrong_field_type("readConcern", v, "object")),
+    };
+    if READ_CONCERN_LEVELS.contains(&level.as_str()) {
+        Ok(Some(level.as_str()))
+    } else {
+        Err(Error::bad_value(format!(
+            "Enumeration value '{level}' for field 'readConcern.level' is not a valid value."
+        )))
+    }
+}
+
+/// `requireApiVersion` (a server parameter): every command must declare its API version.
+fn check_api_version_required(cmd: &Document) -> Result<()> {
+    if crate::state::REQUIRE_API_VERSION.load(Ordering::Relaxed) && !cmd.contains_key("apiVersion")
+    {
+        return Err(Error::new(
+            codes::API_VERSION_REQUIRED,
+            "The apiVersion parameter is required, please configure your MongoClient's API version",
+        ));
+    }
+    Ok(())
+}
+
+/// Outside transactions, only the snapshot reads take `readConcern: {level:
+/// "snapshot"}`.
+fn check_snapshot_read(
+    spec: &Spec,
+    name: &str,
+    part_of_transaction: bool,
+    level: Option<&str>,
+) -> Result<()> {
+    if !part_of_transaction && level == Some("snapshot") && !spec.snapshot_read {
+        return Err(Error::new(
+            codes::INVALID_OPTIONS,
+            format!("Command {name} does not support {{ readConcern: {{ level: \"snapshot\" }} }}"),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,1161 @@
+//! The command registry: one table, [`SPECS`], with everything the server knows about
+//! each command. Dispatch, `listCommands` and every check `gates::run` makes before a
+//! command runs read it, instead of lists of command names of their own.
+//!
+//! A [`Spec`] holds:
+//! - `name`, and the `aliases` it also runs as (`findandmodify`): an alias is the same
+//!   command, with all its flags, as in mongod;
+//! - `handler`: the function that runs it (in the family's file, `commands/*.rs`);
+//! - `admin_only`: runs only on the `admin` database (13 Unauthorized elsewhere);
+//!   `listCommands` reports it;
+//! - `writes`: whether it writes data, so it waits while `fsync` holds the lock, and
+//!   whether it only removes data (so it still runs below the free-space floor);
+//! - `write_concern`: takes a write concern and waits for it even when it fails (an
+//!   unsatisfiable one adds a `writeConcernError` to the error reply);
+//! - `api_v1`: in the Stable API, version 1 (`apiStrict: true` refuses the others);
+//! - `in_transaction`: allowed in a multi-document transaction;
+//! - `snapshot_read`: reads at `readConcern: {level: "snapshot"}` outside transactions;
+//! - `test_only`: exists only with `enableTestCommands`;
+//! - `privileges`: the actions mongod's authorization requires for it. Not enforced
+//!   yet: this server has no users (authentication will check them).
+//!
+//! Adding a command: write its handler in the family's file, add one entry below (in
+//! alphabetical order) with the flags mongod declares for it (its `Command` class:
+//! `adminOnly`, `supportsWriteConcern`, `apiVersions`, `allowedInTransactions`, its
+//! privileges), and nothing else: it is dispatched, listed and checked from here.
+
+use super::{admin, ddl, handshake, read, testing, write, Call, Output};
+use bson::{doc, Bson, Document};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::LazyLock;
+use tailstream_engine::query::error::Result;
+
+/// One command: see the module documentation for what each field means.
+pub struct Spec {
+    pub name: &'static str,
+    pub aliases: &'static [&'static str],
+    pub handler: Handler,
+    pub admin_only: bool,
+    pub writes: Writes,
+    pub write_concern: bool,
+    pub api_v1: bool,
+    pub in_transaction: bool,
+    pub snapshot_read: bool,
+    pub test_only: bool,
+    /// Read by nothing yet: the authentication work will check it before a command runs.
+    #[allow(dead_code)]
+    pub privileges: Privileges,
+}
+
+/// A running command's future, boxed: a future is as large as its largest state, and
+/// every command's would be moved into place (8 KB copied per command when all were
+/// inline, 2.5% of a hundred change streams' CPU).
+pub type BoxedRun<'a> = Pin<Box<dyn Future<Output = Result<Output>> + Send + 'a>>;
+
+/// How a command runs.
+#[derive(Clone, Copy)]
+pub enum Handler {
+    /// `read::get_more`, awaited inline (not boxed): a change stream's getMore is the
+    /// hot path, and an allocation per getMore is what boxing would add.
+    GetMore,
+    /// Any other command: its handler's future, boxed.
+    Boxed(for<'a> fn(Call<'a>) -> BoxedRun<'a>),
+}
+
+/// Whether a command writes data (see [`Spec::writes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Writes {
+    No,
+    /// Adds or changes data: waits at the fsync lock, refused below the free-space floor.
+    Adds,
+    /// Only removes data: waits at the fsync lock, runs below the free-space floor.
+    Removes,
+    /// Writes when its pipeline ends in `$out` or `$merge` (aggregate).
+    PipelineOutput,
+}
+
+impl Writes {
+    /// Whether this run of the command writes data.
+    pub fn writes(self, cmd: &Document) -> bool {
+        match self {
+            Writes::No => false,
+            Writes::Adds | Writes::Removes => true,
+            Writes::PipelineOutput => matches!(
+                cmd.get_array("pipeline").ok().and_then(|p| p.last()),
+                Some(Bson::Document(last)) if last.contains_key("$out") || last.contains_key("$merge")
+            ),
+        }
+    }
+}
+
+/// What mongod's authorization requires before a command runs (its
+/// `addRequiredPrivileges` / `checkAuthForOperation`). Not enforced yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Privileges {
+    /// Runs unauthenticated: the handshake, authentication itself, sessions, `ping`.
+    None,
+    /// These actions on this resource.
+    Actions(Resource, &'static [Action]),
+    /// Depends on the command's arguments (aggregate's stages, explain's command,
+    /// renameCollection's two namespaces) or is not written down yet: the
+    /// authentication work decides.
+    Undecided,
+}
+
+/// The resource a privilege is on (mongod's `ResourcePattern`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resource {
+    /// The collection the command names.
+    Collection,
+    /// The command's database.
+    Database,
+    /// The whole server (mongod's cluster resource).
+    Cluster,
+}
+
+/// mongod's action types (`ActionType`), those the commands here need.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    AppendOplogNote,
+    CheckFreeMonitoringStatus,
+    CollMod,
+    CollStats,
+    ConvertToCapped,
+    CreateCollection,
+    CreateIndex,
+    DbStats,
+    DropCollection,
+    DropDatabase,
+    DropIndex,
+    EnableProfiler,
+    Find,
+    Fsync,
+    GetCmdLineOpts,
+    GetDefaultRWConcern,
+    GetLog,
+    GetParameter,
+    HostInfo,
+    /// currentOp (mongod's `inprog`).
+    Inprog,
+    Insert,
+    KillAnySession,
+    KillCursors,
+    /// killOp (mongod's `killop`).
+    Killop,
+    ListCollections,
+    ListDatabases,
+    ListIndexes,
+    Remove,
+    ReplSetConfigure,
+    ReplSetGetConfig,
+    ReplSetGetStatus,
+    ServerStatus,
+    SetParameter,
+    Shutdown,
+    /// fsyncUnlock (mongod's `unlock`).
+    Unlock,
+    Update,
+    Validate,
+}
+
+/// A spec with every flag off and its privileges undecided; the builder methods below
+/// turn flags on.
+const fn command(name: &'static str, handler: Handler) -> Spec {
+    Spec {
+        name,
+        aliases: &[],
+        handler,
+        admin_only: false,
+        writes: Writes::No,
+        write_concern: false,
+        api_v1: false,
+        in_transaction: false,
+        snapshot_read: false,
+        test_only: false,
+        privileges: Privileges::Undecided,
+    }
+}
+
+impl Spec {
+    const fn aliases(mut self, aliases: &'static [&'static str]) -> Self {
+        self.aliases = aliases;
+        self
+    }
+    const fn admin_only(mut self) -> Self {
+        self.admin_only = true;
+        self
+    }
+    const fn writes(mut self, writes: Writes) -> Self {
+        self.writes = writes;
+        self
+    }
+    const fn write_concern(mut self) -> Self {
+        self.write_concern = true;
+        self
+    }
+    const fn api_v1(mut self) -> Self {
+        self.api_v1 = true;
+        self
+    }
+    const fn in_transaction(mut self) -> Self {
+        self.in_transaction = true;
+        self
+    }
+    const fn snapshot_read(mut self) -> Self {
+        self.snapshot_read = true;
+        self
+    }
+    const fn test_only(mut self) -> Self {
+        self.test_only = true;
+        self
+    }
+    /// Needs no privilege.
+    const fn open(mut self) -> Self {
+        self.privileges = Privileges::None;
+        self
+    }
+    const fn needs(mut self, on: Resource, actions: &'static [Action]) -> Self {
+        self.privileges = Privileges::Actions(on, actions);
+        self
+    }
+}
+
+/// A handler whose reply is a document: `reply!(c => <Result<Document>>)`, with `c`
+/// the [`Call`]; the expression may `.await`.
+macro_rules! reply {
+    ($c:ident => $body:expr) => {
+        Handler::Boxed(|$c| Box::pin(async move { $body.map(Output::Doc) }))
+    };
+}
+
+/// A handler that builds its own [`Output`] (a cursor of raw documents).
+macro_rules! output {
+    ($c:ident => $body:expr) => {
+        Handler::Boxed(|$c| Box::pin(async move { $body }))
+    };
+}
+
+use Action::*;
+use Resource::{Cluster, Collection, Database};
+use Writes::{Adds, PipelineOutput, Removes};
+
+/// Every command, in alphabetical order.
+pub static SPECS: &[Spec] = &[
+    command(
+        "abortTransaction",
+        reply!(c => crate::transactions::commit_or_abort(c.state, c.spec, c.name, c.db, c.cmd).await),
+    )
+    .admin_only()
+    .api_v1()
+    .in_transaction()
+    .open(),
+    command(
+        "aggregate",
+        output!(c => read::aggregate(c.state, c.db, c.cmd).await),
+    )
+    .writes(PipelineOutput)
+    .api_v1()
+    .in_transaction()
+    .snapshot_read(),
+    command(
+        "appendOplogNote",
+        reply!(c => admin::append_oplog_note(c.state, c.cmd).await),
+    )
+    .admin_only()
+    .writes(Adds)
+    .needs(Cluster, &[AppendOplogNote]),
+    command(
+        "authenticate",
+        reply!(c => handshake::no_authentication(c.name)),
+    )
+    .api_v1()
+    .open(),
+    command("buildInfo", reply!(_c => Ok(handshake::build_info())))
+        .aliases(&["buildinfo"])
+        .open(),
+    command(
+        "cloneCollectionAsCapped",
+        reply!(c => ddl::clone_collection_as_capped(c.state, c.db, c.cmd).await),
+    )
+    .writes(Adds),
+    command(
+        "collMod",
+        reply!(c => ddl::coll_mod(c.state, c.db, c.cmd).await),
+    )
+    .writes(Adds)
+    .write_concern()
+    .api_v1()
+    .needs(Collection, &[CollMod]),
+    command(
+        "collStats",
+        reply!(c => ddl::coll_stats(c.state, c.db, c.cmd).await),
+    )
+    .needs(Collection, &[CollStats]),
+    command(
+        "commitTransaction",
+        reply!(c => crate::transactions::commit_or_abort(c.state, c.spec, c.name, c.db, c.cmd).await),
+    )
+    .admin_only()
+    .writes(Adds)
+    .api_v1()
+    .in_transaction()
+    .open(),
+    command(
+        "configureFailPoint",
+        reply!(c => testing::configure_fail_point(c.state, c.cmd)),
+    )
+    .admin_only()
+    .test_only(),
+    command(
+        "connectionStatus",
+        reply!(c => Ok(handshake::connection_status(c.cmd))),
+    )
+    .open(),
+    command(
+        "convertToCapped",
+        reply!(c => ddl::convert_to_capped(c.state, c.db, c.cmd).await),
+    )
+    .writes(Adds)
+    .needs(Collection, &[ConvertToCapped]),
+    command(
+        "count",
+        reply!(c => read::count(c.state, c.db, c.cmd).await),
+    )
+    .api_v1()
+    .needs(Collection, &[Find]),
+    command(
+        "create",
+        reply!(c => ddl::create(c.state, c.db, c.cmd).await),
+    )
+    .writes(Adds)
+    .write_concern()
+    .api_v1()
+    .in_transaction()
+    .needs(Collection, &[CreateCollection]),
+    command(
+        "createIndexes",
+        reply!(c => ddl::create_indexes(c.state, c.db, c.cmd).await),
+    )
+    .writes(Adds)
+    .write_concern()
+    .api_v1()
+    .in_transaction()
+    .needs(Collection, &[CreateIndex]),
+    command(
+        "currentOp",
+        reply!(c => crate::current_op::command(c.state, c.cmd)),
+    )
+    .admin_only()
+    .needs(Cluster, &[Inprog]),
+    command(
+        "dataSize",
+        reply!(c => ddl::data_size(c.state, c.cmd).await),
+    )
+    .aliases(&["datasize"])
+    .needs(Collection, &[Find]),
+    command(
+        "dbStats",
+        reply!(c => ddl::db_stats(c.state, c.db, c.cmd).await),
+    )
+    .needs(Database, &[DbStats]),
+    command(
+        "delete",
+        reply!(c => write::delete(c.state, c.db, c.cmd).await),
+    )
+    .writes(Removes)
+    .write_concern()
+    .api_v1()
+    .in_transaction()
+    .needs(Collection, &[Remove]),
+    command(
+        "distinct",
+        reply!(c => read::distinct(c.state, c.db, c.cmd).await),
+    )
+    .in_transaction()
+    .snapshot_read()
+    .needs(Collection, &[Find]),
+    command("drop", reply!(c => ddl::drop(c.state, c.db, c.cmd).await))
+        .writes(Removes)
+        .write_concern()
+        .api_v1()
+        .needs(Collection, &[DropCollection]),
+    command(
+        "dropDatabase",
+        reply!(c => ddl::drop_database(c.state, c.db, c.cmd).await),
+    )
+    .writes(Removes)
+    .write_concern()
+    .api_v1()
+    .needs(Database, &[DropDatabase]),
+    command(
+        "dropIndexes",
+        reply!(c => ddl::drop_indexes(c.state, c.db, c.cmd).await),
+    )
+    .aliases(&["deleteIndexes"])
+    .writes(Removes)
+    .write_concern()
+    .api_v1()
+    .needs(Collection, &[DropIndex]),
+    command(
+        "endSessions",
+        reply!(c => admin::sessions(c.state, c.name, c.cmd)),
+    )
+    .api_v1()
+    .open(),
+    command(
+        "explain",
+        reply!(c => read::explain(c.state, c.db, c.cmd).await),
+    ),
+    command("find", reply!(c => read::find(c.state, c.db, c.cmd).await))
+        .api_v1()
+        .in_transaction()
+        .snapshot_read()
+        .needs(Collection, &[Find]),
+    // With upsert: true mongod requires insert too, and remove for remove: true.
+    command(
+        "findAndModify",
+        reply!(c => write::find_and_modify(c.state, c.db, c.cmd).await),
+    )
+    .aliases(&["findandmodify"])
+    .writes(Adds)
+    .write_concern()
+    .api_v1()
+    .in_transaction()
+    .needs(Collection, &[Find, Update]),
+    command("fsync", reply!(c => admin::fsync(c.state, c.cmd).await))
+        .admin_only()
+        .needs(Cluster, &[Fsync]),
+    command(
+        "fsyncUnlock",
+        reply!(c => admin::fsync_unlock(c.state).await),
+    )
+    .admin_only()
+    .needs(Cluster, &[Unlock]),
+    command(
+        "getCmdLineOpts",
+        reply!(c => Ok(admin::get_cmd_line_opts(c.state))),
+    )
+    .admin_only()
+    .needs(Cluster, &[GetCmdLineOpts]),
+    command(
+        "getDefaultRWConcern",
+        reply!(_c => Ok(admin::default_rw_concern())),
+    )
+    .admin_only()
+    .needs(Cluster, &[GetDefaultRWConcern]),
+    command(
+        "getFreeMonitoringStatus",
+        reply!(_c => Ok(doc! {"state": "disabled"})),
+    )
+    .admin_only()
+    .needs(Cluster, &[CheckFreeMonitoringStatus]),
+    command(
+        "getLastError",
+        reply!(_c => Ok(doc! {"err": Bson::Null, "n": 0})),
+    )
+    .open(),
+    command(
+        "getLog",
+        reply!(_c => Ok(doc! {"totalLinesWritten": 0, "log": []})),
+    )
+    .admin_only()
+    .needs(Cluster, &[GetLog]),
+    // mongod checks find on the cursor's namespace, and that the cursor is the session's.
+    command("getMore", Handler::GetMore)
+        .api_v1()
+        .in_transaction()
+        .snapshot_read()
+        .needs(Collection, &[Find]),
+    command(
+        "getParameter",
+        reply!(c => admin::get_parameter(c.state, c.cmd)),
+    )
+    .admin_only()
+    .needs(Cluster, &[GetParameter]),
+    command(
+        "hello",
+        reply!(c => handshake::hello(c.state, c.conn, c.name, c.cmd).await),
+    )
+    .api_v1()
+    .open(),
+    // Not admin-only in mongod (listCommands said it was).
+    command("hostInfo", reply!(_c => Ok(admin::host_info()))).needs(Cluster, &[HostInfo]),
+    command(
+        "insert",
+        reply!(c => write::insert(c.state, c.db, c.cmd, c.payload).await),
+    )
+    .writes(Adds)
+    .write_concern()
+    .api_v1()
+    .in_transaction()
+    .needs(Collection, &[Insert]),
+    // mongod registers isMaster apart from hello (outside the Stable API).
+    command(
+        "isMaster",
+        reply!(c => handshake::hello(c.state, c.conn, c.name, c.cmd).await),
+    )
+    .aliases(&["ismaster"])
+    .open(),
+    command(
+        "killAllSessions",
+        reply!(c => admin::sessions(c.state, c.name, c.cmd)),
+    )
+    .needs(Cluster, &[KillAnySession]),
+    command(
+        "killAllSessionsByPattern",
+        reply!(c => admin::sessions(c.state, c.name, c.cmd)),
+    )
+    .needs(Cluster, &[KillAnySession]),
+    // mongod checks that the cursors are the session's (or killAnyCursor).
+    command(
+        "killCursors",
+        reply!(c => read::kill_cursors(c.state, c.db, c.cmd)),
+    )
+    .api_v1()
+    .in_transaction()
+    .needs(Collection, &[KillCursors]),
+    command(
+        "killOp",
+        reply!(c => crate::current_op::kill_op(c.state, c.cmd)),
+    )
+    .admin_only()
+    .needs(Cluster, &[Killop]),
+    // A session's own sessions need no privilege; others' need killAnySession.
+    command(
+        "killSessions",
+        reply!(c => admin::sessions(c.state, c.name, c.cmd)),
+    )
+    .open(),
+    command(
+        "listCollections",
+        reply!(c => ddl::list_collections(c.state, c.db, c.cmd).await),
+    )
+    .api_v1()
+    .needs(Database, &[ListCollections]),
+    command(
+        "listCommands",
+        reply!(c => Ok(list_commands(c.state.config.test_commands_enabled()))),
+    )
+    .open(),
+    command(
+        "listDatabases",
+        reply!(c => ddl::list_databases(c.state, c.db, c.cmd).await),
+    )
+    .admin_only()
+    .api_v1()
+    .needs(Cluster, &[ListDatabases]),
+    command(
+        "listIndexes",
+        reply!(c => ddl::list_indexes(c.state, c.db, c.cmd).await),
+    )
+    .api_v1()
+    .needs(Collection, &[ListIndexes]),
+    command("logout", reply!(c => handshake::no_authentication(c.name))).open(),
+    command("ping", reply!(_c => Ok(Document::new())))
+        .api_v1()
+        .open(),
+    command(
+        "profile",
+        reply!(c => c.state.profiler.command(c.db, c.cmd)),
+    )
+    .needs(Database, &[EnableProfiler]),
+    command(
+        "refreshSessions",
+        reply!(c => admin::sessions(c.state, c.name, c.cmd)),
+    )
+    .api_v1()
+    .open(),
+    command(
+        "renameCollection",
+        reply!(c => ddl::rename_collection(c.state, c.cmd).await),
+    )
+    .admin_only()
+    .writes(Adds)
+    .write_concern(),
+    command(
+        "replSetGetConfig",
+        reply!(c => admin::repl_set_get_config(c.state, c.cmd)),
+    )
+    .admin_only()
+    .needs(Cluster, &[ReplSetGetConfig]),
+    command(
+        "replSetGetStatus",
+        reply!(c => Ok(admin::repl_set_get_status(c.state))),
+    )
+    .admin_only()
+    .needs(Cluster, &[ReplSetGetStatus]),
+    command("replSetInitiate", reply!(_c => admin::repl_set_initiate()))
+        .admin_only()
+        .needs(Cluster, &[ReplSetConfigure]),
+    command("replSetReconfig", reply!(_c => admin::repl_set_reconfig()))
+        .admin_only()
+        .needs(Cluster, &[ReplSetConfigure]),
+    command(
+        "resetError",
+        reply!(_c => Ok(doc! {"err": Bson::Null, "n": 0})),
+    )
+    .open(),
+    command(
+        "saslContinue",
+        reply!(c => handshake::no_authentication(c.name)),
+    )
+    .api_v1()
+    .open(),
+    command(
+        "saslStart",
+        reply!(c => handshake::no_authentication(c.name)),
+    )
+    .api_v1()
+    .open(),
+    command(
+        "serverStatus",
+        reply!(c => Ok(admin::server_status(c.state))),
+    )
+    .needs(Cluster, &[ServerStatus]),
+    command(
+        "setParameter",
+        reply!(c => admin::set_parameter(c.state, c.cmd)),
+    )
+    .admin_only()
+    .needs(Cluster, &[SetParameter]),
+    command(
+        "shutdown",
+        reply!(c => admin::shutdown(c.state, &c.conn.peer, c.cmd).await),
+    )
+    .admin_only()
+    .needs(Cluster, &[Shutdown]),
+    command(
+        "startSession",
+        reply!(c => admin::sessions(c.state, c.name, c.cmd)),
+    )
+    .open(),
+    // With upsert: true mongod requires insert too.
+    command(
+        "update",
+        reply!(c => write::update(c.state, c.db, c.cmd).await),
+    )
+    .writes(Adds)
+    .write_concern()
+    .api_v1()
+    .in_transaction()
+    .needs(Collection, &[Update]),
+    // Authentication is not supported, so no user exists.
+    command("usersInfo", reply!(_c => Ok(doc! {"users": []}))),
+    command(
+        "validate",
+        reply!(c => ddl::validate(c.state, c.db, c.cmd).await),
+    )
+    .needs(Collection, &[Validate]),
+    command(
+        "whatsmyuri",
+        reply!(c => Ok(doc! {"you": c.conn.peer.clone()})),
+    )
+    .open(),
+];
+
+/// Every name and alias, to its spec.
+static BY_NAME: LazyLock<HashMap<&'static str, &'static Spec>> = LazyLock::new(|| {
+    SPECS
+        .iter()
+        .flat_map(|s| {
+            std::iter::once(s.name)
+                .chain(s.aliases.iter().copied())
+                .map(move |n| (n, s))
+        })
+        .collect()
+});
+
+/// The command run as `name` (its name or an alias; names are case-sensitive, as in
+/// mongod). Test-only commands exist only when test commands are enabled.
+pub fn find(name: &str, test_commands: bool) -> Option<&'static Spec> {
+    BY_NAME
+        .get(name)
+        .copied()
+        .filter(|s| test_commands || !s.test_only)
+}
+
+/// `listCommands`: every command by its name (not its aliases), in alphabetical order
+/// as mongod lists them, with its help and whether it is admin-only.
+pub fn list_commands(test_commands: bool) -> Document {
+    let mut commands = Document::new();
+    for s in SPECS.iter().filter(|s| test_commands || !s.test_only) {
+        commands.insert(s.name, doc! {"help": "", "adminOnly": s.admin_only});
+    }
+    doc! {"commands": commands}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// The facts about commands as the server listed them before the registry, copied
+    /// verbatim from the lists the registry replaced, so that the tests below prove
+    /// the move changed nothing but the differences they name.
+    mod before {
+        use bson::{Bson, Document};
+
+        /// The names the dispatch `match` (and `run`, for getMore and aggregate) ran.
+        pub const DISPATCHED: &[&str] = &[
+            "configureFailPoint",
+            "hello",
+            "isMaster",
+            "ismaster",
+            "ping",
+            "profile",
+            "buildInfo",
+            "buildinfo",
+            "whatsmyuri",
+            "connectionStatus",
+            "getParameter",
+            "setParameter",
+            "getCmdLineOpts",
+            "hostInfo",
+            "serverStatus",
+            "listCommands",
+            "getLog",
+            "getFreeMonitoringStatus",
+            "currentOp",
+            "killOp",
+            "shutdown",
+            "replSetGetStatus",
+            "replSetGetConfig",
+            "replSetInitiate",
+            "replSetReconfig",
+            "getDefaultRWConcern",
+            "commitTransaction",
+            "abortTransaction",
+            "endSessions",
+            "killSessions",
+            "killAllSessions",
+            "killAllSessionsByPattern",
+            "refreshSessions",
+            "startSession",
+            "logout",
+            "saslStart",
+            "saslContinue",
+            "authenticate",
+            "listDatabases",
+            "listCollections",
+            "listIndexes",
+            "create",
+            "drop",
+            "dropDatabase",
+            "renameCollection",
+            "collMod",
+            "convertToCapped",
+            "cloneCollectionAsCapped",
+            "createIndexes",
+            "dropIndexes",
+            "deleteIndexes",
+            "dbStats",
+            "collStats",
+            "dataSize",
+            "datasize",
+            "validate",
+            "usersInfo",
+            "insert",
+            "update",
+            "delete",
+            "findAndModify",
+            "findandmodify",
+            "find",
+            "killCursors",
+            "count",
+            "distinct",
+            "explain",
+            "getLastError",
+            "resetError",
+            "fsync",
+            "fsyncUnlock",
+            "appendOplogNote",
+            "getMore",
+            "aggregate",
+        ];
+
+        /// The commands whose handler (or dispatch arm) called `args::admin_only`.
+        pub const ENFORCED_ADMIN_ONLY: &[&str] = &[
+            "configureFailPoint",
+            "shutdown",
+            "replSetGetStatus",
+            "replSetGetConfig",
+            "replSetInitiate",
+            "replSetReconfig",
+            "commitTransaction",
+            "abortTransaction",
+            "fsync",
+            "fsyncUnlock",
+            "currentOp",
+            "killOp",
+            "renameCollection",
+        ];
+
+        /// `listCommands`' own list: (name, adminOnly).
+        pub const LIST_COMMANDS: &[(&str, bool)] = &[
+            ("abortTransaction", true),
+            ("aggregate", false),
+            ("appendOplogNote", true),
+            ("buildInfo", false),
+            ("cloneCollectionAsCapped", false),
+            ("collMod", false),
+            ("collStats", false),
+            ("commitTransaction", true),
+            ("connectionStatus", false),
+            ("convertToCapped", false),
+            ("count", false),
+            ("create", false),
+            ("createIndexes", false),
+            ("dataSize", false),
+            ("dbStats", false),
+            ("delete", false),
+            ("distinct", false),
+            ("drop", false),
+            ("dropDatabase", false),
+            ("dropIndexes", false),
+            ("endSessions", false),
+            ("explain", false),
+            ("find", false),
+            ("findAndModify", false),
+            ("fsync", true),
+            ("fsyncUnlock", true),
+            ("getCmdLineOpts", true),
+            ("getDefaultRWConcern", true),
+            ("getLastError", false),
+            ("getLog", true),
+            ("getMore", false),
+            ("getParameter", true),
+            ("hello", false),
+            ("hostInfo", true),
+            ("insert", false),
+            ("isMaster", false),
+            ("killAllSessions", false),
+            ("killAllSessionsByPattern", false),
+            ("killCursors", false),
+            ("killSessions", false),
+            ("listCollections", false),
+            ("listCommands", false),
+            ("listDatabases", true),
+            ("listIndexes", false),
+            ("ping", false),
+            ("profile", false),
+            ("refreshSessions", false),
+            ("renameCollection", true),
+            ("replSetGetConfig", true),
+            ("replSetGetStatus", true),
+            ("replSetInitiate", true),
+            ("replSetReconfig", true),
+            ("resetError", false),
+            ("serverStatus", false),
+            ("setParameter", true),
+            ("shutdown", true),
+            ("startSession", false),
+            ("update", false),
+            ("usersInfo", false),
+            ("validate", false),
+            ("whatsmyuri", false),
+        ];
+
+        /// `commands::writes_data`.
+        pub fn writes_data(name: &str, cmd: &Document) -> bool {
+            match name {
+                "insert"
+                | "update"
+                | "delete"
+                | "findAndModify"
+                | "findandmodify"
+                | "create"
+                | "drop"
+                | "dropDatabase"
+                | "createIndexes"
+                | "dropIndexes"
+                | "deleteIndexes"
+                | "renameCollection"
+                | "collMod"
+                | "convertToCapped"
+                | "cloneCollectionAsCapped"
+                | "commitTransaction"
+                | "appendOplogNote" => true,
+                "aggregate" => matches!(
+                    cmd.get_array("pipeline").ok().and_then(|p| p.last()),
+                    Some(Bson::Document(last)) if last.contains_key("$out") || last.contains_key("$merge")
+                ),
+                _ => false,
+            }
+        }
+
+        /// `commands::removes_data`.
+        pub fn removes_data(name: &str) -> bool {
+            matches!(
+                name,
+                "delete" | "drop" | "dropDatabase" | "dropIndexes" | "deleteIndexes"
+            )
+        }
+
+        /// `commands::WRITE_CONCERN_COMMANDS`.
+        pub const WRITE_CONCERN_COMMANDS: &[&str] = &[
+            "insert",
+            "update",
+            "delete",
+            "findAndModify",
+            "create",
+            "drop",
+            "dropDatabase",
+            "renameCollection",
+            "createIndexes",
+            "dropIndexes",
+            "collMod",
+        ];
+
+        /// `commands::API_V1_COMMANDS`.
+        pub const API_V1_COMMANDS: &[&str] = &[
+            "abortTransaction",
+            "aggregate",
+            "authenticate",
+            "collMod",
+            "commitTransaction",
+            "count",
+            "create",
+            "createIndexes",
+            "delete",
+            "drop",
+            "dropDatabase",
+            "dropIndexes",
+            "endSessions",
+            "find",
+            "findAndModify",
+            "getMore",
+            "hello",
+            "insert",
+            "killCursors",
+            "listCollections",
+            "listDatabases",
+            "listIndexes",
+            "ping",
+            "refreshSessions",
+            "saslContinue",
+            "saslStart",
+            "update",
+        ];
+
+        /// `transactions::ALLOWED`.
+        pub const ALLOWED: &[&str] = &[
+            "find",
+            "getMore",
+            "killCursors",
+            "insert",
+            "update",
+            "delete",
+            "findAndModify",
+            "findandmodify",
+            "aggregate",
+            "distinct",
+            "commitTransaction",
+            "abortTransaction",
+            "create",
+            "createIndexes",
+            "bulkWrite",
+        ];
+
+        /// `transactions::SNAPSHOT_READS`.
+        pub const SNAPSHOT_READS: &[&str] = &["find", "aggregate", "distinct", "getMore"];
+    }
+    /// Every name and alias the registry runs.
+    fn all_names() -> BTreeSet<&'static str> {
+        SPECS
+            .iter()
+            .flat_map(|s| std::iter::once(s.name).chain(s.aliases.iter().copied()))
+            .collect()
+    }
+
+    /// The names and aliases of the commands `flag` holds for.
+    fn names_where(flag: impl Fn(&Spec) -> bool) -> BTreeSet<&'static str> {
+        all_names()
+            .into_iter()
+            .filter(|n| flag(find(n, true).expect("registered")))
+            .collect()
+    }
+
+    fn set(names: &[&'static str]) -> BTreeSet<&'static str> {
+        names.iter().copied().collect()
+    }
+
+    /// The aliases of findAndModify and dropIndexes take their command's flags, as in
+    /// mongod (flags belong to a command, not to the name it runs as); before the
+    /// registry they lacked two: the write concern waited for on failure, and API v1.
+    const ALIASES_GAINING_THEIR_COMMANDS_FLAGS: &[&str] = &["findandmodify", "deleteIndexes"];
+
+    #[test]
+    fn names_and_aliases_are_unique() {
+        let count: usize = SPECS.iter().map(|s| 1 + s.aliases.len()).sum();
+        assert_eq!(
+            all_names().len(),
+            count,
+            "a name or alias is registered twice"
+        );
+        assert_eq!(BY_NAME.len(), count);
+    }
+
+    #[test]
+    fn specs_are_in_alphabetical_order() {
+        // listCommands lists them in this order, as mongod (a map by name).
+        for pair in SPECS.windows(2) {
+            assert!(
+                pair[0].name < pair[1].name,
+                "{} before {}",
+                pair[0].name,
+                pair[1].name
+            );
+        }
+    }
+
+    #[test]
+    fn every_listed_command_is_dispatchable() {
+        for test_commands in [false, true] {
+            let listed = list_commands(test_commands);
+            let listed = listed.get_document("commands").unwrap();
+            for name in listed.keys() {
+                let spec = find(name, test_commands).unwrap_or_else(|| panic!("{name} listed"));
+                assert_eq!(spec.name, name, "listCommands names commands, not aliases");
+            }
+            let registered = SPECS.iter().filter(|s| test_commands || !s.test_only);
+            assert_eq!(listed.len(), registered.count());
+        }
+        assert!(find("configureFailPoint", false).is_none());
+        assert!(find("configureFailPoint", true).is_some());
+    }
+
+    #[test]
+    fn names_are_case_sensitive() {
+        assert!(find("find", false).is_some());
+        assert!(find("Find", false).is_none());
+        assert!(find("FINDANDMODIFY", false).is_none());
+    }
+
+    #[test]
+    fn the_same_names_are_dispatched_as_before() {
+        assert_eq!(all_names(), set(before::DISPATCHED));
+    }
+
+    #[test]
+    fn writes_agree_with_the_lists_before() {
+        let pipelines = [
+            doc! {},
+            doc! {"pipeline": [{"$match": {}}]},
+            doc! {"pipeline": [{"$match": {}}, {"$out": "x"}]},
+            doc! {"pipeline": [{"$merge": {"into": "x"}}]},
+            doc! {"pipeline": [{"$out": "x"}, {"$match": {}}]},
+        ];
+        for name in all_names() {
+            let spec = find(name, true).unwrap();
+            for cmd in &pipelines {
+                assert_eq!(
+                    spec.writes.writes(cmd),
+                    before::writes_data(name, cmd),
+                    "{name} {cmd}"
+                );
+            }
+            assert_eq!(
+                spec.writes == Writes::Removes,
+                before::removes_data(name),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn write_concern_agrees_with_the_list_before() {
+        let mut expected = set(before::WRITE_CONCERN_COMMANDS);
+        expected.extend(ALIASES_GAINING_THEIR_COMMANDS_FLAGS);
+        assert_eq!(names_where(|s| s.write_concern), expected);
+    }
+
+    #[test]
+    fn api_v1_agrees_with_the_list_before() {
+        let mut expected = set(before::API_V1_COMMANDS);
+        expected.extend(ALIASES_GAINING_THEIR_COMMANDS_FLAGS);
+        assert_eq!(names_where(|s| s.api_v1), expected);
+    }
+
+    #[test]
+    fn transactions_agree_with_the_lists_before() {
+        // bulkWrite is no command here: like any unknown name it now fails with
+        // CommandNotFound before any check, as in mongod (it was let into a transaction,
+        // then not found).
+        let mut expected = set(before::ALLOWED);
+        assert!(expected.remove("bulkWrite"));
+        assert!(find("bulkWrite", true).is_none());
+        assert_eq!(names_where(|s| s.in_transaction), expected);
+        assert_eq!(
+            names_where(|s| s.snapshot_read),
+            set(before::SNAPSHOT_READS)
+        );
+    }
+
+    /// Commands mongod lists that listCommands left out: every registered command is
+    /// listed now (configureFailPoint with test commands, as mongod registers it).
+    const NEWLY_LISTED: &[&str] = &[
+        "authenticate",
+        "currentOp",
+        "getFreeMonitoringStatus",
+        "killOp",
+        "logout",
+        "saslContinue",
+        "saslStart",
+    ];
+
+    #[test]
+    fn list_commands_agrees_with_its_list_before() {
+        let listed = list_commands(false);
+        let listed = listed.get_document("commands").unwrap();
+        let mut expected: BTreeSet<&str> = before::LIST_COMMANDS.iter().map(|(n, _)| *n).collect();
+        expected.extend(NEWLY_LISTED);
+        assert_eq!(
+            listed.keys().map(String::as_str).collect::<BTreeSet<_>>(),
+            expected
+        );
+        for (name, admin_only) in before::LIST_COMMANDS {
+            let now = listed
+                .get_document(name)
+                .unwrap()
+                .get_bool("adminOnly")
+                .unwrap();
+            // mongod's hostInfo is not admin-only (HostInfoCmd keeps the default).
+            let expected = *admin_only && *name != "hostInfo";
+            assert_eq!(now, expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn admin_only_agrees_with_the_lists_before() {
+        // Before, listCommands' flag and the checks the handlers made disagreed: the
+        // registry's flag is both, as mongod's adminOnly. Now enforced too:
+        // appendOplogNote, getCmdLineOpts, getDefaultRWConcern, getLog, getParameter,
+        // listDatabases and setParameter (listed as admin-only, run anywhere) and
+        // getFreeMonitoringStatus (adminOnly in mongod); hostInfo is not (mongod).
+        let mut expected = set(before::ENFORCED_ADMIN_ONLY);
+        expected.extend(
+            before::LIST_COMMANDS
+                .iter()
+                .filter(|(_, a)| *a)
+                .map(|(n, _)| *n),
+        );
+        expected.insert("getFreeMonitoringStatus");
+        assert!(expected.remove("hostInfo"));
+        assert_eq!(names_where(|s| s.admin_only), expected);
+    }
+
+    #[test]
+    fn privileges_name_actions_when_they_are_decided() {
+        for s in SPECS {
+            if let Privileges::Actions(_, actions) = s.privileges {
+                assert!(
+                    !actions.is_empty(),
+                    "{}: no action is Privileges::None",
+                    s.name
+                );
+            }
+        }
+    }
+}
