@@ -133,6 +133,7 @@ impl Engine {
                 clock: ClusterClock::after(last_ts),
                 oplog_bytes,
                 trim_ts,
+                committed_ts: last_ts,
             }),
             durability,
             cursors: cursor::CursorRegistry::new(),

@@ -766,6 +766,521 @@ fn lookup_current(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::testing::TestEngine;
+    use crate::write::{DeleteOp, UpdateOp};
+
+    fn spec(db: &str, coll: Option<&str>, opts: Document) -> StreamSpec {
+        super::super::parse_spec(db, coll, &opts, &[]).unwrap().0
+    }
+
+    fn on_c(opts: Document) -> StreamSpec {
+        spec("db", Some("c"), opts)
+    }
+
+    fn ns_c() -> Namespace {
+        Namespace::new("db", "c")
+    }
+
+    /// The entry a commit wrote last, and its time.
+    fn entry_of(
+        e: &Engine,
+        committed: Option<crate::oplog::txn::Committed>,
+    ) -> (ClusterTime, RawDocumentBuf) {
+        let ts = committed.unwrap().last_ts.unwrap();
+        let bytes = e
+            .store
+            .get(Space::Oplog, &keys::oplog_key(ts))
+            .unwrap()
+            .expect("the commit's entry");
+        (ts, RawDocumentBuf::from_bytes(bytes).unwrap())
+    }
+
+    /// The events of the entry `committed` wrote last, decoded, with whether each
+    /// invalidates the stream.
+    fn events(
+        e: &Engine,
+        spec: &StreamSpec,
+        committed: Option<crate::oplog::txn::Committed>,
+    ) -> Result<Vec<(Document, ResumeToken, bool)>> {
+        let (ts, entry) = entry_of(e, committed);
+        Ok(transform_all(e, spec, ts, &entry)?
+            .into_iter()
+            .map(|ev| (ev.doc.to_document().unwrap(), ev.token, ev.invalidates))
+            .collect())
+    }
+
+    fn one(
+        e: &Engine,
+        spec: &StreamSpec,
+        committed: Option<crate::oplog::txn::Committed>,
+    ) -> Document {
+        let mut evs = events(e, spec, committed).unwrap();
+        assert_eq!(evs.len(), 1, "{evs:?}");
+        evs.remove(0).0
+    }
+
+    fn keys_of(d: &Document) -> Vec<&str> {
+        d.keys().map(String::as_str).collect()
+    }
+
+    fn insert(e: &Engine, ns: &Namespace, doc: Document) -> Option<crate::oplog::txn::Committed> {
+        let out = e.insert_documents(ns, vec![doc], true).unwrap();
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        out.committed
+    }
+
+    fn update(e: &Engine, q: Document, u: Document) -> Option<crate::oplog::txn::Committed> {
+        let op = UpdateOp {
+            q,
+            u: Bson::Document(u),
+            ..Default::default()
+        };
+        let out = e.update(&ns_c(), vec![op], true).unwrap();
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        out.committed
+    }
+
+    fn delete(e: &Engine, q: Document) -> Option<crate::oplog::txn::Committed> {
+        let op = DeleteOp {
+            q,
+            limit: 1,
+            ..Default::default()
+        };
+        e.delete(&ns_c(), vec![op], true).unwrap().committed
+    }
+
+    /// An insert's event has mongod's fields in mongod's order, its token the entry's
+    /// time, the collection's UUID and `{operationType, documentKey}`.
+    #[test]
+    fn an_insert_event_is_mongods() {
+        let e = TestEngine::open();
+        let committed = insert(&e, &ns_c(), doc! {"_id": 1, "a": "x"});
+        let ts = committed.unwrap().last_ts.unwrap();
+        let uuid = e.collection(&ns_c()).unwrap().uuid;
+        let ev = one(&e, &on_c(doc! {}), committed);
+        assert_eq!(
+            keys_of(&ev),
+            vec![
+                "_id",
+                "operationType",
+                "clusterTime",
+                "wallTime",
+                "fullDocument",
+                "ns",
+                "documentKey"
+            ]
+        );
+        assert_eq!(ev.get_str("operationType").unwrap(), "insert");
+        assert_eq!(
+            ClusterTime::from(ev.get_timestamp("clusterTime").unwrap()),
+            ts
+        );
+        assert!(ev.get_datetime("wallTime").is_ok());
+        assert_eq!(
+            ev.get_document("fullDocument").unwrap(),
+            &doc! {"_id": 1, "a": "x"}
+        );
+        assert_eq!(
+            ev.get_document("ns").unwrap(),
+            &doc! {"db": "db", "coll": "c"}
+        );
+        assert_eq!(ev.get_document("documentKey").unwrap(), &doc! {"_id": 1});
+        let token = ResumeToken::parse(ev.get("_id").unwrap()).unwrap();
+        let expected = ResumeToken::event(
+            ts,
+            Some(uuid),
+            doc! {"operationType": "insert", "documentKey": {"_id": 1}},
+        );
+        assert_eq!(token.to_document(), expected.to_document());
+        // With showExpandedEvents, the collection's UUID after clusterTime.
+        let ev = one(&e, &on_c(doc! {"showExpandedEvents": true}), committed);
+        assert_eq!(keys_of(&ev)[3], "collectionUUID");
+        assert_eq!(
+            ev.get("collectionUUID").unwrap(),
+            &Bson::Binary(bson::Binary::from_uuid(uuid))
+        );
+    }
+
+    #[test]
+    fn an_update_event_describes_the_change() {
+        let e = TestEngine::open();
+        insert(
+            &e,
+            &ns_c(),
+            doc! {"_id": 1, "a": 1, "b": 1, "n": {"x": 0}, "arr": [1, 2, 3]},
+        );
+        let committed = update(
+            &e,
+            doc! {"_id": 1},
+            doc! {"$set": {"a": 2, "n.x": 1}, "$unset": {"b": ""}, "$pop": {"arr": 1}},
+        );
+        let ev = one(&e, &on_c(doc! {}), committed);
+        assert_eq!(
+            keys_of(&ev),
+            vec![
+                "_id",
+                "operationType",
+                "clusterTime",
+                "wallTime",
+                "ns",
+                "documentKey",
+                "updateDescription"
+            ]
+        );
+        assert_eq!(ev.get_str("operationType").unwrap(), "update");
+        assert_eq!(ev.get_document("documentKey").unwrap(), &doc! {"_id": 1});
+        assert_eq!(
+            ev.get_document("updateDescription").unwrap(),
+            &doc! {
+                "updatedFields": {"a": 2, "n.x": 1},
+                "removedFields": ["b"],
+                "truncatedArrays": [{"field": "arr", "newSize": 2}],
+            }
+        );
+        // disambiguatedPaths only with showExpandedEvents.
+        let ev = one(&e, &on_c(doc! {"showExpandedEvents": true}), committed);
+        let desc = ev.get_document("updateDescription").unwrap();
+        assert_eq!(desc.get_document("disambiguatedPaths").unwrap(), &doc! {});
+        // showRawUpdateDescription: the entry's own diff in its place.
+        let ev = one(
+            &e,
+            &on_c(doc! {"showRawUpdateDescription": true}),
+            committed,
+        );
+        assert!(ev.get("updateDescription").is_none());
+        assert_eq!(
+            ev.get_document("rawUpdateDescription")
+                .unwrap()
+                .get_i32("$v")
+                .unwrap(),
+            2
+        );
+    }
+
+    #[test]
+    fn a_replace_event_carries_the_new_document() {
+        let e = TestEngine::open();
+        insert(&e, &ns_c(), doc! {"_id": 1, "a": 1});
+        let committed = update(&e, doc! {"_id": 1}, doc! {"b": 2});
+        let ev = one(&e, &on_c(doc! {}), committed);
+        assert_eq!(ev.get_str("operationType").unwrap(), "replace");
+        assert_eq!(
+            keys_of(&ev),
+            vec![
+                "_id",
+                "operationType",
+                "clusterTime",
+                "wallTime",
+                "fullDocument",
+                "ns",
+                "documentKey"
+            ]
+        );
+        assert_eq!(
+            ev.get_document("fullDocument").unwrap(),
+            &doc! {"_id": 1, "b": 2}
+        );
+        assert_eq!(ev.get_document("documentKey").unwrap(), &doc! {"_id": 1});
+    }
+
+    /// A delete's event names the document only; its pre-image is there only when the
+    /// collection keeps them (null, or an error when required, otherwise).
+    #[test]
+    fn a_delete_event_and_its_pre_image() {
+        let e = TestEngine::open();
+        insert(&e, &ns_c(), doc! {"_id": 1, "a": 1});
+        let committed = delete(&e, doc! {"_id": 1});
+        let ev = one(&e, &on_c(doc! {}), committed);
+        assert_eq!(ev.get_str("operationType").unwrap(), "delete");
+        assert_eq!(
+            keys_of(&ev),
+            vec![
+                "_id",
+                "operationType",
+                "clusterTime",
+                "wallTime",
+                "ns",
+                "documentKey"
+            ]
+        );
+        let ev = one(
+            &e,
+            &on_c(doc! {"fullDocumentBeforeChange": "whenAvailable"}),
+            committed,
+        );
+        assert_eq!(ev.get("fullDocumentBeforeChange"), Some(&Bson::Null));
+        let err = events(
+            &e,
+            &on_c(doc! {"fullDocumentBeforeChange": "required"}),
+            committed,
+        )
+        .expect_err("no pre-image");
+        assert_eq!(err.code, codes::NO_MATCHING_DOCUMENT);
+        assert!(err.message.starts_with(
+            "Change stream was configured to require a pre-image for all update, delete and replace events, but the pre-image was not found for event: "
+        ));
+
+        let kept = Namespace::new("db", "kept");
+        e.create_collection(
+            &kept,
+            doc! {"changeStreamPreAndPostImages": {"enabled": true}},
+        )
+        .unwrap();
+        insert(&e, &kept, doc! {"_id": 1, "a": 1});
+        let out = e
+            .delete(
+                &kept,
+                vec![DeleteOp {
+                    q: doc! {"_id": 1},
+                    limit: 1,
+                    ..Default::default()
+                }],
+                true,
+            )
+            .unwrap();
+        let required = spec(
+            "db",
+            Some("kept"),
+            doc! {"fullDocumentBeforeChange": "required"},
+        );
+        let ev = one(&e, &required, out.committed);
+        assert_eq!(
+            ev.get_document("fullDocumentBeforeChange").unwrap(),
+            &doc! {"_id": 1, "a": 1}
+        );
+    }
+
+    /// fullDocument of an update: the document now (updateLookup), or the post-image
+    /// stored with the update (whenAvailable).
+    #[test]
+    fn an_update_event_looks_up_or_keeps_its_post_image() {
+        let e = TestEngine::open();
+        let kept = Namespace::new("db", "c");
+        e.create_collection(
+            &kept,
+            doc! {"changeStreamPreAndPostImages": {"enabled": true}},
+        )
+        .unwrap();
+        insert(&e, &kept, doc! {"_id": 1, "a": 1});
+        let first = update(&e, doc! {"_id": 1}, doc! {"$set": {"a": 2}});
+        update(&e, doc! {"_id": 1}, doc! {"$set": {"a": 3}});
+        let lookup = one(&e, &on_c(doc! {"fullDocument": "updateLookup"}), first);
+        assert_eq!(
+            lookup.get_document("fullDocument").unwrap(),
+            &doc! {"_id": 1, "a": 3}
+        );
+        let image = one(
+            &e,
+            &on_c(
+                doc! {"fullDocument": "whenAvailable", "fullDocumentBeforeChange": "whenAvailable"},
+            ),
+            first,
+        );
+        assert_eq!(
+            image.get_document("fullDocument").unwrap(),
+            &doc! {"_id": 1, "a": 2}
+        );
+        assert_eq!(
+            image.get_document("fullDocumentBeforeChange").unwrap(),
+            &doc! {"_id": 1, "a": 1}
+        );
+        delete(&e, doc! {"_id": 1});
+        let gone = one(&e, &on_c(doc! {"fullDocument": "updateLookup"}), first);
+        assert_eq!(gone.get("fullDocument"), Some(&Bson::Null));
+    }
+
+    /// A drop invalidates a stream on the collection (the invalidate follows with the
+    /// drop's times and an invalidate token), not one on its database.
+    #[test]
+    fn a_drop_invalidates_a_collection_stream_only() {
+        let e = TestEngine::open();
+        insert(&e, &ns_c(), doc! {"_id": 1});
+        let uuid = e.collection(&ns_c()).unwrap().uuid;
+        let committed = e.drop_collection(&ns_c()).unwrap();
+        let (ts, entry) = entry_of(&e, committed);
+        let evs = transform_all(&e, &on_c(doc! {}), ts, &entry).unwrap();
+        assert_eq!(evs.len(), 1);
+        let drop = &evs[0];
+        assert!(drop.invalidates);
+        let d = drop.doc.to_document().unwrap();
+        assert_eq!(
+            keys_of(&d),
+            vec!["_id", "operationType", "clusterTime", "wallTime", "ns"]
+        );
+        assert_eq!(d.get_str("operationType").unwrap(), "drop");
+        assert_eq!(drop.token.uuid, Some(uuid));
+        let inv = invalidate(drop);
+        let i = inv.doc.to_document().unwrap();
+        assert_eq!(
+            keys_of(&i),
+            vec!["_id", "operationType", "clusterTime", "wallTime"]
+        );
+        assert_eq!(i.get_str("operationType").unwrap(), "invalidate");
+        assert_eq!(i.get("clusterTime"), d.get("clusterTime"));
+        assert!(inv.token.from_invalidate && inv.token.same_event(&drop.token));
+        let db_events = events(&e, &spec("db", None, doc! {}), committed).unwrap();
+        assert_eq!(db_events.len(), 1);
+        assert!(!db_events[0].2, "a database stream goes on");
+    }
+
+    /// A rename is reported with its target first (mongod adds `to` before the rest)
+    /// and ends streams on the source and on the target.
+    #[test]
+    fn a_rename_names_its_target_first_and_ends_both_collections_streams() {
+        let e = TestEngine::open();
+        insert(&e, &ns_c(), doc! {"_id": 1});
+        let to = Namespace::new("db", "d");
+        let committed = Some(e.rename_collection(&ns_c(), &to, false).unwrap());
+        let ev = one(&e, &on_c(doc! {}), committed);
+        assert_eq!(
+            keys_of(&ev),
+            vec![
+                "to",
+                "_id",
+                "operationType",
+                "clusterTime",
+                "wallTime",
+                "ns"
+            ]
+        );
+        assert_eq!(ev.get_str("operationType").unwrap(), "rename");
+        assert_eq!(
+            ev.get_document("to").unwrap(),
+            &doc! {"db": "db", "coll": "d"}
+        );
+        assert_eq!(
+            ev.get_document("ns").unwrap(),
+            &doc! {"db": "db", "coll": "c"}
+        );
+        for watched in ["c", "d"] {
+            let evs = events(&e, &spec("db", Some(watched), doc! {}), committed).unwrap();
+            assert!(evs.len() == 1 && evs[0].2, "a stream on {watched} ends");
+        }
+        assert!(events(&e, &spec("db", Some("x"), doc! {}), committed)
+            .unwrap()
+            .is_empty());
+        let expanded = one(&e, &on_c(doc! {"showExpandedEvents": true}), committed);
+        assert_eq!(
+            expanded
+                .get_document("operationDescription")
+                .unwrap()
+                .get_document("to")
+                .unwrap(),
+            &doc! {"db": "db", "coll": "d"}
+        );
+    }
+
+    #[test]
+    fn a_dropped_database_ends_its_database_streams() {
+        let e = TestEngine::open();
+        insert(&e, &Namespace::new("db", "a"), doc! {"_id": 1});
+        let committed = e.drop_database("db").unwrap();
+        let on_db = events(&e, &spec("db", None, doc! {}), committed).unwrap();
+        assert_eq!(on_db.len(), 1);
+        let (d, token, invalidates) = &on_db[0];
+        assert!(invalidates);
+        assert_eq!(d.get_str("operationType").unwrap(), "dropDatabase");
+        assert_eq!(d.get_document("ns").unwrap(), &doc! {"db": "db"});
+        assert_eq!(token.uuid, None, "a database has no UUID");
+        let on_cluster = events(
+            &e,
+            &spec("admin", None, doc! {"allChangesForCluster": true}),
+            committed,
+        )
+        .unwrap();
+        assert!(on_cluster.len() == 1 && !on_cluster[0].2);
+        assert!(events(&e, &spec("other", None, doc! {}), committed)
+            .unwrap()
+            .is_empty());
+    }
+
+    /// DDL other than drop and rename is shown only with showExpandedEvents.
+    #[test]
+    fn creations_are_expanded_events() {
+        let e = TestEngine::open();
+        let committed = Some(e.create_collection(&ns_c(), doc! {}).unwrap());
+        assert!(events(&e, &on_c(doc! {}), committed).unwrap().is_empty());
+        let ev = one(&e, &on_c(doc! {"showExpandedEvents": true}), committed);
+        assert_eq!(ev.get_str("operationType").unwrap(), "create");
+        assert!(ev.get("operationDescription").is_some());
+        let out = e
+            .create_indexes(&ns_c(), &[doc! {"key": {"a": 1}, "name": "a_1"}])
+            .unwrap();
+        let committed = out.committed;
+        assert!(events(&e, &on_c(doc! {}), committed).unwrap().is_empty());
+        let ev = one(&e, &on_c(doc! {"showExpandedEvents": true}), committed);
+        assert_eq!(ev.get_str("operationType").unwrap(), "createIndexes");
+        let indexes = ev
+            .get_document("operationDescription")
+            .unwrap()
+            .get_array("indexes")
+            .unwrap();
+        assert_eq!(
+            indexes[0].as_document().unwrap().get_str("name").unwrap(),
+            "a_1"
+        );
+    }
+
+    /// Writes to system collections are not events of database and cluster streams,
+    /// except (with showSystemEvents) those mongod 7.0 shows.
+    #[test]
+    fn system_collections_are_hidden_unless_asked_for() {
+        let e = TestEngine::open();
+        let js = insert(&e, &Namespace::new("db", "system.js"), doc! {"_id": "f"});
+        let on_db = spec("db", None, doc! {});
+        assert!(events(&e, &on_db, js).unwrap().is_empty());
+        let with_system = spec("db", None, doc! {"showSystemEvents": true});
+        assert_eq!(
+            one(&e, &with_system, js).get_str("operationType").unwrap(),
+            "insert"
+        );
+    }
+
+    /// A transaction's entry is one event per operation in scope, all at its time,
+    /// each with its index in the entry and the session ahead of the token.
+    #[test]
+    fn a_transaction_unwinds_into_one_event_per_operation() {
+        let e = TestEngine::open();
+        let other = Namespace::new("db", "other");
+        insert(&e, &ns_c(), doc! {"_id": 0});
+        insert(&e, &other, doc! {"_id": 0});
+        let mut t = e.begin_transaction();
+        let raw = |d: Document| RawDocumentBuf::from_document(&d).unwrap();
+        e.transaction_insert(&mut t, &ns_c(), vec![raw(doc! {"_id": 1})], true, false)
+            .unwrap();
+        e.transaction_insert(&mut t, &other, vec![raw(doc! {"_id": 1})], true, false)
+            .unwrap();
+        e.transaction_insert(&mut t, &ns_c(), vec![raw(doc! {"_id": 2})], true, false)
+            .unwrap();
+        let lsid = doc! {"id": bson::Uuid::new()};
+        let committed = e.commit_transaction(t, Some((lsid.clone(), 4))).unwrap();
+        let ts = committed.unwrap().last_ts.unwrap();
+        let on_c = events(&e, &on_c(doc! {}), committed).unwrap();
+        let indexes: Vec<i64> = on_c.iter().map(|(_, t, _)| t.txn_op_index).collect();
+        assert_eq!(indexes, vec![0, 2], "each its index in the whole entry");
+        for (d, _, _) in &on_c {
+            assert_eq!(
+                keys_of(d)[..4],
+                ["txnNumber", "lsid", "_id", "operationType"]
+            );
+            assert_eq!(d.get_i64("txnNumber").unwrap(), 4);
+            assert_eq!(d.get_document("lsid").unwrap(), &lsid);
+            assert_eq!(
+                ClusterTime::from(d.get_timestamp("clusterTime").unwrap()),
+                ts
+            );
+        }
+        let keys: Vec<&Bson> = on_c
+            .iter()
+            .map(|(d, _, _)| d.get_document("documentKey").unwrap().get("_id").unwrap())
+            .collect();
+        assert_eq!(keys, vec![&Bson::Int32(1), &Bson::Int32(2)]);
+        let on_db = events(&e, &spec("db", None, doc! {}), committed).unwrap();
+        assert_eq!(on_db.len(), 3);
+        assert!(on_db
+            .windows(2)
+            .all(|w| w[0].1.key_bytes() < w[1].1.key_bytes()));
+    }
 
     /// The event writer writes what the `bson` crate's appends write.
     #[test]

@@ -212,46 +212,36 @@ fn parse_spec(
             }
         }
     }
+    // mongod's order: a cluster stream's place first, then the internal databases
+    // (admin only for a cluster stream), then the internal collections.
+    if all_for_cluster && (db != "admin" || coll.is_some()) {
+        let ns = match coll {
+            Some(c) => format!("{db}.{c}"),
+            None => format!("{db}.$cmd.aggregate"),
+        };
+        return Err(Error::new(
+            codes::INVALID_OPTIONS,
+            format!(
+                "A $changeStream with 'allChangesForCluster:true' may only be opened on the 'admin' database, and with no collection name; found {ns}"
+            ),
+        ));
+    }
+    if matches!(db, "config" | "local") || (db == "admin" && !all_for_cluster) {
+        return Err(Error::new(
+            codes::INVALID_NAMESPACE,
+            format!("$changeStream may not be opened on the internal {db} database"),
+        ));
+    }
     let scope = match coll {
-        Some(c) => {
-            if matches!(db, "admin" | "config" | "local") {
-                return Err(Error::new(
-                    codes::INVALID_NAMESPACE,
-                    format!("$changeStream may not be opened on the internal {db} database"),
-                ));
-            }
-            if c.starts_with("system.") {
-                return Err(Error::new(
-                    codes::INVALID_NAMESPACE,
-                    format!("$changeStream may not be opened on the internal {db}.{c} collection"),
-                ));
-            }
-            if all_for_cluster {
-                return Err(Error::new(
-                    codes::INVALID_OPTIONS,
-                    "A $changeStream with 'allChangesForCluster:true' may only be opened on the 'admin' database, and with no collection name",
-                ));
-            }
-            Scope::Collection(Namespace::new(db, c))
+        Some(c) if c.starts_with("system.") => {
+            return Err(Error::new(
+                codes::INVALID_NAMESPACE,
+                format!("$changeStream may not be opened on the internal {db}.{c} collection"),
+            ));
         }
-        None if all_for_cluster => {
-            if db != "admin" {
-                return Err(Error::new(
-                    codes::INVALID_OPTIONS,
-                    "A $changeStream with 'allChangesForCluster:true' may only be opened on the 'admin' database, and with no collection name",
-                ));
-            }
-            Scope::Cluster
-        }
-        None => {
-            if matches!(db, "admin" | "config" | "local") {
-                return Err(Error::new(
-                    codes::INVALID_NAMESPACE,
-                    format!("$changeStream may not be opened on the internal {db} database"),
-                ));
-            }
-            Scope::Database(db.to_string())
-        }
+        Some(c) => Scope::Collection(Namespace::new(db, c)),
+        None if all_for_cluster => Scope::Cluster,
+        None => Scope::Database(db.to_string()),
     };
     // The stages after $changeStream: only document-by-document transformations.
     let mut stages = rest.to_vec();
@@ -269,15 +259,20 @@ fn parse_spec(
         stages.pop();
         split_large = true;
     }
+    // Before the stages are parsed, as on mongod (the query crate does not know the
+    // stage: it would call it unrecognized).
+    if stages
+        .iter()
+        .any(|s| s.keys().next().is_some_and(|k| k == "$changeStream"))
+    {
+        return Err(Error::new(
+            40602,
+            "$changeStream is only valid as the first stage in a pipeline",
+        ));
+    }
     Pipeline::parse(&stages, db)?;
     for s in &stages {
         let name = s.keys().next().map(String::as_str).unwrap_or("");
-        if name == "$changeStream" {
-            return Err(Error::new(
-                40602,
-                "$changeStream is only valid as the first stage in a pipeline",
-            ));
-        }
         const ALLOWED: [&str; 8] = [
             "$match",
             "$project",
@@ -650,12 +645,7 @@ impl ChangeStream {
         if self.next_ts > durable {
             return Ok(false);
         }
-        if self.next_ts < engine.oplog_trim_ts() {
-            return Err(Error::new(
-                codes::CHANGE_STREAM_HISTORY_LOST,
-                "Resume of change stream was not possible, as the resume point may no longer be in the oplog.",
-            ));
-        }
+        self.check_not_trimmed(engine)?;
         if self.verify.is_some() && self.memory_only {
             return Err(needs_storage());
         }
@@ -670,12 +660,24 @@ impl ChangeStream {
             READ_CHUNK
         };
         let entries = self.read_entries(engine, durable, limit)?;
+        // Again after the read: a trim that committed during it deleted the collection's
+        // index of the entries it removed, so the read may have passed over some of
+        // them unawares. The trim point only moves forward: still at or below the
+        // position, it removed nothing the read covered.
+        self.check_not_trimmed(engine)?;
         if entries.is_empty() {
             self.next_ts = durable.next();
             return Ok(false);
         }
         let shared_events = self.spec.plain() && matches!(self.spec.scope, Scope::Collection(_));
         'entries: for ReadEntry { ts, body } in entries {
+            // A stream's position only moves forward: an entry before it would be an
+            // event returned twice, or read past the trim point's check.
+            assert!(
+                ts >= self.next_ts,
+                "a change stream read the entry at {ts} behind its position {}",
+                self.next_ts
+            );
             self.next_ts = ts.next();
             let evs = match body {
                 EntryBody::Skipped => continue,
@@ -729,6 +731,18 @@ impl ChangeStream {
             self.advance_to(ResumeToken::high_water_mark(self.next_ts.prev()));
         }
         Ok(true)
+    }
+
+    /// ChangeStreamHistoryLost when the oplog trim passed the stream's position: the
+    /// stream fails rather than skip what was trimmed.
+    fn check_not_trimmed(&self, engine: &Engine) -> Result<()> {
+        if self.next_ts < engine.oplog_trim_ts() {
+            return Err(Error::new(
+                codes::CHANGE_STREAM_HISTORY_LOST,
+                "Resume of change stream was not possible, as the resume point may no longer be in the oplog.",
+            ));
+        }
+        Ok(())
     }
 
     /// Reads ahead, after a full batch went out, so the next getMore finds its events
@@ -1098,4 +1112,699 @@ fn token_not_found(t: &ResumeToken) -> Error {
             crate::core::format::doc_to_string(&t.to_document())
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::testing::TestEngine;
+    use crate::write::{DeleteOp, UpdateOp};
+    use bson::doc;
+
+    fn spec(db: &str, coll: Option<&str>, opts: Document) -> Result<StreamSpec> {
+        parse_spec(db, coll, &opts, &[]).map(|(s, _)| s)
+    }
+
+    fn spec_error(db: &str, coll: Option<&str>, opts: Document, stages: &[Document]) -> Error {
+        parse_spec(db, coll, &opts, stages).expect_err("refused")
+    }
+
+    /// Opens a stream with a start option (or none) and no stages.
+    fn open(e: &Engine, db: &str, coll: Option<&str>, opts: Document) -> Result<CursorBatch> {
+        e.open_change_stream(db, coll, &opts, &[], None, None, None)
+    }
+
+    fn decoded(batch: &CursorBatch) -> Vec<Document> {
+        batch
+            .raw_docs
+            .iter()
+            .map(|d| d.to_document().unwrap())
+            .collect()
+    }
+
+    /// The events committed since the stream's last batch (made durable first).
+    fn next(e: &TestEngine, stream: &CursorBatch) -> Vec<Document> {
+        e.sync();
+        decoded(&e.get_more(stream.cursor_id, &stream.ns, None).unwrap())
+    }
+
+    fn op_types(events: &[Document]) -> Vec<&str> {
+        events
+            .iter()
+            .map(|e| e.get_str("operationType").unwrap())
+            .collect()
+    }
+
+    fn ids(events: &[Document]) -> Vec<Bson> {
+        events
+            .iter()
+            .map(|e| {
+                e.get_document("documentKey")
+                    .unwrap()
+                    .get("_id")
+                    .unwrap()
+                    .clone()
+            })
+            .collect()
+    }
+
+    fn insert(e: &Engine, ns: &Namespace, id: i32) -> bson::Timestamp {
+        let out = e
+            .insert_documents(ns, vec![doc! {"_id": id}], true)
+            .unwrap();
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        out.committed.unwrap().last_ts.unwrap().into()
+    }
+
+    fn token_of(event: &Document) -> ResumeToken {
+        ResumeToken::parse(event.get("_id").unwrap()).unwrap()
+    }
+
+    #[test]
+    fn options_are_read_into_the_spec() {
+        let s = spec("db", Some("c"), doc! {}).unwrap();
+        assert_eq!(s.scope, Scope::Collection(Namespace::new("db", "c")));
+        assert!(s.plain());
+        assert_eq!(s.scope_ns.as_deref(), Some("db.c"));
+        let s = spec(
+            "db",
+            None,
+            doc! {
+                "fullDocument": "updateLookup",
+                "fullDocumentBeforeChange": "required",
+                "showExpandedEvents": true,
+                "showSystemEvents": true,
+                "showRawUpdateDescription": true,
+            },
+        )
+        .unwrap();
+        assert_eq!(s.scope, Scope::Database("db".into()));
+        assert_eq!(s.full_document, FullDocument::UpdateLookup);
+        assert_eq!(s.before_change, BeforeChange::Required);
+        assert!(s.show_expanded && s.show_system && s.show_raw_update);
+        assert!(!s.plain());
+        assert_eq!(s.scope_ns.as_deref(), Some("db."));
+        for (value, expected) in [
+            ("default", FullDocument::Default),
+            ("whenAvailable", FullDocument::WhenAvailable),
+            ("required", FullDocument::Required),
+        ] {
+            let s = spec("db", Some("c"), doc! {"fullDocument": value}).unwrap();
+            assert_eq!(s.full_document, expected, "{value}");
+        }
+        let s = spec("admin", None, doc! {"allChangesForCluster": true}).unwrap();
+        assert_eq!(s.scope, Scope::Cluster);
+        assert_eq!(s.scope_ns, None);
+        // The start options are handed back for the caller to check.
+        let (_, start) = parse_spec(
+            "db",
+            Some("c"),
+            &doc! {"startAtOperationTime": bson::Timestamp { time: 1, increment: 2 }},
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            start.keys().collect::<Vec<_>>(),
+            vec!["startAtOperationTime"]
+        );
+    }
+
+    /// The codes mongod's IDL parser and change-stream checks give.
+    #[test]
+    fn bad_options_get_mongods_errors() {
+        let cases: Vec<(Document, i32, &str)> = vec![
+            (
+                doc! {"fullDocument": "sometimes"},
+                codes::BAD_VALUE,
+                "Enumeration value 'sometimes' for field '$changeStream.fullDocument' is not a valid value.",
+            ),
+            (
+                doc! {"fullDocument": 1},
+                codes::TYPE_MISMATCH,
+                "BSON field '$changeStream.fullDocument' is the wrong type 'int', expected type 'string'",
+            ),
+            (
+                doc! {"fullDocumentBeforeChange": "updateLookup"},
+                codes::BAD_VALUE,
+                "Enumeration value 'updateLookup' for field '$changeStream.fullDocumentBeforeChange' is not a valid value.",
+            ),
+            (
+                doc! {"showExpandedEvents": "yes"},
+                codes::TYPE_MISMATCH,
+                "BSON field '$changeStream.showExpandedEvents' is the wrong type 'string', expected type 'bool'",
+            ),
+            (
+                doc! {"allowToRunOnSystemNS": 1},
+                codes::TYPE_MISMATCH,
+                "BSON field '$changeStream.allowToRunOnSystemNS' is the wrong type 'int', expected type 'bool'",
+            ),
+            (
+                doc! {"resumeAt": {}},
+                codes::UNRECOGNIZED_COMMAND_FIELD,
+                "BSON field '$changeStream.resumeAt' is an unknown field.",
+            ),
+        ];
+        for (opts, code, message) in cases {
+            let e = spec_error("db", Some("c"), opts.clone(), &[]);
+            assert_eq!((e.code, e.message.as_str()), (code, message), "{opts}");
+        }
+    }
+
+    #[test]
+    fn internal_namespaces_and_misplaced_cluster_streams_are_refused() {
+        for (db, coll) in [
+            ("admin", Some("c")),
+            ("config", Some("c")),
+            ("local", Some("oplog.rs")),
+            ("admin", None),
+            ("local", None),
+            ("db", Some("system.views")),
+            ("db", Some("system.js")),
+        ] {
+            let e = spec_error(db, coll, doc! {}, &[]);
+            assert_eq!(e.code, codes::INVALID_NAMESPACE, "{db} {coll:?}");
+            assert!(e
+                .message
+                .starts_with("$changeStream may not be opened on the internal"));
+        }
+        // Where a cluster stream may be opened is checked first (also on admin).
+        for (db, coll, found) in [
+            ("db", None, "db.$cmd.aggregate"),
+            ("db", Some("c"), "db.c"),
+            ("admin", Some("c"), "admin.c"),
+            ("local", None, "local.$cmd.aggregate"),
+        ] {
+            let e = spec_error(db, coll, doc! {"allChangesForCluster": true}, &[]);
+            assert_eq!(e.code, codes::INVALID_OPTIONS, "{db} {coll:?}");
+            assert_eq!(
+                e.message,
+                format!("A $changeStream with 'allChangesForCluster:true' may only be opened on the 'admin' database, and with no collection name; found {found}")
+            );
+        }
+        // allChangesForCluster: false is the database stream it would be without it.
+        let s = spec("db", None, doc! {"allChangesForCluster": false}).unwrap();
+        assert_eq!(s.scope, Scope::Database("db".into()));
+    }
+
+    #[test]
+    fn only_event_by_event_stages_may_follow() {
+        let ok = parse_spec(
+            "db",
+            Some("c"),
+            &doc! {},
+            &[
+                doc! {"$match": {"operationType": "insert"}},
+                doc! {"$project": {"fullDocument": 1}},
+                doc! {"$changeStreamSplitLargeEvent": {}},
+            ],
+        )
+        .unwrap()
+        .0;
+        assert!(ok.split_large);
+        assert_eq!(ok.stages.len(), 2, "the split stage is the stream's own");
+        let cases = [
+            (
+                vec![doc! {"$group": {"_id": null}}],
+                codes::ILLEGAL_OPERATION,
+            ),
+            (vec![doc! {"$sort": {"a": 1}}], codes::ILLEGAL_OPERATION),
+            (vec![doc! {"$changeStream": {}}], 40602),
+            (
+                vec![
+                    doc! {"$changeStreamSplitLargeEvent": {}},
+                    doc! {"$match": {}},
+                ],
+                7182802,
+            ),
+        ];
+        for (stages, code) in cases {
+            let e = spec_error("db", Some("c"), doc! {}, &stages);
+            assert_eq!(e.code, code, "{stages:?}");
+        }
+        // An unknown stage is unknown before it is out of place.
+        let e = spec_error("db", Some("c"), doc! {}, &[doc! {"$nosuchstage": {}}]);
+        assert_eq!(e.code, 40324);
+        assert_eq!(
+            spec_error("db", Some("c"), doc! {}, &[doc! {"$group": {"_id": null}}]).message,
+            "$group is not permitted in a $changeStream pipeline"
+        );
+    }
+
+    #[test]
+    fn start_options_that_conflict_or_do_not_parse_are_refused() {
+        let e = TestEngine::open();
+        let ts = insert(&e, &Namespace::new("db", "c"), 1);
+        let token = ResumeToken::high_water_mark(ClusterTime::from(ts)).to_document();
+        let cases: Vec<(Document, i32)> = vec![
+            (
+                doc! {"resumeAfter": token.clone(), "startAfter": token.clone()},
+                50865,
+            ),
+            (
+                doc! {"resumeAfter": token.clone(), "startAtOperationTime": ts},
+                40674,
+            ),
+            (doc! {"startAtOperationTime": 5}, codes::TYPE_MISMATCH),
+            (
+                doc! {"resumeAfter": {"_data": "zz"}},
+                codes::INVALID_RESUME_TOKEN,
+            ),
+            (doc! {"startAfter": "token"}, codes::INVALID_RESUME_TOKEN),
+        ];
+        for (opts, code) in cases {
+            let err = open(&e, "db", Some("c"), opts.clone()).expect_err("refused");
+            assert_eq!(err.code, code, "{opts}");
+        }
+        let err = e
+            .open_change_stream("db", Some("c"), &doc! {}, &[], Some(-1), None, None)
+            .expect_err("refused");
+        assert_eq!(err.code, codes::BAD_VALUE);
+        assert_eq!(e.cursors.len(), 0, "no cursor left open by a refusal");
+    }
+
+    /// A collection stream returns its collection's events only, in commit order, and
+    /// its post-batch token is the last event's.
+    #[test]
+    fn a_collection_stream_returns_its_own_events_in_commit_order() {
+        let e = TestEngine::open();
+        let c = Namespace::new("db", "c");
+        insert(&e, &c, 0);
+        let stream = open(&e, "db", Some("c"), doc! {}).unwrap();
+        assert!(stream.raw_docs.is_empty(), "nothing after the start");
+        assert_ne!(stream.cursor_id, 0);
+        assert_eq!(stream.ns, "db.c");
+        insert(&e, &c, 1);
+        insert(&e, &Namespace::new("db", "other"), 2);
+        insert(&e, &Namespace::new("db2", "c"), 3);
+        e.update(
+            &c,
+            vec![UpdateOp {
+                q: doc! {"_id": 1},
+                u: Bson::Document(doc! {"$set": {"a": 1}}),
+                ..Default::default()
+            }],
+            true,
+        )
+        .unwrap();
+        e.update(
+            &c,
+            vec![UpdateOp {
+                q: doc! {"_id": 0},
+                u: Bson::Document(doc! {"b": 2}),
+                ..Default::default()
+            }],
+            true,
+        )
+        .unwrap();
+        e.delete(
+            &c,
+            vec![DeleteOp {
+                q: doc! {"_id": 1},
+                limit: 1,
+                ..Default::default()
+            }],
+            true,
+        )
+        .unwrap();
+        let batch = {
+            e.sync();
+            e.get_more(stream.cursor_id, &stream.ns, None).unwrap()
+        };
+        let events = decoded(&batch);
+        assert_eq!(
+            op_types(&events),
+            vec!["insert", "update", "replace", "delete"]
+        );
+        assert_eq!(
+            ids(&events),
+            vec![
+                Bson::Int32(1),
+                Bson::Int32(1),
+                Bson::Int32(0),
+                Bson::Int32(1)
+            ]
+        );
+        let times: Vec<ClusterTime> = events.iter().map(|ev| token_of(ev).ts).collect();
+        assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+        assert_eq!(
+            batch.post_batch_resume_token.as_ref(),
+            events.last().map(|ev| ev.get_document("_id").unwrap())
+        );
+        assert!(next(&e, &stream).is_empty(), "each event once");
+    }
+
+    #[test]
+    fn database_and_cluster_streams_see_their_scope_only() {
+        let e = TestEngine::open();
+        let database = open(&e, "db", None, doc! {}).unwrap();
+        assert_eq!(database.ns, "db.$cmd.aggregate");
+        let cluster = open(&e, "admin", None, doc! {"allChangesForCluster": true}).unwrap();
+        assert_eq!(cluster.ns, "admin.$cmd.aggregate");
+        insert(&e, &Namespace::new("db", "a"), 1);
+        insert(&e, &Namespace::new("db", "b"), 2);
+        insert(&e, &Namespace::new("other", "a"), 3);
+        insert(&e, &Namespace::new("db", "system.js"), 4);
+        insert(&e, &Namespace::new("config", "x"), 5);
+        let namespaces = |events: Vec<Document>| -> Vec<String> {
+            events
+                .iter()
+                .map(|ev| {
+                    let ns = ev.get_document("ns").unwrap();
+                    format!(
+                        "{}.{}",
+                        ns.get_str("db").unwrap(),
+                        ns.get_str("coll").unwrap()
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(namespaces(next(&e, &database)), vec!["db.a", "db.b"]);
+        assert_eq!(
+            namespaces(next(&e, &cluster)),
+            vec!["db.a", "db.b", "other.a"]
+        );
+    }
+
+    #[test]
+    fn start_at_operation_time_includes_the_entry_at_that_time() {
+        let e = TestEngine::open();
+        let c = Namespace::new("db", "c");
+        let times: Vec<bson::Timestamp> = (0..3).map(|i| insert(&e, &c, i)).collect();
+        e.sync();
+        let stream = open(&e, "db", Some("c"), doc! {"startAtOperationTime": times[1]}).unwrap();
+        let events = decoded(&stream);
+        assert_eq!(ids(&events), vec![Bson::Int32(1), Bson::Int32(2)]);
+        assert_eq!(events[0].get_timestamp("clusterTime").unwrap(), times[1]);
+    }
+
+    #[test]
+    fn resuming_after_an_event_returns_the_events_after_it_only() {
+        let e = TestEngine::open();
+        let c = Namespace::new("db", "c");
+        let stream = open(&e, "db", Some("c"), doc! {}).unwrap();
+        for i in 0..4 {
+            insert(&e, &c, i);
+        }
+        let events = next(&e, &stream);
+        assert_eq!(events.len(), 4);
+        let second = events[1].get_document("_id").unwrap().clone();
+        for option in ["resumeAfter", "startAfter"] {
+            let resumed = open(&e, "db", Some("c"), doc! {option: second.clone()}).unwrap();
+            assert_eq!(decoded(&resumed), events[2..].to_vec(), "{option}");
+        }
+        // The token of another collection's event was not made by this stream.
+        let other = Namespace::new("db", "other");
+        let on_other = open(&e, "db", Some("other"), doc! {}).unwrap();
+        insert(&e, &other, 9);
+        let foreign = next(&e, &on_other)[0].get_document("_id").unwrap().clone();
+        let err = open(&e, "db", Some("c"), doc! {"resumeAfter": foreign}).expect_err("refused");
+        assert_eq!(err.code, codes::CHANGE_STREAM_FATAL_ERROR);
+        assert!(err.message.contains("the resume token was not found"));
+    }
+
+    /// A drop ends a collection stream with an invalidate; resumeAfter that invalidate
+    /// is refused, startAfter it opens a stream on the collection made again.
+    #[test]
+    fn an_invalidated_stream_can_start_after_but_not_resume_after_its_invalidate() {
+        let e = TestEngine::open();
+        let c = Namespace::new("db", "c");
+        insert(&e, &c, 0);
+        let stream = open(&e, "db", Some("c"), doc! {}).unwrap();
+        e.drop_collection(&c).unwrap();
+        e.sync();
+        let last = e.get_more(stream.cursor_id, &stream.ns, None).unwrap();
+        let events = decoded(&last);
+        assert_eq!(op_types(&events), vec!["drop", "invalidate"]);
+        assert_eq!(last.cursor_id, 0, "the cursor is closed");
+        let invalidate = events[1].get_document("_id").unwrap().clone();
+        assert!(token_of(&events[1]).from_invalidate);
+        let err = open(
+            &e,
+            "db",
+            Some("c"),
+            doc! {"resumeAfter": invalidate.clone()},
+        )
+        .expect_err("refused");
+        assert_eq!(err.code, codes::INVALID_RESUME_TOKEN);
+        let after = open(&e, "db", Some("c"), doc! {"startAfter": invalidate}).unwrap();
+        assert!(decoded(&after).is_empty());
+        insert(&e, &c, 1);
+        assert_eq!(ids(&next(&e, &after)), vec![Bson::Int32(1)]);
+    }
+
+    /// A stream whose start or position the trim passed fails with
+    /// ChangeStreamHistoryLost (not resumable), instead of skipping what it lost.
+    #[test]
+    fn history_the_trim_removed_is_lost_not_skipped() {
+        let e = TestEngine::trimmed_by_hand(64 * 1024);
+        let c = Namespace::new("db", "c");
+        let first = insert(&e, &c, 0);
+        let behind = open(&e, "db", Some("c"), doc! {}).unwrap();
+        let pad = "x".repeat(8 * 1024);
+        for i in 1..20 {
+            e.insert_documents(&c, vec![doc! {"_id": i, "pad": &pad}], true)
+                .unwrap();
+        }
+        e.sync();
+        while crate::oplog::trim::trim_oplog_round(&e).unwrap() {}
+        assert!(e.oplog_trim_ts() > ClusterTime::from(first));
+        let lost = |r: Result<CursorBatch>| {
+            let err = r.expect_err("history lost");
+            assert_eq!(
+                err.code,
+                codes::CHANGE_STREAM_HISTORY_LOST,
+                "{}",
+                err.message
+            );
+            assert!(label_resumable(err).labels.is_empty(), "not resumable");
+        };
+        lost(open(
+            &e,
+            "db",
+            Some("c"),
+            doc! {"startAtOperationTime": first},
+        ));
+        let token = ResumeToken::high_water_mark(ClusterTime::from(first)).to_document();
+        lost(open(&e, "db", Some("c"), doc! {"resumeAfter": token}));
+        lost(e.get_more(behind.cursor_id, &behind.ns, None));
+        // From the trim point on, the history is whole.
+        let from = bson::Timestamp::from(e.oplog_trim_ts());
+        let whole = open(&e, "db", Some("c"), doc! {"startAtOperationTime": from}).unwrap();
+        let events = decoded(&whole);
+        let last = ids(&events).last().cloned();
+        assert_eq!(last, Some(Bson::Int32(19)));
+        assert!(events.iter().all(|ev| ClusterTime::from(
+            ev.get_timestamp("clusterTime").unwrap()
+        ) >= e.oplog_trim_ts()));
+    }
+
+    /// Why a read checks the trim point again after reading: a trim that lands
+    /// between the check before it and the read deletes the collection's index of the
+    /// trimmed entries, and the read alone passes over them without a sign.
+    #[test]
+    fn a_read_that_raced_a_trim_is_lost_not_a_gap() {
+        let e = TestEngine::trimmed_by_hand(64 * 1024);
+        let c = Namespace::new("db", "c");
+        let start = ClusterTime::from(insert(&e, &c, 0));
+        let pad = "x".repeat(8 * 1024);
+        for i in 1..20 {
+            e.insert_documents(&c, vec![doc! {"_id": i, "pad": &pad}], true)
+                .unwrap();
+        }
+        e.sync();
+        let spec = spec("db", Some("c"), doc! {}).unwrap();
+        let stream = ChangeStream {
+            watch: e.recent.watch(crate::core::bus::namespace_bit("db.c")),
+            spec,
+            next_ts: start,
+            verify: None,
+            pbrt: ResumeToken::high_water_mark(start),
+            pending: VecDeque::new(),
+            invalidated: false,
+            prefilter: prefilter::Prefilter::default(),
+            deferred_error: None,
+            memory_only: false,
+        };
+        // The check before the read passes; then the trim commits.
+        stream.check_not_trimmed(&e).unwrap();
+        while crate::oplog::trim::trim_oplog_round(&e).unwrap() {}
+        let trim = e.oplog_trim_ts();
+        assert!(trim > start);
+        let read = stream
+            .read_entries(&e, e.durability.durable_ts(), READ_CHUNK)
+            .unwrap();
+        let first = read.first().map(|r| r.ts).unwrap();
+        assert!(
+            first >= trim,
+            "the read starts past the trim, not at {start}"
+        );
+        let err = stream.check_not_trimmed(&e).expect_err("lost");
+        assert_eq!(err.code, codes::CHANGE_STREAM_HISTORY_LOST);
+    }
+
+    /// Events a filter drops are never returned, but the position still moves past
+    /// them: the post-batch token of an empty batch is past the last write read.
+    #[test]
+    fn a_filtered_stream_moves_past_what_it_drops() {
+        let e = TestEngine::open();
+        let c = Namespace::new("db", "c");
+        let stream = e
+            .open_change_stream(
+                "db",
+                Some("c"),
+                &doc! {},
+                &[doc! {"$match": {"operationType": "delete"}}],
+                None,
+                None,
+                None,
+            )
+            .unwrap();
+        let inserts: Vec<bson::Timestamp> = (0..3).map(|i| insert(&e, &c, i)).collect();
+        let last_insert = *inserts.last().unwrap();
+        e.sync();
+        let batch = e.get_more(stream.cursor_id, &stream.ns, None).unwrap();
+        assert!(batch.raw_docs.is_empty());
+        let pbrt =
+            ResumeToken::parse(&Bson::Document(batch.post_batch_resume_token.unwrap())).unwrap();
+        assert!(pbrt.is_high_water_mark());
+        assert!(pbrt.ts >= ClusterTime::from(last_insert));
+        e.delete(
+            &c,
+            vec![DeleteOp {
+                q: doc! {"_id": 2},
+                limit: 1,
+                ..Default::default()
+            }],
+            true,
+        )
+        .unwrap();
+        let events = next(&e, &stream);
+        assert_eq!(op_types(&events), vec!["delete"]);
+        assert!(token_of(&events[0]).ts > pbrt.ts);
+    }
+
+    #[test]
+    fn a_stage_that_changes_the_token_ends_the_stream() {
+        let e = TestEngine::open();
+        let stream = e
+            .open_change_stream(
+                "db",
+                Some("c"),
+                &doc! {},
+                &[doc! {"$project": {"_id": 0}}],
+                None,
+                None,
+                None,
+            )
+            .unwrap();
+        insert(&e, &Namespace::new("db", "c"), 1);
+        e.sync();
+        let err = e
+            .get_more(stream.cursor_id, &stream.ns, None)
+            .expect_err("fatal");
+        assert_eq!(err.code, codes::CHANGE_STREAM_FATAL_ERROR);
+        assert_eq!(
+            err.labels,
+            vec!["NonResumableChangeStreamError".to_string()]
+        );
+    }
+
+    #[test]
+    fn batch_sizes_bound_each_batch() {
+        let e = TestEngine::open();
+        let c = Namespace::new("db", "c");
+        let stream = e
+            .open_change_stream("db", Some("c"), &doc! {}, &[], Some(0), None, None)
+            .unwrap();
+        assert_ne!(stream.cursor_id, 0, "batchSize 0 opens the cursor");
+        assert!(stream.post_batch_resume_token.is_some());
+        for i in 0..5 {
+            insert(&e, &c, i);
+        }
+        e.sync();
+        let mut sizes = Vec::new();
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            let b = e.get_more(stream.cursor_id, &stream.ns, Some(2)).unwrap();
+            sizes.push(b.raw_docs.len());
+            seen.extend(ids(&decoded(&b)));
+        }
+        assert_eq!(sizes, vec![2, 2, 1, 0]);
+        assert_eq!(seen, (0..5).map(Bson::Int32).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn only_transient_errors_are_labelled_resumable() {
+        let labelled = label_resumable(Error::new(6, "host unreachable"));
+        assert_eq!(
+            labelled.labels,
+            vec!["ResumableChangeStreamError".to_string()]
+        );
+        for code in [
+            codes::CHANGE_STREAM_FATAL_ERROR,
+            codes::CHANGE_STREAM_HISTORY_LOST,
+            codes::INVALID_RESUME_TOKEN,
+            codes::BAD_VALUE,
+        ] {
+            assert!(
+                label_resumable(Error::new(code, "x")).labels.is_empty(),
+                "{code}"
+            );
+        }
+        // An error labelled already keeps its own label alone.
+        let own = Error::new(6, "x").with_label("NonResumableChangeStreamError");
+        assert_eq!(
+            label_resumable(own).labels,
+            vec!["NonResumableChangeStreamError".to_string()]
+        );
+    }
+
+    /// `$changeStreamSplitLargeEvent`: fragments of whole top-level fields, each under
+    /// the limit, each with the event's token plus its fragment number.
+    #[test]
+    fn a_large_event_splits_into_numbered_fragments() {
+        // Each over half the limit: no two fit in one fragment.
+        let big = "x".repeat(9 * 1024 * 1024);
+        let token = ResumeToken::event(
+            ClusterTime::from_u64(5),
+            None,
+            doc! {"operationType": "insert"},
+        );
+        let event = doc! {
+            "_id": token.to_document(),
+            "operationType": "insert",
+            "fullDocument": {"_id": 1, "a": &big},
+            "fullDocumentBeforeChange": {"_id": 1, "b": &big},
+            "updateDescription": {"updatedFields": {"c": &big}},
+        };
+        let fragments = split_event(event, &token).unwrap();
+        assert_eq!(fragments.len(), 3);
+        for (i, (doc, t)) in fragments.iter().enumerate() {
+            let bytes = bson::to_vec(doc).unwrap().len();
+            assert!(bytes <= MAX_EVENT_BYTES, "fragment {i}: {bytes} bytes");
+            assert_eq!(t.fragment, Some(i as i32));
+            assert!(t.same_event(&token));
+            assert_eq!(doc.get_document("_id").unwrap(), &t.to_document());
+            assert_eq!(
+                doc.get_document("splitEvent").unwrap(),
+                &doc! {"fragment": i as i32 + 1, "of": 3}
+            );
+        }
+        let keys: Vec<Vec<&str>> = fragments
+            .iter()
+            .map(|(d, _)| d.keys().skip(2).map(String::as_str).collect())
+            .collect();
+        assert_eq!(
+            keys,
+            vec![
+                vec!["operationType", "fullDocument"],
+                vec!["fullDocumentBeforeChange"],
+                vec!["updateDescription"]
+            ]
+        );
+        let too_big =
+            doc! {"_id": token.to_document(), "fullDocument": {"a": "x".repeat(MAX_EVENT_BYTES)}};
+        let err = split_event(too_big, &token).expect_err("one field over the limit");
+        assert_eq!(err.code, codes::BSON_OBJECT_TOO_LARGE);
+    }
 }

@@ -190,6 +190,183 @@ mod tests {
     }
 
     #[test]
+    fn operation_type_conditions_intersect() {
+        let p = Prefilter::from_stages(&[doc! {"$match": {"$and": [
+            {"operationType": {"$in": ["insert", "update"]}},
+            {"operationType": {"$eq": "update"}},
+        ]}}]);
+        assert!(p.may_match(b"u", FullDocument::Default));
+        assert!(!p.may_match(b"i", FullDocument::Default));
+        // Nothing left: no CRUD entry can match, a command's entry is still read.
+        let none = Prefilter::from_stages(&[doc! {"$match": {"$and": [
+            {"operationType": "insert"},
+            {"operationType": "delete"},
+        ]}}]);
+        for kind in [b"i", b"u", b"r", b"d"] {
+            assert!(!none.may_match(kind, FullDocument::Default));
+        }
+        assert!(none.may_match(b"c", FullDocument::Default));
+        // Non-string members are no condition at all.
+        let mixed =
+            Prefilter::from_stages(&[doc! {"$match": {"operationType": {"$in": ["insert", 1]}}}]);
+        assert!(mixed.is_empty());
+    }
+
+    /// Only the first stage's `$match` is read: a later one may see fields an earlier
+    /// stage changed.
+    #[test]
+    fn only_a_leading_match_counts() {
+        let later = Prefilter::from_stages(&[
+            doc! {"$set": {"operationType": "insert"}},
+            doc! {"$match": {"operationType": "delete"}},
+        ]);
+        assert!(later.is_empty());
+        assert!(later.may_match(b"i", FullDocument::Default));
+    }
+
+    #[test]
+    fn every_required_field_must_be_listed() {
+        let p = Prefilter::from_stages(&[doc! {"$match": {
+            "fullDocument.a.b": {"$gt": 5},
+            "fullDocument.c": {"$exists": 1},
+            "fullDocument.d": {"$gt": null},
+        }}]);
+        // a (from a.b) and c are required; `$gt: null` does not require d.
+        assert!(p.may_match(
+            &digest(b'i', Some(&["_id", "a", "c"])),
+            FullDocument::Default
+        ));
+        assert!(p.may_match(&digest(b'r', Some(&["c", "a"])), FullDocument::Default));
+        assert!(!p.may_match(&digest(b'i', Some(&["_id", "a"])), FullDocument::Default));
+        assert!(!p.may_match(
+            &digest(b'r', Some(&["_id", "c", "d"])),
+            FullDocument::Default
+        ));
+        // A name that only starts like a required one is another field.
+        assert!(!p.may_match(&digest(b'i', Some(&["ab", "c"])), FullDocument::Default));
+    }
+
+    /// The promise that makes the prefilter safe, checked against the real filter on
+    /// real events: an entry it rules out never gives an event the `$match` keeps.
+    #[test]
+    fn it_never_rules_out_an_event_the_filter_keeps() {
+        use crate::catalog::namespace::Namespace;
+        use crate::core::keys;
+        use crate::core::time::ClusterTime;
+        use crate::write::{DeleteOp, UpdateOp};
+        use tailstream_query::pipeline::{NoCollections, Pipeline};
+        use tailstream_storage::Space;
+
+        let e = crate::core::testing::TestEngine::open();
+        let ns = Namespace::new("db", "c");
+        // Large documents list their field names in the digest; small ones do not.
+        let big = "x".repeat(crate::oplog::DIGEST_FIELDS_MIN_BYTES);
+        let docs = vec![
+            doc! {"_id": 1, "msg": {"x": 1}, "big": &big},
+            doc! {"_id": 2, "other": 1, "big": &big},
+            doc! {"_id": 3, "msg": "hi"},
+        ];
+        e.insert_documents(&ns, docs, true).unwrap();
+        let update = |q: bson::Document, u: bson::Document| UpdateOp {
+            q,
+            u: Bson::Document(u),
+            ..Default::default()
+        };
+        e.update(
+            &ns,
+            vec![
+                update(doc! {"_id": 1}, doc! {"$set": {"msg.x": 2}}),
+                update(doc! {"_id": 2}, doc! {"_id": 2, "msg": 5, "big": &big}),
+                update(doc! {"_id": 3}, doc! {"_id": 3, "other": true, "big": &big}),
+            ],
+            true,
+        )
+        .unwrap();
+        e.delete(
+            &ns,
+            vec![DeleteOp {
+                q: doc! {"_id": 3},
+                limit: 1,
+                ..Default::default()
+            }],
+            true,
+        )
+        .unwrap();
+        let filters = [
+            doc! {"fullDocument.msg": {"$exists": true}},
+            doc! {"fullDocument.msg.x": {"$gte": 1}},
+            doc! {"fullDocument.msg": "hi"},
+            doc! {"fullDocument.other": {"$exists": 1}, "operationType": "replace"},
+            doc! {"operationType": "insert"},
+            doc! {"operationType": {"$in": ["update", "delete"]}},
+            doc! {"$and": [{"operationType": "replace"}, {"fullDocument.big": {"$regex": "^x"}}]},
+        ];
+        let lower = keys::oplog_ns_key("db.c", ClusterTime::ZERO);
+        let upper = keys::oplog_ns_key("db.c", ClusterTime::MAX);
+        let entries: Vec<(ClusterTime, Vec<u8>)> = e
+            .store
+            .scan(Space::OplogByNs, &lower, Some(&upper), false)
+            .map(|item| {
+                let (k, digest) = item.unwrap();
+                let ts = ClusterTime::from_be_bytes(k[k.len() - 8..].try_into().unwrap());
+                (ts, digest.to_vec())
+            })
+            .collect();
+        assert_eq!(entries.len(), 8, "create, 3 inserts, 3 updates, a delete");
+        let mut ruled_out = 0;
+        for full_document in ["default", "updateLookup"] {
+            let spec = super::super::parse_spec(
+                "db",
+                Some("c"),
+                &doc! {"fullDocument": full_document},
+                &[],
+            )
+            .unwrap()
+            .0;
+            for filter in &filters {
+                let stages = [doc! {"$match": filter.clone()}];
+                let prefilter = Prefilter::from_stages(&stages);
+                let pipeline = Pipeline::parse(&stages, "db").unwrap();
+                for (ts, digest) in &entries {
+                    if prefilter.may_match(digest, spec.full_document) {
+                        continue;
+                    }
+                    ruled_out += 1;
+                    let bytes = e
+                        .store
+                        .get(Space::Oplog, &keys::oplog_key(*ts))
+                        .unwrap()
+                        .unwrap();
+                    let entry = bson::RawDocument::from_bytes(&bytes).unwrap();
+                    for ev in super::super::event::transform_all(&e, &spec, *ts, entry).unwrap() {
+                        let ev = ev.doc.to_document().unwrap();
+                        let vars = tailstream_query::expr::Variables::default();
+                        let kept = pipeline
+                            .run(
+                                Box::new(std::iter::once(Ok(ev.clone()))),
+                                &NoCollections,
+                                &vars,
+                            )
+                            .unwrap()
+                            .len();
+                        assert_eq!(
+                            kept,
+                            0,
+                            "{filter} keeps the {} of {} ({full_document}), which was ruled out",
+                            ev.get_str("operationType").unwrap(),
+                            ev.get_document("documentKey").unwrap()
+                        );
+                    }
+                }
+            }
+        }
+        assert!(
+            ruled_out > 20,
+            "the prefilter ruled out only {ruled_out} entries"
+        );
+    }
+
+    #[test]
     fn conditions_it_does_not_understand_skip_nothing() {
         for m in [
             doc! {"$or": [{"operationType": "insert"}, {"operationType": "delete"}]},

@@ -296,6 +296,11 @@ mod tests {
         ClusterTime::new(1, increment)
     }
 
+    /// The cluster time whose sortable integer is `v`.
+    fn ct(v: u64) -> ClusterTime {
+        ClusterTime::from_u64(v)
+    }
+
     #[test]
     fn high_water_mark_matches_mongod() {
         // A high-water-mark token printed by mongod 7.0 (Timestamp(0x67C867A3, 1)).
@@ -404,6 +409,227 @@ mod tests {
         let b = ResumeToken::event(at(11), None, doc! {"operationType": "drop"}).to_document();
         assert!(a.get_str("_data").unwrap() < hwm.get_str("_data").unwrap());
         assert!(hwm.get_str("_data").unwrap() < b.get_str("_data").unwrap());
+    }
+
+    /// `{_data: <hex>}` of a token made of these components.
+    fn token_of(values: &[Bson]) -> Bson {
+        let mut b = KeyStringBuilder::new();
+        for v in values {
+            b.append(v, false);
+        }
+        b.append_discriminator_end();
+        Bson::Document(doc! {"_data": keystring::to_hex_upper(&b.into_bytes())})
+    }
+
+    fn time(t: u32) -> Bson {
+        Bson::Timestamp(bson::Timestamp {
+            time: t,
+            increment: 1,
+        })
+    }
+
+    #[test]
+    fn every_component_round_trips() {
+        let uuid = bson::Uuid::new();
+        let mut in_txn = ResumeToken::event(
+            ClusterTime::new(9, 4),
+            Some(uuid),
+            doc! {"operationType": "update", "documentKey": {"_id": "k", "shard": 2}},
+        );
+        in_txn.txn_op_index = 3;
+        let mut invalidate = ResumeToken::event(ct(20), Some(uuid), doc! {"operationType": "drop"});
+        invalidate.from_invalidate = true;
+        let mut fragment = in_txn.clone();
+        fragment.fragment = Some(2);
+        let no_uuid = ResumeToken::event(ct(30), None, doc! {"operationType": "dropDatabase"});
+        for t in [
+            ResumeToken::high_water_mark(ct(12)),
+            in_txn,
+            invalidate,
+            fragment,
+            no_uuid,
+        ] {
+            let back = ResumeToken::parse(&Bson::Document(t.to_document())).unwrap();
+            assert_eq!(back, t);
+        }
+    }
+
+    /// Tokens sort (as their hex strings, as mongod compares them) by cluster time,
+    /// then a position before an event at the same time, then the transaction index,
+    /// then an event before its invalidate.
+    #[test]
+    fn tokens_sort_by_time_type_transaction_index_and_invalidate() {
+        let at = |ts: u64, index: i64, key: i32| {
+            let mut t = ResumeToken::event(
+                ct(ts),
+                None,
+                doc! {"operationType": "insert", "documentKey": {"_id": key}},
+            );
+            t.txn_op_index = index;
+            t
+        };
+        let mut invalidate = at(10, 2, 1);
+        invalidate.from_invalidate = true;
+        let ordered = [
+            ResumeToken::high_water_mark(ct(10)),
+            at(10, 0, 9),
+            at(10, 1, 1),
+            at(10, 2, 1),
+            invalidate,
+            ResumeToken::high_water_mark(ct(11)),
+            at(11, 0, 0),
+        ];
+        let data: Vec<String> = ordered
+            .iter()
+            .map(|t| t.to_document().get_str("_data").unwrap().to_string())
+            .collect();
+        for (i, pair) in data.windows(2).enumerate() {
+            assert!(pair[0] < pair[1], "token {i} sorts before token {}", i + 1);
+        }
+    }
+
+    #[test]
+    fn older_token_versions_are_read() {
+        let uuid = bson::Uuid::new();
+        let uuid_key = Bson::Binary(bson::Binary::from_uuid(uuid));
+        let id = Bson::Document(doc! {"operationType": "insert", "documentKey": {"_id": 1}});
+        let v1 = token_of(&[
+            time(5),
+            Bson::Int32(1),
+            Bson::Int32(EVENT),
+            Bson::Int64(0),
+            Bson::Boolean(true),
+            uuid_key.clone(),
+            id.clone(),
+        ]);
+        let t = ResumeToken::parse(&v1).unwrap();
+        assert_eq!(
+            (t.version, t.token_type, t.from_invalidate, t.uuid),
+            (1, EVENT, true, Some(uuid))
+        );
+        // Version 0 has no type nor invalidate flag: an event's token.
+        let v0 = token_of(&[time(5), Bson::Int32(0), Bson::Int64(2), uuid_key, id]);
+        let t = ResumeToken::parse(&v0).unwrap();
+        assert_eq!(
+            (t.version, t.token_type, t.txn_op_index, t.from_invalidate),
+            (0, EVENT, 2, false)
+        );
+        assert!(t.event_key.is_some());
+    }
+
+    #[test]
+    fn malformed_components_are_refused_with_their_reason() {
+        let v2 = |rest: &[Bson]| {
+            let mut values = vec![time(5), Bson::Int32(2)];
+            values.extend_from_slice(rest);
+            token_of(&values)
+        };
+        let cases = [
+            (
+                token_of(&[Bson::Int32(5)]),
+                "clusterTime is not a Timestamp",
+            ),
+            (
+                token_of(&[time(5), Bson::Int32(3)]),
+                "only supports version 0, 1 and 2",
+            ),
+            (
+                token_of(&[time(5), Bson::String("2".into())]),
+                "valid version",
+            ),
+            (v2(&[Bson::Int32(5)]), "Token type 5 not recognized"),
+            (
+                v2(&[Bson::Int32(EVENT), Bson::Int64(0), Bson::Int32(1)]),
+                "fromInvalidate is not a boolean",
+            ),
+            (
+                v2(&[
+                    Bson::Int32(EVENT),
+                    Bson::Int64(0),
+                    Bson::Boolean(false),
+                    Bson::String("uuid".into()),
+                ]),
+                "the UUID is not a UUID",
+            ),
+            (
+                v2(&[
+                    Bson::Int32(EVENT),
+                    Bson::Int64(0),
+                    Bson::Boolean(false),
+                    Bson::Null,
+                    Bson::Int32(1),
+                ]),
+                "eventIdentifier is not an object",
+            ),
+            (
+                v2(&[
+                    Bson::Int32(EVENT),
+                    Bson::Int64(0),
+                    Bson::Boolean(false),
+                    Bson::Null,
+                    Bson::Document(doc! {"operationType": "drop"}),
+                    Bson::Int32(-1),
+                ]),
+                "'fragmentNum' must be a non-negative integer",
+            ),
+            (
+                v2(&[
+                    Bson::Int32(EVENT),
+                    Bson::Int64(0),
+                    Bson::Boolean(false),
+                    Bson::Null,
+                    Bson::Document(doc! {"operationType": "drop"}),
+                    Bson::Int32(0),
+                    Bson::Int32(0),
+                ]),
+                "oversized",
+            ),
+            (Bson::Document(doc! {"_data": ""}), "empty resume token"),
+        ];
+        for (token, reason) in cases {
+            let e = ResumeToken::parse(&token).unwrap_err();
+            assert_eq!(e.code, codes::INVALID_RESUME_TOKEN, "{token}");
+            assert!(e.message.contains(reason), "{token}: {}", e.message);
+        }
+    }
+
+    /// An event's token and its invalidate's, or its fragments', name the same event;
+    /// another transaction index or time does not.
+    #[test]
+    fn the_same_event_whatever_its_invalidate_flag_or_fragment() {
+        let t = ResumeToken::event(
+            ct(8),
+            None,
+            doc! {"operationType": "insert", "documentKey": {"_id": 1}},
+        );
+        let mut invalidate = t.clone();
+        invalidate.from_invalidate = true;
+        let mut fragment = t.clone();
+        fragment.fragment = Some(1);
+        assert!(t.same_event(&invalidate) && t.same_event(&fragment));
+        let mut other_index = t.clone();
+        other_index.txn_op_index = 1;
+        assert!(!t.same_event(&other_index));
+        assert!(!t.same_event(&ResumeToken::high_water_mark(ct(8))));
+        let other_doc = ResumeToken::event(
+            ct(8),
+            None,
+            doc! {"operationType": "insert", "documentKey": {"_id": 2}},
+        );
+        assert!(!t.same_event(&other_doc));
+    }
+
+    #[test]
+    fn a_token_is_written_in_place_after_what_a_buffer_holds() {
+        let t = ResumeToken::event(
+            ct(8),
+            Some(bson::Uuid::new()),
+            doc! {"operationType": "drop"},
+        );
+        let mut out = vec![1, 2, 3];
+        t.write_raw_document(&mut out);
+        assert_eq!(&out[..3], &[1, 2, 3]);
+        assert_eq!(&out[3..], t.to_raw_document().as_bytes());
     }
 
     #[test]

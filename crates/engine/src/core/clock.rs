@@ -25,13 +25,23 @@ impl ClusterClock {
             .map(|d| d.as_secs() as u32)
             .unwrap_or(0);
         let (secs, inc) = (self.last.seconds(), self.last.increment());
-        self.last = if now > secs {
+        let next = if now > secs {
             ClusterTime::new(now, 1)
         } else if inc == u32::MAX {
-            ClusterTime::new(secs + 1, 1)
+            let secs = secs
+                .checked_add(1)
+                .expect("the cluster clock ran out of seconds (year 2106)");
+            ClusterTime::new(secs, 1)
         } else {
             ClusterTime::new(secs, inc + 1)
         };
+        // Oplog order, resume tokens and every reader's position rest on this.
+        assert!(
+            next > self.last,
+            "the cluster clock went backwards: {next:?} after {:?}",
+            self.last
+        );
+        self.last = next;
         self.last
     }
 
@@ -65,5 +75,11 @@ mod tests {
     fn a_full_increment_moves_to_the_next_second() {
         let mut c = ClusterClock::after(ClusterTime::new(u32::MAX - 1, u32::MAX));
         assert_eq!(c.next(), ClusterTime::new(u32::MAX, 1));
+    }
+
+    #[test]
+    #[should_panic(expected = "ran out of seconds")]
+    fn the_clock_never_wraps_around() {
+        ClusterClock::after(ClusterTime::new(u32::MAX, u32::MAX)).next();
     }
 }

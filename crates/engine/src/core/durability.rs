@@ -158,7 +158,12 @@ impl Durability {
     /// wrote any); returns the commit's sequence number.
     pub fn committed(&self, last_ts: Option<ClusterTime>) -> u64 {
         if let Some(ts) = last_ts {
-            self.committed_ts.fetch_max(ts, Ordering::SeqCst);
+            // Commits come one at a time (under the writer lock), in oplog order.
+            let before = self.committed_ts.fetch_max(ts, Ordering::SeqCst);
+            assert!(
+                before < ts,
+                "commits' oplog times go backwards: {ts} committed after {before}"
+            );
         }
         let seq = self.committed.fetch_add(1, Ordering::SeqCst) + 1;
         let (slot_seq, slot_ns) = &self.commit_times[seq as usize % COMMIT_TIMES];
@@ -194,6 +199,7 @@ impl Durability {
 
     /// Asks for an fsync covering `seq` soon, without waiting for it.
     pub fn request(&self, seq: u64) {
+        self.assert_committed(seq);
         if self.synced() >= seq {
             return;
         }
@@ -260,8 +266,19 @@ impl Durability {
         Ok(())
     }
 
+    /// A wait or request for a commit that has not happened would never end (or wait
+    /// for some later commit's fsync): sequence numbers come from commits.
+    fn assert_committed(&self, seq: u64) {
+        let committed = self.last_committed();
+        assert!(
+            seq <= committed,
+            "a sync asked for commit {seq}, past the last commit {committed}"
+        );
+    }
+
     /// Makes the group-commit thread sync through `seq` now.
     fn ask(&self, seq: u64) {
+        self.assert_committed(seq);
         let mut r = self.requested.lock();
         if *r < seq {
             *r = seq;
@@ -296,6 +313,11 @@ impl Durability {
             let target = self.last_committed();
             let ts = self.committed_ts.load(Ordering::SeqCst);
             let was_synced = self.synced();
+            // Only this thread moves `synced`, always to a sequence already committed.
+            assert!(
+                was_synced <= target,
+                "synced sequence {was_synced} is past the committed {target}"
+            );
             if target > was_synced {
                 let started = std::time::Instant::now();
                 let synced = store.sync();
@@ -351,6 +373,12 @@ impl Durability {
                 // acknowledges, and its client may open a change stream at once; that
                 // stream must already find the write's event durable.
                 self.durable_ts_tx.send_if_modified(|d| {
+                    // `ts` is the newest committed time, which only grows.
+                    assert!(
+                        ts >= *d,
+                        "the durable oplog time would go backwards: {ts} after {}",
+                        *d
+                    );
                     let newer = ts > *d;
                     if newer {
                         *d = ts;
@@ -375,6 +403,11 @@ impl Durability {
 mod tests {
     use super::*;
 
+    /// The cluster time whose sortable integer is `v`.
+    fn t(v: u64) -> ClusterTime {
+        ClusterTime::from_u64(v)
+    }
+
     #[test]
     fn each_commit_is_timed_once_up_to_the_fsync_that_covered_it() {
         let d = Durability::new(ClusterTime::ZERO);
@@ -395,6 +428,56 @@ mod tests {
         let last = d.last_committed();
         d.record_commit_waits(3, last, std::time::Instant::now());
         assert_eq!(d.commit_waits.snapshot().0, 3 + COMMIT_TIMES as u64);
+    }
+
+    #[test]
+    fn commits_count_up_and_keep_the_newest_time() {
+        let d = Durability::new(t(10));
+        assert_eq!(d.committed(Some(t(11))), 1);
+        assert_eq!(d.committed(None), 2, "a commit without oplog entries");
+        assert_eq!(d.committed(Some(t(15))), 3);
+        assert_eq!(d.last_committed(), 3);
+        assert_eq!(d.committed_ts.load(Ordering::SeqCst), t(15));
+        assert_eq!(d.durable_ts(), t(10), "nothing synced yet");
+        d.request(3);
+    }
+
+    #[test]
+    #[should_panic(expected = "oplog times go backwards")]
+    fn a_commit_older_than_the_last_is_refused() {
+        let d = Durability::new(ClusterTime::ZERO);
+        d.committed(Some(t(7)));
+        d.committed(Some(t(7)));
+    }
+
+    #[test]
+    #[should_panic(expected = "past the last commit")]
+    fn a_sync_for_a_commit_that_did_not_happen_is_refused() {
+        let d = Durability::new(ClusterTime::ZERO);
+        d.committed(None);
+        d.request(2);
+    }
+
+    /// The group-commit thread makes every commit durable, and the durable oplog time
+    /// follows the newest commit's.
+    #[test]
+    fn the_syncer_covers_every_commit_and_its_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(
+            Store::open(dir.path(), &tailstream_storage::StoreOptions::default()).unwrap(),
+        );
+        let d = Durability::new(t(4));
+        let syncer = d.spawn_syncer(Arc::clone(&store));
+        let mut durable = Vec::new();
+        for ts in [5, 9, 12] {
+            let seq = d.committed(Some(t(ts)));
+            d.wait_synced_blocking(seq).unwrap();
+            assert!(d.synced() >= seq && d.synced() <= d.last_committed());
+            durable.push(d.durable_ts());
+        }
+        assert_eq!(durable, [5, 9, 12].map(t));
+        d.stop();
+        syncer.join().unwrap();
     }
 
     #[test]

@@ -8,6 +8,8 @@ pub mod durability;
 pub mod format;
 pub mod fsync_lock;
 pub mod keys;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod time;
 
 use tailstream_query::error::{codes, Error};

@@ -131,6 +131,12 @@ impl AtomicClusterTime {
         self.0.store(t.0, order)
     }
 
+    /// Replaces the time with `t`; the time before.
+    #[inline]
+    pub fn swap(&self, t: ClusterTime, order: Ordering) -> ClusterTime {
+        ClusterTime(self.0.swap(t.0, order))
+    }
+
     /// Moves the time forward to `t` (never back); the time before.
     #[inline]
     pub fn fetch_max(&self, t: ClusterTime, order: Ordering) -> ClusterTime {

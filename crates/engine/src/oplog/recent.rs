@@ -172,9 +172,13 @@ impl RecentOplog {
     pub fn push(&self, new: Vec<RecentEntry>) {
         let mut r = self.ring.write();
         for e in new {
-            debug_assert!(
-                r.entries.back().map(|b| b.ts < e.ts).unwrap_or(true),
-                "entries arrive in time order"
+            // Readers find entries by binary search on time and trust `from`: an entry
+            // out of order, or below `from`, would be skipped by every stream.
+            let after = r.entries.back().map_or(r.from, |b| b.ts.next());
+            assert!(
+                e.ts >= after,
+                "recent oplog entry at {} arrives out of time order (expected {after} or later)",
+                e.ts
             );
             r.bytes += e.size();
             r.entries.push_back(Arc::new(e));
@@ -183,9 +187,18 @@ impl RecentOplog {
             let Some(old) = r.entries.pop_front() else {
                 break;
             };
-            r.bytes -= old.size();
+            r.bytes = r
+                .bytes
+                .checked_sub(old.size())
+                .expect("the recent oplog's byte count underflows");
             r.from = old.ts.next();
         }
+        assert!(
+            r.bytes <= MAX_BYTES && r.entries.len() <= MAX_ENTRIES,
+            "the recent oplog is over its bounds: {} bytes, {} entries",
+            r.bytes,
+            r.entries.len()
+        );
     }
 
     /// The entries with times in `[from, to]` accepted by `wanted`, at most `limit`
@@ -204,6 +217,10 @@ impl RecentOplog {
         if from < r.from {
             return None;
         }
+        debug_assert!(
+            r.entries.front().is_none_or(|e| e.ts >= r.from),
+            "the recent oplog holds an entry below its start"
+        );
         let start = r.entries.partition_point(|e| e.ts < from);
         let mut out = Vec::new();
         for e in r.entries.range(start..) {
@@ -270,5 +287,106 @@ mod tests {
         .is_some());
         drop(all);
         assert_eq!(oplog.watched(), 0);
+    }
+
+    /// The cluster time whose sortable integer is `v`.
+    fn ct(v: u64) -> ClusterTime {
+        ClusterTime::from_u64(v)
+    }
+
+    fn kept(ts: u64) -> RecentEntry {
+        RecentEntry::new(
+            ct(ts),
+            &entry("db.a"),
+            vec![b'i'],
+            vec!["db.a".into()],
+            u64::MAX,
+        )
+    }
+
+    /// The times of the entries found, as their sortable integers.
+    fn times(found: Option<Vec<Arc<RecentEntry>>>) -> Option<Vec<u64>> {
+        found.map(|v| v.iter().map(|e| e.ts.as_u64()).collect())
+    }
+
+    #[test]
+    fn reads_the_entries_in_a_range_only_while_it_holds_them_all() {
+        let oplog = RecentOplog::default();
+        assert!(
+            oplog
+                .read(ClusterTime::ZERO, ClusterTime::MAX, 10, |_| true)
+                .is_none(),
+            "not enabled"
+        );
+        oplog.enable(ct(10));
+        oplog.push(vec![kept(10), kept(12)]);
+        oplog.push(vec![kept(15)]);
+        assert_eq!(
+            times(oplog.read(ct(10), ct(15), 10, |_| true)),
+            Some(vec![10, 12, 15])
+        );
+        assert_eq!(
+            times(oplog.read(ct(11), ct(14), 10, |_| true)),
+            Some(vec![12])
+        );
+        assert_eq!(
+            times(oplog.read(ct(13), ct(20), 10, |_| true)),
+            Some(vec![15])
+        );
+        assert_eq!(
+            times(oplog.read(ct(16), ct(20), 10, |_| true)),
+            Some(vec![])
+        );
+        assert_eq!(
+            times(oplog.read(ct(10), ct(15), 2, |_| true)),
+            Some(vec![10, 12])
+        );
+        assert_eq!(
+            times(oplog.read(ct(10), ct(15), 10, |e| e.ts != ct(12))),
+            Some(vec![10, 15])
+        );
+        // Before the start: those entries may exist, but only storage has them.
+        assert!(oplog.read(ct(9), ct(15), 10, |_| true).is_none());
+    }
+
+    /// The oldest entries go once the ring is full, and a read from them is refused
+    /// (the stream reads storage) rather than answered with a gap.
+    #[test]
+    fn a_full_ring_drops_its_oldest_entries_and_their_readers() {
+        let oplog = RecentOplog::default();
+        oplog.enable(ct(1));
+        let extra = 10u64;
+        for ts in 1..=MAX_ENTRIES as u64 + extra {
+            oplog.push(vec![kept(ts)]);
+        }
+        let first_kept = extra + 1;
+        assert!(oplog
+            .read(ct(extra), ClusterTime::MAX, 1, |_| true)
+            .is_none());
+        assert_eq!(
+            times(oplog.read(ct(first_kept), ClusterTime::MAX, 2, |_| true)),
+            Some(vec![first_kept, first_kept + 1])
+        );
+        let r = oplog.ring.read();
+        assert_eq!(r.entries.len(), MAX_ENTRIES);
+        assert_eq!(r.from, ct(first_kept));
+        assert_eq!(r.bytes, r.entries.iter().map(|e| e.size()).sum::<usize>());
+    }
+
+    #[test]
+    #[should_panic(expected = "out of time order")]
+    fn an_entry_older_than_the_newest_is_refused() {
+        let oplog = RecentOplog::default();
+        oplog.enable(ct(1));
+        oplog.push(vec![kept(5)]);
+        oplog.push(vec![kept(5)]);
+    }
+
+    #[test]
+    #[should_panic(expected = "out of time order")]
+    fn an_entry_below_the_start_is_refused() {
+        let oplog = RecentOplog::default();
+        oplog.enable(ct(8));
+        oplog.push(vec![kept(7)]);
     }
 }

@@ -33,11 +33,13 @@ struct TrimCopy {
 /// are gone for every reader at once (readers start at the trim point); their
 /// storage is reclaimed by whole files later, so the oplog is never rewritten by
 /// compaction. The per-namespace ordering and pre-images go with range tombstones.
-fn trim_oplog_round(engine: &Engine) -> Result<bool> {
+pub(crate) fn trim_oplog_round(engine: &Engine) -> Result<bool> {
     let cap = engine.opts.oplog_size_bytes;
+    // The newest committed entry, not the clock's newest time: a write that failed or
+    // a transaction that conflicted at its commit took times no entry has.
     let (trim_ts, oplog_bytes, newest) = {
         let w = engine.writer.lock();
-        (w.trim_ts, w.oplog_bytes, w.clock.last())
+        (w.trim_ts, w.oplog_bytes, w.committed_ts)
     };
     if oplog_bytes <= cap {
         return Ok(false);
@@ -90,6 +92,18 @@ fn trim_oplog_round(engine: &Engine) -> Result<bool> {
     let mut w = engine.writer.lock();
     // Only this thread moves the trim point.
     assert_eq!(w.trim_ts, trim_ts, "oplog trim point moved during a trim");
+    // The newest entry stays: the clock restarts after it, and a stream opened without
+    // a start point starts after it, so never below the trim point.
+    assert!(
+        new_trim <= w.committed_ts,
+        "the oplog trim would remove the newest committed entry (trim point {new_trim}, newest {})",
+        w.committed_ts
+    );
+    assert!(
+        freed <= w.oplog_bytes,
+        "the oplog trim frees {freed} bytes of the {} counted",
+        w.oplog_bytes
+    );
     // Under the writer lock the catalog and the collection keys cannot change.
     let live = coll_ids_by_uuid(&engine.catalog());
     for c in &copies {
@@ -107,12 +121,19 @@ fn trim_oplog_round(engine: &Engine) -> Result<bool> {
         }
     }
     w.trim_ts = new_trim;
-    w.oplog_bytes = w.oplog_bytes.saturating_sub(freed);
+    w.oplog_bytes -= freed;
     w.put_oplog_state(&mut batch);
     engine.store.commit(batch).map_err(storage_err)?;
-    engine
+    // Readers compare their position with this point (change streams fail with
+    // ChangeStreamHistoryLost below it, oplog scans with CappedPositionLost): it only
+    // moves forward, or a reader that checked it could be below it unawares.
+    let before = engine
         .trim_ts
-        .store(new_trim, std::sync::atomic::Ordering::Release);
+        .swap(new_trim, std::sync::atomic::Ordering::AcqRel);
+    assert!(
+        before < new_trim,
+        "the oplog trim point moves backwards: {new_trim} after {before}"
+    );
     let over = w.oplog_bytes > cap;
     drop(w);
     engine
@@ -206,4 +227,156 @@ pub(crate) fn spawn_oplog_maintenance(
             }
         })
         .expect("spawn the oplog maintenance thread")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::namespace::Namespace;
+    use crate::core::testing::TestEngine;
+    use crate::oplog::OplogChange;
+    use bson::doc;
+
+    /// A small cap: a few documents of [`DOC_BYTES`] go over it.
+    const CAP: u64 = 64 * 1024;
+    const DOC_BYTES: usize = 4 * 1024;
+
+    fn engine_trimmed_by_hand() -> TestEngine {
+        TestEngine::trimmed_by_hand(CAP)
+    }
+
+    /// The entries stored from the trim point on: (time, bytes).
+    fn retained(e: &Engine) -> Vec<(ClusterTime, usize)> {
+        e.store
+            .scan(
+                Space::Oplog,
+                &keys::oplog_key(e.oplog_trim_ts()),
+                None,
+                false,
+            )
+            .map(|item| {
+                let (k, v) = item.expect("an oplog entry");
+                (
+                    ClusterTime::from_be_bytes(k[..8].try_into().unwrap()),
+                    v.len(),
+                )
+            })
+            .collect()
+    }
+
+    fn insert(e: &Engine, ns: &Namespace, id: i32, bytes: usize) -> ClusterTime {
+        let out = e
+            .insert_documents(ns, vec![doc! {"_id": id, "pad": "x".repeat(bytes)}], true)
+            .expect("insert");
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        out.committed.unwrap().last_ts.unwrap()
+    }
+
+    #[test]
+    fn trims_the_oldest_entries_under_the_cap_and_keeps_every_document() {
+        let e = engine_trimmed_by_hand();
+        let ns = Namespace::new("db", "c");
+        let times: Vec<ClusterTime> = (0..40).map(|i| insert(&e, &ns, i, DOC_BYTES)).collect();
+        assert!(e.writer.lock().oplog_bytes > CAP);
+        let mut trim_points = vec![e.oplog_trim_ts()];
+        while trim_oplog_round(&e).unwrap() {
+            trim_points.push(e.oplog_trim_ts());
+        }
+        trim_points.push(e.oplog_trim_ts());
+        assert!(
+            trim_points.windows(2).all(|w| w[0] <= w[1]),
+            "the trim point only moves forward: {trim_points:?}"
+        );
+        let trim = e.oplog_trim_ts();
+        assert!(trim > times[0], "the oldest inserts were trimmed");
+        assert!(trim <= times[39], "the newest insert was kept");
+        let left = retained(&e);
+        let counted = e.writer.lock().oplog_bytes;
+        assert!(counted <= CAP, "{counted} bytes left, cap {CAP}");
+        assert_eq!(
+            left.iter().map(|(_, n)| *n as u64).sum::<u64>(),
+            counted,
+            "the byte count is the retained entries' bytes"
+        );
+        assert_eq!(
+            left.first().map(|(t, _)| *t),
+            times.iter().copied().find(|t| *t >= trim)
+        );
+        // Documents stored only in their insert entry were copied out before it went.
+        let found = e.find(&ns, Default::default()).unwrap();
+        let ids: Vec<i32> = found
+            .docs
+            .iter()
+            .map(|d| d.get_i32("_id").unwrap())
+            .collect();
+        assert_eq!(ids, (0..40).collect::<Vec<_>>());
+        assert!(found
+            .docs
+            .iter()
+            .all(|d| d.get_str("pad").unwrap().len() == DOC_BYTES));
+        // What was trimmed stays trimmed after a restart.
+        let state = e
+            .store
+            .get(Space::Meta, keys::META_OPLOG_TRIM)
+            .unwrap()
+            .unwrap();
+        let state = bson::Document::from_reader(&mut state.as_slice()).unwrap();
+        assert_eq!(
+            ClusterTime::from_u64(state.get_i64("trim").unwrap() as u64),
+            trim
+        );
+        assert_eq!(state.get_i64("bytes").unwrap() as u64, counted);
+    }
+
+    /// A write that fails (or a transaction that conflicts at its commit) has taken a
+    /// time from the clock that no entry has: the trim still stops below the newest
+    /// entry that is committed, not below the clock's newest time.
+    #[test]
+    fn the_newest_committed_entry_stays_when_the_clock_ran_ahead_of_it() {
+        let e = engine_trimmed_by_hand();
+        let ns = Namespace::new("db", "c");
+        let first = insert(&e, &ns, 0, 16);
+        // Alone over the cap: everything else is trimmed before it.
+        let newest = insert(&e, &ns, 1, 2 * CAP as usize);
+        {
+            let mut abandoned = e.begin();
+            abandoned.log(OplogChange {
+                op: "n",
+                ns: String::new(),
+                ui: None,
+                o: doc! {"msg": "never committed"},
+                o2: None,
+            });
+        }
+        assert!(e.writer.lock().clock.last() > newest);
+        while trim_oplog_round(&e).unwrap() {}
+        let trim = e.oplog_trim_ts();
+        assert!(trim > first, "the entries before the newest were trimmed");
+        assert_eq!(
+            retained(&e).iter().map(|(t, _)| *t).collect::<Vec<_>>(),
+            vec![newest]
+        );
+        // The next commit comes after it, and is not trimmed either.
+        let next = e.write_noop("after").unwrap().last_ts.unwrap();
+        assert!(next > newest);
+        assert!(e.oplog_trim_ts() <= newest);
+    }
+
+    #[test]
+    fn nothing_is_trimmed_under_the_cap() {
+        let e = engine_trimmed_by_hand();
+        let ns = Namespace::new("db", "c");
+        let first = insert(&e, &ns, 0, 16);
+        let before = retained(&e);
+        assert!(!trim_oplog_round(&e).unwrap());
+        assert_eq!(e.oplog_trim_ts(), ClusterTime::ZERO);
+        // The collection's create entry and the insert's.
+        assert_eq!(before.len(), 2);
+        assert_eq!(before[1].0, first);
+        assert_eq!(retained(&e), before);
+        assert_eq!(
+            e.writer.lock().oplog_bytes,
+            before.iter().map(|(_, n)| *n as u64).sum::<u64>()
+        );
+    }
 }

@@ -34,6 +34,10 @@ pub(crate) struct Writer {
     pub(crate) oplog_bytes: u64,
     /// Oldest retained oplog time (everything below it was trimmed).
     pub(crate) trim_ts: ClusterTime,
+    /// Newest oplog time committed (ZERO for none): every commit's entries come after
+    /// it, and the trim point never passes it (the newest entry is kept, so the clock
+    /// restarts after it and a stream opened now starts inside the oplog).
+    pub(crate) committed_ts: ClusterTime,
 }
 
 impl Writer {
@@ -205,7 +209,11 @@ impl<'e> Txn<'e> {
         doc.to_writer(&mut bytes)
             .expect("serialising a Document into a Vec cannot fail");
         if self.collects_ops() {
-            let index = self.apply_ops.len().saturating_sub(1) as u32;
+            assert!(
+                !self.apply_ops.is_empty(),
+                "a transaction's image stored before its operation"
+            );
+            let index = (self.apply_ops.len() - 1) as u32;
             self.batch
                 .put(Space::Images, &keys::image_key_at(ts, index, kind), &bytes);
         } else {
@@ -281,6 +289,13 @@ impl<'e> Txn<'e> {
         bytes: &[u8],
         head: Option<oplog::EntryHead<'_>>,
     ) {
+        // Commit order is oplog order: this commit's entries in time order, all after
+        // the previous commit's (a reader tailing the oplog never sees a gap fill in).
+        let after = self.last_ts.unwrap_or(self.w.committed_ts);
+        assert!(
+            ts > after,
+            "oplog entry at {ts} not after {after}: commit order must be oplog order",
+        );
         self.oplog_added += bytes.len() as u64;
         self.batch.put(Space::Oplog, &keys::oplog_key(ts), bytes);
         let raw = bson::RawDocument::from_bytes(bytes).ok();
@@ -361,6 +376,10 @@ impl<'e> Txn<'e> {
 
     /// Marks the oplog entries of this commit as a transaction's (see `session`).
     pub fn set_session(&mut self, lsid: Document, txn_number: i64) {
+        assert!(
+            self.last_ts.is_none() && self.txn_ts.is_none(),
+            "a transaction's session set after its first operation was logged"
+        );
         self.session = Some((lsid, txn_number));
     }
 
@@ -371,8 +390,9 @@ impl<'e> Txn<'e> {
     /// Writes a transaction's `applyOps` entry (mongod's field order: the session,
     /// then op, ns, o, ts, t, v, wall and prevOpTime).
     fn write_apply_ops(&mut self) {
+        // Operations are collected only under a session, and the first one takes the time.
         let (Some(ts), Some((lsid, number))) = (self.txn_ts, self.session.as_ref()) else {
-            return;
+            panic!("an applyOps entry without a session or a time: only a transaction collects operations");
         };
         let mut ops = bson::RawArrayBuf::new();
         for op in std::mem::take(&mut self.apply_ops) {
@@ -412,7 +432,11 @@ impl<'e> Txn<'e> {
         }
         let touched_capped = std::mem::take(&mut self.touched_capped);
         if self.oplog_added > 0 {
-            self.w.oplog_bytes += self.oplog_added;
+            self.w.oplog_bytes = self
+                .w
+                .oplog_bytes
+                .checked_add(self.oplog_added)
+                .expect("the oplog's byte count overflows");
             self.w.put_oplog_state(&mut self.batch);
         }
         let engine = self.engine;
@@ -427,6 +451,9 @@ impl<'e> Txn<'e> {
         }
         if touched_capped {
             engine.capped_settle(true);
+        }
+        if let Some(ts) = last_ts {
+            self.w.committed_ts = ts;
         }
         // Before the durable time can cover these entries, so a stream that reads up
         // to it finds them in memory.
@@ -454,5 +481,128 @@ impl<'e> Txn<'e> {
             }
         }
         Ok(Committed { seq, last_ts })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::testing::TestEngine;
+    use tailstream_storage::Space;
+
+    fn noop(msg: &str) -> OplogChange {
+        OplogChange {
+            op: "n",
+            ns: String::new(),
+            ui: None,
+            o: doc! {"msg": msg},
+            o2: None,
+        }
+    }
+
+    fn oplog_times(e: &Engine) -> Vec<ClusterTime> {
+        e.store
+            .scan(
+                Space::Oplog,
+                &keys::oplog_key(ClusterTime::ZERO),
+                None,
+                false,
+            )
+            .map(|item| ClusterTime::from_be_bytes(item.unwrap().0[..8].try_into().unwrap()))
+            .collect()
+    }
+
+    /// Each commit's entries are in time order and after every earlier commit's, and
+    /// the commit reports its newest to the durability counter and the commit bus.
+    #[test]
+    fn each_commit_follows_the_previous_one_in_the_oplog() {
+        let e = TestEngine::open();
+        let ns = Namespace::new("db", "c");
+        let docs = (0..3).map(|i| doc! {"_id": i}).collect();
+        let first = e.insert_documents(&ns, docs, true).unwrap();
+        let first = first.committed.unwrap();
+        let second = e.write_noop("second").unwrap();
+        let times = oplog_times(&e);
+        // The collection's create entry, three inserts, the no-op.
+        assert_eq!(times.len(), 5);
+        assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+        assert_eq!(times[3], first.last_ts.unwrap());
+        let newest = second.last_ts.unwrap();
+        assert_eq!(times[4], newest);
+        assert_eq!(second.seq, first.seq + 1);
+        assert_eq!(e.writer.lock().committed_ts, newest);
+        assert_eq!(ClusterTime::from(e.cluster_time()), second.last_ts.unwrap());
+    }
+
+    /// A write that is dropped uncommitted leaves nothing, and its time is not reused.
+    #[test]
+    fn a_dropped_write_leaves_nothing_and_its_time_is_not_reused() {
+        let e = TestEngine::open();
+        let before = oplog_times(&e);
+        let seq = e.durability.last_committed();
+        let abandoned = {
+            let mut txn = e.begin();
+            txn.log(noop("dropped"))
+        };
+        assert_eq!(oplog_times(&e), before);
+        assert_eq!(e.durability.last_committed(), seq);
+        let next = e.write_noop("kept").unwrap();
+        assert!(next.last_ts.unwrap() > abandoned);
+    }
+
+    #[test]
+    fn an_empty_commit_writes_nothing() {
+        let e = TestEngine::open();
+        e.write_noop("one").unwrap();
+        let seq = e.durability.last_committed();
+        let c = e.begin().commit().unwrap();
+        assert_eq!((c.seq, c.last_ts), (seq, None));
+        assert_eq!(oplog_times(&e).len(), 1);
+    }
+
+    /// A transaction's operations are one applyOps entry at one time, after the
+    /// previous commit, whatever times its operations were given.
+    #[test]
+    fn a_session_commit_is_one_apply_ops_entry() {
+        let e = TestEngine::open();
+        let before = e.write_noop("before").unwrap().last_ts.unwrap();
+        let mut txn = e.begin();
+        txn.set_session(doc! {"id": 1}, 7);
+        let a = txn.log(noop("a"));
+        let b = txn.log(noop("b"));
+        assert_eq!(a, b, "one entry, one time");
+        let c = txn.commit().unwrap();
+        assert_eq!(c.last_ts, Some(a));
+        assert!(a > before);
+        let times = oplog_times(&e);
+        assert_eq!(times, vec![before, a]);
+        let bytes = e
+            .store
+            .get(Space::Oplog, &keys::oplog_key(a))
+            .unwrap()
+            .unwrap();
+        let entry = Document::from_reader(&mut bytes.as_slice()).unwrap();
+        assert_eq!(entry.get_i64("txnNumber").unwrap(), 7);
+        assert_eq!(entry.get_str("ns").unwrap(), "admin.$cmd");
+        let ops = entry
+            .get_document("o")
+            .unwrap()
+            .get_array("applyOps")
+            .unwrap();
+        let msgs: Vec<&str> = ops
+            .iter()
+            .map(|op| op.as_document().unwrap().get_document("o").unwrap())
+            .map(|o| o.get_str("msg").unwrap())
+            .collect();
+        assert_eq!(msgs, vec!["a", "b"]);
+    }
+
+    #[test]
+    #[should_panic(expected = "session set after its first operation")]
+    fn a_session_set_after_an_operation_is_refused() {
+        let e = TestEngine::open();
+        let mut txn = e.begin();
+        txn.log(noop("alone"));
+        txn.set_session(doc! {"id": 1}, 1);
     }
 }

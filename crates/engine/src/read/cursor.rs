@@ -189,6 +189,17 @@ impl Cursor {
                 *r -= 1;
             }
         }
+        // A reply never holds more than the client asked for, nor (past its first
+        // document) more than the reply's limit of bytes.
+        assert!(
+            out.len() <= want,
+            "a batch of {} documents for {want} asked",
+            out.len()
+        );
+        assert!(
+            out.len() <= 1 || bytes <= MAX_BATCH_BYTES,
+            "a batch of {bytes} bytes, over the {MAX_BATCH_BYTES} of a reply"
+        );
         let exhausted = self.remaining == Some(0)
             || (!self.tailable
                 && self.front.is_none()
@@ -468,6 +479,63 @@ fn index_key_of(doc: &Document, fields: &[String]) -> Document {
             (f.clone(), v)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod batch_tests {
+    use super::*;
+    use crate::core::testing::TestEngine;
+    use bson::doc;
+
+    fn buffered(docs: Vec<Document>) -> Cursor {
+        Cursor::new("db.c".into(), Source::Buffered(docs.into()))
+    }
+
+    fn ids(docs: &[Document]) -> Vec<i32> {
+        docs.iter().map(|d| d.get_i32("_id").unwrap()).collect()
+    }
+
+    #[test]
+    fn batches_hold_what_was_asked_and_the_limit_ends_the_cursor() {
+        let e = TestEngine::open();
+        let mut c = buffered((0..5).map(|i| doc! {"_id": i}).collect());
+        let (docs, done) = c.next_batch(&e.store, Some(2)).unwrap();
+        assert_eq!((ids(&docs), done), (vec![0, 1], false));
+        let (docs, done) = c.next_batch(&e.store, None).unwrap();
+        assert_eq!((ids(&docs), done), (vec![2, 3, 4], true));
+
+        let mut c = buffered((0..5).map(|i| doc! {"_id": i}).collect());
+        c.remaining = Some(3);
+        c.skip = 1;
+        let (docs, done) = c.next_batch(&e.store, Some(2)).unwrap();
+        assert_eq!((ids(&docs), done), (vec![1, 2], false));
+        let (docs, done) = c.next_batch(&e.store, Some(10)).unwrap();
+        assert_eq!(
+            (ids(&docs), done),
+            (vec![3], true),
+            "the limit of 3 reached"
+        );
+    }
+
+    /// A reply stops short of 16 MiB of documents: the document that would pass it
+    /// opens the next batch (a single larger one would still go alone).
+    #[test]
+    fn a_batch_stops_before_the_reply_limit() {
+        let e = TestEngine::open();
+        let pad = "x".repeat(6 * 1024 * 1024);
+        let mut c = buffered((0..4).map(|i| doc! {"_id": i, "pad": &pad}).collect());
+        let mut batches = Vec::new();
+        loop {
+            let (docs, done) = c.next_batch(&e.store, None).unwrap();
+            let bytes: usize = docs.iter().map(encoded_len).sum();
+            assert!(bytes <= MAX_BATCH_BYTES, "{bytes} bytes in one batch");
+            batches.push(ids(&docs));
+            if done {
+                break;
+            }
+        }
+        assert_eq!(batches, vec![vec![0, 1], vec![2, 3]]);
+    }
 }
 
 #[cfg(test)]

@@ -951,3 +951,432 @@ pub(crate) fn bind_let(
         _ => Ok((filter.clone(), tailstream_query::expr::Variables::default())),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::namespace::Namespace;
+    use crate::core::testing::TestEngine;
+    use bson::doc;
+
+    /// A collection `db.c` with these secondary indexes (ids from 10).
+    fn meta_with(specs: &[Document]) -> CollMeta {
+        meta_with_options(specs, doc! {})
+    }
+
+    fn meta_with_options(specs: &[Document], options: Document) -> CollMeta {
+        CollMeta {
+            ns: Namespace::new("db", "c"),
+            id: 1,
+            uuid: bson::Uuid::new(),
+            options,
+            indexes: specs
+                .iter()
+                .enumerate()
+                .map(|(i, s)| Arc::new(IndexMeta::from_spec(10 + i as u32, s).unwrap()))
+                .collect(),
+        }
+    }
+
+    fn index(key: Document, name: &str) -> Document {
+        doc! {"v": 2, "key": key, "name": name}
+    }
+
+    fn plan_for(
+        meta: &CollMeta,
+        filter: Document,
+        sort: Option<Document>,
+        hint: Option<Bson>,
+    ) -> Result<Plan> {
+        let matcher = Matcher::for_query(&filter)?;
+        let sort = sort.map(|s| SortSpec::parse(&s)).transpose()?;
+        plan(meta, &matcher, sort.as_ref(), hint.as_ref())
+    }
+
+    fn planned(meta: &CollMeta, filter: Document) -> Plan {
+        plan_for(meta, filter, None, None).unwrap()
+    }
+
+    /// The index a plan scans, its ranges and direction.
+    fn index_scan(p: &Plan) -> (&str, &[KeyRange], bool) {
+        match &p.access {
+            Access::IndexScan {
+                index,
+                ranges,
+                reverse,
+            } => (index.name.as_str(), ranges.as_slice(), *reverse),
+            other => panic!("not an index scan: {other:?}"),
+        }
+    }
+
+    /// The index entry key of `value` (for the document with `_id` 1).
+    fn entry(index_id: u32, value: Bson, descending: bool) -> Vec<u8> {
+        let mut k = KeyStringBuilder::new();
+        k.append(&value, descending);
+        keys::index_entry_key(index_id, k.as_bytes(), &keys::id_key(&Bson::Int32(1)))
+    }
+
+    fn within(ranges: &[(Vec<u8>, Vec<u8>)], key: &[u8]) -> bool {
+        ranges
+            .iter()
+            .any(|(lo, hi)| lo.as_slice() <= key && key < hi.as_slice())
+    }
+
+    #[test]
+    fn an_id_equality_or_in_is_a_point_lookup() {
+        let m = meta_with(&[]);
+        let p = planned(&m, doc! {"_id": 5});
+        assert!(
+            matches!(&p.access, Access::IdPoints(ids) if *ids == vec![keys::id_key(&Bson::Int32(5))])
+        );
+        assert!(p.sorted);
+        assert_eq!(p.explain(), doc! {"stage": "IDHACK", "keys": 1i64});
+        // $in: sorted, without duplicates.
+        let p = planned(&m, doc! {"_id": {"$in": [3, 1, 3]}});
+        let expected = vec![keys::id_key(&Bson::Int32(1)), keys::id_key(&Bson::Int32(3))];
+        assert!(matches!(&p.access, Access::IdPoints(ids) if *ids == expected));
+        // A descending _id sort is not the points' order.
+        let p = plan_for(&m, doc! {"_id": 5}, Some(doc! {"_id": -1}), None).unwrap();
+        assert!(matches!(p.access, Access::IdPoints(_)) && !p.sorted);
+    }
+
+    /// Values an exact lookup cannot answer: arrays and null (they match more than
+    /// themselves), regexes, ranges, and strings under a collation.
+    #[test]
+    fn other_id_conditions_scan() {
+        let m = meta_with(&[]);
+        for filter in [
+            doc! {"_id": null},
+            doc! {"_id": [1]},
+            doc! {"_id": {"$regex": "^a"}},
+            doc! {"_id": {"$gt": 1}},
+            doc! {"_id": {"$in": [1, null]}},
+        ] {
+            let p = planned(&m, filter.clone());
+            assert!(
+                matches!(p.access, Access::CollScan { reverse: false }),
+                "{filter}"
+            );
+        }
+        let collator =
+            tailstream_query::collation::Collator::parse(&doc! {"locale": "en", "strength": 2})
+                .unwrap();
+        let collated = |filter: Document| {
+            let matcher = Matcher::for_query_with_collation(&filter, collator.clone()).unwrap();
+            plan(&m, &matcher, None, None).unwrap().access
+        };
+        assert!(matches!(
+            collated(doc! {"_id": "a"}),
+            Access::CollScan { .. }
+        ));
+        assert!(matches!(collated(doc! {"_id": 5}), Access::IdPoints(_)));
+    }
+
+    #[test]
+    fn an_equality_is_preferred_to_an_in_and_an_in_to_a_range() {
+        let m = meta_with(&[index(doc! {"a": 1}, "a_1"), index(doc! {"b": 1}, "b_1")]);
+        let p = planned(&m, doc! {"a": {"$gt": 1}, "b": 5});
+        assert_eq!(index_scan(&p).0, "b_1");
+        let p = planned(&m, doc! {"a": {"$in": [1, 2]}, "b": {"$gt": 1}});
+        let (name, ranges, _) = index_scan(&p);
+        assert_eq!((name, ranges.len()), ("a_1", 2));
+        let p = planned(&m, doc! {"a": {"$lt": 0}, "c": 1});
+        assert_eq!(index_scan(&p).0, "a_1");
+        // No index on the field: a collection scan.
+        assert!(matches!(
+            planned(&m, doc! {"c": 1}).access,
+            Access::CollScan { .. }
+        ));
+    }
+
+    /// A range's bounds: its ends as the operators say, and only its operand's type.
+    #[test]
+    fn a_range_is_bounded_by_its_operators_and_its_type() {
+        let m = meta_with(&[index(doc! {"a": 1}, "a_1")]);
+        let p = planned(&m, doc! {"a": {"$gt": 5, "$lte": 10}});
+        let (_, ranges, reverse) = index_scan(&p);
+        assert!(!reverse);
+        assert_eq!(ranges.len(), 1);
+        let inside = |v: Bson| within(ranges, &entry(10, v, false));
+        assert!(!inside(Bson::Int32(5)));
+        assert!(inside(Bson::Double(5.5)));
+        assert!(inside(Bson::Int64(10)));
+        assert!(!inside(Bson::Double(10.5)));
+
+        let p = planned(&m, doc! {"a": {"$gt": 5}});
+        let (_, ranges, _) = index_scan(&p);
+        let inside = |v: Bson| within(ranges, &entry(10, v, false));
+        assert!(inside(Bson::Double(f64::INFINITY)));
+        assert!(
+            !inside(Bson::String("6".into())),
+            "strings are another type"
+        );
+        let p = planned(&m, doc! {"a": {"$lt": "m"}});
+        let (_, ranges, _) = index_scan(&p);
+        let inside = |v: Bson| within(ranges, &entry(10, v, false));
+        assert!(inside(Bson::String(String::new())));
+        assert!(inside(Bson::String("l".into())));
+        assert!(!inside(Bson::String("m".into())));
+        assert!(!inside(Bson::Int32(1)), "numbers are another type");
+        // Bounds that cross: nothing to scan.
+        let p = planned(&m, doc! {"a": {"$gt": 10, "$lt": 5}});
+        assert!(index_scan(&p).1.is_empty());
+    }
+
+    #[test]
+    fn a_descending_index_inverts_its_bounds() {
+        let m = meta_with(&[index(doc! {"a": -1}, "a_-1")]);
+        let p = planned(&m, doc! {"a": {"$gte": 2, "$lt": 4}});
+        let (_, ranges, _) = index_scan(&p);
+        let inside = |v: i32| within(ranges, &entry(10, Bson::Int32(v), true));
+        assert_eq!(
+            (1..=5).map(inside).collect::<Vec<_>>(),
+            vec![false, true, true, false, false]
+        );
+    }
+
+    #[test]
+    fn a_sort_uses_an_index_in_either_direction() {
+        let m = meta_with(&[index(doc! {"a": 1, "b": -1}, "a_1_b_-1")]);
+        let sorted_by = |sort: Document| plan_for(&m, doc! {}, Some(sort), None).unwrap();
+        let p = sorted_by(doc! {"a": 1});
+        assert!(p.sorted);
+        assert!(!index_scan(&p).2, "forwards");
+        let p = sorted_by(doc! {"a": -1, "b": 1});
+        assert!(p.sorted);
+        assert!(index_scan(&p).2, "backwards");
+        // Not the index's order: every document, sorted in memory.
+        let p = sorted_by(doc! {"a": 1, "b": 1});
+        assert!(matches!(p.access, Access::CollScan { .. }) && !p.sorted);
+        // Documents are stored by _id: that sort needs no index.
+        let p = sorted_by(doc! {"_id": -1});
+        assert!(matches!(p.access, Access::CollScan { reverse: true }) && p.sorted);
+        let p = sorted_by(doc! {"$natural": -1});
+        assert!(matches!(p.access, Access::CollScan { reverse: true }) && p.sorted);
+    }
+
+    /// A sparse or partial index lacks documents: used only when the query cannot
+    /// match those, or when hinted.
+    #[test]
+    fn sparse_and_partial_indexes_only_when_they_hold_every_match() {
+        let m = meta_with(&[
+            doc! {"v": 2, "key": {"s": 1}, "name": "s_1", "sparse": true},
+            doc! {"v": 2, "key": {"p": 1}, "name": "p_1", "partialFilterExpression": {"p": {"$gt": 0}}},
+        ]);
+        assert!(matches!(
+            planned(&m, doc! {"s": 5}).access,
+            Access::CollScan { .. }
+        ));
+        assert_eq!(index_scan(&planned(&m, doc! {"p": 5})).0, "p_1");
+        assert!(matches!(
+            planned(&m, doc! {"p": -1}).access,
+            Access::CollScan { .. }
+        ));
+        let hinted = plan_for(&m, doc! {"s": 5}, None, Some(Bson::String("s_1".into()))).unwrap();
+        assert_eq!(index_scan(&hinted).0, "s_1");
+    }
+
+    #[test]
+    fn a_hint_picks_the_access_path() {
+        let m = meta_with(&[index(doc! {"a": 1}, "a_1"), index(doc! {"b": 1}, "b_1")]);
+        let hinted = |filter: Document, hint: Bson| plan_for(&m, filter, None, Some(hint));
+        // By name or key pattern, even without a condition on its field: all of it.
+        let p = hinted(doc! {"b": 5}, Bson::String("a_1".into())).unwrap();
+        let (name, ranges, _) = index_scan(&p);
+        assert_eq!(name, "a_1");
+        assert_eq!(ranges, &[full_range(10)]);
+        let p = hinted(doc! {"a": 5}, Bson::Document(doc! {"a": 1})).unwrap();
+        assert_eq!(index_scan(&p).1.len(), 1);
+        assert_ne!(index_scan(&p).1, &[full_range(10)], "bounded by the filter");
+        let p = hinted(doc! {"a": 5}, Bson::Document(doc! {"$natural": -1})).unwrap();
+        assert!(matches!(p.access, Access::CollScan { reverse: true }));
+        let p = hinted(doc! {"_id": 5}, Bson::String("_id_".into())).unwrap();
+        assert!(matches!(p.access, Access::IdPoints(_)));
+        for bad in [Bson::String("zz_1".into()), Bson::Document(doc! {"zz": 1})] {
+            let e = hinted(doc! {}, bad).unwrap_err();
+            assert_eq!(
+                (e.code, e.message.as_str()),
+                (
+                    codes::BAD_VALUE,
+                    "hint provided does not correspond to an existing index"
+                )
+            );
+        }
+        assert_eq!(
+            hinted(doc! {}, Bson::Int32(1)).unwrap_err().code,
+            codes::BAD_VALUE
+        );
+        // Two indexes on one pattern (other collations): named, not by pattern.
+        let twins = meta_with(&[
+            index(doc! {"a": 1}, "a_1"),
+            doc! {"v": 2, "key": {"a": 1}, "name": "a_fr", "collation": {"locale": "fr"}},
+        ]);
+        let e = plan_for(&twins, doc! {}, None, Some(Bson::Document(doc! {"a": 1}))).unwrap_err();
+        assert_eq!(
+            e.message,
+            "Hint matched multiple indexes, must hint by index name"
+        );
+        let p = plan_for(&twins, doc! {}, None, Some(Bson::String("a_fr".into()))).unwrap();
+        assert_eq!(index_scan(&p).0, "a_fr");
+    }
+
+    /// A capped collection's scans follow insertion order, unless sorted by _id.
+    #[test]
+    fn a_capped_collection_is_scanned_in_insertion_order() {
+        let m = meta_with_options(&[], doc! {"capped": true, "size": 4096});
+        assert!(matches!(
+            planned(&m, doc! {"x": 1}).access,
+            Access::NaturalScan { reverse: false }
+        ));
+        let p = plan_for(&m, doc! {}, Some(doc! {"$natural": -1}), None).unwrap();
+        assert!(matches!(p.access, Access::NaturalScan { reverse: true }));
+        let p = plan_for(&m, doc! {}, Some(doc! {"_id": 1}), None).unwrap();
+        assert!(matches!(p.access, Access::CollScan { reverse: false }));
+    }
+
+    #[test]
+    fn explain_summarises_the_plan() {
+        let m = meta_with(&[doc! {"v": 2, "key": {"a": -1}, "name": "a_-1", "unique": true}]);
+        let p = plan_for(
+            &m,
+            doc! {"a": {"$in": [1, 2, 3]}},
+            Some(doc! {"a": 1}),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            p.explain(),
+            doc! {"stage": "FETCH", "inputStage": {
+                "stage": "IXSCAN", "keyPattern": {"a": -1}, "indexName": "a_-1",
+                "isUnique": true, "isSparse": false, "isPartial": false,
+                "direction": "backward", "intervals": 3i64,
+            }}
+        );
+        assert_eq!(
+            planned(&m, doc! {"b": 1}).explain(),
+            doc! {"stage": "COLLSCAN", "direction": "forward"}
+        );
+    }
+
+    /// explain's winning plan: a sort the access path does not give is a SORT stage
+    /// over it; a collection that does not exist is EOF.
+    #[test]
+    fn explain_adds_the_sort_the_plan_does_not_give() {
+        let e = TestEngine::open();
+        let ns = Namespace::new("db", "c");
+        assert_eq!(
+            e.explain_find(&ns, &doc! {}, None, None, None).unwrap(),
+            doc! {"stage": "EOF"}
+        );
+        e.insert_documents(&ns, vec![doc! {"_id": 1}], true)
+            .unwrap();
+        e.create_indexes(&ns, &[index(doc! {"a": 1}, "a_1")])
+            .unwrap();
+        let explained = |sort: Document| {
+            e.explain_find(&ns, &doc! {"a": 1}, Some(&sort), None, None)
+                .unwrap()
+        };
+        assert_eq!(explained(doc! {"a": -1}).get_str("stage").unwrap(), "FETCH");
+        let sorted = explained(doc! {"b": 1});
+        assert_eq!(sorted.get_str("stage").unwrap(), "SORT");
+        let input = sorted.get_document("inputStage").unwrap();
+        assert_eq!(
+            input
+                .get_document("inputStage")
+                .unwrap()
+                .get_str("indexName")
+                .unwrap(),
+            "a_1"
+        );
+    }
+
+    /// An index scan read in small steps returns each match once, in index order,
+    /// whatever the step (a document with several keys included).
+    #[test]
+    fn an_index_scan_resumes_where_its_last_step_ended() {
+        let e = TestEngine::open();
+        let ns = Namespace::new("db", "c");
+        let docs = vec![
+            doc! {"_id": 1, "a": 3},
+            doc! {"_id": 2, "a": [1, 5]},
+            doc! {"_id": 3, "a": 2},
+            doc! {"_id": 4, "a": 9},
+            doc! {"_id": 5, "a": "s"},
+            doc! {"_id": 6, "a": 4},
+        ];
+        e.insert_documents(&ns, docs, true).unwrap();
+        e.create_indexes(&ns, &[index(doc! {"a": 1}, "a_1")])
+            .unwrap();
+        let meta = e.collection(&ns).unwrap();
+        let matcher = Matcher::for_query(&doc! {"a": {"$gte": 1, "$lt": 6}}).unwrap();
+        let p = plan(&meta, &matcher, None, None).unwrap();
+        assert_eq!(index_scan(&p).0, "a_1");
+        for step in [1, 2, 100] {
+            let mut scan = Scan::new(p.access.clone());
+            let mut out = Vec::new();
+            while !scan.done {
+                scan.next_batch(&e.store, meta.id, &matcher, step, &mut out)
+                    .unwrap();
+            }
+            let ids: Vec<i32> = out.iter().map(|(_, d)| d.get_i32("_id").unwrap()).collect();
+            // Keys 1 (doc 2), 2, 3, 4, 5 (doc 2 again): doc 2 once, at its first key.
+            assert_eq!(ids, vec![2, 3, 1, 6], "steps of {step}");
+            assert_eq!(scan.keys_examined, 5, "steps of {step}");
+        }
+    }
+
+    /// The oplog is read from a time on and never below the trim point (its floor),
+    /// and a scan whose position the trim passed fails instead of skipping.
+    #[test]
+    fn an_oplog_scan_starts_at_its_time_and_stops_at_the_floor() {
+        let e = TestEngine::open();
+        let ns = Namespace::new("db", "c");
+        let times: Vec<ClusterTime> = (0..5)
+            .map(|i| {
+                let out = e
+                    .insert_documents(&ns, vec![doc! {"_id": i}], true)
+                    .unwrap();
+                out.committed.unwrap().last_ts.unwrap()
+            })
+            .collect();
+        let inserts = Matcher::for_query(&doc! {"op": "i"}).unwrap();
+        let floor = Arc::new(AtomicClusterTime::new(ClusterTime::ZERO));
+        let read = |from: ClusterTime, reverse: bool| {
+            let mut scan = Scan::new(Access::OplogScan {
+                from,
+                reverse,
+                floor: Arc::clone(&floor),
+            });
+            scan.collect_all(&e.store, 0, &inserts).unwrap()
+        };
+        let ids = |found: Vec<(Vec<u8>, Document)>| -> Vec<i32> {
+            found
+                .iter()
+                .map(|(_, d)| d.get_document("o").unwrap().get_i32("_id").unwrap())
+                .collect()
+        };
+        assert_eq!(ids(read(times[2], false)), vec![2, 3, 4]);
+        assert_eq!(ids(read(ClusterTime::ZERO, true)), vec![4, 3, 2, 1, 0]);
+        floor.store(times[3], std::sync::atomic::Ordering::Release);
+        assert_eq!(
+            ids(read(ClusterTime::ZERO, false)),
+            vec![3, 4],
+            "nothing below the floor"
+        );
+        // A scan positioned below the floor when the trim passes it.
+        floor.store(ClusterTime::ZERO, std::sync::atomic::Ordering::Release);
+        let mut scan = Scan::new(Access::OplogScan {
+            from: ClusterTime::ZERO,
+            reverse: false,
+            floor: Arc::clone(&floor),
+        });
+        let mut out = Vec::new();
+        scan.next_batch(&e.store, 0, &inserts, 1, &mut out).unwrap();
+        assert_eq!(ids(out), vec![0]);
+        floor.store(times[2], std::sync::atomic::Ordering::Release);
+        let err = scan
+            .next_batch(&e.store, 0, &inserts, 1, &mut Vec::new())
+            .unwrap_err();
+        assert_eq!(err.code, codes::CAPPED_POSITION_LOST);
+    }
+}

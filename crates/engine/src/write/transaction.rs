@@ -841,3 +841,544 @@ fn matching<K>(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::testing::TestEngine;
+
+    fn ns_c() -> Namespace {
+        Namespace::new("db", "c")
+    }
+
+    fn raw(d: Document) -> RawDocumentBuf {
+        RawDocumentBuf::from_document(&d).unwrap()
+    }
+
+    /// `db.c` with `{_id: i, v: i}` for i in 1..=4.
+    fn engine_with_documents() -> TestEngine {
+        let e = TestEngine::open();
+        let docs = (1..=4).map(|i| doc! {"_id": i, "v": i}).collect();
+        e.insert_documents(&ns_c(), docs, true).unwrap();
+        e
+    }
+
+    fn set(q: Document, set: Document) -> UpdateOp {
+        UpdateOp {
+            q,
+            u: Bson::Document(doc! {"$set": set}),
+            ..Default::default()
+        }
+    }
+
+    fn delete_one(q: Document) -> DeleteOp {
+        DeleteOp {
+            q,
+            limit: 1,
+            ..Default::default()
+        }
+    }
+
+    /// Every document of `db.c` as committed now.
+    fn committed_documents(e: &Engine) -> Vec<Document> {
+        e.find(&ns_c(), FindRequest::default()).unwrap().docs
+    }
+
+    fn oplog_len(e: &Engine) -> usize {
+        e.store
+            .scan(
+                Space::Oplog,
+                &keys::oplog_key(ClusterTime::ZERO),
+                None,
+                false,
+            )
+            .count()
+    }
+
+    fn assert_write_conflict(e: &Error) {
+        assert_eq!(e.code, codes::WRITE_CONFLICT, "{}", e.message);
+        assert_eq!(e.labels, vec!["TransientTransactionError".to_string()]);
+    }
+
+    /// The single write error of an outcome.
+    fn only_error(out: WriteOutcome) -> Error {
+        assert_eq!(out.errors.len(), 1, "{:?}", out.errors);
+        out.errors.into_iter().next().unwrap().error
+    }
+
+    #[test]
+    fn reads_see_the_snapshot_with_the_transactions_own_writes_over_it() {
+        let e = engine_with_documents();
+        let mut t = e.begin_transaction();
+        // Committed after the snapshot: not seen.
+        e.insert_documents(&ns_c(), vec![doc! {"_id": 5, "v": 5}], true)
+            .unwrap();
+        e.update(&ns_c(), vec![set(doc! {"_id": 1}, doc! {"v": 100})], true)
+            .unwrap();
+        // The transaction's own.
+        e.transaction_insert(
+            &mut t,
+            &ns_c(),
+            vec![raw(doc! {"_id": 6, "v": 6})],
+            true,
+            false,
+        )
+        .unwrap();
+        let out = e
+            .transaction_update(
+                &mut t,
+                &ns_c(),
+                vec![set(doc! {"_id": 2}, doc! {"v": 20})],
+                true,
+            )
+            .unwrap();
+        assert_eq!((out.n, out.n_modified), (1, 1));
+        let out = e
+            .transaction_delete(&mut t, &ns_c(), vec![delete_one(doc! {"v": 3})], true)
+            .unwrap();
+        assert_eq!(out.n, 1);
+        assert_eq!(
+            e.transaction_documents(&t, &ns_c()).unwrap(),
+            vec![
+                doc! {"_id": 1, "v": 1},
+                doc! {"_id": 2, "v": 20},
+                doc! {"_id": 4, "v": 4},
+                doc! {"_id": 6, "v": 6},
+            ]
+        );
+        let by_id = FindRequest {
+            filter: doc! {"_id": 6},
+            ..Default::default()
+        };
+        assert_eq!(
+            e.transaction_find(&t, &ns_c(), by_id).unwrap().docs,
+            vec![doc! {"_id": 6, "v": 6}]
+        );
+        let sorted = FindRequest {
+            filter: doc! {"v": {"$gte": 4}},
+            sort: Some(doc! {"v": -1}),
+            limit: Some(2),
+            projection: Some(doc! {"_id": 1}),
+            ..Default::default()
+        };
+        assert_eq!(
+            e.transaction_find(&t, &ns_c(), sorted).unwrap().docs,
+            vec![doc! {"_id": 2}, doc! {"_id": 6}]
+        );
+        // Outside, nothing of the transaction shows.
+        let ids: Vec<i32> = committed_documents(&e)
+            .iter()
+            .map(|d| d.get_i32("_id").unwrap())
+            .collect();
+        assert_eq!(ids, vec![1, 2, 3, 4, 5]);
+    }
+
+    /// A document another open transaction wrote is locked to it: writing it fails
+    /// with a transient write conflict until that transaction ends.
+    #[test]
+    fn a_document_another_transaction_wrote_is_a_write_conflict() {
+        let e = engine_with_documents();
+        let mut first = e.begin_transaction();
+        e.transaction_update(
+            &mut first,
+            &ns_c(),
+            vec![set(doc! {"_id": 1}, doc! {"v": 10})],
+            true,
+        )
+        .unwrap();
+        let mut second = e.begin_transaction();
+        let out = e
+            .transaction_update(
+                &mut second,
+                &ns_c(),
+                vec![set(doc! {"_id": 1}, doc! {"v": 11})],
+                true,
+            )
+            .unwrap();
+        assert_write_conflict(&only_error(out));
+        let out = e
+            .transaction_delete(
+                &mut second,
+                &ns_c(),
+                vec![delete_one(doc! {"_id": 1})],
+                true,
+            )
+            .unwrap();
+        assert_write_conflict(&only_error(out));
+        // Another document is free.
+        let out = e
+            .transaction_update(
+                &mut second,
+                &ns_c(),
+                vec![set(doc! {"_id": 2}, doc! {"v": 12})],
+                true,
+            )
+            .unwrap();
+        assert!(out.errors.is_empty());
+        drop(second);
+        // An abort releases the lock: a new transaction writes the document.
+        drop(first);
+        let mut third = e.begin_transaction();
+        let out = e
+            .transaction_update(
+                &mut third,
+                &ns_c(),
+                vec![set(doc! {"_id": 1}, doc! {"v": 13})],
+                true,
+            )
+            .unwrap();
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        e.commit_transaction(third, None).unwrap();
+        assert_eq!(committed_documents(&e)[0], doc! {"_id": 1, "v": 13});
+    }
+
+    /// A document changed by a commit after the snapshot conflicts: at the write when
+    /// the change came first, at the commit when it came in between, and then nothing
+    /// of the transaction is written.
+    #[test]
+    fn a_commit_since_the_snapshot_is_a_write_conflict() {
+        let e = engine_with_documents();
+        let mut t = e.begin_transaction();
+        e.update(&ns_c(), vec![set(doc! {"_id": 1}, doc! {"v": 100})], true)
+            .unwrap();
+        let out = e
+            .transaction_update(
+                &mut t,
+                &ns_c(),
+                vec![set(doc! {"_id": 1}, doc! {"v": 10})],
+                true,
+            )
+            .unwrap();
+        assert_write_conflict(&only_error(out));
+        drop(t);
+
+        let mut t = e.begin_transaction();
+        e.transaction_update(
+            &mut t,
+            &ns_c(),
+            vec![set(doc! {"_id": 2}, doc! {"v": 20})],
+            true,
+        )
+        .unwrap();
+        e.transaction_insert(&mut t, &ns_c(), vec![raw(doc! {"_id": 9})], true, false)
+            .unwrap();
+        e.update(&ns_c(), vec![set(doc! {"_id": 2}, doc! {"v": 200})], true)
+            .unwrap();
+        let before = (committed_documents(&e), oplog_len(&e));
+        let err = e.commit_transaction(t, None).expect_err("conflict");
+        assert_write_conflict(&err);
+        assert_eq!((committed_documents(&e), oplog_len(&e)), before);
+    }
+
+    /// A document the transaction inserted and deleted again must still be absent at
+    /// the commit: an insert of it since is a conflict too.
+    #[test]
+    fn an_insert_since_the_snapshot_conflicts_with_an_insert_and_delete() {
+        let e = engine_with_documents();
+        let mut t = e.begin_transaction();
+        e.transaction_insert(&mut t, &ns_c(), vec![raw(doc! {"_id": 50})], true, false)
+            .unwrap();
+        e.transaction_delete(&mut t, &ns_c(), vec![delete_one(doc! {"_id": 50})], true)
+            .unwrap();
+        e.insert_documents(&ns_c(), vec![doc! {"_id": 50, "outside": true}], true)
+            .unwrap();
+        assert_write_conflict(&e.commit_transaction(t, None).expect_err("conflict"));
+    }
+
+    /// The commit replays the writes in the order they ran, as one applyOps entry
+    /// with the session, mongod's fields and mongod's field order.
+    #[test]
+    fn the_commit_is_one_apply_ops_entry_of_the_writes_in_order() {
+        let e = engine_with_documents();
+        let other = Namespace::new("db", "other");
+        e.insert_documents(&other, vec![doc! {"_id": 0}], true)
+            .unwrap();
+        let entries_before = oplog_len(&e);
+        let mut t = e.begin_transaction();
+        e.transaction_insert(&mut t, &ns_c(), vec![raw(doc! {"_id": 10})], true, false)
+            .unwrap();
+        e.transaction_update(
+            &mut t,
+            &ns_c(),
+            vec![set(doc! {"_id": 10}, doc! {"a": 1})],
+            true,
+        )
+        .unwrap();
+        e.transaction_delete(&mut t, &ns_c(), vec![delete_one(doc! {"_id": 2})], true)
+            .unwrap();
+        e.transaction_insert(&mut t, &other, vec![raw(doc! {"_id": 1})], true, false)
+            .unwrap();
+        let lsid = doc! {"id": bson::Uuid::new()};
+        let committed = e
+            .commit_transaction(t, Some((lsid.clone(), 3)))
+            .unwrap()
+            .expect("a commit");
+        assert_eq!(oplog_len(&e), entries_before + 1, "one entry");
+        let ts = committed.last_ts.unwrap();
+        let bytes = e
+            .store
+            .get(Space::Oplog, &keys::oplog_key(ts))
+            .unwrap()
+            .unwrap();
+        let entry = Document::from_reader(&mut bytes.as_slice()).unwrap();
+        let fields: Vec<&str> = entry.keys().map(String::as_str).collect();
+        assert_eq!(
+            fields,
+            vec![
+                "lsid",
+                "txnNumber",
+                "op",
+                "ns",
+                "o",
+                "ts",
+                "t",
+                "v",
+                "wall",
+                "prevOpTime"
+            ]
+        );
+        assert_eq!(entry.get_document("lsid").unwrap(), &lsid);
+        assert_eq!(entry.get_i64("txnNumber").unwrap(), 3);
+        assert_eq!(
+            (entry.get_str("op").unwrap(), entry.get_str("ns").unwrap()),
+            ("c", "admin.$cmd")
+        );
+        assert_eq!(ClusterTime::from(entry.get_timestamp("ts").unwrap()), ts);
+        assert_eq!(
+            entry.get_document("prevOpTime").unwrap(),
+            &doc! {"ts": bson::Timestamp { time: 0, increment: 0 }, "t": -1i64}
+        );
+        let ops = entry
+            .get_document("o")
+            .unwrap()
+            .get_array("applyOps")
+            .unwrap();
+        let summary: Vec<(&str, &str)> = ops
+            .iter()
+            .map(|op| op.as_document().unwrap())
+            .map(|op| (op.get_str("op").unwrap(), op.get_str("ns").unwrap()))
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                ("i", "db.c"),
+                ("u", "db.c"),
+                ("d", "db.c"),
+                ("i", "db.other")
+            ]
+        );
+        let ids: Vec<Document> = committed_documents(&e);
+        assert!(ids.contains(&doc! {"_id": 10, "a": 1}));
+        assert!(!ids.iter().any(|d| d.get_i32("_id") == Ok(2)));
+    }
+
+    /// An abort is forgetting: no document, collection or oplog entry, and its locks go.
+    #[test]
+    fn an_abort_leaves_nothing() {
+        let e = engine_with_documents();
+        let before = (
+            committed_documents(&e),
+            oplog_len(&e),
+            e.durability.last_committed(),
+        );
+        let created = Namespace::new("db", "created");
+        let mut t = e.begin_transaction();
+        e.transaction_insert(&mut t, &ns_c(), vec![raw(doc! {"_id": 7})], true, false)
+            .unwrap();
+        e.transaction_update(
+            &mut t,
+            &ns_c(),
+            vec![set(doc! {"_id": 1}, doc! {"v": 0})],
+            true,
+        )
+        .unwrap();
+        e.transaction_delete(&mut t, &ns_c(), vec![delete_one(doc! {"_id": 2})], true)
+            .unwrap();
+        e.transaction_create(&mut t, &created, doc! {}).unwrap();
+        drop(t);
+        assert_eq!(
+            (
+                committed_documents(&e),
+                oplog_len(&e),
+                e.durability.last_committed()
+            ),
+            before
+        );
+        assert!(e.collection(&created).is_none());
+        assert!(
+            e.transaction_locks.lock().is_empty(),
+            "its locks are released"
+        );
+    }
+
+    #[test]
+    fn an_empty_transaction_commits_nothing() {
+        let e = engine_with_documents();
+        let before = oplog_len(&e);
+        let mut t = e.begin_transaction();
+        // A read and an update that matches nothing write nothing.
+        e.transaction_find(&t, &ns_c(), FindRequest::default())
+            .unwrap();
+        e.transaction_update(
+            &mut t,
+            &ns_c(),
+            vec![set(doc! {"_id": 99}, doc! {"v": 0})],
+            true,
+        )
+        .unwrap();
+        assert!(e.commit_transaction(t, None).unwrap().is_none());
+        assert_eq!(oplog_len(&e), before);
+    }
+
+    #[test]
+    fn a_duplicate_id_in_a_transaction_is_a_duplicate_key() {
+        let e = engine_with_documents();
+        let mut t = e.begin_transaction();
+        let out = e
+            .transaction_insert(&mut t, &ns_c(), vec![raw(doc! {"_id": 1})], true, false)
+            .unwrap();
+        assert_eq!(only_error(out).code, codes::DUPLICATE_KEY);
+        // Its own insert counts as well; an unordered insert goes on after the error.
+        let out = e
+            .transaction_insert(
+                &mut t,
+                &ns_c(),
+                vec![
+                    raw(doc! {"_id": 7}),
+                    raw(doc! {"_id": 7}),
+                    raw(doc! {"_id": 8}),
+                ],
+                false,
+                false,
+            )
+            .unwrap();
+        assert_eq!(out.n, 2);
+        assert_eq!(out.errors.len(), 1);
+        assert_eq!(out.errors[0].index, 1);
+        assert_eq!(out.errors[0].error.code, codes::DUPLICATE_KEY);
+        // A document it deleted can be inserted again.
+        e.transaction_delete(&mut t, &ns_c(), vec![delete_one(doc! {"_id": 3})], true)
+            .unwrap();
+        let out = e
+            .transaction_insert(
+                &mut t,
+                &ns_c(),
+                vec![raw(doc! {"_id": 3, "again": true})],
+                true,
+                false,
+            )
+            .unwrap();
+        assert!(out.errors.is_empty());
+    }
+
+    /// What mongod refuses in a transaction (263 OperationNotSupportedInTransaction),
+    /// and a collection that exists already (48 NamespaceExists).
+    #[test]
+    fn what_mongod_refuses_in_a_transaction_is_refused() {
+        let e = engine_with_documents();
+        let capped = Namespace::new("db", "capped");
+        e.create_collection(&capped, doc! {"capped": true, "size": 4096})
+            .unwrap();
+        let mut t = e.begin_transaction();
+        for ns in [capped.clone(), Namespace::new("db", "system.js")] {
+            let out = e
+                .transaction_insert(&mut t, &ns, vec![raw(doc! {"_id": 1})], true, false)
+                .unwrap();
+            assert_eq!(
+                only_error(out).code,
+                codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+                "{ns:?}"
+            );
+        }
+        let view = e
+            .transaction_create(
+                &mut t,
+                &Namespace::new("db", "v"),
+                doc! {"viewOn": "c", "pipeline": []},
+            )
+            .expect_err("a view");
+        assert_eq!(view.code, codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION);
+        let index = e
+            .transaction_create_indexes(
+                &mut t,
+                &ns_c(),
+                vec![doc! {"key": {"a": 1}, "name": "a_1"}],
+            )
+            .expect_err("an index on an existing collection");
+        assert_eq!(index.code, codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION);
+        let exists = e
+            .transaction_create(&mut t, &ns_c(), doc! {})
+            .expect_err("exists");
+        assert_eq!(exists.code, codes::NAMESPACE_EXISTS);
+        assert_eq!(exists.message, "Collection db.c already exists.");
+    }
+
+    /// A collection and indexes created in the transaction appear at its commit, their
+    /// entries ahead of its writes in its applyOps entry.
+    #[test]
+    fn a_collection_created_in_the_transaction_appears_at_the_commit() {
+        let e = TestEngine::open();
+        let created = Namespace::new("db", "created");
+        let mut t = e.begin_transaction();
+        e.transaction_create(&mut t, &created, doc! {}).unwrap();
+        let (before, after, new) = e
+            .transaction_create_indexes(
+                &mut t,
+                &created,
+                vec![doc! {"key": {"a": 1}, "name": "a_1"}],
+            )
+            .unwrap();
+        assert_eq!((before, after, new), (1, 2, false));
+        e.transaction_insert(
+            &mut t,
+            &created,
+            vec![raw(doc! {"_id": 1, "a": 5})],
+            true,
+            false,
+        )
+        .unwrap();
+        let again = e
+            .transaction_create(&mut t, &created, doc! {})
+            .expect_err("created already");
+        assert_eq!(again.code, codes::NAMESPACE_EXISTS);
+        assert!(e.collection(&created).is_none(), "not before the commit");
+        let committed = e
+            .commit_transaction(t, Some((doc! {"id": 1}, 1)))
+            .unwrap()
+            .unwrap();
+        let meta = e.collection(&created).expect("created at the commit");
+        assert!(meta.index_by_name("a_1").is_some());
+        let bytes = e
+            .store
+            .get(Space::Oplog, &keys::oplog_key(committed.last_ts.unwrap()))
+            .unwrap()
+            .unwrap();
+        let entry = Document::from_reader(&mut bytes.as_slice()).unwrap();
+        let ops = entry
+            .get_document("o")
+            .unwrap()
+            .get_array("applyOps")
+            .unwrap();
+        let kinds: Vec<String> = ops
+            .iter()
+            .map(|op| op.as_document().unwrap())
+            .map(|op| match op.get_str("op").unwrap() {
+                "c" => op.get_document("o").unwrap().keys().next().unwrap().clone(),
+                other => other.to_string(),
+            })
+            .collect();
+        assert_eq!(kinds, vec!["create", "createIndexes", "i"]);
+    }
+
+    /// A snapshot read's time is the newest commit it contains.
+    #[test]
+    fn a_snapshot_holds_the_commits_up_to_its_time() {
+        let e = engine_with_documents();
+        let newest = e.write_noop("newest").unwrap().last_ts.unwrap();
+        let (at, t) = e.snapshot_now();
+        assert_eq!(at, newest);
+        e.insert_documents(&ns_c(), vec![doc! {"_id": 5}], true)
+            .unwrap();
+        assert_eq!(e.transaction_documents(&t, &ns_c()).unwrap().len(), 4);
+    }
+}

@@ -1,0 +1,63 @@
+//! Engines for unit tests: a real [`Engine`] on a temporary directory, shut down and
+//! removed when dropped, so a test of any layer can write, read and stream as the
+//! server does.
+
+use crate::{Engine, EngineOptions};
+use std::sync::Arc;
+
+/// The oplog cap of [`TestEngine::open`]: large enough that no test's writes are trimmed.
+const UNTRIMMED_OPLOG_BYTES: u64 = 1 << 30;
+
+pub(crate) struct TestEngine {
+    pub(crate) engine: Arc<Engine>,
+    // Dropped after the engine (fields drop in order): the store is closed first.
+    _dir: tempfile::TempDir,
+}
+
+impl TestEngine {
+    pub(crate) fn open() -> TestEngine {
+        TestEngine::with_oplog_cap(UNTRIMMED_OPLOG_BYTES)
+    }
+
+    /// An engine whose oplog is trimmed past `bytes`.
+    pub(crate) fn with_oplog_cap(bytes: u64) -> TestEngine {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let engine = Engine::open(EngineOptions {
+            dbpath: dir.path().to_path_buf(),
+            oplog_size_bytes: bytes,
+        })
+        .expect("open an engine on an empty directory");
+        TestEngine { engine, _dir: dir }
+    }
+
+    /// An engine whose oplog is over its cap past `bytes` but never trimmed unless the
+    /// test trims it (`oplog::trim::trim_oplog_round`): the maintenance thread skips its
+    /// rounds while the fsync lock is held, as it does for `db.fsyncLock()`.
+    pub(crate) fn trimmed_by_hand(bytes: u64) -> TestEngine {
+        let e = TestEngine::with_oplog_cap(bytes);
+        e.fsync_lock.lock(|| Ok(())).expect("take the fsync lock");
+        e
+    }
+
+    /// Waits until every commit so far is on disk: change streams show only what is.
+    pub(crate) fn sync(&self) {
+        let seq = self.engine.durability.last_committed();
+        self.engine
+            .durability
+            .wait_synced_blocking(seq)
+            .expect("the fsync of a test engine");
+    }
+}
+
+impl std::ops::Deref for TestEngine {
+    type Target = Engine;
+    fn deref(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+impl Drop for TestEngine {
+    fn drop(&mut self) {
+        self.engine.shutdown();
+    }
+}
