@@ -120,10 +120,16 @@ pub(crate) fn trim_oplog_round(engine: &Engine) -> Result<bool> {
             }
         }
     }
+    // The state the batch stores; memory takes it only once the batch is in (a commit
+    // refused for want of disk space leaves both as they were).
+    let (trim_before, bytes_before) = (w.trim_ts, w.oplog_bytes);
     w.trim_ts = new_trim;
     w.oplog_bytes -= freed;
     w.put_oplog_state(&mut batch);
-    engine.store.commit(batch).map_err(storage_err)?;
+    if let Err(e) = engine.store.commit(batch) {
+        (w.trim_ts, w.oplog_bytes) = (trim_before, bytes_before);
+        return Err(storage_err(e));
+    }
     // Readers compare their position with this point (change streams fail with
     // ChangeStreamHistoryLost below it, oplog scans with CappedPositionLost): it only
     // moves forward, or a reader that checked it could be below it unawares.

@@ -431,6 +431,8 @@ impl<'e> Txn<'e> {
             });
         }
         let touched_capped = std::mem::take(&mut self.touched_capped);
+        // What a refused commit puts back (the stored state is the batch's own).
+        let bytes_before = self.w.oplog_bytes;
         if self.oplog_added > 0 {
             self.w.oplog_bytes = self
                 .w
@@ -444,6 +446,7 @@ impl<'e> Txn<'e> {
         let catalog = self.catalog.take();
         let last_ts = self.last_ts;
         if let Err(e) = engine.store.commit(batch) {
+            self.w.oplog_bytes = bytes_before;
             if touched_capped {
                 engine.capped_settle(false);
             }
