@@ -519,7 +519,7 @@ impl EventSource for ChangeStream {
 
 /// mongod labels a change stream's getMore error `ResumableChangeStreamError` when a
 /// driver may resume after it.
-pub fn label_resumable(e: Error) -> Error {
+pub(crate) fn label_resumable(e: Error) -> Error {
     if RESUMABLE_CODES.contains(&e.code) && e.labels.is_empty() {
         e.with_label("ResumableChangeStreamError")
     } else {

@@ -59,13 +59,11 @@ pub enum Look {
 /// What the start of a getMore learns of its cursor.
 #[derive(Clone, Copy)]
 struct Kind {
-    /// An event source (events are shown once durable).
-    events: bool,
     /// The namespace bits whose commits may bring it something.
     interest: u64,
     /// An event source that has read everything durable: wait before looking.
     caught_up: bool,
-    /// The source's error labels.
+    /// An event source's error labels (None: not an event source).
     labeler: Option<Labeler>,
 }
 
@@ -73,6 +71,11 @@ struct Kind {
 type Labeler = fn(Error) -> Error;
 
 impl Kind {
+    /// An event source (its events are shown once durable).
+    fn events(&self) -> bool {
+        self.labeler.is_some()
+    }
+
     fn label(&self, e: Error) -> Error {
         match self.labeler {
             Some(label) => label(e),
@@ -128,7 +131,7 @@ impl Engine {
         commits.borrow_and_update();
         // From now on a commit to what the stream watches asks for its fsync itself.
         let _waiting = kind
-            .events
+            .events()
             .then(|| self.change_stream_waiting(kind.interest));
         let mut durable = self.durability.subscribe_durable_ts();
         durable.borrow_and_update();
@@ -162,7 +165,7 @@ impl Engine {
             // An event source re-reads once the durable time reaches a commit it cares
             // about.
             let mut wake_at: Option<ClusterTime> = None;
-            if kind.events && first_look {
+            if kind.events() && first_look {
                 // Writes committed before we registered as waiting may still wait for
                 // their fsync; the ones after ask for it themselves.
                 self.durability.request(self.durability.last_committed());
@@ -175,9 +178,9 @@ impl Engine {
                 tokio::select! {
                     changed = commits.changed() => {
                         if changed.is_err() {
-                            return self.get_more_final(req, last_look, read_on_pool).await.map_err(|e| kind.label(e));
+                            return self.get_more_final(last_look, read_on_pool).await.map_err(|e| kind.label(e));
                         }
-                        if kind.events {
+                        if kind.events() {
                             // Only a commit to what the source reads sets the durable
                             // time to wait for (it asked for its fsync itself).
                             let notice = *commits.borrow_and_update();
@@ -187,9 +190,9 @@ impl Engine {
                             continue;
                         }
                     }
-                    changed = durable.changed(), if kind.events => {
+                    changed = durable.changed(), if kind.events() => {
                         if changed.is_err() {
-                            return self.get_more_final(req, last_look, read_on_pool).await.map_err(|e| kind.label(e));
+                            return self.get_more_final(last_look, read_on_pool).await.map_err(|e| kind.label(e));
                         }
                         let d = *durable.borrow_and_update();
                         if wake_at.is_none_or(|w| d < w) {
@@ -203,7 +206,7 @@ impl Engine {
                         return Err(kind.label(e));
                     }
                     _ = tokio::time::sleep_until(deadline) => {
-                        return self.get_more_final(req, last_look, read_on_pool).await.map_err(|e| kind.label(e));
+                        return self.get_more_final(last_look, read_on_pool).await.map_err(|e| kind.label(e));
                     }
                 }
                 break;
@@ -211,12 +214,25 @@ impl Engine {
         }
     }
 
-    /// Whether the cursor is open and an event source (a change stream).
-    pub fn is_event_cursor(&self, cursor_id: i64) -> bool {
-        self.cursors
-            .get(cursor_id)
-            .map(|c| matches!(c.lock().source, Source::Events(_)))
-            .unwrap_or(false)
+    /// `e` with the error labels of the cursor's kind (a change stream's
+    /// `ResumableChangeStreamError`), for an error of a getMore raised outside the engine
+    /// (the server's fail points).
+    pub fn label_get_more_error(&self, cursor_id: i64, e: Error) -> Error {
+        match self.event_labeler(cursor_id) {
+            Some(label) => label(e),
+            None => e,
+        }
+    }
+
+    /// The error labels of an open event cursor (None: closed, or not an event source).
+    /// Waits for a getMore that holds the cursor.
+    fn event_labeler(&self, cursor_id: i64) -> Option<Labeler> {
+        let c = self.cursors.get(cursor_id)?;
+        let c = c.lock();
+        match &c.source {
+            Source::Events(s) => Some(s.error_labeler()),
+            _ => None,
+        }
     }
 
     /// Reads ahead on an event cursor (see `EventSource::prefetch`); skipped when a
@@ -247,24 +263,15 @@ impl Engine {
     fn get_more_kind(&self, cursor_id: i64) -> Kind {
         if let Some((interest, caught_up, labeler)) = self.event_cursor_state(cursor_id) {
             return Kind {
-                events: true,
                 interest,
                 caught_up,
                 labeler: Some(labeler),
             };
         }
-        let labeler = self
-            .cursors
-            .get(cursor_id)
-            .and_then(|c| match &c.lock().source {
-                Source::Events(s) => Some(s.error_labeler()),
-                _ => None,
-            });
         Kind {
-            events: labeler.is_some(),
             interest: u64::MAX,
             caught_up: false,
-            labeler,
+            labeler: self.event_labeler(cursor_id),
         }
     }
 
@@ -288,7 +295,6 @@ impl Engine {
     /// getMore never looked.
     async fn get_more_final<R, RF>(
         &self,
-        req: &GetMoreRequest,
         last_look: Option<CursorBatch>,
         read_on_pool: &R,
     ) -> Result<CursorBatch>
@@ -298,17 +304,14 @@ impl Engine {
     {
         match last_look {
             Some(batch) => Ok(batch),
-            None => {
-                let _ = req;
-                read_on_pool().await
-            }
+            None => read_on_pool().await,
         }
     }
 
     /// A full batch of events suggests a backlog: build the next one while this one
     /// travels.
     fn prefetch_after(self: &Arc<Self>, kind: Kind, batch: &CursorBatch) {
-        if kind.events && batch.cursor_id != 0 && batch.raw_docs.len() >= PREFETCH_MIN_EVENTS {
+        if kind.events() && batch.cursor_id != 0 && batch.raw_docs.len() >= PREFETCH_MIN_EVENTS {
             let n = batch.raw_docs.len();
             let engine = Arc::clone(self);
             let id = batch.cursor_id;

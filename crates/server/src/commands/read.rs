@@ -123,11 +123,7 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
     state.opcounters.getmore.fetch_add(1, Ordering::Relaxed);
     if state.config.test_commands_enabled() && state.engine.cursors.get(id).is_some() {
         if let Some(e) = state.fail_points.fail_get_more() {
-            let e = if state.engine.is_event_cursor(id) {
-                tailstream_engine::changestream::label_resumable(e)
-            } else {
-                e
-            };
+            let e = state.engine.label_get_more_error(id, e);
             // As in mongod, an error after the cursor was checked out kills the cursor.
             state.engine.cursors.remove(id);
             return Err(e);
