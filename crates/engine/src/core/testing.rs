@@ -2,8 +2,11 @@
 //! removed when dropped, so a test of any layer can write, read and stream as the
 //! server does.
 
+use crate::core::keys;
+use crate::core::time::ClusterTime;
 use crate::{Engine, EngineOptions};
 use std::sync::Arc;
+use tailstream_storage::Space;
 
 /// The oplog cap of [`TestEngine::open`]: large enough that no test's writes are trimmed.
 const UNTRIMMED_OPLOG_BYTES: u64 = 1 << 30;
@@ -60,4 +63,16 @@ impl Drop for TestEngine {
     fn drop(&mut self) {
         self.engine.shutdown();
     }
+}
+
+/// The oplog entries stored from `from` on, as the store holds them: (time, bytes).
+pub(crate) fn stored_oplog(e: &Engine, from: ClusterTime) -> Vec<(ClusterTime, usize)> {
+    e.store
+        .scan(Space::Oplog, &keys::oplog_key(from), None, false)
+        .map(|item| {
+            let (k, v) = item.expect("an oplog entry");
+            let time = k[..8].try_into().expect("an oplog key is a time");
+            (ClusterTime::from_be_bytes(time), v.len())
+        })
+        .collect()
 }

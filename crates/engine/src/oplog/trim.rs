@@ -253,21 +253,7 @@ mod tests {
 
     /// The entries stored from the trim point on: (time, bytes).
     fn retained(e: &Engine) -> Vec<(ClusterTime, usize)> {
-        e.store
-            .scan(
-                Space::Oplog,
-                &keys::oplog_key(e.oplog_trim_ts()),
-                None,
-                false,
-            )
-            .map(|item| {
-                let (k, v) = item.expect("an oplog entry");
-                (
-                    ClusterTime::from_be_bytes(k[..8].try_into().unwrap()),
-                    v.len(),
-                )
-            })
-            .collect()
+        crate::core::testing::stored_oplog(e, e.oplog_trim_ts())
     }
 
     fn insert(e: &Engine, ns: &Namespace, id: i32, bytes: usize) -> ClusterTime {

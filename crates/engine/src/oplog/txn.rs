@@ -504,14 +504,9 @@ mod tests {
     }
 
     fn oplog_times(e: &Engine) -> Vec<ClusterTime> {
-        e.store
-            .scan(
-                Space::Oplog,
-                &keys::oplog_key(ClusterTime::ZERO),
-                None,
-                false,
-            )
-            .map(|item| ClusterTime::from_be_bytes(item.unwrap().0[..8].try_into().unwrap()))
+        crate::core::testing::stored_oplog(e, ClusterTime::ZERO)
+            .into_iter()
+            .map(|(t, _)| t)
             .collect()
     }
 

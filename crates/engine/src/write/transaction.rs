@@ -885,14 +885,7 @@ mod tests {
     }
 
     fn oplog_len(e: &Engine) -> usize {
-        e.store
-            .scan(
-                Space::Oplog,
-                &keys::oplog_key(ClusterTime::ZERO),
-                None,
-                false,
-            )
-            .count()
+        crate::core::testing::stored_oplog(e, ClusterTime::ZERO).len()
     }
 
     fn assert_write_conflict(e: &Error) {
