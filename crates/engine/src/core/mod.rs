@@ -11,6 +11,7 @@ pub mod keys;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod time;
+pub mod workers;
 
 use tailstream_query::error::{codes, Error};
 

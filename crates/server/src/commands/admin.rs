@@ -181,6 +181,7 @@ fn durability_status(engine: &tailstream_engine::Engine) -> Document {
         "committed": engine.durability.last_committed() as i64,
         "synced": engine.durability.synced() as i64,
         "syncs": count as i64,
+        "gatherTimeouts": engine.durability.gather_timeouts.load(std::sync::atomic::Ordering::Relaxed) as i64,
         "syncMicros": {"total": total as i64, "max": max as i64, "buckets": histogram_buckets(buckets)},
         "commitToDurableMicros": {
             "count": waits as i64,
