@@ -108,6 +108,11 @@ impl WatchGuard {
     pub fn mask(&self) -> u64 {
         self.mask
     }
+
+    /// The recent oplog that keeps the watched namespaces' entries.
+    pub fn oplog(&self) -> &RecentOplog {
+        &self.oplog
+    }
 }
 
 impl Drop for WatchGuard {
@@ -199,6 +204,23 @@ impl RecentOplog {
             r.bytes,
             r.entries.len()
         );
+    }
+
+    /// The bytes of the entry at `ts`, if the ring holds them (a watched namespace's
+    /// entry of at most `MAX_ENTRY_BYTES`).
+    pub fn get(&self, ts: ClusterTime) -> Option<Arc<[u8]>> {
+        if !self.enabled() {
+            return None;
+        }
+        let r = self.ring.read();
+        if ts < r.from {
+            return None;
+        }
+        let at = r.entries.partition_point(|e| e.ts < ts);
+        r.entries
+            .get(at)
+            .filter(|e| e.ts == ts)
+            .and_then(|e| e.bytes.clone())
     }
 
     /// The entries with times in `[from, to]` accepted by `wanted`, at most `limit`

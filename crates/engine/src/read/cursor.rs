@@ -3,7 +3,7 @@
 //! Cursors idle for `IDLE_TIMEOUT` are closed, as mongod does after 10 minutes.
 
 use crate::catalog::CollMeta;
-use crate::read::Scan;
+use crate::read::{Access, Scan};
 use bson::{Bson, Document};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
@@ -108,6 +108,9 @@ pub struct Cursor {
     /// its next batch is what was committed since, a few documents still in the memtable,
     /// cheap enough to read on the connection's task instead of the blocking pool.
     pub at_tail: bool,
+    /// A [`Cursor::raw_tail`] cursor's claim on its collection's entries in the recent
+    /// oplog: its getMores read the inserted documents from there, not from storage.
+    pub watch: Option<crate::oplog::recent::WatchGuard>,
 }
 
 impl Cursor {
@@ -128,6 +131,7 @@ impl Cursor {
             tailable: false,
             await_data: false,
             at_tail: false,
+            watch: None,
         }
     }
 
@@ -214,6 +218,77 @@ impl Cursor {
                     Source::Events(_) => false,
                 });
         Ok((out, exhausted))
+    }
+
+    /// Whether the next batch can go out as stored BSON ([`Cursor::next_raw_batch`]):
+    /// a tailable cursor over a capped collection in insertion order, with no filter,
+    /// projection, skip, limit or held-over document. A message bus's consumers are
+    /// such cursors; decoding each message into a `Document` and encoding it again for
+    /// the reply was a third of their getMore's instructions.
+    pub fn raw_tail(&self) -> bool {
+        self.tailable
+            && self.projection.is_none()
+            && self.return_key.is_none()
+            && self.remaining.is_none()
+            && self.skip == 0
+            && self.front.is_none()
+            && matches!(&self.source, Source::Scan { matcher, scan, buf, .. }
+                if matcher.matches_everything()
+                    && buf.is_empty()
+                    && !scan.annotate_text_score
+                    && matches!(scan.access, Access::NaturalScan { reverse: false }))
+    }
+
+    /// The next batch of a [`Cursor::raw_tail`] cursor, as stored BSON: up to
+    /// `batch_size` documents (0 or None: as many as fit in a reply). A tailable cursor
+    /// is never exhausted by a batch.
+    pub fn next_raw_batch(
+        &mut self,
+        store: &tailstream_storage::Store,
+        batch_size: Option<usize>,
+    ) -> Result<Vec<RawEvent>> {
+        assert!(
+            self.raw_tail(),
+            "a raw batch of a cursor that needs decoding"
+        );
+        let want = match batch_size {
+            Some(0) | None => usize::MAX,
+            Some(n) => n,
+        };
+        let Source::Scan { meta, scan, .. } = &mut self.source else {
+            unreachable!("raw_tail checked the source")
+        };
+        let mut out = Vec::new();
+        self.at_tail = false;
+        // New documents may have been committed after the scan last reached the end.
+        scan.done = false;
+        while out.len() < want && !scan.done {
+            let bytes: usize = out.iter().map(|d: &RawEvent| d.as_bytes().len()).sum();
+            let before = out.len();
+            let recent = self.watch.as_ref().map(|w| w.oplog());
+            scan.next_raw_natural(
+                store,
+                recent,
+                meta.id,
+                (
+                    want - out.len(),
+                    MAX_BATCH_BYTES - bytes.min(MAX_BATCH_BYTES),
+                ),
+                &mut out,
+            )?;
+            if out.len() == before && !scan.done {
+                // The next document does not fit in this reply: it starts the next one.
+                break;
+            }
+        }
+        self.at_tail = scan.done;
+        let bytes: usize = out.iter().map(|d| d.as_bytes().len()).sum();
+        assert!(
+            out.len() <= want && (out.len() <= 1 || bytes <= MAX_BATCH_BYTES),
+            "a raw batch of {} documents and {bytes} bytes for {want} asked",
+            out.len()
+        );
+        Ok(out)
     }
 
     /// The next matching document from the source, before skip and projection.

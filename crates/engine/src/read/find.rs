@@ -73,7 +73,9 @@ pub struct CursorBatch {
     pub await_data: bool,
     /// Change streams: the resume token of the position after this batch.
     pub post_batch_resume_token: Option<Document>,
-    /// Change streams: the events, as built from the oplog (never decoded).
+    /// Change streams: the events, as built from the oplog (never decoded); the
+    /// documents of an unfiltered tailable cursor on a capped collection, as stored
+    /// (`Cursor::raw_tail`). Either these or `docs`, never both.
     pub raw_docs: Vec<crate::read::cursor::RawEvent>,
 }
 
@@ -208,6 +210,12 @@ impl Engine {
         cursor.lsid = req.lsid.clone();
         cursor.tailable = req.tailable;
         cursor.await_data = req.tailable && req.await_data;
+        if cursor.raw_tail() {
+            // Its getMores read the inserted documents from the recent oplog.
+            self.enable_recent_oplog();
+            let bit = crate::core::bus::namespace_bit(&ns.full());
+            cursor.watch = Some(self.recent.watch(bit));
+        }
         self.first_batch(
             cursor,
             Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)),
@@ -379,6 +387,7 @@ impl Engine {
         }
         let mut pbrt = None;
         let mut raw_docs = Vec::new();
+        let raw_tail = c.raw_tail();
         let result = match &mut c.source {
             Source::Events(stream) => {
                 // A memory-only read runs on an async worker: the stream keeps it short.
@@ -396,8 +405,19 @@ impl Engine {
                     .filter(|n| *n > 0)
                     .unwrap_or(INLINE_TAIL_BATCH)
                     .min(INLINE_TAIL_BATCH);
-                c.next_batch(&self.store, Some(want))
+                if raw_tail {
+                    c.next_raw_batch(&self.store, Some(want)).map(|docs| {
+                        raw_docs = docs;
+                        (Vec::new(), false)
+                    })
+                } else {
+                    c.next_batch(&self.store, Some(want))
+                }
             }
+            _ if raw_tail => c.next_raw_batch(&self.store, batch_size).map(|docs| {
+                raw_docs = docs;
+                (Vec::new(), false)
+            }),
             _ => c.next_batch(&self.store, batch_size),
         };
         c.last_used = std::time::Instant::now();

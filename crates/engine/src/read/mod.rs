@@ -15,6 +15,7 @@ use crate::catalog::{CollMeta, IndexMeta};
 use crate::core::keys;
 use crate::core::storage_err;
 use crate::core::time::{AtomicClusterTime, ClusterTime};
+use crate::oplog::recent::RecentOplog;
 use bson::{Bson, Document};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -817,6 +818,61 @@ impl Scan {
         Ok(())
     }
 
+    /// A capped collection's documents in insertion order, as stored BSON (never
+    /// decoded): the tailable getMore of an unfiltered cursor (see
+    /// `Cursor::next_raw_batch`). Appends up to `want` documents and at most
+    /// `max_bytes` of them (the first document of an empty `out` always), continuing
+    /// after the saved position; a
+    /// document that does not fit is left for the next call. Like `next_batch`, marks
+    /// the scan done when it reaches the end.
+    pub fn next_raw_natural(
+        &mut self,
+        store: &Store,
+        recent: Option<&RecentOplog>,
+        coll_id: u32,
+        (want, max_bytes): (usize, usize),
+        out: &mut Vec<Arc<bson::RawDocumentBuf>>,
+    ) -> Result<()> {
+        assert!(
+            matches!(self.access, Access::NaturalScan { reverse: false }),
+            "a raw scan runs over a capped collection in insertion order"
+        );
+        tailstream_query::script::Operation::check_current()?;
+        self.check_position(store, Space::Natural)?;
+        let prefix = coll_id.to_be_bytes();
+        let upper = prefix_successor(&prefix).expect("collection prefix");
+        let (lo, hi) = resume_bounds(&prefix, &upper, self.position.as_deref(), false);
+        let (start_len, mut bytes) = (out.len(), 0usize);
+        let mut exhausted = true;
+        for (steps, item) in store
+            .scan(Space::Natural, &lo, Some(&hi), false)
+            .enumerate()
+        {
+            let (k, id_ks) = item.map_err(storage_err)?;
+            if out.len() - start_len >= want || steps >= MAX_KEYS_PER_STEP {
+                exhausted = false;
+                break;
+            }
+            self.keys_examined += 1;
+            // A dangling entry (its document deleted) is skipped.
+            if let Some(raw) = fetch_raw(store, recent, coll_id, &id_ks)? {
+                let size = raw.as_bytes().len();
+                if !out.is_empty() && bytes + size > max_bytes {
+                    exhausted = false;
+                    break;
+                }
+                self.docs_examined += 1;
+                bytes += size;
+                out.push(Arc::new(raw));
+            }
+            self.position = Some(k.to_vec());
+        }
+        if exhausted {
+            self.done = true;
+        }
+        Ok(())
+    }
+
     /// A capped scan (natural order, the oplog) whose position was evicted or trimmed
     /// fails, as mongod's does, rather than silently skipping what was lost after it.
     fn check_position(&self, store: &Store, space: Space) -> Result<()> {
@@ -873,6 +929,42 @@ pub fn fetch(store: &Store, coll_id: u32, id_ks: &[u8]) -> Result<Option<Documen
     match store.get(Space::Docs, &key).map_err(storage_err)? {
         Some(v) => Ok(Some(load_stored(store, &key, &v)?)),
         None => Ok(None),
+    }
+}
+
+/// A stored document's BSON by `_id`, never decoded into a `Document` (see
+/// [`load_stored`] for where it may be).
+/// An inserted document's oplog entry comes from `recent` when it holds it (no storage
+/// read).
+pub fn fetch_raw(
+    store: &Store,
+    recent: Option<&RecentOplog>,
+    coll_id: u32,
+    id_ks: &[u8],
+) -> Result<Option<bson::RawDocumentBuf>> {
+    let key = keys::doc_key(coll_id, id_ks);
+    let Some(v) = store.get(Space::Docs, &key).map_err(storage_err)? else {
+        return Ok(None);
+    };
+    let corrupt = |e: bson::raw::Error| Error::internal(format!("corrupt stored document: {e}"));
+    let in_memory = keys::parse_doc_pointer(&v).and_then(|ts| recent?.get(ts));
+    if let Some(entry) = in_memory {
+        return Ok(Some(inserted_document(&entry)?.to_owned()));
+    }
+    match stored_bytes(store, &v) {
+        Ok(StoredDoc::Inline) => bson::RawDocumentBuf::from_bytes(v.to_vec())
+            .map(Some)
+            .map_err(corrupt),
+        Ok(StoredDoc::InOplog(entry)) => Ok(Some(inserted_document(&entry)?.to_owned())),
+        // Trimmed meanwhile: the trim copied the document into the collection first.
+        Err(e) => match store.get(Space::Docs, &key).map_err(storage_err)? {
+            Some(v) if keys::parse_doc_pointer(&v).is_none() => {
+                bson::RawDocumentBuf::from_bytes(v.to_vec())
+                    .map(Some)
+                    .map_err(corrupt)
+            }
+            _ => Err(e),
+        },
     }
 }
 

@@ -184,6 +184,11 @@ impl Matcher {
     }
 
     /// Whether matching runs JavaScript (then it must run on the blocking pool).
+    /// The filter is empty: every document matches.
+    pub fn matches_everything(&self) -> bool {
+        self.filter.is_empty()
+    }
+
     pub fn uses_script(&self) -> bool {
         self.uses_script
     }

@@ -21,9 +21,14 @@ fn cursor_reply(batch: CursorBatch, first: bool) -> Document {
     doc! {"cursor": {key: docs, "id": batch.cursor_id, "ns": batch.ns}}
 }
 
-/// A getMore/aggregate reply: change-stream batches go out as raw BSON.
+/// A getMore/aggregate reply: change-stream batches and raw tailable batches go out
+/// as raw BSON.
 fn cursor_output(batch: CursorBatch, first: bool) -> Output {
-    if batch.post_batch_resume_token.is_some() {
+    assert!(
+        batch.docs.is_empty() || batch.raw_docs.is_empty(),
+        "a batch of both decoded and raw documents"
+    );
+    if batch.post_batch_resume_token.is_some() || !batch.raw_docs.is_empty() {
         Output::Cursor(RawCursor {
             first,
             docs: batch.raw_docs,

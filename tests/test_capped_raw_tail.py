@@ -1,0 +1,98 @@
+"""The getMores of an unfiltered tailable cursor on a capped collection send the stored
+BSON as it is (no decoding and re-encoding on the server): what a client receives must
+be byte for byte what a plain find of the same documents returns, the current version
+of each document, in insertion order, within mongod's batch limits."""
+
+import datetime
+import re
+
+import bson
+from bson.codec_options import CodecOptions
+from bson.raw_bson import RawBSONDocument
+
+RAW = CodecOptions(document_class=RawBSONDocument)
+
+# Every BSON type a stored document can hold.
+VARIED = [
+    {"_id": 1, "s": "text", "i": 7, "l": bson.Int64(1 << 40), "d": 1.5,
+     "dec": bson.Decimal128("1.10"), "b": True, "n": None,
+     "dt": datetime.datetime(2026, 11, 26, 12, 0, tzinfo=datetime.timezone.utc)},
+    {"_id": 2, "oid": bson.ObjectId(), "bin": bson.Binary(b"\x00\x01", 0),
+     "uuid": bson.Binary(b"0123456789abcdef", 4), "re": bson.Regex("^a.c$", "im"),
+     "ts": bson.Timestamp(5, 6), "code": bson.Code("x + 1"), "min": bson.MinKey(),
+     "max": bson.MaxKey()},
+    {"_id": 3, "nested": {"a": [1, {"b": [2, 3]}, []], "e": {}}, "arr": [[], [[1]]]},
+]
+
+
+def raw_batch(reply, key):
+    return [d.raw for d in reply["cursor"][key]]
+
+
+def tail(db, name, **kw):
+    """A tailable cursor that has read nothing yet (an empty first batch)."""
+    first = db.command("find", name, tailable=True, awaitData=True, batchSize=0, **kw)
+    assert first["cursor"]["firstBatch"] == []
+    return first["cursor"]["id"]
+
+
+def get_more(db, name, cursor_id, **kw):
+    return db.command("getMore", cursor_id, collection=name, maxTimeMS=50,
+                      codec_options=RAW, **kw)
+
+
+def test_batches_are_byte_for_byte_the_stored_documents(db):
+    coll = db.create_collection("bus", capped=True, size=1 << 20)
+    cursor_id = tail(db, "bus")
+    coll.insert_many(VARIED)
+    got = raw_batch(get_more(db, "bus", cursor_id), "nextBatch")
+    expected = [d.raw for d in db.get_collection("bus", codec_options=RAW).find()]
+    assert got == expected
+    assert [bson.decode(b)["_id"] for b in got] == [1, 2, 3]
+    # Nothing new: an empty batch, the cursor stays open.
+    again = get_more(db, "bus", cursor_id)
+    assert raw_batch(again, "nextBatch") == [] and again["cursor"]["id"] == cursor_id
+
+
+def test_a_document_updated_before_it_is_read_comes_in_its_current_version(db):
+    coll = db.create_collection("bus", capped=True, size=1 << 20)
+    cursor_id = tail(db, "bus")
+    coll.insert_many([{"_id": i, "v": "before"} for i in range(3)])
+    coll.update_one({"_id": 1}, {"$set": {"v": "after!"}})
+    got = [bson.decode(b) for b in raw_batch(get_more(db, "bus", cursor_id), "nextBatch")]
+    assert got == [{"_id": 0, "v": "before"}, {"_id": 1, "v": "after!"},
+                   {"_id": 2, "v": "before"}]
+
+
+def test_batch_size_and_the_reply_size_limit_split_batches(db):
+    coll = db.create_collection("bus", capped=True, size=64 << 20)
+    cursor_id = tail(db, "bus")
+    coll.insert_many([{"_id": i} for i in range(5)])
+    sizes = [len(raw_batch(get_more(db, "bus", cursor_id, batchSize=2), "nextBatch"))
+             for _ in range(3)]
+    assert sizes == [2, 2, 1]
+    # 6 MB documents: two fit in a 16 MiB reply, a third starts the next one.
+    big = "x" * (6 << 20)
+    for i in range(3):
+        coll.insert_one({"_id": 10 + i, "pad": big})
+    batches = [raw_batch(get_more(db, "bus", cursor_id), "nextBatch") for _ in range(2)]
+    assert [len(b) for b in batches] == [2, 1]
+    assert all(sum(len(d) for d in b) <= 16 * 1024 * 1024 for b in batches)
+    assert [bson.decode(d)["_id"] for b in batches for d in b] == [10, 11, 12]
+
+
+def test_a_filtered_cursor_still_filters(db):
+    coll = db.create_collection("bus", capped=True, size=1 << 20)
+    cursor_id = tail(db, "bus", filter={"keep": True})
+    coll.insert_many([{"_id": i, "keep": i % 2 == 0} for i in range(6)])
+    got = [bson.decode(b)["_id"] for b in raw_batch(get_more(db, "bus", cursor_id), "nextBatch")]
+    assert got == [0, 2, 4]
+
+
+def test_deleted_documents_are_skipped(db):
+    coll = db.create_collection("bus", capped=True, size=1 << 20)
+    cursor_id = tail(db, "bus")
+    coll.insert_many([{"_id": i} for i in range(4)])
+    coll.delete_one({"_id": 2})
+    got = [bson.decode(b)["_id"] for b in raw_batch(get_more(db, "bus", cursor_id), "nextBatch")]
+    assert got == [0, 1, 3]
