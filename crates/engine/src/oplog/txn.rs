@@ -43,13 +43,13 @@ pub(crate) struct Writer {
 impl Writer {
     /// Stores the trim point and retained size (read back at open) in `batch`.
     pub(crate) fn put_oplog_state(&self, batch: &mut Batch<'_>) {
-        let state = doc! {
-            "trim": self.trim_ts.as_u64() as i64,
-            "bytes": self.oplog_bytes as i64,
-        };
-        let mut bytes = Vec::new();
-        state.to_writer(&mut bytes).expect("serialise oplog state");
-        batch.put(Space::Meta, keys::META_OPLOG_TRIM, &bytes);
+        // Written raw, element by element: every commit stores it, and building a
+        // `Document` and serializing it was 3,700 instructions of a bus message's
+        // commit (callgrind); the bytes are the same `{trim: <i64>, bytes: <i64>}`.
+        let mut state = bson::RawDocumentBuf::new();
+        state.append("trim", self.trim_ts.as_u64() as i64);
+        state.append("bytes", self.oplog_bytes as i64);
+        batch.put(Space::Meta, keys::META_OPLOG_TRIM, state.as_bytes());
     }
 
     /// The trim point and retained size [`Self::put_oplog_state`] stored (nothing
@@ -530,6 +530,29 @@ mod tests {
         assert_eq!(second.seq, first.seq + 1);
         assert_eq!(e.writer.lock().committed_ts, newest);
         assert_eq!(ClusterTime::from(e.cluster_time()), second.last_ts.unwrap());
+    }
+
+    /// What a commit stores of the oplog's trim point and size is what an open reads.
+    #[test]
+    fn the_stored_oplog_state_reads_back() {
+        let e = TestEngine::open();
+        e.write_noop("grow the oplog").unwrap();
+        let (trim, bytes) = {
+            let w = e.writer.lock();
+            (w.trim_ts, w.oplog_bytes)
+        };
+        assert!(bytes > 0, "the oplog holds entries");
+        assert_eq!(Writer::load_oplog_state(&e.store).unwrap(), (trim, bytes));
+        let stored = e
+            .store
+            .get(Space::Meta, keys::META_OPLOG_TRIM)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            Document::from_reader(&mut stored.as_slice()).unwrap(),
+            doc! {"trim": trim.as_u64() as i64, "bytes": bytes as i64},
+            "the same document as ever"
+        );
     }
 
     /// A write that is dropped uncommitted leaves nothing, and its time is not reused.
