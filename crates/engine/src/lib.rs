@@ -63,6 +63,13 @@ pub struct Engine {
     pub cursors: cursor::CursorRegistry,
     /// Totals of capped collections, by collection id (see `capped`).
     capped: Mutex<std::collections::HashMap<u32, capped::CappedState>>,
+    /// By capped collection id: no document inserted after this time has been updated
+    /// or deleted by a user since, so its stored version is its insert's oplog entry
+    /// (a raw tailable read takes it from the recent oplog without reading the
+    /// collection). Set to the newest commit when the collection's totals load (what
+    /// happened before is not known) and by every update and delete (the document they
+    /// change was committed by then); absent: nothing known.
+    capped_modified: Mutex<std::collections::HashMap<u32, ClusterTime>>,
     opts: EngineOptions,
     /// Where commits tell waiting readers (tailable cursors, change streams).
     pub(crate) bus: CommitBus,
@@ -138,6 +145,7 @@ impl Engine {
             durability,
             cursors: cursor::CursorRegistry::new(),
             capped: Mutex::new(std::collections::HashMap::new()),
+            capped_modified: Mutex::new(std::collections::HashMap::new()),
             opts,
             bus: CommitBus::new(first_notice),
             recent: Default::default(),

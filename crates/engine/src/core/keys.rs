@@ -110,6 +110,12 @@ pub fn natural_key(coll_id: u32, ts: ClusterTime) -> [u8; 12] {
     k
 }
 
+/// The insert time in a [`natural_key`] (None: not a natural key).
+pub fn natural_key_time(key: &[u8]) -> Option<ClusterTime> {
+    let ts: [u8; 8] = key.get(4..12)?.try_into().ok()?;
+    (key.len() == 12).then(|| ClusterTime::from_be_bytes(ts))
+}
+
 /// Which image of a changed document an `Images` entry holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ImageKind {

@@ -239,13 +239,23 @@ impl Cursor {
                     && matches!(scan.access, Access::NaturalScan { reverse: false }))
     }
 
+    /// The collection a scan reads (None: another source).
+    pub fn collection_id(&self) -> Option<u32> {
+        match &self.source {
+            Source::Scan { meta, .. } => Some(meta.id),
+            _ => None,
+        }
+    }
+
     /// The next batch of a [`Cursor::raw_tail`] cursor, as stored BSON: up to
     /// `batch_size` documents (0 or None: as many as fit in a reply). A tailable cursor
     /// is never exhausted by a batch.
+    /// `unmodified_after`: see `Scan::next_raw_natural`.
     pub fn next_raw_batch(
         &mut self,
         store: &tailstream_storage::Store,
         batch_size: Option<usize>,
+        unmodified_after: Option<crate::core::time::ClusterTime>,
     ) -> Result<Vec<RawEvent>> {
         assert!(
             self.raw_tail(),
@@ -268,8 +278,8 @@ impl Cursor {
             let recent = self.watch.as_ref().map(|w| w.oplog());
             scan.next_raw_natural(
                 store,
-                recent,
-                meta.id,
+                (recent, unmodified_after),
+                meta,
                 (
                     want - out.len(),
                     MAX_BATCH_BYTES - bytes.min(MAX_BATCH_BYTES),

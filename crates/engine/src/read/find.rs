@@ -388,6 +388,10 @@ impl Engine {
         let mut pbrt = None;
         let mut raw_docs = Vec::new();
         let raw_tail = c.raw_tail();
+        let unmodified_after = c
+            .collection_id()
+            .filter(|_| raw_tail)
+            .and_then(|id| self.capped_modified.lock().get(&id).copied());
         let result = match &mut c.source {
             Source::Events(stream) => {
                 // A memory-only read runs on an async worker: the stream keeps it short.
@@ -406,18 +410,21 @@ impl Engine {
                     .unwrap_or(INLINE_TAIL_BATCH)
                     .min(INLINE_TAIL_BATCH);
                 if raw_tail {
-                    c.next_raw_batch(&self.store, Some(want)).map(|docs| {
-                        raw_docs = docs;
-                        (Vec::new(), false)
-                    })
+                    c.next_raw_batch(&self.store, Some(want), unmodified_after)
+                        .map(|docs| {
+                            raw_docs = docs;
+                            (Vec::new(), false)
+                        })
                 } else {
                     c.next_batch(&self.store, Some(want))
                 }
             }
-            _ if raw_tail => c.next_raw_batch(&self.store, batch_size).map(|docs| {
-                raw_docs = docs;
-                (Vec::new(), false)
-            }),
+            _ if raw_tail => c
+                .next_raw_batch(&self.store, batch_size, unmodified_after)
+                .map(|docs| {
+                    raw_docs = docs;
+                    (Vec::new(), false)
+                }),
             _ => c.next_batch(&self.store, batch_size),
         };
         c.last_used = std::time::Instant::now();

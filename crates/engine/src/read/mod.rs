@@ -825,14 +825,19 @@ impl Scan {
     /// after the saved position; a
     /// document that does not fit is left for the next call. Like `next_batch`, marks
     /// the scan done when it reaches the end.
+    ///
+    /// `unmodified_after` (see `Engine::capped_modified`): a document inserted after it
+    /// whose insert entry `recent` holds is taken from there without reading the
+    /// collection at all.
     pub fn next_raw_natural(
         &mut self,
         store: &Store,
-        recent: Option<&RecentOplog>,
-        coll_id: u32,
+        (recent, unmodified_after): (Option<&RecentOplog>, Option<ClusterTime>),
+        meta: &CollMeta,
         (want, max_bytes): (usize, usize),
         out: &mut Vec<Arc<bson::RawDocumentBuf>>,
     ) -> Result<()> {
+        let coll_id = meta.id;
         assert!(
             matches!(self.access, Access::NaturalScan { reverse: false }),
             "a raw scan runs over a capped collection in insertion order"
@@ -854,8 +859,16 @@ impl Scan {
                 break;
             }
             self.keys_examined += 1;
-            // A dangling entry (its document deleted) is skipped.
-            if let Some(raw) = fetch_raw(store, recent, coll_id, &id_ks)? {
+            let unmodified = keys::natural_key_time(&k)
+                .filter(|ts| unmodified_after.is_some_and(|after| *ts > after))
+                .and_then(|ts| Some((recent?, ts)))
+                .and_then(|(recent, ts)| unmodified_insert(recent, ts, meta));
+            let raw = match unmodified {
+                Some(raw) => Some(raw),
+                // A dangling entry (its document deleted) is skipped.
+                None => fetch_raw(store, recent, coll_id, &id_ks)?,
+            };
+            if let Some(raw) = raw {
                 let size = raw.as_bytes().len();
                 if !out.is_empty() && bytes + size > max_bytes {
                     exhausted = false;
@@ -930,6 +943,24 @@ pub fn fetch(store: &Store, coll_id: u32, id_ks: &[u8]) -> Result<Option<Documen
         Some(v) => Ok(Some(load_stored(store, &key, &v)?)),
         None => Ok(None),
     }
+}
+
+/// The document inserted at `ts` into `meta`'s collection, from the insert's entry in
+/// `recent` (None when the ring does not hold it, or the entry at `ts` is not that
+/// insert). Only for a document known unmodified since (see `Engine::capped_modified`).
+fn unmodified_insert(
+    recent: &RecentOplog,
+    ts: ClusterTime,
+    meta: &CollMeta,
+) -> Option<bson::RawDocumentBuf> {
+    let entry = recent.get(ts)?;
+    let raw = bson::RawDocument::from_bytes(&entry).ok()?;
+    let is_insert = raw.get_str("op").ok() == Some("i");
+    let ui = raw.get_binary("ui").ok()?;
+    let same_collection = ui.bytes == meta.uuid.bytes().as_slice();
+    (is_insert && same_collection)
+        .then(|| raw.get_document("o").ok().map(|o| o.to_owned()))
+        .flatten()
 }
 
 /// A stored document's BSON by `_id`, never decoded into a `Document` (see

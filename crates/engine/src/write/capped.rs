@@ -67,6 +67,11 @@ impl Engine {
                 head: prefix.to_vec(),
                 ..Default::default()
             };
+            // What changed before is not known: only later inserts count as unmodified.
+            self.capped_modified
+                .lock()
+                .entry(meta.id)
+                .or_insert_with(|| self.last_commit_time());
             for item in self.store.scan_prefix(Space::Natural, &prefix, false) {
                 let (_, id_ks) = item.map_err(storage_err)?;
                 if let Some(size) = self.stored_size(meta.id, &id_ks)? {
@@ -130,7 +135,18 @@ impl Engine {
         let mut states = self.capped.lock();
         let st = self.capped_state(&mut states, meta)?;
         st.bytes = (st.bytes + new).saturating_sub(old);
+        self.capped_modified_now(meta.id);
         self.evict(txn, meta, st, false)
+    }
+
+    /// A user updates or deletes a document of capped collection `coll_id`: it was
+    /// committed by now, so inserts up to the newest commit may have changed (see
+    /// `Engine::capped_modified`).
+    fn capped_modified_now(&self, coll_id: u32) {
+        let now = self.last_commit_time();
+        let mut modified = self.capped_modified.lock();
+        let after = modified.entry(coll_id).or_insert(now);
+        *after = (*after).max(now);
     }
 
     /// Adjusts the totals after a user deleted a document (its natural entry dangles).
@@ -139,6 +155,7 @@ impl Engine {
         let st = self.capped_state(&mut states, meta)?;
         st.bytes = st.bytes.saturating_sub(size);
         st.count = st.count.saturating_sub(1);
+        self.capped_modified_now(meta.id);
         Ok(())
     }
 
