@@ -955,12 +955,11 @@ fn unmodified_insert(
 ) -> Option<bson::RawDocumentBuf> {
     let entry = recent.get(ts)?;
     let raw = bson::RawDocument::from_bytes(&entry).ok()?;
-    let is_insert = raw.get_str("op").ok() == Some("i");
-    let ui = raw.get_binary("ui").ok()?;
-    let same_collection = ui.bytes == meta.uuid.bytes().as_slice();
-    (is_insert && same_collection)
-        .then(|| raw.get_document("o").ok().map(|o| o.to_owned()))
-        .flatten()
+    // One walk over the entry (the keyed getters walk it once each: 3,300 instructions
+    // per document per consumer on the bus benchmark's fan-out).
+    let fields = crate::oplog::EntryFields::read(raw).ok()?;
+    let same_collection = fields.ui?.bytes == meta.uuid.bytes().as_slice();
+    (fields.op == Some("i") && same_collection).then(|| fields.o.map(|o| o.to_owned()))?
 }
 
 /// A stored document's BSON by `_id`, never decoded into a `Document` (see
