@@ -144,14 +144,15 @@ fn parse_document(bytes: &[u8], what: &str) -> Result<Document, WireError> {
         }
         let raw = RawDocument::from_bytes(bytes)
             .map_err(|e| malformed(format!("{what}: invalid BSON: {e}")))?;
-        return Document::try_from(raw)
+        return crate::to_document::to_document(raw)
             .map_err(|e| malformed(format!("{what}: invalid BSON: {e}")));
     }
     let raw = validate_raw(bytes, what)?;
     // Converting from the raw form validates as fully as `Document::from_reader` (lengths,
     // UTF-8, element types) but uses several times less stack per level than its serde path,
     // which overflows a 2 MiB thread stack in debug builds well before MAX_BSON_DEPTH.
-    Document::try_from(raw).map_err(|e| malformed(format!("{what}: invalid BSON: {e}")))
+    crate::to_document::to_document(raw)
+        .map_err(|e| malformed(format!("{what}: invalid BSON: {e}")))
 }
 
 fn check_depth(doc: &RawDocument, depth: usize) -> Result<(), String> {

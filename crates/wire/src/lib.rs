@@ -13,6 +13,7 @@ mod frame;
 mod op_msg;
 mod op_query;
 mod request;
+mod to_document;
 
 pub use codec::MAX_BSON_DEPTH;
 pub use compression::{compress, Compressor};
