@@ -96,3 +96,29 @@ def test_deleted_documents_are_skipped(db):
     coll.delete_one({"_id": 2})
     got = [bson.decode(b)["_id"] for b in raw_batch(get_more(db, "bus", cursor_id), "nextBatch")]
     assert got == [0, 1, 3]
+
+
+def test_a_converted_collection_tails_its_current_documents(db):
+    coll = db.plain
+    coll.insert_many([{"_id": i, "v": "old"} for i in range(3)])
+    coll.update_one({"_id": 2}, {"$set": {"v": "new"}})
+    db.command("convertToCapped", "plain", size=1 << 20)
+    cursor_id = tail(db, "plain")
+    got = [bson.decode(b) for b in raw_batch(get_more(db, "plain", cursor_id), "nextBatch")]
+    assert got == [{"_id": 0, "v": "old"}, {"_id": 1, "v": "old"}, {"_id": 2, "v": "new"}]
+    coll.insert_one({"_id": 3, "v": "later"})
+    coll.update_one({"_id": 3}, {"$set": {"v": "LATER"}})
+    got = [bson.decode(b) for b in raw_batch(get_more(db, "plain", cursor_id), "nextBatch")]
+    assert got == [{"_id": 3, "v": "LATER"}]
+
+
+def test_a_recreated_collection_serves_its_own_documents(db):
+    first = db.create_collection("bus", capped=True, size=1 << 20)
+    first.insert_many([{"_id": i, "gen": 1} for i in range(3)])
+    first.update_one({"_id": 0}, {"$set": {"gen": -1}})
+    db.drop_collection("bus")
+    again = db.create_collection("bus", capped=True, size=1 << 20)
+    cursor_id = tail(db, "bus")
+    again.insert_many([{"_id": i, "gen": 2} for i in range(3)])
+    got = [bson.decode(b) for b in raw_batch(get_more(db, "bus", cursor_id), "nextBatch")]
+    assert got == [{"_id": i, "gen": 2} for i in range(3)]

@@ -292,6 +292,8 @@ impl Engine {
     /// Forgets a dropped collection's totals.
     pub(crate) fn capped_forget(&self, coll_id: u32) {
         self.capped.lock().remove(&coll_id);
+        // Nothing known until the totals load again (which sets it to the newest commit).
+        self.capped_modified.lock().remove(&coll_id);
     }
 
     /// Called when a transaction touching capped collections commits or is abandoned:
