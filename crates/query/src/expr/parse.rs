@@ -2,7 +2,7 @@
 //! named arguments checked as mongod checks them when it parses a pipeline.
 
 use super::util::{self, type_name};
-use super::Expr;
+use super::{accum_n, Expr};
 use crate::error::{Error, Result};
 use bson::{Bson, Document};
 
@@ -374,6 +374,25 @@ impl Expr {
             "$switch" => return Self::parse_switch(arg),
             "$sortArray" => return Self::parse_sort_array(arg),
             "$function" => return Self::parse_function(arg),
+            "$firstN" | "$lastN" | "$minN" | "$maxN" => {
+                let (n, input) = accum_n::parse_n_args(name, arg)?;
+                return Ok(Expr::Named(
+                    name.to_string(),
+                    vec![("n".into(), n), ("input".into(), input)],
+                ));
+            }
+            "$median" | "$percentile" => {
+                let code = if name == "$median" { 7436201 } else { 7436200 };
+                let q = accum_n::parse_quantile(name, arg, code)?;
+                let ps = q.ps.into_iter().map(Bson::Double).collect();
+                return Ok(Expr::Named(
+                    name.to_string(),
+                    vec![
+                        ("input".into(), q.input),
+                        ("p".into(), Expr::Const(Bson::Array(ps))),
+                    ],
+                ));
+            }
             "$meta" => {
                 return match arg {
                     // The scan attached the score as a hidden top-level field.
