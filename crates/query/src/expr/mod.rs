@@ -10,11 +10,13 @@
 pub mod accum_n;
 mod arith;
 mod array;
+mod bits;
 mod convert;
 mod date;
 pub mod num;
 mod parse;
 mod string;
+mod trig;
 pub mod util;
 
 use crate::error::{Error, Result};
@@ -564,6 +566,12 @@ fn apply_op(
         return Ok(r);
     }
     if let Some(r) = convert::apply(name, &vals)? {
+        return Ok(r);
+    }
+    if let Some(r) = trig::apply(name, &vals)? {
+        return Ok(r);
+    }
+    if let Some(r) = bits::apply(name, &vals)? {
         return Ok(r);
     }
     Err(Error::new(

@@ -70,7 +70,7 @@ fn arity(name: &str) -> Option<(usize, Option<usize>)> {
     match name {
         "$add" | "$multiply" | "$and" | "$or" | "$concat" | "$concatArrays" | "$setUnion"
         | "$setIntersection" | "$mergeObjects" | "$sum" | "$avg" | "$min" | "$max"
-        | "$stdDevPop" | "$stdDevSamp" => Some((0, None)),
+        | "$stdDevPop" | "$stdDevSamp" | "$bitAnd" | "$bitOr" | "$bitXor" => Some((0, None)),
         "$ifNull" => Some((2, None)),
         "$setEquals" => Some((2, None)),
         "$subtract" | "$divide" | "$mod" | "$pow" | "$log" | "$eq" | "$ne" | "$gt" | "$gte"
@@ -81,7 +81,10 @@ fn arity(name: &str) -> Option<(usize, Option<usize>)> {
         | "$reverseArray" | "$anyElementTrue" | "$allElementsTrue" | "$type" | "$toString"
         | "$toInt" | "$toLong" | "$toDouble" | "$toDecimal" | "$toBool" | "$toDate"
         | "$toObjectId" | "$isNumber" | "$objectToArray" | "$arrayToObject" | "$binarySize"
-        | "$bsonSize" => exact(1),
+        | "$bsonSize" | "$sin" | "$cos" | "$tan" | "$asin" | "$acos" | "$atan" | "$sinh"
+        | "$cosh" | "$tanh" | "$asinh" | "$acosh" | "$atanh" | "$degreesToRadians"
+        | "$radiansToDegrees" | "$bitNot" | "$tsSecond" | "$tsIncrement" => exact(1),
+        "$atan2" => exact(2),
         "$cond" | "$substr" | "$substrBytes" | "$substrCP" => exact(3),
         "$round" | "$trunc" => Some((1, Some(2))),
         "$slice" | "$range" => Some((2, Some(3))),
