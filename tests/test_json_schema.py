@@ -267,3 +267,52 @@ class TestValidators:
         with pytest.raises(OperationFailure) as e:
             db.create_collection("x", validator={"$jsonSchema": {"bsonType": "object", "$ref": "y"}})
         assert e.value.code == 9
+
+    def test_exclusive_bound_sorted_missing_and_pattern_properties(self, db):
+        schema = {
+            "required": ["z", "y", "a"],
+            "properties": {"a": {"minimum": 0, "exclusiveMinimum": True}},
+            "patternProperties": {"^n": {"type": "number"}},
+        }
+        db.create_collection("p", validator={"$jsonSchema": schema})
+        with pytest.raises(WriteError) as e:
+            db.p.insert_one({"_id": 1, "a": 0, "n1": "x", "n2": "y"})
+        assert e.value.details["errInfo"]["details"]["schemaRulesNotSatisfied"] == [
+            {"operatorName": "properties", "propertiesNotSatisfied": [{
+                "propertyName": "a",
+                "details": [{"operatorName": "minimum",
+                             "specifiedAs": {"minimum": 0, "exclusiveMinimum": True},
+                             "reason": "comparison failed", "consideredValue": 0}]}]},
+            {"operatorName": "patternProperties", "details": [{
+                "propertyName": "n1", "regexMatched": "^n",
+                "details": [{"operatorName": "type", "specifiedAs": {"type": "number"},
+                             "reason": "type did not match", "consideredValue": "x",
+                             "consideredType": "string"}]}]},
+            {"operatorName": "required", "specifiedAs": {"required": ["z", "y", "a"]},
+             "missingProperties": ["y", "z"]},
+        ]
+
+    def test_items_and_logical_details(self, db):
+        schema = {"properties": {"tags": {"items": {"type": "string"}, "maxItems": 2}},
+                  "anyOf": [{"required": ["x"]}, {"required": ["y"]}]}
+        db.create_collection("q", validator={"$jsonSchema": schema})
+        with pytest.raises(WriteError) as e:
+            db.q.insert_one({"_id": 1, "tags": ["a", 1, 2]})
+        rules = e.value.details["errInfo"]["details"]["schemaRulesNotSatisfied"]
+        assert rules[0] == {"operatorName": "properties", "propertiesNotSatisfied": [{
+            "propertyName": "tags",
+            "details": [
+                {"operatorName": "maxItems", "specifiedAs": {"maxItems": 2},
+                 "reason": "array did not match specified length", "consideredValue": ["a", 1, 2],
+                 "numberOfItems": 3},
+                {"operatorName": "items", "reason": "At least one item did not match the sub-schema",
+                 "itemIndex": 1,
+                 "details": [{"operatorName": "type", "specifiedAs": {"type": "string"},
+                              "reason": "type did not match", "consideredValue": 1, "consideredType": "int"}]},
+            ]}]}
+        assert rules[1] == {"operatorName": "anyOf", "schemasNotSatisfied": [
+            {"index": 0, "details": [{"operatorName": "required", "specifiedAs": {"required": ["x"]},
+                                      "missingProperties": ["x"]}]},
+            {"index": 1, "details": [{"operatorName": "required", "specifiedAs": {"required": ["y"]},
+                                      "missingProperties": ["y"]}]},
+        ]}

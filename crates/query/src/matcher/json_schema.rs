@@ -963,12 +963,12 @@ impl Schema {
                 let o = cmp_bson(v, &b.value);
                 let exclusive = b.exclusive.unwrap_or(false);
                 if o == fails || (exclusive && o == Ordering::Equal) {
-                    let mut e = doc! {"operatorName": kw, "specifiedAs": {kw: b.value.clone()}};
-                    if let Some(ex) = b.exclusive {
-                        e.get_document_mut("specifiedAs")
-                            .expect("just inserted")
-                            .insert(ex_kw, ex);
+                    // mongod names the exclusive flag only when it is set.
+                    let mut specified = doc! {kw: b.value.clone()};
+                    if exclusive {
+                        specified.insert(ex_kw, true);
                     }
+                    let mut e = doc! {"operatorName": kw, "specifiedAs": specified};
                     e.insert("reason", "comparison failed");
                     e.insert("consideredValue", v.clone());
                     out.push(e);
@@ -1106,11 +1106,13 @@ impl Schema {
             out.push(doc! {"operatorName": "properties", "propertiesNotSatisfied": failing});
         }
         self.allowed_properties_errors(d, out);
-        let missing: Vec<&String> = self
+        // mongod lists the missing properties in sorted order.
+        let mut missing: Vec<&String> = self
             .required
             .iter()
             .filter(|n| !d.contains_key(n.as_str()))
             .collect();
+        missing.sort();
         if !missing.is_empty() {
             let mut e = rule("required", Bson::from(self.required.clone()));
             e.insert(
@@ -1196,14 +1198,14 @@ impl Schema {
             }
             _ => {}
         }
-        let patterns: Vec<Bson> = failures
+        // Per pattern, the first property it rejects.
+        let patterns: Vec<Bson> = self
+            .pattern_properties
             .iter()
-            .filter_map(|(name, pattern)| {
-                let pattern = (*pattern)?;
-                let (_, _, s) = self
-                    .pattern_properties
+            .filter_map(|(pattern, _, s)| {
+                let (name, _) = failures
                     .iter()
-                    .find(|(p, _, _)| p == pattern)?;
+                    .find(|(_, p)| *p == Some(pattern.as_str()))?;
                 let value = d.get(*name)?;
                 let mut e = doc! {"propertyName": name.to_string()};
                 s.annotate(&mut e);
