@@ -97,6 +97,15 @@ pub fn double_nice(d: f64) -> String {
     s
 }
 
+/// Significant digits of a double written to a C++ stream with its default format.
+const STREAM_DIGITS: i32 = 6;
+
+/// A double as a C++ `std::ostream` writes it by default (`%g`: `2`, `0.5`, `inf`), as
+/// in the messages mongod builds with `str::stream() << d`.
+pub fn stream_double(d: f64) -> String {
+    printf_g(d, STREAM_DIGITS)
+}
+
 /// C's `printf("%.<precision>g", d)` as glibc writes it.
 fn printf_g(d: f64, precision: i32) -> String {
     let sign = if d.is_sign_negative() { "-" } else { "" };

@@ -15,7 +15,7 @@ use crate::collation::Collator;
 use crate::compare::{as_f64, is_number, type_name};
 use crate::error::Error;
 use crate::expr::Variables;
-use crate::matcher::Matcher;
+use crate::matcher::{JsonSchema, Matcher};
 use crate::path::parse_index;
 use bson::{doc, Bson, Document};
 use std::collections::BTreeSet;
@@ -155,6 +155,8 @@ enum Node {
         matcher: Matcher,
     },
     Always(bool),
+    /// `$jsonSchema`, explained by the schema's failing rules.
+    JsonSchema(Box<JsonSchema>),
     /// A top-level operator explained by its name and specification only.
     Opaque {
         op: String,
@@ -310,6 +312,7 @@ impl Parser {
                 }),
                 "$alwaysTrue" => out.push(Node::Always(true)),
                 "$alwaysFalse" => out.push(Node::Always(false)),
+                "$jsonSchema" => out.push(Node::JsonSchema(Box::new(JsonSchema::parse(value)?))),
                 op if op.starts_with('$') => out.push(Node::Opaque {
                     op: op.to_string(),
                     specified_as: doc! {op: value.clone()},
@@ -516,6 +519,7 @@ impl Node {
                 matcher.matches_checked(doc)?
             }
             Node::Always(b) => *b,
+            Node::JsonSchema(schema) => schema.matches(doc),
         })
     }
 
@@ -578,6 +582,12 @@ impl Node {
                     ),
                 }
             }
+            // mongod details a schema's failure only; a schema that matched under $not or
+            // $nor says so.
+            Node::JsonSchema(schema) => match sense {
+                Sense::Normal => schema.explain(doc),
+                Sense::Inverted => doc! {"operatorName": "$jsonSchema", "reason": "schema matched"},
+            },
             Node::Opaque {
                 op, specified_as, ..
             } => doc! {"operatorName": op.clone(), "specifiedAs": specified_as.clone()},

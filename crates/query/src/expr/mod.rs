@@ -7,13 +7,16 @@
 //! Missing values are `None` throughout evaluation; most operators turn a null or missing
 //! argument into a null result.
 
+pub mod accum_n;
 mod arith;
 mod array;
+mod bits;
 mod convert;
 mod date;
 pub mod num;
 mod parse;
 mod string;
+mod trig;
 pub mod util;
 
 use crate::error::{Error, Result};
@@ -184,6 +187,23 @@ impl Expr {
     /// Evaluates, turning missing into null.
     pub fn evaluate_value(&self, root: &Document, vars: &Variables) -> Result<Bson> {
         Ok(self.evaluate(root, vars)?.unwrap_or(Bson::Null))
+    }
+
+    /// Whether the expression's value is the same for every document and every run: it
+    /// reads no field, no variable and no random number. (mongod decides this by
+    /// folding the expression; `$percentile`'s `p` must be such an expression.)
+    pub fn is_constant(&self) -> bool {
+        match self {
+            Expr::Const(_) => true,
+            Expr::Doc(fields) => fields.iter().all(|(_, e)| e.is_constant()),
+            // `$getField` without `input` reads `$$CURRENT`.
+            Expr::Named(name, args) => {
+                name != "$getField" && args.iter().all(|(_, e)| e.is_constant())
+            }
+            Expr::Arr(items) => items.iter().all(Expr::is_constant),
+            Expr::Op(name, args) => name != "$rand" && args.iter().all(Expr::is_constant),
+            _ => false,
+        }
     }
 
     /// True for a constant expression (`$literal` or a plain value).
@@ -548,6 +568,12 @@ fn apply_op(
     if let Some(r) = convert::apply(name, &vals)? {
         return Ok(r);
     }
+    if let Some(r) = trig::apply(name, &vals)? {
+        return Ok(r);
+    }
+    if let Some(r) = bits::apply(name, &vals)? {
+        return Ok(r);
+    }
     Err(Error::new(
         crate::error::codes::INVALID_PIPELINE_OPERATOR,
         format!("Unrecognized expression '{name}'"),
@@ -578,6 +604,10 @@ fn eval_named(
             string::replace_op(name, get("input"), get("find"), get("replacement"))
         }
         "$trim" | "$ltrim" | "$rtrim" => string::trim_op(name, get("input"), get("chars")),
+        "$firstN" | "$lastN" | "$minN" | "$maxN" => {
+            accum_n::eval_n(name, get("n"), get("input"), env.vars.collator.as_deref())
+        }
+        "$median" | "$percentile" => accum_n::eval_quantile(name, get("input"), get("p")),
         "$zip" => array::zip(
             get("inputs"),
             get("useLongestLength"),

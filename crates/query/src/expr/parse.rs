@@ -2,7 +2,7 @@
 //! named arguments checked as mongod checks them when it parses a pipeline.
 
 use super::util::{self, type_name};
-use super::Expr;
+use super::{accum_n, Expr};
 use crate::error::{Error, Result};
 use bson::{Bson, Document};
 
@@ -70,7 +70,7 @@ fn arity(name: &str) -> Option<(usize, Option<usize>)> {
     match name {
         "$add" | "$multiply" | "$and" | "$or" | "$concat" | "$concatArrays" | "$setUnion"
         | "$setIntersection" | "$mergeObjects" | "$sum" | "$avg" | "$min" | "$max"
-        | "$stdDevPop" | "$stdDevSamp" => Some((0, None)),
+        | "$stdDevPop" | "$stdDevSamp" | "$bitAnd" | "$bitOr" | "$bitXor" => Some((0, None)),
         "$ifNull" => Some((2, None)),
         "$setEquals" => Some((2, None)),
         "$subtract" | "$divide" | "$mod" | "$pow" | "$log" | "$eq" | "$ne" | "$gt" | "$gte"
@@ -81,7 +81,10 @@ fn arity(name: &str) -> Option<(usize, Option<usize>)> {
         | "$reverseArray" | "$anyElementTrue" | "$allElementsTrue" | "$type" | "$toString"
         | "$toInt" | "$toLong" | "$toDouble" | "$toDecimal" | "$toBool" | "$toDate"
         | "$toObjectId" | "$isNumber" | "$objectToArray" | "$arrayToObject" | "$binarySize"
-        | "$bsonSize" => exact(1),
+        | "$bsonSize" | "$sin" | "$cos" | "$tan" | "$asin" | "$acos" | "$atan" | "$sinh"
+        | "$cosh" | "$tanh" | "$asinh" | "$acosh" | "$atanh" | "$degreesToRadians"
+        | "$radiansToDegrees" | "$bitNot" | "$tsSecond" | "$tsIncrement" => exact(1),
+        "$atan2" => exact(2),
         "$cond" | "$substr" | "$substrBytes" | "$substrCP" => exact(3),
         "$round" | "$trunc" => Some((1, Some(2))),
         "$slice" | "$range" => Some((2, Some(3))),
@@ -374,6 +377,25 @@ impl Expr {
             "$switch" => return Self::parse_switch(arg),
             "$sortArray" => return Self::parse_sort_array(arg),
             "$function" => return Self::parse_function(arg),
+            "$firstN" | "$lastN" | "$minN" | "$maxN" => {
+                let (n, input) = accum_n::parse_n_args(name, arg)?;
+                return Ok(Expr::Named(
+                    name.to_string(),
+                    vec![("n".into(), n), ("input".into(), input)],
+                ));
+            }
+            "$median" | "$percentile" => {
+                let code = if name == "$median" { 7436201 } else { 7436200 };
+                let q = accum_n::parse_quantile(name, arg, code)?;
+                let ps = q.ps.into_iter().map(Bson::Double).collect();
+                return Ok(Expr::Named(
+                    name.to_string(),
+                    vec![
+                        ("input".into(), q.input),
+                        ("p".into(), Expr::Const(Bson::Array(ps))),
+                    ],
+                ));
+            }
             "$meta" => {
                 return match arg {
                     // The scan attached the score as a hidden top-level field.

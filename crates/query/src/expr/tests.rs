@@ -755,3 +755,96 @@ fn date_operators() {
         4
     );
 }
+
+/// Trigonometry on doubles against Rust's own functions, over a sweep of each
+/// operator's domain; ints give the same doubles.
+#[test]
+fn trigonometry_matches_the_standard_functions() {
+    type Func = fn(f64) -> f64;
+    let ops: [(&str, Func, f64, f64); 14] = [
+        ("$sin", f64::sin, -10.0, 10.0),
+        ("$cos", f64::cos, -10.0, 10.0),
+        ("$tan", f64::tan, -1.5, 1.5),
+        ("$asin", f64::asin, -1.0, 1.0),
+        ("$acos", f64::acos, -1.0, 1.0),
+        ("$atan", f64::atan, -10.0, 10.0),
+        ("$sinh", f64::sinh, -5.0, 5.0),
+        ("$cosh", f64::cosh, -5.0, 5.0),
+        ("$tanh", f64::tanh, -5.0, 5.0),
+        ("$asinh", f64::asinh, -5.0, 5.0),
+        ("$acosh", f64::acosh, 1.0, 10.0),
+        ("$atanh", f64::atanh, -0.99, 0.99),
+        ("$degreesToRadians", f64::to_radians, -720.0, 720.0),
+        ("$radiansToDegrees", f64::to_degrees, -7.0, 7.0),
+    ];
+    const STEPS: i32 = 40;
+    for (op, f, lo, hi) in ops {
+        for i in 0..=STEPS {
+            let x = lo + (hi - lo) * f64::from(i) / f64::from(STEPS);
+            assert_eq!(e0(bson!({ op: x })), Bson::Double(f(x)), "{op}({x})");
+        }
+        let whole = lo.ceil() as i32;
+        assert_eq!(e0(bson!({ op: whole })), Bson::Double(f(f64::from(whole))));
+    }
+    assert_eq!(
+        e0(bson!({"$atan2": [1, -2]})),
+        Bson::Double(1f64.atan2(-2.0))
+    );
+}
+
+#[test]
+fn trigonometry_domains_nulls_and_decimals() {
+    assert_eq!(code(bson!({"$acos": 1.000001}), &doc! {}), 50989);
+    assert_eq!(
+        msg(bson!({"$acosh": 0.5})),
+        "cannot apply $acosh to 0.5, value must in [1,inf]"
+    );
+    assert_eq!(
+        msg(bson!({"$tan": f64::INFINITY})),
+        "cannot apply $tan to inf, value must in (-inf,inf)"
+    );
+    assert_eq!(e0(bson!({"$atanh": 1})), Bson::Double(f64::INFINITY));
+    assert_eq!(e0(bson!({"$sin": Bson::Null})), Bson::Null);
+    assert_eq!(evo(bson!({"$cos": "$nope"}), &doc! {}), Some(Bson::Null));
+    assert!(matches!(e0(bson!({"$cos": dec("0")})), Bson::Decimal128(d) if d.to_string() == "1"));
+    assert!(matches!(
+        e0(bson!({"$atan2": [dec("1"), 1]})),
+        Bson::Decimal128(_)
+    ));
+    assert_eq!(code(bson!({"$sinh": true}), &doc! {}), 28765);
+}
+
+/// The bitwise folds against Rust's operators on ints and longs.
+#[test]
+fn bitwise_operators_match_rust() {
+    let ints = [0, 1, -1, 5, 127, -128, i32::MAX, i32::MIN, 0x5555];
+    for a in ints {
+        assert_eq!(e0(bson!({"$bitNot": a})), Bson::Int32(!a));
+        for b in ints {
+            assert_eq!(e0(bson!({"$bitAnd": [a, b]})), Bson::Int32(a & b));
+            assert_eq!(e0(bson!({"$bitOr": [a, b]})), Bson::Int32(a | b));
+            assert_eq!(e0(bson!({"$bitXor": [a, b, 3]})), Bson::Int32(a ^ b ^ 3));
+            let long = i64::from(b) << 20;
+            assert_eq!(
+                e0(bson!({"$bitAnd": [a, long]})),
+                Bson::Int64(i64::from(a) & long)
+            );
+        }
+    }
+    assert_eq!(e0(bson!({"$bitAnd": [1, Bson::Null, 1.5]})), Bson::Null);
+    assert_eq!(code(bson!({"$bitOr": [1.5, Bson::Null]}), &doc! {}), 14);
+}
+
+#[test]
+fn timestamp_parts() {
+    let ts = Bson::Timestamp(bson::Timestamp {
+        time: 4_000_000_000,
+        increment: 7,
+    });
+    assert_eq!(
+        e0(bson!({"$tsSecond": ts.clone()})),
+        Bson::Int64(4_000_000_000)
+    );
+    assert_eq!(e0(bson!({"$tsIncrement": ts})), Bson::Int64(7));
+    assert_eq!(code(bson!({"$tsSecond": 1}), &doc! {}), 5687301);
+}

@@ -251,6 +251,7 @@ pub(super) fn eval_node(node: &Node, doc: &Document, coll: Coll) -> Result<bool>
         Node::Const(b) => *b,
         Node::Where(code) => crate::script::run_where(code, doc)?,
         Node::Text(t) => t.evaluate(doc)?.is_some(),
+        Node::JsonSchema(s) => s.matches(doc),
         Node::Expr(e) => {
             let vars = crate::expr::Variables {
                 collator: coll.cloned(),

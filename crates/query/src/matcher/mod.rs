@@ -6,6 +6,7 @@
 //! of their own.
 
 mod eval;
+mod json_schema;
 mod parse;
 mod regex;
 #[cfg(test)]
@@ -18,6 +19,8 @@ use crate::error::{Error, Result};
 use bson::{Bson, Document};
 use regex::RegexPred;
 use std::sync::Arc;
+
+pub use json_schema::JsonSchema;
 
 /// Constraints on one field, for the engine's index selection.
 #[derive(Debug, Clone, Default)]
@@ -81,6 +84,8 @@ enum Node {
     Const(bool),
     /// `$text` (top level, or in a top-level `$and`).
     Text(Box<crate::text::TextPredicate>),
+    /// `$jsonSchema`.
+    JsonSchema(Arc<JsonSchema>),
 }
 
 #[derive(Debug, Clone)]
@@ -298,7 +303,7 @@ fn node_uses_script(node: &Node) -> bool {
         Node::Expr(e) => crate::expr::contains_operator(e, &["$function"]),
         Node::And(ns) | Node::Or(ns) | Node::Nor(ns) => ns.iter().any(node_uses_script),
         Node::Field { preds, .. } => preds.iter().any(pred_uses_script),
-        Node::Const(_) | Node::Text(_) => false,
+        Node::Const(_) | Node::Text(_) | Node::JsonSchema(_) => false,
     }
 }
 

@@ -65,7 +65,7 @@ pub(super) fn parse_doc(filter: &Document, ctx: ParseCtx) -> Result<Node> {
                 "alwaysFalse" => Node::Const(false),
                 "where" => parse_where(v, ctx)?,
                 "text" => Node::Text(Box::new(crate::text::TextPredicate::parse(v)?)),
-                "jsonSchema" => return Err(bad("$jsonSchema is not supported")),
+                "jsonSchema" => Node::JsonSchema(Arc::new(super::JsonSchema::parse(v)?)),
                 "sampleRate" => return Err(bad("$sampleRate is not supported")),
                 _ => return Err(bad(format!("unknown top level operator: {k}"))),
             };

@@ -1,5 +1,6 @@
 //! `$group` accumulators and group keys.
 
+use super::accumulator_n::{self, AccParams, MultiState};
 use crate::collation::Collator;
 use crate::compare::{as_f64, cmp_bson_with, is_number};
 use crate::error::{Error, Result};
@@ -26,6 +27,8 @@ pub enum AccOp {
     Count,
     /// `$accumulator`: user JavaScript (see [`JsAccumulator`]).
     Js,
+    /// The accumulators with an `n`, a sort or percentiles ([`accumulator_n`]).
+    Multi(accumulator_n::Kind),
 }
 
 #[derive(Debug, Clone)]
@@ -36,6 +39,8 @@ pub struct AccSpec {
     pub arg: Expr,
     /// The functions of an `$accumulator`.
     pub js: Option<Arc<JsAccumulator>>,
+    /// The `n`, `sortBy` or `p` of the accumulators that take one ([`accumulator_n`]).
+    pub params: Option<Arc<AccParams>>,
 }
 
 /// `{$accumulator: {init, initArgs, accumulate, accumulateArgs, merge, finalize, lang}}`.
@@ -159,6 +164,7 @@ fn parse_js_accumulator(field: &str, arg: &Bson) -> Result<AccSpec> {
             merge,
             finalize,
         })),
+        params: None,
     })
 }
 
@@ -193,6 +199,16 @@ impl AccSpec {
         if op_name == "$accumulator" {
             return parse_js_accumulator(field, arg);
         }
+        if let Some(kind) = accumulator_n::kind_for(op_name) {
+            let (arg, params) = accumulator_n::parse(kind, op_name, arg)?;
+            return Ok(AccSpec {
+                name: field.to_string(),
+                op: AccOp::Multi(kind),
+                arg,
+                js: None,
+                params: Some(Arc::new(params)),
+            });
+        }
         let op = match op_name.as_str() {
             "$sum" => AccOp::Sum,
             "$avg" => AccOp::Avg,
@@ -225,6 +241,7 @@ impl AccSpec {
                 op,
                 arg: Expr::Const(Bson::Int32(1)),
                 js: None,
+                params: None,
             });
         }
         if matches!(arg, Bson::Array(_)) {
@@ -238,6 +255,7 @@ impl AccSpec {
             op,
             arg: Expr::parse(arg)?,
             js: None,
+            params: None,
         })
     }
 }
@@ -261,11 +279,22 @@ pub enum AccState {
         pending: Vec<Bson>,
         pending_bytes: usize,
     },
+    /// The accumulators of [`accumulator_n`].
+    Multi(MultiState),
 }
 
 impl AccState {
-    /// The state of a new group whose first document is `first`.
-    pub fn start(spec: &AccSpec, first: &Document, vars: &Variables) -> Result<AccState> {
+    /// The state of a new group with `_id` `key` (which the `n` of `$firstN` and the like
+    /// may read) whose first document is `first`.
+    pub fn start(
+        spec: &AccSpec,
+        key: &Bson,
+        first: &Document,
+        vars: &Variables,
+    ) -> Result<AccState> {
+        if let (AccOp::Multi(kind), Some(params)) = (spec.op, &spec.params) {
+            return MultiState::start(kind, params, key, vars).map(AccState::Multi);
+        }
         let Some(js) = &spec.js else {
             return Ok(AccState::new(spec.op));
         };
@@ -293,6 +322,11 @@ impl AccState {
     pub fn new(op: AccOp) -> AccState {
         match op {
             AccOp::Js => unreachable!("$accumulator states are made by AccState::start"),
+            AccOp::Multi(_) => {
+                unreachable!(
+                    "the states of accumulators with parameters are made by AccState::start"
+                )
+            }
             AccOp::Sum | AccOp::Count => AccState::Sum(Summer::default()),
             AccOp::Avg => AccState::Avg(Summer::default()),
             AccOp::Min | AccOp::Max => AccState::MinMax(None),
@@ -377,6 +411,7 @@ impl AccState {
                     }
                 }
             }
+            AccState::Multi(m) => m.add(v, coll),
             AccState::Js {
                 pending,
                 pending_bytes,
@@ -441,6 +476,7 @@ impl AccState {
     pub fn result(self, op: AccOp) -> Bson {
         match self {
             AccState::Js { state, .. } => state,
+            AccState::Multi(m) => m.result(),
             AccState::Sum(s) => s.result(),
             AccState::Avg(s) => s.average(),
             AccState::MinMax(b) => b.unwrap_or(Bson::Null),
@@ -544,7 +580,7 @@ pub fn run_group(
             None => {
                 let states = accs
                     .iter()
-                    .map(|a| AccState::start(a, doc, vars))
+                    .map(|a| AccState::start(a, &key, doc, vars))
                     .collect::<Result<Vec<_>>>()?;
                 groups.push((key, states));
                 index.insert(k, groups.len() - 1);

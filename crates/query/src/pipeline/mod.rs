@@ -3,6 +3,9 @@
 //! collections through [`CollectionSource`]; `$out`/`$merge` are reported by
 //! [`Pipeline::output_stage`] and executed by the engine.
 
+mod accumulator_n;
+#[cfg(test)]
+mod accumulator_n_tests;
 mod group;
 mod project;
 mod stages;

@@ -215,6 +215,15 @@ pub(crate) fn sort_by_count(
     Ok(groups)
 }
 
+/// The `_id` of bucket `i` (the last index is the default bucket).
+fn bucket_id(b: &BucketStage, i: usize) -> Bson {
+    if i == b.boundaries.len() - 1 {
+        b.default.clone().unwrap_or(Bson::Null)
+    } else {
+        b.boundaries[i].clone()
+    }
+}
+
 /// `$bucket` over all the documents: one document per non-empty bucket, in order.
 pub(crate) fn bucket(
     b: &BucketStage,
@@ -252,10 +261,11 @@ pub(crate) fn bucket(
             }
         };
         if states[idx].is_none() {
+            let key = bucket_id(b, idx);
             states[idx] = Some(
                 b.output
                     .iter()
-                    .map(|a| group::AccState::start(a, d, vars))
+                    .map(|a| group::AccState::start(a, &key, d, vars))
                     .collect::<Result<Vec<_>>>()?,
             );
         }
@@ -267,11 +277,7 @@ pub(crate) fn bucket(
     let mut out: Vec<Document> = Vec::new();
     for (i, st) in states.into_iter().enumerate() {
         let Some(st) = st else { continue };
-        let id = if i == n - 1 {
-            b.default.clone().unwrap()
-        } else {
-            b.boundaries[i].clone()
-        };
+        let id = bucket_id(b, i);
         let mut d = doc! {"_id": id};
         for (a, s) in b.output.iter().zip(st) {
             d.insert(a.name.clone(), s.finish(a.op)?);
