@@ -9,6 +9,7 @@ mod match_project;
 mod output;
 mod sort_limit_sample;
 mod unwind;
+mod window;
 
 use super::group::{self, AccSpec};
 use super::project;
@@ -60,6 +61,7 @@ pub(crate) enum Stage {
     },
     Redact(Expr),
     Documents(Expr),
+    SetWindowFields(Box<window::WindowFieldsStage>),
     /// `$out` / `$merge`: documents pass through; the engine writes them.
     Output,
 }
@@ -89,6 +91,7 @@ impl Stage {
             "$count" => group_bucket::parse_count(arg),
             "$sortByCount" => group_bucket::parse_sort_by_count(arg),
             "$bucket" => group_bucket::parse_bucket(arg),
+            "$setWindowFields" => window::parse_set_window_fields(arg),
             "$lookup" => lookup_union::parse_lookup(arg, db),
             "$graphLookup" => lookup_union::parse_graph_lookup(arg, db),
             "$unionWith" => lookup_union::parse_union_with(arg, db),
@@ -193,6 +196,7 @@ impl Stage {
                 lookup_union::union_with(db, coll, pipeline.as_ref(), docs, ctx, vars)?
             }
             Stage::Documents(e) => documents_facet::documents(e, vars)?,
+            Stage::SetWindowFields(w) => window::set_window_fields(w, docs, vars)?,
             _ => unreachable!("streaming stage in blocking path"),
         })
     }

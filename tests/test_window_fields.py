@@ -1,0 +1,339 @@
+"""$setWindowFields: the MongoDB manual's own examples (its data sets and the outputs it
+documents for each window operator), and mongod's error codes for bad specifications
+(jstests/aggregation/sources/setWindowFields/parse.js and the operator/window matrix)."""
+
+import datetime
+import math
+
+import pytest
+from pymongo.errors import OperationFailure
+
+
+def utc(*args):
+    return datetime.datetime(*args)
+
+
+CAKE_SALES = [
+    {"_id": 0, "type": "chocolate", "orderDate": utc(2020, 5, 18, 14, 10, 30), "state": "CA", "price": 13, "quantity": 120},
+    {"_id": 1, "type": "chocolate", "orderDate": utc(2021, 3, 20, 11, 30, 5), "state": "WA", "price": 14, "quantity": 140},
+    {"_id": 2, "type": "vanilla", "orderDate": utc(2021, 1, 11, 6, 31, 15), "state": "CA", "price": 12, "quantity": 145},
+    {"_id": 3, "type": "vanilla", "orderDate": utc(2020, 2, 8, 13, 13, 23), "state": "WA", "price": 13, "quantity": 104},
+    {"_id": 4, "type": "strawberry", "orderDate": utc(2019, 5, 18, 16, 9, 1), "state": "CA", "price": 41, "quantity": 162},
+    {"_id": 5, "type": "strawberry", "orderDate": utc(2019, 1, 8, 6, 12, 3), "state": "WA", "price": 43, "quantity": 134},
+]
+
+
+@pytest.fixture
+def cakes(coll):
+    coll.insert_many(CAKE_SALES)
+    return coll
+
+
+def run(coll, stage, field, key="_id", extra=()):
+    """The stage's documents in output order, as (key, field) pairs."""
+    out = list(coll.aggregate([{"$setWindowFields": stage}, *extra]))
+    return [(d[key], d.get(field, "<missing>")) for d in out]
+
+
+def code_of(coll, pipeline):
+    with pytest.raises(OperationFailure) as e:
+        list(coll.aggregate(pipeline))
+    return e.value.code
+
+
+class TestManualExamples:
+    def test_cumulative_quantity_for_each_state(self, cakes):
+        out = run(cakes, {"partitionBy": "$state", "sortBy": {"orderDate": 1}, "output": {
+            "cumulativeQuantityForState": {"$sum": "$quantity", "window": {"documents": ["unbounded", "current"]}}}},
+            "cumulativeQuantityForState")
+        assert out == [(4, 162), (0, 282), (2, 427), (5, 134), (3, 238), (1, 378)]
+        # The documents keep their fields; the output is added after them.
+        doc = list(cakes.aggregate([{"$setWindowFields": {"partitionBy": "$state", "sortBy": {"orderDate": 1},
+                                                          "output": {"c": {"$count": {}}}}}]))[0]
+        assert list(doc) == ["_id", "type", "orderDate", "state", "price", "quantity", "c"]
+
+    def test_cumulative_quantity_for_each_year(self, cakes):
+        out = run(cakes, {"partitionBy": {"$year": "$orderDate"}, "sortBy": {"orderDate": 1}, "output": {
+            "cumulativeQuantityForYear": {"$sum": "$quantity", "window": {"documents": ["unbounded", "current"]}}}},
+            "cumulativeQuantityForYear")
+        assert out == [(5, 134), (4, 296), (3, 104), (0, 224), (2, 145), (1, 285)]
+
+    def test_moving_average_for_each_year(self, cakes):
+        out = run(cakes, {"partitionBy": {"$year": "$orderDate"}, "sortBy": {"orderDate": 1}, "output": {
+            "averageQuantity": {"$avg": "$quantity", "window": {"documents": [-1, 0]}}}}, "averageQuantity")
+        assert out == [(5, 134), (4, 148), (3, 104), (0, 112), (2, 145), (1, 142.5)]
+
+    def test_cumulative_and_maximum_for_each_year(self, cakes):
+        out = list(cakes.aggregate([{"$setWindowFields": {
+            "partitionBy": {"$year": "$orderDate"}, "sortBy": {"orderDate": 1}, "output": {
+                "cumulativeQuantityForYear": {"$sum": "$quantity", "window": {"documents": ["unbounded", "current"]}},
+                "maximumQuantityForYear": {"$max": "$quantity", "window": {"documents": ["unbounded", "unbounded"]}}}}}]))
+        assert [(d["_id"], d["cumulativeQuantityForYear"], d["maximumQuantityForYear"]) for d in out] == [
+            (5, 134, 162), (4, 296, 162), (3, 104, 120), (0, 224, 120), (2, 145, 145), (1, 285, 145)]
+
+    def test_range_window(self, cakes):
+        out = run(cakes, {"partitionBy": "$state", "sortBy": {"price": 1}, "output": {
+            "quantityFromSimilarOrders": {"$sum": "$quantity", "window": {"range": [-10, 10]}}}},
+            "quantityFromSimilarOrders")
+        assert out == [(2, 265), (0, 265), (4, 162), (3, 244), (1, 244), (5, 134)]
+
+    def test_time_range_window_positive_upper(self, cakes):
+        out = run(cakes, {"partitionBy": "$state", "sortBy": {"orderDate": 1}, "output": {
+            "recentOrders": {"$push": "$orderDate", "window": {"range": ["unbounded", 10], "unit": "month"}}}},
+            "recentOrders")
+        d = {c["_id"]: c["orderDate"] for c in CAKE_SALES}
+        assert out == [(4, [d[4]]), (0, [d[4], d[0], d[2]]), (2, [d[4], d[0], d[2]]),
+                       (5, [d[5]]), (3, [d[5], d[3]]), (1, [d[5], d[3], d[1]])]
+
+    def test_time_range_window_negative_upper(self, cakes):
+        out = run(cakes, {"partitionBy": "$state", "sortBy": {"orderDate": 1}, "output": {
+            "recentOrders": {"$push": "$orderDate", "window": {"range": ["unbounded", -10], "unit": "month"}}}},
+            "recentOrders")
+        d = {c["_id"]: c["orderDate"] for c in CAKE_SALES}
+        assert out == [(4, []), (0, [d[4]]), (2, [d[4]]), (5, []), (3, [d[5]]), (1, [d[5], d[3]])]
+
+    def test_rank_dense_rank_document_number(self, cakes):
+        stage = {"partitionBy": "$state", "sortBy": {"quantity": -1}, "output": {
+            "r": {"$rank": {}}, "dr": {"$denseRank": {}}, "n": {"$documentNumber": {}}}}
+        out = list(cakes.aggregate([{"$setWindowFields": stage}]))
+        assert [(d["_id"], d["r"], d["dr"], d["n"]) for d in out] == [
+            (4, 1, 1, 1), (2, 2, 2, 2), (0, 3, 3, 3), (1, 1, 1, 1), (5, 2, 2, 2), (3, 3, 3, 3)]
+        assert all(type(d["r"]) is int for d in out)
+
+    def test_ranks_of_ties(self, coll):
+        # The manual's cakeSalesWithDuplicates shape: equal quantities share a rank.
+        coll.insert_many([{"_id": i, "q": q} for i, q in enumerate([162, 120, 145, 120, 140, 145, 120])])
+        out = list(coll.aggregate([{"$setWindowFields": {"sortBy": {"q": -1}, "output": {
+            "r": {"$rank": {}}, "dr": {"$denseRank": {}}, "n": {"$documentNumber": {}}}}}]))
+        assert [(d["q"], d["r"], d["dr"], d["n"]) for d in out] == [
+            (162, 1, 1, 1), (145, 2, 2, 2), (145, 2, 2, 3), (140, 4, 3, 4),
+            (120, 5, 4, 5), (120, 5, 4, 6), (120, 5, 4, 7)]
+
+    def test_shift(self, cakes):
+        for by, expected in [
+            (1, [(4, 145), (2, 120), (0, "Not available"), (1, 134), (5, 104), (3, "Not available")]),
+            (-1, [(4, "Not available"), (2, 162), (0, 145), (1, "Not available"), (5, 140), (3, 134)]),
+        ]:
+            out = run(cakes, {"partitionBy": "$state", "sortBy": {"quantity": -1}, "output": {
+                "shiftQuantityForState": {"$shift": {"output": "$quantity", "by": by, "default": "Not available"}}}},
+                "shiftQuantityForState")
+            assert out == expected
+        # Without a default, null.
+        out = run(cakes, {"sortBy": {"_id": 1}, "output": {"s": {"$shift": {"output": "$_id", "by": 10}}}}, "s")
+        assert {v for _, v in out} == {None}
+
+    def test_covariance(self, cakes):
+        stage = {"partitionBy": "$state", "sortBy": {"orderDate": 1}, "output": {
+            "pop": {"$covariancePop": [{"$year": "$orderDate"}, "$quantity"],
+                    "window": {"documents": ["unbounded", "current"]}},
+            "samp": {"$covarianceSamp": [{"$year": "$orderDate"}, "$quantity"],
+                     "window": {"documents": ["unbounded", "current"]}}}}
+        out = list(cakes.aggregate([{"$setWindowFields": stage}]))
+        assert [d["_id"] for d in out] == [4, 0, 2, 5, 3, 1]
+        # mongod's online co-moment in doubles rounds the third CA value in its last
+        # digits (-5.666666666666671); the covariances themselves are -17/3 and -8.5.
+        assert [d["pop"] for d in out] == pytest.approx([0, -10.5, -17 / 3, 0, -7.5, 2], rel=1e-14)
+        assert [d["samp"] for d in out] == [None, -21, pytest.approx(-8.5, rel=1e-14), None, -15, 3]
+        assert all(type(d["pop"]) is float for d in out)
+
+    def test_first_last_push_add_to_set_min_std_dev(self, cakes):
+        stage = {"partitionBy": "$state", "sortBy": {"orderDate": 1}, "output": {
+            "first": {"$first": "$type", "window": {"documents": [-1, 0]}},
+            "last": {"$last": "$type", "window": {"documents": ["current", "unbounded"]}},
+            "types": {"$addToSet": "$type"},
+            "prices": {"$push": "$price", "window": {"documents": [0, 1]}},
+            "min": {"$min": "$quantity", "window": {"documents": ["unbounded", "current"]}},
+            "sd": {"$stdDevPop": "$price", "window": {"documents": [-1, 0]}}}}
+        out = list(cakes.aggregate([{"$setWindowFields": stage}]))
+        assert [(d["_id"], d["first"], d["last"], sorted(d["types"]), d["prices"], d["min"], d["sd"]) for d in out] == [
+            (4, "strawberry", "vanilla", ["chocolate", "strawberry", "vanilla"], [41, 13], 162, 0.0),
+            (0, "strawberry", "vanilla", ["chocolate", "strawberry", "vanilla"], [13, 12], 120, 14.0),
+            (2, "chocolate", "vanilla", ["chocolate", "strawberry", "vanilla"], [12], 120, 0.5),
+            (5, "strawberry", "chocolate", ["chocolate", "strawberry", "vanilla"], [43, 13], 134, 0.0),
+            (3, "strawberry", "chocolate", ["chocolate", "strawberry", "vanilla"], [13, 14], 104, 15.0),
+            (1, "vanilla", "chocolate", ["chocolate", "strawberry", "vanilla"], [14], 104, 0.5)]
+
+    def test_exp_moving_avg(self, coll):
+        def day(n):
+            return utc(2020, 5, 18 + n, 20)
+        coll.insert_many([{"stock": "ABC", "date": day(i), "price": p} for i, p in enumerate([13, 15.4, 12, 11.7])]
+                         + [{"stock": "DEF", "date": day(i), "price": p} for i, p in enumerate([82, 94, 112, 97.3])])
+        for spec, expected in [
+            ({"N": 2}, [13, 14.6, 12.866666666666667, 12.088888888888889, 82, 90, 104.66666666666667, 99.75555555555556]),
+            ({"alpha": 0.75}, [13, 14.8, 12.7, 11.95, 82, 91, 106.75, 99.6625]),
+        ]:
+            out = run(coll, {"partitionBy": "$stock", "sortBy": {"date": 1}, "output": {
+                "avg": {"$expMovingAvg": {"input": "$price", **spec}}}}, "avg", key="price")
+            assert [v for _, v in out] == pytest.approx(expected, rel=1e-15)
+
+    def test_derivative(self, coll):
+        def at(sec):
+            return utc(2020, 5, 18, 14, 10, 30) + datetime.timedelta(seconds=sec)
+        miles = {"1": [1295.1, 1295.63, 1296.09, 1296.63], "2": [10234.4, 10234.92, 10235.5, 10236.1]}
+        coll.insert_many([{"truckID": t, "timeStamp": at(30 * i), "miles": m}
+                          for t, ms in miles.items() for i, m in enumerate(ms)])
+        out = list(coll.aggregate([
+            {"$setWindowFields": {"partitionBy": "$truckID", "sortBy": {"timeStamp": 1}, "output": {
+                "truckAverageSpeed": {"$derivative": {"input": "$miles", "unit": "hour"},
+                                      "window": {"range": [-30, 0], "unit": "second"}}}}},
+            {"$match": {"truckAverageSpeed": {"$gt": 50}}}]))
+        # Rise over run in doubles, in mongod's order: (miles - miles) / ms * ms-per-hour.
+        expected = [(t, (ms[i] - ms[i - 1]) / 30000 * 3600000) for t, ms in miles.items() for i in range(1, 4)]
+        assert [(d["truckID"], d["truckAverageSpeed"]) for d in out] == [e for e in expected if e[1] > 50]
+        assert expected[0] == ("1", 63.60000000002401)
+
+    def test_integral(self, coll):
+        def at(sec):
+            return utc(2020, 5, 18, 14, 10, 30) + datetime.timedelta(seconds=sec)
+        kw = {"1": [2.95, 2.7, 2.6, 2.98], "2": [2.5, 2.25, 2.75, 2.82]}
+        coll.insert_many([{"powerMeterID": m, "timeStamp": at(30 * i), "kilowatts": k}
+                          for m, ks in kw.items() for i, k in enumerate(ks)])
+        out = run(coll, {"partitionBy": "$powerMeterID", "sortBy": {"timeStamp": 1}, "output": {
+            "powerMeterKilowattHours": {"$integral": {"input": "$kilowatts", "unit": "hour"},
+                                        "window": {"range": ["unbounded", "current"], "unit": "minute"}}}},
+            "powerMeterKilowattHours", key="powerMeterID")
+        # The trapezoids (y0 + y1) * ms / 2, summed, over milliseconds per hour.
+        expected = []
+        for ks in kw.values():
+            areas = [(ks[i] + ks[i - 1]) * 30000 / 2.0 for i in range(1, 4)]
+            expected += [math.fsum(areas[:i]) / 3600000 for i in range(4)]
+        assert [v for _, v in out] == expected
+        assert expected[:2] == [0, 0.023541666666666666]
+
+    def test_locf_and_linear_fill(self, coll):
+        prices = [500, None, 515, None, None, 485]
+        coll.insert_many([{"time": utc(2021, 3, 8, 9 + i), **({"price": p} if p is not None else {})}
+                          for i, p in enumerate(prices)])
+        out = run(coll, {"sortBy": {"time": 1}, "output": {"price": {"$locf": "$price"}}}, "price", key="time")
+        assert [v for _, v in out] == [500, 500, 515, 515, 515, 485]
+        out = run(coll, {"sortBy": {"time": 1}, "output": {"price": {"$linearFill": "$price"}}}, "price", key="time")
+        assert [v for _, v in out] == [500, 507.5, 515, 505, 495, 485]
+
+    def test_dotted_output_and_missing_values(self, coll):
+        coll.insert_many([{"_id": 1, "a": {"x": 1}}, {"_id": 2}])
+        out = list(coll.aggregate([{"$setWindowFields": {"sortBy": {"_id": 1}, "output": {
+            "a.y": {"$sum": "$_id"},
+            "next": {"$shift": {"output": "$a.x", "by": -1}},
+            "f": {"$first": "$missing"}}}}]))
+        # A function's missing value leaves its field out, as $addFields does.
+        assert out == [{"_id": 1, "a": {"x": 1, "y": 3}, "next": None},
+                       {"_id": 2, "a": {"y": 3}, "next": 1}]
+
+    def test_no_sort_no_partition_keeps_order(self, coll):
+        coll.insert_many([{"_id": i, "k": k} for i, k in [(3, "b"), (1, "c"), (2, "a")]])
+        scan = [d["_id"] for d in coll.find()]
+        out = run(coll, {"output": {"all": {"$push": "$_id"}}}, "all")
+        assert out == [(i, scan) for i in scan]
+        # Partitioned without sortBy: partitions in key order, each in input order.
+        out = run(coll, {"partitionBy": {"$gt": ["$k", "a"]}, "output": {"all": {"$push": "$_id"}}}, "all")
+        rest = [i for i in scan if i != 2]
+        assert out == [(2, [2])] + [(i, rest) for i in rest]
+
+    def test_missing_and_null_partition_together(self, coll):
+        coll.insert_many([{"_id": 1, "p": None}, {"_id": 2}, {"_id": 3, "p": 1}])
+        out = run(coll, {"partitionBy": "$p", "sortBy": {"_id": 1}, "output": {"n": {"$count": {}}}}, "n")
+        assert out == [(1, 2), (2, 2), (3, 1)]
+
+
+BAD_SPECS = [
+    ({"$setWindowFields": "invalid"}, 9),
+    ({"$setWindowFields": {"sortBy": "invalid", "output": {}}}, 14),
+    ({"$setWindowFields": {"output": "invalid"}}, 14),
+    ({"$setWindowFields": {"partitionBy": {"$notAnOperator": 1}, "output": {}}}, 168),
+    ({"$setWindowFields": {"what_is_this": 1}}, 40415),
+    ({"$setWindowFields": {"partitionBy": "$a"}}, 40414),
+    ({"$setWindowFields": {"partitionBy": {"$const": []}, "output": {}}}, 14),
+    ({"$setWindowFields": {"output": {"a": {"b": {"$sum": "$a"}}}}}, 9),
+    ({"$setWindowFields": {"output": {"v": {}}}}, 9),
+    ({"$setWindowFields": {"output": {"v": 1}}}, 9),
+    ({"$setWindowFields": {"output": {"v": {"$summ": "$x"}}}}, 9),
+    ({"$setWindowFields": {"output": {"v": {"$mergeObjects": "$a"}}}}, 9),
+    ({"$setWindowFields": {"output": {"v": {"$accumulator": "$a"}}}}, 9),
+    ({"$setWindowFields": {"output": {"a": {"$sum": 1}, "a.b": {"$sum": 1}}}}, 6307900),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$sum": 1, "abcde": 1}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$sum": 1, "window": {"documents": [1, -1]}}}}}, 5339900),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$sum": 1, "window": {"range": ["current", -1]}}}}}, 5339900),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$sum": 1, "window": {"range": [1, "current"], "unit": "day"}}}}}, 5339900),
+    ({"$setWindowFields": {"output": {"v": {"$sum": 1, "window": {"documents": ["unbounded", "current"]}}}}}, 5339901),
+    ({"$setWindowFields": {"output": {"v": {"$sum": 1, "window": {"range": ["unbounded", "unbounded"]}}}}}, 5339902),
+    ({"$setWindowFields": {"sortBy": {"a": 1, "b": 1}, "output": {"v": {"$sum": 1, "window": {"range": [0, 1]}}}}}, 5339902),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$sum": 1, "window": {"documents": [{"$const": "current"}, 3]}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$sum": 1, "window": {"documents": [0.5, 3]}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$sum": 1, "window": {"documents": ["$a", 3]}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$sum": 1, "window": {"documents": [0]}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$sum": 1, "window": {"documents": [0, 1], "range": [0, 1]}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$sum": 1, "window": {"documents": [0, 1], "unit": "day"}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$sum": 1, "window": {"range": [0, 1], "unit": "eon"}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$sum": 1, "window": {"range": [0.5, 1], "unit": "day"}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$sum": 1, "window": {"range": ["x", 1]}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$sum": 1, "window": "all"}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$rank": {}, "window": {"documents": [0, 1]}}}}}, 5371601),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$rank": 1}}}}, 5371603),
+    ({"$setWindowFields": {"output": {"v": {"$denseRank": {}}}}}, 5371602),
+    ({"$setWindowFields": {"sortBy": {"a": 1, "b": 1}, "output": {"v": {"$documentNumber": {}}}}}, 5371602),
+    ({"$setWindowFields": {"output": {"v": {"$shift": {"output": "$a", "by": 1}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$shift": {"output": "$a", "by": 1}, "window": {}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$shift": {"output": "$a", "by": 1.5}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$shift": {"output": "$a"}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$shift": {"by": 1}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$shift": {"output": "$a", "by": 1, "default": "$b"}}}}}, 9),
+    ({"$setWindowFields": {"output": {"v": {"$expMovingAvg": {"input": "$a", "N": 2}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$expMovingAvg": {"input": "$a", "N": 2}, "window": {}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$expMovingAvg": {"input": "$a", "N": 0}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$expMovingAvg": {"input": "$a", "N": 1.5}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$expMovingAvg": {"input": "$a", "alpha": 1}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$expMovingAvg": {"input": "$a"}}}}}, 9),
+    ({"$setWindowFields": {"output": {"v": {"$derivative": {"input": "$a"}, "window": {"documents": [-1, 0]}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$derivative": {"input": "$a"}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1, "b": 1}, "output": {"v": {"$integral": {"input": "$a"}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$integral": {"input": "$a", "unit": "month"}}}}}, 5490710),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$integral": {"unit": "hour"}}}}}, 9),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$locf": "$a", "window": {}}}}}, 9),
+    ({"$setWindowFields": {"output": {"v": {"$linearFill": "$a"}}}}, 605001),
+    ({"$setWindowFields": {"sortBy": {"a": 1}, "output": {"v": {"$count": 1}}}}, 9),
+]
+
+
+class TestErrors:
+    @pytest.mark.parametrize("stage,code", BAD_SPECS, ids=[str(i) for i in range(len(BAD_SPECS))])
+    def test_bad_spec(self, coll, stage, code):
+        coll.insert_one({"_id": 1, "a": 1})
+        assert code_of(coll, [stage]) == code
+
+    def test_good_specs_from_the_parse_tests(self, coll):
+        coll.insert_one({"_id": 1, "ts": 1, "a": 1})
+        for spec in [
+            {"$sum": "$a"},
+            {"$sum": "$a", "window": {"documents": ["unbounded", "unbounded"]}},
+            {"$sum": "$a", "window": {"documents": [-2, 4]}},
+            {"$max": "$a", "window": {"documents": [-3, "unbounded"]}},
+            {"$sum": "$a", "window": {"range": [-2, 4]}},
+            {"$sum": "$a", "window": {"range": [{"$add": [2, 2]}, {"$add": [2, 2]}]}},
+            {"$sum": "$a", "window": {"documents": [{"$add": [2, 2]}, {"$add": [2, 2]}]}},
+            {"$max": {"mergeObjects": {}}},
+        ]:
+            list(coll.aggregate([{"$setWindowFields": {"sortBy": {"ts": 1}, "output": {"v": spec}}}]))
+
+    def test_runtime_errors(self, coll):
+        coll.insert_many([{"_id": 1, "p": [1], "t": 1, "d": utc(2020, 1, 1), "s": "x"}])
+        stage = {"$setWindowFields": {"partitionBy": "$p", "output": {"v": {"$sum": 1}}}}
+        assert code_of(coll, [stage]) == 14
+        ranged = {"$sum": 1, "window": {"range": [0, 1]}}
+        assert code_of(coll, [{"$setWindowFields": {"sortBy": {"s": 1}, "output": {"v": ranged}}}]) == 5429414
+        assert code_of(coll, [{"$setWindowFields": {"sortBy": {"d": 1}, "output": {"v": ranged}}}]) == 5429413
+        timed = {"$sum": 1, "window": {"range": [0, 1], "unit": "day"}}
+        assert code_of(coll, [{"$setWindowFields": {"sortBy": {"t": 1}, "output": {"v": timed}}}]) == 5429513
+        deriv = {"$derivative": {"input": "$t", "unit": "hour"}, "window": {"documents": [-1, 0]}}
+        assert code_of(coll, [{"$setWindowFields": {"sortBy": {"t": 1}, "output": {"v": deriv}}}]) == 5624900
+        deriv = {"$derivative": {"input": "$t"}, "window": {"documents": [-1, 0]}}
+        assert code_of(coll, [{"$setWindowFields": {"sortBy": {"d": 1}, "output": {"v": deriv}}}]) == 5624901
+        integ = {"$integral": {"input": "$t", "unit": "hour"}}
+        assert code_of(coll, [{"$setWindowFields": {"sortBy": {"t": 1}, "output": {"v": integ}}}]) == 5423901
+        integ = {"$integral": {"input": "$t"}}
+        assert code_of(coll, [{"$setWindowFields": {"sortBy": {"d": 1}, "output": {"v": integ}}}]) == 5423902
+
+    def test_linear_fill_errors(self, coll):
+        coll.insert_many([{"_id": 1, "t": 1, "v": 1}, {"_id": 2, "t": 1}, {"_id": 3, "t": 2, "v": "x"}])
+        fill = {"$setWindowFields": {"sortBy": {"t": 1}, "output": {"v": {"$linearFill": "$v"}}}}
+        assert code_of(coll, [{"$match": {"_id": {"$lt": 3}}}, fill]) == 6050106
+        assert code_of(coll, [{"$match": {"_id": {"$ne": 2}}}, fill]) == 14
