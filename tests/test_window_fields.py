@@ -164,7 +164,17 @@ class TestManualExamples:
         ]:
             out = run(coll, {"partitionBy": "$stock", "sortBy": {"date": 1}, "output": {
                 "avg": {"$expMovingAvg": {"input": "$price", **spec}}}}, "avg", key="price")
-            assert [v for _, v in out] == pytest.approx(expected, rel=1e-15)
+            assert [v for _, v in out] == expected
+
+    def test_exp_moving_avg_of_decimals_and_non_numbers(self, coll):
+        from bson.decimal128 import Decimal128
+        coll.insert_many([{"_id": 1, "x": Decimal128("1")}, {"_id": 2, "x": "skip"}, {"_id": 3, "x": 2}])
+        out = run(coll, {"sortBy": {"_id": 1}, "output": {"avg": {"$expMovingAvg": {"input": "$x", "alpha": 0.5}}}},
+                  "avg")
+        assert out == [(1, Decimal128("1")), (2, Decimal128("1")), (3, Decimal128("1.5"))]
+        out = run(coll, {"sortBy": {"_id": 1}, "output": {"avg": {"$expMovingAvg": {"input": "$nothing", "N": 3}}}},
+                  "avg")
+        assert out == [(1, None), (2, None), (3, None)]
 
     def test_derivative(self, coll):
         def at(sec):

@@ -10,6 +10,7 @@
 //! [`AccState`]: super::super::group::AccState
 
 mod bounds;
+mod exp_moving_avg;
 mod run;
 #[cfg(test)]
 mod tests;
@@ -178,7 +179,7 @@ pub(crate) enum WindowFunc {
     },
     ExpMovingAvg {
         input: Expr,
-        alpha: f64,
+        alpha: crate::expr::num::Dec,
     },
     Covariance {
         input: Expr,
@@ -556,7 +557,8 @@ fn parse_exp_moving_avg(f: &Document, sort_by: Option<&SortSpec>) -> Result<Wind
                 crate::render::elem_to_string("alpha", a)
             )));
         }
-        x
+        exp_moving_avg::to_dec(a)
+            .ok_or_else(|| Error::failed_to_parse("'alpha' must be a number"))?
     } else {
         return Err(Error::failed_to_parse(format!(
             "Got unrecognized field in $expMovingAvg{shape}"
@@ -566,7 +568,7 @@ fn parse_exp_moving_avg(f: &Document, sort_by: Option<&SortSpec>) -> Result<Wind
 }
 
 /// `N` of `$expMovingAvg`: a positive whole number, as alpha = 2 / (N + 1).
-fn exp_moving_avg_n(n: &Bson) -> Result<f64> {
+fn exp_moving_avg_n(n: &Bson) -> Result<crate::expr::num::Dec> {
     if !crate::compare::is_number(n) {
         return Err(Error::failed_to_parse(format!(
             "'N' field must be an integer, but found type {}",
@@ -586,7 +588,7 @@ fn exp_moving_avg_n(n: &Bson) -> Result<f64> {
             x as i64
         )));
     }
-    Ok(2.0 / (x + 1.0))
+    Ok(exp_moving_avg::alpha_from_n(x as i64))
 }
 
 /// `$derivative` / `$integral: {input, unit}` with a window, over a one-field sort.

@@ -5,10 +5,11 @@
 
 use super::super::super::group::{AccSpec, AccState};
 use super::bounds::{documents_span, RangeKeys, Span};
+use super::exp_moving_avg;
 use super::{Output, RankKind, Window, WindowFieldsStage, WindowFunc};
 use crate::compare::{as_f64, cmp_bson_with, is_number};
 use crate::error::{Error, Result};
-use crate::expr::num::{dec_bson, Summer};
+use crate::expr::num::{dec_bson, Dec, Summer};
 use crate::expr::{Expr, Variables};
 use crate::sort::SortSpec;
 use bson::{Bson, Document};
@@ -429,24 +430,40 @@ fn check_integral_point(x: &Bson, y: &Bson, unit: bool) -> Result<()> {
 }
 
 /// `$expMovingAvg`: each number weighs `alpha`, the average so far `1 - alpha`;
-/// non-numbers are skipped. A double unless a decimal was seen.
-fn exp_moving_avg(input: &Expr, alpha: f64, p: &Partition) -> Result<Vec<Option<Bson>>> {
-    let mut avg: Option<f64> = None;
+/// non-numbers are skipped. In decimal as mongod computes it ([`exp_moving_avg`]'s
+/// module), in doubles once a value has no exact decimal (NaN, infinities); a double
+/// unless a decimal was seen.
+fn exp_moving_avg(input: &Expr, alpha: Dec, p: &Partition) -> Result<Vec<Option<Bson>>> {
+    let alpha_f = alpha.to_f64();
+    let mut exact: Option<Dec> = None;
+    let mut approx: Option<f64> = None;
+    let mut lost = false;
     let mut decimal = false;
     let mut out = Vec::with_capacity(p.docs.len());
     for d in p.docs {
         if let Some(v) = input.evaluate(d, p.vars)?.filter(is_number) {
             decimal |= matches!(v, Bson::Decimal128(_));
             let x = as_f64(&v).unwrap_or(f64::NAN);
-            avg = Some(match avg {
-                None => x,
-                Some(a) => x * alpha + a * (1.0 - alpha),
-            });
+            approx = Some(approx.map_or(x, |a| x * alpha_f + a * (1.0 - alpha_f)));
+            if !lost {
+                exact = match (exact, exp_moving_avg::to_dec(&v)) {
+                    (_, None) => None,
+                    (None, Some(x)) => Some(x),
+                    (Some(a), Some(x)) => exp_moving_avg::step(a, x, alpha),
+                };
+                lost = exact.is_none();
+            }
         }
-        out.push(Some(match avg {
-            None => Bson::Null,
-            Some(a) if decimal => dec_bson(a),
-            Some(a) => Bson::Double(a),
+        let value = match (exact, approx) {
+            (_, None) => None,
+            (Some(e), _) if !lost => Some(e.to_f64()),
+            (_, Some(a)) => Some(a),
+        };
+        out.push(Some(match (value, exact) {
+            (None, _) => Bson::Null,
+            (Some(_), Some(e)) if decimal && !lost => Bson::Decimal128(e.to_decimal128()),
+            (Some(a), _) if decimal => dec_bson(a),
+            (Some(a), _) => Bson::Double(a),
         }));
     }
     Ok(out)
