@@ -347,3 +347,66 @@ class TestErrors:
         fill = {"$setWindowFields": {"sortBy": {"t": 1}, "output": {"v": {"$linearFill": "$v"}}}}
         assert code_of(coll, [{"$match": {"_id": {"$lt": 3}}}, fill]) == 6050106
         assert code_of(coll, [{"$match": {"_id": {"$ne": 2}}}, fill]) == 14
+
+
+class TestFill:
+    """$fill: the manual's examples (constant values, linear interpolation, last
+    observation carried forward per partition) and mongod's errors."""
+
+    def test_fill_with_constant_values(self, coll):
+        coll.insert_many([
+            {"_id": 1, "date": utc(2022, 2, 2), "bootsSold": 10, "sandalsSold": 20, "sneakersSold": 12},
+            {"_id": 2, "date": utc(2022, 2, 3), "bootsSold": 7, "sneakersSold": 18},
+            {"_id": 3, "date": utc(2022, 2, 4), "sneakersSold": 5},
+        ])
+        out = list(coll.aggregate([{"$fill": {"output": {
+            "bootsSold": {"value": 0}, "sandalsSold": {"value": 0}, "sneakersSold": {"value": 0}}}}]))
+        assert [(d["bootsSold"], d["sandalsSold"], d["sneakersSold"]) for d in out] == [
+            (10, 20, 12), (7, 0, 18), (0, 0, 5)]
+
+    def test_fill_linear_and_locf(self, coll):
+        prices = [500, None, 515, None, None, 485]
+        coll.insert_many([{"time": utc(2021, 3, 8, 9 + i), **({"price": p} if p is not None else {})}
+                          for i, p in enumerate(prices)])
+        out = list(coll.aggregate([{"$fill": {"sortBy": {"time": 1}, "output": {"price": {"method": "linear"}}}}]))
+        assert [d["price"] for d in out] == [500, 507.5, 515, 505, 495, 485]
+        out = list(coll.aggregate([{"$fill": {"sortBy": {"time": 1}, "output": {"price": {"method": "locf"}}}}]))
+        assert [d["price"] for d in out] == [500, 500, 515, 515, 515, 485]
+
+    def test_fill_per_partition(self, coll):
+        scores = [("Joe's Pizza", 1, 90), ("Joe's Pizza", 2, None), ("Sally's Deli", 1, 75),
+                  ("Sally's Deli", 2, None), ("Joe's Pizza", 3, 81), ("Sally's Deli", 3, None)]
+        coll.insert_many([{"restaurant": r, "day": d, **({"score": s} if s is not None else {})}
+                          for r, d, s in scores])
+        for partition in [{"partitionByFields": ["restaurant"]}, {"partitionBy": "$restaurant"},
+                          {"partitionBy": {"r": "$restaurant"}}]:
+            out = list(coll.aggregate([{"$fill": {"sortBy": {"day": 1}, **partition,
+                                                   "output": {"score": {"method": "locf"}}}}]))
+            assert [(d["restaurant"], d["day"], d["score"]) for d in out] == [
+                ("Joe's Pizza", 1, 90), ("Joe's Pizza", 2, 90), ("Joe's Pizza", 3, 81),
+                ("Sally's Deli", 1, 75), ("Sally's Deli", 2, 75), ("Sally's Deli", 3, 75)]
+
+    def test_fill_method_and_value_together(self, coll):
+        coll.insert_many([{"_id": 1, "a": 1}, {"_id": 2}, {"_id": 3, "b": 5}])
+        out = list(coll.aggregate([{"$fill": {"sortBy": {"_id": 1}, "output": {
+            "a": {"method": "locf"}, "b": {"value": {"$multiply": ["$_id", 10]}}}}}]))
+        assert [(d["a"], d["b"]) for d in out] == [(1, 10), (1, 20), (1, 5)]
+
+    @pytest.mark.parametrize("spec,code", [
+        ("x", 9),
+        ({"output": {}}, 6050203),
+        ({"sortBy": {"a": 1}}, 40414),
+        ({"output": {"a": 1}}, 6050200),
+        ({"output": {"a": {"method": "locf", "value": 1}}}, 6050201),
+        ({"output": {"a": {"method": "spline"}}}, 6050202),
+        ({"output": {"a": {"method": 1}}}, 14),
+        ({"output": {"a": {"methd": "locf"}}}, 40415),
+        ({"partitionBy": "$a", "partitionByFields": ["a"], "output": {"a": {"method": "locf"}}}, 6050204),
+        ({"partitionBy": 1, "output": {"a": {"method": "locf"}}}, 14),
+        ({"partitionByFields": "a", "output": {"a": {"method": "locf"}}}, 14),
+        ({"output": {"a": {"method": "linear"}}}, 605001),
+        ({"bogus": 1, "output": {"a": {"value": 1}}}, 40415),
+    ])
+    def test_fill_errors(self, coll, spec, code):
+        coll.insert_one({"a": 1})
+        assert code_of(coll, [{"$fill": spec}]) == code

@@ -3,6 +3,7 @@
 //! where a stage may stand and drives the documents through them.
 
 mod documents_facet;
+mod fill;
 mod group_bucket;
 mod lookup_union;
 mod match_project;
@@ -62,6 +63,7 @@ pub(crate) enum Stage {
     Redact(Expr),
     Documents(Expr),
     SetWindowFields(Box<window::WindowFieldsStage>),
+    Fill(Box<fill::FillStage>),
     /// `$out` / `$merge`: documents pass through; the engine writes them.
     Output,
 }
@@ -92,6 +94,7 @@ impl Stage {
             "$sortByCount" => group_bucket::parse_sort_by_count(arg),
             "$bucket" => group_bucket::parse_bucket(arg),
             "$setWindowFields" => window::parse_set_window_fields(arg),
+            "$fill" => fill::parse_fill(arg),
             "$lookup" => lookup_union::parse_lookup(arg, db),
             "$graphLookup" => lookup_union::parse_graph_lookup(arg, db),
             "$unionWith" => lookup_union::parse_union_with(arg, db),
@@ -197,6 +200,7 @@ impl Stage {
             }
             Stage::Documents(e) => documents_facet::documents(e, vars)?,
             Stage::SetWindowFields(w) => window::set_window_fields(w, docs, vars)?,
+            Stage::Fill(f) => fill::fill(f, docs, vars)?,
             _ => unreachable!("streaming stage in blocking path"),
         })
     }
