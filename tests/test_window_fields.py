@@ -410,3 +410,71 @@ class TestFill:
     def test_fill_errors(self, coll, spec, code):
         coll.insert_one({"a": 1})
         assert code_of(coll, [{"$fill": spec}]) == code
+
+
+class TestBucketAuto:
+    """$bucketAuto: the manual's artwork examples, granularities, mongod's errors."""
+
+    @pytest.fixture
+    def artwork(self, coll):
+        from bson.decimal128 import Decimal128
+        rows = [(1, 1926, "199.99"), (2, 1902, "280.00"), (3, 1925, "76.04"), (4, None, "167.30"),
+                (5, 1931, "483.00"), (6, 1913, "385.00"), (7, None, "159.00"), (8, 1918, "118.42")]
+        coll.insert_many([{"_id": i, **({"year": y} if y else {}), "price": Decimal128(p)} for i, y, p in rows])
+        return coll
+
+    def test_price_buckets(self, artwork):
+        from bson.decimal128 import Decimal128
+        out = list(artwork.aggregate([{"$bucketAuto": {"groupBy": "$price", "buckets": 4}}]))
+        bounds = ["76.04", "159.00", "199.99", "385.00", "483.00"]
+        assert out == [{"_id": {"min": Decimal128(lo), "max": Decimal128(hi)}, "count": 2}
+                       for lo, hi in zip(bounds, bounds[1:])]
+
+    def test_year_buckets_with_output(self, artwork):
+        out = list(artwork.aggregate([{"$bucketAuto": {"groupBy": "$year", "buckets": 3, "output": {
+            "count": {"$sum": 1}, "years": {"$push": "$year"}}}}]))
+        assert out == [
+            {"_id": {"min": None, "max": 1913}, "count": 3, "years": [1902]},
+            {"_id": {"min": 1913, "max": 1926}, "count": 3, "years": [1913, 1918, 1925]},
+            {"_id": {"min": 1926, "max": 1931}, "count": 2, "years": [1926, 1931]},
+        ]
+
+    def test_more_buckets_than_documents_and_equal_values(self, coll):
+        coll.insert_many([{"x": x} for x in [5, 1, 1, 1, 2]])
+        out = list(coll.aggregate([{"$bucketAuto": {"groupBy": "$x", "buckets": 10}}]))
+        # Equal values never split: the three 1s share a bucket.
+        assert out == [{"_id": {"min": 1, "max": 2}, "count": 3}, {"_id": {"min": 2, "max": 5}, "count": 1},
+                       {"_id": {"min": 5, "max": 5}, "count": 1}]
+        assert list(coll.aggregate([{"$match": {"none": 1}}, {"$bucketAuto": {"groupBy": "$x", "buckets": 2}}])) == []
+
+    def test_granularity(self, coll):
+        coll.insert_many([{"x": x} for x in [1, 2, 3, 4, 5, 6]])
+        out = list(coll.aggregate([{"$bucketAuto": {"groupBy": "$x", "buckets": 2, "granularity": "POWERSOF2"}}]))
+        # 1 rounds down to 2^-1; 3 up to 4, which is the next bucket's min; 6 up to 8.
+        assert out == [{"_id": {"min": 0.5, "max": 4}, "count": 3}, {"_id": {"min": 4, "max": 8}, "count": 3}]
+        out = list(coll.aggregate([{"$bucketAuto": {"groupBy": "$x", "buckets": 2, "granularity": "E6"}}]))
+        # E6: ... 0.68, 1.0, 1.5, 2.2, 3.3, 4.7, 6.8 ...; 3 rounds up to 3.3, absorbing nothing.
+        # mongod scales the series in doubles: 3.3 is 33 * 0.1 (3.3000000000000003).
+        assert out == [{"_id": {"min": 0.68, "max": 33 * 0.1}, "count": 3},
+                       {"_id": {"min": 33 * 0.1, "max": 68 * 0.1}, "count": 3}]
+        out = list(coll.aggregate([{"$bucketAuto": {"groupBy": "$x", "buckets": 3, "granularity": "1-2-5"}}]))
+        assert out == [{"_id": {"min": 0.5, "max": 5.0}, "count": 4}, {"_id": {"min": 5.0, "max": 10.0}, "count": 2}]
+
+    @pytest.mark.parametrize("spec,code", [
+        ("x", 40240),
+        ({"groupBy": "x", "buckets": 2}, 40239),
+        ({"groupBy": "$x", "buckets": "2"}, 40241),
+        ({"groupBy": "$x", "buckets": 2.5}, 40242),
+        ({"groupBy": "$x", "buckets": 0}, 40243),
+        ({"groupBy": "$x", "buckets": 2, "output": 1}, 40244),
+        ({"groupBy": "$x", "buckets": 2, "bogus": 1}, 40245),
+        ({"groupBy": "$x"}, 40246),
+        ({"groupBy": "$x", "buckets": 2, "granularity": 1}, 40261),
+        ({"groupBy": "$x", "buckets": 2, "granularity": "R7"}, 40257),
+        ({"groupBy": "$s", "buckets": 2, "granularity": "R5"}, 40258),
+        ({"groupBy": "$n", "buckets": 2, "granularity": "R5"}, 40260),
+        ({"groupBy": "$x", "buckets": 2, "output": {"a": {"$nope": 1}}}, 15952),
+    ])
+    def test_errors(self, coll, spec, code):
+        coll.insert_one({"x": 1, "s": "a", "n": -1})
+        assert code_of(coll, [{"$bucketAuto": spec}]) == code

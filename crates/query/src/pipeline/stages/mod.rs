@@ -2,6 +2,7 @@
 //! the stages themselves in files by family. The pipeline ([`super::Pipeline`]) checks
 //! where a stage may stand and drives the documents through them.
 
+mod bucket_auto;
 mod documents_facet;
 mod fill;
 mod group_bucket;
@@ -64,6 +65,7 @@ pub(crate) enum Stage {
     Documents(Expr),
     SetWindowFields(Box<window::WindowFieldsStage>),
     Fill(Box<fill::FillStage>),
+    BucketAuto(Box<bucket_auto::BucketAutoStage>),
     /// `$out` / `$merge`: documents pass through; the engine writes them.
     Output,
 }
@@ -95,6 +97,7 @@ impl Stage {
             "$bucket" => group_bucket::parse_bucket(arg),
             "$setWindowFields" => window::parse_set_window_fields(arg),
             "$fill" => fill::parse_fill(arg),
+            "$bucketAuto" => bucket_auto::parse_bucket_auto(arg),
             "$lookup" => lookup_union::parse_lookup(arg, db),
             "$graphLookup" => lookup_union::parse_graph_lookup(arg, db),
             "$unionWith" => lookup_union::parse_union_with(arg, db),
@@ -201,6 +204,7 @@ impl Stage {
             Stage::Documents(e) => documents_facet::documents(e, vars)?,
             Stage::SetWindowFields(w) => window::set_window_fields(w, docs, vars)?,
             Stage::Fill(f) => fill::fill(f, docs, vars)?,
+            Stage::BucketAuto(b) => bucket_auto::bucket_auto(b, docs, vars)?,
             _ => unreachable!("streaming stage in blocking path"),
         })
     }
