@@ -478,3 +478,99 @@ class TestBucketAuto:
     def test_errors(self, coll, spec, code):
         coll.insert_one({"x": 1, "s": "a", "n": -1})
         assert code_of(coll, [{"$bucketAuto": spec}]) == code
+
+
+class TestDensify:
+    """$densify: the manual's weather (explicit date range) and coffee (full and
+    partition bounds) examples, numeric ranges, and mongod's errors."""
+
+    def test_explicit_date_range(self, coll):
+        meta = {"sensorId": 5578, "type": "temperature"}
+        coll.insert_many([{"metadata": meta, "timestamp": utc(2021, 5, 18, h), "temp": t}
+                          for h, t in [(0, 12), (4, 11), (8, 11), (12, 12)]])
+        out = list(coll.aggregate([{"$densify": {"field": "timestamp", "range": {
+            "step": 1, "unit": "hour", "bounds": [utc(2021, 5, 18), utc(2021, 5, 18, 8)]}}},
+            {"$project": {"_id": 0}}]))
+        existing = {0: 12, 4: 11, 8: 11, 12: 12}
+        assert out == [({"metadata": meta, "timestamp": utc(2021, 5, 18, h), "temp": existing[h]} if h in existing
+                        else {"timestamp": utc(2021, 5, 18, h)}) for h in [0, 1, 2, 3, 4, 5, 6, 7, 8, 12]]
+
+    @pytest.fixture
+    def coffee(self, coll):
+        coll.insert_many([
+            {"altitude": 600, "variety": "Arabica Typica", "score": 68.3},
+            {"altitude": 750, "variety": "Arabica Typica", "score": 69.5},
+            {"altitude": 950, "variety": "Arabica Typica", "score": 70.5},
+            {"altitude": 1250, "variety": "Gesha", "score": 88.15},
+            {"altitude": 1700, "variety": "Gesha", "score": 95.5, "price": 1029},
+        ])
+        return coll
+
+    def test_full_bounds_per_partition(self, coffee):
+        out = list(coffee.aggregate([{"$densify": {"field": "altitude", "partitionByFields": ["variety"],
+                                                   "range": {"bounds": "full", "step": 200}}},
+                                     {"$project": {"_id": 0}}]))
+        got = sorted((d["variety"], d["altitude"], "score" in d) for d in out)
+        arabica = [(600, True), (750, True), (800, False), (950, True), (1000, False), (1200, False),
+                   (1400, False), (1600, False)]
+        gesha = [(600, False), (800, False), (1000, False), (1200, False), (1250, True), (1400, False),
+                 (1600, False), (1700, True)]
+        assert got == [("Arabica Typica", a, s) for a, s in arabica] + [("Gesha", a, s) for a, s in gesha]
+        # Generated documents hold the partition fields and the field only.
+        assert {"altitude": 800, "variety": "Gesha"} in out
+
+    def test_partition_bounds(self, coffee):
+        out = list(coffee.aggregate([{"$densify": {"field": "altitude", "partitionByFields": ["variety"],
+                                                   "range": {"bounds": "partition", "step": 200}}},
+                                     {"$project": {"_id": 0}}]))
+        assert [(d["variety"], d["altitude"], "score" in d) for d in out] == [
+            ("Arabica Typica", 600, True), ("Arabica Typica", 750, True), ("Arabica Typica", 800, False),
+            ("Arabica Typica", 950, True), ("Gesha", 1250, True), ("Gesha", 1450, False),
+            ("Gesha", 1650, False), ("Gesha", 1700, True)]
+
+    def test_numeric_ranges(self, coll):
+        coll.insert_many([{"_id": 1, "x": 1}, {"_id": 2, "x": 5}, {"_id": 3}, {"_id": 4, "x": 2.5}])
+        out = list(coll.aggregate([{"$densify": {"field": "x", "range": {"step": 1, "bounds": [0, 7]}}}]))
+        # Missing values pass through; 2.5 is off the step and changes nothing.
+        assert [d.get("x", "-") for d in out] == ["-", 0, 1, 2, 2.5, 3, 4, 5, 6]
+        out = list(coll.aggregate([{"$densify": {"field": "x", "range": {"step": 2, "bounds": "full"}}}]))
+        assert [d.get("x", "-") for d in out] == ["-", 1, 2.5, 3, 5]
+        # An empty input still fills an explicit range.
+        out = list(coll.aggregate([{"$match": {"none": 1}},
+                                   {"$densify": {"field": "x", "range": {"step": 3, "bounds": [0, 7]}}}]))
+        assert out == [{"x": 0}, {"x": 3}, {"x": 6}]
+
+    def test_month_steps_and_nested_field(self, coll):
+        coll.insert_many([{"m": {"d": utc(2021, 1, 31)}}, {"m": {"d": utc(2021, 5, 31)}}])
+        out = list(coll.aggregate([{"$densify": {"field": "m.d", "range": {
+            "step": 1, "unit": "month", "bounds": "full"}}}, {"$project": {"_id": 0}}]))
+        assert [d["m"]["d"] for d in out] == [utc(2021, 1, 31), utc(2021, 2, 28), utc(2021, 3, 28),
+                                              utc(2021, 4, 28), utc(2021, 5, 28), utc(2021, 5, 31)]
+
+    @pytest.mark.parametrize("spec,code", [
+        ("x", 9),
+        ({"range": {"step": 1, "bounds": "full"}}, 40414),
+        ({"field": "x"}, 40414),
+        ({"field": "x", "range": {"bounds": "full"}}, 40414),
+        ({"field": "x", "range": {"step": 1, "bounds": "full"}, "bogus": 1}, 40415),
+        ({"field": 1, "range": {"step": 1, "bounds": "full"}}, 14),
+        ({"field": "x", "range": {"step": 0, "bounds": "full"}}, 5733401),
+        ({"field": "x", "range": {"step": "1", "bounds": "full"}}, 5733401),
+        ({"field": "x", "range": {"step": 1.5, "unit": "day", "bounds": "full"}}, 6586400),
+        ({"field": "x", "range": {"step": 1, "unit": "eon", "bounds": "full"}}, 9),
+        ({"field": "x", "range": {"step": 1, "bounds": "all"}}, 5946802),
+        ({"field": "x", "range": {"step": 1, "bounds": 1}}, 5733404),
+        ({"field": "x", "range": {"step": 1, "bounds": [1]}}, 5733403),
+        ({"field": "x", "range": {"step": 1, "bounds": [2, 1]}}, 5733402),
+        ({"field": "x", "range": {"step": 1, "unit": "day", "bounds": [1, 2]}}, 5733409),
+        ({"field": "x", "range": {"step": 1, "bounds": [1, 2.5]}}, 5876900),
+        ({"field": "x", "range": {"step": 1, "bounds": [utc(2021, 1, 1), utc(2021, 1, 2)]}}, 5733410),
+        ({"field": "x", "range": {"step": 1, "bounds": ["a", "b"]}}, 5946800),
+        ({"field": "x", "range": {"step": 1, "bounds": "partition"}}, 5733408),
+        ({"field": "s", "range": {"step": 1, "bounds": "full"}}, 5733201),
+        ({"field": "x", "range": {"step": 1, "unit": "day", "bounds": "full"}}, 6053600),
+        ({"field": "x", "range": {"step": 1e-9, "bounds": "full"}}, 5897900),
+    ])
+    def test_errors(self, coll, spec, code):
+        coll.insert_many([{"x": 1, "s": "a"}, {"x": 2, "s": "b"}])
+        assert code_of(coll, [{"$densify": spec}]) == code

@@ -3,6 +3,7 @@
 //! where a stage may stand and drives the documents through them.
 
 mod bucket_auto;
+mod densify;
 mod documents_facet;
 mod fill;
 mod group_bucket;
@@ -66,6 +67,7 @@ pub(crate) enum Stage {
     SetWindowFields(Box<window::WindowFieldsStage>),
     Fill(Box<fill::FillStage>),
     BucketAuto(Box<bucket_auto::BucketAutoStage>),
+    Densify(Box<densify::DensifyStage>),
     /// `$out` / `$merge`: documents pass through; the engine writes them.
     Output,
 }
@@ -98,6 +100,7 @@ impl Stage {
             "$setWindowFields" => window::parse_set_window_fields(arg),
             "$fill" => fill::parse_fill(arg),
             "$bucketAuto" => bucket_auto::parse_bucket_auto(arg),
+            "$densify" => densify::parse_densify(arg),
             "$lookup" => lookup_union::parse_lookup(arg, db),
             "$graphLookup" => lookup_union::parse_graph_lookup(arg, db),
             "$unionWith" => lookup_union::parse_union_with(arg, db),
@@ -205,6 +208,7 @@ impl Stage {
             Stage::SetWindowFields(w) => window::set_window_fields(w, docs, vars)?,
             Stage::Fill(f) => fill::fill(f, docs, vars)?,
             Stage::BucketAuto(b) => bucket_auto::bucket_auto(b, docs, vars)?,
+            Stage::Densify(d) => densify::densify(d, docs, vars)?,
             _ => unreachable!("streaming stage in blocking path"),
         })
     }

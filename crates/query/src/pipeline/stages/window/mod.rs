@@ -65,7 +65,7 @@ pub(crate) enum TimeUnit {
 }
 
 impl TimeUnit {
-    fn parse(s: &str) -> Result<TimeUnit> {
+    pub(crate) fn parse(s: &str) -> Result<TimeUnit> {
         Ok(match s {
             "year" => TimeUnit::Year,
             "quarter" => TimeUnit::Quarter,
