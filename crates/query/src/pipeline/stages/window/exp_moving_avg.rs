@@ -55,15 +55,75 @@ fn round(mut d: Dec) -> Dec {
     d
 }
 
+/// One digit less: the coefficient over ten, rounded half to even.
+fn drop_digit(d: Dec) -> Dec {
+    let rem = d.coeff % 10;
+    let mut coeff = d.coeff / 10;
+    if rem > 5 || (rem == 5 && coeff % 2 == 1) {
+        coeff += 1;
+    }
+    Dec {
+        coeff,
+        exp: d.exp + 1,
+        ..d
+    }
+}
+
+/// `a + b` to [`DIGITS`] digits: where aligning the exponents would overflow, the
+/// operand with the finer exponent gives up its last digits first.
+fn add(a: Dec, b: Dec) -> Option<Dec> {
+    let (mut a, mut b) = (round(a), round(b));
+    loop {
+        if let Some(sum) = a.add(b) {
+            return Some(round(sum));
+        }
+        if a.exp < b.exp {
+            a = drop_digit(a);
+        } else if b.exp < a.exp {
+            b = drop_digit(b);
+        } else {
+            return None;
+        }
+    }
+}
+
 /// One step: `x * alpha + avg * (1 - alpha)`; None on overflow.
 pub(crate) fn step(avg: Dec, x: Dec, alpha: Dec) -> Option<Dec> {
-    let one_minus = Dec {
+    let one = Dec {
         neg: false,
         coeff: 1,
         exp: 0,
-    }
-    .add(alpha.neg())?;
+    };
+    let one_minus = add(one, alpha.neg())?;
     let a = round(x).mul(round(alpha))?;
     let b = round(avg).mul(round(one_minus))?;
-    Some(round(a.add(b)?))
+    add(a, b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dec(s: &str) -> Dec {
+        Dec::parse(s).unwrap()
+    }
+
+    #[test]
+    fn steps_of_far_apart_magnitudes_stay_decimal() {
+        // 1e30 * 0.5 + 1e-10 * 0.5: exact alignment needs 40 digits; rounding keeps it.
+        let r = step(dec("1e-10"), dec("1e30"), dec("0.5")).unwrap();
+        assert_eq!(r.to_f64(), 5e29);
+        let r = step(dec("1e30"), dec("1e-10"), dec("0.5")).unwrap();
+        assert_eq!(r.to_f64(), 5e29);
+    }
+
+    #[test]
+    fn alpha_of_n_is_two_over_n_plus_one() {
+        assert_eq!(alpha_from_n(1).to_f64(), 1.0);
+        assert_eq!(alpha_from_n(2).to_f64(), 2.0 / 3.0);
+        assert_eq!(alpha_from_n(3).to_f64(), 0.5);
+        // The average of 12 after 13 with N = 2 is mongod's 12.333333333333334.
+        let r = step(dec("13"), dec("12"), alpha_from_n(2)).unwrap();
+        assert_eq!(r.to_f64(), 12.333333333333334);
+    }
 }
