@@ -574,3 +574,113 @@ class TestDensify:
     def test_errors(self, coll, spec, code):
         coll.insert_many([{"x": 1, "s": "a"}, {"x": 2, "s": "b"}])
         assert code_of(coll, [{"$densify": spec}]) == code
+
+
+class TestFunctionWindowMatrix:
+    """Every window function with every kind of window, sortBy and partitionBy, and the
+    outcome mongod's own matrix test expects of each combination (an error code or
+    success): which functions take windows, which need a sort, which errors come at
+    parse time and which at run time."""
+
+    FUNCTIONS = {
+        "sum": {"$sum": "$a"}, "avg": {"$avg": "$a"}, "stdDevSamp": {"$stdDevSamp": "$a"},
+        "stdDevPop": {"$stdDevPop": "$a"}, "min": {"$min": "$a"}, "max": {"$max": "$a"},
+        "count": {"$count": {}},
+        "derivative": {"$derivative": {"input": "$a"}},
+        "derivative_date": {"$derivative": {"input": "$date", "unit": "millisecond"}},
+        "integral": {"$integral": {"input": "$a"}},
+        "integral_date": {"$integral": {"input": "$a", "unit": "millisecond"}},
+        "covariancePop": {"$covariancePop": ["$a", "$date"]},
+        "covarianceSamp": {"$covarianceSamp": ["$a", "$date"]},
+        "expMovingAvgN": {"$expMovingAvg": {"input": "$a", "N": 3}},
+        "expMovingAvgAlpha": {"$expMovingAvg": {"input": "$a", "alpha": 0.1}},
+        "push": {"$push": "$a"}, "addToSet": {"$addToSet": "$a"}, "first": {"$first": "$a"},
+        "last": {"$last": "$a"}, "shift": {"$shift": {"output": "$a", "by": 1, "default": 0}},
+        "documentNumber": {"$documentNumber": {}}, "rank": {"$rank": {}}, "denseRank": {"$denseRank": {}},
+    }
+    WINDOWS = {
+        "none": None,
+        "left_unbounded_doc": {"documents": ["unbounded", "current"]},
+        "right_unbounded_doc": {"documents": ["current", "unbounded"]},
+        "past_doc": {"documents": [-1, "current"]},
+        "future_doc": {"documents": ["current", 1]},
+        "centered_doc": {"documents": [-1, 1]},
+        "full_unbounded_range": {"range": ["unbounded", "unbounded"]},
+        "left_unbounded_range": {"range": ["unbounded", "current"]},
+        "right_unbounded_range": {"range": ["current", "unbounded"]},
+        "past_range": {"range": [-2, "current"]},
+        "future_range": {"range": ["current", 2]},
+        "centered_range": {"range": [-2, 2]},
+    }
+    SORTS = {
+        "none": None, "asc": {"partitionSeq": 1}, "desc": {"partitionSeq": -1},
+        "asc_date": {"date": 1}, "desc_date": {"date": -1}, "multi": {"partitionSeq": 1, "partition": 1},
+    }
+    PARTITIONS = {"none": None, "field": "$partition", "dynamic_array": "$array", "static_array": {"$const": []}}
+
+    @staticmethod
+    def expected(fn, window, sort, partition):
+        """mongod's outcome: 0 for success, None to skip, else the error code."""
+        failed_to_parse, type_mismatch = 9, 14
+        if window.endswith("range") and (sort.endswith("date") or sort.startswith("desc")):
+            return None
+        if fn.startswith("derivative"):
+            if sort == "none" or window == "none" or sort == "multi":
+                return failed_to_parse
+        elif fn.startswith("integral"):
+            if sort in ("none", "multi"):
+                return failed_to_parse
+        elif fn.startswith("expMovingAvg"):
+            if window != "none" or sort == "none":
+                return failed_to_parse
+        elif fn in ("documentNumber", "rank", "denseRank"):
+            if window != "none":
+                return 5371601
+            if sort in ("none", "multi"):
+                return 5371602
+        elif fn == "shift":
+            if sort == "none" or window != "none":
+                return failed_to_parse
+        if window.endswith("doc") and sort == "none":
+            return 5339901
+        if window.endswith("range") and sort in ("none", "multi"):
+            return 5339902
+        if partition.endswith("array"):
+            return type_mismatch
+        if fn.startswith("derivative"):
+            if fn == "derivative_date" and not sort.endswith("date"):
+                return 5624900
+            if sort.endswith("date") and fn != "derivative_date":
+                return 5624901
+        elif fn.startswith("integral"):
+            if fn == "integral_date" and not sort.endswith("date"):
+                return 5423901
+            if sort.endswith("date") and fn != "integral_date":
+                return 5423902
+        return 0
+
+    def test_matrix(self, coll):
+        start = utc(2021, 1, 1)
+        coll.insert_many([{"a": i, "date": start + datetime.timedelta(days=i), "array": [],
+                           "partition": i % 2, "partitionSeq": i // 2} for i in range(10)])
+        mismatches = []
+        for fn, spec in self.FUNCTIONS.items():
+            for window, bounds in self.WINDOWS.items():
+                for sort, sort_by in self.SORTS.items():
+                    for partition, partition_by in self.PARTITIONS.items():
+                        want = self.expected(fn, window, sort, partition)
+                        if want is None:
+                            continue
+                        stage = {"output": {"x": dict(spec, **({"window": bounds} if bounds else {}))}}
+                        if sort_by:
+                            stage["sortBy"] = sort_by
+                        if partition_by:
+                            stage["partitionBy"] = partition_by
+                        try:
+                            list(coll.aggregate([{"$setWindowFields": stage}]))
+                            got = 0
+                        except OperationFailure as e:
+                            got = e.code
+                        if got != want:
+                            mismatches.append((fn, window, sort, partition, want, got))
+        assert mismatches == []

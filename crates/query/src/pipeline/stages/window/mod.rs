@@ -221,14 +221,13 @@ pub(crate) fn parse_set_window_fields(arg: &Bson) -> Result<Stage> {
             util::type_name(arg)
         )));
     };
+    // As mongod: the spec's fields and their types first (IDL), then partitionBy,
+    // sortBy and each output parsed, and last the check of a constant partitionBy.
     let (mut partition_by, mut sort_by, mut output) = (None, None, None);
     for (k, v) in spec {
         match k.as_str() {
-            "partitionBy" => partition_by = Some(parse_partition_by(v)?),
-            "sortBy" => {
-                let d = crate::args::doc_value(&format!("{STAGE}.sortBy"), v)?;
-                sort_by = Some(SortSpec::parse(d)?);
-            }
+            "partitionBy" => partition_by = Some(v),
+            "sortBy" => sort_by = Some(crate::args::doc_value(&format!("{STAGE}.sortBy"), v)?),
             "output" => output = Some(crate::args::doc_value(&format!("{STAGE}.output"), v)?),
             other => {
                 return Err(Error::location(
@@ -239,6 +238,8 @@ pub(crate) fn parse_set_window_fields(arg: &Bson) -> Result<Stage> {
         }
     }
     let output = output.ok_or_else(|| Error::missing_field(&format!("{STAGE}.output")))?;
+    let partition_by = partition_by.map(Expr::parse).transpose()?;
+    let sort_by = sort_by.map(SortSpec::parse).transpose()?;
     let mut outputs: Vec<Output> = Vec::with_capacity(output.len());
     for (path, v) in output {
         if outputs.iter().any(|o| paths_conflict(&o.path, path)) {
@@ -257,22 +258,16 @@ pub(crate) fn parse_set_window_fields(arg: &Bson) -> Result<Stage> {
             func: parse_function(f, sort_by.as_ref())?,
         });
     }
+    if let Some(Bson::Array(_)) = partition_by.as_ref().and_then(Expr::as_const) {
+        return Err(Error::type_mismatch(
+            "An expression used to partition cannot evaluate to value of type array",
+        ));
+    }
     Ok(Stage::SetWindowFields(Box::new(WindowFieldsStage {
         partition_by,
         sort_by,
         outputs,
     })))
-}
-
-/// `partitionBy`: any expression, though a constant array is refused up front.
-fn parse_partition_by(v: &Bson) -> Result<Expr> {
-    let e = Expr::parse(v)?;
-    if let Some(Bson::Array(_)) = e.as_const() {
-        return Err(Error::type_mismatch(
-            "An expression used to partition cannot evaluate to value of type array",
-        ));
-    }
-    Ok(e)
 }
 
 /// Whether one output path equals the other or is a prefix of it.
