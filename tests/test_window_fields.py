@@ -229,6 +229,15 @@ class TestManualExamples:
         assert out == [{"_id": 1, "a": {"x": 1, "y": 3}, "next": None},
                        {"_id": 2, "a": {"y": 3}, "next": 1}]
 
+    def test_array_arguments_are_array_expressions(self, coll):
+        # $group refuses {$push: [...]} (40237); in a window it is an array expression.
+        coll.insert_many([{"_id": 1}, {"_id": 2}])
+        out = run(coll, {"sortBy": {"_id": 1}, "output": {
+            "pairs": {"$push": ["$_id", 0], "window": {"documents": ["unbounded", "current"]}}}}, "pairs")
+        assert out == [(1, [[1, 0]]), (2, [[1, 0], [2, 0]])]
+        out = run(coll, {"output": {"s": {"$sum": ["$_id"]}}}, "s")
+        assert out == [(1, 0), (2, 0)]
+
     def test_no_sort_no_partition_keeps_order(self, coll):
         coll.insert_many([{"_id": i, "k": k} for i, k in [(3, "b"), (1, "c"), (2, "a")]])
         scan = [d["_id"] for d in coll.find()]

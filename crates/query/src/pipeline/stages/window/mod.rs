@@ -15,7 +15,7 @@ mod run;
 #[cfg(test)]
 mod tests;
 
-use super::super::group::{AccOp, AccSpec};
+use super::super::group::AccSpec;
 use super::Stage;
 use crate::error::{Error, Result};
 use crate::expr::{util, Expr};
@@ -309,34 +309,34 @@ fn parse_function(f: &Document, sort_by: Option<&SortSpec>) -> Result<WindowFunc
     }
 }
 
-/// The `$group` accumulator `{name: arg}`, None when `$group` has no such operator.
-/// The simple accumulators take any expression (an array is the value of an array
-/// expression here, where `$group` refuses it).
+/// The accumulators of one expression argument, which a window gives any expression
+/// (an array is the value of an array expression here, where `$group` refuses it).
+const UNARY_ACCUMULATORS: &[&str] = &[
+    "$sum",
+    "$avg",
+    "$min",
+    "$max",
+    "$push",
+    "$addToSet",
+    "$stdDevPop",
+    "$stdDevSamp",
+];
+
+/// The `$group` accumulator `{name: arg}` (built by `$group`'s own parser, whatever
+/// it holds), None when `$group` has no such operator.
 fn accumulator(name: &str, arg: &Bson) -> Result<Option<AccSpec>> {
-    let simple = match name {
-        "$sum" => Some(AccOp::Sum),
-        "$avg" => Some(AccOp::Avg),
-        "$min" => Some(AccOp::Min),
-        "$max" => Some(AccOp::Max),
-        "$push" => Some(AccOp::Push),
-        "$addToSet" => Some(AccOp::AddToSet),
-        "$stdDevPop" => Some(AccOp::StdDevPop),
-        "$stdDevSamp" => Some(AccOp::StdDevSamp),
-        _ => None,
-    };
-    if let Some(op) = simple {
-        return Ok(Some(AccSpec {
-            name: String::new(),
-            op,
-            arg: Expr::parse(arg)?,
-            js: None,
-        }));
-    }
+    let unary = UNARY_ACCUMULATORS.contains(&name);
     let mut d = Document::new();
-    d.insert(name, arg.clone());
-    match AccSpec::parse("window", &Bson::Document(d)) {
+    d.insert(name, if unary { Bson::Null } else { arg.clone() });
+    match AccSpec::parse(WINDOW_ARG, &Bson::Document(d)) {
         Err(e) if e.code == UNKNOWN_GROUP_OPERATOR => Ok(None),
-        other => other.map(Some),
+        Err(e) => Err(e),
+        Ok(mut spec) => {
+            if unary {
+                spec.arg = Expr::parse(arg)?;
+            }
+            Ok(Some(spec))
+        }
     }
 }
 
@@ -370,12 +370,7 @@ fn parse_windowed(f: &Document, name: &str, sort_by: Option<&SortSpec>) -> Resul
                 ));
             }
             WindowFunc::Accumulator {
-                spec: AccSpec {
-                    name: String::new(),
-                    op: AccOp::Sum,
-                    arg: Expr::Const(Bson::Int32(1)),
-                    js: None,
-                },
+                spec: accumulator("$sum", &Bson::Int32(1))?.expect("$group's $sum"),
                 window,
             }
         }
