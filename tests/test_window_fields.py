@@ -136,6 +136,18 @@ class TestManualExamples:
         assert [d["samp"] for d in out] == [None, -21, pytest.approx(-8.5, rel=1e-14), None, -15, 3]
         assert all(type(d["pop"]) is float for d in out)
 
+    def test_covariance_of_infinities_and_nan(self, coll):
+        inf, nan = float("inf"), float("nan")
+        pairs = [(inf, 1), (1, 1), (2, 3), (-inf, 1), (nan, 2)]
+        coll.insert_many([{"_id": i, "x": x, "y": y} for i, (x, y) in enumerate(pairs)])
+        out = run(coll, {"sortBy": {"_id": 1}, "output": {"c": {"$covariancePop": ["$x", "$y"],
+                                                                "window": {"documents": ["unbounded", "current"]}}}}, "c")
+        values = [v for _, v in out]
+        # No finite pair yet: null; one finite pair: 0 whatever the infinities; then the
+        # infinity decides; infinities of both signs, or a NaN, make NaN.
+        assert values[:3] == [None, 0.0, inf]
+        assert math.isnan(values[3]) and math.isnan(values[4])
+
     def test_first_last_push_add_to_set_min_std_dev(self, cakes):
         stage = {"partitionBy": "$state", "sortBy": {"orderDate": 1}, "output": {
             "first": {"$first": "$type", "window": {"documents": [-1, 0]}},

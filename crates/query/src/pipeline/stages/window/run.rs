@@ -543,7 +543,8 @@ fn covariance_of<'a>(pts: impl Iterator<Item = &'a (f64, f64, bool)>, sample: bo
             Bson::Double(v)
         }
     };
-    if count == 1.0 && !sample && non_finite.is_none() {
+    // mongod answers 0 for one finite pair before it looks at the infinities.
+    if count == 1.0 && !sample {
         return Bson::Double(0.0);
     }
     let adjusted = if sample { count - 1.0 } else { count };
