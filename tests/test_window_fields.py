@@ -260,6 +260,14 @@ class TestManualExamples:
         rest = [i for i in scan if i != 2]
         assert out == [(2, [2])] + [(i, rest) for i in rest]
 
+    def test_inside_facet_and_lookup(self, cakes):
+        stage = {"$setWindowFields": {"sortBy": {"_id": 1}, "output": {"n": {"$documentNumber": {}}}}}
+        out = list(cakes.aggregate([{"$facet": {"numbered": [stage, {"$project": {"n": 1}}]}}]))
+        assert out[0]["numbered"] == [{"_id": i, "n": i + 1} for i in range(6)]
+        out = list(cakes.aggregate([{"$match": {"_id": 0}}, {"$lookup": {
+            "from": cakes.name, "pipeline": [stage, {"$match": {"n": 2}}], "as": "second"}}]))
+        assert [d["_id"] for d in out[0]["second"]] == [1]
+
     def test_missing_and_null_partition_together(self, coll):
         coll.insert_many([{"_id": 1, "p": None}, {"_id": 2}, {"_id": 3, "p": 1}])
         out = run(coll, {"partitionBy": "$p", "sortBy": {"_id": 1}, "output": {"n": {"$count": {}}}}, "n")
