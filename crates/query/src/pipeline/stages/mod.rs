@@ -2,13 +2,17 @@
 //! the stages themselves in files by family. The pipeline ([`super::Pipeline`]) checks
 //! where a stage may stand and drives the documents through them.
 
+mod bucket_auto;
+mod densify;
 mod documents_facet;
+mod fill;
 mod group_bucket;
 mod lookup_union;
 mod match_project;
 mod output;
 mod sort_limit_sample;
 mod unwind;
+mod window;
 
 use super::group::{self, AccSpec};
 use super::project;
@@ -60,6 +64,10 @@ pub(crate) enum Stage {
     },
     Redact(Expr),
     Documents(Expr),
+    SetWindowFields(Box<window::WindowFieldsStage>),
+    Fill(Box<fill::FillStage>),
+    BucketAuto(Box<bucket_auto::BucketAutoStage>),
+    Densify(Box<densify::DensifyStage>),
     /// `$out` / `$merge`: documents pass through; the engine writes them.
     Output,
 }
@@ -89,6 +97,10 @@ impl Stage {
             "$count" => group_bucket::parse_count(arg),
             "$sortByCount" => group_bucket::parse_sort_by_count(arg),
             "$bucket" => group_bucket::parse_bucket(arg),
+            "$setWindowFields" => window::parse_set_window_fields(arg),
+            "$fill" => fill::parse_fill(arg),
+            "$bucketAuto" => bucket_auto::parse_bucket_auto(arg),
+            "$densify" => densify::parse_densify(arg),
             "$lookup" => lookup_union::parse_lookup(arg, db),
             "$graphLookup" => lookup_union::parse_graph_lookup(arg, db),
             "$unionWith" => lookup_union::parse_union_with(arg, db),
@@ -193,6 +205,10 @@ impl Stage {
                 lookup_union::union_with(db, coll, pipeline.as_ref(), docs, ctx, vars)?
             }
             Stage::Documents(e) => documents_facet::documents(e, vars)?,
+            Stage::SetWindowFields(w) => window::set_window_fields(w, docs, vars)?,
+            Stage::Fill(f) => fill::fill(f, docs, vars)?,
+            Stage::BucketAuto(b) => bucket_auto::bucket_auto(b, docs, vars)?,
+            Stage::Densify(d) => densify::densify(d, docs, vars)?,
             _ => unreachable!("streaming stage in blocking path"),
         })
     }
