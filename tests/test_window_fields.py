@@ -713,3 +713,31 @@ class TestFunctionWindowMatrix:
                         if got != want:
                             mismatches.append((fn, window, sort, partition, want, got))
         assert mismatches == []
+
+
+def test_the_n_accumulators_and_median_are_window_functions(db):
+    """$topN, $maxN and $median (added to $group beside the windows) work over windows."""
+    db.s.insert_many([{"_id": i, "g": i % 2, "v": i * 3 % 7} for i in range(8)])
+    out = list(db.s.aggregate([
+        {"$setWindowFields": {"partitionBy": "$g", "sortBy": {"_id": 1}, "output": {
+            "top2": {"$topN": {"n": 2, "sortBy": {"v": -1}, "output": "$v"},
+                     "window": {"documents": ["unbounded", "current"]}},
+            "med": {"$median": {"input": "$v", "method": "approximate"},
+                    "window": {"documents": [-1, 1]}},
+            "mx": {"$maxN": {"n": 2, "input": "$v"},
+                   "window": {"documents": ["unbounded", "unbounded"]}},
+        }}},
+        {"$sort": {"_id": 1}},
+        {"$project": {"_id": 0, "top2": 1, "med": 1, "mx": 1}},
+    ]))
+    # Partition g=0 holds v 0, 6, 5, 4 (ids 0, 2, 4, 6); g=1 holds 3, 2, 1, 0.
+    assert out == [
+        {"top2": [0], "med": 0.0, "mx": [6, 5]},
+        {"top2": [3], "med": 2.0, "mx": [3, 2]},
+        {"top2": [6, 0], "med": 5.0, "mx": [6, 5]},
+        {"top2": [3, 2], "med": 2.0, "mx": [3, 2]},
+        {"top2": [6, 5], "med": 5.0, "mx": [6, 5]},
+        {"top2": [3, 2], "med": 1.0, "mx": [3, 2]},
+        {"top2": [6, 5], "med": 4.0, "mx": [6, 5]},
+        {"top2": [3, 2], "med": 0.0, "mx": [3, 2]},
+    ]

@@ -178,7 +178,7 @@ pub(crate) fn bucket_auto(
             states: b
                 .output
                 .iter()
-                .map(|a| AccState::start(a, &empty, vars))
+                .map(|a| AccState::start(a, &Bson::Null, &empty, vars))
                 .collect::<Result<_>>()?,
         };
         add(b, &mut bucket, key, &doc, vars)?;

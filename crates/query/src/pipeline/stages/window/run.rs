@@ -204,11 +204,11 @@ fn accumulate(spec: &AccSpec, spans: &[Span], p: &Partition) -> Result<Vec<Optio
             }
         }
         let value = match *span {
-            None => AccState::start(spec, &p.docs[i], p.vars)?.finish(spec.op)?,
+            None => AccState::start(spec, &Bson::Null, &p.docs[i], p.vars)?.finish(spec.op)?,
             Some((lo, hi)) => {
                 let (mut state, from) = match folded.take() {
                     Some((st, flo, fhi)) if flo == lo && fhi <= hi => (st, fhi + 1),
-                    _ => (AccState::start(spec, &p.docs[lo], p.vars)?, lo),
+                    _ => (AccState::start(spec, &Bson::Null, &p.docs[lo], p.vars)?, lo),
                 };
                 for a in &args[from..=hi] {
                     state.add(spec.op, a.clone(), coll)?;
