@@ -37,6 +37,18 @@ pub struct RecentEntry {
     /// such stream and shared by the others; fan-out: one build, not one per stream).
     /// Opaque here: the oplog layer does not know its readers.
     pub memo: std::sync::OnceLock<Option<Memo>>,
+    /// An insert's collection (`ui`) and document, split off the entry by its first
+    /// reader and shared by the others (tailable cursors on a capped collection: with
+    /// N consumers, one parse and one copy instead of N). At most the entry's own size
+    /// again, for the entries such cursors read.
+    inserted: std::sync::OnceLock<Option<InsertedDocument>>,
+}
+
+/// The collection and the document of an insert entry (see [`RecentEntry::inserted`]).
+pub struct InsertedDocument {
+    /// The collection's UUID (the entry's `ui`).
+    pub ui: [u8; 16],
+    pub doc: Arc<bson::RawDocumentBuf>,
 }
 
 impl RecentEntry {
@@ -61,7 +73,26 @@ impl RecentEntry {
             digest,
             bytes: (wanted && raw.len() <= MAX_ENTRY_BYTES).then(|| Arc::from(raw)),
             memo: std::sync::OnceLock::new(),
+            inserted: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The collection and document of an insert entry whose bytes the ring holds (None:
+    /// another kind of entry, or a large one listed without its bytes).
+    pub fn inserted(&self) -> Option<&InsertedDocument> {
+        self.inserted
+            .get_or_init(|| {
+                let raw = bson::RawDocument::from_bytes(self.bytes.as_deref()?).ok()?;
+                let fields = crate::oplog::EntryFields::read(raw).ok()?;
+                if fields.op != Some("i") {
+                    return None;
+                }
+                Some(InsertedDocument {
+                    ui: fields.ui?.bytes.try_into().ok()?,
+                    doc: Arc::new(fields.o?.to_owned()),
+                })
+            })
+            .as_ref()
     }
 
     fn size(&self) -> usize {
@@ -206,9 +237,8 @@ impl RecentOplog {
         );
     }
 
-    /// The bytes of the entry at `ts`, if the ring holds them (a watched namespace's
-    /// entry of at most `MAX_ENTRY_BYTES`).
-    pub fn get(&self, ts: ClusterTime) -> Option<Arc<[u8]>> {
+    /// The entry at `ts`, if the ring holds it.
+    pub fn get(&self, ts: ClusterTime) -> Option<Arc<RecentEntry>> {
         if !self.enabled() {
             return None;
         }
@@ -217,10 +247,7 @@ impl RecentOplog {
             return None;
         }
         let at = r.entries.partition_point(|e| e.ts < ts);
-        r.entries
-            .get(at)
-            .filter(|e| e.ts == ts)
-            .and_then(|e| e.bytes.clone())
+        r.entries.get(at).filter(|e| e.ts == ts).cloned()
     }
 
     /// The entries with times in `[from, to]` accepted by `wanted`, at most `limit`
@@ -309,6 +336,34 @@ mod tests {
         .is_some());
         drop(all);
         assert_eq!(oplog.watched(), 0);
+    }
+
+    /// An insert entry's collection and document are split off once and shared; other
+    /// entries, and entries kept without their bytes, have none.
+    #[test]
+    fn an_insert_entry_shares_its_document() {
+        let ui = bson::Uuid::new();
+        let insert = bson::rawdoc! {
+            "op": "i", "ns": "db.a",
+            "ui": bson::Binary { subtype: bson::spec::BinarySubtype::Uuid, bytes: ui.bytes().to_vec() },
+            "o": {"_id": 1, "x": "y"},
+        };
+        let e = RecentEntry::new(ct(1), &insert, Vec::new(), vec!["db.a".into()], u64::MAX);
+        let first = e.inserted().expect("an insert");
+        assert_eq!(first.ui, ui.bytes());
+        assert_eq!(
+            first.doc.as_bytes(),
+            bson::rawdoc! {"_id": 1, "x": "y"}.as_bytes()
+        );
+        assert!(
+            Arc::ptr_eq(&first.doc, &e.inserted().unwrap().doc),
+            "one copy, shared"
+        );
+        let update = bson::rawdoc! {"op": "u", "ns": "db.a", "o": {"$v": 2}};
+        let u = RecentEntry::new(ct(2), &update, Vec::new(), vec!["db.a".into()], u64::MAX);
+        assert!(u.inserted().is_none(), "not an insert");
+        let unwatched = RecentEntry::new(ct(3), &insert, Vec::new(), vec!["db.a".into()], 0);
+        assert!(unwatched.bytes.is_none() && unwatched.inserted().is_none());
     }
 
     /// The cluster time whose sortable integer is `v`.

@@ -876,7 +876,7 @@ impl Scan {
                 }
                 self.docs_examined += 1;
                 bytes += size;
-                out.push(Arc::new(raw));
+                out.push(raw);
             }
             self.position = Some(k.to_vec());
         }
@@ -952,14 +952,11 @@ fn unmodified_insert(
     recent: &RecentOplog,
     ts: ClusterTime,
     meta: &CollMeta,
-) -> Option<bson::RawDocumentBuf> {
+) -> Option<Arc<bson::RawDocumentBuf>> {
     let entry = recent.get(ts)?;
-    let raw = bson::RawDocument::from_bytes(&entry).ok()?;
-    // One walk over the entry (the keyed getters walk it once each: 3,300 instructions
-    // per document per consumer on the bus benchmark's fan-out).
-    let fields = crate::oplog::EntryFields::read(raw).ok()?;
-    let same_collection = fields.ui?.bytes == meta.uuid.bytes().as_slice();
-    (fields.op == Some("i") && same_collection).then(|| fields.o.map(|o| o.to_owned()))?
+    // Split off the entry once for every reader (see `RecentEntry::inserted`).
+    let inserted = entry.inserted()?;
+    (inserted.ui == meta.uuid.bytes()).then(|| Arc::clone(&inserted.doc))
 }
 
 /// A stored document's BSON by `_id`, never decoded into a `Document` (see
@@ -971,26 +968,32 @@ pub fn fetch_raw(
     recent: Option<&RecentOplog>,
     coll_id: u32,
     id_ks: &[u8],
-) -> Result<Option<bson::RawDocumentBuf>> {
+) -> Result<Option<Arc<bson::RawDocumentBuf>>> {
     let key = keys::doc_key(coll_id, id_ks);
     let Some(v) = store.get(Space::Docs, &key).map_err(storage_err)? else {
         return Ok(None);
     };
     let corrupt = |e: bson::raw::Error| Error::internal(format!("corrupt stored document: {e}"));
-    let in_memory = keys::parse_doc_pointer(&v).and_then(|ts| recent?.get(ts));
-    if let Some(entry) = in_memory {
-        return Ok(Some(inserted_document(&entry)?.to_owned()));
+    let owned = |raw: &bson::RawDocument| Ok(Some(Arc::new(raw.to_owned())));
+    if let Some(entry) = keys::parse_doc_pointer(&v).and_then(|ts| recent?.get(ts)) {
+        // The document of the insert the value points at, shared by every reader.
+        if let Some(inserted) = entry.inserted() {
+            return Ok(Some(Arc::clone(&inserted.doc)));
+        }
+        if let Some(bytes) = &entry.bytes {
+            return owned(inserted_document(bytes)?);
+        }
     }
     match stored_bytes(store, &v) {
         Ok(StoredDoc::Inline) => bson::RawDocumentBuf::from_bytes(v.to_vec())
-            .map(Some)
+            .map(|d| Some(Arc::new(d)))
             .map_err(corrupt),
-        Ok(StoredDoc::InOplog(entry)) => Ok(Some(inserted_document(&entry)?.to_owned())),
+        Ok(StoredDoc::InOplog(entry)) => owned(inserted_document(&entry)?),
         // Trimmed meanwhile: the trim copied the document into the collection first.
         Err(e) => match store.get(Space::Docs, &key).map_err(storage_err)? {
             Some(v) if keys::parse_doc_pointer(&v).is_none() => {
                 bson::RawDocumentBuf::from_bytes(v.to_vec())
-                    .map(Some)
+                    .map(|d| Some(Arc::new(d)))
                     .map_err(corrupt)
             }
             _ => Err(e),
