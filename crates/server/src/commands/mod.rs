@@ -8,7 +8,7 @@
 mod admin;
 pub(crate) mod args;
 mod ddl;
-mod gates;
+pub(crate) mod gates;
 mod handshake;
 mod read;
 pub(crate) mod registry;
