@@ -6,11 +6,14 @@ Tests that change server-wide settings run on a server of their own (`fresh_serv
 a default write concern, once set, cannot be unset."""
 
 import datetime
+import hashlib
 
+import gridfs
 import pytest
-from bson import Timestamp
+from bson import Binary, CodecOptions, Timestamp
+from bson.raw_bson import RawBSONDocument
 from pymongo import MongoClient
-from pymongo.errors import OperationFailure
+from pymongo.errors import DuplicateKeyError, OperationFailure
 
 
 def _client(srv):
@@ -173,3 +176,144 @@ def test_plan_cache_commands(db):
     with pytest.raises(OperationFailure) as exc:
         db.command({"planCacheClear": 5})
     assert exc.value.code == 73
+
+
+# ---- dbHash ---------------------------------------------------------------------
+
+
+def _expected_collection_md5(coll):
+    """mongod's per-collection digest: the MD5 of the documents' BSON bytes in _id order."""
+    raw = coll.with_options(codec_options=CodecOptions(document_class=RawBSONDocument))
+    h = hashlib.md5()
+    for d in raw.find().sort("_id", 1):
+        h.update(d.raw)
+    return h.hexdigest()
+
+
+def test_db_hash_reply_and_digests(db):
+    db.b.insert_many([{"_id": 3, "x": "c"}, {"_id": 1, "x": "a"}, {"_id": 2, "x": [1, 2.5]}])
+    db.a.insert_one({"_id": "k", "sub": {"y": None}})
+    db.create_collection("capped", capped=True, size=4096)
+    reply = db.command("dbHash")
+    assert list(reply)[:6] == ["host", "collections", "capped", "uuids", "md5", "timeMillis"]
+    assert isinstance(reply["host"], str) and ":" in reply["host"]
+    assert isinstance(reply["timeMillis"], int)
+    assert sorted(reply["collections"]) == ["a", "b", "capped"]
+    assert reply["capped"] == ["capped"]
+    assert set(reply["uuids"]) == {"a", "b", "capped"}
+    for name in ("a", "b", "capped"):
+        assert reply["collections"][name] == _expected_collection_md5(db[name]), name
+    overall = hashlib.md5("".join(reply["collections"][n] for n in ("a", "b", "capped")).encode())
+    assert reply["md5"] == overall.hexdigest()
+    assert reply["collections"]["capped"] == hashlib.md5(b"").hexdigest()
+    # The alias, and the collections filter.
+    only_b = db.command({"dbhash": 1, "collections": ["b"]})
+    assert list(only_b["collections"]) == ["b"]
+    assert only_b["collections"]["b"] == reply["collections"]["b"]
+
+
+def test_db_hash_changes_with_content_and_is_equal_for_equal_content(client, db):
+    db.c.insert_many([{"_id": i, "v": i * 2} for i in range(50)])
+    before = db.command("dbHash")
+    db.c.update_one({"_id": 7}, {"$set": {"v": -1}})
+    after = db.command("dbHash")
+    assert after["collections"]["c"] != before["collections"]["c"]
+    assert after["md5"] != before["md5"]
+    db.c.update_one({"_id": 7}, {"$set": {"v": 14}})
+    assert db.command("dbHash")["collections"]["c"] == before["collections"]["c"]
+    # The same documents inserted in another order: the same digest (_id order).
+    other = client["t_dbhash_copy"]
+    try:
+        other.c.insert_many([{"_id": i, "v": i * 2} for i in reversed(range(50))])
+        assert other.command("dbHash")["md5"] == before["md5"]
+    finally:
+        client.drop_database(other.name)
+
+
+def test_db_hash_bad_collections_entry(db):
+    db.c.insert_one({})
+    with pytest.raises(OperationFailure) as exc:
+        db.command({"dbHash": 1, "collections": ["c", 5]})
+    assert _code(exc) == (2, "BadValue")
+
+
+# ---- filemd5 --------------------------------------------------------------------
+
+
+def test_filemd5_matches_the_files_bytes(db):
+    data = bytes(range(256)) * 40 + b"tail"
+    fs = gridfs.GridFS(db)
+    file_id = fs.put(data, chunkSize=1000)
+    reply = db.command("filemd5", file_id)
+    assert reply["md5"] == hashlib.md5(data).hexdigest()
+    assert reply["numChunks"] == 11 and isinstance(reply["numChunks"], int)
+    bucket = gridfs.GridFSBucket(db, bucket_name="photos")
+    other = bucket.upload_from_stream("p", b"other bytes")
+    reply = db.command("filemd5", other, root="photos")
+    assert reply["md5"] == hashlib.md5(b"other bytes").hexdigest()
+    assert reply["numChunks"] == 1
+    # No such file: no chunks, the digest of nothing.
+    reply = db.command("filemd5", "missing")
+    assert (reply["numChunks"], reply["md5"]) == (0, hashlib.md5(b"").hexdigest())
+
+
+def test_filemd5_errors(db):
+    db["fs.chunks"].create_index([("files_id", 1), ("n", 1)], unique=True)
+    db["fs.chunks"].insert_many([{"files_id": 1, "n": 0, "data": Binary(b"a")},
+                                 {"files_id": 1, "n": 2, "data": Binary(b"b")},
+                                 {"files_id": 2, "n": 0, "data": "not binary"}])
+    with pytest.raises(OperationFailure) as exc:
+        db.command("filemd5", 1)
+    assert exc.value.code == 10040
+    with pytest.raises(OperationFailure) as exc:
+        db.command("filemd5", 2)
+    assert exc.value.code == 50849
+    with pytest.raises(OperationFailure) as exc:
+        db.command("filemd5", 1, root=5)
+    assert _code(exc) == (73, "InvalidNamespace")
+    # mongod plans filemd5 without a collection scan: no index on files_id, no plan.
+    db["nx.chunks"].insert_one({"files_id": 1, "n": 0, "data": Binary(b"a")})
+    with pytest.raises(OperationFailure) as exc:
+        db.command("filemd5", 1, root="nx")
+    assert _code(exc) == (291, "NoQueryExecutionPlans")
+
+
+# ---- reIndex, compact -----------------------------------------------------------
+
+
+def test_reindex_rebuilds_the_indexes(db):
+    db.r.insert_many([{"_id": i, "a": i % 5, "b": str(i)} for i in range(100)])
+    db.r.create_index("a")
+    db.r.create_index([("b", 1)], unique=True)
+    reply = db.command("reIndex", "r")
+    assert reply["nIndexesWas"] == 3 and reply["nIndexes"] == 3
+    assert [i["name"] for i in reply["indexes"]] == ["_id_", "a_1", "b_1"]
+    assert reply["indexes"][2]["unique"] is True
+    # The rebuilt indexes answer queries, and the unique one still refuses duplicates.
+    assert db.r.count_documents({"a": 3}, hint="a_1") == 20
+    assert db.r.find_one({"b": "42"}, hint="b_1")["_id"] == 42
+    with pytest.raises(DuplicateKeyError):
+        db.r.insert_one({"b": "42"})
+    with pytest.raises(OperationFailure) as exc:
+        db.command("reIndex", "nosuch")
+    assert _code(exc) == (26, "NamespaceNotFound")
+    db.command("create", "v", viewOn="r", pipeline=[])
+    with pytest.raises(OperationFailure) as exc:
+        db.command("reIndex", "v")
+    assert _code(exc) == (166, "CommandNotSupportedOnView")
+
+
+def test_compact(db):
+    db.k.insert_many([{"_id": i, "pad": "x" * 200} for i in range(200)])
+    db.k.create_index("pad")
+    db.k.delete_many({"_id": {"$lt": 150}})
+    reply = db.command("compact", "k")
+    assert isinstance(reply["bytesFreed"], int) and reply["bytesFreed"] >= 0
+    assert db.k.count_documents({}) == 50
+    assert db.k.count_documents({"pad": "x" * 200}, hint="pad_1") == 50
+    with pytest.raises(OperationFailure) as exc:
+        db.command("compact", "nosuch")
+    assert _code(exc) == (26, "NamespaceNotFound")
+    with pytest.raises(OperationFailure) as exc:
+        db.command("compact", "k", force="yes")
+    assert exc.value.code == 14

@@ -7,6 +7,7 @@ pub mod cursor;
 pub mod find;
 pub(crate) mod geo_near;
 pub mod get_more;
+pub mod hash;
 pub mod min_max;
 pub(crate) mod plugin_plan;
 mod storage_stats;

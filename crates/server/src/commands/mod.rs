@@ -10,6 +10,7 @@ pub(crate) mod args;
 mod ddl;
 pub(crate) mod gates;
 mod handshake;
+mod maintenance;
 mod read;
 pub(crate) mod registry;
 pub(crate) mod testing;
