@@ -10,7 +10,7 @@ import hashlib
 
 import gridfs
 import pytest
-from bson import Binary, CodecOptions, Timestamp
+from bson import Binary, CodecOptions, Int64, Timestamp
 from bson.raw_bson import RawBSONDocument
 from pymongo import MongoClient
 from pymongo.errors import DuplicateKeyError, OperationFailure
@@ -317,3 +317,90 @@ def test_compact(db):
     with pytest.raises(OperationFailure) as exc:
         db.command("compact", "k", force="yes")
     assert exc.value.code == 14
+
+
+# ---- $indexStats, $listSessions, $planCacheStats, $sampleRate -------------------
+
+
+def test_index_stats(db):
+    db.s.insert_many([{"_id": i, "a": i} for i in range(10)])
+    db.s.create_index("a")
+    db.s.find_one({"_id": 3})
+    for _ in range(3):
+        list(db.s.find({"a": {"$gt": 5}}))
+    stats = {s["name"]: s for s in db.s.aggregate([{"$indexStats": {}}])}
+    assert sorted(stats) == ["_id_", "a_1"]
+    a = stats["a_1"]
+    assert list(a)[:5] == ["name", "key", "host", "accesses", "spec"]
+    assert a["key"] == {"a": 1}
+    assert a["spec"]["name"] == "a_1" and a["spec"]["key"] == {"a": 1}
+    assert isinstance(a["accesses"]["ops"], Int64) and a["accesses"]["ops"] == 3
+    assert isinstance(a["accesses"]["since"], datetime.datetime)
+    assert stats["_id_"]["accesses"]["ops"] >= 1
+    assert ":" in a["host"]
+    # The rest of the pipeline runs over the stage's documents.
+    names = [d["name"] for d in db.s.aggregate([{"$indexStats": {}}, {"$sort": {"name": -1}},
+                                                {"$project": {"name": 1}}])]
+    assert names == ["a_1", "_id_"]
+    assert list(db.nosuch.aggregate([{"$indexStats": {}}])) == []
+
+
+def test_index_stats_errors(db):
+    db.s.insert_one({})
+    cases = [
+        (lambda: db.s.aggregate([{"$indexStats": {"x": 1}}]), 28803),
+        (lambda: db.s.aggregate([{"$match": {}}, {"$indexStats": {}}]), 40602),
+        (lambda: db.aggregate([{"$indexStats": {}}]), 73),
+    ]
+    db.command("create", "v", viewOn="s", pipeline=[])
+    cases.append((lambda: db.v.aggregate([{"$indexStats": {}}]), 166))
+    for run, code in cases:
+        with pytest.raises(OperationFailure) as exc:
+            run()
+        assert exc.value.code == code
+
+
+def test_list_sessions(client):
+    with client.start_session() as s:
+        client.test.c.find_one({}, session=s)
+        sessions = client.config["system.sessions"]
+        listed = list(sessions.aggregate([{"$listSessions": {"allUsers": True}}]))
+        ids = [d["_id"]["id"] for d in listed]
+        assert s.session_id["id"] in ids
+        assert all(isinstance(d["lastUse"], datetime.datetime) for d in listed)
+        assert list(sessions.aggregate([{"$listSessions": {}}, {"$count": "n"}]))[0]["n"] >= 1
+    with pytest.raises(OperationFailure) as exc:
+        list(client.test.c.aggregate([{"$listSessions": {}}]))
+    assert exc.value.code == 73
+    with pytest.raises(OperationFailure) as exc:
+        list(sessions.aggregate([{"$listSessions": {"allUsers": "yes"}}]))
+    assert exc.value.code == 14
+    with pytest.raises(OperationFailure) as exc:
+        list(sessions.aggregate([{"$listSessions": {"bogus": 1}}]))
+    assert exc.value.code == 40415
+
+
+def test_plan_cache_stats(db):
+    db.p.insert_one({"a": 1})
+    db.p.find_one({"a": 1})
+    assert list(db.p.aggregate([{"$planCacheStats": {}}])) == []
+    for spec, code in [(5, 9), ({"x": 1}, 9), ({"allHosts": 1}, 9)]:
+        with pytest.raises(OperationFailure) as exc:
+            list(db.p.aggregate([{"$planCacheStats": spec}]))
+        assert exc.value.code == code, spec
+    with pytest.raises(OperationFailure) as exc:
+        list(db.p.aggregate([{"$match": {}}, {"$planCacheStats": {}}]))
+    assert exc.value.code == 40602
+
+
+def test_sample_rate(db):
+    db.r.insert_many([{"i": i} for i in range(400)])
+    assert db.r.count_documents({"$sampleRate": 0}) == 0
+    assert db.r.count_documents({"$sampleRate": 1}) == 400
+    sampled = db.r.count_documents({"$sampleRate": 0.5})
+    assert 0 < sampled < 400
+    assert db.r.count_documents({"$and": [{"$sampleRate": 1.0}, {"i": {"$lt": 10}}]}) == 10
+    for bad in (1.01, -1, "0.5", None):
+        with pytest.raises(OperationFailure) as exc:
+            db.r.count_documents({"$sampleRate": bad})
+        assert exc.value.code == 2, bad

@@ -13,6 +13,7 @@ mod handshake;
 mod maintenance;
 mod read;
 pub(crate) mod registry;
+mod stages;
 pub(crate) mod testing;
 pub(crate) mod write;
 
