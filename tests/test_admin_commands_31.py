@@ -139,7 +139,7 @@ def test_set_feature_compatibility_version(fresh_server):
         assert fcv["featureCompatibilityVersion"] == {"version": "6.0"}
         with pytest.raises(OperationFailure) as exc:
             c.admin.command({"setFeatureCompatibilityVersion": "5.0", "confirm": True})
-        assert _code(exc) == (2, "BadValue")
+        assert _code(exc) == (4926900, "Location4926900")
         with pytest.raises(OperationFailure) as exc:
             c.admin.command({"setFeatureCompatibilityVersion": 7, "confirm": True})
         assert _code(exc) == (14, "TypeMismatch")
@@ -156,9 +156,10 @@ def test_lock_info_and_log_rotate(client):
     assert reply["lockInfo"] == [] and reply["ok"] == 1
     assert client.admin.command("logRotate")["ok"] == 1
     assert client.admin.command("logRotate", "server")["ok"] == 1
-    with pytest.raises(OperationFailure) as exc:
-        client.admin.command("logRotate", "nosuchlog")
-    assert exc.value.code == 2
+    for log in ("nosuchlog", "audit"):
+        with pytest.raises(OperationFailure) as exc:
+            client.admin.command("logRotate", log)
+        assert _code(exc) == (4, "NoSuchKey")
     with pytest.raises(OperationFailure) as exc:
         client.test.command("lockInfo")
     assert exc.value.code == 13

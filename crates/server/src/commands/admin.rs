@@ -244,10 +244,13 @@ pub fn set_feature_compatibility_version(state: &ServerState, cmd: &Document) ->
         None => unreachable!("the command's first field names it"),
     };
     if !FCV_VERSIONS.contains(&version) {
-        return Err(Error::bad_value(format!(
-            "Invalid feature compatibility version value '{version}'; expected '6.0' or '7.0'. \
-             See https://docs.mongodb.com/master/release-notes/7.0-compatibility/#feature-compatibility."
-        )));
+        return Err(Error::new(
+            FCV_INVALID_VERSION,
+            format!(
+                "Invalid feature compatibility version value '{version}'; expected '6.0' or '6.3' or '7.0'. \
+                 See https://docs.mongodb.com/master/release-notes/7.0-compatibility/#feature-compatibility."
+            ),
+        ));
     }
     super::args::opt_bool(cmd, "fromConfigServer")?;
     let confirmed = super::opt_bool(cmd, "confirm")?.unwrap_or(false);
@@ -270,6 +273,10 @@ pub fn set_feature_compatibility_version(state: &ServerState, cmd: &Document) ->
     Ok(Document::new())
 }
 
+/// mongod 7.0's code for a version its parser does not know (`parseVersion`); the
+/// last continuous release (6.3) it knows is not offered here either.
+const FCV_INVALID_VERSION: i32 = 4926900;
+
 /// mongod 7.0's code for an FCV change sent without `confirm: true`.
 const FCV_CONFIRM_REQUIRED: i32 = 7369100;
 
@@ -279,12 +286,14 @@ pub fn lock_info() -> Document {
 }
 
 /// `logRotate`: the log goes to standard output, which there is nothing to rotate in.
-/// Its argument is `1` or the log to rotate (`server` or `audit`).
+/// Its argument is `1` (every log) or the log to rotate: `server`, the only one a
+/// community mongod registers (NoSuchKey for another, `audit` included).
 pub fn log_rotate(cmd: &Document) -> Result<Document> {
     match cmd.get("logRotate") {
-        Some(Bson::String(s)) if s != "server" && s != "audit" => Err(Error::bad_value(format!(
-            "Unknown log type for rotate: {s}"
-        ))),
+        Some(Bson::String(s)) if s != "server" => Err(Error::new(
+            codes::NO_SUCH_KEY,
+            "Unknown log type for rotate",
+        )),
         _ => Ok(Document::new()),
     }
 }
