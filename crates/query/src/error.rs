@@ -250,6 +250,7 @@ pub fn code_name(code: i32) -> String {
         279 => "ClientDisconnect",
         280 => "ChangeStreamFatalError",
         286 => "ChangeStreamHistoryLost",
+        291 => "NoQueryExecutionPlans",
         292 => "QueryExceededMemoryLimitNoDiskUseAllowed",
         322 => "APIVersionError",
         323 => "APIStrictError",

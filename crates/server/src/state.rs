@@ -48,6 +48,8 @@ pub struct ServerState {
     pub current_ops: crate::current_op::Registry,
     /// The free-space floor for commands that add data.
     pub disk_space: crate::disk_space::DiskSpace,
+    /// The default read and write concerns (`setDefaultRWConcern`).
+    pub rw_defaults: crate::rw_defaults::RwDefaults,
     /// The `shutdown` command's request: the server stops as on SIGTERM.
     pub shutdown_requested: tokio::sync::Notify,
 }
@@ -90,9 +92,11 @@ impl ServerState {
             parameters.insert(k, value);
         }
         apply_engine_parameters(&parameters);
+        let rw_defaults = crate::rw_defaults::RwDefaults::load(&engine);
         Ok(ServerState {
             config,
             engine,
+            rw_defaults,
             started: Instant::now(),
             process_id: bson::oid::ObjectId::new(),
             next_connection_id: AtomicI64::new(1),

@@ -731,6 +731,15 @@ impl Store {
         Ok(size)
     }
 
+    /// Compacts the keys starting with `prefix` (the `compact` command: one
+    /// collection's documents or one index's entries), dropping their deleted versions
+    /// from the files; runs in the caller's thread until done.
+    pub fn compact_prefix(&self, space: Space, prefix: &[u8]) {
+        let upper = prefix_successor(prefix);
+        self.db
+            .compact_range_cf(self.cf(space), Some(prefix), upper.as_deref());
+    }
+
     /// The last key/value of a space whose key is below `upper` (or of the whole space).
     pub fn last(
         &self,

@@ -7,6 +7,7 @@ pub(crate) mod clustered;
 pub mod namespace;
 pub(crate) mod partial;
 pub mod timeseries;
+pub mod usage;
 pub(crate) mod validation;
 pub mod views;
 
@@ -39,6 +40,8 @@ pub struct IndexMeta {
     pub collator: Option<Arc<Collator>>,
     /// The specification as `listIndexes` reports it (`v`, `key`, `name` and options).
     pub spec: Document,
+    /// The queries that used it (`$indexStats`).
+    pub usage: usage::IndexUsage,
 }
 
 impl IndexMeta {
@@ -83,6 +86,7 @@ impl IndexMeta {
             expire_after_seconds,
             collator,
             spec: spec.clone(),
+            usage: Default::default(),
         })
     }
 

@@ -7,6 +7,7 @@ pub mod cursor;
 pub mod find;
 pub(crate) mod geo_near;
 pub mod get_more;
+pub mod hash;
 pub mod min_max;
 pub(crate) mod plugin_plan;
 mod storage_stats;
@@ -112,9 +113,28 @@ impl Plan {
     }
 }
 
-/// Chooses the access path for a query on a collection. A capped collection's
-/// collection scans follow insertion order, as mongod's do.
+/// Chooses the access path for a query on a collection, and counts a use of the index
+/// it picks (`$indexStats`).
 pub fn plan(
+    meta: &CollMeta,
+    matcher: &Matcher,
+    sort: Option<&SortSpec>,
+    hint: Option<&Bson>,
+) -> Result<Plan> {
+    let p = choose_plan(meta, matcher, sort, hint)?;
+    match &p.access {
+        Access::IndexScan { index, .. } => index.usage.record(),
+        Access::IdPoints(_) | Access::IdRange { .. } => {
+            crate::catalog::usage::record_id_index(meta.uuid)
+        }
+        _ => {}
+    }
+    Ok(p)
+}
+
+/// The access path for a query on a collection. A capped collection's collection scans
+/// follow insertion order, as mongod's do.
+fn choose_plan(
     meta: &CollMeta,
     matcher: &Matcher,
     sort: Option<&SortSpec>,

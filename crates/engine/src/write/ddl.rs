@@ -14,7 +14,7 @@ use tailstream_query::collation::Collator;
 use tailstream_query::error::{codes, Error, Result};
 use tailstream_query::index_keys::KeyPattern;
 use tailstream_query::matcher::Matcher;
-use tailstream_storage::{prefix_successor, Space};
+use tailstream_storage::{prefix_successor, Space, Store};
 
 /// Most secondary indexes on one collection (mongod: 64 including `_id`).
 pub const MAX_INDEXES: usize = 63;
@@ -476,49 +476,7 @@ impl Engine {
                 committed: None,
             });
         }
-        // Build: one pass over the collection, entries for every new index.
-        let all = Matcher::new(&Document::new())?;
-        let mut scan = Scan::new(Access::CollScan { reverse: false });
-        let mut seen_unique: Vec<HashSet<Vec<u8>>> = vec![HashSet::new(); new_indexes.len()];
-        let mut chunk = Vec::new();
-        while !scan.done {
-            chunk.clear();
-            scan.next_batch(&self.store, meta.id, &all, 1000, &mut chunk)?;
-            for (id_ks, doc) in &chunk {
-                for (n, index) in new_indexes.iter().enumerate() {
-                    if !index.covers(doc) {
-                        continue;
-                    }
-                    let (key_sets, _) = index.keys(doc)?;
-                    for (values_ks, values) in encoded_keys(index, key_sets) {
-                        if index.unique && !seen_unique[n].insert(values_ks.clone()) {
-                            let key_value: Document = index
-                                .pattern
-                                .fields
-                                .iter()
-                                .map(|(f, _)| f.clone())
-                                .zip(values)
-                                .collect();
-                            return Err(Error::new(
-                                codes::DUPLICATE_KEY,
-                                format!(
-                                    "Index build failed: E11000 duplicate key error collection: {} index: {} dup key: {}",
-                                    ns.full(),
-                                    index.name,
-                                    crate::core::format::doc_to_string(&key_value)
-                                ),
-                            )
-                            .with_info(doc! {"keyPattern": index.key.clone(), "keyValue": key_value}));
-                        }
-                        txn.batch().put(
-                            Space::Index,
-                            &keys::index_entry_key(index.id, &values_ks, id_ks),
-                            id_ks,
-                        );
-                    }
-                }
-            }
-        }
+        build_index_entries(&self.store, txn, ns, &meta, &new_indexes)?;
         let after = 1 + indexes.iter().filter(|i| !i.is_id_index()).count();
         let uuid = meta.uuid;
         txn.put_collection(meta.with_indexes(indexes));
@@ -534,6 +492,67 @@ impl Engine {
             note: None,
             committed: None,
         })
+    }
+
+    /// reIndex: every secondary index's entries removed and built again from the
+    /// documents, in one commit (the catalog and the oplog are unchanged: mongod does not
+    /// replicate reIndex). Returns the index specifications, `_id`'s first.
+    pub fn reindex(&self, ns: &Namespace) -> Result<(Vec<Document>, Committed)> {
+        let mut txn = self.begin();
+        if txn.catalog().view(ns).is_some() {
+            return Err(Error::new(
+                crate::catalog::views::COMMAND_NOT_SUPPORTED_ON_VIEW,
+                "can't re-index a view",
+            ));
+        }
+        let Some(meta) = txn.catalog().get(ns) else {
+            return Err(Error::new(
+                codes::NAMESPACE_NOT_FOUND,
+                format!("collection {} does not exist", ns.full()),
+            ));
+        };
+        let secondary: Vec<Arc<IndexMeta>> = meta.secondary_indexes().cloned().collect();
+        for index in &secondary {
+            let p = keys::index_prefix(index.id);
+            txn.batch()
+                .delete_range(Space::Index, &p, &prefix_successor(&p).expect("prefix"));
+        }
+        build_index_entries(&self.store, &mut txn, ns, &meta, &secondary)?;
+        let id_index = (!meta.is_timeseries()).then(|| meta.id_index());
+        let specs = id_index
+            .into_iter()
+            .chain(secondary.iter().map(|i| i.spec.clone()))
+            .collect();
+        Ok((specs, txn.commit()?))
+    }
+
+    /// compact: the collection's documents and index entries compacted in the store.
+    /// Returns the bytes the store's files shrank by (approximate, as mongod's
+    /// `bytesFreed`: other writes may run meanwhile; never negative).
+    pub fn compact_collection(&self, ns: &Namespace) -> Result<u64> {
+        if self.view(ns).is_some() {
+            return Err(Error::new(
+                crate::catalog::views::COMMAND_NOT_SUPPORTED_ON_VIEW,
+                "can't compact a view",
+            ));
+        }
+        let Some(meta) = self.collection(ns) else {
+            return Err(Error::new(
+                codes::NAMESPACE_NOT_FOUND,
+                "collection does not exist",
+            ));
+        };
+        let size = |e: &Engine| {
+            e.store.approximate_size(Space::Docs) + e.store.approximate_size(Space::Index)
+        };
+        let before = size(self);
+        self.store
+            .compact_prefix(Space::Docs, &keys::coll_prefix(meta.id));
+        for index in meta.secondary_indexes() {
+            self.store
+                .compact_prefix(Space::Index, &keys::index_prefix(index.id));
+        }
+        Ok(before.saturating_sub(size(self)))
     }
 
     /// Drops indexes by name, key pattern, list of names, or "*" (all but `_id`).
@@ -1179,6 +1198,61 @@ pub(crate) fn materialize_collection(
                 &k,
                 crate::read::inserted_document(&entry)?.as_bytes(),
             );
+        }
+    }
+    Ok(())
+}
+
+/// Writes the entries of `indexes` for every document of the collection, in one pass
+/// (an index build, and reIndex's rebuild); a unique index meeting a duplicate fails
+/// with 11000 as mongod's index build does.
+fn build_index_entries(
+    store: &Store,
+    txn: &mut Txn<'_>,
+    ns: &Namespace,
+    meta: &CollMeta,
+    indexes: &[Arc<IndexMeta>],
+) -> Result<()> {
+    let all = Matcher::new(&Document::new())?;
+    let mut scan = Scan::new(Access::CollScan { reverse: false });
+    let mut seen_unique: Vec<HashSet<Vec<u8>>> = vec![HashSet::new(); indexes.len()];
+    let mut chunk = Vec::new();
+    while !scan.done {
+        chunk.clear();
+        scan.next_batch(store, meta.id, &all, 1000, &mut chunk)?;
+        for (id_ks, doc) in &chunk {
+            for (n, index) in indexes.iter().enumerate() {
+                if !index.covers(doc) {
+                    continue;
+                }
+                let (key_sets, _) = index.keys(doc)?;
+                for (values_ks, values) in encoded_keys(index, key_sets) {
+                    if index.unique && !seen_unique[n].insert(values_ks.clone()) {
+                        let key_value: Document = index
+                            .pattern
+                            .fields
+                            .iter()
+                            .map(|(f, _)| f.clone())
+                            .zip(values)
+                            .collect();
+                        return Err(Error::new(
+                            codes::DUPLICATE_KEY,
+                            format!(
+                                "Index build failed: E11000 duplicate key error collection: {} index: {} dup key: {}",
+                                ns.full(),
+                                index.name,
+                                crate::core::format::doc_to_string(&key_value)
+                            ),
+                        )
+                        .with_info(doc! {"keyPattern": index.key.clone(), "keyValue": key_value}));
+                    }
+                    txn.batch().put(
+                        Space::Index,
+                        &keys::index_entry_key(index.id, &values_ks, id_ks),
+                        id_ks,
+                    );
+                }
+            }
         }
     }
     Ok(())

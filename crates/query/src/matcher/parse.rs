@@ -66,7 +66,7 @@ pub(super) fn parse_doc(filter: &Document, ctx: ParseCtx) -> Result<Node> {
                 "where" => parse_where(v, ctx)?,
                 "text" => Node::Text(Box::new(crate::text::TextPredicate::parse(v)?)),
                 "jsonSchema" => Node::JsonSchema(Arc::new(super::JsonSchema::parse(v)?)),
-                "sampleRate" => return Err(bad("$sampleRate is not supported")),
+                "sampleRate" => parse_sample_rate(v)?,
                 _ => return Err(bad(format!("unknown top level operator: {k}"))),
             };
             nodes.push(node);
@@ -83,6 +83,27 @@ pub(super) fn parse_doc(filter: &Document, ctx: ParseCtx) -> Result<Node> {
         nodes.pop().unwrap()
     } else {
         Node::And(nodes)
+    })
+}
+
+/// `$sampleRate: p`: each document matches with probability `p`, a number in [0, 1]
+/// (mongod's rewrite: never at 0, always at 1, else `$expr: {$lt: [{$rand: {}}, p]}`).
+fn parse_sample_rate(v: &Bson) -> Result<Node> {
+    let rate = match v {
+        Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => {
+            crate::types::as_f64(v).unwrap_or(f64::NAN)
+        }
+        _ => return Err(bad("argument to $sampleRate must be a numeric type")),
+    };
+    if !(0.0..=1.0).contains(&rate) {
+        return Err(bad("numeric argument to $sampleRate must be in [0, 1]"));
+    }
+    Ok(if rate == 0.0 {
+        Node::Const(false)
+    } else if rate == 1.0 {
+        Node::Const(true)
+    } else {
+        Node::Expr(Bson::Document(bson::doc! {"$lt": [{"$rand": {}}, rate]}))
     })
 }
 

@@ -611,3 +611,22 @@ mod pcre {
         );
     }
 }
+
+#[test]
+fn sample_rate_bounds_and_validation() {
+    no(doc! {"$sampleRate": 0}, doc! {});
+    yes(doc! {"$sampleRate": 1.0}, doc! {});
+    // Half the documents, roughly: neither none nor all of 1000.
+    let m = Matcher::new(&doc! {"$sampleRate": 0.5}).unwrap();
+    let matched = (0..1000).filter(|_| m.matches(&doc! {})).count();
+    assert!(matched > 0 && matched < 1000, "{matched}");
+    for bad in [
+        bson::Bson::from(1.5),
+        (-0.1).into(),
+        "0.5".into(),
+        f64::NAN.into(),
+    ] {
+        let err = Matcher::new(&doc! {"$sampleRate": bad.clone()}).unwrap_err();
+        assert_eq!(err.code, 2, "{bad}");
+    }
+}

@@ -205,14 +205,112 @@ fn histogram_buckets(buckets: Vec<(u64, u64)>) -> Vec<Bson> {
 
 /// The cluster-wide defaults: none set, so the implicit ones of a replica set
 /// (read concern local, write concern majority, which is what this server applies).
-pub fn default_rw_concern() -> Document {
-    doc! {
-        "defaultReadConcern": {"level": "local"},
-        "defaultWriteConcern": {"w": "majority", "wtimeout": 0},
-        "defaultReadConcernSource": "implicit",
-        "defaultWriteConcernSource": "implicit",
-        "localUpdateWallClockTime": bson::DateTime::now(),
+/// `getDefaultRWConcern`: the defaults in force; `inMemory: true` adds `inMemory` to
+/// the reply, as mongod does (this server's cache and store never differ).
+pub fn get_default_rw_concern(state: &ServerState, cmd: &Document) -> Result<Document> {
+    let in_memory = super::opt_bool(cmd, "inMemory")?.unwrap_or(false);
+    Ok(state.rw_defaults.reply(in_memory))
+}
+
+/// `setDefaultRWConcern`: checks, persists and replies with the new defaults.
+pub async fn set_default_rw_concern(state: &Arc<ServerState>, cmd: &Document) -> Result<Document> {
+    let wc = super::write::parse_write_concern(cmd)?;
+    let owned = state.clone();
+    let request = cmd.clone();
+    blocking(state, move |e| owned.rw_defaults.set(e, &request)).await?;
+    let mut reply = state.rw_defaults.reply(false);
+    if let Some(wce) = super::write::await_write_concern(state, wc, None).await {
+        reply.insert("writeConcernError", wce);
     }
+    Ok(reply)
+}
+
+/// The feature compatibility versions a 7.0 server can be set to (its own and the last LTS).
+const FCV_VERSIONS: &[&str] = &["6.0", "7.0"];
+
+/// `setFeatureCompatibilityVersion`: 7.0 requires `confirm: true` for any change of
+/// version. The version is reported by `getParameter`; this server's features are the
+/// same at either version.
+pub fn set_feature_compatibility_version(state: &ServerState, cmd: &Document) -> Result<Document> {
+    let version = match cmd.get("setFeatureCompatibilityVersion") {
+        Some(Bson::String(v)) => v.as_str(),
+        Some(other) => {
+            return Err(super::wrong_field_type(
+                "setFeatureCompatibilityVersion",
+                other,
+                "string",
+            ))
+        }
+        None => unreachable!("the command's first field names it"),
+    };
+    if !FCV_VERSIONS.contains(&version) {
+        return Err(Error::new(
+            FCV_INVALID_VERSION,
+            format!(
+                "Invalid feature compatibility version value '{version}'; expected '6.0' or '6.3' or '7.0'. \
+                 See https://docs.mongodb.com/master/release-notes/7.0-compatibility/#feature-compatibility."
+            ),
+        ));
+    }
+    super::args::opt_bool(cmd, "fromConfigServer")?;
+    let confirmed = super::opt_bool(cmd, "confirm")?.unwrap_or(false);
+    let mut params = state.parameters.write();
+    let current = params
+        .get_document("featureCompatibilityVersion")
+        .ok()
+        .and_then(|d| d.get_str("version").ok())
+        .unwrap_or("7.0")
+        .to_string();
+    if current != version && !confirmed {
+        let message = if version == "7.0" {
+            "Once you have upgraded to 7.0, you will not be able to downgrade FCV and binary version without support assistance. Please re-run this command with 'confirm: true' to acknowledge this and continue with the FCV upgrade."
+        } else {
+            "Once you have downgraded the FCV, if you choose to downgrade the binary version, it will require support assistance. Please re-run this command with 'confirm: true' to acknowledge this and continue with the FCV downgrade."
+        };
+        return Err(Error::new(FCV_CONFIRM_REQUIRED, message));
+    }
+    params.insert("featureCompatibilityVersion", doc! {"version": version});
+    Ok(Document::new())
+}
+
+/// mongod 7.0's code for a version its parser does not know (`parseVersion`); the
+/// last continuous release (6.3) it knows is not offered here either.
+const FCV_INVALID_VERSION: i32 = 4926900;
+
+/// mongod 7.0's code for an FCV change sent without `confirm: true`.
+const FCV_CONFIRM_REQUIRED: i32 = 7369100;
+
+/// `lockInfo`: the locks held. Commands here take no lock manager's locks, so none.
+pub fn lock_info() -> Document {
+    doc! {"lockInfo": []}
+}
+
+/// `logRotate`: the log goes to standard output, which there is nothing to rotate in.
+/// Its argument is `1` (every log) or the log to rotate: `server`, the only one a
+/// community mongod registers (NoSuchKey for another, `audit` included).
+pub fn log_rotate(cmd: &Document) -> Result<Document> {
+    match cmd.get("logRotate") {
+        Some(Bson::String(s)) if s != "server" => Err(Error::new(
+            codes::NO_SUCH_KEY,
+            "Unknown log type for rotate",
+        )),
+        _ => Ok(Document::new()),
+    }
+}
+
+/// The plan cache commands: plans are chosen per query here and never cached, so there
+/// is nothing to clear and no index filter to list. The arguments are checked as mongod
+/// checks them (the collection's name, and the query shape's fields as objects).
+pub fn plan_cache(cmd: &Document, db: &str) -> Result<Document> {
+    let name = cmd.keys().next().cloned().unwrap_or_default();
+    super::collection_arg(cmd, db)?;
+    for field in ["query", "sort", "projection", "collation"] {
+        super::opt_doc(cmd, field)?;
+    }
+    Ok(match name.as_str() {
+        "planCacheListFilters" => doc! {"filters": []},
+        _ => Document::new(),
+    })
 }
 
 pub fn repl_set_get_status(state: &ServerState) -> Document {

@@ -59,6 +59,10 @@ pub(super) async fn run(
         Ok(txn) => txn,
         Err(e) => return Reply::error(state, &e),
     };
+    let cmd = match state.rw_defaults.apply(spec, &cmd, txn.is_some()) {
+        Some(with_defaults) => Arc::new(with_defaults),
+        None => cmd,
+    };
     let labels = Labels {
         name: &name,
         part_of_transaction: txn.is_some(),
@@ -544,7 +548,7 @@ const READ_CONCERN_LEVELS: &[&str] =
     &["local", "majority", "linearizable", "available", "snapshot"];
 
 /// The command's read concern level, checked as mongod checks it (None: no level).
-fn read_concern_level(cmd: &Document) -> Result<Option<&str>> {
+pub(crate) fn read_concern_level(cmd: &Document) -> Result<Option<&str>> {
     let level = match cmd.get("readConcern") {
         None => return Ok(None),
         Some(Bson::Document(rc)) => match rc.get("level") {

@@ -8,10 +8,12 @@
 mod admin;
 pub(crate) mod args;
 mod ddl;
-mod gates;
+pub(crate) mod gates;
 mod handshake;
+mod maintenance;
 mod read;
 pub(crate) mod registry;
+mod stages;
 pub(crate) mod testing;
 pub(crate) mod write;
 

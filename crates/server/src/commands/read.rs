@@ -335,6 +335,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
     }
     let pipeline = list_local_sessions(state, coll.is_some(), pipeline)?;
     let pipeline = current_op_stage(state, db, coll.is_some(), pipeline)?;
+    let pipeline = super::stages::replace_source_stage(state, db, coll.as_deref(), pipeline)?;
     let db = db.to_string();
     let writes = pipeline
         .last()

@@ -24,7 +24,7 @@
 //! `adminOnly`, `supportsWriteConcern`, `apiVersions`, `allowedInTransactions`, its
 //! privileges), and nothing else: it is dispatched, listed and checked from here.
 
-use super::{admin, ddl, handshake, read, testing, write, Call, Output};
+use super::{admin, ddl, handshake, maintenance, read, testing, write, Call, Output};
 use bson::{doc, Bson, Document};
 use std::collections::HashMap;
 use std::future::Future;
@@ -122,9 +122,11 @@ pub enum Action {
     CheckFreeMonitoringStatus,
     CollMod,
     CollStats,
+    Compact,
     ConvertToCapped,
     CreateCollection,
     CreateIndex,
+    DbHash,
     DbStats,
     DropCollection,
     DropDatabase,
@@ -146,12 +148,19 @@ pub enum Action {
     Killop,
     ListCollections,
     ListDatabases,
+    LogRotate,
+    PlanCacheIndexFilter,
+    PlanCacheRead,
+    PlanCacheWrite,
+    ReIndex,
     ListIndexes,
     Remove,
     ReplSetConfigure,
     ReplSetGetConfig,
     ReplSetGetStatus,
     ServerStatus,
+    SetDefaultRWConcern,
+    SetFeatureCompatibilityVersion,
     SetParameter,
     Shutdown,
     /// fsyncUnlock (mongod's `unlock`).
@@ -303,6 +312,11 @@ pub static SPECS: &[Spec] = &[
     .in_transaction()
     .open(),
     command(
+        "compact",
+        reply!(c => maintenance::compact(c.state, c.db, c.cmd).await),
+    )
+    .needs(Collection, &[Compact]),
+    command(
         "configureFailPoint",
         reply!(c => testing::configure_fail_point(c.state, c.cmd)),
     )
@@ -356,6 +370,12 @@ pub static SPECS: &[Spec] = &[
     .aliases(&["datasize"])
     .needs(Collection, &[Find]),
     command(
+        "dbHash",
+        reply!(c => maintenance::db_hash(c.state, c.db, c.cmd).await),
+    )
+    .aliases(&["dbhash"])
+    .needs(Database, &[DbHash]),
+    command(
         "dbStats",
         reply!(c => ddl::db_stats(c.state, c.db, c.cmd).await),
     )
@@ -408,6 +428,12 @@ pub static SPECS: &[Spec] = &[
         "explain",
         reply!(c => read::explain(c.state, c.db, c.cmd).await),
     ),
+    // mongod checks find on the bucket's chunks collection (`root`).
+    command(
+        "filemd5",
+        reply!(c => maintenance::file_md5(c.state, c.db, c.cmd).await),
+    )
+    .needs(Collection, &[Find]),
     command("find", reply!(c => read::find(c.state, c.db, c.cmd).await))
         .api_v1()
         .in_transaction()
@@ -441,7 +467,7 @@ pub static SPECS: &[Spec] = &[
     .needs(Cluster, &[GetCmdLineOpts]),
     command(
         "getDefaultRWConcern",
-        reply!(_c => Ok(admin::default_rw_concern())),
+        reply!(c => admin::get_default_rw_concern(c.state, c.cmd)),
     )
     .admin_only()
     .needs(Cluster, &[GetDefaultRWConcern]),
@@ -552,15 +578,42 @@ pub static SPECS: &[Spec] = &[
     )
     .api_v1()
     .needs(Collection, &[ListIndexes]),
+    command("lockInfo", reply!(_c => Ok(admin::lock_info())))
+        .admin_only()
+        .needs(Cluster, &[ServerStatus]),
+    command("logRotate", reply!(c => admin::log_rotate(c.cmd)))
+        .admin_only()
+        .needs(Cluster, &[LogRotate]),
     command("logout", reply!(c => handshake::no_authentication(c.name))).open(),
     command("ping", reply!(_c => Ok(Document::new())))
         .api_v1()
         .open(),
     command(
+        "planCacheClear",
+        reply!(c => admin::plan_cache(c.cmd, c.db)),
+    )
+    .needs(Collection, &[PlanCacheWrite]),
+    command(
+        "planCacheClearFilters",
+        reply!(c => admin::plan_cache(c.cmd, c.db)),
+    )
+    .needs(Collection, &[PlanCacheIndexFilter]),
+    command(
+        "planCacheListFilters",
+        reply!(c => admin::plan_cache(c.cmd, c.db)),
+    )
+    .needs(Collection, &[PlanCacheRead]),
+    command(
         "profile",
         reply!(c => c.state.profiler.command(c.db, c.cmd)),
     )
     .needs(Database, &[EnableProfiler]),
+    command(
+        "reIndex",
+        reply!(c => maintenance::re_index(c.state, c.db, c.cmd).await),
+    )
+    .writes(Adds)
+    .needs(Collection, &[ReIndex]),
     command(
         "refreshSessions",
         reply!(c => admin::sessions(c.state, c.name, c.cmd)),
@@ -614,6 +667,21 @@ pub static SPECS: &[Spec] = &[
         reply!(c => Ok(admin::server_status(c.state))),
     )
     .needs(Cluster, &[ServerStatus]),
+    command(
+        "setDefaultRWConcern",
+        reply!(c => admin::set_default_rw_concern(c.state, c.cmd).await),
+    )
+    .admin_only()
+    .writes(Adds)
+    .write_concern()
+    .needs(Cluster, &[SetDefaultRWConcern]),
+    command(
+        "setFeatureCompatibilityVersion",
+        reply!(c => admin::set_feature_compatibility_version(c.state, c.cmd)),
+    )
+    .admin_only()
+    .write_concern()
+    .needs(Cluster, &[SetFeatureCompatibilityVersion]),
     command(
         "setParameter",
         reply!(c => admin::set_parameter(c.state, c.cmd)),
@@ -1013,6 +1081,27 @@ mod tests {
     /// registry they lacked two: the write concern waited for on failure, and API v1.
     const ALIASES_GAINING_THEIR_COMMANDS_FLAGS: &[&str] = &["findandmodify", "deleteIndexes"];
 
+    /// Commands registered since the lists above (issue 31), with their flags: admin-only,
+    /// adds data, takes a write concern.
+    const ADDED: &[(&str, bool, bool, bool)] = &[
+        ("compact", false, false, false),
+        ("dbHash", false, false, false),
+        ("dbhash", false, false, false),
+        ("filemd5", false, false, false),
+        ("lockInfo", true, false, false),
+        ("logRotate", true, false, false),
+        ("planCacheClear", false, false, false),
+        ("planCacheClearFilters", false, false, false),
+        ("planCacheListFilters", false, false, false),
+        ("reIndex", false, true, false),
+        ("setDefaultRWConcern", true, true, true),
+        ("setFeatureCompatibilityVersion", true, false, true),
+    ];
+
+    fn added_where(flag: impl Fn(&(&str, bool, bool, bool)) -> bool) -> Vec<&'static str> {
+        ADDED.iter().filter(|a| flag(a)).map(|a| a.0).collect()
+    }
+
     #[test]
     fn names_and_aliases_are_unique() {
         let count: usize = SPECS.iter().map(|s| 1 + s.aliases.len()).sum();
@@ -1062,7 +1151,9 @@ mod tests {
 
     #[test]
     fn the_same_names_are_dispatched_as_before() {
-        assert_eq!(all_names(), set(before::DISPATCHED));
+        let mut expected = set(before::DISPATCHED);
+        expected.extend(added_where(|_| true));
+        assert_eq!(all_names(), expected);
     }
 
     #[test]
@@ -1079,7 +1170,7 @@ mod tests {
             for cmd in &pipelines {
                 assert_eq!(
                     spec.writes.writes(cmd),
-                    before::writes_data(name, cmd),
+                    before::writes_data(name, cmd) || added_where(|a| a.2).contains(&name),
                     "{name} {cmd}"
                 );
             }
@@ -1095,6 +1186,7 @@ mod tests {
     fn write_concern_agrees_with_the_list_before() {
         let mut expected = set(before::WRITE_CONCERN_COMMANDS);
         expected.extend(ALIASES_GAINING_THEIR_COMMANDS_FLAGS);
+        expected.extend(added_where(|a| a.3));
         assert_eq!(names_where(|s| s.write_concern), expected);
     }
 
@@ -1138,6 +1230,8 @@ mod tests {
         let listed = listed.get_document("commands").unwrap();
         let mut expected: BTreeSet<&str> = before::LIST_COMMANDS.iter().map(|(n, _)| *n).collect();
         expected.extend(NEWLY_LISTED);
+        // Aliases (dbhash) are not listed.
+        expected.extend(added_where(|a| SPECS.iter().any(|s| s.name == a.0)));
         assert_eq!(
             listed.keys().map(String::as_str).collect::<BTreeSet<_>>(),
             expected
@@ -1169,6 +1263,7 @@ mod tests {
                 .map(|(n, _)| *n),
         );
         expected.insert("getFreeMonitoringStatus");
+        expected.extend(added_where(|a| a.1));
         assert!(expected.remove("hostInfo"));
         assert_eq!(names_where(|s| s.admin_only), expected);
     }
