@@ -2,9 +2,10 @@
 //! exact decimal used for Decimal128 addition and multiplication.
 //!
 //! Decimal128 arithmetic is exact for `+`, `-` and `*` while the coefficients fit in 38
-//! digits; everything else (division, transcendental functions, overflow) goes through f64
-//! and is therefore lossy beyond ~15-17 significant digits.
+//! digits; past that, and for division and the transcendental functions, it goes through
+//! libdecNumber at decimal128's 34 digits (`super::decimal`).
 
+use super::decimal::{self, Wide};
 use bson::{Bson, Decimal128};
 
 /// Widest numeric type seen so far, ordered as MongoDB widens.
@@ -296,7 +297,9 @@ pub struct Summer {
     double_total: f64,
     comp: f64,
     dec_total: Option<Dec>,
-    dec_lossy: f64,
+    /// The decimal total once `dec_total` outgrew its coefficient (or met NaN or an
+    /// infinity): rounded to 34 digits at each step, as mongod adds Decimal128s.
+    dec_wide: Option<Wide>,
     pub count: u64,
 }
 
@@ -308,7 +311,7 @@ impl Default for Summer {
             double_total: 0.0,
             comp: 0.0,
             dec_total: Some(Dec::zero()),
-            dec_lossy: 0.0,
+            dec_wide: None,
             count: 0,
         }
     }
@@ -341,8 +344,14 @@ impl Summer {
         self.double_total = t;
         if let Some(d) = self.dec_total {
             self.dec_total = Dec::from_bson(v).and_then(|x| d.add(x));
+            if self.dec_total.is_none() {
+                self.dec_wide = Some(decimal::from_dec(d));
+            }
         }
-        self.dec_lossy += f;
+        if let Some(w) = self.dec_wide {
+            let x = decimal::from_bson(v).unwrap_or_else(Wide::nan);
+            self.dec_wide = Some(decimal::add(w, &x));
+        }
         true
     }
 
@@ -355,8 +364,17 @@ impl Summer {
             NumKind::Double => Bson::Double(self.double_total),
             NumKind::Decimal => match self.dec_total {
                 Some(d) => Bson::Decimal128(d.to_decimal128()),
-                None => dec_bson(self.dec_lossy),
+                None => decimal::to_bson(&self.decimal_total()),
             },
+        }
+    }
+
+    /// The total in decimal, exact while it fits.
+    fn decimal_total(&self) -> Wide {
+        match (self.dec_total, self.dec_wide) {
+            (Some(d), _) => decimal::from_dec(d),
+            (None, Some(w)) => w,
+            (None, None) => Wide::nan(),
         }
     }
 
@@ -370,11 +388,8 @@ impl Summer {
             return Bson::Null;
         }
         if self.kind == NumKind::Decimal {
-            let total = match self.dec_total {
-                Some(d) => d.to_f64(),
-                None => self.dec_lossy,
-            };
-            return dec_bson(total / self.count as f64);
+            let count = Wide::from(i64::try_from(self.count).unwrap_or(i64::MAX));
+            return decimal::to_bson(&decimal::div(self.decimal_total(), &count));
         }
         match (self.kind, self.int_total) {
             (NumKind::Int | NumKind::Long, Some(t)) => Bson::Double(t as f64 / self.count as f64),
@@ -419,7 +434,10 @@ pub fn multiply(vals: &[Bson]) -> Bson {
         NumKind::Double => Bson::Double(dprod),
         NumKind::Decimal => match dec {
             Some(d) => Bson::Decimal128(d.to_decimal128()),
-            None => dec_bson(dprod),
+            // Past the exact coefficient: a product in decimal128.
+            None => decimal::to_bson(&vals.iter().fold(Wide::from(1i32), |p, v| {
+                decimal::mul(p, &decimal::from_bson(v).unwrap_or_else(Wide::nan))
+            })),
         },
     }
 }

@@ -973,3 +973,84 @@ fn calendar_units_cross_daylight_saving_changes() {
         iso("2021-03-14T07:30:00Z")
     );
 }
+
+/// The string of a Decimal128 result (failing on any other type).
+fn dec_str(v: Bson) -> String {
+    match v {
+        Bson::Decimal128(d) => d.to_string(),
+        other => panic!("not a Decimal128: {other:?}"),
+    }
+}
+
+#[test]
+fn decimal128_arithmetic_keeps_34_digits() {
+    let one_third = e0(bson!({"$divide": [dec("1"), dec("3")]}));
+    assert_eq!(dec_str(one_third), "0.3333333333333333333333333333333333");
+    assert_eq!(
+        dec_str(e0(bson!({"$divide": [dec("2"), dec("3")]}))),
+        "0.6666666666666666666666666666666667"
+    );
+    assert_eq!(dec_str(e0(bson!({"$divide": [dec("10"), 4]}))), "2.5");
+    assert_eq!(
+        msg(bson!({"$divide": [dec("1"), dec("0")]})),
+        "can't $divide by zero"
+    );
+    // Known constants to 34 significant digits, rounded half to even (the values Python's
+    // decimal module, another implementation of the same arithmetic, gives in a decimal128
+    // context).
+    assert_eq!(
+        dec_str(e0(bson!({"$sqrt": dec("2")}))),
+        "1.414213562373095048801688724209698"
+    );
+    assert_eq!(dec_str(e0(bson!({"$sqrt": dec("16")}))), "4");
+    assert_eq!(
+        dec_str(e0(bson!({"$ln": dec("2")}))),
+        "0.6931471805599453094172321214581766"
+    );
+    assert_eq!(
+        dec_str(e0(bson!({"$exp": dec("1")}))),
+        "2.718281828459045235360287471352662"
+    );
+    assert_eq!(
+        dec_str(e0(bson!({"$log10": dec("2")}))),
+        "0.3010299956639811952137388947244930"
+    );
+    assert_eq!(dec_str(e0(bson!({"$log10": dec("1000")}))), "3");
+    assert_eq!(dec_str(e0(bson!({"$log": [dec("100"), dec("10")]}))), "2");
+    // log10(8) / log10(2), each rounded to 34 digits: 3 to the last digit.
+    let log2_8 = dec_str(e0(bson!({"$log": [dec("8"), 2]})));
+    assert!(
+        log2_8.starts_with("3.00000000000000000000000000000000"),
+        "{log2_8}"
+    );
+    assert_eq!(dec_str(e0(bson!({"$pow": [dec("2"), 10]}))), "1024");
+    assert_eq!(
+        dec_str(e0(bson!({"$pow": [dec("2"), dec("0.5")]}))),
+        "1.414213562373095048801688724209698"
+    );
+    // Domain errors keep mongod's codes; a value too small for a double is still > 0.
+    assert_eq!(code(bson!({"$sqrt": dec("-1")}), &doc! {}), 28714);
+    assert_eq!(code(bson!({"$ln": dec("0")}), &doc! {}), 28766);
+    assert_eq!(code(bson!({"$log10": dec("-2")}), &doc! {}), 28761);
+    assert_eq!(code(bson!({"$log": [dec("2"), dec("1")]}), &doc! {}), 28759);
+    assert_eq!(
+        dec_str(e0(bson!({"$ln": dec("1E-400")}))),
+        "-921.0340371976182736071965818737457"
+    );
+    assert_eq!(dec_str(e0(bson!({"$sqrt": dec("NaN")}))), "NaN");
+    // Sums and products past the exact 38-digit coefficient round once, in decimal.
+    assert_eq!(
+        dec_str(e0(bson!({"$add": [dec("1E+30"), dec("1E-30")]}))),
+        "1000000000000000000000000000000.000"
+    );
+    assert_eq!(
+        dec_str(e0(
+            bson!({"$multiply": [dec("1.000000000000000000001"), dec("1.000000000000000000001")]})
+        )),
+        "1.000000000000000000002000000000000"
+    );
+    assert_eq!(
+        dec_str(e0(bson!({"$avg": [dec("1"), dec("2"), dec("2")]}))),
+        "1.666666666666666666666666666666667"
+    );
+}
