@@ -250,7 +250,7 @@ fn divide(a: &Option<Bson>, b: &Option<Bson>) -> R {
     match (a, b) {
         (Some(x), Some(y)) if is_number(x) && is_number(y) => {
             if matches!(x, Bson::Decimal128(_)) || matches!(y, Bson::Decimal128(_)) {
-                let (dx, dy) = (decimal::from_bson(x), decimal::from_bson(y));
+                let (dx, dy) = (num::wide_of(x), num::wide_of(y));
                 let (Some(dx), Some(dy)) = (dx, dy) else {
                     return done(num::dec_bson(f64::NAN));
                 };
@@ -405,7 +405,7 @@ fn unary(name: &str, v: &Option<Bson>) -> R {
 /// The decimal value of a Decimal128 argument; `None` for the other numeric types.
 fn decimal_arg(x: &Bson) -> Option<decimal::Wide> {
     match x {
-        Bson::Decimal128(_) => decimal::from_bson(x),
+        Bson::Decimal128(_) => num::wide_of(x),
         _ => None,
     }
 }
@@ -588,7 +588,7 @@ fn pow(base: &Option<Bson>, exp: &Option<Bson>) -> R {
             }
         }
         NumKind::Double => done(Bson::Double(fb.powf(fe))),
-        NumKind::Decimal => match (decimal::from_bson(b), decimal::from_bson(e)) {
+        NumKind::Decimal => match (num::wide_of(b), num::wide_of(e)) {
             (Some(db), Some(de)) => done(decimal::to_bson(&decimal::pow(db, &de))),
             _ => done(num::dec_bson(f64::NAN)),
         },
@@ -644,7 +644,7 @@ fn log(n: &Option<Bson>, base: &Option<Bson>) -> R {
 
 /// `$log` when either argument is a Decimal128: in decimal, with the double path's checks.
 fn log_decimal(x: &Bson, b: &Bson) -> R {
-    let (Some(dx), Some(db)) = (decimal::from_bson(x), decimal::from_bson(b)) else {
+    let (Some(dx), Some(db)) = (num::wide_of(x), num::wide_of(b)) else {
         return done(num::dec_bson(f64::NAN));
     };
     if dx.is_nan() || db.is_nan() {

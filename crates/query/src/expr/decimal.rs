@@ -4,9 +4,9 @@
 //! and the sums and products whose exact coefficient outgrows [`super::num::Dec`].
 //!
 //! Values cross over as strings: BSON stores Decimal128 in the BID encoding and
-//! libdecNumber in DPD, and both print and parse the same decimal strings.
+//! libdecNumber in DPD, and both print and parse the same decimal strings. A leaf module:
+//! `super::num` converts the other numeric types and calls in here.
 
-use super::num;
 use bson::Bson;
 use dec::{Context, Decimal, Rounding};
 
@@ -33,27 +33,26 @@ fn context() -> Context<Wide> {
     cx
 }
 
-/// A number as a decimal: Decimal128 exactly, int and long exactly, a double rounded to
-/// 15 significant digits as mongod converts one.
-pub fn from_bson(v: &Bson) -> Option<Wide> {
-    let d = num::to_decimal(v)?;
-    context().parse(d.to_string()).ok()
+/// A BSON Decimal128's value.
+pub fn from_decimal128(d: &bson::Decimal128) -> Wide {
+    parse(&d.to_string())
 }
 
-/// An exact decimal from the small exact type.
-pub fn from_dec(d: num::Dec) -> Wide {
-    let s = format!("{}{}E{}", if d.neg { "-" } else { "" }, d.coeff, d.exp);
+/// The value of `(-1)^neg * coeff * 10^exp`.
+pub fn from_parts(neg: bool, coeff: u128, exp: i32) -> Wide {
+    parse(&format!("{}{coeff}E{exp}", if neg { "-" } else { "" }))
+}
+
+/// A decimal string's value; NaN for what is not one.
+fn parse(s: &str) -> Wide {
     context().parse(s).unwrap_or_else(|_| Wide::nan())
 }
 
 /// The Decimal128 of a result (already rounded to 34 digits by [`context`]).
 pub fn to_bson(d: &Wide) -> Bson {
     let d128 = Context::<dec::Decimal128>::default().from_decimal(d);
-    Bson::Decimal128(
-        d128.to_string()
-            .parse()
-            .unwrap_or_else(|_| num::f64_to_decimal(f64::NAN)),
-    )
+    let nan = || "NaN".parse().expect("NaN is a Decimal128");
+    Bson::Decimal128(d128.to_string().parse().unwrap_or_else(|_| nan()))
 }
 
 pub fn add(mut a: Wide, b: &Wide) -> Wide {

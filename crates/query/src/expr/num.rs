@@ -241,6 +241,19 @@ pub fn to_decimal(v: &Bson) -> Option<Decimal128> {
     }
 }
 
+/// A number as a libdecNumber decimal: Decimal128 exactly, int and long exactly, a double
+/// rounded to 15 significant digits as mongod converts one.
+pub fn wide_of(v: &Bson) -> Option<Wide> {
+    to_decimal(v).map(|d| decimal::from_decimal128(&d))
+}
+
+impl Dec {
+    /// The same value as a libdecNumber decimal.
+    fn wide(self) -> Wide {
+        decimal::from_parts(self.neg, self.coeff, self.exp)
+    }
+}
+
 pub fn dec_bson(f: f64) -> Bson {
     Bson::Decimal128(f64_to_decimal(f))
 }
@@ -333,6 +346,7 @@ impl Summer {
             self.int_total = None;
         }
         let f = crate::compare::as_f64(v).unwrap_or(f64::NAN);
+        let before = self.double_total;
         // Kahan summation for doubles.
         let y = f - self.comp;
         let t = self.double_total + y;
@@ -342,17 +356,32 @@ impl Summer {
             0.0
         };
         self.double_total = t;
-        if let Some(d) = self.dec_total {
-            self.dec_total = Dec::from_bson(v).and_then(|x| d.add(x));
-            if self.dec_total.is_none() {
-                self.dec_wide = Some(decimal::from_dec(d));
-            }
-        }
-        if let Some(w) = self.dec_wide {
-            let x = decimal::from_bson(v).unwrap_or_else(Wide::nan);
-            self.dec_wide = Some(decimal::add(w, &x));
-        }
+        self.add_decimal(v, before);
         true
+    }
+
+    /// The decimal side of [`Summer::add`]: exact while the coefficient fits; past that,
+    /// and only once the sum is a decimal one (a double-only sum pays nothing), rounded to
+    /// decimal128 at each step. A sum that outgrew the exact type on doubles before its
+    /// first decimal carries on from the double total, as mongod adds its non-decimal
+    /// total to the decimal one.
+    fn add_decimal(&mut self, v: &Bson, double_before: f64) {
+        let wide_v = || wide_of(v).unwrap_or_else(Wide::nan);
+        match self.dec_total {
+            Some(d) => {
+                self.dec_total = Dec::from_bson(v).and_then(|x| d.add(x));
+                if self.dec_total.is_none() && self.kind == NumKind::Decimal {
+                    self.dec_wide = Some(decimal::add(d.wide(), &wide_v()));
+                }
+            }
+            None if self.kind == NumKind::Decimal => {
+                let base = self.dec_wide.unwrap_or_else(|| {
+                    wide_of(&Bson::Double(double_before)).unwrap_or_else(Wide::nan)
+                });
+                self.dec_wide = Some(decimal::add(base, &wide_v()));
+            }
+            None => {}
+        }
     }
 
     pub fn result(&self) -> Bson {
@@ -372,7 +401,7 @@ impl Summer {
     /// The total in decimal, exact while it fits.
     fn decimal_total(&self) -> Wide {
         match (self.dec_total, self.dec_wide) {
-            (Some(d), _) => decimal::from_dec(d),
+            (Some(d), _) => d.wide(),
             (None, Some(w)) => w,
             (None, None) => Wide::nan(),
         }
@@ -436,7 +465,7 @@ pub fn multiply(vals: &[Bson]) -> Bson {
             Some(d) => Bson::Decimal128(d.to_decimal128()),
             // Past the exact coefficient: a product in decimal128.
             None => decimal::to_bson(&vals.iter().fold(Wide::from(1i32), |p, v| {
-                decimal::mul(p, &decimal::from_bson(v).unwrap_or_else(Wide::nan))
+                decimal::mul(p, &wide_of(v).unwrap_or_else(Wide::nan))
             })),
         },
     }

@@ -1043,6 +1043,16 @@ fn decimal128_arithmetic_keeps_34_digits() {
         dec_str(e0(bson!({"$add": [dec("1E+30"), dec("1E-30")]}))),
         "1000000000000000000000000000000.000"
     );
+    // Each step after that rounds, as mongod adds Decimal128s one by one.
+    assert_eq!(
+        dec_str(e0(bson!({"$sum": [dec("1E+30"), dec("1E-30"), dec("1")]}))),
+        "1000000000000000000000000000001.000"
+    );
+    // A double sum is unchanged by the decimal side.
+    assert_eq!(
+        e0(bson!({"$sum": [1e300, 1e-300, 1.0]})),
+        Bson::Double(1e300)
+    );
     assert_eq!(
         dec_str(e0(
             bson!({"$multiply": [dec("1.000000000000000000001"), dec("1.000000000000000000001")]})
