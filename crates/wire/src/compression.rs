@@ -9,7 +9,8 @@ use crate::{opcode, HEADER_LEN, MAX_MESSAGE_SIZE};
 
 /// Which compressor a request arrived with, so the reply can use the same one.
 ///
-/// zstd (id 3) is deliberately absent: its only Rust implementation needs a C build.
+/// zstd goes through the `zstd` crate, which builds its bundled libzstd with `cc`, as
+/// RocksDB is built: no system library is needed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Compressor {
     /// Id 0: bytes stored as-is. Legal, and used by drivers' test suites.
@@ -18,7 +19,12 @@ pub enum Compressor {
     Snappy,
     /// Id 2: zlib (RFC 1950) stream.
     Zlib,
+    /// Id 3: one Zstandard frame (RFC 8878).
+    Zstd,
 }
+
+/// The zstd level replies are compressed at: libzstd's default, as mongod uses.
+const ZSTD_LEVEL: i32 = zstd::DEFAULT_COMPRESSION_LEVEL;
 
 impl Compressor {
     /// The `compressorId` byte on the wire.
@@ -27,6 +33,7 @@ impl Compressor {
             Self::Noop => 0,
             Self::Snappy => 1,
             Self::Zlib => 2,
+            Self::Zstd => 3,
         }
     }
 
@@ -36,6 +43,7 @@ impl Compressor {
             0 => Ok(Self::Noop),
             1 => Ok(Self::Snappy),
             2 => Ok(Self::Zlib),
+            3 => Ok(Self::Zstd),
             other => Err(WireError::UnsupportedCompressor(other)),
         }
     }
@@ -46,15 +54,17 @@ impl Compressor {
             Self::Noop => "noop",
             Self::Snappy => "snappy",
             Self::Zlib => "zlib",
+            Self::Zstd => "zstd",
         }
     }
 
-    /// Parses a negotiation name; `None` for compressors we do not support (e.g. "zstd").
+    /// Parses a negotiation name; `None` for a compressor we do not know.
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
             "noop" => Some(Self::Noop),
             "snappy" => Some(Self::Snappy),
             "zlib" => Some(Self::Zlib),
+            "zstd" => Some(Self::Zstd),
             _ => None,
         }
     }
@@ -108,6 +118,7 @@ fn compress_payload(payload: &[u8], compressor: Compressor) -> Option<Vec<u8>> {
             enc.write_all(payload).ok()?;
             enc.finish().ok()
         }
+        Compressor::Zstd => zstd::bulk::compress(payload, ZSTD_LEVEL).ok(),
     }
 }
 
@@ -165,6 +176,11 @@ pub(crate) fn decompress(body: &[u8]) -> Result<Decompressed, WireError> {
                 .map_err(|e| malformed(format!("zlib: {e}")))?;
             out
         }
+        // The declared size is the output buffer's capacity: a frame that inflates past it
+        // fails instead of allocating more.
+        Compressor::Zstd => {
+            zstd::bulk::decompress(data, size).map_err(|e| malformed(format!("zstd: {e}")))?
+        }
     };
     if body.len() != size {
         return Err(size_mismatch(body.len(), size));
@@ -189,7 +205,12 @@ mod tests {
     use crate::{DocumentSequence, Header, OpMsg, OpQuery, Request};
     use bson::doc;
 
-    const ALL: [Compressor; 3] = [Compressor::Noop, Compressor::Snappy, Compressor::Zlib];
+    const ALL: [Compressor; 4] = [
+        Compressor::Noop,
+        Compressor::Snappy,
+        Compressor::Zlib,
+        Compressor::Zstd,
+    ];
 
     fn split(bytes: &[u8]) -> (Header, &[u8]) {
         (
@@ -271,8 +292,8 @@ mod tests {
     #[test]
     fn bad_wrappers_rejected() {
         assert!(matches!(
-            decompress(&wrapper(opcode::MSG, 5, 3, b"zstd")),
-            Err(WireError::UnsupportedCompressor(3))
+            decompress(&wrapper(opcode::MSG, 5, 4, b"next")),
+            Err(WireError::UnsupportedCompressor(4))
         ));
         assert!(matches!(
             decompress(&wrapper(opcode::MSG, -1, 0, b"")),
@@ -297,6 +318,16 @@ mod tests {
         // Garbage payloads.
         assert!(decompress(&wrapper(opcode::MSG, 10, 1, &[0xff; 10])).is_err());
         assert!(decompress(&wrapper(opcode::MSG, 10, 2, &[0xff; 10])).is_err());
+        assert!(matches!(
+            decompress(&wrapper(opcode::MSG, 10, 3, &[0xff; 10])),
+            Err(WireError::Malformed(_))
+        ));
+        // A valid zstd frame cut short.
+        let frame = compress_payload(&payload, Compressor::Zstd).unwrap();
+        assert!(matches!(
+            decompress(&wrapper(opcode::MSG, 1000, 3, &frame[..frame.len() - 3])),
+            Err(WireError::Malformed(_))
+        ));
     }
 
     #[test]
@@ -316,6 +347,7 @@ mod tests {
             assert_eq!(Compressor::from_id(c.id()).unwrap(), c);
             assert_eq!(Compressor::from_name(c.name()), Some(c));
         }
-        assert_eq!(Compressor::from_name("zstd"), None);
+        assert_eq!(Compressor::from_id(3).unwrap(), Compressor::Zstd);
+        assert_eq!(Compressor::from_name("lz4"), None);
     }
 }

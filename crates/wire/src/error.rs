@@ -36,7 +36,7 @@ pub enum WireError {
     #[error("OP_MSG checksum mismatch")]
     ChecksumMismatch,
 
-    /// OP_COMPRESSED named a compressor we do not implement (e.g. zstd = 3).
+    /// OP_COMPRESSED named a compressor id we do not know (ids 0-3 are defined).
     #[error("unsupported compressor id {0}")]
     UnsupportedCompressor(u8),
 }

@@ -1,5 +1,6 @@
 //! Arithmetic, comparison, boolean and accumulator-style operators.
 
+use super::decimal;
 use super::num::{self, kind_of, Dec, NumKind, Summer};
 use super::util::{nullish, or_undefined, show, truthy, type_name, type_name_opt};
 use crate::collation::Collator;
@@ -248,12 +249,19 @@ fn negate(v: &Bson) -> Option<Bson> {
 fn divide(a: &Option<Bson>, b: &Option<Bson>) -> R {
     match (a, b) {
         (Some(x), Some(y)) if is_number(x) && is_number(y) => {
+            if matches!(x, Bson::Decimal128(_)) || matches!(y, Bson::Decimal128(_)) {
+                let (dx, dy) = (num::wide_of(x), num::wide_of(y));
+                let (Some(dx), Some(dy)) = (dx, dy) else {
+                    return done(num::dec_bson(f64::NAN));
+                };
+                if dy.is_zero() {
+                    return Err(Error::bad_value("can't $divide by zero"));
+                }
+                return done(decimal::to_bson(&decimal::div(dx, &dy)));
+            }
             let (fx, fy) = (as_f64(x).unwrap(), as_f64(y).unwrap());
             if fy == 0.0 {
                 return Err(Error::bad_value("can't $divide by zero"));
-            }
-            if matches!(x, Bson::Decimal128(_)) || matches!(y, Bson::Decimal128(_)) {
-                return done(num::dec_bson(fx / fy));
             }
             done(Bson::Double(fx / fy))
         }
@@ -319,14 +327,12 @@ fn unary(name: &str, v: &Option<Bson>) -> R {
         ));
     }
     let f = as_f64(x).unwrap();
-    let is_dec = matches!(x, Bson::Decimal128(_));
-    let wrap = |r: f64| -> Bson {
-        if is_dec {
-            num::dec_bson(r)
-        } else {
-            Bson::Double(r)
+    if let Some(d) = decimal_arg(x) {
+        if matches!(name, "$sqrt" | "$exp" | "$ln" | "$log10") {
+            return unary_decimal(name, x, d);
         }
-    };
+    }
+    let wrap = Bson::Double;
     match name {
         "$abs" => done(match x {
             Bson::Int32(i) => match i.checked_abs() {
@@ -394,6 +400,53 @@ fn unary(name: &str, v: &Option<Bson>) -> R {
         }
         _ => Ok(None),
     }
+}
+
+/// The decimal value of a Decimal128 argument; `None` for the other numeric types.
+fn decimal_arg(x: &Bson) -> Option<decimal::Wide> {
+    match x {
+        Bson::Decimal128(_) => num::wide_of(x),
+        _ => None,
+    }
+}
+
+/// Greater than zero, or NaN: the arguments `$ln`, `$log10` and `$log` accept.
+fn positive_or_nan(d: &decimal::Wide) -> bool {
+    d.is_nan() || !(d.is_zero() || d.is_negative())
+}
+
+/// `$sqrt`, `$exp`, `$ln`, `$log10` of a Decimal128, in decimal.
+fn unary_decimal(name: &str, x: &Bson, d: decimal::Wide) -> R {
+    let r = match name {
+        "$sqrt" => {
+            if d.is_negative() && !d.is_zero() && !d.is_nan() {
+                return Err(Error::location(
+                    28714,
+                    "$sqrt's argument must be greater than or equal to 0",
+                ));
+            }
+            decimal::sqrt(d)
+        }
+        "$exp" => decimal::exp(d),
+        _ => {
+            if !positive_or_nan(&d) {
+                let code = if name == "$ln" { 28766 } else { 28761 };
+                return Err(Error::location(
+                    code,
+                    format!(
+                        "{name}'s argument must be a positive number, but is {}",
+                        show(x)
+                    ),
+                ));
+            }
+            if name == "$ln" {
+                decimal::ln(d)
+            } else {
+                decimal::log10(d)
+            }
+        }
+    };
+    done(decimal::to_bson(&r))
 }
 
 fn round(name: &str, v: &Option<Bson>, place: Option<&Option<Bson>>) -> R {
@@ -535,7 +588,10 @@ fn pow(base: &Option<Bson>, exp: &Option<Bson>) -> R {
             }
         }
         NumKind::Double => done(Bson::Double(fb.powf(fe))),
-        NumKind::Decimal => done(num::dec_bson(fb.powf(fe))),
+        NumKind::Decimal => match (num::wide_of(b), num::wide_of(e)) {
+            (Some(db), Some(de)) => done(decimal::to_bson(&decimal::pow(db, &de))),
+            _ => done(num::dec_bson(f64::NAN)),
+        },
     }
 }
 
@@ -555,6 +611,9 @@ fn log(n: &Option<Bson>, base: &Option<Bson>) -> R {
             28757,
             format!("$log's base must be numeric, not {}", type_name(b)),
         ));
+    }
+    if matches!(x, Bson::Decimal128(_)) || matches!(b, Bson::Decimal128(_)) {
+        return log_decimal(x, b);
     }
     let (fx, fb) = (as_f64(x).unwrap(), as_f64(b).unwrap());
     if !(fx > 0.0) {
@@ -581,4 +640,34 @@ fn log(n: &Option<Bson>, base: &Option<Bson>) -> R {
     } else {
         done(Bson::Double(r))
     }
+}
+
+/// `$log` when either argument is a Decimal128: in decimal, with the double path's checks.
+fn log_decimal(x: &Bson, b: &Bson) -> R {
+    let (Some(dx), Some(db)) = (num::wide_of(x), num::wide_of(b)) else {
+        return done(num::dec_bson(f64::NAN));
+    };
+    if dx.is_nan() || db.is_nan() {
+        return done(num::dec_bson(f64::NAN));
+    }
+    if !positive_or_nan(&dx) {
+        return Err(Error::location(
+            28758,
+            format!(
+                "$log's argument must be a positive number, but is {}",
+                show(x)
+            ),
+        ));
+    }
+    let is_one = decimal::add(db, &decimal::Wide::from(-1i32)).is_zero();
+    if !positive_or_nan(&db) || is_one {
+        return Err(Error::location(
+            28759,
+            format!(
+                "$log's base must be a positive number not equal to 1, but is {}",
+                show(b)
+            ),
+        ));
+    }
+    done(decimal::to_bson(&decimal::log(dx, db)))
 }

@@ -1,5 +1,6 @@
-//! Date operators. Time zones: UTC and fixed offsets ("+05:30", "-0800", "Z", "UTC", "GMT");
-//! Olson names are not supported (no tz database) and raise 40485.
+//! Date operators. Time zones: UTC, fixed offsets ("+05:30", "-0800", "Z", "UTC", "GMT") and
+//! IANA names ("America/New_York") from the database chrono-tz compiles in; an unknown name
+//! raises 40485 as mongod does.
 
 use super::num;
 use super::util::{nullish, show, type_name, type_name_opt};
@@ -7,7 +8,8 @@ use crate::compare::is_number;
 use crate::error::{Error, Result};
 use bson::{doc, Bson};
 use chrono::{
-    DateTime, Datelike, Duration, FixedOffset, NaiveDate, NaiveDateTime, TimeZone, Timelike, Utc,
+    DateTime, Datelike, Duration, FixedOffset, LocalResult, NaiveDate, NaiveDateTime, Offset,
+    TimeZone, Timelike, Utc,
 };
 
 const CONVERSION_FAILURE: i32 = 241;
@@ -25,11 +27,61 @@ pub fn to_millis(v: &Bson) -> Result<i64> {
     }
 }
 
-/// Parses a timezone argument into an offset in seconds east of UTC.
-pub fn parse_tz(tz: &Option<Bson>) -> Result<Option<i32>> {
+/// A `timezone` argument: a fixed offset east of UTC, or an IANA zone whose offset
+/// depends on the instant (daylight-saving time).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Zone {
+    Fixed(i32),
+    Named(chrono_tz::Tz),
+}
+
+/// UTC, the zone of a date expression without `timezone`.
+const UTC_ZONE: Zone = Zone::Fixed(0);
+
+/// How far before a local time that falls in a daylight-saving gap to look for the
+/// offset in force before the gap (no zone has a gap longer than a day).
+const GAP_LOOKBACK_HOURS: i64 = 24;
+
+impl Zone {
+    /// Seconds east of UTC in force at the instant `ms`.
+    fn offset_at(self, ms: i64) -> i32 {
+        match self {
+            Zone::Fixed(o) => o,
+            Zone::Named(tz) => match Utc.timestamp_millis_opt(ms).single() {
+                Some(utc) => tz
+                    .offset_from_utc_datetime(&utc.naive_utc())
+                    .fix()
+                    .local_minus_utc(),
+                None => 0,
+            },
+        }
+    }
+
+    /// The instant (ms since the epoch) of a local wall-clock time. An ambiguous time
+    /// (the repeated hour when clocks go back) takes the earlier instant; a time in the
+    /// gap when clocks go forward takes the offset in force before the gap, landing the
+    /// same distance past the gap's end.
+    fn to_utc_millis(self, local: NaiveDateTime) -> i64 {
+        let wall = local.and_utc().timestamp_millis();
+        let off = match self {
+            Zone::Fixed(o) => o,
+            Zone::Named(tz) => match tz.offset_from_local_datetime(&local) {
+                LocalResult::Single(o) => o.fix().local_minus_utc(),
+                LocalResult::Ambiguous(a, b) => {
+                    a.fix().local_minus_utc().max(b.fix().local_minus_utc())
+                }
+                LocalResult::None => self.offset_at(wall - GAP_LOOKBACK_HOURS * 3_600_000),
+            },
+        };
+        wall - off as i64 * 1000
+    }
+}
+
+/// Parses a timezone argument: a fixed offset, "UTC"/"GMT", or an IANA zone name.
+pub fn parse_tz(tz: &Option<Bson>) -> Result<Option<Zone>> {
     match tz {
         None | Some(Bson::Null) | Some(Bson::Undefined) => Ok(None),
-        Some(Bson::String(s)) => parse_tz_str(s).map(Some).ok_or_else(|| {
+        Some(Bson::String(s)) => parse_zone(s).map(Some).ok_or_else(|| {
             Error::location(40485, format!("unrecognized time zone identifier: \"{s}\""))
         }),
         Some(other) => Err(Error::location(
@@ -40,6 +92,12 @@ pub fn parse_tz(tz: &Option<Bson>) -> Result<Option<i32>> {
             ),
         )),
     }
+}
+
+fn parse_zone(s: &str) -> Option<Zone> {
+    parse_tz_str(s)
+        .map(Zone::Fixed)
+        .or_else(|| s.parse::<chrono_tz::Tz>().ok().map(Zone::Named))
 }
 
 fn parse_tz_str(s: &str) -> Option<i32> {
@@ -72,9 +130,10 @@ fn parse_tz_str(s: &str) -> Option<i32> {
     Some(sign * (h * 3600 + m * 60))
 }
 
-fn local(ms: i64, offset: i32) -> Result<DateTime<FixedOffset>> {
-    let off =
-        FixedOffset::east_opt(offset).ok_or_else(|| Error::bad_value("invalid timezone offset"))?;
+/// The wall-clock time in `zone` of the instant `ms`, with the offset in force then.
+fn local(ms: i64, zone: Zone) -> Result<DateTime<FixedOffset>> {
+    let off = FixedOffset::east_opt(zone.offset_at(ms))
+        .ok_or_else(|| Error::bad_value("invalid timezone offset"))?;
     let utc = Utc
         .timestamp_millis_opt(ms)
         .single()
@@ -100,7 +159,7 @@ pub fn date_part(
         return Ok(Some(Bson::Null));
     }
     let ms = to_millis(date.as_ref().unwrap())?;
-    let d = local(ms, offset.unwrap_or(0))?;
+    let d = local(ms, offset.unwrap_or(UTC_ZONE))?;
     let v: i64 = match name {
         "$year" => d.year() as i64,
         "$month" => d.month() as i64,
@@ -120,8 +179,9 @@ pub fn date_part(
     Ok(Some(Bson::Int32(v as i32)))
 }
 
-pub fn format_date(ms: i64, format: &str, offset: i32) -> Result<String> {
-    let d = local(ms, offset)?;
+pub fn format_date(ms: i64, format: &str, zone: Zone) -> Result<String> {
+    let d = local(ms, zone)?;
+    let offset = d.offset().local_minus_utc();
     let mut out = String::new();
     let mut chars = format.chars();
     while let Some(c) = chars.next() {
@@ -203,7 +263,7 @@ pub fn date_to_string(
     }
     let ms = to_millis(date.as_ref().unwrap())?;
     let fmt = format.unwrap_or_else(|| {
-        if offset.unwrap_or(0) == 0 {
+        if offset.unwrap_or(UTC_ZONE) == UTC_ZONE {
             "%Y-%m-%dT%H:%M:%S.%LZ".into()
         } else {
             "%Y-%m-%dT%H:%M:%S.%L".into()
@@ -212,12 +272,13 @@ pub fn date_to_string(
     Ok(Some(Bson::String(format_date(
         ms,
         &fmt,
-        offset.unwrap_or(0),
+        offset.unwrap_or(UTC_ZONE),
     )?)))
 }
 
-/// Parses common ISO-8601 forms; a string without offset uses `default_offset` (else UTC).
-pub fn parse_date_string(s: &str, default_offset: Option<i32>) -> Option<i64> {
+/// Parses common ISO-8601 forms; a string without offset is local time in `default_zone`
+/// (else UTC).
+pub fn parse_date_string(s: &str, default_zone: Option<Zone>) -> Option<i64> {
     let s = s.trim();
     if let Ok(d) = DateTime::parse_from_rfc3339(s) {
         return Some(d.timestamp_millis());
@@ -236,7 +297,11 @@ pub fn parse_date_string(s: &str, default_offset: Option<i32>) -> Option<i64> {
         Some(b) => (b, true),
         None => (s, false),
     };
-    let off = if utc { 0 } else { default_offset.unwrap_or(0) } as i64;
+    let zone = if utc {
+        UTC_ZONE
+    } else {
+        default_zone.unwrap_or(UTC_ZONE)
+    };
     for f in [
         "%Y-%m-%dT%H:%M:%S%.f",
         "%Y-%m-%d %H:%M:%S%.f",
@@ -245,12 +310,12 @@ pub fn parse_date_string(s: &str, default_offset: Option<i32>) -> Option<i64> {
         "%Y/%m/%d %H:%M:%S%.f",
     ] {
         if let Ok(d) = NaiveDateTime::parse_from_str(body, f) {
-            return Some(d.and_utc().timestamp_millis() - off * 1000);
+            return Some(zone.to_utc_millis(d));
         }
     }
     for f in ["%Y-%m-%d", "%Y/%m/%d", "%B %d, %Y", "%b %d, %Y", "%Y%m%d"] {
         if let Ok(d) = NaiveDate::parse_from_str(body, f) {
-            return Some(d.and_hms_opt(0, 0, 0)?.and_utc().timestamp_millis() - off * 1000);
+            return Some(zone.to_utc_millis(d.and_hms_opt(0, 0, 0)?));
         }
     }
     None
@@ -338,7 +403,7 @@ pub fn date_from_string(
                             .ok()
                             .and_then(|d| d.and_hms_opt(0, 0, 0))
                     })
-                    .map(|d| d.and_utc().timestamp_millis() - offset.unwrap_or(0) as i64 * 1000)
+                    .map(|d| offset.unwrap_or(UTC_ZONE).to_utc_millis(d))
             }
         }
         Some(other) => {
@@ -387,7 +452,10 @@ pub fn date_to_parts(get: &dyn Fn(&str) -> Option<Bson>) -> Result<Option<Bson>>
             ))
         }
     };
-    let d = local(to_millis(date.as_ref().unwrap())?, offset.unwrap_or(0))?;
+    let d = local(
+        to_millis(date.as_ref().unwrap())?,
+        offset.unwrap_or(UTC_ZONE),
+    )?;
     let ms = (d.timestamp_subsec_millis() % 1000) as i32;
     Ok(Some(Bson::Document(if iso {
         doc! {
@@ -408,7 +476,7 @@ pub fn date_from_parts(
     has: &dyn Fn(&str) -> bool,
 ) -> Result<Option<Bson>> {
     let tz = get("timezone");
-    let offset = parse_tz(&tz)?.unwrap_or(0) as i64;
+    let zone = parse_tz(&tz)?.unwrap_or(UTC_ZONE);
     let iso = has("isoWeekYear");
     if !iso && !has("year") {
         return Err(Error::location(
@@ -504,7 +572,7 @@ pub fn date_from_parts(
         + Duration::seconds(fields[5])
         + Duration::milliseconds(fields[6]);
     Ok(Some(Bson::DateTime(bson::DateTime::from_millis(
-        dt.and_utc().timestamp_millis() - offset * 1000,
+        zone.to_utc_millis(dt),
     ))))
 }
 
@@ -519,7 +587,7 @@ fn unit_arg(v: Option<Bson>, op: &str) -> Result<Option<String>> {
     }
 }
 
-fn add_months(d: DateTime<FixedOffset>, months: i64) -> Option<DateTime<FixedOffset>> {
+fn add_months(d: NaiveDateTime, months: i64) -> Option<NaiveDateTime> {
     if months >= 0 {
         d.checked_add_months(chrono::Months::new(u32::try_from(months).ok()?))
     } else {
@@ -527,9 +595,15 @@ fn add_months(d: DateTime<FixedOffset>, months: i64) -> Option<DateTime<FixedOff
     }
 }
 
+/// Adds whole calendar days to a wall-clock time: across a daylight-saving change a day
+/// is 23 or 25 hours, as `$dateAdd` with unit "day" and a `timezone` counts it.
+fn add_days(d: NaiveDateTime, days: i64) -> Option<NaiveDateTime> {
+    d.checked_add_signed(Duration::try_days(days)?)
+}
+
 pub fn date_add(name: &str, get: &dyn Fn(&str) -> Option<Bson>) -> Result<Option<Bson>> {
     let tz = get("timezone");
-    let offset = parse_tz(&tz)?.unwrap_or(0);
+    let zone = parse_tz(&tz)?.unwrap_or(UTC_ZONE);
     let start = get("startDate");
     let unit = unit_arg(get("unit"), name)?;
     let amount = get("amount");
@@ -551,39 +625,44 @@ pub fn date_add(name: &str, get: &dyn Fn(&str) -> Option<Bson>) -> Result<Option
         n = -n;
     }
     let unit = unit.unwrap();
+    let overflow = || Error::location(5166406, format!("{name} overflowed"));
     let fixed = |per: i64| -> Result<Option<Bson>> {
         let r = n
             .checked_mul(per)
             .and_then(|d| ms.checked_add(d))
-            .ok_or_else(|| Error::location(5166406, format!("{name} overflowed")))?;
+            .ok_or_else(overflow)?;
         Ok(Some(Bson::DateTime(bson::DateTime::from_millis(r))))
+    };
+    // Days and longer are calendar units: added to the wall-clock time in `timezone`.
+    let calendar = |add: &dyn Fn(NaiveDateTime) -> Option<NaiveDateTime>| -> Result<Option<Bson>> {
+        let d = local(ms, zone)?.naive_local();
+        let r = add(d).ok_or_else(overflow)?;
+        Ok(Some(Bson::DateTime(bson::DateTime::from_millis(
+            zone.to_utc_millis(r),
+        ))))
     };
     match unit.as_str() {
         "millisecond" => fixed(1),
         "second" => fixed(1000),
         "minute" => fixed(60_000),
         "hour" => fixed(3_600_000),
-        "day" => fixed(86_400_000),
-        "week" => fixed(7 * 86_400_000),
+        "day" => calendar(&|d| add_days(d, n)),
+        "week" => calendar(&|d| add_days(d, n.checked_mul(7)?)),
         _ => {
             let months = match unit.as_str() {
-                "month" => n,
-                "quarter" => n * 3,
-                _ => n * 12,
-            };
-            let d = local(ms, offset)?;
-            let r = add_months(d, months)
-                .ok_or_else(|| Error::location(5166406, format!("{name} overflowed")))?;
-            Ok(Some(Bson::DateTime(bson::DateTime::from_millis(
-                r.timestamp_millis(),
-            ))))
+                "month" => Some(n),
+                "quarter" => n.checked_mul(3),
+                _ => n.checked_mul(12),
+            }
+            .ok_or_else(overflow)?;
+            calendar(&|d| add_months(d, months))
         }
     }
 }
 
 pub fn date_diff(get: &dyn Fn(&str) -> Option<Bson>) -> Result<Option<Bson>> {
     let tz = get("timezone");
-    let offset = parse_tz(&tz)?.unwrap_or(0);
+    let zone = parse_tz(&tz)?.unwrap_or(UTC_ZONE);
     let (s, e) = (get("startDate"), get("endDate"));
     let unit = unit_arg(get("unit"), "$dateDiff")?;
     if nullish(&s) || nullish(&e) || unit.is_none() {
@@ -593,8 +672,11 @@ pub fn date_diff(get: &dyn Fn(&str) -> Option<Bson>) -> Result<Option<Bson>> {
         to_millis(s.as_ref().unwrap())?,
         to_millis(e.as_ref().unwrap())?,
     );
-    let (la, lb) = (local(a, offset)?, local(b, offset)?);
-    let off = offset as i64 * 1000;
+    let (la, lb) = (local(a, zone)?, local(b, zone)?);
+    // Units shorter than a day count boundaries passed in elapsed time, placed by the
+    // start's offset; days and weeks count local calendar days.
+    let off = la.offset().local_minus_utc() as i64 * 1000;
+    let days = |d: &DateTime<FixedOffset>| local_days(d.date_naive());
     let floor_diff = |per: i64| (b + off).div_euclid(per) - (a + off).div_euclid(per);
     let r = match unit.unwrap().as_str() {
         "year" => (lb.year() - la.year()) as i64,
@@ -612,18 +694,35 @@ pub fn date_diff(get: &dyn Fn(&str) -> Option<Bson>) -> Result<Option<Bson>> {
                 _ => 0,
             };
             // Days since epoch (a Thursday = 4 from Sunday), shifted so weeks start on `sow`.
-            let da = (a + off).div_euclid(86_400_000);
-            let db = (b + off).div_euclid(86_400_000);
+            let (da, db) = (days(&la), days(&lb));
             let shift = (4 - sow as i64).rem_euclid(7);
             (db + shift).div_euclid(7) - (da + shift).div_euclid(7)
         }
-        "day" => floor_diff(86_400_000),
+        "day" => days(&lb) - days(&la),
         "hour" => floor_diff(3_600_000),
         "minute" => floor_diff(60_000),
         "second" => floor_diff(1000),
         _ => b - a,
     };
     Ok(Some(Bson::Int64(r)))
+}
+
+/// Days from 1970-01-01 to a calendar date.
+fn local_days(d: NaiveDate) -> i64 {
+    (d - NaiveDate::from_ymd_opt(1970, 1, 1).unwrap()).num_days()
+}
+
+/// Midnight at the start of a calendar date, `days` after 1970-01-01, as an instant in `zone`.
+fn local_midnight(days: i64, zone: Zone) -> Result<i64> {
+    let d = NaiveDate::from_ymd_opt(1970, 1, 1)
+        .unwrap()
+        .checked_add_signed(Duration::try_days(days).ok_or_else(out_of_range)?)
+        .ok_or_else(out_of_range)?;
+    Ok(zone.to_utc_millis(d.and_hms_opt(0, 0, 0).unwrap()))
+}
+
+fn out_of_range() -> Error {
+    Error::bad_value("date out of range")
 }
 
 fn week_start(s: &str) -> Result<u32> {
@@ -647,7 +746,7 @@ fn week_start(s: &str) -> Result<u32> {
 
 pub fn date_trunc(get: &dyn Fn(&str) -> Option<Bson>) -> Result<Option<Bson>> {
     let tz = get("timezone");
-    let offset = parse_tz(&tz)?.unwrap_or(0);
+    let zone = parse_tz(&tz)?.unwrap_or(UTC_ZONE);
     let date = get("date");
     let unit = unit_arg(get("unit"), "$dateTrunc")?;
     if nullish(&date) || unit.is_none() {
@@ -660,9 +759,11 @@ pub fn date_trunc(get: &dyn Fn(&str) -> Option<Bson>) -> Result<Option<Bson>> {
         Some(v) => return Err(Error::location(5439017, format!("$dateTrunc requires 'binSize' to be a 64-bit integer greater than 0, but got value '{}' of type {}", show(&v), type_name(&v)))),
     };
     let ms = to_millis(date.as_ref().unwrap())?;
-    let off = offset as i64 * 1000;
+    let d = local(ms, zone)?;
+    let off = d.offset().local_minus_utc() as i64 * 1000;
     // Reference point 2000-01-01T00:00:00 local time, as mongod.
     let reference = 946_684_800_000i64;
+    let reference_days = reference / 86_400_000;
     let fixed = |per: i64| -> i64 {
         let lm = ms + off - reference;
         lm.div_euclid(per * bin) * per * bin + reference - off
@@ -672,16 +773,22 @@ pub fn date_trunc(get: &dyn Fn(&str) -> Option<Bson>) -> Result<Option<Bson>> {
         "second" => fixed(1000),
         "minute" => fixed(60_000),
         "hour" => fixed(3_600_000),
-        "day" => fixed(86_400_000),
+        // Days and weeks are counted in local calendar days, so the result is a local
+        // midnight even when a daylight-saving change lies between it and the date.
+        "day" => {
+            let n = local_days(d.date_naive()) - reference_days;
+            local_midnight(n.div_euclid(bin) * bin + reference_days, zone)?
+        }
         "week" => {
             let sow = match get("startOfWeek") {
                 Some(Bson::String(s)) => week_start(&s)?,
                 _ => 0,
             };
             // 2000-01-02 is a Sunday.
-            let r = reference + (1 + sow as i64) * 86_400_000;
-            let per = 7 * 86_400_000 * bin;
-            (ms + off - r).div_euclid(per) * per + r - off
+            let r = reference_days + 1 + sow as i64;
+            let per = 7 * bin;
+            let n = local_days(d.date_naive()) - r;
+            local_midnight(n.div_euclid(per) * per + r, zone)?
         }
         u => {
             let per = match u {
@@ -689,18 +796,12 @@ pub fn date_trunc(get: &dyn Fn(&str) -> Option<Bson>) -> Result<Option<Bson>> {
                 "quarter" => 3,
                 _ => 12,
             } * bin;
-            let d = local(ms, offset)?;
             let months = (d.year() as i64 - 2000) * 12 + d.month0() as i64;
             let t = months.div_euclid(per) * per;
             let y = 2000 + t.div_euclid(12);
             let m = t.rem_euclid(12) + 1;
-            let nd = NaiveDate::from_ymd_opt(y as i32, m as u32, 1)
-                .ok_or_else(|| Error::bad_value("date out of range"))?;
-            nd.and_hms_opt(0, 0, 0)
-                .unwrap()
-                .and_utc()
-                .timestamp_millis()
-                - off
+            let nd = NaiveDate::from_ymd_opt(y as i32, m as u32, 1).ok_or_else(out_of_range)?;
+            zone.to_utc_millis(nd.and_hms_opt(0, 0, 0).unwrap())
         }
     };
     Ok(Some(Bson::DateTime(bson::DateTime::from_millis(r))))

@@ -13,6 +13,7 @@ mod array;
 mod bits;
 mod convert;
 mod date;
+mod decimal;
 pub mod num;
 mod parse;
 mod string;

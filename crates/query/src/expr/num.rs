@@ -2,9 +2,10 @@
 //! exact decimal used for Decimal128 addition and multiplication.
 //!
 //! Decimal128 arithmetic is exact for `+`, `-` and `*` while the coefficients fit in 38
-//! digits; everything else (division, transcendental functions, overflow) goes through f64
-//! and is therefore lossy beyond ~15-17 significant digits.
+//! digits; past that, and for division and the transcendental functions, it goes through
+//! libdecNumber at decimal128's 34 digits (`super::decimal`).
 
+use super::decimal::{self, Wide};
 use bson::{Bson, Decimal128};
 
 /// Widest numeric type seen so far, ordered as MongoDB widens.
@@ -240,6 +241,19 @@ pub fn to_decimal(v: &Bson) -> Option<Decimal128> {
     }
 }
 
+/// A number as a libdecNumber decimal: Decimal128 exactly, int and long exactly, a double
+/// rounded to 15 significant digits as mongod converts one.
+pub fn wide_of(v: &Bson) -> Option<Wide> {
+    to_decimal(v).map(|d| decimal::from_decimal128(&d))
+}
+
+impl Dec {
+    /// The same value as a libdecNumber decimal.
+    fn wide(self) -> Wide {
+        decimal::from_parts(self.neg, self.coeff, self.exp)
+    }
+}
+
 pub fn dec_bson(f: f64) -> Bson {
     Bson::Decimal128(f64_to_decimal(f))
 }
@@ -296,7 +310,9 @@ pub struct Summer {
     double_total: f64,
     comp: f64,
     dec_total: Option<Dec>,
-    dec_lossy: f64,
+    /// The decimal total once `dec_total` outgrew its coefficient (or met NaN or an
+    /// infinity): rounded to 34 digits at each step, as mongod adds Decimal128s.
+    dec_wide: Option<Wide>,
     pub count: u64,
 }
 
@@ -308,7 +324,7 @@ impl Default for Summer {
             double_total: 0.0,
             comp: 0.0,
             dec_total: Some(Dec::zero()),
-            dec_lossy: 0.0,
+            dec_wide: None,
             count: 0,
         }
     }
@@ -330,6 +346,7 @@ impl Summer {
             self.int_total = None;
         }
         let f = crate::compare::as_f64(v).unwrap_or(f64::NAN);
+        let before = self.double_total;
         // Kahan summation for doubles.
         let y = f - self.comp;
         let t = self.double_total + y;
@@ -339,11 +356,32 @@ impl Summer {
             0.0
         };
         self.double_total = t;
-        if let Some(d) = self.dec_total {
-            self.dec_total = Dec::from_bson(v).and_then(|x| d.add(x));
-        }
-        self.dec_lossy += f;
+        self.add_decimal(v, before);
         true
+    }
+
+    /// The decimal side of [`Summer::add`]: exact while the coefficient fits; past that,
+    /// and only once the sum is a decimal one (a double-only sum pays nothing), rounded to
+    /// decimal128 at each step. A sum that outgrew the exact type on doubles before its
+    /// first decimal carries on from the double total, as mongod adds its non-decimal
+    /// total to the decimal one.
+    fn add_decimal(&mut self, v: &Bson, double_before: f64) {
+        let wide_v = || wide_of(v).unwrap_or_else(Wide::nan);
+        match self.dec_total {
+            Some(d) => {
+                self.dec_total = Dec::from_bson(v).and_then(|x| d.add(x));
+                if self.dec_total.is_none() && self.kind == NumKind::Decimal {
+                    self.dec_wide = Some(decimal::add(d.wide(), &wide_v()));
+                }
+            }
+            None if self.kind == NumKind::Decimal => {
+                let base = self.dec_wide.unwrap_or_else(|| {
+                    wide_of(&Bson::Double(double_before)).unwrap_or_else(Wide::nan)
+                });
+                self.dec_wide = Some(decimal::add(base, &wide_v()));
+            }
+            None => {}
+        }
     }
 
     pub fn result(&self) -> Bson {
@@ -355,8 +393,17 @@ impl Summer {
             NumKind::Double => Bson::Double(self.double_total),
             NumKind::Decimal => match self.dec_total {
                 Some(d) => Bson::Decimal128(d.to_decimal128()),
-                None => dec_bson(self.dec_lossy),
+                None => decimal::to_bson(&self.decimal_total()),
             },
+        }
+    }
+
+    /// The total in decimal, exact while it fits.
+    fn decimal_total(&self) -> Wide {
+        match (self.dec_total, self.dec_wide) {
+            (Some(d), _) => d.wide(),
+            (None, Some(w)) => w,
+            (None, None) => Wide::nan(),
         }
     }
 
@@ -370,11 +417,8 @@ impl Summer {
             return Bson::Null;
         }
         if self.kind == NumKind::Decimal {
-            let total = match self.dec_total {
-                Some(d) => d.to_f64(),
-                None => self.dec_lossy,
-            };
-            return dec_bson(total / self.count as f64);
+            let count = Wide::from(i64::try_from(self.count).unwrap_or(i64::MAX));
+            return decimal::to_bson(&decimal::div(self.decimal_total(), &count));
         }
         match (self.kind, self.int_total) {
             (NumKind::Int | NumKind::Long, Some(t)) => Bson::Double(t as f64 / self.count as f64),
@@ -419,7 +463,10 @@ pub fn multiply(vals: &[Bson]) -> Bson {
         NumKind::Double => Bson::Double(dprod),
         NumKind::Decimal => match dec {
             Some(d) => Bson::Decimal128(d.to_decimal128()),
-            None => dec_bson(dprod),
+            // Past the exact coefficient: a product in decimal128.
+            None => decimal::to_bson(&vals.iter().fold(Wide::from(1i32), |p, v| {
+                decimal::mul(p, &wide_of(v).unwrap_or_else(Wide::nan))
+            })),
         },
     }
 }

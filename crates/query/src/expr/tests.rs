@@ -848,3 +848,219 @@ fn timestamp_parts() {
     assert_eq!(e0(bson!({"$tsIncrement": ts})), Bson::Int64(7));
     assert_eq!(code(bson!({"$tsSecond": 1}), &doc! {}), 5687301);
 }
+
+fn iso(s: &str) -> Bson {
+    date(
+        chrono::DateTime::parse_from_rfc3339(s)
+            .unwrap()
+            .timestamp_millis(),
+    )
+}
+
+#[test]
+fn iana_time_zones_follow_daylight_saving() {
+    // The manual's $dateToString example.
+    let d = doc! {"d": iso("2014-01-01T08:15:39.736Z")};
+    let fmt = |tz: &str, f: &str| {
+        ev(
+            bson!({"$dateToString": {"date": "$d", "format": f, "timezone": tz}}),
+            &d,
+        )
+    };
+    assert_eq!(
+        fmt("America/New_York", "%H:%M:%S:%L%z"),
+        bson!("03:15:39:736-0500")
+    );
+    assert_eq!(fmt("America/New_York", "%Z"), bson!("-300"));
+    assert_eq!(fmt("+04:30", "%H:%M:%S:%L%z"), bson!("12:45:39:736+0430"));
+    // Winter and summer in New York and Berlin.
+    let hour = |at: &str, tz: &str| {
+        ev(
+            bson!({"$hour": {"date": "$d", "timezone": tz}}),
+            &doc! {"d": iso(at)},
+        )
+    };
+    assert_eq!(hour("2021-01-15T12:00:00Z", "America/New_York"), bson!(7));
+    assert_eq!(hour("2021-07-15T12:00:00Z", "America/New_York"), bson!(8));
+    assert_eq!(hour("2021-01-15T12:00:00Z", "Europe/Berlin"), bson!(13));
+    assert_eq!(hour("2021-07-15T12:00:00Z", "Europe/Berlin"), bson!(14));
+    assert_eq!(hour("2021-07-15T12:00:00Z", "UTC"), bson!(12));
+    assert_eq!(hour("2021-07-15T12:00:00Z", "GMT"), bson!(12));
+    assert_eq!(hour("2021-07-15T12:00:00Z", "-0800"), bson!(4));
+    // The manual's $dateToParts example: the previous year in New York.
+    assert_eq!(
+        ev(
+            bson!({"$dateToParts": {"date": "$d", "timezone": "America/New_York"}}),
+            &doc! {"d": iso("2017-01-01T01:29:09.123Z")}
+        ),
+        bson!({"year": 2016, "month": 12, "day": 31, "hour": 20, "minute": 29, "second": 9, "millisecond": 123})
+    );
+    // The manual's $dateFromString example, and $dateFromParts in summer and winter.
+    assert_eq!(
+        e0(
+            bson!({"$dateFromString": {"dateString": "2017-02-08T12:10:40.787", "timezone": "America/New_York"}})
+        ),
+        iso("2017-02-08T17:10:40.787Z")
+    );
+    let parts = |month: i32| {
+        e0(
+            bson!({"$dateFromParts": {"year": 2021, "month": month, "day": 1, "hour": 12, "timezone": "Europe/Berlin"}}),
+        )
+    };
+    assert_eq!(parts(1), iso("2021-01-01T11:00:00Z"));
+    assert_eq!(parts(7), iso("2021-07-01T10:00:00Z"));
+    // An unknown name keeps mongod's error.
+    assert_eq!(
+        code(
+            bson!({"$hour": {"date": "$d", "timezone": "Mars/Olympus"}}),
+            &d
+        ),
+        40485
+    );
+}
+
+#[test]
+fn calendar_units_cross_daylight_saving_changes() {
+    let ny = "America/New_York";
+    // New York springs forward on 2021-03-14 and falls back on 2021-11-07: that day's
+    // local midnight has the offset of the day before.
+    let trunc = |at: &str, unit: &str| {
+        ev(
+            bson!({"$dateTrunc": {"date": "$d", "unit": unit, "timezone": ny}}),
+            &doc! {"d": iso(at)},
+        )
+    };
+    assert_eq!(
+        trunc("2021-03-14T12:00:00Z", "day"),
+        iso("2021-03-14T05:00:00Z")
+    );
+    assert_eq!(
+        trunc("2021-11-07T12:00:00Z", "day"),
+        iso("2021-11-07T04:00:00Z")
+    );
+    assert_eq!(
+        trunc("2021-03-20T12:00:00Z", "month"),
+        iso("2021-03-01T05:00:00Z")
+    );
+    assert_eq!(
+        trunc("2021-03-14T12:34:00Z", "hour"),
+        iso("2021-03-14T12:00:00Z")
+    );
+    // A day is 23 hours across the spring change; 24 hours is a different instant.
+    let d = doc! {"d": iso("2021-03-13T17:00:00Z")};
+    let add = |unit: &str, n: i32| {
+        ev(
+            bson!({"$dateAdd": {"startDate": "$d", "unit": unit, "amount": n, "timezone": ny}}),
+            &d,
+        )
+    };
+    assert_eq!(add("day", 1), iso("2021-03-14T16:00:00Z"));
+    assert_eq!(add("hour", 24), iso("2021-03-14T17:00:00Z"));
+    assert_eq!(add("month", 4), iso("2021-07-13T16:00:00Z"));
+    // 23:30 on the 13th to 00:30 on the 15th: two local days.
+    assert_eq!(
+        ev(
+            bson!({"$dateDiff": {"startDate": "$a", "endDate": "$b", "unit": "day", "timezone": ny}}),
+            &doc! {"a": iso("2021-03-14T04:30:00Z"), "b": iso("2021-03-15T04:30:00Z")}
+        ),
+        Bson::Int64(2)
+    );
+    // Local 02:30 does not exist on 2021-03-14: it lands after the gap, at 03:30 EDT.
+    assert_eq!(
+        e0(
+            bson!({"$dateFromParts": {"year": 2021, "month": 3, "day": 14, "hour": 2, "minute": 30, "timezone": ny}})
+        ),
+        iso("2021-03-14T07:30:00Z")
+    );
+}
+
+/// The string of a Decimal128 result (failing on any other type).
+fn dec_str(v: Bson) -> String {
+    match v {
+        Bson::Decimal128(d) => d.to_string(),
+        other => panic!("not a Decimal128: {other:?}"),
+    }
+}
+
+#[test]
+fn decimal128_arithmetic_keeps_34_digits() {
+    let one_third = e0(bson!({"$divide": [dec("1"), dec("3")]}));
+    assert_eq!(dec_str(one_third), "0.3333333333333333333333333333333333");
+    assert_eq!(
+        dec_str(e0(bson!({"$divide": [dec("2"), dec("3")]}))),
+        "0.6666666666666666666666666666666667"
+    );
+    assert_eq!(dec_str(e0(bson!({"$divide": [dec("10"), 4]}))), "2.5");
+    assert_eq!(
+        msg(bson!({"$divide": [dec("1"), dec("0")]})),
+        "can't $divide by zero"
+    );
+    // Known constants to 34 significant digits, rounded half to even (the values Python's
+    // decimal module, another implementation of the same arithmetic, gives in a decimal128
+    // context).
+    assert_eq!(
+        dec_str(e0(bson!({"$sqrt": dec("2")}))),
+        "1.414213562373095048801688724209698"
+    );
+    assert_eq!(dec_str(e0(bson!({"$sqrt": dec("16")}))), "4");
+    assert_eq!(
+        dec_str(e0(bson!({"$ln": dec("2")}))),
+        "0.6931471805599453094172321214581766"
+    );
+    assert_eq!(
+        dec_str(e0(bson!({"$exp": dec("1")}))),
+        "2.718281828459045235360287471352662"
+    );
+    assert_eq!(
+        dec_str(e0(bson!({"$log10": dec("2")}))),
+        "0.3010299956639811952137388947244930"
+    );
+    assert_eq!(dec_str(e0(bson!({"$log10": dec("1000")}))), "3");
+    assert_eq!(dec_str(e0(bson!({"$log": [dec("100"), dec("10")]}))), "2");
+    // log10(8) / log10(2), each rounded to 34 digits: 3 to the last digit.
+    let log2_8 = dec_str(e0(bson!({"$log": [dec("8"), 2]})));
+    assert!(
+        log2_8.starts_with("3.00000000000000000000000000000000"),
+        "{log2_8}"
+    );
+    assert_eq!(dec_str(e0(bson!({"$pow": [dec("2"), 10]}))), "1024");
+    assert_eq!(
+        dec_str(e0(bson!({"$pow": [dec("2"), dec("0.5")]}))),
+        "1.414213562373095048801688724209698"
+    );
+    // Domain errors keep mongod's codes; a value too small for a double is still > 0.
+    assert_eq!(code(bson!({"$sqrt": dec("-1")}), &doc! {}), 28714);
+    assert_eq!(code(bson!({"$ln": dec("0")}), &doc! {}), 28766);
+    assert_eq!(code(bson!({"$log10": dec("-2")}), &doc! {}), 28761);
+    assert_eq!(code(bson!({"$log": [dec("2"), dec("1")]}), &doc! {}), 28759);
+    assert_eq!(
+        dec_str(e0(bson!({"$ln": dec("1E-400")}))),
+        "-921.0340371976182736071965818737457"
+    );
+    assert_eq!(dec_str(e0(bson!({"$sqrt": dec("NaN")}))), "NaN");
+    // Sums and products past the exact 38-digit coefficient round once, in decimal.
+    assert_eq!(
+        dec_str(e0(bson!({"$add": [dec("1E+30"), dec("1E-30")]}))),
+        "1000000000000000000000000000000.000"
+    );
+    // Each step after that rounds, as mongod adds Decimal128s one by one.
+    assert_eq!(
+        dec_str(e0(bson!({"$sum": [dec("1E+30"), dec("1E-30"), dec("1")]}))),
+        "1000000000000000000000000000001.000"
+    );
+    // A double sum is unchanged by the decimal side.
+    assert_eq!(
+        e0(bson!({"$sum": [1e300, 1e-300, 1.0]})),
+        Bson::Double(1e300)
+    );
+    assert_eq!(
+        dec_str(e0(
+            bson!({"$multiply": [dec("1.000000000000000000001"), dec("1.000000000000000000001")]})
+        )),
+        "1.000000000000000000002000000000000"
+    );
+    assert_eq!(
+        dec_str(e0(bson!({"$avg": [dec("1"), dec("2"), dec("2")]}))),
+        "1.666666666666666666666666666666667"
+    );
+}

@@ -91,7 +91,7 @@ pub async fn hello(
     if let Some(Bson::Array(requested)) = cmd.get("compression") {
         let offered: Vec<Bson> = requested
             .iter()
-            .filter(|c| matches!(c.as_str(), Some("snappy") | Some("zlib")))
+            .filter(|c| matches!(c.as_str(), Some("snappy") | Some("zlib") | Some("zstd")))
             .cloned()
             .collect();
         if !offered.is_empty() {
