@@ -507,24 +507,33 @@ mod tests {
         let workers: &'static IoWorkers = Box::leak(Box::new(IoWorkers::new()));
         // Long enough that only the worker's park can end the wait.
         let d = Durability::with_workers(t(1), workers, Duration::from_secs(600));
-        let syncer = d.spawn_syncer(Arc::clone(&store));
+        let (busy_tx, busy_rx) = std::sync::mpsc::channel::<()>();
         let (commit_tx, commit_rx) = std::sync::mpsc::channel::<()>();
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
         let worker = {
             let d = Arc::clone(&d);
             std::thread::spawn(move || {
                 workers.unparked();
+                busy_tx.send(()).unwrap();
                 commit_rx.recv().unwrap();
                 d.committed(Some(t(3)));
                 done_rx.recv().unwrap();
                 workers.parking();
             })
         };
+        // The worker counts as busy before anyone asks for an fsync.
+        busy_rx.recv().unwrap();
         let first = d.committed(Some(t(2)));
         let waiter = {
             let d = Arc::clone(&d);
             std::thread::spawn(move || d.wait_synced_blocking(first))
         };
+        // The group-commit thread starts once the fsync is asked for, so its first look
+        // finds the request (never its idle timer's periodic sync, which does not wait).
+        while *d.requested.lock() < first {
+            std::thread::yield_now();
+        }
+        let syncer = d.spawn_syncer(Arc::clone(&store));
         // The worker is busy: the asked-for fsync has not started, whatever the delay.
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(d.synced(), 0, "no fsync while the worker is busy");
