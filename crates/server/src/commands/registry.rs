@@ -699,6 +699,17 @@ pub static SPECS: &[Spec] = &[
         reply!(c => admin::sessions(c.state, c.name, c.cmd)),
     )
     .open(),
+    // mongod's test commands of the versioned API (its `testVersion1`/`testVersion2`,
+    // with enableTestCommands): the first is in API version 1, the second is not, so
+    // `apiStrict: true` refuses it with 323 APIStrictError (the drivers' versioned-API
+    // spec tests run it).
+    command("testVersion1", reply!(_c => Ok(Document::new())))
+        .api_v1()
+        .test_only()
+        .open(),
+    command("testVersion2", reply!(_c => Ok(Document::new())))
+        .test_only()
+        .open(),
     // With upsert: true mongod requires insert too.
     command(
         "update",
@@ -1096,7 +1107,12 @@ mod tests {
         ("reIndex", false, true, false),
         ("setDefaultRWConcern", true, true, true),
         ("setFeatureCompatibilityVersion", true, false, true),
+        ("testVersion1", false, false, false),
+        ("testVersion2", false, false, false),
     ];
+
+    /// Of `ADDED`, those in API version 1.
+    const ADDED_API_V1: &[&str] = &["testVersion1"];
 
     fn added_where(flag: impl Fn(&(&str, bool, bool, bool)) -> bool) -> Vec<&'static str> {
         ADDED.iter().filter(|a| flag(a)).map(|a| a.0).collect()
@@ -1194,6 +1210,7 @@ mod tests {
     fn api_v1_agrees_with_the_list_before() {
         let mut expected = set(before::API_V1_COMMANDS);
         expected.extend(ALIASES_GAINING_THEIR_COMMANDS_FLAGS);
+        expected.extend(ADDED_API_V1);
         assert_eq!(names_where(|s| s.api_v1), expected);
     }
 
@@ -1230,8 +1247,10 @@ mod tests {
         let listed = listed.get_document("commands").unwrap();
         let mut expected: BTreeSet<&str> = before::LIST_COMMANDS.iter().map(|(n, _)| *n).collect();
         expected.extend(NEWLY_LISTED);
-        // Aliases (dbhash) are not listed.
-        expected.extend(added_where(|a| SPECS.iter().any(|s| s.name == a.0)));
+        // Aliases (dbhash) are not listed, nor test commands without enableTestCommands.
+        expected.extend(added_where(|a| {
+            SPECS.iter().any(|s| s.name == a.0 && !s.test_only)
+        }));
         assert_eq!(
             listed.keys().map(String::as_str).collect::<BTreeSet<_>>(),
             expected
