@@ -38,6 +38,16 @@ if [ ! -x "$VENV/bin/pytest" ]; then
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install -q --disable-pip-version-check -r "$REQ"
 fi
+# The test servers refuse writes below their free-space floor (minFreeDiskSpaceMB,
+# 256 MB by default): on a nearly full disk every write test would fail with
+# OutOfDiskSpace, so say so once here instead.
+TEST_TMP="${TMPDIR:-/tmp}"
+FREE_MB=$(df -Pm "$TEST_TMP" | awk 'NR == 2 { print $4 }')
+if [ -n "$FREE_MB" ] && [ "$FREE_MB" -lt 2048 ]; then
+    log "ERROR: only ${FREE_MB} MB free under $TEST_TMP; the integration tests need 2 GB"
+    log "(their servers refuse writes below 256 MB free). Free some space and rerun."
+    exit 1
+fi
 log "Python integration tests"
 (cd "$ROOT" && "$VENV/bin/pytest" tests -q -p no:cacheprovider) 2>&1 | tee -a "$SUMMARY"
 
