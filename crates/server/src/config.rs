@@ -43,6 +43,12 @@ pub struct Config {
     /// Log less.
     #[arg(long, default_value_t = false)]
     pub quiet: bool,
+    /// The log's lines: mongod's structured JSON (`json`), or text (`plain`).
+    #[arg(long = "logFormat", value_enum, default_value = "json")]
+    pub log_format: crate::logging::Format,
+    /// Operations slower than this (milliseconds) are logged, and profiled at level 1.
+    #[arg(long = "slowms")]
+    pub slow_ms: Option<i64>,
     /// Server parameters, `name=value` (repeatable), e.g. enableTestCommands=1.
     #[arg(long = "setParameter")]
     pub set_parameter: Vec<String>,

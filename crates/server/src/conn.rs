@@ -162,9 +162,16 @@ async fn serve(
         return;
     }
     let id = state.new_connection_id();
-    state.current_connections.fetch_add(1, Ordering::Relaxed);
+    let count = state.current_connections.fetch_add(1, Ordering::Relaxed) + 1;
     state.total_connections.fetch_add(1, Ordering::Relaxed);
-    tracing::debug!(conn = id, %peer, "connection accepted");
+    tracing::info!(
+        id = crate::logging::ID_CONNECTION_ACCEPTED,
+        conn = id,
+        remote = %peer,
+        connectionId = id,
+        connectionCount = count,
+        "Connection accepted"
+    );
     let info = state.current_ops.connect(id, peer.clone());
     let mut conn = Conn { id, peer, info };
     let mut rd = BufReader::with_capacity(64 * 1024, rd);
@@ -239,8 +246,16 @@ async fn serve(
     }
     .await;
     if let Err(why) = result {
-        tracing::info!(conn = id, peer = %conn.peer, "connection closed: {why}");
+        tracing::info!(conn = id, remote = %conn.peer, error = %why, "Connection closed on an error");
     }
     state.current_ops.disconnect(id);
-    state.current_connections.fetch_sub(1, Ordering::Relaxed);
+    let count = state.current_connections.fetch_sub(1, Ordering::Relaxed) - 1;
+    tracing::info!(
+        id = crate::logging::ID_CONNECTION_ENDED,
+        conn = id,
+        remote = %conn.peer,
+        connectionId = id,
+        connectionCount = count,
+        "Connection ended"
+    );
 }

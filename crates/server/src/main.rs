@@ -8,6 +8,7 @@ mod disk_space;
 mod error_labels;
 mod ingress;
 mod local_sessions;
+mod logging;
 mod profiler;
 mod rw_defaults;
 mod sessions;
@@ -117,6 +118,8 @@ fn disable_transparent_huge_pages() {
 }
 
 fn init_logging(config: &Config) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     // Even --quiet keeps the startup lines: launchers wait for "Waiting for connections".
     let default = if config.quiet {
         "warn,startup=info"
@@ -125,32 +128,25 @@ fn init_logging(config: &Config) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("TAILSTREAM_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false);
-    match &config.logpath {
+    let writer: Box<dyn std::io::Write + Send> = match &config.logpath {
         Some(path) => match std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)
         {
-            Ok(file) => builder
-                .with_ansi(false)
-                .with_writer(std::sync::Mutex::new(file))
-                .init(),
+            Ok(file) => Box::new(file),
             Err(e) => {
                 eprintln!("cannot open log file {}: {e}", path.display());
                 std::process::exit(1);
             }
         },
-        None => {
-            use std::io::IsTerminal;
-            builder
-                .with_ansi(std::io::stderr().is_terminal())
-                .with_writer(std::io::stderr)
-                .init()
-        }
-    }
+        None => Box::new(std::io::stderr()),
+    };
+    logging::init(config.log_format, writer);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(logging::MongodLayer)
+        .init();
 }
 
 async fn run(config: Config) -> i32 {
@@ -172,6 +168,14 @@ async fn run(config: Config) -> i32 {
             return 2;
         }
     };
+    // mongod's own startup warning while it runs without authentication (mongosh shows
+    // the startup warnings when it connects).
+    tracing::warn!(
+        target: "startup",
+        id = 22120,
+        "Access control is not enabled for the database. Read and write access to data and \
+         configuration is unrestricted"
+    );
     tailstream_engine::ttl::spawn(&engine);
     let (tcp_addrs, unix_paths) = config.listen_addrs();
     let mut listeners = Vec::new();
@@ -204,7 +208,8 @@ async fn run(config: Config) -> i32 {
         }
     }
     let unix_socket_files = socket_files(&listeners);
-    tracing::info!(target: "startup", addrs = ?tcp_addrs, unix_sockets = ?unix_paths, dbpath = %config.dbpath.display(), io_threads = config.io_threads(), "Waiting for connections");
+    tracing::info!(target: "startup", id = logging::ID_WAITING_FOR_CONNECTIONS, component = "NETWORK", addrs = ?tcp_addrs, unix_sockets = ?unix_paths, dbpath = %config.dbpath.display(), io_threads = config.io_threads(), "Waiting for connections");
+    logging::started();
     for listener in listeners {
         let state = state.clone();
         tokio::spawn(async move { conn::accept_loop(listener, state).await });

@@ -64,6 +64,20 @@ pub struct Finished<'a> {
 }
 
 impl Profiler {
+    /// With the server's `--slowms` (mongod's default without it).
+    pub fn new(slow_ms: Option<i64>) -> Profiler {
+        let p = Profiler::default();
+        if let Some(ms) = slow_ms {
+            p.slow_ms.store(ms, Ordering::Relaxed);
+        }
+        p
+    }
+
+    /// Operations at least this slow (milliseconds) are logged, and profiled at level 1.
+    pub fn slow_ms(&self) -> i64 {
+        self.slow_ms.load(Ordering::Relaxed)
+    }
+
     /// The `profile` command: `{profile: level, slowms, sampleRate, filter}`; replies with
     /// the settings in force before it (`was`, `slowms`, `sampleRate`).
     pub fn command(&self, db: &str, cmd: &Document) -> Result<Document> {
@@ -155,11 +169,6 @@ impl Profiler {
         if settings.sample_rate < 1.0 && uniform_random() >= settings.sample_rate {
             return None;
         }
-        let coll = match f.cmd.get(f.name) {
-            Some(Bson::String(c)) => c.clone(),
-            _ if f.name == "getMore" => f.cmd.get_str("collection").unwrap_or("$cmd").to_string(),
-            _ => "$cmd".to_string(),
-        };
         let op = match f.name {
             "find" => "query",
             "getMore" => "getmore",
@@ -168,15 +177,10 @@ impl Profiler {
             "delete" => "remove",
             _ => "command",
         };
-        let command = if bson::to_vec(f.cmd).map(|b| b.len()).unwrap_or(0) > MAX_COMMAND_BYTES {
-            doc! {"$truncated": format!("{} command of {} fields", f.name, f.cmd.len())}
-        } else {
-            f.cmd.clone()
-        };
         let mut entry = doc! {
             "op": op,
-            "ns": format!("{}.{}", f.db, coll),
-            "command": command,
+            "ns": f.namespace(),
+            "command": f.command_summary(),
         };
         if let Some(n) = f.nreturned {
             entry.insert("nreturned", n);
@@ -186,12 +190,7 @@ impl Profiler {
         }
         if let Some(e) = f.error {
             entry.insert("ok", 0.0);
-            entry.insert("errMsg", e.message.clone());
-            entry.insert(
-                "errName",
-                tailstream_engine::query::error::code_name(e.code),
-            );
-            entry.insert("errCode", e.code);
+            insert_error(&mut entry, e);
         }
         entry.insert("protocol", "op_msg");
         entry.insert("millis", millis);
@@ -209,6 +208,70 @@ impl Profiler {
         }
         Some((Namespace::new(f.db, "system.profile"), entry))
     }
+}
+
+impl Finished<'_> {
+    /// The namespace the command worked on (`db.$cmd` for one without a collection).
+    fn namespace(&self) -> String {
+        let coll = match self.cmd.get(self.name) {
+            Some(Bson::String(c)) => c.as_str(),
+            _ if self.name == "getMore" => self.cmd.get_str("collection").unwrap_or("$cmd"),
+            _ => "$cmd",
+        };
+        format!("{}.{}", self.db, coll)
+    }
+
+    /// The command, or a summary of it when it is large, as mongod records it.
+    fn command_summary(&self) -> Document {
+        if bson::to_vec(self.cmd).map(|b| b.len()).unwrap_or(0) > MAX_COMMAND_BYTES {
+            doc! {"$truncated": format!("{} command of {} fields", self.name, self.cmd.len())}
+        } else {
+            self.cmd.clone()
+        }
+    }
+}
+
+/// A failed command's error, as the profile entry and the slow-operation line show it.
+fn insert_error(into: &mut Document, e: &Error) {
+    into.insert("errMsg", e.message.clone());
+    into.insert(
+        "errName",
+        tailstream_engine::query::error::code_name(e.code),
+    );
+    into.insert("errCode", e.code);
+}
+
+/// mongod's "Slow query" log line for a command slower than `slowms`.
+pub fn log_slow(conn_id: i64, f: &Finished) {
+    let mut attr = doc! {
+        "type": "command",
+        "ns": f.namespace(),
+    };
+    if let Some(a) = &f.app_name {
+        attr.insert("appName", a.clone());
+    }
+    attr.insert("command", f.command_summary());
+    if let Some(n) = f.nreturned {
+        attr.insert("nreturned", n);
+    }
+    if let Some(e) = f.error {
+        attr.insert("ok", 0);
+        insert_error(&mut attr, e);
+    }
+    if let Some(n) = f.response_length {
+        attr.insert("reslen", n);
+    }
+    attr.insert("remote", f.client.clone());
+    attr.insert("protocol", "op_msg");
+    attr.insert("durationMillis", f.elapsed.as_millis() as i64);
+    crate::logging::emit(
+        "I",
+        "COMMAND",
+        crate::logging::ID_SLOW_QUERY,
+        &format!("conn{conn_id}"),
+        "Slow query",
+        attr,
+    );
 }
 
 /// Writes a profile document, creating the database's capped `system.profile` first.

@@ -93,6 +93,7 @@ impl ServerState {
         }
         apply_engine_parameters(&parameters);
         let rw_defaults = crate::rw_defaults::RwDefaults::load(&engine);
+        let slow_ms = config.slow_ms;
         Ok(ServerState {
             config,
             engine,
@@ -110,7 +111,7 @@ impl ServerState {
             fail_points: Default::default(),
             local_sessions: Default::default(),
             ingress: Default::default(),
-            profiler: Default::default(),
+            profiler: crate::profiler::Profiler::new(slow_ms),
             current_ops: Default::default(),
             disk_space: Default::default(),
             shutdown_requested: Default::default(),

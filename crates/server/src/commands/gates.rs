@@ -395,8 +395,8 @@ fn reply_for(
     Reply::body(Body::Doc(body))
 }
 
-/// Leaves the command's entry in its database's `system.profile` when that database
-/// is profiled (see `crate::profiler`).
+/// Logs the command when it was slow, and leaves its entry in its database's
+/// `system.profile` when that database is profiled (see `crate::profiler`).
 fn profile(
     state: &ServerState,
     conn: &Conn,
@@ -406,7 +406,9 @@ fn profile(
     started: Instant,
     result: &Result<Output>,
 ) {
-    if !state.profiler.enabled() {
+    let elapsed = started.elapsed();
+    let slow = is_slow(state, name, cmd, elapsed);
+    if !slow && !state.profiler.enabled() {
         return;
     }
     let (nreturned, response_length, error) = match result {
@@ -426,16 +428,43 @@ fn profile(
         db,
         name,
         cmd,
-        elapsed: started.elapsed(),
+        elapsed,
         nreturned,
         response_length,
         error,
         client: conn.peer.clone(),
         app_name: conn.info.app_name().map(str::to_string),
     };
+    if slow {
+        crate::profiler::log_slow(conn.id, &finished);
+    }
     if let Some((ns, entry)) = state.profiler.entry(&finished) {
         crate::profiler::record(state, &ns, entry);
     }
+}
+
+/// Whether a command took longer than `slowms`, not counting what it was asked to wait
+/// for: a `getMore`'s wait for new data (its `maxTimeMS`, else the one second an
+/// awaitData cursor waits by default) and an awaitable `hello`'s `maxAwaitTimeMS`; an
+/// idle change stream or a driver's monitor is not slow.
+fn is_slow(state: &ServerState, name: &str, cmd: &Document, elapsed: std::time::Duration) -> bool {
+    /// An awaitData getMore's wait when it gives no maxTimeMS (mongod's default).
+    const DEFAULT_AWAIT_MS: i64 = 1000;
+    let millis = i64::try_from(elapsed.as_millis()).unwrap_or(i64::MAX);
+    let slow_ms = state.profiler.slow_ms();
+    if millis < slow_ms {
+        return false;
+    }
+    let asked_wait_ms = if name == "getMore" {
+        cmd.get("maxTimeMS")
+            .and_then(tailstream_engine::find::as_i64)
+            .unwrap_or(DEFAULT_AWAIT_MS)
+    } else {
+        cmd.get("maxAwaitTimeMS")
+            .and_then(tailstream_engine::find::as_i64)
+            .unwrap_or(0)
+    };
+    millis.saturating_sub(asked_wait_ms.max(0)) >= slow_ms
 }
 
 /// mongod waits for a command's write concern even when the command fails (so that what

@@ -482,10 +482,7 @@ pub static SPECS: &[Spec] = &[
         reply!(_c => Ok(doc! {"err": Bson::Null, "n": 0})),
     )
     .open(),
-    command(
-        "getLog",
-        reply!(_c => Ok(doc! {"totalLinesWritten": 0, "log": []})),
-    )
+    command("getLog", reply!(c => crate::logging::get_log(c.cmd)))
     .admin_only()
     .needs(Cluster, &[GetLog]),
     // mongod checks find on the cursor's namespace, and that the cursor is the session's.

@@ -1,0 +1,171 @@
+"""The server's log as mongod writes it (issue 30): one JSON document per line with
+`t`, `s`, `c`, `id`, `ctx`, `msg` and `attr`; mongod's "Slow query" lines above
+`slowms`; `getLog` with the newest lines and the startup warnings; `--logFormat plain`
+for text lines."""
+
+import json
+import time
+
+import pytest
+from bson import json_util
+from pymongo.errors import OperationFailure
+
+from conftest import TailstreamServer, eventually
+
+REQUIRED_FIELDS = ["t", "s", "c", "id", "ctx", "msg"]
+
+
+def json_lines(text):
+    """Every line of the log, parsed (a line that is not JSON fails the test)."""
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+class VerboseServer(TailstreamServer):
+    """Without the suite's `--quiet` (which keeps connection lines out, as mongod's)."""
+
+    def argv(self):
+        return [a for a in super().argv() if a != "--quiet"]
+
+
+@pytest.fixture
+def logged(tmp_path):
+    srv = VerboseServer(tmp_path / "db", extra_args=["--slowms", "50"])
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def test_every_line_is_mongods_json(logged):
+    with logged.client() as c:
+        c.test.items.insert_one({"a": 1})
+    lines = eventually(lambda: [l for l in json_lines(logged.log_text())
+                                if l["msg"] == "Connection accepted"])
+    assert lines, logged.log_tail()
+    for line in json_lines(logged.log_text()):
+        assert list(line)[:6] == REQUIRED_FIELDS, line
+        assert line["s"] in ("F", "E", "W", "I", "D1", "D2"), line
+        assert isinstance(line["id"], int) and 0 <= line["id"] < 10_000_000, line
+        # mongod's timestamps: extended JSON dates.
+        assert set(line["t"]) == {"$date"}, line
+    waiting = [l for l in json_lines(logged.log_text()) if l["msg"] == "Waiting for connections"]
+    assert len(waiting) == 1
+    assert (waiting[0]["s"], waiting[0]["c"], waiting[0]["id"]) == ("I", "NETWORK", 23016)
+    accepted = lines[0]
+    assert (accepted["c"], accepted["id"]) == ("NETWORK", 22943)
+    assert accepted["ctx"] == f"conn{accepted['attr']['connectionId']}"
+    assert accepted["attr"]["remote"].startswith("127.0.0.1:")
+    ended = eventually(lambda: [l for l in json_lines(logged.log_text())
+                                if l["msg"] == "Connection ended"])
+    assert ended and ended[0]["id"] == 22944
+
+
+def test_a_slow_operation_is_logged_with_mongods_attributes(logged):
+    with logged.client(appname="slow-app") as c:
+        c.test.items.insert_many([{"i": i} for i in range(10)])
+        # $where runs JavaScript per document: 10 × 20 ms is slow under slowms 50.
+        found = list(c.test.items.find({"$where": "sleep(20) || true"}))
+        assert len(found) == 10
+        c.test.items.find_one({"i": 1})  # fast: not logged
+    slow = eventually(lambda: [l for l in json_lines(logged.log_text()) if l["msg"] == "Slow query"])
+    assert len(slow) == 1, slow
+    line = slow[0]
+    assert (line["s"], line["c"], line["id"]) == ("I", "COMMAND", 51803)
+    attr = line["attr"]
+    assert attr["type"] == "command"
+    assert attr["ns"] == "test.items"
+    assert attr["appName"] == "slow-app"
+    assert attr["command"]["find"] == "items"
+    assert attr["command"]["filter"] == {"$where": "sleep(20) || true"}
+    assert attr["nreturned"] == 10
+    assert attr["durationMillis"] >= 50
+    assert attr["protocol"] == "op_msg"
+    assert line["ctx"].startswith("conn")
+
+
+def test_a_failed_slow_operation_carries_its_error(logged):
+    with logged.client() as c:
+        c.test.items.insert_one({"i": 1})
+        with pytest.raises(OperationFailure):
+            c.test.items.find_one({"$where": "sleep(80); throw new Error('boom')"})
+    slow = eventually(lambda: [l for l in json_lines(logged.log_text()) if l["msg"] == "Slow query"])
+    assert len(slow) == 1, slow
+    attr = slow[0]["attr"]
+    assert attr["ok"] == 0 and attr["errCode"] != 0 and "boom" in attr["errMsg"], attr
+
+
+def test_an_idle_change_stream_getmore_is_not_slow(logged):
+    """A getMore waits for new data up to its maxTimeMS (maxAwaitTimeMS): that wait is
+    not slowness, or every idle change stream would fill the log."""
+    with logged.client() as c:
+        c.test.create_collection("idle")
+        with c.test.idle.watch(max_await_time_ms=300) as stream:
+            for _ in range(3):
+                assert stream.try_next() is None
+        getmores = [l for l in json_lines(logged.log_text())
+                    if l["msg"] == "Slow query" and "getMore" in l["attr"]["command"]]
+        assert getmores == []
+        # With slowms 0 every operation is slow, the getMore too: the threshold is live,
+        # and the wait is what was left out.
+        c.admin.command("profile", 0, slowms=0)
+        with c.test.idle.watch(max_await_time_ms=300) as stream:
+            assert stream.try_next() is None
+        c.admin.command("profile", 0, slowms=50)
+    logged_getmores = eventually(lambda: [
+        l for l in json_lines(logged.log_text())
+        if l["msg"] == "Slow query" and "getMore" in l["attr"]["command"]])
+    assert logged_getmores, "a getMore is logged under slowms 0"
+    assert all(l["attr"]["durationMillis"] >= 250 for l in logged_getmores), logged_getmores
+
+
+def test_get_log_returns_the_newest_lines_as_json(logged):
+    with logged.client() as c:
+        c.test.items.insert_one({"a": 1})
+        names = c.admin.command("getLog", "*")
+        assert names["names"] == ["global", "startupWarnings"]
+        log = c.admin.command("getLog", "global")
+        assert log["totalLinesWritten"] >= len(log["log"]) > 0
+        parsed = [json.loads(line) for line in log["log"]]
+        assert any(l["msg"] == "Waiting for connections" for l in parsed)
+        # What getLog returns are the log file's own lines.
+        assert eventually(lambda: set(log["log"]) <= set(logged.log_text().splitlines()))
+        warnings = c.admin.command("getLog", "startupWarnings")
+        parsed = [json.loads(line) for line in warnings["log"]]
+        assert [w["id"] for w in parsed] == [22120], parsed
+        assert parsed[0]["s"] == "W" and parsed[0]["tags"] == ["startupWarnings"]
+        assert warnings["totalLinesWritten"] == 1
+
+
+@pytest.mark.parametrize(
+    "arg, code",
+    [("nonExistentName", 96), (None, 40414), (1.5, 14), ([], 14)],
+)
+def test_get_log_errors_are_mongods(server, arg, code):
+    with server.client() as c:
+        with pytest.raises(OperationFailure) as e:
+            c.admin.command("getLog", arg)
+    assert e.value.code == code, e.value.details
+    if code == 96:
+        assert e.value.details["errmsg"] == "No log named 'nonExistentName'"
+
+
+def test_get_log_is_admin_only(server):
+    with server.client() as c:
+        with pytest.raises(OperationFailure) as e:
+            c.test.command("getLog", "global")
+    assert e.value.code == 13
+
+
+def test_plain_format_writes_text_lines(tmp_path):
+    srv = TailstreamServer(tmp_path / "db", extra_args=["--logFormat", "plain"])
+    srv.start()
+    try:
+        with srv.client() as c:
+            c.test.items.insert_one({"a": 1})
+            # getLog keeps mongod's JSON whatever the output format.
+            log = c.admin.command("getLog", "global")["log"]
+            assert all(json.loads(line)["msg"] for line in log)
+    finally:
+        srv.stop()
+    text = srv.log_text()
+    assert "Waiting for connections" in text
+    assert not any(line.startswith("{") for line in text.splitlines()), text[:500]
