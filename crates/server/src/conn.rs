@@ -37,12 +37,13 @@ async fn stream_get_more(
         let open = reply.body.is_ok_with_open_cursor();
         let id = next_request_id();
         let flags = if open { msg_flags::MORE_TO_COME } else { 0 };
-        reply
+        let written = reply
             .body
             .into_msg(id, response_to, flags)
             .write_to(wr, compressor)
             .await
             .map_err(|e| format!("write failed: {e}"))?;
+        state.metrics.message_out(written);
         if !open {
             return Ok(());
         }
@@ -182,6 +183,9 @@ async fn serve(
                 Ok(None) => return Ok(()),
                 Err(e) => return Err(format!("bad message: {e}")),
             };
+            state
+                .metrics
+                .message_in(usize::try_from(header.message_length).unwrap_or(0));
             let (request, compressor) =
                 wire::decode(&header, &body).map_err(|e| format!("malformed message: {e}"))?;
             let reply = match request {
@@ -238,10 +242,11 @@ async fn serve(
                     ))
                 }
             };
-            reply
+            let written = reply
                 .write_to(&mut wr, compressor)
                 .await
                 .map_err(|e| format!("write failed: {e}"))?;
+            state.metrics.message_out(written);
         }
     }
     .await;

@@ -9,6 +9,7 @@ mod error_labels;
 mod ingress;
 mod local_sessions;
 mod logging;
+mod metrics;
 mod profiler;
 mod rw_defaults;
 mod sessions;

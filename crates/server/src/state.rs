@@ -44,6 +44,8 @@ pub struct ServerState {
     pub ingress: crate::ingress::IngressLimiter,
     /// The database profiler (`profile` command, `<db>.system.profile`).
     pub profiler: crate::profiler::Profiler,
+    /// serverStatus's network, latency and activity figures.
+    pub metrics: crate::metrics::Metrics,
     /// Open connections and the commands they run (`currentOp`, `killOp`).
     pub current_ops: crate::current_op::Registry,
     /// The free-space floor for commands that add data.
@@ -112,6 +114,7 @@ impl ServerState {
             local_sessions: Default::default(),
             ingress: Default::default(),
             profiler: crate::profiler::Profiler::new(slow_ms),
+            metrics: Default::default(),
             current_ops: Default::default(),
             disk_space: Default::default(),
             shutdown_requested: Default::default(),

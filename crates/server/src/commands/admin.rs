@@ -131,6 +131,7 @@ pub fn server_status(state: &ServerState) -> Document {
         "uptimeMillis": uptime.as_millis() as i64,
         "uptimeEstimate": uptime.as_secs() as i64,
         "localTime": bson::DateTime::now(),
+        "asserts": state.metrics.asserts(),
         "connections": {
             "current": state.current_connections.load(Ordering::Relaxed) as i32,
             "available": (state.config.max_conns as i64 - state.current_connections.load(Ordering::Relaxed)) as i32,
@@ -140,6 +141,11 @@ pub fn server_status(state: &ServerState) -> Document {
                 "queued": state.ingress.queued.load(Ordering::Relaxed) as i64,
             },
         },
+        "extra_info": crate::metrics::extra_info(),
+        "globalLock": state.metrics.global_lock(uptime),
+        "mem": crate::metrics::mem(),
+        "network": state.metrics.network(),
+        "opLatencies": state.metrics.op_latencies(),
         "opcounters": {
             "insert": o.insert.load(Ordering::Relaxed) as i64,
             "query": o.query.load(Ordering::Relaxed) as i64,
@@ -150,13 +156,16 @@ pub fn server_status(state: &ServerState) -> Document {
         },
         "storageEngine": {"name": "rocksdb", "supportsCommittedReads": true, "persistent": true, "supportsSnapshotReadConcern": false},
         "repl": {
+            "hosts": [state.config.advertised_host()],
             "setName": state.config.repl_set.clone(),
             "isWritablePrimary": true,
+            "secondary": false,
             "primary": state.config.advertised_host(),
             "me": state.config.advertised_host(),
         },
         "metrics": {
             "cursor": {"open": {"total": engine.cursors.len() as i64}},
+            "document": state.metrics.document(),
             "ttl": {
                 "deletedDocuments": tailstream_engine::ttl::TTL_DELETED.load(Ordering::Relaxed) as i64,
                 "passes": tailstream_engine::ttl::TTL_PASSES.load(Ordering::Relaxed) as i64,

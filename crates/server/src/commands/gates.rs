@@ -54,6 +54,8 @@ pub(super) async fn run(
         Ok(spec) => spec,
         Err(e) => return Reply::error(state, &e),
     };
+    let class = crate::metrics::OpClass::of(&name);
+    let _active = state.metrics.enter(class);
     note_client_and_session(state, conn, &name, &cmd);
     let txn = match check_envelope(spec, &name, db, &cmd) {
         Ok(txn) => txn,
@@ -407,22 +409,20 @@ fn profile(
     result: &Result<Output>,
 ) {
     let elapsed = started.elapsed();
+    state.metrics.command_done(
+        crate::metrics::OpClass::of(name),
+        elapsed,
+        batch_len(result).unwrap_or(0),
+    );
     let slow = is_slow(state, name, cmd, elapsed);
     if !slow && !state.profiler.enabled() {
         return;
     }
-    let (nreturned, response_length, error) = match result {
-        Ok(Output::Doc(body)) => {
-            let batch = body.get_document("cursor").ok().and_then(|c| {
-                c.get_array("firstBatch")
-                    .or_else(|_| c.get_array("nextBatch"))
-                    .ok()
-            });
-            let len = bson::to_vec(body).map(|b| b.len() as i64).ok();
-            (batch.map(|b| b.len() as i64), len, None)
-        }
-        Ok(Output::Cursor(c)) => (Some(c.docs.len() as i64), None, None),
-        Err(e) => (None, None, Some(e)),
+    let nreturned = batch_len(result).map(|n| n as i64);
+    let (response_length, error) = match result {
+        Ok(Output::Doc(body)) => (bson::to_vec(body).map(|b| b.len() as i64).ok(), None),
+        Ok(Output::Cursor(_)) => (None, None),
+        Err(e) => (None, Some(e)),
     };
     let finished = crate::profiler::Finished {
         db,
@@ -440,6 +440,24 @@ fn profile(
     }
     if let Some((ns, entry)) = state.profiler.entry(&finished) {
         crate::profiler::record(state, &ns, entry);
+    }
+}
+
+/// How many documents a command's reply returns (its cursor's batch), for a reply
+/// with a cursor.
+fn batch_len(result: &Result<Output>) -> Option<usize> {
+    match result {
+        Ok(Output::Cursor(c)) => Some(c.docs.len()),
+        Ok(Output::Doc(body)) => body
+            .get_document("cursor")
+            .ok()
+            .and_then(|c| {
+                c.get_array("firstBatch")
+                    .or_else(|_| c.get_array("nextBatch"))
+                    .ok()
+            })
+            .map(Vec::len),
+        Err(_) => None,
     }
 }
 

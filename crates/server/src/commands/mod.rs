@@ -122,20 +122,27 @@ pub enum Outgoing {
 }
 
 impl Outgoing {
-    /// Writes the reply, compressed with `compressor` if the client asked for it.
+    /// Writes the reply, compressed with `compressor` if the client asked for it;
+    /// returns the bytes written.
     pub async fn write_to<W: tokio::io::AsyncWrite + Unpin>(
         self,
         w: &mut W,
         compressor: Option<tailstream_wire::Compressor>,
-    ) -> std::io::Result<()> {
+    ) -> std::io::Result<usize> {
         use tokio::io::AsyncWriteExt;
         match (self, compressor) {
-            (Outgoing::Flat(b), None) => w.write_all(&b).await,
-            (Outgoing::Flat(b), Some(c)) => w.write_all(&tailstream_wire::compress(&b, c)).await,
-            (Outgoing::Pieced(p), None) => p.write_to(w).await,
+            (Outgoing::Flat(b), None) => w.write_all(&b).await.map(|()| b.len()),
+            (Outgoing::Flat(b), Some(c)) => {
+                let out = tailstream_wire::compress(&b, c);
+                w.write_all(&out).await.map(|()| out.len())
+            }
+            (Outgoing::Pieced(p), None) => {
+                let len = p.len();
+                p.write_to(w).await.map(|()| len)
+            }
             (Outgoing::Pieced(p), Some(c)) => {
-                w.write_all(&tailstream_wire::compress(&p.flatten(), c))
-                    .await
+                let out = tailstream_wire::compress(&p.flatten(), c);
+                w.write_all(&out).await.map(|()| out.len())
             }
         }
     }
@@ -452,6 +459,7 @@ fn ok_reply(state: &ServerState, mut body: Document) -> Document {
 
 /// mongod's error reply: `ok: 0`, `errmsg`, `code`, `codeName`, plus any extra info and labels.
 pub fn error_reply(state: &ServerState, e: &Error) -> Document {
+    state.metrics.user_assert();
     let mut body = doc! {"ok": 0.0, "errmsg": e.message.clone(), "code": e.code, "codeName": code_name(e.code)};
     if let Some(info) = &e.info {
         for (k, v) in info {

@@ -324,6 +324,10 @@ pub async fn insert(
         })
         .await?;
         state.opcounters.insert.fetch_add(count, Ordering::Relaxed);
+        state
+            .metrics
+            .docs_inserted
+            .fetch_add(out.n, Ordering::Relaxed);
         return transaction_reply(doc! {"n": reply_int(out.n)}, &out);
     }
     let small = docs.len() <= SMALL_WRITE_DOCS
@@ -334,6 +338,10 @@ pub async fn insert(
         })
         .await?;
         state.opcounters.insert.fetch_add(count, Ordering::Relaxed);
+        state
+            .metrics
+            .docs_inserted
+            .fetch_add(out.n, Ordering::Relaxed);
         let mut reply = doc! {"n": reply_int(out.n)};
         if let Some(we) = write_errors(&out) {
             reply.insert("writeErrors", we);
@@ -409,11 +417,19 @@ pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
         })
         .await?;
         state.opcounters.update.fetch_add(count, Ordering::Relaxed);
+        state
+            .metrics
+            .docs_updated
+            .fetch_add(out.n_modified, Ordering::Relaxed);
         return transaction_reply(update_reply(&out), &out);
     }
     retryable(state, cmd, count as usize, || async move {
         let out = blocking(state, move |e| e.update(&ns, ops, ordered)).await?;
         state.opcounters.update.fetch_add(count, Ordering::Relaxed);
+        state
+            .metrics
+            .docs_updated
+            .fetch_add(out.n_modified, Ordering::Relaxed);
         let mut reply = update_reply(&out);
         if let Some(we) = write_errors(&out) {
             reply.insert("writeErrors", we);
@@ -463,11 +479,19 @@ pub async fn delete(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
         })
         .await?;
         state.opcounters.delete.fetch_add(count, Ordering::Relaxed);
+        state
+            .metrics
+            .docs_deleted
+            .fetch_add(out.n, Ordering::Relaxed);
         return transaction_reply(doc! {"n": reply_int(out.n)}, &out);
     }
     retryable(state, cmd, count as usize, || async move {
         let out = blocking(state, move |e| e.delete(&ns, ops, ordered)).await?;
         state.opcounters.delete.fetch_add(count, Ordering::Relaxed);
+        state
+            .metrics
+            .docs_deleted
+            .fetch_add(out.n, Ordering::Relaxed);
         let mut reply = doc! {"n": reply_int(out.n)};
         if let Some(we) = write_errors(&out) {
             reply.insert("writeErrors", we);
