@@ -7,9 +7,16 @@ use std::path::PathBuf;
 #[command(
     name = "tailstream",
     version,
-    about = "A MongoDB-compatible server built for change notification"
+    about = "A MongoDB-compatible server built for change notification",
+    // An option given twice takes its last value: the command line's over the
+    // configuration file's (see `config_file`).
+    args_override_self = true
 )]
 pub struct Config {
+    /// mongod's YAML configuration file; options on the command line override it.
+    /// (Read before the other options, by `config_file::expand`.)
+    #[arg(short = 'f', long = "config")]
+    pub config_file: Option<PathBuf>,
     /// TCP port to listen on.
     #[arg(long, default_value_t = 27017)]
     pub port: u16,

@@ -2,6 +2,7 @@
 
 mod commands;
 mod config;
+mod config_file;
 mod conn;
 mod current_op;
 mod disk_space;
@@ -81,7 +82,15 @@ unsafe impl std::alloc::GlobalAlloc for Mimalloc {
 
 fn main() {
     disable_transparent_huge_pages();
-    let config = Config::parse();
+    let argv = match config_file::expand(std::env::args_os().collect()) {
+        Ok(argv) => argv,
+        Err(e) => {
+            eprintln!("tailstream: {e}");
+            // mongod's exit code for bad options.
+            std::process::exit(2);
+        }
+    };
+    let config = Config::parse_from(argv);
     init_logging(&config);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.io_threads())
