@@ -8,6 +8,7 @@ import pytest
 from bson import Int64
 from pymongo import CursorType, MongoClient
 from pymongo.errors import ExecutionTimeout, OperationFailure
+from conftest import eventually
 
 
 def wait_for_op(admin, match, timeout=10.0):
@@ -116,6 +117,39 @@ def test_idle_cursors(client, db):
             [{"$currentOp": {"idleCursors": True}}, {"$match": {"type": "idleCursor", "ns": f"{db.name}.c"}}]
         )
     )
+
+
+def idle_cursor(client, ns):
+    """The one cursor open on `ns`, once idle (a cursor the server is reading ahead for,
+    after a batch went out, is in use meanwhile and not listed)."""
+    def listed():
+        return list(client.admin.aggregate(
+            [{"$currentOp": {"idleCursors": True}}, {"$match": {"type": "idleCursor", "ns": ns}}]))
+    ops = eventually(lambda: len(listed()) == 1 and listed())
+    assert ops and len(ops) == 1, ops
+    return ops[0]["cursor"]
+
+
+def test_idle_cursors_count_what_they_returned(client, db):
+    """mongod's createdDate, nDocsReturned and nBatchesReturned of an idle cursor."""
+    db.c.insert_many([{"i": i} for i in range(10)])
+    cursor = db.c.find(batch_size=3)
+    for _ in range(4):  # the first batch (3) and one getMore (3)
+        next(cursor)
+    c = idle_cursor(client, f"{db.name}.c")
+    assert (c["nDocsReturned"], c["nBatchesReturned"]) == (6, 2)
+    assert c["createdDate"] <= c["lastAccessDate"]
+    cursor.close()
+    # A change stream counts its events and batches the same way.
+    with db.c.watch(batch_size=100, max_await_time_ms=50) as stream:
+        assert stream.try_next() is None
+        db.c.insert_many([{"j": j} for j in range(5)])
+        got = 0
+        while got < 5:
+            if stream.try_next() is not None:
+                got += 1
+        c = idle_cursor(client, f"{db.name}.c")
+        assert c["nDocsReturned"] == 5 and c["nBatchesReturned"] >= 2 and c["tailable"]
 
 
 def test_stage_errors(client, db):

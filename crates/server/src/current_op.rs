@@ -208,8 +208,12 @@ impl Registry {
         }
         if opts.idle_cursors {
             for c in state.engine.cursors.idle() {
+                let created = bson::DateTime::from_system_time(c.returned.created);
+                // The last use, measured on the monotonic clock, never before the
+                // opening (the two clocks' roundings differ by a millisecond).
                 let last_access = bson::DateTime::from_millis(
-                    now.timestamp_millis() - c.idle_for.as_millis() as i64,
+                    (now.timestamp_millis() - c.idle_for.as_millis() as i64)
+                        .max(created.timestamp_millis()),
                 );
                 let mut d = doc! {
                     "type": "idleCursor",
@@ -223,7 +227,10 @@ impl Registry {
                     "cursor",
                     doc! {
                         "cursorId": c.id,
+                        "createdDate": created,
                         "lastAccessDate": last_access,
+                        "nDocsReturned": i64::try_from(c.returned.docs).unwrap_or(i64::MAX),
+                        "nBatchesReturned": i64::try_from(c.returned.batches).unwrap_or(i64::MAX),
                         "noCursorTimeout": c.no_timeout,
                         "tailable": c.tailable,
                         "awaitData": c.await_data,

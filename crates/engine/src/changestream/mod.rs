@@ -466,6 +466,7 @@ impl Engine {
         cursor.tailable = true;
         cursor.await_data = true;
         cursor.lsid = lsid;
+        cursor.returned.batch(&[], &raw_docs);
         let id = if closed {
             0
         } else {

@@ -111,6 +111,38 @@ pub struct Cursor {
     /// A [`Cursor::raw_tail`] cursor's claim on its collection's entries in the recent
     /// oplog: its getMores read the inserted documents from there, not from storage.
     pub watch: Option<crate::oplog::recent::WatchGuard>,
+    /// What it has returned so far, for `$currentOp`'s idle cursors and the status page.
+    pub returned: Returned,
+}
+
+/// A cursor's output so far (mongod's `nDocsReturned`, `nBatchesReturned`), and when
+/// it was opened (`createdDate`).
+#[derive(Clone, Debug)]
+pub struct Returned {
+    pub created: std::time::SystemTime,
+    pub docs: u64,
+    pub batches: u64,
+    pub bytes: u64,
+}
+
+impl Returned {
+    fn new() -> Returned {
+        Returned {
+            created: std::time::SystemTime::now(),
+            docs: 0,
+            batches: 0,
+            bytes: 0,
+        }
+    }
+
+    /// A batch went out: `docs` documents (as `Document`s) and `raw` stored ones.
+    pub fn batch(&mut self, docs: &[Document], raw: &[RawEvent]) {
+        let bytes: usize = docs.iter().map(encoded_len).sum::<usize>()
+            + raw.iter().map(|r| r.as_bytes().len()).sum::<usize>();
+        self.docs += (docs.len() + raw.len()) as u64;
+        self.batches += 1;
+        self.bytes += bytes as u64;
+    }
 }
 
 impl Cursor {
@@ -132,6 +164,7 @@ impl Cursor {
             await_data: false,
             at_tail: false,
             watch: None,
+            returned: Returned::new(),
         }
     }
 
@@ -396,6 +429,7 @@ fn decimal_digits(mut n: usize) -> usize {
 pub struct IdleCursor {
     pub id: i64,
     pub ns: String,
+    pub returned: Returned,
     pub lsid: Option<bson::Bson>,
     pub idle_for: Duration,
     pub no_timeout: bool,
@@ -481,6 +515,7 @@ impl CursorRegistry {
             .map(|c| IdleCursor {
                 id: c.id,
                 ns: c.ns.clone(),
+                returned: c.returned.clone(),
                 lsid: c.lsid.clone(),
                 idle_for: c.last_used.elapsed(),
                 no_timeout: c.no_timeout,

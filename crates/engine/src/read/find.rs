@@ -301,6 +301,7 @@ impl Engine {
             });
         }
         let await_data = cursor.await_data;
+        cursor.returned.batch(&docs, &[]);
         let id = self.cursors.register(cursor)?;
         Ok(CursorBatch {
             cursor_id: id,
@@ -430,6 +431,7 @@ impl Engine {
         c.last_used = std::time::Instant::now();
         match result {
             Ok((docs, exhausted)) => {
+                c.returned.batch(&docs, &raw_docs);
                 let id = if exhausted {
                     self.cursors.remove(cursor_id);
                     0
