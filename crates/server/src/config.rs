@@ -62,6 +62,12 @@ pub struct Config {
     /// Most simultaneous connections.
     #[arg(long = "maxConns", default_value_t = 10_000)]
     pub max_conns: usize,
+    /// Port of the HTTP listener serving `/metrics` and `/health` (off without it).
+    #[arg(long = "httpPort")]
+    pub http_port: Option<u16>,
+    /// Address of the HTTP listener.
+    #[arg(long = "httpBindIp", default_value = "127.0.0.1")]
+    pub http_bind_ip: String,
     /// Threads that run the connections (default: half the CPUs, at least one).
     #[arg(long = "ioThreads", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub io_threads: Option<u16>,

@@ -7,6 +7,7 @@ mod conn;
 mod current_op;
 mod disk_space;
 mod error_labels;
+mod http;
 mod ingress;
 mod local_sessions;
 mod logging;
@@ -209,6 +210,24 @@ async fn run(config: Config) -> i32 {
                 let path = path.display();
                 tracing::error!("cannot listen on {path}: {e}");
                 eprintln!("tailstream: cannot listen on {path}: {e}");
+                for file in socket_files(&listeners) {
+                    let _ = std::fs::remove_file(file);
+                }
+                engine.shutdown();
+                return 48;
+            }
+        }
+    }
+    if let Some(port) = config.http_port {
+        let addr = format!("{}:{port}", config.http_bind_ip);
+        match http::bind(&addr).await {
+            Ok(listener) => {
+                tracing::info!(target: "startup", component = "NETWORK", address = %addr, "HTTP listener for /metrics and /health");
+                tokio::spawn(http::serve(listener, state.clone()));
+            }
+            Err(e) => {
+                tracing::error!("cannot listen on {addr}: {e}");
+                eprintln!("tailstream: cannot listen on {addr}: {e}");
                 for file in socket_files(&listeners) {
                     let _ = std::fs::remove_file(file);
                 }

@@ -437,6 +437,18 @@ pub struct IdleCursor {
     pub await_data: bool,
 }
 
+/// An open cursor's figures ([`CursorRegistry::stats`]).
+pub struct CursorStats {
+    pub id: i64,
+    pub ns: String,
+    pub change_stream: bool,
+    pub tailable: bool,
+    /// A getMore is running on it (for a tailable cursor: usually waiting for data).
+    pub waiting: bool,
+    pub idle_for: Duration,
+    pub returned: Returned,
+}
+
 pub struct CursorRegistry {
     cursors: Mutex<HashMap<i64, Arc<Mutex<Cursor>>>>,
     /// Bumped whenever cursors are closed, so a getMore waiting for data on one of
@@ -527,6 +539,26 @@ impl CursorRegistry {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Every open cursor that is not being read this instant (a getMore waiting for
+    /// data holds no lock and is included), with what it returned: the status page
+    /// and `/metrics`.
+    pub fn stats(&self) -> Vec<CursorStats> {
+        let cursors: Vec<Arc<Mutex<Cursor>>> = self.cursors.lock().values().cloned().collect();
+        cursors
+            .iter()
+            .filter_map(|c| c.try_lock())
+            .map(|c| CursorStats {
+                id: c.id,
+                ns: c.ns.clone(),
+                change_stream: matches!(c.source, Source::Events(_)),
+                tailable: c.tailable,
+                waiting: c.busy,
+                idle_for: c.last_used.elapsed(),
+                returned: c.returned.clone(),
+            })
+            .collect()
     }
 
     /// Closes cursors idle for longer than the timeout; returns how many.

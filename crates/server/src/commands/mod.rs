@@ -17,7 +17,7 @@ mod stages;
 pub(crate) mod testing;
 pub(crate) mod write;
 
-pub use admin::hostname;
+pub use admin::{hostname, server_status};
 pub use args::*;
 pub use testing::FailPoints;
 
