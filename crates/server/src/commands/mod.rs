@@ -11,6 +11,7 @@ mod ddl;
 pub(crate) mod gates;
 mod handshake;
 mod maintenance;
+mod map_reduce;
 mod read;
 pub(crate) mod registry;
 mod stages;

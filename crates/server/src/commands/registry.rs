@@ -24,7 +24,7 @@
 //! `adminOnly`, `supportsWriteConcern`, `apiVersions`, `allowedInTransactions`, its
 //! privileges), and nothing else: it is dispatched, listed and checked from here.
 
-use super::{admin, ddl, handshake, maintenance, read, testing, write, Call, Output};
+use super::{admin, ddl, handshake, maintenance, map_reduce, read, testing, write, Call, Output};
 use bson::{doc, Bson, Document};
 use std::collections::HashMap;
 use std::future::Future;
@@ -74,6 +74,8 @@ pub enum Writes {
     Removes,
     /// Writes when its pipeline ends in `$out` or `$merge` (aggregate).
     PipelineOutput,
+    /// Writes unless its `out` is `{inline: 1}` (mapReduce).
+    OutOption,
 }
 
 impl Writes {
@@ -86,6 +88,9 @@ impl Writes {
                 cmd.get_array("pipeline").ok().and_then(|p| p.last()),
                 Some(Bson::Document(last)) if last.contains_key("$out") || last.contains_key("$merge")
             ),
+            Writes::OutOption => {
+                !matches!(cmd.get("out"), Some(Bson::Document(o)) if o.contains_key("inline"))
+            }
         }
     }
 }
@@ -248,7 +253,7 @@ macro_rules! output {
 
 use Action::*;
 use Resource::{Cluster, Collection, Database};
-use Writes::{Adds, PipelineOutput, Removes};
+use Writes::{Adds, OutOption, PipelineOutput, Removes};
 
 /// Every command, in alphabetical order.
 pub static SPECS: &[Spec] = &[
@@ -585,6 +590,15 @@ pub static SPECS: &[Spec] = &[
         .admin_only()
         .needs(Cluster, &[LogRotate]),
     command("logout", reply!(c => handshake::no_authentication(c.name))).open(),
+    // mongod requires insert and remove (replace) or update (merge, reduce) on the
+    // output collection too.
+    command(
+        "mapReduce",
+        reply!(c => map_reduce::map_reduce(c.state, c.db, c.cmd).await),
+    )
+    .aliases(&["mapreduce"])
+    .writes(OutOption)
+    .needs(Collection, &[Find]),
     command("ping", reply!(_c => Ok(Document::new())))
         .api_v1()
         .open(),
@@ -1101,6 +1115,9 @@ mod tests {
         ("filemd5", false, false, false),
         ("lockInfo", true, false, false),
         ("logRotate", true, false, false),
+        // Writes unless `out` is inline (these commands have no `out`).
+        ("mapReduce", false, true, false),
+        ("mapreduce", false, true, false),
         ("planCacheClear", false, false, false),
         ("planCacheClearFilters", false, false, false),
         ("planCacheListFilters", false, false, false),
