@@ -12,6 +12,7 @@ mod profiler;
 mod rw_defaults;
 mod sessions;
 mod state;
+mod top;
 mod transactions;
 
 use clap::Parser;

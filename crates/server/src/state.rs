@@ -34,6 +34,8 @@ pub struct ServerState {
     /// Snapshots of snapshot reads outside transactions.
     pub snapshots: crate::transactions::Snapshots,
     pub opcounters: OpCounters,
+    /// Time and count of the commands on each collection (`top`).
+    pub top: crate::top::Top,
     /// Server parameters settable at run time (setParameter).
     pub parameters: RwLock<bson::Document>,
     /// Fail points for drivers' test suites (only with enableTestCommands).
@@ -106,6 +108,7 @@ impl ServerState {
             transactions: Default::default(),
             snapshots: Default::default(),
             opcounters: OpCounters::default(),
+            top: Default::default(),
             parameters: RwLock::new(parameters),
             fail_points: Default::default(),
             local_sessions: Default::default(),

@@ -285,6 +285,11 @@ pub fn lock_info() -> Document {
     doc! {"lockInfo": []}
 }
 
+/// `top`: time and count of the commands on each collection since the server started.
+pub fn top(state: &ServerState) -> Document {
+    doc! {"totals": state.top.report()}
+}
+
 /// `logRotate`: the log goes to standard output, which there is nothing to rotate in.
 /// Its argument is `1` (every log) or the log to rotate: `server`, the only one a
 /// community mongod registers (NoSuchKey for another, `audit` included).

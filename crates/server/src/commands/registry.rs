@@ -168,6 +168,7 @@ pub enum Action {
     SetFeatureCompatibilityVersion,
     SetParameter,
     Shutdown,
+    Top,
     /// fsyncUnlock (mongod's `unlock`).
     Unlock,
     Update,
@@ -725,6 +726,9 @@ pub static SPECS: &[Spec] = &[
         .test_only()
         .open(),
     // With upsert: true mongod requires insert too.
+    command("top", reply!(c => Ok(admin::top(c.state))))
+        .admin_only()
+        .needs(Cluster, &[Top]),
     command(
         "update",
         reply!(c => write::update(c.state, c.db, c.cmd).await),
@@ -1126,6 +1130,7 @@ mod tests {
         ("setFeatureCompatibilityVersion", true, false, true),
         ("testVersion1", false, false, false),
         ("testVersion2", false, false, false),
+        ("top", true, false, false),
     ];
 
     /// Of `ADDED`, those in API version 1.
