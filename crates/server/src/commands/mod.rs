@@ -6,6 +6,7 @@
 //! and the engine's answer into mongod's reply shape.
 
 mod admin;
+mod apply_ops;
 pub(crate) mod args;
 mod ddl;
 pub(crate) mod gates;

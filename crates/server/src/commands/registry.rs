@@ -24,7 +24,9 @@
 //! `adminOnly`, `supportsWriteConcern`, `apiVersions`, `allowedInTransactions`, its
 //! privileges), and nothing else: it is dispatched, listed and checked from here.
 
-use super::{admin, ddl, handshake, maintenance, map_reduce, read, testing, write, Call, Output};
+use super::{
+    admin, apply_ops, ddl, handshake, maintenance, map_reduce, read, testing, write, Call, Output,
+};
 use bson::{doc, Bson, Document};
 use std::collections::HashMap;
 use std::future::Future;
@@ -124,6 +126,7 @@ pub enum Resource {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
     AppendOplogNote,
+    ApplyOps,
     CheckFreeMonitoringStatus,
     CollMod,
     CollStats,
@@ -281,6 +284,13 @@ pub static SPECS: &[Spec] = &[
     .admin_only()
     .writes(Adds)
     .needs(Cluster, &[AppendOplogNote]),
+    command(
+        "applyOps",
+        reply!(c => apply_ops::apply_ops(c.state, c.db, c.cmd).await),
+    )
+    .writes(Adds)
+    .write_concern()
+    .needs(Cluster, &[ApplyOps]),
     command(
         "authenticate",
         reply!(c => handshake::no_authentication(c.name)),
@@ -1113,6 +1123,7 @@ mod tests {
     /// Commands registered since the lists above (issue 31), with their flags: admin-only,
     /// adds data, takes a write concern.
     const ADDED: &[(&str, bool, bool, bool)] = &[
+        ("applyOps", false, true, true),
         ("compact", false, false, false),
         ("dbHash", false, false, false),
         ("dbhash", false, false, false),
