@@ -6,6 +6,8 @@ mod conn;
 mod current_op;
 mod disk_space;
 mod error_labels;
+mod fcv;
+mod index_filters;
 mod ingress;
 mod local_sessions;
 mod profiler;

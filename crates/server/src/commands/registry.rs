@@ -615,19 +615,24 @@ pub static SPECS: &[Spec] = &[
         .open(),
     command(
         "planCacheClear",
-        reply!(c => admin::plan_cache(c.cmd, c.db)),
+        reply!(c => admin::plan_cache(c.state, c.cmd, c.db)),
     )
     .needs(Collection, &[PlanCacheWrite]),
     command(
         "planCacheClearFilters",
-        reply!(c => admin::plan_cache(c.cmd, c.db)),
+        reply!(c => admin::plan_cache(c.state, c.cmd, c.db)),
     )
     .needs(Collection, &[PlanCacheIndexFilter]),
     command(
         "planCacheListFilters",
-        reply!(c => admin::plan_cache(c.cmd, c.db)),
+        reply!(c => admin::plan_cache(c.state, c.cmd, c.db)),
     )
     .needs(Collection, &[PlanCacheRead]),
+    command(
+        "planCacheSetFilter",
+        reply!(c => admin::plan_cache(c.state, c.cmd, c.db)),
+    )
+    .needs(Collection, &[PlanCacheIndexFilter]),
     command(
         "profile",
         reply!(c => c.state.profiler.command(c.db, c.cmd)),
@@ -702,7 +707,7 @@ pub static SPECS: &[Spec] = &[
     .needs(Cluster, &[SetDefaultRWConcern]),
     command(
         "setFeatureCompatibilityVersion",
-        reply!(c => admin::set_feature_compatibility_version(c.state, c.cmd)),
+        reply!(c => admin::set_feature_compatibility_version(c.state, c.cmd).await),
     )
     .admin_only()
     .write_concern()
@@ -1136,6 +1141,7 @@ mod tests {
         ("planCacheClear", false, false, false),
         ("planCacheClearFilters", false, false, false),
         ("planCacheListFilters", false, false, false),
+        ("planCacheSetFilter", false, false, false),
         ("reIndex", false, true, false),
         ("setDefaultRWConcern", true, true, true),
         ("setFeatureCompatibilityVersion", true, false, true),
