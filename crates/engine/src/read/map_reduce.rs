@@ -8,9 +8,10 @@
 //! written (and logged in the oplog, seen by change streams) as any write is.
 
 use crate::catalog::namespace::Namespace;
+use crate::core::MAX_DOCUMENT_SIZE;
 use crate::read::cursor::value_len;
 use crate::read::find::{operation_collator, PipelineInput};
-use crate::{Engine, MAX_DOCUMENT_SIZE};
+use crate::Engine;
 use bson::{doc, Bson, Document};
 use tailstream_query::collation::Collator;
 use tailstream_query::compare::cmp_bson_with;
