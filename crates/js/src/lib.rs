@@ -33,6 +33,10 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 const PRELUDE: &str = include_str!("prelude.js");
 /// Hidden global array holding the functions compiled in a scope.
 const COMPILED: &str = "__compiled";
+/// Hidden global array where `emit(key, value)` appends key and value (mapReduce).
+const EMITTED: &str = "__emitted";
+/// `emit` and the Array helpers, installed with a scope's first map call.
+const MAP_REDUCE_PRELUDE: &str = include_str!("map_reduce.js");
 
 /// The QuickJS engine, installed with `tailstream_query::script::install`.
 pub struct QuickJs {
@@ -270,6 +274,48 @@ impl ScriptScope for Scope {
             call.this(this)?;
             let value: Value = call.apply(&func)?;
             Ok(truthy(&value))
+        })
+    }
+
+    fn call_emitting(
+        &mut self,
+        f: FunctionId,
+        this_doc: &bson::Document,
+        op: &Arc<Operation>,
+    ) -> Result<Vec<(bson::Bson, bson::Bson)>> {
+        let mut out = None;
+        self.run(op, |ctx| {
+            if !ctx.globals().contains_key("emit")? {
+                ctx.eval_with_options::<(), _>(MAP_REDUCE_PRELUDE, sloppy())?;
+            }
+            let emitted = rquickjs::Array::new(ctx.clone())?;
+            ctx.globals().set(EMITTED, emitted.clone())?;
+            let func = Self::function(ctx, f)?;
+            let types = convert::Types::new(ctx)?;
+            let this = types.document(ctx, this_doc)?;
+            ctx.globals().set("obj", this.clone())?;
+            let mut call = Args::new(ctx.clone(), 0);
+            call.this(this)?;
+            call.apply::<Value>(&func)?;
+            let values: Vec<Value> = emitted.iter().collect::<rquickjs::Result<_>>()?;
+            out = Some(
+                values
+                    .chunks(2)
+                    .map(|kv| Ok((types.from_js(&kv[0])?, types.from_js(&kv[1])?)))
+                    .collect::<Result<Vec<_>>>(),
+            );
+            Ok(())
+        })?;
+        out.unwrap_or_else(|| Err(Error::internal("JavaScript call returned nothing")))
+    }
+
+    fn set_globals(&mut self, vars: &bson::Document, op: &Arc<Operation>) -> Result<()> {
+        self.run(op, |ctx| {
+            let types = convert::Types::new(ctx)?;
+            for (name, value) in vars {
+                ctx.globals().set(name.as_str(), types.to_js(ctx, value)?)?;
+            }
+            Ok(())
         })
     }
 }

@@ -192,3 +192,47 @@ fn base64_round_trips() {
     }
     assert_eq!(convert::base64_encode(b"hello"), "aGVsbG8=");
 }
+
+#[test]
+fn map_functions_emit_key_value_pairs() {
+    let op = Operation::new(None);
+    let mut s = scope();
+    s.set_globals(&doc! {"factor": 10}, &op).unwrap();
+    let f = s
+        .compile(
+            "function() { for (var i = 0; i < this.n; i++) emit(this.k, i * factor); }",
+            &op,
+        )
+        .unwrap();
+    let emits = s.call_emitting(f, &doc! {"k": "a", "n": 3}, &op).unwrap();
+    assert_eq!(
+        emits,
+        vec![
+            (bson!("a"), bson!(0.0)),
+            (bson!("a"), bson!(10.0)),
+            (bson!("a"), bson!(20.0))
+        ]
+    );
+    // Each call starts with nothing emitted.
+    assert!(s
+        .call_emitting(f, &doc! {"k": "b", "n": 0}, &op)
+        .unwrap()
+        .is_empty());
+    let bad = s.compile("function() { emit(1); }", &op).unwrap();
+    let err = s.call_emitting(bad, &doc! {}, &op).unwrap_err();
+    assert_eq!(err.code, codes::JS_INTERPRETER_FAILURE);
+    assert!(err.message.contains("emit takes 2 args"), "{}", err.message);
+}
+
+#[test]
+fn map_reduce_scopes_have_mongods_array_helpers() {
+    let op = Operation::new(None);
+    let mut s = scope();
+    let map = s
+        .compile("function() { emit(Array.sum(this.a), [Array.avg(this.a), Array.contains(this.a, 2), Array.unique([1, 1, 2]), Array.sum([])]) }", &op)
+        .unwrap();
+    assert_eq!(
+        s.call_emitting(map, &doc! {"a": [1, 2, 3]}, &op).unwrap(),
+        vec![(bson!(6.0), bson!([2.0, true, [1.0, 2.0], Bson::Null]))]
+    );
+}

@@ -61,6 +61,28 @@ pub trait ScriptScope: Send {
         this_doc: &Document,
         op: &Arc<Operation>,
     ) -> Result<bool>;
+    /// Calls `f` with `this_doc` as `this` and returns the `(key, value)` pairs it
+    /// passed to `emit(key, value)`, in order (mapReduce's map). An engine without
+    /// `emit` refuses mapReduce.
+    fn call_emitting(
+        &mut self,
+        _f: FunctionId,
+        _this_doc: &Document,
+        _op: &Arc<Operation>,
+    ) -> Result<Vec<(Bson, Bson)>> {
+        Err(no_map_reduce())
+    }
+    /// Makes each field of `vars` a global variable (mapReduce's `scope`).
+    fn set_globals(&mut self, _vars: &Document, _op: &Arc<Operation>) -> Result<()> {
+        Err(no_map_reduce())
+    }
+}
+
+fn no_map_reduce() -> Error {
+    Error::new(
+        codes::JS_INTERPRETER_FAILURE,
+        "this JavaScript engine cannot run mapReduce",
+    )
 }
 
 static ENGINE: OnceLock<Box<dyn ScriptEngine>> = OnceLock::new();
@@ -292,6 +314,23 @@ pub fn fold(source: &str, state: Bson, calls: &[Bson]) -> Result<Bson> {
         let f = s.compile(source, &op)?;
         s.fold(f, state, calls, &op)
     })
+}
+
+/// Runs a mapReduce map function on `doc` and returns what it emitted.
+pub fn map_emits(source: &str, doc: &Document) -> Result<Vec<(Bson, Bson)>> {
+    check_source(source)?;
+    let op = Operation::current();
+    op.check()?;
+    op.with_scope(|s| {
+        let f = s.compile(source, &op)?;
+        s.call_emitting(f, doc, &op)
+    })
+}
+
+/// Sets global variables for the current operation's scripts (mapReduce's `scope`).
+pub fn set_globals(vars: &Document) -> Result<()> {
+    let op = Operation::current();
+    op.with_scope(|s| s.set_globals(vars, &op))
 }
 
 #[cfg(test)]

@@ -7,7 +7,9 @@ mod conn;
 mod current_op;
 mod disk_space;
 mod error_labels;
+mod fcv;
 mod http;
+mod index_filters;
 mod ingress;
 mod local_sessions;
 mod logging;
@@ -16,6 +18,7 @@ mod profiler;
 mod rw_defaults;
 mod sessions;
 mod state;
+mod top;
 mod transactions;
 
 use clap::Parser;

@@ -34,6 +34,10 @@ pub struct ServerState {
     /// Snapshots of snapshot reads outside transactions.
     pub snapshots: crate::transactions::Snapshots,
     pub opcounters: OpCounters,
+    /// Time and count of the commands on each collection (`top`).
+    pub top: crate::top::Top,
+    /// Index filters of query shapes (`planCacheSetFilter`).
+    pub index_filters: crate::index_filters::IndexFilters,
     /// Server parameters settable at run time (setParameter).
     pub parameters: RwLock<bson::Document>,
     /// Fail points for drivers' test suites (only with enableTestCommands).
@@ -93,6 +97,12 @@ impl ServerState {
             };
             parameters.insert(k, value);
         }
+        if let Some(version) = crate::fcv::load(&engine) {
+            parameters.insert(
+                "featureCompatibilityVersion",
+                crate::fcv::parameter(&version),
+            );
+        }
         apply_engine_parameters(&parameters);
         let rw_defaults = crate::rw_defaults::RwDefaults::load(&engine);
         let slow_ms = config.slow_ms;
@@ -109,6 +119,8 @@ impl ServerState {
             transactions: Default::default(),
             snapshots: Default::default(),
             opcounters: OpCounters::default(),
+            top: Default::default(),
+            index_filters: Default::default(),
             parameters: RwLock::new(parameters),
             fail_points: Default::default(),
             local_sessions: Default::default(),

@@ -62,7 +62,12 @@ impl Namespace {
                 "cannot write to 'local.oplog.rs'",
             ));
         }
+        // mongod's legal client system namespaces (`isLegalClientSystemNS`), those
+        // this server writes: admin.system.version holds the feature compatibility
+        // version.
+        let admin_version = self.db == "admin" && self.coll == "system.version";
         if self.coll.starts_with("system.")
+            && !admin_version
             && !matches!(
                 self.coll.as_str(),
                 "system.js" | "system.views" | "system.profile"

@@ -374,7 +374,7 @@ fn element_len(key_len: usize, v: &bson::Bson) -> usize {
     1 + key_len + 1 + value_len(v)
 }
 
-fn value_len(v: &bson::Bson) -> usize {
+pub(crate) fn value_len(v: &bson::Bson) -> usize {
     use bson::Bson;
     // A string value: int32 length, bytes, NUL.
     let string = |s: &str| 4 + s.len() + 1;

@@ -966,7 +966,7 @@ impl Engine {
     }
 
     /// `$out` replaces the target collection; `$merge` upserts into it by `_id`.
-    fn write_output_stage(
+    pub(crate) fn write_output_stage(
         &self,
         db: &str,
         source_ns: &str,

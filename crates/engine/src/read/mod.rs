@@ -8,6 +8,7 @@ pub mod find;
 pub(crate) mod geo_near;
 pub mod get_more;
 pub mod hash;
+pub mod map_reduce;
 pub mod min_max;
 pub(crate) mod plugin_plan;
 mod storage_stats;

@@ -238,9 +238,13 @@ pub async fn set_default_rw_concern(state: &Arc<ServerState>, cmd: &Document) ->
 const FCV_VERSIONS: &[&str] = &["6.0", "7.0"];
 
 /// `setFeatureCompatibilityVersion`: 7.0 requires `confirm: true` for any change of
-/// version. The version is reported by `getParameter`; this server's features are the
-/// same at either version.
-pub fn set_feature_compatibility_version(state: &ServerState, cmd: &Document) -> Result<Document> {
+/// version. The version is reported by `getParameter` and kept in
+/// `admin.system.version` (see `fcv`); this server's features are the same at either
+/// version.
+pub async fn set_feature_compatibility_version(
+    state: &Arc<ServerState>,
+    cmd: &Document,
+) -> Result<Document> {
     let version = match cmd.get("setFeatureCompatibilityVersion") {
         Some(Bson::String(v)) => v.as_str(),
         Some(other) => {
@@ -263,8 +267,9 @@ pub fn set_feature_compatibility_version(state: &ServerState, cmd: &Document) ->
     }
     super::args::opt_bool(cmd, "fromConfigServer")?;
     let confirmed = super::opt_bool(cmd, "confirm")?.unwrap_or(false);
-    let mut params = state.parameters.write();
-    let current = params
+    let current = state
+        .parameters
+        .read()
         .get_document("featureCompatibilityVersion")
         .ok()
         .and_then(|d| d.get_str("version").ok())
@@ -278,8 +283,18 @@ pub fn set_feature_compatibility_version(state: &ServerState, cmd: &Document) ->
         };
         return Err(Error::new(FCV_CONFIRM_REQUIRED, message));
     }
-    params.insert("featureCompatibilityVersion", doc! {"version": version});
-    Ok(Document::new())
+    let wc = super::write::parse_write_concern(cmd)?;
+    let stored = version.to_string();
+    blocking(state, move |e| crate::fcv::persist(e, &stored)).await?;
+    state.parameters.write().insert(
+        "featureCompatibilityVersion",
+        crate::fcv::parameter(version),
+    );
+    let mut reply = Document::new();
+    if let Some(wce) = super::write::await_write_concern(state, wc, None).await {
+        reply.insert("writeConcernError", wce);
+    }
+    Ok(reply)
 }
 
 /// mongod 7.0's code for a version its parser does not know (`parseVersion`); the
@@ -292,6 +307,11 @@ const FCV_CONFIRM_REQUIRED: i32 = 7369100;
 /// `lockInfo`: the locks held. Commands here take no lock manager's locks, so none.
 pub fn lock_info() -> Document {
     doc! {"lockInfo": []}
+}
+
+/// `top`: time and count of the commands on each collection since the server started.
+pub fn top(state: &ServerState) -> Document {
+    doc! {"totals": state.top.report()}
 }
 
 /// `logRotate`: the log goes to standard output, which there is nothing to rotate in.
@@ -307,18 +327,92 @@ pub fn log_rotate(cmd: &Document) -> Result<Document> {
     }
 }
 
-/// The plan cache commands: plans are chosen per query here and never cached, so there
-/// is nothing to clear and no index filter to list. The arguments are checked as mongod
-/// checks them (the collection's name, and the query shape's fields as objects).
-pub fn plan_cache(cmd: &Document, db: &str) -> Result<Document> {
+/// The plan cache commands: plans are chosen per query here and never cached, so
+/// `planCacheClear` has nothing to clear; index filters are kept (`index_filters`).
+/// The arguments are checked as mongod checks them (the collection's name, and the
+/// query shape's fields as objects).
+pub fn plan_cache(state: &ServerState, cmd: &Document, db: &str) -> Result<Document> {
     let name = cmd.keys().next().cloned().unwrap_or_default();
-    super::collection_arg(cmd, db)?;
+    let ns = super::collection_arg(cmd, db)?;
     for field in ["query", "sort", "projection", "collation"] {
         super::opt_doc(cmd, field)?;
     }
+    let uuid = state.engine.collection(&ns).map(|m| m.uuid);
+    let filters = &state.index_filters;
     Ok(match name.as_str() {
-        "planCacheListFilters" => doc! {"filters": []},
+        "planCacheListFilters" => {
+            let listed = uuid.map(|u| filters.list(u)).unwrap_or_default();
+            doc! {"filters": listed}
+        }
+        "planCacheClearFilters" => {
+            let shape = match cmd.get("query") {
+                Some(_) => Some(filter_shape(cmd, Vec::new())?),
+                None if cmd.contains_key("sort") || cmd.contains_key("projection") => {
+                    return Err(Error::bad_value(
+                        "sort or projection provided without query",
+                    ))
+                }
+                None => None,
+            };
+            if let Some(u) = uuid {
+                filters.clear(u, shape.as_ref());
+            }
+            Document::new()
+        }
+        "planCacheSetFilter" => {
+            let indexes = filter_indexes(cmd)?;
+            let filter = filter_shape(cmd, indexes)?;
+            let Some(u) = uuid else {
+                return Err(Error::bad_value("no such collection"));
+            };
+            filters.set(u, filter);
+            Document::new()
+        }
         _ => Document::new(),
+    })
+}
+
+/// `planCacheSetFilter`'s `indexes`: key patterns or index names, at least one.
+fn filter_indexes(cmd: &Document) -> Result<Vec<Bson>> {
+    let indexes = match cmd.get("indexes") {
+        None => return Err(Error::bad_value("required field indexes missing")),
+        Some(Bson::Array(a)) => a,
+        Some(_) => return Err(Error::bad_value("required field indexes must be an array")),
+    };
+    if indexes.is_empty() {
+        return Err(Error::bad_value(
+            "required field indexes must contain at least one index",
+        ));
+    }
+    for index in indexes {
+        match index {
+            Bson::Document(d) if d.is_empty() => {
+                return Err(Error::bad_value("index specification cannot be empty"))
+            }
+            Bson::Document(_) | Bson::String(_) => {}
+            _ => {
+                return Err(Error::bad_value(
+                    "each item in indexes must be an object or string",
+                ))
+            }
+        }
+    }
+    Ok(indexes.clone())
+}
+
+/// The query shape a filter command names (`query` required).
+fn filter_shape(cmd: &Document, indexes: Vec<Bson>) -> Result<crate::index_filters::Filter> {
+    let query = match cmd.get("query") {
+        None => return Err(Error::bad_value("required field query missing")),
+        Some(Bson::Document(q)) => q.clone(),
+        Some(_) => return Err(Error::bad_value("required field query must be an object")),
+    };
+    Ok(crate::index_filters::Filter {
+        query,
+        sort: super::opt_doc(cmd, "sort")?.unwrap_or_default(),
+        projection: super::opt_doc(cmd, "projection")?.unwrap_or_default(),
+        collation: super::opt_doc(cmd, "collation")?.filter(|c| !c.is_empty()),
+        indexes,
     })
 }
 

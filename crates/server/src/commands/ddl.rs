@@ -40,8 +40,11 @@ pub async fn list_databases(
         let size: i64 = if name == "local" {
             1 << 20
         } else if name == "admin" {
-            // admin holds system.version on mongod: counted as one more collection.
-            (catalog.collections_in(&name).len() as i64 + 1) * 4096
+            // admin holds system.version on mongod: counted as one more collection
+            // until setFeatureCompatibilityVersion wrote it here.
+            let colls = catalog.collections_in(&name);
+            let version = colls.iter().any(|c| c.ns.coll == "system.version");
+            (colls.len() as i64 + i64::from(!version)) * 4096
         } else {
             catalog.collections_in(&name).len() as i64 * 4096
         };

@@ -106,7 +106,39 @@ pub(super) async fn run(
         note_time_limited_cursor(state, &cmd, &result);
     }
     profile(state, conn, db, &name, &cmd, started, &result);
+    count_in_top(state, spec, db, &name, &cmd, started, result.is_ok());
     reply_for(state, spec, &cmd, &labels, in_transaction, injected, result)
+}
+
+/// Counts the command in `top` under the collection it names (commands on a database
+/// or the server are not counted there, as in mongod's report); a dropped collection
+/// or database leaves it.
+fn count_in_top(
+    state: &ServerState,
+    spec: &Spec,
+    db: &str,
+    name: &str,
+    cmd: &Document,
+    started: Instant,
+    ok: bool,
+) {
+    let coll = match (name, cmd.get(name)) {
+        ("getMore", _) => cmd.get_str("collection").ok(),
+        (_, Some(Bson::String(c))) if !spec.admin_only => Some(c.as_str()),
+        _ => None,
+    };
+    let Some(coll) = coll.filter(|c| !c.is_empty()) else {
+        if ok && name == "dropDatabase" {
+            state.top.dropped(db, None);
+        }
+        return;
+    };
+    let kind = crate::top::Kind::of(name);
+    let writes = spec.writes.writes(cmd);
+    state.top.record(db, coll, kind, writes, started.elapsed());
+    if ok && name == "drop" {
+        state.top.dropped(db, Some(coll));
+    }
 }
 
 /// The command's name: its document's first key.

@@ -6,11 +6,13 @@
 //! and the engine's answer into mongod's reply shape.
 
 mod admin;
+mod apply_ops;
 pub(crate) mod args;
 mod ddl;
 pub(crate) mod gates;
 mod handshake;
 mod maintenance;
+mod map_reduce;
 mod read;
 pub(crate) mod registry;
 mod stages;

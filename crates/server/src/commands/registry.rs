@@ -24,7 +24,9 @@
 //! `adminOnly`, `supportsWriteConcern`, `apiVersions`, `allowedInTransactions`, its
 //! privileges), and nothing else: it is dispatched, listed and checked from here.
 
-use super::{admin, ddl, handshake, maintenance, read, testing, write, Call, Output};
+use super::{
+    admin, apply_ops, ddl, handshake, maintenance, map_reduce, read, testing, write, Call, Output,
+};
 use bson::{doc, Bson, Document};
 use std::collections::HashMap;
 use std::future::Future;
@@ -74,6 +76,8 @@ pub enum Writes {
     Removes,
     /// Writes when its pipeline ends in `$out` or `$merge` (aggregate).
     PipelineOutput,
+    /// Writes unless its `out` is `{inline: 1}` (mapReduce).
+    OutOption,
 }
 
 impl Writes {
@@ -86,6 +90,9 @@ impl Writes {
                 cmd.get_array("pipeline").ok().and_then(|p| p.last()),
                 Some(Bson::Document(last)) if last.contains_key("$out") || last.contains_key("$merge")
             ),
+            Writes::OutOption => {
+                !matches!(cmd.get("out"), Some(Bson::Document(o)) if o.contains_key("inline"))
+            }
         }
     }
 }
@@ -119,6 +126,7 @@ pub enum Resource {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
     AppendOplogNote,
+    ApplyOps,
     CheckFreeMonitoringStatus,
     CollMod,
     CollStats,
@@ -163,6 +171,7 @@ pub enum Action {
     SetFeatureCompatibilityVersion,
     SetParameter,
     Shutdown,
+    Top,
     /// fsyncUnlock (mongod's `unlock`).
     Unlock,
     Update,
@@ -248,7 +257,7 @@ macro_rules! output {
 
 use Action::*;
 use Resource::{Cluster, Collection, Database};
-use Writes::{Adds, PipelineOutput, Removes};
+use Writes::{Adds, OutOption, PipelineOutput, Removes};
 
 /// Every command, in alphabetical order.
 pub static SPECS: &[Spec] = &[
@@ -275,6 +284,13 @@ pub static SPECS: &[Spec] = &[
     .admin_only()
     .writes(Adds)
     .needs(Cluster, &[AppendOplogNote]),
+    command(
+        "applyOps",
+        reply!(c => apply_ops::apply_ops(c.state, c.db, c.cmd).await),
+    )
+    .writes(Adds)
+    .write_concern()
+    .needs(Cluster, &[ApplyOps]),
     command(
         "authenticate",
         reply!(c => handshake::no_authentication(c.name)),
@@ -582,24 +598,38 @@ pub static SPECS: &[Spec] = &[
         .admin_only()
         .needs(Cluster, &[LogRotate]),
     command("logout", reply!(c => handshake::no_authentication(c.name))).open(),
+    // mongod requires insert and remove (replace) or update (merge, reduce) on the
+    // output collection too.
+    command(
+        "mapReduce",
+        reply!(c => map_reduce::map_reduce(c.state, c.db, c.cmd).await),
+    )
+    .aliases(&["mapreduce"])
+    .writes(OutOption)
+    .needs(Collection, &[Find]),
     command("ping", reply!(_c => Ok(Document::new())))
         .api_v1()
         .open(),
     command(
         "planCacheClear",
-        reply!(c => admin::plan_cache(c.cmd, c.db)),
+        reply!(c => admin::plan_cache(c.state, c.cmd, c.db)),
     )
     .needs(Collection, &[PlanCacheWrite]),
     command(
         "planCacheClearFilters",
-        reply!(c => admin::plan_cache(c.cmd, c.db)),
+        reply!(c => admin::plan_cache(c.state, c.cmd, c.db)),
     )
     .needs(Collection, &[PlanCacheIndexFilter]),
     command(
         "planCacheListFilters",
-        reply!(c => admin::plan_cache(c.cmd, c.db)),
+        reply!(c => admin::plan_cache(c.state, c.cmd, c.db)),
     )
     .needs(Collection, &[PlanCacheRead]),
+    command(
+        "planCacheSetFilter",
+        reply!(c => admin::plan_cache(c.state, c.cmd, c.db)),
+    )
+    .needs(Collection, &[PlanCacheIndexFilter]),
     command(
         "profile",
         reply!(c => c.state.profiler.command(c.db, c.cmd)),
@@ -674,7 +704,7 @@ pub static SPECS: &[Spec] = &[
     .needs(Cluster, &[SetDefaultRWConcern]),
     command(
         "setFeatureCompatibilityVersion",
-        reply!(c => admin::set_feature_compatibility_version(c.state, c.cmd)),
+        reply!(c => admin::set_feature_compatibility_version(c.state, c.cmd).await),
     )
     .admin_only()
     .write_concern()
@@ -708,6 +738,9 @@ pub static SPECS: &[Spec] = &[
         .test_only()
         .open(),
     // With upsert: true mongod requires insert too.
+    command("top", reply!(c => Ok(admin::top(c.state))))
+        .admin_only()
+        .needs(Cluster, &[Top]),
     command(
         "update",
         reply!(c => write::update(c.state, c.db, c.cmd).await),
@@ -1092,20 +1125,26 @@ mod tests {
     /// Commands registered since the lists above (issue 31), with their flags: admin-only,
     /// adds data, takes a write concern.
     const ADDED: &[(&str, bool, bool, bool)] = &[
+        ("applyOps", false, true, true),
         ("compact", false, false, false),
         ("dbHash", false, false, false),
         ("dbhash", false, false, false),
         ("filemd5", false, false, false),
         ("lockInfo", true, false, false),
         ("logRotate", true, false, false),
+        // Writes unless `out` is inline (these commands have no `out`).
+        ("mapReduce", false, true, false),
+        ("mapreduce", false, true, false),
         ("planCacheClear", false, false, false),
         ("planCacheClearFilters", false, false, false),
         ("planCacheListFilters", false, false, false),
+        ("planCacheSetFilter", false, false, false),
         ("reIndex", false, true, false),
         ("setDefaultRWConcern", true, true, true),
         ("setFeatureCompatibilityVersion", true, false, true),
         ("testVersion1", false, false, false),
         ("testVersion2", false, false, false),
+        ("top", true, false, false),
     ];
 
     /// Of `ADDED`, those in API version 1.
