@@ -170,3 +170,23 @@ def test_errors(db, coll):
     e = failure(db, [{"op": "u", "ns": ns, "o": {"$set": {"a": 1}}}])
     assert e.code == 4
     assert apply_ops(db, [])["applied"] == 0
+
+
+def test_view_changes_replay_from_the_oplog(client, db, coll):
+    """Views are logged as writes to system.views (as mongod logs them); replaying those
+    entries creates, modifies and drops the view, and replaying them twice is harmless
+    (mongorestore --oplogReplay does this)."""
+    coll.insert_many([{"_id": i, "a": i} for i in range(5)])
+    db.command("create", "big", viewOn=coll.name, pipeline=[{"$match": {"a": {"$gte": 3}}}])
+    db.command("collMod", "big", viewOn=coll.name, pipeline=[{"$match": {"a": {"$gte": 4}}}])
+    entries = list(client.local.oplog.rs.find({"ns": f"{db.name}.system.views"}).sort("$natural", 1))
+    assert [e["op"] for e in entries] == ["i", "u"]
+    ops = [{k: e[k] for k in ("op", "ns", "o", "o2") if k in e} for e in entries]
+    db.drop_collection("big")
+    assert apply_ops(db, ops)["results"] == [True, True]
+    assert [d["_id"] for d in db.big.find()] == [4]
+    assert apply_ops(db, ops)["results"] == [True, True], "a second replay is idempotent"
+    assert [d["_id"] for d in db.big.find()] == [4]
+    drop = {"op": "d", "ns": f"{db.name}.system.views", "o": {"_id": f"{db.name}.big"}}
+    assert apply_ops(db, [drop])["results"] == [True]
+    assert "big" not in db.list_collection_names()

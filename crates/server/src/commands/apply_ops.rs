@@ -278,6 +278,9 @@ fn apply_one(
             return Ok(false);
         }
     }
+    if ns.coll == VIEWS_COLLECTION {
+        return apply_view_op(e, &ns.db, kind, op, &o()?);
+    }
     if e.collection(ns).is_none() {
         if kind == "d" {
             return Ok(true);
@@ -309,6 +312,53 @@ fn apply_one(
         other => Err(Error::bad_value(format!(
             "Enumeration value '{other}' for field 'op' is not a valid value."
         ))),
+    }
+}
+
+/// Where a database's views are defined; the oplog logs view changes as its writes
+/// (as mongod does), which the server applies as the view commands they stand for.
+const VIEWS_COLLECTION: &str = "system.views";
+
+/// A write to `<db>.system.views` from an oplog: the view's create, collMod or drop
+/// (a view already there is modified, as the replay of an oplog must be idempotent).
+fn apply_view_op(e: &Engine, db: &str, kind: &str, op: &Document, o: &Document) -> Result<bool> {
+    let id = match o
+        .get("_id")
+        .or_else(|| op.get_document("o2").ok()?.get("_id"))
+    {
+        Some(Bson::String(id)) => id.clone(),
+        other => return Err(type_error("o._id", other, "string")),
+    };
+    let name = id
+        .strip_prefix(&format!("{db}."))
+        .ok_or_else(|| Error::bad_value(format!("view '{id}' is not in database '{db}'")))?;
+    let view = Namespace::new(db, name);
+    if kind == "d" {
+        return match e.drop_collection(&view) {
+            Err(err) if err.code != codes::NAMESPACE_NOT_FOUND => Err(err),
+            _ => Ok(true),
+        };
+    }
+    let mut definition: Document = o
+        .iter()
+        .filter(|(k, _)| matches!(k.as_str(), "viewOn" | "pipeline" | "collation"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if !definition.contains_key("viewOn") {
+        return Err(Error::bad_value(format!(
+            "applyOps: view '{id}' without viewOn"
+        )));
+    }
+    match e.create_collection(&view, definition.clone()) {
+        Ok(_) => Ok(true),
+        Err(err) if err.code == codes::NAMESPACE_EXISTS => {
+            definition.remove("collation");
+            let mut cmd = doc! {"collMod": name};
+            cmd.extend(definition);
+            e.coll_mod(&view, &cmd)?;
+            Ok(true)
+        }
+        Err(err) => Err(err),
     }
 }
 
@@ -597,6 +647,8 @@ fn apply_command(
         other => Err(type_error(field, other, "string")),
     };
     match name {
+        // Made implicitly by the first view (see `apply_view_op`).
+        "create" if o.get_str("create") == Ok(VIEWS_COLLECTION) => {}
         "create" => {
             let options: Document = o
                 .iter()
