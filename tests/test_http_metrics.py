@@ -111,3 +111,26 @@ def test_a_taken_http_port_stops_the_start(tmp_path):
                             str(tmp_path / "db"), "--httpPort", str(port), "--nounixsocket"],
                            capture_output=True, text=True, timeout=30)
     assert p.returncode == 48 and f"127.0.0.1:{port}" in p.stderr
+
+
+def test_a_change_stream_behind_shows_its_lag(http_server):
+    import time
+    with http_server.client() as c:
+        first = c.test.lag.insert_one({"n": 0})
+        start = c.test.lag.database.client.admin.command("ping")["operationTime"]
+        time.sleep(2.2)
+        c.test.lag.insert_one({"n": 1})
+        name = "tailstream_cursor_lag_seconds"
+
+        def lags():
+            return [v for (n, labels), v in scrape(http_server).items()
+                    if n == name and 'ns="test.lag"' in labels]
+
+        with c.test.lag.watch(start_at_operation_time=start, batch_size=0,
+                              max_await_time_ms=50) as stream:
+            behind = eventually(lambda: lags())
+            assert behind and behind[0] >= 2, behind
+            # From the first insert's time on: both inserts.
+            assert [stream.try_next()["fullDocument"]["n"] for _ in range(2)] == [0, 1]
+            assert eventually(lambda: lags() == [0]), lags()
+        assert first.acknowledged

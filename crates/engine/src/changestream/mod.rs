@@ -516,6 +516,10 @@ impl EventSource for ChangeStream {
     fn error_labeler(&self) -> fn(Error) -> Error {
         label_resumable
     }
+
+    fn position(&self) -> Option<ClusterTime> {
+        Some(self.next_ts)
+    }
 }
 
 /// mongod labels a change stream's getMore error `ResumableChangeStreamError` when a

@@ -70,6 +70,11 @@ pub trait EventSource: Send {
     fn prefetch(&mut self, engine: &crate::Engine, max_events: usize);
     /// Adds the error labels of this kind of source to an error of its getMore.
     fn error_labeler(&self) -> fn(Error) -> Error;
+    /// The oplog time it reads next: everything before it has been read (how far
+    /// behind the oplog's head a consumer is).
+    fn position(&self) -> Option<crate::core::time::ClusterTime> {
+        None
+    }
 }
 
 /// Internal (never sent): a memory-only read would need storage.
@@ -447,6 +452,10 @@ pub struct CursorStats {
     pub waiting: bool,
     pub idle_for: Duration,
     pub returned: Returned,
+    /// An event source's next oplog time to read ([`EventSource::position`]).
+    pub position: Option<crate::core::time::ClusterTime>,
+    /// A tailable cursor whose last batch reached the newest document.
+    pub at_tail: bool,
 }
 
 pub struct CursorRegistry {
@@ -557,6 +566,11 @@ impl CursorRegistry {
                 waiting: c.busy,
                 idle_for: c.last_used.elapsed(),
                 returned: c.returned.clone(),
+                position: match &c.source {
+                    Source::Events(e) => e.position(),
+                    _ => None,
+                },
+                at_tail: c.at_tail,
             })
             .collect()
     }

@@ -261,8 +261,20 @@ fn cursors(r: &mut Registry, state: &ServerState) {
     let docs = Family::<Labels, Counter>::default();
     let bytes = Family::<Labels, Counter>::default();
     let idle = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+    let lag = Family::<Labels, Gauge>::default();
+    let durable = state.engine.durability.durable_ts();
     for c in &all {
         let l = labels(c);
+        if let Some(next) = c.position {
+            // Durable entries at or after its next time are unread: the seconds between
+            // the oldest of them and the newest.
+            let behind = if next > durable {
+                0
+            } else {
+                i64::from(durable.seconds().saturating_sub(next.seconds()))
+            };
+            lag.get_or_create(&l).set(behind);
+        }
         docs.get_or_create(&l).inc_by(c.returned.docs);
         bytes.get_or_create(&l).inc_by(c.returned.bytes);
         idle.get_or_create(&l).set(c.idle_for.as_secs_f64());
@@ -281,6 +293,11 @@ fn cursors(r: &mut Registry, state: &ServerState) {
         "cursor_idle_seconds",
         "Seconds since its last getMore began or ended",
         idle,
+    );
+    r.register(
+        "cursor_lag_seconds",
+        "A change stream's distance behind the newest durable oplog entry, in seconds (0: caught up)",
+        lag,
     );
     gauge(
         r,
