@@ -48,6 +48,14 @@ if [ -n "$FREE_MB" ] && [ "$FREE_MB" -lt 2048 ]; then
     log "(their servers refuse writes below 256 MB free). Free some space and rerun."
     exit 1
 fi
+# The status page's test opens it in a real browser (headless Chromium).
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+    log "installing chromium (tests/test_status_page.py opens the status page in it)"
+    sudo=""
+    if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+    $sudo apt-get update -qq >&2 || true
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >&2
+fi
 log "Python integration tests"
 (cd "$ROOT" && "$VENV/bin/pytest" tests -q -p no:cacheprovider) 2>&1 | tee -a "$SUMMARY"
 

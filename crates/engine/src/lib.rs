@@ -235,6 +235,17 @@ impl Engine {
         (w.trim_ts, w.clock.last())
     }
 
+    /// The time of the oldest entry still in the oplog (`ClusterTime::ZERO` when it
+    /// is empty): one seek, from above the last trim, so trimmed ranges are not read.
+    pub fn oplog_first_time(&self) -> ClusterTime {
+        let trim = self.trim_ts.load(std::sync::atomic::Ordering::SeqCst);
+        let lower = keys::oplog_key(trim.next());
+        match self.store.scan(Space::Oplog, &lower, None, false).next() {
+            Some(Ok((k, _))) => keys::oplog_key_time(&k),
+            _ => ClusterTime::ZERO,
+        }
+    }
+
     /// Whether a write holds the writer lock right now (a hint: it may be released
     /// or taken the moment after).
     /// `fsync` with `lock: true` (blocking): writes stop; the first lock also puts

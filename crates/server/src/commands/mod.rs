@@ -21,6 +21,7 @@ pub(crate) mod write;
 
 pub use admin::{hostname, server_status};
 pub use args::*;
+pub use handshake::VERSION as SERVER_VERSION;
 pub use testing::FailPoints;
 
 use crate::state::ServerState;

@@ -1,6 +1,6 @@
 //! The HTTP listener (`--httpPort`, off by default; `--httpBindIp`, loopback by
-//! default): `/metrics` in Prometheus's text format (`metrics.rs`) and `/health` for
-//! load balancers. No MongoDB peer serves these; mongod's figures are its serverStatus,
+//! default): `/metrics` in Prometheus's text format (`prometheus.rs`), `/health` for
+//! load balancers, and a live status page at `/` (`status.rs`). No MongoDB peer serves these; mongod's figures are its serverStatus,
 //! which this listener turns into series without a monitoring agent in between.
 //!
 //! HTTP/1.1 through `hyper` (the tokio ecosystem's HTTP implementation) on the server's
@@ -8,6 +8,7 @@
 //! the MongoDB protocol's requests.
 
 mod prometheus;
+mod status;
 
 use crate::state::ServerState;
 use http_body_util::Full;
@@ -58,6 +59,12 @@ fn route(state: &ServerState, req: &Request<Incoming>) -> Response<Full<Bytes>> 
     }
     match req.uri().path() {
         "/health" => text(StatusCode::OK, "ok\n".into(), "text/plain"),
+        "/" => text(
+            StatusCode::OK,
+            status::PAGE.into(),
+            "text/html; charset=utf-8",
+        ),
+        "/status.json" => text(StatusCode::OK, status::json(state), "application/json"),
         "/metrics" => text(
             StatusCode::OK,
             prometheus::render(state),

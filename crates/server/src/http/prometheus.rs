@@ -220,7 +220,8 @@ fn durability(r: &mut Registry, state: &ServerState) {
 }
 
 fn oplog(r: &mut Registry, state: &ServerState) {
-    let (oldest, newest) = state.engine.oplog_window();
+    let (_, newest) = state.engine.oplog_window();
+    let oldest = state.engine.oplog_first_time();
     gauge(
         r,
         "oplog_newest_seconds",
@@ -231,7 +232,11 @@ fn oplog(r: &mut Registry, state: &ServerState) {
         r,
         "oplog_window_seconds",
         "Seconds between the oldest and the newest oplog entry",
-        i64::from(newest.seconds().saturating_sub(oldest.seconds())),
+        if oldest.seconds() == 0 {
+            0
+        } else {
+            i64::from(newest.seconds().saturating_sub(oldest.seconds()))
+        },
     );
 }
 
