@@ -182,8 +182,9 @@ fn spans(window: &Window, p: &Partition) -> Result<Vec<Span>> {
     }
 }
 
-/// A `$group` accumulator over each span. While spans keep their start and only grow
-/// (windows that begin at the partition's start) one state is extended; otherwise each
+/// A `$group` accumulator over each span. The removable ones slide one state along the
+/// partition ([`sliding`]); otherwise, while spans keep their start and only grow
+/// (windows that begin at the partition's start) one state is extended, and each other
 /// span is folded afresh.
 fn accumulate(spec: &AccSpec, spans: &[Span], p: &Partition) -> Result<Vec<Option<Bson>>> {
     let coll = p.vars.collator.as_deref();
@@ -192,6 +193,9 @@ fn accumulate(spec: &AccSpec, spans: &[Span], p: &Partition) -> Result<Vec<Optio
         .iter()
         .map(|d| spec.arg.evaluate(d, p.vars))
         .collect::<Result<Vec<_>>>()?;
+    if let Some(out) = super::sliding::accumulate(spec, spans, &args, coll) {
+        return Ok(out);
+    }
     let mut out = Vec::with_capacity(spans.len());
     // The state and the span it has folded.
     let mut folded: Option<(AccState, usize, usize)> = None;
