@@ -64,9 +64,32 @@ pub(crate) fn set_window_fields(
             keys.push(key);
             docs.push(doc);
         }
+        if vars.forbid_disk_use {
+            check_partition_memory(&docs)?;
+        }
         out.extend(run_partition(stage, sort.as_ref(), keys, docs, vars)?);
     }
     Ok(out)
+}
+
+/// mongod's `internalDocumentSourceSetWindowFieldsMaxMemoryBytes`.
+const MAX_MEMORY_BYTES: usize = 100 * 1024 * 1024;
+
+/// A partition is held whole while its windows are computed; mongod spills it to disk
+/// past the limit, unless the operation said `allowDiskUse: false` (5643011). Here it
+/// stays in memory either way: only the refusal is mongod's.
+fn check_partition_memory(docs: &[Document]) -> Result<()> {
+    let mut bytes = 0usize;
+    for d in docs {
+        bytes += bson::to_vec(d).map(|b| b.len()).unwrap_or(0);
+        if bytes >= MAX_MEMORY_BYTES {
+            return Err(Error::location(
+                5643011,
+                "Exceeded max memory. Set 'allowDiskUse: true' to spill to disk",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The partition a document belongs to: missing counts as null, an array is refused.
