@@ -741,3 +741,39 @@ def test_the_n_accumulators_and_median_are_window_functions(db):
         {"top2": [6, 5], "med": 4.0, "mx": [6, 5]},
         {"top2": [3, 2], "med": 0.0, "mx": [3, 2]},
     ]
+
+
+class TestMemoryLimit:
+    """mongod holds a partition in memory up to 100 MB (internalDocumentSourceSet-
+    WindowFieldsMaxMemoryBytes) and spills past it; with allowDiskUse: false it fails
+    with 5643011 instead. One 1 MiB document unwound 110 times makes a 110 MiB partition
+    (no sortBy or partitionBy: no $sort in front, whose own limit would come first)."""
+
+    PIPELINE = [
+        {"$set": {"r": {"$range": [0, 110]}}},
+        {"$unwind": "$r"},
+        {"$setWindowFields": {"output": {"total": {"$sum": "$r"}}}},
+        {"$project": {"_id": 0, "r": 1, "total": 1}},
+    ]
+
+    @pytest.fixture
+    def big(self, coll):
+        coll.insert_one({"s": "x" * (1 << 20)})
+        return coll
+
+    def test_allow_disk_use_false_fails_past_the_limit(self, big):
+        with pytest.raises(OperationFailure) as exc:
+            list(big.aggregate(self.PIPELINE, allowDiskUse=False))
+        assert exc.value.code == 5643011
+        assert "Exceeded max memory. Set 'allowDiskUse: true' to spill to disk" in str(exc.value)
+
+    @pytest.mark.parametrize("options", [{}, {"allowDiskUse": True}])
+    def test_otherwise_the_partition_is_computed(self, big, options):
+        out = list(big.aggregate(self.PIPELINE, **options))
+        assert out == [{"r": r, "total": sum(range(110))} for r in range(110)]
+
+    def test_a_small_partition_passes_with_allow_disk_use_false(self, coll):
+        coll.insert_many([{"_id": i, "v": i} for i in range(5)])
+        out = list(coll.aggregate([{"$setWindowFields": {"sortBy": {"_id": 1}, "output": {
+            "m": {"$max": "$v", "window": {"documents": [-1, 0]}}}}}], allowDiskUse=False))
+        assert [d["m"] for d in out] == [0, 1, 2, 3, 4]

@@ -17,6 +17,7 @@ pub mod path;
 pub mod pipeline;
 pub mod projection;
 pub mod random;
+pub mod regex_engine;
 pub mod render;
 pub mod script;
 pub mod sort;

@@ -154,6 +154,9 @@ pub struct ChangeStream {
     prefilter: prefilter::Prefilter,
     /// An error met while reading ahead, reported by the next getMore.
     deferred_error: Option<Error>,
+    /// Resuming from a fragment of a split event: how many of that event's fragments
+    /// were returned before (they are split again and passed over).
+    skip_fragments: Option<usize>,
     /// Set during a memory-only read (see [`ChangeStream::next_batch`]).
     memory_only: bool,
     /// Keeps the watched namespaces' entries whole in the recent oplog while open.
@@ -250,6 +253,13 @@ fn parse_spec(
         .iter()
         .position(|s| s.contains_key("$changeStreamSplitLargeEvent"))
     {
+        if !matches!(stages[pos].get("$changeStreamSplitLargeEvent"), Some(Bson::Document(d)) if d.is_empty())
+        {
+            return Err(Error::new(
+                7182800,
+                "$changeStreamSplitLargeEvent spec should be an empty object",
+            ));
+        }
         if pos + 1 != stages.len() {
             return Err(Error::new(
                 7182802,
@@ -408,6 +418,12 @@ impl Engine {
             }
             Some((k, v)) => {
                 let token = ResumeToken::parse(v)?;
+                if token.fragment.is_some() && !spec.split_large {
+                    return Err(Error::new(
+                        codes::CHANGE_STREAM_FATAL_ERROR,
+                        "To resume from a split event, the $changeStream pipeline must include a $changeStreamSplitLargeEvent stage",
+                    ));
+                }
                 if token.from_invalidate && k == "resumeAfter" {
                     return Err(Error::new(
                         codes::INVALID_RESUME_TOKEN,
@@ -448,6 +464,7 @@ impl Engine {
             invalidated: false,
             prefilter,
             deferred_error: None,
+            skip_fragments: None,
             memory_only: false,
         };
         let mut stream = stream;
@@ -813,6 +830,14 @@ impl ChangeStream {
             return Err(token_not_found(expected));
         };
         self.next_ts = expected.ts.next();
+        if let Some(fragment) = expected.fragment {
+            // The fragments after the token's: the event is split again as before.
+            self.skip_fragments = Some(fragment as usize + 1);
+            let pushed =
+                self.push_through(pipeline, vars, Arc::new(ev.doc.clone()), ev.token.clone());
+            self.skip_fragments = None;
+            pushed?;
+        }
         for rest in evs {
             self.push_through(pipeline, vars, Arc::new(rest.doc), rest.token)?;
         }
@@ -883,13 +908,28 @@ impl ChangeStream {
         }
         for r in results {
             let size = r.as_bytes().len();
+            if let (Some(_), true) = (self.skip_fragments, size <= MAX_EVENT_BYTES) {
+                return Err(Error::new(
+                    codes::CHANGE_STREAM_FATAL_ERROR,
+                    "Attempted to resume from a split event fragment, but the event in the resumed stream was not large enough to be split",
+                ));
+            }
             if size <= MAX_EVENT_BYTES {
                 self.pending.push_back((r, token.clone()));
             } else if self.spec.split_large {
                 let decoded = r
                     .to_document()
                     .map_err(|e| Error::internal(e.to_string()))?;
-                for (doc, t) in split_event(decoded, &token)? {
+                let fragments = split_event(decoded, &token)?;
+                let skip = self.skip_fragments.take().unwrap_or(0);
+                if skip > fragments.len() {
+                    return Err(Error::new(
+                        codes::CHANGE_STREAM_FATAL_ERROR,
+                        "Attempted to resume from a split event, but the resumed stream produced a different split. \
+                         Ensure that the pipeline used to resume is the same as the original",
+                    ));
+                }
+                for (doc, t) in fragments.into_iter().skip(skip) {
                     let raw = RawDocumentBuf::from_document(&doc)
                         .map_err(|e| Error::internal(e.to_string()))?;
                     self.pending.push_back((Arc::new(raw), t));
@@ -1071,43 +1111,76 @@ fn raw_entry(ts: ClusterTime, bytes: &[u8]) -> Result<&bson::RawDocument> {
 const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 
 /// Splits an event into fragments of whole top-level fields, each under the event
-/// limit, as `$changeStreamSplitLargeEvent` does: every fragment carries its own resume
-/// token (the event's with `fragmentNum`) and `splitEvent: {fragment, of}`.
+/// limit, as `$changeStreamSplitLargeEvent` does: fields go smallest first (then by
+/// name), each fragment taking as many as fit, so the first fragment carries most of the
+/// event's context; every fragment has its own resume token (the event's with
+/// `fragmentNum`, from 0) and `splitEvent: {fragment, of}` (from 1).
 fn split_event(doc: Document, token: &ResumeToken) -> Result<Vec<(Document, ResumeToken)>> {
-    // Room for the fragment's _id and splitEvent fields.
-    const OVERHEAD: usize = 4096;
-    let mut groups: Vec<Document> = vec![Document::new()];
-    let mut size = 0usize;
-    for (k, v) in doc.into_iter().filter(|(k, _)| k != "_id") {
-        let field = bson::to_vec(&bson::doc! {k.clone(): v.clone()})
-            .map(|b| b.len())
-            .unwrap_or(0);
-        if field + OVERHEAD > MAX_EVENT_BYTES {
+    let mut fields: Vec<(usize, String, Bson)> = doc
+        .into_iter()
+        .filter(|(k, _)| k != "_id")
+        .map(|(k, v)| (bson_field_size(&k, &v), k, v))
+        .collect();
+    if fields.is_empty() {
+        return Err(Error::new(
+            7182502,
+            "Cannot split an empty event or an event containing solely '_id' field",
+        ));
+    }
+    fields.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    let header = |i: usize| {
+        let mut t = token.clone();
+        t.fragment = Some(i as i32);
+        let d =
+            bson::doc! {"_id": t.to_document(), "splitEvent": {"fragment": i as i32 + 1, "of": 0}};
+        (d, t)
+    };
+    // Room for the fragment's resume token in the reply's postBatchResumeToken.
+    let max_fragment = MAX_EVENT_BYTES - bson_size(&header(0).1.to_document());
+    let mut fragments: Vec<(Document, ResumeToken)> = Vec::new();
+    let mut fields = fields.into_iter().peekable();
+    while let Some((first_size, k, v)) = fields.next() {
+        let (mut d, t) = header(fragments.len());
+        let mut size = bson_size(&d) + first_size;
+        d.insert(k, v);
+        while let Some((next_size, _, _)) = fields.peek() {
+            if size + next_size > max_fragment {
+                break;
+            }
+            let (next_size, k, v) = fields.next().expect("peeked");
+            size += next_size;
+            d.insert(k, v);
+        }
+        if size > max_fragment {
             return Err(Error::new(
-                codes::BSON_OBJECT_TOO_LARGE,
-                format!("$changeStreamSplitLargeEvent cannot split the event: its field '{k}' alone is larger than 16MB"),
+                7182500,
+                format!(
+                    "Splitting change event failed: fragment size {size} is greater than maximum allowed fragment size {max_fragment}"
+                ),
             ));
         }
-        if size + field + OVERHEAD > MAX_EVENT_BYTES {
-            groups.push(Document::new());
-            size = 0;
-        }
-        size += field;
-        groups.last_mut().expect("at least one group").insert(k, v);
+        fragments.push((d, t));
     }
-    let of = groups.len() as i32;
-    Ok(groups
-        .into_iter()
-        .enumerate()
-        .map(|(i, fields)| {
-            let mut t = token.clone();
-            t.fragment = Some(i as i32);
-            let mut d = bson::doc! {"_id": t.to_document(), "splitEvent": {"fragment": i as i32 + 1, "of": of}};
-            d.extend(fields);
-            (d, t)
-        })
-        .collect())
+    let of = fragments.len() as i32;
+    for (d, _) in &mut fragments {
+        if let Some(Bson::Document(split)) = d.get_mut("splitEvent") {
+            split.insert("of", of);
+        }
+    }
+    Ok(fragments)
 }
+
+/// The bytes a field takes inside a document: type byte, name and its NUL, value.
+fn bson_field_size(key: &str, value: &Bson) -> usize {
+    bson_size(&bson::doc! {key: value.clone()}) - EMPTY_DOCUMENT_BYTES
+}
+
+fn bson_size(d: &Document) -> usize {
+    bson::to_vec(d).map(|b| b.len()).unwrap_or(usize::MAX / 2)
+}
+
+/// An empty BSON document: its length and the terminating NUL.
+const EMPTY_DOCUMENT_BYTES: usize = 5;
 
 fn token_not_found(t: &ResumeToken) -> Error {
     Error::new(
@@ -1628,6 +1701,7 @@ mod tests {
             invalidated: false,
             prefilter: prefilter::Prefilter::default(),
             deferred_error: None,
+            skip_fragments: None,
             memory_only: false,
         };
         // The check before the read passes; then the trim commits.
@@ -1810,6 +1884,39 @@ mod tests {
         let too_big =
             doc! {"_id": token.to_document(), "fullDocument": {"a": "x".repeat(MAX_EVENT_BYTES)}};
         let err = split_event(too_big, &token).expect_err("one field over the limit");
-        assert_eq!(err.code, codes::BSON_OBJECT_TOO_LARGE);
+        assert_eq!(err.code, 7182500);
+        let only_id = doc! {"_id": token.to_document()};
+        assert_eq!(split_event(only_id, &token).unwrap_err().code, 7182502);
+    }
+
+    /// mongod fills fragments smallest field first: the small fields after a large one
+    /// still travel in the first fragment.
+    #[test]
+    fn fragments_take_the_smallest_fields_first() {
+        let big = "x".repeat(9 * 1024 * 1024);
+        let token = ResumeToken::event(
+            ClusterTime::from_u64(5),
+            None,
+            doc! {"operationType": "update"},
+        );
+        let event = doc! {
+            "_id": token.to_document(),
+            "fullDocument": {"a": &big},
+            "fullDocumentBeforeChange": {"a": &big},
+            "operationType": "update",
+            "ns": {"db": "d", "coll": "c"},
+        };
+        let keys: Vec<Vec<String>> = split_event(event, &token)
+            .unwrap()
+            .into_iter()
+            .map(|(d, _)| d.keys().skip(2).cloned().collect())
+            .collect();
+        assert_eq!(
+            keys,
+            vec![
+                vec!["operationType", "ns", "fullDocument"],
+                vec!["fullDocumentBeforeChange"]
+            ]
+        );
     }
 }

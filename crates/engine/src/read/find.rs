@@ -634,9 +634,18 @@ impl Engine {
         lsid: Option<Bson>,
         let_vars: Option<&Document>,
         collation: Option<&Document>,
+        allow_disk_use: Option<bool>,
     ) -> Result<CursorBatch> {
         self.aggregate_in(
-            db, coll, stages, batch_size, lsid, let_vars, None, collation,
+            db,
+            coll,
+            stages,
+            batch_size,
+            lsid,
+            let_vars,
+            None,
+            collation,
+            allow_disk_use,
         )
     }
 
@@ -653,6 +662,7 @@ impl Engine {
         let_vars: Option<&Document>,
         view: Option<Vec<Document>>,
         collation: Option<&Document>,
+        allow_disk_use: Option<bool>,
     ) -> Result<CursorBatch> {
         let batch_size = check_batch_size(batch_size)?;
         let meta = coll.and_then(|c| self.collection(&Namespace::new(db, c)));
@@ -670,6 +680,7 @@ impl Engine {
                     let_vars,
                     Some(docs),
                     collation,
+                    allow_disk_use,
                 );
             }
         }
@@ -686,6 +697,7 @@ impl Engine {
             },
         };
         vars.collator = collator.clone();
+        vars.forbid_disk_use = allow_disk_use == Some(false);
         let cursor_ns = match coll {
             Some(c) => format!("{db}.{c}"),
             None => format!("{db}.$cmd.aggregate"),

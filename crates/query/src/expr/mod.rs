@@ -42,6 +42,9 @@ pub struct Variables {
     /// The operation's collation: comparisons (`$eq`, `$in`, `$setUnion`, ...) compare
     /// strings under it.
     pub collator: Option<std::sync::Arc<crate::collation::Collator>>,
+    /// The operation said `allowDiskUse: false`: a blocking stage past its memory limit
+    /// fails instead of spilling (mongod's allowDiskUseByDefault makes spilling the default).
+    pub forbid_disk_use: bool,
 }
 
 impl Variables {

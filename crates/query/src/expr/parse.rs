@@ -323,6 +323,23 @@ impl Expr {
         Ok(Expr::Doc(fields))
     }
 
+    /// A constant `regex` (and `options`) is compiled when parsed, as mongod does, so a bad
+    /// pattern fails the command even when no document is evaluated.
+    fn check_constant_regex(name: &str, args: &[(String, Expr)]) -> Result<()> {
+        let constant = |key: &str| -> Option<Option<Bson>> {
+            match args.iter().find(|(k, _)| k == key) {
+                None => Some(None),
+                Some((_, e)) => e.as_const().map(|c| Some(c.clone())),
+            }
+        };
+        match (constant("regex"), constant("options")) {
+            (Some(regex), Some(options)) => {
+                super::string::check_constant_regex(name, regex, options)
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn parse_named(name: &str, arg: &Bson) -> Result<Vec<(String, Expr)>> {
         let (allowed, required) = named_spec(name).unwrap();
         let Bson::Document(d) = arg else {
@@ -363,6 +380,9 @@ impl Expr {
             if !d.contains_key(*r) {
                 return Err(named_err(name, NamedErr::Missing, r));
             }
+        }
+        if matches!(name, "$regexMatch" | "$regexFind" | "$regexFindAll") {
+            Self::check_constant_regex(name, &out)?;
         }
         Ok(out)
     }

@@ -4,7 +4,9 @@ use super::num;
 use super::util::{coerce_to_string, nullish, show, type_name, type_name_opt};
 use crate::compare::is_number;
 use crate::error::{Error, Result};
+use crate::regex_engine::{self, Match, Pattern, PatternError};
 use bson::{doc, Bson};
+use std::sync::Arc;
 
 use super::util::{done, null, R};
 
@@ -297,28 +299,81 @@ fn index_of(name: &str, vals: &[Option<Bson>]) -> R {
     }
 }
 
-/// Builds a Rust regex from a MongoDB pattern and options (i, m, s, x, u).
-pub fn build_regex(pattern: &str, options: &str, op: &str) -> Result<regex::Regex> {
-    let mut flags = String::new();
-    for c in options.chars() {
-        match c {
-            'i' | 'm' | 's' | 'x' => flags.push(c),
-            'u' => {}
-            _ => {
-                return Err(Error::location(
-                    51108,
-                    format!("{op} invalid flag in regex options: {c}"),
-                ))
-            }
+/// The pattern and options of a `$regexMatch`/`$regexFind`/`$regexFindAll` (mongod's
+/// `extractRegexAndOptions`): None when the regex is null or missing.
+fn regex_and_options(
+    name: &str,
+    regex: &Option<Bson>,
+    options: &Option<Bson>,
+) -> Result<Option<(String, String)>> {
+    let (pattern, flags) = match regex {
+        Some(Bson::String(s)) => (Some(s.as_str()), ""),
+        Some(Bson::RegularExpression(r)) => (Some(r.pattern.as_str()), r.options.as_str()),
+        v if nullish(v) => (None, ""),
+        _ => {
+            return Err(Error::location(
+                51105,
+                format!("{name} needs 'regex' to be of type string or regex"),
+            ))
         }
-    }
-    let full = if flags.is_empty() {
-        pattern.to_string()
-    } else {
-        format!("(?{flags}){pattern}")
     };
-    regex::Regex::new(&full)
-        .map_err(|e| Error::location(51111, format!("Invalid Regex in {op}: {e}")))
+    let options = match options {
+        Some(Bson::String(o)) => Some(o.as_str()),
+        v if nullish(v) => None,
+        _ => {
+            return Err(Error::location(
+                51106,
+                format!("{name} needs 'options' to be of type string"),
+            ))
+        }
+    };
+    if !flags.is_empty() && options.is_some() {
+        return Err(Error::location(
+            51107,
+            format!("{name}: found regex option(s) specified in both 'regex' and 'option' fields"),
+        ));
+    }
+    let options = options.unwrap_or(flags);
+    if pattern.is_some_and(|p| p.contains('\0')) {
+        return Err(Error::location(
+            51109,
+            format!("{name}: regular expression cannot contain an embedded null byte"),
+        ));
+    }
+    if options.contains('\0') {
+        return Err(Error::location(
+            51110,
+            format!("{name}: regular expression options cannot contain an embedded null byte"),
+        ));
+    }
+    Ok(pattern.map(|p| (p.to_string(), options.to_string())))
+}
+
+/// Compiles a `$regex*` expression's pattern with the engine `$regex` queries use, with
+/// mongod's errors for the expressions (51108, 51111). A per-thread cache keeps a pattern
+/// read from documents from being compiled again for each document.
+fn compile_for(name: &str, pattern: &str, options: &str) -> Result<Arc<Pattern>> {
+    regex_engine::compile_cached(pattern, options).map_err(|e| match e {
+        PatternError::BadOption(c) => {
+            Error::location(51108, format!("{name} invalid flag in regex options: {c}"))
+        }
+        PatternError::NulInPattern | PatternError::NulInOptions => Error::location(
+            51109,
+            format!("{name}: regular expression cannot contain an embedded null byte"),
+        ),
+        PatternError::Invalid(why) => {
+            Error::location(51111, format!("Invalid Regex in {name}: {why}"))
+        }
+    })
+}
+
+/// Checks a constant `regex`/`options` pair when the expression is parsed, as mongod
+/// precompiles it: a bad pattern fails even when no document reaches the expression.
+pub fn check_constant_regex(name: &str, regex: Option<Bson>, options: Option<Bson>) -> Result<()> {
+    if let Some((pattern, opts)) = regex_and_options(name, &regex, &options)? {
+        compile_for(name, &pattern, &opts)?;
+    }
+    Ok(())
 }
 
 pub fn regex_op(
@@ -327,38 +382,13 @@ pub fn regex_op(
     regex: Option<Bson>,
     options: Option<Bson>,
 ) -> Result<Option<Bson>> {
-    let (pattern, mut opts) = match &regex {
-        Some(Bson::String(s)) => (s.clone(), String::new()),
-        Some(Bson::RegularExpression(r)) => (r.pattern.clone(), r.options.clone()),
-        v if nullish(v) => (String::new(), String::new()),
-        _ => {
-            return Err(Error::location(
-                51105,
-                format!("{name} needs 'regex' to be of type string or regex"),
-            ))
-        }
+    let compiled = match regex_and_options(name, &regex, &options)? {
+        Some((pattern, opts)) => Some(compile_for(name, &pattern, &opts)?),
+        None => None,
     };
-    let regex_null = nullish(&regex);
-    match &options {
-        Some(Bson::String(o)) => {
-            if matches!(regex, Some(Bson::RegularExpression(ref r)) if !r.options.is_empty())
-                && !o.is_empty()
-            {
-                return Err(Error::location(51075, format!("{name} found regex option(s) specified in both 'regex' and 'option' fields")));
-            }
-            opts.push_str(o);
-        }
-        v if nullish(v) => {}
-        _ => {
-            return Err(Error::location(
-                51106,
-                format!("{name} needs 'options' to be of type string"),
-            ))
-        }
-    }
-    let input = match &input {
-        Some(Bson::String(s)) => Some(s.clone()),
-        v if nullish(v) => None,
+    let input = match input {
+        Some(Bson::String(s)) => Some(s),
+        v if nullish(&v) => None,
         _ => {
             return Err(Error::location(
                 51104,
@@ -366,31 +396,61 @@ pub fn regex_op(
             ))
         }
     };
-    let (Some(input), false) = (input, regex_null) else {
+    let (Some(input), Some(re)) = (input, compiled) else {
         return Ok(Some(match name {
             "$regexMatch" => Bson::Boolean(false),
             "$regexFind" => Bson::Null,
             _ => Bson::Array(vec![]),
         }));
     };
-    let re = build_regex(&pattern, &opts, name)?;
-    let to_match = |c: regex::Captures| -> Bson {
-        let m = c.get(0).unwrap();
-        let idx = input[..m.start()].chars().count() as i32;
-        let captures: Vec<Bson> = (1..c.len())
-            .map(|i| {
-                c.get(i)
-                    .map(|g| Bson::String(g.as_str().to_string()))
-                    .unwrap_or(Bson::Null)
-            })
-            .collect();
-        Bson::Document(doc! {"match": m.as_str(), "idx": idx, "captures": captures})
+    let exec_err = |why: String| {
+        Error::location(
+            51156,
+            format!(
+                "Error occurred while executing the regular expression in {name}. Result code: {why}"
+            ),
+        )
     };
     Ok(Some(match name {
-        "$regexMatch" => Bson::Boolean(re.is_match(&input)),
-        "$regexFind" => re.captures(&input).map(to_match).unwrap_or(Bson::Null),
-        _ => Bson::Array(re.captures_iter(&input).map(to_match).collect()),
+        "$regexMatch" => Bson::Boolean(re.is_match(&input).map_err(exec_err)?),
+        "$regexFind" => re
+            .find_at(&input, 0)
+            .map_err(exec_err)?
+            .map(|m| match_doc(&input, &m))
+            .unwrap_or(Bson::Null),
+        _ => Bson::Array(find_all(&re, &input).map_err(exec_err)?),
     }))
+}
+
+/// `$regexFindAll`'s matches as mongod walks them: no overlaps, and after an empty match
+/// the search goes on one character later.
+fn find_all(re: &Pattern, input: &str) -> std::result::Result<Vec<Bson>, String> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    // At least one search, so that an empty input can match an empty pattern.
+    while let Some(m) = re.find_at(input, pos)? {
+        out.push(match_doc(input, &m));
+        pos = match (m.text.is_empty(), input[m.start..].chars().next()) {
+            (false, _) => m.start + m.text.len(),
+            (true, Some(c)) => m.start + c.len_utf8(),
+            (true, None) => break,
+        };
+        if pos >= input.len() {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// `{match, idx, captures}`, with `idx` in code points as mongod counts it.
+fn match_doc(input: &str, m: &Match) -> Bson {
+    let idx = input[..m.start].chars().count() as i32;
+    let captures: Vec<Bson> = m
+        .groups
+        .iter()
+        .map(|g| g.map(|s| Bson::String(s.to_string())).unwrap_or(Bson::Null))
+        .collect();
+    Bson::Document(doc! {"match": m.text, "idx": idx, "captures": captures})
 }
 
 pub fn replace_op(

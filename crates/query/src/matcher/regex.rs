@@ -1,49 +1,36 @@
 //! `$regex` (and regexes inside `$in`, `$nin`, `$all`, `$not`): PCRE-style patterns
-//! with mongod's option letters.
+//! with mongod's option letters, compiled once when the filter is parsed.
 
 use crate::error::{Error, Result};
+use crate::regex_engine::{self, Pattern, PatternError, MAX_PATTERN_SIZE};
 use bson::Bson;
-// PCRE-style features (lookaround, backreferences) that MongoDB's regexes allow and
-// drivers use, e.g. `^(?!system\.)` in listCollections filters.
-use fancy_regex::Regex;
 
 #[derive(Debug, Clone)]
 pub(super) struct RegexPred {
-    re: Regex,
-    pattern: String,
-    options: String,
+    re: Pattern,
 }
 
+/// mongod's errors for a query regex (`RegexMatchExpression`): the size and NUL checks
+/// are BadValue, an option letter 51108, a pattern PCRE rejects 51091.
 pub(super) fn compile_regex(pattern: &str, options: &str) -> Result<RegexPred> {
-    let mut flags = String::new();
-    for c in options.chars() {
-        match c {
-            'i' | 'm' | 's' | 'x' => {
-                if !flags.contains(c) {
-                    flags.push(c)
-                }
-            }
-            'u' => {}
-            _ => {
-                return Err(Error::location(
-                    51108,
-                    format!("invalid flag in regex options: {c}"),
-                ))
-            }
-        }
+    if pattern.len() > MAX_PATTERN_SIZE {
+        return Err(Error::bad_value("Regular expression is too long"));
     }
-    let full = if flags.is_empty() {
-        pattern.to_string()
-    } else {
-        format!("(?{flags}){pattern}")
-    };
-    let re = Regex::new(&full)
-        .map_err(|e| Error::location(51091, format!("Regular expression is invalid: {e}")))?;
-    Ok(RegexPred {
-        re,
-        pattern: pattern.to_string(),
-        options: options.to_string(),
-    })
+    let re = regex_engine::compile(pattern, options).map_err(|e| match e {
+        PatternError::NulInPattern => {
+            Error::bad_value("Regular expression cannot contain an embedded null byte")
+        }
+        PatternError::NulInOptions => Error::bad_value(
+            "Regular expression options string cannot contain an embedded null byte",
+        ),
+        PatternError::BadOption(c) => {
+            Error::location(51108, format!("invalid flag in regex options: {c}"))
+        }
+        PatternError::Invalid(why) => {
+            Error::location(51091, format!("Regular expression is invalid: {why}"))
+        }
+    })?;
+    Ok(RegexPred { re })
 }
 
 pub(super) fn regex_from_bson(r: &bson::Regex) -> Result<RegexPred> {
@@ -54,7 +41,7 @@ pub(super) fn regex_single(x: &Bson, r: &RegexPred) -> bool {
     match x {
         // A match that exceeds the backtracking limit counts as no match.
         Bson::String(s) | Bson::Symbol(s) => r.re.is_match(s).unwrap_or(false),
-        Bson::RegularExpression(v) => v.pattern == r.pattern && v.options == r.options,
+        Bson::RegularExpression(v) => v.pattern == r.re.source() && v.options == r.re.options(),
         _ => false,
     }
 }

@@ -5,33 +5,67 @@
 
 use crate::error::{Error, Result};
 use rust_stemmers::{Algorithm, Stemmer};
+use std::collections::HashSet;
+use std::sync::OnceLock;
 
 /// A text search language: its Snowball stemmer and stop words (`None`: neither).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Language {
     name: &'static str,
     algorithm: Option<Algorithm>,
+    /// The `stop-words` crate's code for the language's list.
+    stop_words: Option<&'static str>,
 }
 
-/// mongod's text search languages (version 3), with their ISO 639 codes.
-const LANGUAGES: &[(&str, &str, Option<Algorithm>)] = &[
-    ("danish", "da", Some(Algorithm::Danish)),
-    ("dutch", "nl", Some(Algorithm::Dutch)),
-    ("english", "en", Some(Algorithm::English)),
-    ("finnish", "fi", Some(Algorithm::Finnish)),
-    ("french", "fr", Some(Algorithm::French)),
-    ("german", "de", Some(Algorithm::German)),
-    ("hungarian", "hu", Some(Algorithm::Hungarian)),
-    ("italian", "it", Some(Algorithm::Italian)),
-    ("norwegian", "nb", Some(Algorithm::Norwegian)),
-    ("portuguese", "pt", Some(Algorithm::Portuguese)),
-    ("romanian", "ro", Some(Algorithm::Romanian)),
-    ("russian", "ru", Some(Algorithm::Russian)),
-    ("spanish", "es", Some(Algorithm::Spanish)),
-    ("swedish", "sv", Some(Algorithm::Swedish)),
-    ("turkish", "tr", Some(Algorithm::Turkish)),
-    ("none", "none", None),
+/// mongod's text search languages (version 3): name, ISO 639 code, stemmer, and the code
+/// of the `stop-words` crate's list (English has mongod's own list below; "none" none).
+const LANGUAGES: &[(&str, &str, Option<Algorithm>, Option<&str>)] = &[
+    ("danish", "da", Some(Algorithm::Danish), Some("da")),
+    ("dutch", "nl", Some(Algorithm::Dutch), Some("nl")),
+    ("english", "en", Some(Algorithm::English), None),
+    ("finnish", "fi", Some(Algorithm::Finnish), Some("fi")),
+    ("french", "fr", Some(Algorithm::French), Some("fr")),
+    ("german", "de", Some(Algorithm::German), Some("de")),
+    ("hungarian", "hu", Some(Algorithm::Hungarian), Some("hu")),
+    ("italian", "it", Some(Algorithm::Italian), Some("it")),
+    ("norwegian", "nb", Some(Algorithm::Norwegian), Some("no")),
+    ("portuguese", "pt", Some(Algorithm::Portuguese), Some("pt")),
+    ("romanian", "ro", Some(Algorithm::Romanian), Some("ro")),
+    ("russian", "ru", Some(Algorithm::Russian), Some("ru")),
+    ("spanish", "es", Some(Algorithm::Spanish), Some("es")),
+    ("swedish", "sv", Some(Algorithm::Swedish), Some("sv")),
+    ("turkish", "tr", Some(Algorithm::Turkish), Some("tr")),
+    ("none", "none", None, None),
 ];
+
+/// A language's stop words, lower-cased, each also without its diacritics (a word is
+/// checked before its diacritics are folded away, and a diacritic-insensitive search
+/// string may have lost them already).
+fn stop_word_set(list_code: &'static str) -> &'static HashSet<String> {
+    static SETS: OnceLock<Vec<(&'static str, HashSet<String>)>> = OnceLock::new();
+    let sets = SETS.get_or_init(|| {
+        LANGUAGES
+            .iter()
+            .filter_map(|(_, _, _, code)| *code)
+            .map(|code| {
+                let words = stop_words::lookup(code).unwrap_or_default();
+                let set = words
+                    .iter()
+                    .flat_map(|w| {
+                        let lower = w.to_lowercase();
+                        [strip_diacritics(&lower), lower]
+                    })
+                    .collect();
+                (code, set)
+            })
+            .collect()
+    });
+    &sets
+        .iter()
+        .find(|(code, _)| *code == list_code)
+        .expect("every list code is loaded")
+        .1
+}
 
 impl Language {
     /// A language by name or ISO code (case-insensitive), as mongod accepts them.
@@ -39,10 +73,11 @@ impl Language {
         let lower = name.to_lowercase();
         LANGUAGES
             .iter()
-            .find(|(n, code, _)| *n == lower || *code == lower)
-            .map(|(n, _, a)| Language {
+            .find(|(n, code, _, _)| *n == lower || *code == lower)
+            .map(|(n, _, a, stop)| Language {
                 name: n,
                 algorithm: *a,
+                stop_words: *stop,
             })
     }
 
@@ -64,8 +99,13 @@ impl Language {
     }
 
     fn is_stop_word(&self, lower: &str) -> bool {
-        // Only the English list is built in; other languages keep all their words.
-        self.name == "english" && ENGLISH_STOP_WORDS.binary_search(&lower).is_ok()
+        match self.stop_words {
+            Some(code) => {
+                let set = stop_word_set(code);
+                set.contains(lower) || (!lower.is_ascii() && set.contains(&strip_diacritics(lower)))
+            }
+            None => self.name == "english" && ENGLISH_STOP_WORDS.binary_search(&lower).is_ok(),
+        }
     }
 
     fn stem<'a>(&self, word: &'a str) -> std::borrow::Cow<'a, str> {
@@ -170,6 +210,12 @@ fn base_letter(c: char) -> char {
         return if b == b'.' { c } else { b as char };
     }
     match c {
+        // Romanian's comma-below letters (U+0218..=U+021B) decompose like their
+        // cedilla twins in U+015E..=U+0163.
+        'Ș' => 'S',
+        'ș' => 's',
+        'Ț' => 'T',
+        'ț' => 't',
         'ά' => 'α',
         'Ά' => 'Α',
         'έ' => 'ε',
@@ -450,10 +496,123 @@ mod tests {
             tokenize("the running dogs", none, TokenOptions::default()),
             vec!["the", "running", "dogs"]
         );
+        // The apostrophe splits "l'école"; "l" is a French stop word (and so is "été").
         let fr = Language::parse("french").unwrap();
         assert_eq!(
-            tokenize("l'été", fr, TokenOptions::default()),
-            vec!["l", "ete"]
+            tokenize("l'école", fr, TokenOptions::default()),
+            vec!["ecol"]
         );
+        assert!(tokenize("l'été", fr, TokenOptions::default()).is_empty());
+    }
+
+    /// Per language: a sentence, its terms (stop words gone, the rest stemmed), and
+    /// another form of one of its words that stems to the same term.
+    const SENTENCES: &[(&str, &str, &[&str], &str)] = &[
+        (
+            "danish",
+            "Hundene løber i parken og de leger med børnene",
+            &["hund", "løb", "park", "leg", "børn"],
+            "hunden",
+        ),
+        (
+            "dutch",
+            "De kinderen lopen naar het huis van hun grootouders",
+            &["kinder", "lop", "huis", "grootouder"],
+            "grootouder",
+        ),
+        (
+            "english",
+            "The children were running in the parks",
+            &["children", "run", "park"],
+            "runs",
+        ),
+        (
+            "finnish",
+            "Kissat juoksevat talossa ja ne ovat iloisia",
+            &["kis", "juoksev", "talo", "ilois"],
+            "kissa",
+        ),
+        (
+            "french",
+            "Les enfants mangeaient des pommes dans l'école",
+            &["enfant", "mang", "pomm", "ecol"],
+            "mange",
+        ),
+        (
+            "german",
+            "Die Kinder spielten mit den Hunden und sie lachten",
+            &["kind", "spielt", "hund", "lacht"],
+            "Hund",
+        ),
+        (
+            "hungarian",
+            "A gyerekek a házakban játszanak és nem az utcán",
+            &["gyerek", "haz", "jatsz", "utc"],
+            "házak",
+        ),
+        (
+            "italian",
+            "I bambini mangiavano le mele nella scuola",
+            &["bambin", "mang", "mel", "scuol"],
+            "bambino",
+        ),
+        (
+            "norwegian",
+            "Hundene løper i parken og de leker med barna",
+            &["hund", "løp", "park", "lek", "barn"],
+            "barnet",
+        ),
+        (
+            "portuguese",
+            "As crianças comiam as maçãs na escola",
+            &["crianc", "com", "macas", "escol"],
+            "escolas",
+        ),
+        (
+            "romanian",
+            "Copiii mâncau merele în grădina școlii și noi",
+            &["copii", "manc", "mer", "gradin", "scol"],
+            "grădini",
+        ),
+        (
+            "russian",
+            "Дети играли с собаками в парке и они смеялись",
+            &["дет", "игра", "собак", "парк", "смея"],
+            "собака",
+        ),
+        (
+            "spanish",
+            "Los niños comían las manzanas en la escuela",
+            &["nin", "com", "manzan", "escuel"],
+            "manzana",
+        ),
+        (
+            "swedish",
+            "Hundarna springer i parken och de leker med barnen",
+            &["hund", "spring", "park", "lek", "barn"],
+            "springa",
+        ),
+        (
+            "turkish",
+            "Çocuklar bahçede oynuyorlar ve bu çok güzel",
+            &["cocuk", "bahce", "oynuyor", "guzel"],
+            "bahçe",
+        ),
+    ];
+
+    #[test]
+    fn every_language_stems_and_drops_its_stop_words() {
+        for (name, sentence, terms, other_form) in SENTENCES {
+            let lang = Language::parse(name).unwrap();
+            let got = tokenize(sentence, lang, TokenOptions::default());
+            assert_eq!(&got, terms, "{name}");
+            let other = tokenize(other_form, lang, TokenOptions::default());
+            assert_eq!(other.len(), 1, "{name}");
+            assert!(terms.contains(&other[0].as_str()), "{name}: {other:?}");
+            // Without the language's stop words and stemmer, the sentence keeps every word.
+            let none = Language::parse("none").unwrap();
+            let all = tokenize(sentence, none, TokenOptions::default());
+            assert!(all.len() > terms.len(), "{name}");
+        }
     }
 }

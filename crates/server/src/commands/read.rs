@@ -343,6 +343,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
         .unwrap_or(false);
     let let_vars = opt_doc(cmd, "let")?;
     let collation = opt_doc(cmd, "collation")?;
+    let allow_disk_use = cmd.get_bool("allowDiskUse").ok();
     if writes && crate::transactions::current().is_some() {
         return Err(Error::new(
             codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
@@ -382,6 +383,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
                     let_vars.as_ref(),
                     docs,
                     collation.as_ref(),
+                    allow_disk_use,
                 )
             })
             .await?
@@ -396,6 +398,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
                     lsid,
                     let_vars.as_ref(),
                     collation.as_ref(),
+                    allow_disk_use,
                 )
             })
             .await?

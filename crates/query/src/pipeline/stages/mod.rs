@@ -107,6 +107,12 @@ impl Stage {
             "$facet" => documents_facet::parse_facet(arg, db),
             "$documents" => Ok(Stage::Documents(Expr::parse(arg)?)),
             "$out" | "$merge" => output::parse_output(name, arg),
+            // A change stream takes this stage off before its stages are parsed: here it
+            // is outside one.
+            "$changeStreamSplitLargeEvent" => Err(Error::new(
+                crate::error::codes::ILLEGAL_OPERATION,
+                format!("{name} can only be used in a $changeStream pipeline"),
+            )),
             _ => Err(Error::location(
                 40324,
                 format!("Unrecognized pipeline stage name: '{name}'"),

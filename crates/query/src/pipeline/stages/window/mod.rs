@@ -12,6 +12,7 @@
 mod bounds;
 mod exp_moving_avg;
 mod run;
+mod sliding;
 #[cfg(test)]
 mod tests;
 

@@ -64,9 +64,32 @@ pub(crate) fn set_window_fields(
             keys.push(key);
             docs.push(doc);
         }
+        if vars.forbid_disk_use {
+            check_partition_memory(&docs)?;
+        }
         out.extend(run_partition(stage, sort.as_ref(), keys, docs, vars)?);
     }
     Ok(out)
+}
+
+/// mongod's `internalDocumentSourceSetWindowFieldsMaxMemoryBytes`.
+const MAX_MEMORY_BYTES: usize = 100 * 1024 * 1024;
+
+/// A partition is held whole while its windows are computed; mongod spills it to disk
+/// past the limit, unless the operation said `allowDiskUse: false` (5643011). Here it
+/// stays in memory either way: only the refusal is mongod's.
+fn check_partition_memory(docs: &[Document]) -> Result<()> {
+    let mut bytes = 0usize;
+    for d in docs {
+        bytes += bson::to_vec(d).map(|b| b.len()).unwrap_or(0);
+        if bytes >= MAX_MEMORY_BYTES {
+            return Err(Error::location(
+                5643011,
+                "Exceeded max memory. Set 'allowDiskUse: true' to spill to disk",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The partition a document belongs to: missing counts as null, an array is refused.
@@ -182,8 +205,9 @@ fn spans(window: &Window, p: &Partition) -> Result<Vec<Span>> {
     }
 }
 
-/// A `$group` accumulator over each span. While spans keep their start and only grow
-/// (windows that begin at the partition's start) one state is extended; otherwise each
+/// A `$group` accumulator over each span. The removable ones slide one state along the
+/// partition ([`sliding`]); otherwise, while spans keep their start and only grow
+/// (windows that begin at the partition's start) one state is extended, and each other
 /// span is folded afresh.
 fn accumulate(spec: &AccSpec, spans: &[Span], p: &Partition) -> Result<Vec<Option<Bson>>> {
     let coll = p.vars.collator.as_deref();
@@ -192,6 +216,9 @@ fn accumulate(spec: &AccSpec, spans: &[Span], p: &Partition) -> Result<Vec<Optio
         .iter()
         .map(|d| spec.arg.evaluate(d, p.vars))
         .collect::<Result<Vec<_>>>()?;
+    if let Some(out) = super::sliding::accumulate(spec, spans, &args, coll) {
+        return Ok(out);
+    }
     let mut out = Vec::with_capacity(spans.len());
     // The state and the span it has folded.
     let mut folded: Option<(AccState, usize, usize)> = None;
