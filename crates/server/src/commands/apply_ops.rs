@@ -183,6 +183,7 @@ fn check_pre_conditions(e: &Engine, pre_conditions: &[Bson]) -> Result<()> {
                 None,
                 None,
                 None,
+                None,
             )?
             .docs
             .into_iter()
@@ -447,6 +448,7 @@ fn first_match(e: &Engine, ns: &Namespace, filter: Document) -> Result<Option<Do
         &ns.db,
         Some(&ns.coll),
         &[doc! {"$match": filter}, doc! {"$limit": 1}],
+        None,
         None,
         None,
         None,
