@@ -4,10 +4,10 @@
 for text lines."""
 
 import json
+import re
 import time
 
 import pytest
-from bson import json_util
 from pymongo.errors import OperationFailure
 
 from conftest import TailstreamServer, eventually
@@ -169,3 +169,40 @@ def test_plain_format_writes_text_lines(tmp_path):
     text = srv.log_text()
     assert "Waiting for connections" in text
     assert not any(line.startswith("{") for line in text.splitlines()), text[:500]
+
+
+def test_log_rotate_renames_the_file_and_goes_on_in_a_new_one(tmp_path):
+    """logRotate (and SIGUSR1) as mongod's default `--logRotate rename`: the log file
+    becomes `<path>.<UTC time>` and the server writes on in a new file of the old name."""
+    import signal
+    logpath = tmp_path / "ts.log"
+    srv = VerboseServer(tmp_path / "db", extra_args=["--logpath", str(logpath)])
+    srv.start()
+    try:
+        with srv.client() as c:
+            c.admin.command("ping")
+            before = logpath.read_text()
+            assert "Waiting for connections" in before
+            assert c.admin.command("logRotate", 1)["ok"] == 1
+            rotated = [p for p in tmp_path.iterdir() if p.name.startswith("ts.log.")]
+            assert len(rotated) == 1, list(tmp_path.iterdir())
+            assert re.fullmatch(r"ts\.log\.\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d", rotated[0].name)
+            assert rotated[0].read_text().startswith(before)
+            new = json_lines(logpath.read_text())
+            assert [l["msg"] for l in new][:1] == ["Log rotation initiated"], new
+            assert "Waiting for connections" not in logpath.read_text()
+            time.sleep(1.1)  # a second rotation gets another name
+            srv.proc.send_signal(signal.SIGUSR1)
+            assert eventually(lambda: len([p for p in tmp_path.iterdir()
+                                           if p.name.startswith("ts.log.")]) == 2)
+            c.admin.command("ping")
+    finally:
+        srv.stop()
+
+
+def test_log_rotate_without_a_file_and_with_a_bad_argument(server):
+    with server.client() as c:
+        assert c.admin.command("logRotate", 1)["ok"] == 1
+        with pytest.raises(OperationFailure) as e:
+            c.admin.command("logRotate", "audit")
+        assert e.value.code == 4  # NoSuchKey

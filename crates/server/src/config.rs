@@ -50,6 +50,10 @@ pub struct Config {
     /// Log less.
     #[arg(long, default_value_t = false)]
     pub quiet: bool,
+    /// What logRotate and SIGUSR1 do to the log file: `rename` it with the time (as
+    /// mongod's default) or `reopen` it (after logrotate(8) moved it).
+    #[arg(long = "logRotate", value_enum, default_value = "rename")]
+    pub log_rotate: crate::logging::Rotate,
     /// The log's lines: mongod's structured JSON (`json`), or text (`plain`).
     #[arg(long = "logFormat", value_enum, default_value = "json")]
     pub log_format: crate::logging::Format,

@@ -178,6 +178,7 @@ fn setting(key: &str, value: &Value, args: &mut Vec<String>) -> Result<(), Strin
         "replication.oplogSizeMB" => option("--oplogSize", args),
         "systemLog.quiet" => flag("--quiet", args, false),
         "systemLog.path" => option("--logpath", args),
+        "systemLog.logRotate" => option("--logRotate", args),
         "systemLog.destination" => match text()?.as_str() {
             // With `file`, `path` says where; the console is the default.
             "file" | "console" => Ok(()),

@@ -143,11 +143,7 @@ fn init_logging(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TAILSTREAM_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let writer: Box<dyn std::io::Write + Send> = match &config.logpath {
-        Some(path) => match std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
+        Some(path) => match logging::open_log_file(path) {
             Ok(file) => Box::new(file),
             Err(e) => {
                 eprintln!("cannot open log file {}: {e}", path.display());
@@ -156,7 +152,12 @@ fn init_logging(config: &Config) {
         },
         None => Box::new(std::io::stderr()),
     };
-    logging::init(config.log_format, writer);
+    logging::init(
+        config.log_format,
+        writer,
+        config.logpath.clone(),
+        config.log_rotate,
+    );
     tracing_subscriber::registry()
         .with(filter)
         .with(logging::MongodLayer)
@@ -312,10 +313,19 @@ async fn wait_for_signal(state: &ServerState) {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {},
-        _ = int.recv() => {},
-        _ = state.shutdown_requested.notified() => {},
+    // mongod rotates its log on SIGUSR1.
+    let mut usr1 = signal(SignalKind::user_defined1()).expect("SIGUSR1 handler");
+    loop {
+        tokio::select! {
+            _ = term.recv() => return,
+            _ = int.recv() => return,
+            _ = state.shutdown_requested.notified() => return,
+            _ = usr1.recv() => {
+                if let Err(e) = logging::rotate() {
+                    tracing::warn!("log rotation failed: {e}");
+                }
+            }
+        }
     }
 }
 

@@ -314,16 +314,19 @@ pub fn top(state: &ServerState) -> Document {
     doc! {"totals": state.top.report()}
 }
 
-/// `logRotate`: the log goes to standard output, which there is nothing to rotate in.
-/// Its argument is `1` (every log) or the log to rotate: `server`, the only one a
-/// community mongod registers (NoSuchKey for another, `audit` included).
+/// `logRotate`: the log file is renamed with the time and a new one opened (or
+/// reopened, `--logRotate reopen`); a log on standard error has nothing to rotate. Its
+/// argument is `1` (every log) or the log to rotate: `server`, the only one a community
+/// mongod registers (NoSuchKey for another, `audit` included).
 pub fn log_rotate(cmd: &Document) -> Result<Document> {
     match cmd.get("logRotate") {
         Some(Bson::String(s)) if s != "server" => Err(Error::new(
             codes::NO_SUCH_KEY,
             "Unknown log type for rotate",
         )),
-        _ => Ok(Document::new()),
+        _ => crate::logging::rotate()
+            .map(|()| Document::new())
+            .map_err(|e| Error::new(codes::OPERATION_FAILED, format!("log rotation failed: {e}"))),
     }
 }
 

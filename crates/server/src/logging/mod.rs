@@ -41,6 +41,16 @@ pub const ID_CONNECTION_ENDED: i64 = 22944;
 /// mongod's log id of a slow operation's line.
 pub const ID_SLOW_QUERY: i64 = 51803;
 
+/// What `logRotate` (and SIGUSR1) does to a log file, as mongod's `--logRotate`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Rotate {
+    /// The file is renamed `<path>.<UTC time>` and a new one opened (mongod's default).
+    Rename,
+    /// The file is closed and opened again (after an outside tool such as logrotate(8)
+    /// moved it).
+    Reopen,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     /// mongod's structured lines (the default, as mongod has had since 4.4).
@@ -52,14 +62,57 @@ pub enum Format {
 struct Output {
     format: Format,
     writer: parking_lot::Mutex<Box<dyn Write + Send>>,
+    /// The log file (None: standard error, which is not rotated).
+    path: Option<std::path::PathBuf>,
+    rotate: Rotate,
 }
 
-/// Sends the log to `writer` in `format`.
-pub fn init(format: Format, writer: Box<dyn Write + Send>) {
+/// Sends the log to `writer` in `format`; `path` is the file it writes, if any.
+pub fn init(
+    format: Format,
+    writer: Box<dyn Write + Send>,
+    path: Option<std::path::PathBuf>,
+    rotate: Rotate,
+) {
     let _ = OUTPUT.set(Output {
         format,
         writer: parking_lot::Mutex::new(writer),
+        path,
+        rotate,
     });
+}
+
+/// Opens the log file for appending.
+pub fn open_log_file(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+}
+
+/// `logRotate` and SIGUSR1: with a log file, renames it `<path>.<UTC time>` (or, with
+/// `--logRotate reopen`, leaves the moving to an outside tool) and goes on in a new
+/// file; with the log on standard error, nothing to do.
+pub fn rotate() -> Result<(), String> {
+    let Some(out) = OUTPUT.get() else {
+        return Ok(());
+    };
+    let Some(path) = &out.path else { return Ok(()) };
+    let mut writer = out.writer.lock();
+    let _ = writer.flush();
+    if out.rotate == Rotate::Rename {
+        let stamp = chrono::Utc::now().format("%Y-%m-%dT%H-%M-%S");
+        let mut renamed = path.clone().into_os_string();
+        renamed.push(format!(".{stamp}"));
+        std::fs::rename(path, &renamed)
+            .map_err(|e| format!("renaming {} failed: {e}", path.display()))?;
+    }
+    let file =
+        open_log_file(path).map_err(|e| format!("opening {} failed: {e}", path.display()))?;
+    *writer = Box::new(file);
+    drop(writer);
+    tracing::info!(target: "startup", id = 23166, component = "CONTROL", "Log rotation initiated");
+    Ok(())
 }
 
 /// The server listens: warnings from now on are not startup warnings.
