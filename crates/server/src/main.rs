@@ -241,7 +241,23 @@ async fn run(config: Config) -> i32 {
         }
     }
     let unix_socket_files = socket_files(&listeners);
-    tracing::info!(target: "startup", id = logging::ID_WAITING_FOR_CONNECTIONS, component = "NETWORK", addrs = ?tcp_addrs, unix_sockets = ?unix_paths, dbpath = %config.dbpath.display(), io_threads = config.io_threads(), "Waiting for connections");
+    // mongod's line (its `port` and `ssl`), with the addresses as arrays: written
+    // directly, as a tracing field cannot hold one.
+    logging::emit(
+        "I",
+        "NETWORK",
+        logging::ID_WAITING_FOR_CONNECTIONS,
+        "listener",
+        "Waiting for connections",
+        bson::doc! {
+            "port": i32::from(config.port),
+            "ssl": "off",
+            "addresses": &tcp_addrs,
+            "unixSockets": unix_paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+            "dbpath": config.dbpath.display().to_string(),
+            "ioThreads": config.io_threads() as i32,
+        },
+    );
     logging::started();
     for listener in listeners {
         let state = state.clone();
