@@ -458,6 +458,20 @@ pub struct CursorStats {
     pub at_tail: bool,
 }
 
+impl CursorStats {
+    /// An event source's distance behind `head` (the newest durable oplog time), in
+    /// seconds: from the oldest entry it has not read to the newest (0: caught up).
+    pub fn lag_seconds(&self, head: crate::core::time::ClusterTime) -> Option<i64> {
+        self.position.map(|next| {
+            if next > head {
+                0
+            } else {
+                i64::from(head.seconds().saturating_sub(next.seconds()))
+            }
+        })
+    }
+}
+
 pub struct CursorRegistry {
     cursors: Mutex<HashMap<i64, Arc<Mutex<Cursor>>>>,
     /// Bumped whenever cursors are closed, so a getMore waiting for data on one of

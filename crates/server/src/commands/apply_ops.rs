@@ -174,21 +174,7 @@ fn check_pre_conditions(e: &Engine, pre_conditions: &[Bson]) -> Result<()> {
                 format!("collection in ns does not exist: {}", ns.full()),
             ));
         }
-        let found = e
-            .aggregate(
-                &ns.db,
-                Some(&ns.coll),
-                &[doc! {"$match": query}, doc! {"$limit": 1}],
-                None,
-                None,
-                None,
-                None,
-                None,
-            )?
-            .docs
-            .into_iter()
-            .next()
-            .unwrap_or_default();
+        let found = first_match(e, &ns, query)?.unwrap_or_default();
         if !Matcher::new(&res)?.matches(&found) {
             return Err(Error::bad_value("preCondition failed")
                 .with_info(doc! {"got": found, "whatFailed": pre.clone()}));

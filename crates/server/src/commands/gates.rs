@@ -105,8 +105,14 @@ pub(super) async fn run(
     if test_commands {
         note_time_limited_cursor(state, &cmd, &result);
     }
-    profile(state, conn, db, &name, &cmd, started, &result);
-    count_in_top(state, spec, db, &name, &cmd, started, result.is_ok());
+    // One clock read for the latency figures, the slow-operation check, the profiler
+    // and top.
+    let elapsed = started.elapsed();
+    state
+        .metrics
+        .command_done(class, elapsed, batch_len(&result).unwrap_or(0));
+    profile(state, conn, db, &name, &cmd, elapsed, &result);
+    count_in_top(state, spec, db, &name, &cmd, elapsed, result.is_ok());
     reply_for(state, spec, &cmd, &labels, in_transaction, injected, result)
 }
 
@@ -119,7 +125,7 @@ fn count_in_top(
     db: &str,
     name: &str,
     cmd: &Document,
-    started: Instant,
+    elapsed: std::time::Duration,
     ok: bool,
 ) {
     let coll = match (name, cmd.get(name)) {
@@ -135,7 +141,7 @@ fn count_in_top(
     };
     let kind = crate::top::Kind::of(name);
     let writes = spec.writes.writes(cmd);
-    state.top.record(db, coll, kind, writes, started.elapsed());
+    state.top.record(db, coll, kind, writes, elapsed);
     if ok && name == "drop" {
         state.top.dropped(db, Some(coll));
     }
@@ -437,15 +443,9 @@ fn profile(
     db: &str,
     name: &str,
     cmd: &Document,
-    started: Instant,
+    elapsed: std::time::Duration,
     result: &Result<Output>,
 ) {
-    let elapsed = started.elapsed();
-    state.metrics.command_done(
-        crate::metrics::OpClass::of(name),
-        elapsed,
-        batch_len(result).unwrap_or(0),
-    );
     let slow = is_slow(state, name, cmd, elapsed);
     if !slow && !state.profiler.enabled() {
         return;

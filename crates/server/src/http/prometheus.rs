@@ -270,14 +270,7 @@ fn cursors(r: &mut Registry, state: &ServerState) {
     let durable = state.engine.durability.durable_ts();
     for c in &all {
         let l = labels(c);
-        if let Some(next) = c.position {
-            // Durable entries at or after its next time are unread: the seconds between
-            // the oldest of them and the newest.
-            let behind = if next > durable {
-                0
-            } else {
-                i64::from(durable.seconds().saturating_sub(next.seconds()))
-            };
+        if let Some(behind) = c.lag_seconds(durable) {
             lag.get_or_create(&l).set(behind);
         }
         docs.get_or_create(&l).inc_by(c.returned.docs);

@@ -29,13 +29,7 @@ pub fn json(state: &ServerState) -> String {
     let listed: Vec<Bson> = cursors
         .iter()
         .map(|c| {
-            let lag = c.position.map(|next| {
-                if next > durable {
-                    0
-                } else {
-                    i64::from(durable.seconds().saturating_sub(next.seconds()))
-                }
-            });
+            let lag = c.lag_seconds(durable);
             Bson::Document(doc! {
                 // As text: a cursor id is 64 bits, past a JavaScript number's 53.
                 "id": c.id.to_string(),
