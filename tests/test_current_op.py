@@ -139,6 +139,9 @@ def test_idle_cursors_count_what_they_returned(client, db):
     c = idle_cursor(client, f"{db.name}.c")
     assert (c["nDocsReturned"], c["nBatchesReturned"]) == (6, 2)
     assert c["createdDate"] <= c["lastAccessDate"]
+    # mongod's originatingCommand: the find that opened it.
+    assert c["originatingCommand"]["find"] == "c", c
+    assert c["originatingCommand"]["batchSize"] == 3
     cursor.close()
     # A change stream counts its events and batches the same way.
     with db.c.watch(batch_size=100, max_await_time_ms=50) as stream:

@@ -94,7 +94,12 @@ def test_each_consumer_has_its_series(http_server):
                         if name == "tailstream_cursor_returned_documents_total"}
 
             found = eventually(lambda: len(consumers()) == 2 and consumers())
+            read = {name: v for (name, labels), v in scrape(http_server).items()
+                    if name.startswith("tailstream_cursor_oplog_read")}
         tail.close()
+    # The stream read its collection's oplog entries: the create and the four inserts.
+    assert read["tailstream_cursor_oplog_read_entries_total"] == 5, read
+    assert read["tailstream_cursor_oplog_read_bytes_total"] > 5 * 50, read
     assert found, "both consumers listed"
     by_kind = {("change_stream" if 'kind="change_stream"' in k else "tailable"): v
                for k, v in found.items()}

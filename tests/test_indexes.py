@@ -176,6 +176,31 @@ class TestQueryingWithIndexes:
         stages = plan_stages(coll.find({"b": 5}).explain())
         assert "COLLSCAN" in stages and "IXSCAN" not in stages
 
+    def test_explain_execution_stats_count_what_the_plan_examined(self, coll):
+        """explain("executionStats") runs the query: mongod's nReturned and
+        totalKeysExamined / totalDocsExamined, the index scan's keys and the fetch's
+        documents in executionStages."""
+        coll.create_index("a")
+        coll.insert_many([{"a": i % 10, "b": i} for i in range(50)])
+        ex = coll.database.command(
+            "explain", {"find": coll.name, "filter": {"a": {"$in": [2, 3]}, "b": {"$lt": 30}}},
+            verbosity="executionStats")
+        stats = ex["executionStats"]
+        assert stats["executionSuccess"] is True
+        assert stats["nReturned"] == 6  # a in {2, 3}: 10 documents, 6 of them b < 30
+        assert (stats["totalKeysExamined"], stats["totalDocsExamined"]) == (10, 10), stats
+        fetch = stats["executionStages"]
+        assert fetch["stage"] == "FETCH" and fetch["nReturned"] == 6
+        assert fetch["docsExamined"] == 10
+        assert fetch["inputStage"]["stage"] == "IXSCAN"
+        assert fetch["inputStage"]["keysExamined"] == 10
+        scan = coll.find({"b": {"$gte": 45}}).explain()["executionStats"]
+        assert (scan["nReturned"], scan["totalKeysExamined"], scan["totalDocsExamined"]) == (5, 0, 50)
+        assert scan["executionStages"]["stage"] == "COLLSCAN"
+        # Only a query plan: nothing runs.
+        planner = coll.database.command("explain", {"find": coll.name}, verbosity="queryPlanner")
+        assert "executionStats" not in planner
+
     def test_hint_by_name(self, coll):
         coll.create_index("a", name="by_a")
         coll.insert_many([{"a": i, "b": i} for i in range(10)])

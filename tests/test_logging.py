@@ -206,3 +206,100 @@ def test_log_rotate_without_a_file_and_with_a_bad_argument(server):
         with pytest.raises(OperationFailure) as e:
             c.admin.command("logRotate", "audit")
         assert e.value.code == 4  # NoSuchKey
+
+
+def slow_lines(srv, name, coll=None):
+    """The slow-operation lines of the `name` commands (on `coll` when given)."""
+    return [l for l in json_lines(srv.log_text())
+            if l["msg"] == "Slow query" and name in l["attr"]["command"]
+            and (coll is None or l["attr"]["command"][name] == coll)]
+
+
+def test_slow_lines_carry_the_plan_and_what_it_examined(logged):
+    """mongod's planSummary, keysExamined and docsExamined: an index scan examines the
+    keys in its range and fetches their documents; a collection scan examines every
+    document and no key; an _id lookup is IDHACK."""
+    with logged.client() as c:
+        items = c.test.items
+        items.insert_many([{"_id": i, "i": i, "even": i % 2 == 0} for i in range(20)])
+        items.create_index([("i", 1), ("even", -1)])
+        c.admin.command("profile", 0, slowms=0)
+        assert len(list(items.find({"i": {"$gte": 5, "$lt": 9}}))) == 4
+        assert len(list(items.find({"even": True}))) == 10
+        assert items.find_one({"_id": 3})["i"] == 3
+        c.admin.command("profile", 0, slowms=50)
+    finds = eventually(lambda: slow_lines(logged, "find", "items")
+                       if len(slow_lines(logged, "find", "items")) == 3 else None)
+    assert finds, slow_lines(logged, "find", "items")
+    by_filter = {json.dumps(l["attr"]["command"]["filter"], sort_keys=True): l["attr"]
+                 for l in finds}
+    ixscan = by_filter[json.dumps({"i": {"$gte": 5, "$lt": 9}}, sort_keys=True)]
+    assert ixscan["planSummary"] == "IXSCAN { i: 1, even: -1 }", ixscan
+    assert (ixscan["keysExamined"], ixscan["docsExamined"], ixscan["nreturned"]) == (4, 4, 4)
+    collscan = by_filter[json.dumps({"even": True})]
+    assert collscan["planSummary"] == "COLLSCAN"
+    assert (collscan["keysExamined"], collscan["docsExamined"]) == (0, 20), collscan
+    idhack = by_filter[json.dumps({"_id": 3})]
+    assert idhack["planSummary"] == "IDHACK"
+    assert (idhack["keysExamined"], idhack["docsExamined"]) == (1, 1), idhack
+    # The order of mongod's line: the plan and the figures after the command.
+    keys = list(ixscan)
+    assert keys.index("command") < keys.index("planSummary") < keys.index("keysExamined") \
+        < keys.index("docsExamined") < keys.index("nreturned") < keys.index("durationMillis")
+
+
+def test_slow_writes_carry_their_counts_and_profile_entries_the_same_figures(logged):
+    with logged.client() as c:
+        items = c.test.items
+        items.insert_many([{"_id": i, "k": i % 4} for i in range(12)])
+        items.create_index("k")
+        c.test.command("profile", 2, slowms=0)
+        r = items.update_many({"k": 1}, {"$set": {"seen": True}})
+        assert (r.matched_count, r.modified_count) == (3, 3)
+        assert items.delete_many({"k": {"$in": [2, 3]}}).deleted_count == 6
+        c.test.command("profile", 0, slowms=50)
+        update = c.test.system.profile.find_one({"op": "update"})
+        remove = c.test.system.profile.find_one({"op": "remove"})
+    assert update["planSummary"] == "IXSCAN { k: 1 }", update
+    assert (update["keysExamined"], update["docsExamined"]) == (3, 3), update
+    assert (update["nMatched"], update["nModified"], update["nUpserted"]) == (3, 3, 0), update
+    assert remove["ndeleted"] == 6 and remove["docsExamined"] == 6, remove
+    line = eventually(lambda: slow_lines(logged, "update", "items"))
+    assert line and line[0]["attr"]["nModified"] == 3, line
+    assert line[0]["attr"]["keysExamined"] == 3
+
+
+def test_change_stream_getmores_log_the_oplog_they_read(logged):
+    """Seed 000's figure: the oplog entries and bytes a change stream's getMores read.
+    A collection's stream reads its own collection's entries only, however many the
+    other collections write; each of its getMores says how many it read."""
+    watched_writes, other_writes = 30, 300
+    with logged.client() as c:
+        c.test.create_collection("watched")
+        c.test.create_collection("other")
+        with c.test.watched.watch(max_await_time_ms=100) as stream:
+            c.admin.command("profile", 0, slowms=0)
+            c.test.other.insert_many([{"n": i} for i in range(other_writes)])
+            for i in range(watched_writes):
+                c.test.watched.insert_one({"n": i})
+            seen = 0
+            while seen < watched_writes:
+                if stream.try_next() is not None:
+                    seen += 1
+            c.admin.command("profile", 0, slowms=50)
+
+    def getmores():
+        return [l["attr"] for l in slow_lines(logged, "getMore", None)
+                if l["attr"]["ns"] == "test.watched"]
+
+    lines = eventually(lambda: getmores() if sum(a.get("oplogEntriesRead", 0)
+                                                 for a in getmores()) >= watched_writes
+                       else None)
+    assert lines, getmores()
+    entries = sum(a.get("oplogEntriesRead", 0) for a in lines)
+    assert watched_writes <= entries < other_writes, lines
+    reading = [a for a in lines if a.get("oplogEntriesRead")]
+    for a in reading:
+        assert a["docsExamined"] >= a["oplogEntriesRead"] > 0, a
+        # An insert's entry is at least its ns, op, document and times.
+        assert a["oplogBytesRead"] >= 50 * a["oplogEntriesRead"], a

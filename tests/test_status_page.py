@@ -38,7 +38,7 @@ def cells(dom, row_id):
     row = re.search(rf'<tr id="{row_id}"[^>]*>(.*?)</tr>', dom)
     assert row, f"no row {row_id} in the page"
     return {cls: re.sub(r"<[^>]+>", "", text) for cls, text in
-            re.findall(r'<td class="(?:num )?([a-z]+)[^"]*">(.*?)</td>', row.group(1))}
+            re.findall(r'<td class="(?:num )?([a-z]+)[^"]*"[^>]*>(.*?)</td>', row.group(1))}
 
 
 @pytest.fixture
@@ -52,10 +52,11 @@ def http_server(tmp_path):
 
 
 def test_the_page_lists_every_consumer(http_server):
-    with http_server.client() as c:
+    with http_server.client(appname="status-test") as c:
         c.test.create_collection("bus", capped=True, size=1 << 20)
         c.test.bus.insert_many([{"n": i} for i in range(9)])
-        tail = c.test.bus.find(cursor_type=CursorType.TAILABLE_AWAIT, batch_size=4)
+        tail = c.test.bus.find({"n": {"$gte": 0}}, cursor_type=CursorType.TAILABLE_AWAIT,
+                               batch_size=4)
         assert len([next(tail) for _ in range(9)]) == 9
         with c.test.orders.watch(max_await_time_ms=50) as stream:
             assert stream.try_next() is None
@@ -72,9 +73,17 @@ def test_the_page_lists_every_consumer(http_server):
     assert re.search(r'id="consumer-count">2<', dom), "the summary counts two consumers"
     bus = cells(dom, f"cursor-{ids['test.bus']}")
     assert (bus["ns"], bus["kind"], bus["docs"]) == ("test.bus", "tailable cursor", "9")
+    # Who reads and what: the client's appName, the find's filter.
+    assert (bus["client"], bus["filter"]) == ("status-test", '{"n":{"$gte":0}}'), bus
+    assert bus["oplog"] == "–", bus
     orders = cells(dom, f"cursor-{ids['test.orders']}")
     assert (orders["ns"], orders["kind"], orders["docs"]) == ("test.orders", "change stream", "3")
     assert orders["lag"] == "0", orders
+    assert orders["client"] == "status-test"
+    assert orders["filter"].startswith('[{"$changeStream":'), orders
+    # The oplog entries it read: its own collection's, the create the first insert made
+    # and the three inserts (no other collection's).
+    assert re.fullmatch(r"4 / 0\.\d\d MB", orders["oplog"]), orders
     assert 'class="lag-plot"' in dom and 'id="writes"' in dom
     assert '<div id="error"></div>' in dom, "no error shown"
 

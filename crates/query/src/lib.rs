@@ -13,6 +13,7 @@ pub mod index_keys;
 pub mod index_plugin;
 pub mod keystring;
 pub mod matcher;
+pub mod op_stats;
 pub mod path;
 pub mod pipeline;
 pub mod projection;

@@ -111,6 +111,8 @@ pub struct Operation {
     /// Wakes `sleep()` when the operation is killed.
     wake: (Mutex<()>, Condvar),
     scope: Mutex<Option<Box<dyn ScriptScope>>>,
+    /// What it examined (`crate::op_stats`).
+    stats: crate::op_stats::OpStats,
 }
 
 impl std::fmt::Debug for Operation {
@@ -146,7 +148,23 @@ impl Operation {
             killed: AtomicI32::new(NOT_KILLED),
             wake: (Mutex::new(()), Condvar::new()),
             scope: Mutex::new(None),
+            stats: crate::op_stats::OpStats::default(),
         })
+    }
+
+    /// What the operation examined so far.
+    pub fn stats(&self) -> &crate::op_stats::OpStats {
+        &self.stats
+    }
+
+    /// Adds to the figures of the operation running on this thread (`op_stats`);
+    /// without one, nothing.
+    pub fn count_current(f: impl FnOnce(&crate::op_stats::OpStats)) {
+        CURRENT.with(|c| {
+            if let Some(op) = c.borrow().as_ref() {
+                f(&op.stats)
+            }
+        });
     }
 
     /// An operation with `maxTimeMS` from now (0 or None: no limit).
@@ -336,6 +354,19 @@ pub fn set_globals(vars: &Document) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn figures_go_to_the_operation_on_the_thread_and_nowhere_without_one() {
+        Operation::count_current(|s| s.add_examined(5, 5)); // no operation: dropped
+        let op = Operation::new(None);
+        {
+            let _in = op.enter();
+            Operation::count_current(|s| s.add_examined(3, 2));
+        }
+        Operation::count_current(|s| s.add_examined(100, 100)); // left: not counted
+        let got = op.stats().snapshot();
+        assert_eq!((got.keys_examined, got.docs_examined), (3, 2));
+    }
 
     #[test]
     fn deadline_and_kill() {

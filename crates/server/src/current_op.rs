@@ -236,6 +236,11 @@ impl Registry {
                         "awaitData": c.await_data,
                     },
                 );
+                if let Some(origin) = &c.origin {
+                    if let Ok(cursor) = d.get_document_mut("cursor") {
+                        cursor.insert("originatingCommand", origin.command.clone());
+                    }
+                }
                 out.push(d);
             }
         }

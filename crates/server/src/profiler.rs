@@ -61,6 +61,10 @@ pub struct Finished<'a> {
     pub error: Option<&'a Error>,
     pub client: String,
     pub app_name: Option<String>,
+    /// What the operation examined (its plan, keys, documents, oplog entries).
+    pub examined: tailstream_engine::query::op_stats::Snapshot,
+    /// A write's counts from its reply (`written_counts` in the command gates).
+    pub written: Vec<(&'static str, i64)>,
 }
 
 impl Profiler {
@@ -182,6 +186,7 @@ impl Profiler {
             "ns": f.namespace(),
             "command": f.command_summary(),
         };
+        f.insert_examined(&mut entry);
         if let Some(n) = f.nreturned {
             entry.insert("nreturned", n);
         }
@@ -221,14 +226,45 @@ impl Finished<'_> {
         format!("{}.{}", self.db, coll)
     }
 
-    /// The command, or a summary of it when it is large, as mongod records it.
-    fn command_summary(&self) -> Document {
-        if bson::to_vec(self.cmd).map(|b| b.len()).unwrap_or(0) > MAX_COMMAND_BYTES {
-            doc! {"$truncated": format!("{} command of {} fields", self.name, self.cmd.len())}
-        } else {
-            self.cmd.clone()
+    /// mongod's figures of what the operation read and wrote, in its order: the plan,
+    /// keys and documents examined, then (Tailstream's own, the figure seed 000 dug out
+    /// of mongod's logs) the oplog entries and bytes a change stream read, then a
+    /// write's counts. A command that read nothing through a plan gets none of them.
+    fn insert_examined(&self, into: &mut Document) {
+        let e = &self.examined;
+        if !e.is_empty() {
+            if let Some(p) = &e.plan_summary {
+                into.insert("planSummary", p.clone());
+            }
+            into.insert("keysExamined", saturating_i64(e.keys_examined));
+            into.insert("docsExamined", saturating_i64(e.docs_examined));
+            if e.oplog_entries_read > 0 || e.oplog_bytes_read > 0 {
+                into.insert("oplogEntriesRead", saturating_i64(e.oplog_entries_read));
+                into.insert("oplogBytesRead", saturating_i64(e.oplog_bytes_read));
+            }
+        }
+        for (k, v) in &self.written {
+            into.insert(*k, *v);
         }
     }
+
+    fn command_summary(&self) -> Document {
+        command_summary(self.name, self.cmd)
+    }
+}
+
+/// The command, or a summary of it when it is large, as mongod records it (the slow
+/// line, the profile, a cursor's `originatingCommand`).
+pub fn command_summary(name: &str, cmd: &Document) -> Document {
+    if bson::to_vec(cmd).map(|b| b.len()).unwrap_or(0) > MAX_COMMAND_BYTES {
+        doc! {"$truncated": format!("{name} command of {} fields", cmd.len())}
+    } else {
+        cmd.clone()
+    }
+}
+
+fn saturating_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// A failed command's error, as the profile entry and the slow-operation line show it.
@@ -251,6 +287,7 @@ pub fn log_slow(conn_id: i64, f: &Finished) {
         attr.insert("appName", a.clone());
     }
     attr.insert("command", f.command_summary());
+    f.insert_examined(&mut attr);
     if let Some(n) = f.nreturned {
         attr.insert("nreturned", n);
     }

@@ -161,6 +161,40 @@ pub struct ChangeStream {
     memory_only: bool,
     /// Keeps the watched namespaces' entries whole in the recent oplog while open.
     watch: recent::WatchGuard,
+    /// The oplog entries and bytes it read.
+    reads: OplogReads,
+}
+
+/// What a stream read of the oplog: in all (`/metrics`, the status page), and since the
+/// last getMore reported it. A read ahead (`prefetch`) runs outside any operation; the
+/// getMore that returns its events reports it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct OplogReads {
+    total_entries: u64,
+    total_bytes: u64,
+    unreported_entries: u64,
+    unreported_bytes: u64,
+}
+
+impl OplogReads {
+    fn add(&mut self, entries: u64, bytes: u64) {
+        self.total_entries += entries;
+        self.total_bytes += bytes;
+        self.unreported_entries += entries;
+        self.unreported_bytes += bytes;
+    }
+
+    /// Hands what was read since the last report to the running operation's figures,
+    /// with mongod's plan of a change stream's getMore (a scan of the oplog).
+    fn report(&mut self) {
+        let (entries, bytes) = (self.unreported_entries, self.unreported_bytes);
+        tailstream_query::script::Operation::count_current(|s| {
+            s.note_plan(|| "COLLSCAN".to_string());
+            s.add_oplog_read(entries, bytes);
+        });
+        self.unreported_entries = 0;
+        self.unreported_bytes = 0;
+    }
 }
 
 /// Parses `$changeStream`'s options and the stages after it.
@@ -466,6 +500,7 @@ impl Engine {
             deferred_error: None,
             skip_fragments: None,
             memory_only: false,
+            reads: OplogReads::default(),
         };
         let mut stream = stream;
         let want = match batch_size {
@@ -537,6 +572,10 @@ impl EventSource for ChangeStream {
     fn position(&self) -> Option<ClusterTime> {
         Some(self.next_ts)
     }
+
+    fn oplog_read(&self) -> (u64, u64) {
+        (self.reads.total_entries, self.reads.total_bytes)
+    }
 }
 
 /// mongod labels a change stream's getMore error `ResumableChangeStreamError` when a
@@ -568,6 +607,7 @@ impl ChangeStream {
         self.memory_only = memory_only;
         let r = self.next_batch_inner(engine, want);
         self.memory_only = false;
+        self.reads.report();
         r
     }
 
@@ -681,7 +721,9 @@ impl ChangeStream {
         } else {
             READ_CHUNK
         };
-        let entries = self.read_entries(engine, durable, limit)?;
+        let mut loaded_bytes = 0u64;
+        let entries = self.read_entries(engine, durable, limit, &mut loaded_bytes)?;
+        self.reads.add(entries.len() as u64, loaded_bytes);
         // Again after the read: a trim that committed during it deleted the collection's
         // index of the entries it removed, so the read may have passed over some of
         // them unawares. The trim point only moves forward: still at or below the
@@ -821,6 +863,7 @@ impl ChangeStream {
         let Some(bytes) = bytes else {
             return Err(token_not_found(expected));
         };
+        self.reads.add(1, bytes.len() as u64);
         let entry = bson::RawDocument::from_bytes(&bytes)
             .map_err(|e| Error::internal(format!("corrupt oplog entry: {e}")))?;
         let mut evs = event::transform_all(engine, &self.spec, expected.ts, entry)?.into_iter();
@@ -952,11 +995,14 @@ impl ChangeStream {
     /// the prefilter rules out on its digest is not read. A stream that keeps up reads
     /// them from the in-memory recent oplog; entries read from storage are made into
     /// events on the spot.
+    ///
+    /// `loaded_bytes` grows by the bytes of the entries read (not of those ruled out).
     fn read_entries(
         &self,
         engine: &Engine,
         durable: ClusterTime,
         limit: usize,
+        loaded_bytes: &mut u64,
     ) -> Result<Vec<ReadEntry>> {
         let mut out = Vec::new();
         let ns_full = match &self.spec.scope {
@@ -993,7 +1039,8 @@ impl ChangeStream {
                         ts,
                         body: EntryBody::Skipped,
                     });
-                } else if e.bytes.is_some() {
+                } else if let Some(b) = e.bytes.as_deref() {
+                    *loaded_bytes += b.len() as u64;
                     out.push(ReadEntry {
                         ts,
                         body: EntryBody::Recent(e),
@@ -1003,6 +1050,7 @@ impl ChangeStream {
                     .get(&keys::oplog_key(ts))
                     .map_err(crate::core::storage_err)?
                 {
+                    *loaded_bytes += v.len() as u64;
                     if !push_built(&mut out, engine, &self.spec, ts, v) {
                         break;
                     }
@@ -1040,6 +1088,7 @@ impl ChangeStream {
                         .get(&keys::oplog_key(ts))
                         .map_err(crate::core::storage_err)?
                     {
+                        *loaded_bytes += v.len() as u64;
                         if !push_built(&mut out, engine, &self.spec, ts, v) || budget.spend(v) {
                             break;
                         }
@@ -1055,6 +1104,7 @@ impl ChangeStream {
                 for item in engine.store.scan(Space::Oplog, &lower, Some(&upper), false) {
                     let (k, v) = item.map_err(crate::core::storage_err)?;
                     let ts = keys::oplog_key_time(&k);
+                    *loaded_bytes += v.len() as u64;
                     if !push_built(&mut out, engine, &self.spec, ts, &v) || budget.spend(&v) {
                         break;
                     }
@@ -1703,15 +1753,18 @@ mod tests {
             deferred_error: None,
             skip_fragments: None,
             memory_only: false,
+            reads: OplogReads::default(),
         };
         // The check before the read passes; then the trim commits.
         stream.check_not_trimmed(&e).unwrap();
         while crate::oplog::trim::trim_oplog_round(&e).unwrap() {}
         let trim = e.oplog_trim_ts();
         assert!(trim > start);
+        let mut bytes = 0;
         let read = stream
-            .read_entries(&e, e.durability.durable_ts(), READ_CHUNK)
+            .read_entries(&e, e.durability.durable_ts(), READ_CHUNK, &mut bytes)
             .unwrap();
+        assert!(bytes > 8 * 1024, "the entries read, with their documents");
         let first = read.first().map(|r| r.ts).unwrap();
         assert!(
             first >= trim,

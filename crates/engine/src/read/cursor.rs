@@ -75,6 +75,10 @@ pub trait EventSource: Send {
     fn position(&self) -> Option<crate::core::time::ClusterTime> {
         None
     }
+    /// The oplog entries and bytes it has read in all.
+    fn oplog_read(&self) -> (u64, u64) {
+        (0, 0)
+    }
 }
 
 /// Internal (never sent): a memory-only read would need storage.
@@ -118,6 +122,18 @@ pub struct Cursor {
     pub watch: Option<crate::oplog::recent::WatchGuard>,
     /// What it has returned so far, for `$currentOp`'s idle cursors and the status page.
     pub returned: Returned,
+    /// Who opened it, with what command ([`CursorRegistry::set_origin`]).
+    pub origin: Option<Arc<CursorOrigin>>,
+}
+
+/// Who opened a cursor and with what command, as the layer above describes it (the
+/// server: mongod's `originatingCommand`, the client's address, its appName). The
+/// engine only keeps it with the cursor for `$currentOp` and the status page.
+#[derive(Debug, Clone)]
+pub struct CursorOrigin {
+    pub command: Document,
+    pub client: String,
+    pub app_name: Option<String>,
 }
 
 /// A cursor's output so far (mongod's `nDocsReturned`, `nBatchesReturned`), and when
@@ -170,6 +186,7 @@ impl Cursor {
             at_tail: false,
             watch: None,
             returned: Returned::new(),
+            origin: None,
         }
     }
 
@@ -440,6 +457,7 @@ pub struct IdleCursor {
     pub no_timeout: bool,
     pub tailable: bool,
     pub await_data: bool,
+    pub origin: Option<Arc<CursorOrigin>>,
 }
 
 /// An open cursor's figures ([`CursorRegistry::stats`]).
@@ -456,6 +474,9 @@ pub struct CursorStats {
     pub position: Option<crate::core::time::ClusterTime>,
     /// A tailable cursor whose last batch reached the newest document.
     pub at_tail: bool,
+    /// An event source's oplog entries and bytes read in all ([`EventSource::oplog_read`]).
+    pub oplog_read: (u64, u64),
+    pub origin: Option<Arc<CursorOrigin>>,
 }
 
 impl CursorStats {
@@ -556,6 +577,7 @@ impl CursorRegistry {
                 no_timeout: c.no_timeout,
                 tailable: c.tailable,
                 await_data: c.await_data,
+                origin: c.origin.clone(),
             })
             .collect()
     }
@@ -585,8 +607,20 @@ impl CursorRegistry {
                     _ => None,
                 },
                 at_tail: c.at_tail,
+                oplog_read: match &c.source {
+                    Source::Events(e) => e.oplog_read(),
+                    _ => (0, 0),
+                },
+                origin: c.origin.clone(),
             })
             .collect()
+    }
+
+    /// Records who opened cursor `id` (nothing if it is closed already).
+    pub fn set_origin(&self, id: i64, origin: CursorOrigin) {
+        if let Some(c) = self.get(id) {
+            c.lock().origin = Some(Arc::new(origin));
+        }
     }
 
     /// Closes cursors idle for longer than the timeout; returns how many.

@@ -45,6 +45,9 @@ pub struct GetMoreRequest {
     pub batch_size: Option<i64>,
     /// How long an awaitData cursor may wait for new data.
     pub max_await: Duration,
+    /// The getMore's operation: a look made on the async task runs in it (its figures,
+    /// `op_stats`); a read on the pool enters it there (`read_on_pool`).
+    pub op: Option<Arc<tailstream_query::script::Operation>>,
 }
 
 /// A look at a cursor from an async task.
@@ -285,7 +288,11 @@ impl Engine {
         R: Fn() -> RF,
         RF: Future<Output = Result<CursorBatch>>,
     {
-        match self.get_more_in_memory(req.cursor_id, &req.ns, req.batch_size)? {
+        let look = {
+            let _in_op = req.op.as_ref().map(|op| op.enter());
+            self.get_more_in_memory(req.cursor_id, &req.ns, req.batch_size)?
+        };
+        match look {
             Look::Batch(batch) => Ok(batch),
             Look::NeedsPool => read_on_pool().await,
         }

@@ -64,6 +64,17 @@ pub enum Access {
     NaturalScan { reverse: bool },
 }
 
+impl Access {
+    /// Whether it walks an index (its keys count as `keysExamined`); a collection scan
+    /// examines documents only, as in mongod.
+    fn reads_keys(&self) -> bool {
+        !matches!(
+            self,
+            Access::CollScan { .. } | Access::OplogScan { .. } | Access::NaturalScan { .. }
+        )
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub access: Access,
@@ -72,6 +83,19 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// mongod's `planSummary` of the plan (`COLLSCAN`, `IDHACK`, `IXSCAN { a: 1, b: -1 }`),
+    /// for the slow-operation line and `system.profile`.
+    pub fn summary(&self) -> String {
+        match &self.access {
+            Access::IdPoints(_) => "IDHACK".to_string(),
+            Access::CollScan { .. } | Access::OplogScan { .. } | Access::NaturalScan { .. } => {
+                "COLLSCAN".to_string()
+            }
+            Access::IndexScan { index, .. } => format!("IXSCAN {}", key_pattern_text(&index.key)),
+            Access::IdRange { .. } => "IXSCAN { _id: 1 }".to_string(),
+        }
+    }
+
     /// The `winningPlan` of explain output.
     pub fn explain(&self) -> Document {
         match &self.access {
@@ -114,6 +138,27 @@ impl Plan {
     }
 }
 
+/// A key pattern as mongod's plan summaries print it: `{ a: 1, b: -1 }`,
+/// `{ _fts: "text", _ftsx: 1 }`.
+fn key_pattern_text(key: &Document) -> String {
+    let fields: Vec<String> = key
+        .iter()
+        .map(|(k, v)| {
+            let value = match v {
+                Bson::String(s) => format!("{s:?}"),
+                Bson::Double(d) if d.fract() == 0.0 && d.abs() < 1e15 => format!("{}", *d as i64),
+                other => other.to_string(),
+            };
+            format!("{k}: {value}")
+        })
+        .collect();
+    if fields.is_empty() {
+        "{}".to_string()
+    } else {
+        format!("{{ {} }}", fields.join(", "))
+    }
+}
+
 /// Chooses the access path for a query on a collection, and counts a use of the index
 /// it picks (`$indexStats`).
 pub fn plan(
@@ -123,6 +168,7 @@ pub fn plan(
     hint: Option<&Bson>,
 ) -> Result<Plan> {
     let p = choose_plan(meta, matcher, sort, hint)?;
+    tailstream_query::script::Operation::count_current(|s| s.note_plan(|| p.summary()));
     match &p.access {
         Access::IndexScan { index, .. } => index.usage.record(),
         Access::IdPoints(_) | Access::IdRange { .. } => {
@@ -635,7 +681,36 @@ impl Scan {
 
     /// Appends matching documents (with their record keys) to `out` until `want` are
     /// found, the scan ends, or a step limit is hit (then call again).
+    /// What each step examined is added to the operation's figures (`op_stats`).
     pub fn next_batch(
+        &mut self,
+        store: &Store,
+        coll_id: u32,
+        matcher: &Matcher,
+        want: usize,
+        out: &mut Vec<(Vec<u8>, Document)>,
+    ) -> Result<()> {
+        let before = (self.keys_examined, self.docs_examined);
+        let r = self.next_batch_steps(store, coll_id, matcher, want, out);
+        self.count_examined(before);
+        r
+    }
+
+    /// Adds what was examined since `before` (keys, documents) to the operation's
+    /// figures.
+    fn count_examined(&self, (keys_before, docs_before): (u64, u64)) {
+        let keys = if self.access.reads_keys() {
+            self.keys_examined - keys_before
+        } else {
+            0
+        };
+        let docs = self.docs_examined - docs_before;
+        if keys > 0 || docs > 0 {
+            tailstream_query::script::Operation::count_current(|s| s.add_examined(keys, docs));
+        }
+    }
+
+    fn next_batch_steps(
         &mut self,
         store: &Store,
         coll_id: u32,
@@ -851,6 +926,20 @@ impl Scan {
     /// whose insert entry `recent` holds is taken from there without reading the
     /// collection at all.
     pub fn next_raw_natural(
+        &mut self,
+        store: &Store,
+        read_from: (Option<&RecentOplog>, Option<ClusterTime>),
+        meta: &CollMeta,
+        limits: (usize, usize),
+        out: &mut Vec<Arc<bson::RawDocumentBuf>>,
+    ) -> Result<()> {
+        let before = (self.keys_examined, self.docs_examined);
+        let r = self.next_raw_natural_steps(store, read_from, meta, limits, out);
+        self.count_examined(before);
+        r
+    }
+
+    fn next_raw_natural_steps(
         &mut self,
         store: &Store,
         (recent, unmodified_after): (Option<&RecentOplog>, Option<ClusterTime>),

@@ -97,7 +97,7 @@ pub(super) async fn run(
         cmd: &cmd,
         payload,
     };
-    let result = execute(call, op, open).await;
+    let result = execute(call, Arc::clone(&op), open).await;
     drop(running);
     if in_transaction {
         end_failed_transaction(state, txn.as_ref(), &result);
@@ -105,13 +105,14 @@ pub(super) async fn run(
     if test_commands {
         note_time_limited_cursor(state, &cmd, &result);
     }
+    note_cursor_origin(state, conn, (&name, &cmd), &result);
     // One clock read for the latency figures, the slow-operation check, the profiler
     // and top.
     let elapsed = started.elapsed();
     state
         .metrics
         .command_done(class, elapsed, batch_len(&result).unwrap_or(0));
-    profile(state, conn, db, &name, &cmd, elapsed, &result);
+    profile(state, conn, (db, &name, &cmd), &op, elapsed, &result);
     count_in_top(state, spec, db, &name, &cmd, elapsed, result.is_ok());
     reply_for(state, spec, &cmd, &labels, in_transaction, injected, result)
 }
@@ -401,6 +402,36 @@ fn note_time_limited_cursor(state: &ServerState, cmd: &Document, result: &Result
     }
 }
 
+/// A find or aggregate that leaves a cursor open records who opened it and with what
+/// command (mongod's `originatingCommand`), for `$currentOp` and the status page.
+fn note_cursor_origin(
+    state: &ServerState,
+    conn: &Conn,
+    (name, cmd): (&str, &Document),
+    result: &Result<Output>,
+) {
+    if !matches!(name, "find" | "aggregate") {
+        return;
+    }
+    let id = match result {
+        Ok(Output::Cursor(c)) => c.id,
+        Ok(Output::Doc(body)) => body
+            .get_document("cursor")
+            .and_then(|c| c.get_i64("id"))
+            .unwrap_or(0),
+        Err(_) => 0,
+    };
+    if id == 0 {
+        return;
+    }
+    let origin = tailstream_engine::cursor::CursorOrigin {
+        command: crate::profiler::command_summary(name, cmd),
+        client: conn.peer.clone(),
+        app_name: conn.info.app_name().map(str::to_string),
+    };
+    state.engine.cursors.set_origin(id, origin);
+}
+
 /// The reply: `ok: 1` with the cluster time (written raw where nothing is injected), a
 /// raw cursor batch, a closed connection, or the error with its labels and the write
 /// concern error mongod adds on failure; a `failCommand` write concern error last.
@@ -440,9 +471,8 @@ fn reply_for(
 fn profile(
     state: &ServerState,
     conn: &Conn,
-    db: &str,
-    name: &str,
-    cmd: &Document,
+    (db, name, cmd): (&str, &str, &Document),
+    op: &Operation,
     elapsed: std::time::Duration,
     result: &Result<Output>,
 ) {
@@ -466,6 +496,8 @@ fn profile(
         error,
         client: conn.peer.clone(),
         app_name: conn.info.app_name().map(str::to_string),
+        examined: op.stats().snapshot(),
+        written: written_counts(name, result),
     };
     if slow {
         crate::profiler::log_slow(conn.id, &finished);
@@ -473,6 +505,36 @@ fn profile(
     if let Some((ns, entry)) = state.profiler.entry(&finished) {
         crate::profiler::record(state, &ns, entry);
     }
+}
+
+/// What a write command's reply says it did, under mongod's slow-line and profile
+/// names (`ninserted`, `nMatched`, `nModified`, `nUpserted`, `ndeleted`).
+fn written_counts(name: &str, result: &Result<Output>) -> Vec<(&'static str, i64)> {
+    let Ok(Output::Doc(body)) = result else {
+        return Vec::new();
+    };
+    let n = || body.get("n").and_then(tailstream_engine::find::as_i64);
+    let mut out = Vec::new();
+    match name {
+        "insert" => out.extend(n().map(|n| ("ninserted", n))),
+        "delete" => out.extend(n().map(|n| ("ndeleted", n))),
+        "update" => {
+            let upserted = match body.get("upserted") {
+                Some(Bson::Array(a)) => a.len() as i64,
+                _ => 0,
+            };
+            let modified = body
+                .get("nModified")
+                .and_then(tailstream_engine::find::as_i64);
+            if let (Some(n), Some(modified)) = (n(), modified) {
+                out.push(("nMatched", n - upserted));
+                out.push(("nModified", modified));
+                out.push(("nUpserted", upserted));
+            }
+        }
+        _ => {}
+    }
+    out
 }
 
 /// How many documents a command's reply returns (its cursor's batch), for a reply
@@ -514,7 +576,8 @@ fn is_slow(state: &ServerState, name: &str, cmd: &Document, elapsed: std::time::
             .and_then(tailstream_engine::find::as_i64)
             .unwrap_or(0)
     };
-    millis.saturating_sub(asked_wait_ms.max(0)) >= slow_ms
+    // Not below zero: under slowms 0 a getMore that returned before its wait is slow too.
+    millis.saturating_sub(asked_wait_ms.max(0)).max(0) >= slow_ms
 }
 
 /// mongod waits for a command's write concern even when the command fails (so that what

@@ -503,6 +503,8 @@ where
     F: FnOnce(&Engine) -> Result<T> + Send + 'static,
 {
     if small && !state.engine.writer_busy() {
+        let op = OPERATION.try_with(|op| op.clone()).ok();
+        let _current = op.as_ref().map(|op| op.enter());
         f(&state.engine)
     } else {
         blocking(state, f).await

@@ -142,6 +142,7 @@ pub async fn get_more(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Res
         ns: ns.clone(),
         batch_size,
         max_await,
+        op: Some(Arc::clone(&op)),
     };
     let read_on_pool = || {
         let ns = ns.clone();
@@ -592,14 +593,89 @@ pub async fn explain(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resu
         "queryPlanner": {
             "namespace": ns.full(),
             "parsedQuery": filter,
-            "winningPlan": winning,
+            "winningPlan": winning.clone(),
             "rejectedPlans": [],
         },
         "command": inner.clone(),
         "serverInfo": {"host": state.config.advertised_host(), "port": state.config.port as i32, "version": super::handshake::VERSION},
     };
     if verbosity != "queryPlanner" {
-        reply.insert("executionStats", doc! {"executionSuccess": true});
+        let stats = if name == "find" {
+            find_execution_stats(state, ns, &inner, &winning).await?
+        } else {
+            doc! {"executionSuccess": true}
+        };
+        reply.insert("executionStats", stats);
     }
     Ok(reply)
+}
+
+/// explain's `executionStats` of a find: the query runs to its end (its documents
+/// counted, not returned) and the figures are its operation's (`op_stats`), the plan's
+/// stages annotated as mongod's are.
+async fn find_execution_stats(
+    state: &Arc<ServerState>,
+    ns: Namespace,
+    find: &Document,
+    winning: &Document,
+) -> Result<Document> {
+    let mut req = parse_find(find)?;
+    req.tailable = false;
+    req.await_data = false;
+    req.single_batch = false;
+    let started = std::time::Instant::now();
+    let returned = blocking(state, move |e| {
+        let mut n = 0u64;
+        e.for_each_batch(&ns, req, None, |docs| {
+            n += docs.len() as u64;
+            Ok(std::ops::ControlFlow::Continue(()))
+        })?;
+        Ok(n)
+    })
+    .await?;
+    let millis = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+    let examined = super::OPERATION.with(|op| op.stats().snapshot());
+    let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let mut stages = winning.clone();
+    annotate_stage(&mut stages, &examined, true);
+    stages.insert("nReturned", as_i64(returned));
+    stages.insert("executionTimeMillisEstimate", millis);
+    Ok(doc! {
+        "executionSuccess": true,
+        "nReturned": as_i64(returned),
+        "executionTimeMillis": millis,
+        "totalKeysExamined": as_i64(examined.keys_examined),
+        "totalDocsExamined": as_i64(examined.docs_examined),
+        "executionStages": stages,
+    })
+}
+
+/// Adds to a plan's stages what they examined, as mongod's executionStages show it:
+/// an index scan its keys, the stage that loads documents (FETCH, COLLSCAN, IDHACK)
+/// its documents.
+fn annotate_stage(
+    stage: &mut Document,
+    examined: &tailstream_engine::query::op_stats::Snapshot,
+    loads_documents: bool,
+) {
+    let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let name = stage.get_str("stage").unwrap_or_default().to_string();
+    let mut loads_below = loads_documents;
+    match name.as_str() {
+        "IXSCAN" => {
+            stage.insert("keysExamined", as_i64(examined.keys_examined));
+        }
+        "IDHACK" => {
+            stage.insert("keysExamined", as_i64(examined.keys_examined));
+            stage.insert("docsExamined", as_i64(examined.docs_examined));
+        }
+        "FETCH" | "COLLSCAN" if loads_documents => {
+            stage.insert("docsExamined", as_i64(examined.docs_examined));
+            loads_below = false;
+        }
+        _ => {}
+    }
+    if let Ok(input) = stage.get_document_mut("inputStage") {
+        annotate_stage(input, examined, loads_below);
+    }
 }

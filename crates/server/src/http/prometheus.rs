@@ -267,6 +267,8 @@ fn cursors(r: &mut Registry, state: &ServerState) {
     let bytes = Family::<Labels, Counter>::default();
     let idle = Family::<Labels, Gauge<f64, AtomicU64>>::default();
     let lag = Family::<Labels, Gauge>::default();
+    let oplog_entries = Family::<Labels, Counter>::default();
+    let oplog_bytes = Family::<Labels, Counter>::default();
     let durable = state.engine.durability.durable_ts();
     for c in &all {
         let l = labels(c);
@@ -276,6 +278,10 @@ fn cursors(r: &mut Registry, state: &ServerState) {
         docs.get_or_create(&l).inc_by(c.returned.docs);
         bytes.get_or_create(&l).inc_by(c.returned.bytes);
         idle.get_or_create(&l).set(c.idle_for.as_secs_f64());
+        if c.change_stream {
+            oplog_entries.get_or_create(&l).inc_by(c.oplog_read.0);
+            oplog_bytes.get_or_create(&l).inc_by(c.oplog_read.1);
+        }
     }
     r.register(
         "cursor_returned_documents",
@@ -286,6 +292,16 @@ fn cursors(r: &mut Registry, state: &ServerState) {
         "cursor_returned_bytes",
         "Bytes of the documents (events) it returned",
         bytes,
+    );
+    r.register(
+        "cursor_oplog_read_entries",
+        "Oplog entries a change stream read (its own namespaces' only, where it watches some)",
+        oplog_entries,
+    );
+    r.register(
+        "cursor_oplog_read_bytes",
+        "Bytes of the oplog entries a change stream read",
+        oplog_bytes,
     );
     r.register(
         "cursor_idle_seconds",

@@ -42,6 +42,12 @@ pub fn json(state: &ServerState) -> String {
                 "waiting": c.waiting,
                 "lagSeconds": lag.map_or(Bson::Null, Bson::Int64),
                 "atTail": c.at_tail,
+                "oplogEntriesRead": i64::try_from(c.oplog_read.0).unwrap_or(i64::MAX),
+                "oplogBytesRead": i64::try_from(c.oplog_read.1).unwrap_or(i64::MAX),
+                "client": c.origin.as_ref().map_or(Bson::Null, |o| {
+                    Bson::String(o.app_name.clone().unwrap_or_else(|| o.client.clone()))
+                }),
+                "filter": c.origin.as_ref().map_or(Bson::Null, |o| Bson::String(filter_text(&o.command))),
             })
         })
         .collect();
@@ -66,8 +72,42 @@ pub fn json(state: &ServerState) -> String {
     Bson::Document(status).into_relaxed_extjson().to_string()
 }
 
+/// The filter column's text at most (the page shows the whole on hover, up to this).
+const MAX_FILTER_CHARS: usize = 300;
+
+/// What a consumer reads, as the page shows it: a find's filter, an aggregate's
+/// pipeline (a change stream's options and stages), as relaxed extended JSON.
+fn filter_text(command: &bson::Document) -> String {
+    let shown = match (command.get("filter"), command.get("pipeline")) {
+        (Some(f), _) => f.clone(),
+        (None, Some(p)) => p.clone(),
+        (None, None) => Bson::Document(bson::Document::new()),
+    };
+    let text = shown.into_relaxed_extjson().to_string();
+    match text.char_indices().nth(MAX_FILTER_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_filter_column_shows_a_find_filter_or_a_pipeline_and_is_bounded() {
+        use bson::doc;
+        assert_eq!(
+            super::filter_text(&doc! {"find": "c", "filter": {"a": 1}}),
+            r#"{"a":1}"#
+        );
+        assert_eq!(
+            super::filter_text(&doc! {"aggregate": "c", "pipeline": [{"$changeStream": {}}]}),
+            r#"[{"$changeStream":{}}]"#
+        );
+        let long = super::filter_text(&doc! {"filter": {"s": "é".repeat(1000)}});
+        assert_eq!(long.chars().count(), super::MAX_FILTER_CHARS + 1);
+        assert!(long.ends_with('…'));
+    }
+
     #[test]
     fn the_page_reads_the_json_it_is_served_with() {
         assert!(super::PAGE.contains("fetch(\"/status.json\""));

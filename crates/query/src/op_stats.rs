@@ -1,0 +1,116 @@
+//! What one operation examined, as mongod's `OpDebug` counts it for the slow-operation
+//! log line, `system.profile` and explain: index keys and documents examined, the plan
+//! it ran, and for change streams the oplog entries and bytes it read.
+//!
+//! The figures belong to the operation running on the thread ([`crate::script::Operation`]):
+//! the read and write layers add to them with `script::Operation::count_current` after each step of a scan (one
+//! thread-local look and a few relaxed atomic adds per step, not per document), and the
+//! server reads them once the command has finished ([`OpStats::snapshot`]). Work done
+//! outside any operation (a prefetch on its own thread, a background job) is counted
+//! nowhere unless it keeps its own figures and hands them to the operation that delivers
+//! its result (change streams do: see `changestream`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// An operation's figures; all start at zero.
+#[derive(Debug, Default)]
+pub struct OpStats {
+    keys_examined: AtomicU64,
+    docs_examined: AtomicU64,
+    oplog_entries_read: AtomicU64,
+    oplog_bytes_read: AtomicU64,
+    /// mongod's `planSummary` of the operation's first plan (`COLLSCAN`,
+    /// `IXSCAN { a: 1 }`, `IDHACK`); later plans (a `$lookup`'s) do not replace it.
+    plan_summary: OnceLock<String>,
+}
+
+/// The figures at one moment, plain values.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub keys_examined: u64,
+    pub docs_examined: u64,
+    pub oplog_entries_read: u64,
+    pub oplog_bytes_read: u64,
+    pub plan_summary: Option<String>,
+}
+
+impl Snapshot {
+    /// Whether the operation read anything through a plan or the oplog (commands that
+    /// read nothing log no such attributes, as in mongod).
+    pub fn is_empty(&self) -> bool {
+        self.plan_summary.is_none()
+            && self.keys_examined == 0
+            && self.docs_examined == 0
+            && self.oplog_entries_read == 0
+    }
+}
+
+impl OpStats {
+    /// Adds index keys and documents examined by a scan step.
+    pub fn add_examined(&self, keys: u64, docs: u64) {
+        if keys > 0 {
+            self.keys_examined.fetch_add(keys, Ordering::Relaxed);
+        }
+        if docs > 0 {
+            self.docs_examined.fetch_add(docs, Ordering::Relaxed);
+        }
+    }
+
+    /// Adds oplog entries read by a change stream and their bytes; each entry is also a
+    /// document examined (mongod's `docsExamined` of a change stream's getMore).
+    pub fn add_oplog_read(&self, entries: u64, bytes: u64) {
+        if entries == 0 && bytes == 0 {
+            return;
+        }
+        self.oplog_entries_read
+            .fetch_add(entries, Ordering::Relaxed);
+        self.oplog_bytes_read.fetch_add(bytes, Ordering::Relaxed);
+        self.docs_examined.fetch_add(entries, Ordering::Relaxed);
+    }
+
+    /// Records the plan, unless one was recorded already.
+    pub fn note_plan(&self, summary: impl FnOnce() -> String) {
+        if self.plan_summary.get().is_none() {
+            let _ = self.plan_summary.set(summary());
+        }
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            keys_examined: self.keys_examined.load(Ordering::Relaxed),
+            docs_examined: self.docs_examined.load(Ordering::Relaxed),
+            oplog_entries_read: self.oplog_entries_read.load(Ordering::Relaxed),
+            oplog_bytes_read: self.oplog_bytes_read.load(Ordering::Relaxed),
+            plan_summary: self.plan_summary.get().cloned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_add_up_and_the_first_plan_stays() {
+        let s = OpStats::default();
+        assert!(s.snapshot().is_empty());
+        s.add_examined(3, 2);
+        s.add_examined(0, 4);
+        s.add_oplog_read(7, 700);
+        s.note_plan(|| "IXSCAN { a: 1 }".into());
+        s.note_plan(|| "COLLSCAN".into());
+        let got = s.snapshot();
+        assert_eq!(
+            got,
+            Snapshot {
+                keys_examined: 3,
+                docs_examined: 13,
+                oplog_entries_read: 7,
+                oplog_bytes_read: 700,
+                plan_summary: Some("IXSCAN { a: 1 }".into()),
+            }
+        );
+        assert!(!got.is_empty());
+    }
+}
