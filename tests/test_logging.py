@@ -303,3 +303,26 @@ def test_change_stream_getmores_log_the_oplog_they_read(logged):
         assert a["docsExamined"] >= a["oplogEntriesRead"] > 0, a
         # An insert's entry is at least its ns, op, document and times.
         assert a["oplogBytesRead"] >= 50 * a["oplogEntriesRead"], a
+
+
+def test_a_start_after_a_crash_says_how_much_log_it_replays(tmp_path):
+    """RocksDB replays its write-ahead log inside its open, with no progress of its own:
+    the server says beforehand how many bytes there are, and after, how long it took."""
+    srv = VerboseServer(tmp_path / "db")
+    srv.start()
+    with srv.client() as c:
+        c.test.items.insert_many([{"i": i, "pad": "x" * 100} for i in range(2000)])
+    srv.kill9()
+    srv.remove_socket_file()
+    srv.start()
+    try:
+        lines = json_lines(srv.log_text())
+    finally:
+        srv.stop()
+    replay = [l for l in lines if l["msg"].startswith("replaying the write-ahead log")]
+    assert replay, [l["msg"] for l in lines]
+    # At least the inserted documents' bytes, written to the log before the kill.
+    assert replay[-1]["attr"]["wal_bytes"] > 2000 * 100, replay[-1]
+    opened = [l for l in lines if l["msg"] == "storage opened"]
+    assert opened and opened[-1]["attr"]["wal_bytes"] == replay[-1]["attr"]["wal_bytes"]
+    assert opened[-1]["attr"]["duration_millis"] >= 0

@@ -102,10 +102,22 @@ impl Engine {
             ))
         })?;
         let lock_file = lock_dbpath(&opts.dbpath)?;
+        let store_path = opts.dbpath.join("store");
+        // RocksDB replays its write-ahead log inside `open`, with no progress to report:
+        // say beforehand how much there is, so a long start is explained.
+        let wal_bytes = tailstream_storage::wal_bytes(&store_path);
+        if wal_bytes > 0 {
+            tracing::info!(
+                wal_bytes,
+                "replaying the write-ahead log (writes not yet flushed to table files)"
+            );
+        }
+        let opening = std::time::Instant::now();
         let store = Arc::new(
-            Store::open(&opts.dbpath.join("store"), &StoreOptions::default())
+            Store::open(&store_path, &StoreOptions::default())
                 .map_err(|e| Error::internal(e.to_string()))?,
         );
+        let open_millis = i64::try_from(opening.elapsed().as_millis()).unwrap_or(i64::MAX);
         let catalog = load_catalog(&store)?;
         let last = store.last(Space::Oplog, &[], None).map_err(storage_err)?;
         let last_ts = last
@@ -129,6 +141,8 @@ impl Engine {
             dbpath = %opts.dbpath.display(),
             collections = catalog.colls.len(),
             oplog_bytes,
+            wal_bytes,
+            duration_millis = open_millis,
             "storage opened"
         );
         let engine = Arc::new(Engine {

@@ -113,6 +113,29 @@ pub struct Operation {
     scope: Mutex<Option<Box<dyn ScriptScope>>>,
     /// What it examined (`crate::op_stats`).
     stats: crate::op_stats::OpStats,
+    /// How far its long work has come (`currentOp`'s `msg` and `progress`).
+    progress: Mutex<Option<Progress>>,
+}
+
+/// How far an operation's long work has come: what it is doing, and how much of how
+/// much it has done (in the work's own unit: documents, bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Progress {
+    pub name: &'static str,
+    pub done: u64,
+    pub total: u64,
+}
+
+impl Progress {
+    /// Done as a whole percentage of the total, at most 100 (a total may be an
+    /// estimate); 0 without a total.
+    pub fn percent(&self) -> u64 {
+        self.done
+            .saturating_mul(100)
+            .checked_div(self.total)
+            .unwrap_or(0)
+            .min(100)
+    }
 }
 
 impl std::fmt::Debug for Operation {
@@ -149,7 +172,25 @@ impl Operation {
             wake: (Mutex::new(()), Condvar::new()),
             scope: Mutex::new(None),
             stats: crate::op_stats::OpStats::default(),
+            progress: Mutex::new(None),
         })
+    }
+
+    /// Its long work's progress, if it reports one.
+    pub fn progress(&self) -> Option<Progress> {
+        self.progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Sets (None: clears) the progress of the operation running on this thread.
+    pub fn set_progress_current(progress: Option<Progress>) {
+        CURRENT.with(|c| {
+            if let Some(op) = c.borrow().as_ref() {
+                *op.progress.lock().unwrap_or_else(|e| e.into_inner()) = progress;
+            }
+        });
     }
 
     /// What the operation examined so far.

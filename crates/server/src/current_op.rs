@@ -186,6 +186,13 @@ impl Registry {
                     d.insert("ns", namespace(&r.db, name, &r.cmd));
                     d.insert("redacted", false);
                     d.insert("command", (*r.cmd).clone());
+                    if let Some(p) = r.op.progress() {
+                        insert_progress(&mut d, &p);
+                    }
+                    let examined = r.op.stats().snapshot();
+                    if let Some(plan) = examined.plan_summary {
+                        d.insert("planSummary", plan);
+                    }
                     d.insert("numYields", 0);
                     d.insert("locks", Document::new());
                     d.insert("waitingForLock", r.waiting_for_lock);
@@ -246,6 +253,20 @@ impl Registry {
         }
         out
     }
+}
+
+/// A long operation's progress as mongod's currentOp shows it: `msg` (the meter's
+/// text, `<name>: <done>/<total> <percent>%`) and `progress: {done, total}`.
+fn insert_progress(d: &mut Document, p: &tailstream_engine::query::script::Progress) {
+    let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    d.insert(
+        "msg",
+        format!("{}: {}/{} {}%", p.name, p.done, p.total, p.percent()),
+    );
+    d.insert(
+        "progress",
+        doc! {"done": as_i64(p.done), "total": as_i64(p.total)},
+    );
 }
 
 /// mongod's `host` field: this machine's name and the port.

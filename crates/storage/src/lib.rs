@@ -798,6 +798,19 @@ impl Batch<'_> {
     }
 }
 
+/// The bytes of write-ahead log a store at `path` holds (what opening it replays);
+/// 0 when there is none or the directory cannot be read.
+pub fn wal_bytes(path: &std::path::Path) -> u64 {
+    let Ok(dir) = std::fs::read_dir(path) else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}
+
 /// The smallest key greater than every key with this prefix (None if the prefix is all 0xFF).
 pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
     let mut p = prefix.to_vec();

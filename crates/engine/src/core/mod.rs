@@ -1,6 +1,7 @@
 //! The engine's lowest layer: vocabulary and mechanisms every other layer uses and
 //! that use no other layer: cluster time ([`time::ClusterTime`]) and the clock,
-//! storage key layouts, durability (group commit), the fsync lock, message formatting.
+//! storage key layouts, durability (group commit), the fsync lock, message formatting,
+//! the progress of long work.
 
 pub mod bus;
 pub mod clock;
@@ -8,6 +9,7 @@ pub mod durability;
 pub mod format;
 pub mod fsync_lock;
 pub mod keys;
+pub mod progress;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod time;

@@ -194,6 +194,18 @@ fn trim_copy(
 /// a writer's path), and twice a second deletes the files of trimmed entries once no
 /// snapshot can read them ([`Store::reclaim`]). Stops when the wake-up sender is
 /// dropped or the engine is gone.
+/// A meter for a trim of more than one round (the oplog made smaller, or grown far
+/// past its cap while trimming was held): its progress lines say how much is left.
+fn large_trim_progress(engine: &Engine) -> Option<crate::core::progress::ProgressMeter> {
+    let excess = engine
+        .writer
+        .lock()
+        .oplog_bytes
+        .saturating_sub(engine.opts.oplog_size_bytes);
+    (excess > TRIM_ROUND_BYTES)
+        .then(|| crate::core::progress::ProgressMeter::new("Oplog truncation", "bytes", excess))
+}
+
 pub(crate) fn spawn_oplog_maintenance(
     engine: std::sync::Weak<Engine>,
     woken: std::sync::mpsc::Receiver<()>,
@@ -215,9 +227,15 @@ pub(crate) fn spawn_oplog_maintenance(
                 }
                 continue;
             };
+            let mut progress = large_trim_progress(&engine);
             loop {
+                let before = engine.writer.lock().oplog_bytes;
                 match trim_oplog_round(&engine) {
-                    Ok(true) => continue,
+                    Ok(true) => {
+                        if let Some(p) = progress.as_mut() {
+                            p.hit(before.saturating_sub(engine.writer.lock().oplog_bytes));
+                        }
+                    }
                     Ok(false) => break,
                     Err(e) => {
                         tracing::error!("oplog trim failed: {e}");
@@ -225,6 +243,7 @@ pub(crate) fn spawn_oplog_maintenance(
                     }
                 }
             }
+            drop(progress);
             if let Err(e) = engine.store.reclaim() {
                 tracing::warn!("reclaiming trimmed oplog files failed: {e}");
             }

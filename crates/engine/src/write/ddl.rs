@@ -3,6 +3,7 @@
 
 use crate::catalog::namespace::{validate_db_name, Namespace};
 use crate::catalog::{CollMeta, IndexMeta};
+use crate::core::{progress::ProgressMeter, storage_err};
 use crate::oplog::OplogChange;
 use crate::read::{Access, Scan};
 use crate::write::encoded_keys;
@@ -1217,9 +1218,16 @@ fn build_index_entries(
     let mut scan = Scan::new(Access::CollScan { reverse: false });
     let mut seen_unique: Vec<HashSet<Vec<u8>>> = vec![HashSet::new(); indexes.len()];
     let mut chunk = Vec::new();
+    // The total for currentOp and the progress lines: a scan of the keys alone, a small
+    // part of the build's cost (which reads and decodes every document).
+    let total = store
+        .count_prefix(Space::Docs, &keys::coll_prefix(meta.id))
+        .map_err(storage_err)?;
+    let mut progress = ProgressMeter::new("Index Build: scanning collection", "documents", total);
     while !scan.done {
         chunk.clear();
         scan.next_batch(store, meta.id, &all, 1000, &mut chunk)?;
+        progress.hit(chunk.len() as u64);
         for (id_ks, doc) in &chunk {
             for (n, index) in indexes.iter().enumerate() {
                 if !index.covers(doc) {
