@@ -227,9 +227,12 @@ def test_slow_lines_carry_the_plan_and_what_it_examined(logged):
         assert len(list(items.find({"i": {"$gte": 5, "$lt": 9}}))) == 4
         assert len(list(items.find({"even": True}))) == 10
         assert items.find_one({"_id": 3})["i"] == 3
+        # No index gives this order: sorted in memory.
+        assert [d["i"] for d in items.find({"even": False}).sort([("even", 1), ("i", -1)])
+                .limit(2)] == [19, 17]
         c.admin.command("profile", 0, slowms=50)
     finds = eventually(lambda: slow_lines(logged, "find", "items")
-                       if len(slow_lines(logged, "find", "items")) == 3 else None)
+                       if len(slow_lines(logged, "find", "items")) == 4 else None)
     assert finds, slow_lines(logged, "find", "items")
     by_filter = {json.dumps(l["attr"]["command"]["filter"], sort_keys=True): l["attr"]
                  for l in finds}
@@ -242,6 +245,9 @@ def test_slow_lines_carry_the_plan_and_what_it_examined(logged):
     idhack = by_filter[json.dumps({"_id": 3})]
     assert idhack["planSummary"] == "IDHACK"
     assert (idhack["keysExamined"], idhack["docsExamined"]) == (1, 1), idhack
+    assert "hasSortStage" not in idhack
+    sorted_in_memory = by_filter[json.dumps({"even": False})]
+    assert sorted_in_memory["hasSortStage"] is True, sorted_in_memory
     # The order of mongod's line: the plan and the figures after the command.
     keys = list(ixscan)
     assert keys.index("command") < keys.index("planSummary") < keys.index("keysExamined") \

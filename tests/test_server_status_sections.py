@@ -1,10 +1,12 @@
 """serverStatus's sections that mongostat and monitoring agents read (issue 30), with
 mongod's names and units: asserts, extra_info, globalLock, mem, network, opLatencies,
-metrics.document."""
+metrics.document / queryExecutor / operation, transactions, and the storage engine's
+own figures (`rocksdb`)."""
 
 import threading
 import time
 
+import pymongo
 import pytest
 from pymongo.errors import OperationFailure
 
@@ -88,3 +90,53 @@ def test_a_running_read_is_an_active_client(server):
         # Only serverStatus runs now (and the drivers' monitors' hellos): no reader.
         active = status(c)["globalLock"]["activeClients"]
         assert (active["readers"], active["writers"], active["total"]) == (0, 0, 0)
+
+
+def test_query_executor_and_operation_count_what_queries_examined(server):
+    """metrics.queryExecutor (keys and documents examined, collection scans, a tailable
+    find's apart) and metrics.operation.scanAndOrder (sorts done in memory)."""
+    with server.client() as c:
+        c.test.qe.drop()
+        c.test.qe.insert_many([{"_id": i, "k": i % 5, "v": 10 - i} for i in range(10)])
+        c.test.qe.create_index("k")
+        c.test.create_collection("qe_capped", capped=True, size=1 << 16)
+        c.test.qe_capped.insert_one({"x": 1})
+        before = status(c)["metrics"]
+        assert len(list(c.test.qe.find({"k": 2}))) == 2           # IXSCAN: 2 keys, 2 docs
+        assert len(list(c.test.qe.find({"v": {"$gt": 0}}))) == 10  # COLLSCAN: 10 docs
+        assert [d["v"] for d in c.test.qe.find({"k": 1}).sort("v", 1)] == [4, 9]  # in memory
+        tail = c.test.qe_capped.find(cursor_type=pymongo.CursorType.TAILABLE)
+        assert next(tail)["x"] == 1                                # a tailable COLLSCAN
+        tail.close()
+        after = status(c)["metrics"]
+    q0, q1 = before["queryExecutor"], after["queryExecutor"]
+    assert q1["scanned"] - q0["scanned"] == 2 + 2
+    assert q1["scannedObjects"] - q0["scannedObjects"] == 2 + 10 + 2 + 1
+    scans0, scans1 = q0["collectionScans"], q1["collectionScans"]
+    assert (scans1["total"] - scans0["total"], scans1["nonTailable"] - scans0["nonTailable"]) \
+        == (2, 1)
+    assert after["operation"]["scanAndOrder"] - before["operation"]["scanAndOrder"] == 1
+    assert after["operation"]["writeConflicts"] == 0
+
+
+def test_transactions_and_the_storage_engine_have_their_sections(server):
+    with server.client() as c:
+        c.test.txn.insert_one({"_id": 0})
+        before = status(c)["transactions"]
+        with c.start_session() as s:
+            with s.start_transaction():
+                c.test.txn.insert_one({"_id": 1}, session=s)
+            s.start_transaction()
+            c.test.txn.insert_one({"_id": 2}, session=s)
+            assert status(c)["transactions"]["currentOpen"] == before["currentOpen"] + 1
+            s.abort_transaction()
+        after = status(c)
+    t = after["transactions"]
+    assert t["totalStarted"] - before["totalStarted"] == 2
+    assert t["totalCommitted"] - before["totalCommitted"] == 1
+    assert t["totalAborted"] - before["totalAborted"] == 1
+    assert t["currentOpen"] == before["currentOpen"] and t["currentPrepared"] == 0
+    rocks = after["rocksdb"]
+    assert rocks["memtablesSize"] > 0 and rocks["walBytes"] > 0, rocks
+    assert rocks["estimateNumKeys"] > 0 and rocks["blockCacheUsage"] >= 0, rocks
+    assert all(isinstance(v, int) for v in rocks.values()), rocks

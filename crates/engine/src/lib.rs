@@ -251,6 +251,17 @@ impl Engine {
 
     /// The time of the oldest entry still in the oplog (`ClusterTime::ZERO` when it
     /// is empty): one seek, from above the last trim, so trimmed ranges are not read.
+    /// The storage engine's own figures (`Store::engine_figures`) and the bytes of
+    /// its write-ahead log (`walBytes`), for serverStatus.
+    pub fn storage_figures(&self) -> Vec<(&'static str, u64)> {
+        let mut figures = self.store.engine_figures();
+        figures.push((
+            "walBytes",
+            tailstream_storage::wal_bytes(&self.opts.dbpath.join("store")),
+        ));
+        figures
+    }
+
     pub fn oplog_first_time(&self) -> ClusterTime {
         let trim = self.trim_ts.load(std::sync::atomic::Ordering::SeqCst);
         let lower = keys::oplog_key(trim.next());

@@ -10,7 +10,7 @@
 //! nowhere unless it keeps its own figures and hands them to the operation that delivers
 //! its result (change streams do: see `changestream`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// An operation's figures; all start at zero.
@@ -20,6 +20,9 @@ pub struct OpStats {
     docs_examined: AtomicU64,
     oplog_entries_read: AtomicU64,
     oplog_bytes_read: AtomicU64,
+    /// The documents were sorted in memory, the plan not giving their order (mongod's
+    /// `hasSortStage`, counted in `metrics.operation.scanAndOrder`).
+    sorted_in_memory: AtomicBool,
     /// mongod's `planSummary` of the operation's first plan (`COLLSCAN`,
     /// `IXSCAN { a: 1 }`, `IDHACK`); later plans (a `$lookup`'s) do not replace it.
     plan_summary: OnceLock<String>,
@@ -32,6 +35,7 @@ pub struct Snapshot {
     pub docs_examined: u64,
     pub oplog_entries_read: u64,
     pub oplog_bytes_read: u64,
+    pub sorted_in_memory: bool,
     pub plan_summary: Option<String>,
 }
 
@@ -69,11 +73,33 @@ impl OpStats {
         self.docs_examined.fetch_add(entries, Ordering::Relaxed);
     }
 
+    /// The matches were sorted in memory.
+    pub fn note_sort_in_memory(&self) {
+        self.sorted_in_memory.store(true, Ordering::Relaxed);
+    }
+
     /// Records the plan, unless one was recorded already.
     pub fn note_plan(&self, summary: impl FnOnce() -> String) {
         if self.plan_summary.get().is_none() {
             let _ = self.plan_summary.set(summary());
         }
+    }
+
+    /// Keys and documents examined so far (cheaper than a snapshot: no plan copied).
+    pub fn examined(&self) -> (u64, u64) {
+        (
+            self.keys_examined.load(Ordering::Relaxed),
+            self.docs_examined.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Whether the recorded plan is `summary`.
+    pub fn plan_is(&self, summary: &str) -> bool {
+        self.plan_summary.get().is_some_and(|p| p == summary)
+    }
+
+    pub fn sorted_in_memory(&self) -> bool {
+        self.sorted_in_memory.load(Ordering::Relaxed)
     }
 
     pub fn snapshot(&self) -> Snapshot {
@@ -82,6 +108,7 @@ impl OpStats {
             docs_examined: self.docs_examined.load(Ordering::Relaxed),
             oplog_entries_read: self.oplog_entries_read.load(Ordering::Relaxed),
             oplog_bytes_read: self.oplog_bytes_read.load(Ordering::Relaxed),
+            sorted_in_memory: self.sorted_in_memory.load(Ordering::Relaxed),
             plan_summary: self.plan_summary.get().cloned(),
         }
     }
@@ -108,6 +135,7 @@ mod tests {
                 docs_examined: 13,
                 oplog_entries_read: 7,
                 oplog_bytes_read: 700,
+                sorted_in_memory: false,
                 plan_summary: Some("IXSCAN { a: 1 }".into()),
             }
         );

@@ -42,6 +42,17 @@ struct Latency {
     ops: AtomicU64,
 }
 
+/// Whether a command's collection scan counts in `collectionScans` (see `examined`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanKind {
+    /// The command made its plan.
+    Planned,
+    /// A tailable find: counted in `total`, not in `nonTailable`.
+    Tailable,
+    /// A getMore: its cursor's scan was counted when it was planned.
+    Continued,
+}
+
 #[derive(Default)]
 pub struct Metrics {
     bytes_in: AtomicU64,
@@ -56,6 +67,13 @@ pub struct Metrics {
     pub docs_deleted: AtomicU64,
     /// Commands running now, by class (`globalLock.activeClients`).
     active: [AtomicI64; 4],
+    /// `metrics.queryExecutor` and `metrics.operation`, from what each command
+    /// examined (`op_stats`).
+    keys_scanned: AtomicU64,
+    objects_scanned: AtomicU64,
+    collection_scans: AtomicU64,
+    collection_scans_non_tailable: AtomicU64,
+    scan_and_order: AtomicU64,
 }
 
 /// A running command, counted in `globalLock.activeClients` until dropped.
@@ -106,6 +124,48 @@ impl Metrics {
         if returned > 0 {
             self.docs_returned
                 .fetch_add(returned as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Adds what a finished command examined (its operation's figures).
+    pub fn examined(&self, stats: &tailstream_engine::query::op_stats::OpStats, kind: ScanKind) {
+        let (keys, docs) = stats.examined();
+        if keys > 0 {
+            self.keys_scanned.fetch_add(keys, Ordering::Relaxed);
+        }
+        if docs > 0 {
+            self.objects_scanned.fetch_add(docs, Ordering::Relaxed);
+        }
+        if kind != ScanKind::Continued && stats.plan_is("COLLSCAN") {
+            self.collection_scans.fetch_add(1, Ordering::Relaxed);
+            if kind == ScanKind::Planned {
+                self.collection_scans_non_tailable
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if stats.sorted_in_memory() {
+            self.scan_and_order.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// `metrics.queryExecutor`.
+    pub fn query_executor(&self) -> Document {
+        doc! {
+            "scanned": load(&self.keys_scanned),
+            "scannedObjects": load(&self.objects_scanned),
+            "collectionScans": {
+                "total": load(&self.collection_scans),
+                "nonTailable": load(&self.collection_scans_non_tailable),
+            },
+        }
+    }
+
+    /// `metrics.operation` (no write conflicts here: a conflicting write waits for the
+    /// document's lock instead of retrying).
+    pub fn operation(&self) -> Document {
+        doc! {
+            "scanAndOrder": load(&self.scan_and_order),
+            "writeConflicts": 0_i64,
         }
     }
 

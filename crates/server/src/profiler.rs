@@ -238,6 +238,9 @@ impl Finished<'_> {
             }
             into.insert("keysExamined", saturating_i64(e.keys_examined));
             into.insert("docsExamined", saturating_i64(e.docs_examined));
+            if e.sorted_in_memory {
+                into.insert("hasSortStage", true);
+            }
             if e.oplog_entries_read > 0 || e.oplog_bytes_read > 0 {
                 into.insert("oplogEntriesRead", saturating_i64(e.oplog_entries_read));
                 into.insert("oplogBytesRead", saturating_i64(e.oplog_bytes_read));

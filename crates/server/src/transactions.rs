@@ -12,6 +12,7 @@ use crate::state::ServerState;
 use bson::{Bson, Document};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tailstream_engine::query::args::wrong_type;
@@ -59,6 +60,10 @@ struct SessionTransaction {
 pub struct Transactions {
     sessions: Mutex<HashMap<Vec<u8>, SessionTransaction>>,
     last_expiry: Mutex<Option<Instant>>,
+    /// serverStatus's `transactions` totals.
+    started: AtomicU64,
+    committed: AtomicU64,
+    aborted: AtomicU64,
 }
 
 /// An open transaction older than this is aborted (mongod's
@@ -238,7 +243,8 @@ impl Transactions {
                 }
             }
             let t: OpenTransaction = Arc::new(Mutex::new(Some(state.engine.begin_transaction())));
-            sessions.insert(
+            self.started.fetch_add(1, Ordering::Relaxed);
+            let replaced = sessions.insert(
                 key,
                 SessionTransaction {
                     number: f.number,
@@ -246,6 +252,8 @@ impl Transactions {
                     started: Instant::now(),
                 },
             );
+            // An older open transaction of the session ends unfinished.
+            self.count_if_open(replaced.as_ref());
             return Ok(t);
         }
         match existing {
@@ -286,7 +294,7 @@ impl Transactions {
         *last = Some(Instant::now());
         for s in sessions.values_mut() {
             if matches!(s.state, State::Open(_)) && s.started.elapsed() > lifetime {
-                s.state = State::Aborted;
+                self.mark_aborted(s);
             }
         }
     }
@@ -296,7 +304,7 @@ impl Transactions {
         let mut sessions = self.sessions.lock();
         if let Some(s) = sessions.get_mut(&session_key(&f.lsid)) {
             if s.number == f.number && matches!(s.state, State::Open(_)) {
-                s.state = State::Aborted;
+                self.mark_aborted(s);
             }
         }
     }
@@ -309,20 +317,67 @@ impl Transactions {
             return;
         }
         let key = session_key(lsid);
-        if let Some(s) = sessions.get(&key) {
-            if s.number < number {
-                sessions.remove(&key);
-            }
+        if sessions.get(&key).is_some_and(|s| s.number < number) {
+            let ended = sessions.remove(&key);
+            self.count_if_open(ended.as_ref());
         }
     }
 
     /// endSessions / killSessions: the sessions' open transactions are aborted.
     pub fn end_session(&self, lsid: &Bson) {
-        self.sessions.lock().remove(&session_key(lsid));
+        let ended = self.sessions.lock().remove(&session_key(lsid));
+        self.count_if_open(ended.as_ref());
     }
 
     pub fn end_all(&self) {
-        self.sessions.lock().clear();
+        for (_, ended) in self.sessions.lock().drain() {
+            self.count_if_open(Some(&ended));
+        }
+    }
+
+    /// An open transaction ends unfinished.
+    fn mark_aborted(&self, s: &mut SessionTransaction) {
+        if matches!(s.state, State::Open(_)) {
+            self.aborted.fetch_add(1, Ordering::Relaxed);
+        }
+        s.state = State::Aborted;
+    }
+
+    /// A session removed with its transaction open: that transaction was aborted.
+    fn count_if_open(&self, ended: Option<&SessionTransaction>) {
+        if ended.is_some_and(|s| matches!(s.state, State::Open(_))) {
+            self.aborted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// serverStatus's `transactions`: totals since the start, and the open ones now
+    /// (active: a command of it running, its transaction locked). No transaction is
+    /// ever prepared here (no sharded two-phase commit yet).
+    pub fn status(&self) -> Document {
+        let sessions = self.sessions.lock();
+        let (mut open, mut active) = (0i64, 0i64);
+        for s in sessions.values() {
+            if let State::Open(t) = &s.state {
+                open += 1;
+                if t.try_lock().is_none() {
+                    active += 1;
+                }
+            }
+        }
+        drop(sessions);
+        let total = |c: &AtomicU64| i64::try_from(c.load(Ordering::Relaxed)).unwrap_or(i64::MAX);
+        bson::doc! {
+            "currentActive": active,
+            "currentInactive": open - active,
+            "currentOpen": open,
+            "totalAborted": total(&self.aborted),
+            "totalCommitted": total(&self.committed),
+            "totalStarted": total(&self.started),
+            "totalPrepared": 0_i64,
+            "totalPreparedThenCommitted": 0_i64,
+            "totalPreparedThenAborted": 0_i64,
+            "currentPrepared": 0_i64,
+        }
     }
 
     /// Takes the open transaction out for its commit; Ok(None) for a commit repeated
@@ -352,6 +407,7 @@ impl Transactions {
         if let Some(s) = sessions.get_mut(&session_key(&f.lsid)) {
             if s.number == f.number {
                 s.state = State::Aborted;
+                self.aborted.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
@@ -361,7 +417,7 @@ impl Transactions {
         match sessions.get_mut(&session_key(&f.lsid)) {
             Some(s) if s.number == f.number => match &s.state {
                 State::Open(_) => {
-                    s.state = State::Aborted;
+                    self.mark_aborted(s);
                     Ok(())
                 }
                 State::Aborted => Err(no_such_transaction(f.number, "has been aborted.")),
@@ -414,7 +470,10 @@ async fn commit(state: &Arc<ServerState>, cmd: &Document, f: &TxnFields) -> Resu
                 _ => None,
             };
             match tokio::task::spawn_blocking(move || engine.commit_transaction(t, session)).await {
-                Ok(Ok(c)) => c,
+                Ok(Ok(c)) => {
+                    state.transactions.committed.fetch_add(1, Ordering::Relaxed);
+                    c
+                }
                 Ok(Err(e)) => {
                     state.transactions.commit_failed(f);
                     return Err(e);

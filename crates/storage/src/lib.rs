@@ -759,6 +759,63 @@ impl Store {
             .flatten()
     }
 
+    /// The storage engine's own figures for `serverStatus`, summed over the spaces,
+    /// under mongod-style names (as MongoRocks' `rocksdb` section): data estimates,
+    /// memtables, flushes and compactions, the block cache (shared: counted once).
+    pub fn engine_figures(&self) -> Vec<(&'static str, u64)> {
+        /// (name in serverStatus, RocksDB property, summed over spaces or shared).
+        const FIGURES: [(&str, &str, bool); 10] = [
+            (
+                "estimateLiveDataSize",
+                "rocksdb.estimate-live-data-size",
+                true,
+            ),
+            ("totalSstFilesSize", "rocksdb.total-sst-files-size", true),
+            ("memtablesSize", "rocksdb.size-all-mem-tables", true),
+            ("estimateNumKeys", "rocksdb.estimate-num-keys", true),
+            (
+                "numImmutableMemtables",
+                "rocksdb.num-immutable-mem-table",
+                true,
+            ),
+            ("runningFlushes", "rocksdb.num-running-flushes", false),
+            (
+                "runningCompactions",
+                "rocksdb.num-running-compactions",
+                false,
+            ),
+            (
+                "estimatePendingCompactionBytes",
+                "rocksdb.estimate-pending-compaction-bytes",
+                true,
+            ),
+            ("blockCacheUsage", "rocksdb.block-cache-usage", false),
+            (
+                "blockCachePinnedUsage",
+                "rocksdb.block-cache-pinned-usage",
+                false,
+            ),
+        ];
+        let int = |space: Space, property: &str| {
+            self.db
+                .property_int_value_cf(self.cf(space), property)
+                .ok()
+                .flatten()
+                .unwrap_or(0)
+        };
+        FIGURES
+            .iter()
+            .map(|(name, property, per_space)| {
+                let value = if *per_space {
+                    Space::ALL.iter().map(|s| int(*s, property)).sum()
+                } else {
+                    int(Space::ALL[0], property)
+                };
+                (*name, value)
+            })
+            .collect()
+    }
+
     pub fn approximate_size(&self, space: Space) -> u64 {
         self.db
             .property_int_value_cf(self.cf(space), "rocksdb.total-sst-files-size")

@@ -260,6 +260,7 @@ impl Engine {
             });
         }
         let sort = sort.unwrap();
+        tailstream_query::script::Operation::count_current(|s| s.note_sort_in_memory());
         let all = scan.collect_all(&self.store, meta.id, &matcher)?;
         let mut keyed: Vec<(Vec<Bson>, Document)> =
             all.into_iter().map(|(_, d)| (sort.key(&d), d)).collect();

@@ -117,6 +117,22 @@ pub fn host_info() -> Document {
     }
 }
 
+/// serverStatus's `rocksdb` section (as MongoRocks named it): the storage engine's own
+/// figures, and the write-ahead log's size on disk.
+fn rocksdb_status(state: &ServerState) -> Document {
+    state
+        .engine
+        .storage_figures()
+        .into_iter()
+        .map(|(name, v)| {
+            (
+                name.to_string(),
+                Bson::Int64(i64::try_from(v).unwrap_or(i64::MAX)),
+            )
+        })
+        .collect()
+}
+
 pub fn server_status(state: &ServerState) -> Document {
     let o = &state.opcounters;
     let uptime = state.started.elapsed();
@@ -155,6 +171,8 @@ pub fn server_status(state: &ServerState) -> Document {
             "command": o.command.load(Ordering::Relaxed) as i64,
         },
         "storageEngine": {"name": "rocksdb", "supportsCommittedReads": true, "persistent": true, "supportsSnapshotReadConcern": false},
+        "rocksdb": rocksdb_status(state),
+        "transactions": state.transactions.status(),
         "repl": {
             "hosts": [state.config.advertised_host()],
             "setName": state.config.repl_set.clone(),
@@ -166,6 +184,8 @@ pub fn server_status(state: &ServerState) -> Document {
         "metrics": {
             "cursor": {"open": {"total": engine.cursors.len() as i64}},
             "document": state.metrics.document(),
+            "operation": state.metrics.operation(),
+            "queryExecutor": state.metrics.query_executor(),
             "ttl": {
                 "deletedDocuments": tailstream_engine::ttl::TTL_DELETED.load(Ordering::Relaxed) as i64,
                 "passes": tailstream_engine::ttl::TTL_PASSES.load(Ordering::Relaxed) as i64,

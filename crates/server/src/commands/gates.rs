@@ -112,6 +112,7 @@ pub(super) async fn run(
     state
         .metrics
         .command_done(class, elapsed, batch_len(&result).unwrap_or(0));
+    state.metrics.examined(op.stats(), scan_kind(&name, &cmd));
     profile(state, conn, (db, &name, &cmd), &op, elapsed, &result);
     count_in_top(state, spec, db, &name, &cmd, elapsed, result.is_ok());
     reply_for(state, spec, &cmd, &labels, in_transaction, injected, result)
@@ -504,6 +505,18 @@ fn profile(
     }
     if let Some((ns, entry)) = state.profiler.entry(&finished) {
         crate::profiler::record(state, &ns, entry);
+    }
+}
+
+/// How a command's collection scan counts in `metrics.queryExecutor.collectionScans`:
+/// once, when its plan is made (a getMore continues its cursor's scan); a tailable
+/// find's apart (`nonTailable` leaves it out, as mongod's does).
+fn scan_kind(name: &str, cmd: &Document) -> crate::metrics::ScanKind {
+    use crate::metrics::ScanKind;
+    match name {
+        "getMore" => ScanKind::Continued,
+        "find" if matches!(cmd.get("tailable"), Some(Bson::Boolean(true))) => ScanKind::Tailable,
+        _ => ScanKind::Planned,
     }
 }
 
