@@ -36,7 +36,14 @@ def test_a_mongod_config_file_starts_the_server(tmp_path):
         params = client.admin.command("getParameter", 1, cursorTimeoutMillis=1)
         assert params["cursorTimeoutMillis"] == 123000
         assert client.admin.command("profile", -1)["slowms"] == 250
-        assert client.admin.command("getCmdLineOpts")["ok"] == 1
+        parsed = client.admin.command("getCmdLineOpts")["parsed"]
+        # As mongod's: the file's options under its own names, and the file's path.
+        assert parsed["config"] == str(conf)
+        assert parsed["operationProfiling"] == {"slowOpThresholdMs": 250}
+        assert parsed["net"]["port"] == port and parsed["storage"]["dbPath"] == str(dbpath)
+        assert parsed["net"]["unixDomainSocket"]["enabled"] is False
+        assert parsed["systemLog"] == {"quiet": True}
+        assert parsed["setParameter"]["cursorTimeoutMillis"] == "123000"
         client.close()
         assert (dbpath / "store").exists(), "the file's dbPath holds the data"
     finally:

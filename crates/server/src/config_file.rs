@@ -56,6 +56,8 @@ pub fn expand(argv: Vec<OsString>) -> Result<Vec<OsString>, String> {
     let text = std::fs::read_to_string(&path)
         .map_err(|e| format!("Error reading config file: {path}: {e}"))?;
     let mut expanded: Vec<OsString> = argv[..1].to_vec();
+    // Kept, for getCmdLineOpts' `parsed.config`.
+    expanded.extend([OsString::from("--config"), OsString::from(&path)]);
     expanded.extend(args_from_yaml(&text)?.into_iter().map(OsString::from));
     expanded.extend(argv[1..pos].iter().cloned());
     expanded.extend(argv[pos + taken..].iter().cloned());
@@ -290,9 +292,19 @@ mod tests {
             .into_iter()
             .map(|a| a.into_string().unwrap())
             .collect();
+        let path = path.to_str().unwrap();
         assert_eq!(
             expanded,
-            ["tailstream", "--port", "27018", "--quiet", "--port", "1"]
+            [
+                "tailstream",
+                "--config",
+                path,
+                "--port",
+                "27018",
+                "--quiet",
+                "--port",
+                "1"
+            ]
         );
         let missing = [
             OsString::from("tailstream"),

@@ -69,23 +69,48 @@ pub fn get_cmd_line_opts(state: &ServerState) -> Document {
         .into_iter()
         .map(Bson::String)
         .collect();
-    doc! {
-        "argv": argv,
-        "parsed": {
-            "net": {
-                "port": c.port as i32,
-                "bindIp": c.bind_ip.clone(),
-                "unixDomainSocket": {
-                    "enabled": !c.no_unix_socket,
-                    "pathPrefix": c.unix_socket_prefix.display().to_string(),
-                    "filePermissions": c.file_permissions as i32,
-                },
+    let mut parsed = doc! {
+        "net": {
+            "port": c.port as i32,
+            "bindIp": c.bind_ip.clone(),
+            "unixDomainSocket": {
+                "enabled": !c.no_unix_socket,
+                "pathPrefix": c.unix_socket_prefix.display().to_string(),
+                "filePermissions": c.file_permissions as i32,
             },
-            "replication": {"replSet": c.repl_set.clone(), "oplogSizeMB": c.oplog_size_mb() as i64},
-            "storage": {"dbPath": c.dbpath.display().to_string()},
-            "setParameter": set_parameter,
         },
+        "replication": {"replSet": c.repl_set.clone(), "oplogSizeMB": c.oplog_size_mb() as i64},
+        "storage": {"dbPath": c.dbpath.display().to_string()},
+        "setParameter": set_parameter,
+    };
+    if let Some(path) = &c.config_file {
+        parsed.insert("config", path.display().to_string());
     }
+    if let Some(ms) = c.slow_ms {
+        parsed.insert("operationProfiling", doc! {"slowOpThresholdMs": ms});
+    }
+    let system_log = system_log_options(c);
+    if !system_log.is_empty() {
+        parsed.insert("systemLog", system_log);
+    }
+    doc! {"argv": argv, "parsed": parsed}
+}
+
+/// `parsed.systemLog` of getCmdLineOpts: the log options set (from the command line or
+/// the config file), under the config file's names.
+fn system_log_options(c: &crate::config::Config) -> Document {
+    let mut d = Document::new();
+    if let Some(path) = &c.logpath {
+        d.insert("destination", "file");
+        d.insert("path", path.display().to_string());
+    }
+    if c.quiet {
+        d.insert("quiet", true);
+    }
+    if c.log_rotate == crate::logging::Rotate::Reopen {
+        d.insert("logRotate", "reopen");
+    }
+    d
 }
 
 /// This machine's name (hostInfo, currentOp's `host`).
