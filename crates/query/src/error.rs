@@ -102,6 +102,14 @@ pub mod codes {
     pub const USER_NOT_FOUND: i32 = 11;
     pub const UNSUPPORTED_FORMAT: i32 = 12;
     pub const UNAUTHORIZED: i32 = 13;
+    pub const PROTOCOL_ERROR: i32 = 17;
+    pub const AUTHENTICATION_FAILED: i32 = 18;
+    pub const ROLE_NOT_FOUND: i32 = 31;
+    pub const MECHANISM_UNAVAILABLE: i32 = 334;
+    /// createUser of a user that exists (mongod's Location51003).
+    pub const USER_ALREADY_EXISTS: i32 = 51003;
+    /// createRole of a role that exists (mongod's Location51002).
+    pub const ROLE_ALREADY_EXISTS: i32 = 51002;
     pub const TYPE_MISMATCH: i32 = 14;
     pub const OVERFLOW: i32 = 15;
     pub const ILLEGAL_OPERATION: i32 = 20;
@@ -149,7 +157,7 @@ pub mod codes {
     pub const NO_SUCH_TRANSACTION: i32 = 251;
     pub const WRITE_CONFLICT: i32 = 112;
     pub const SNAPSHOT_TOO_OLD: i32 = 239;
-    pub const TRANSACTION_TOO_LARGE: i32 = 334;
+    pub const TRANSACTION_TOO_LARGE: i32 = 257;
     pub const TRANSACTION_TOO_OLD: i32 = 225;
     pub const TRANSACTION_COMMITTED: i32 = 256;
     pub const CONFLICTING_OPERATION_IN_PROGRESS: i32 = 117;
@@ -241,7 +249,8 @@ pub fn code_name(code: i32) -> String {
         225 => "TransactionTooOld",
         251 => "NoSuchTransaction",
         256 => "TransactionCommitted",
-        334 => "TransactionTooLarge",
+        257 => "TransactionTooLarge",
+        334 => "MechanismUnavailable",
         260 => "InvalidResumeToken",
         261 => "TooManyLogicalSessions",
         262 => "ExceededTimeLimit",

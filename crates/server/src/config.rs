@@ -66,6 +66,10 @@ pub struct Config {
     /// Most simultaneous connections.
     #[arg(long = "maxConns", default_value_t = 10_000)]
     pub max_conns: usize,
+    /// Require authentication and check every command's privileges (mongod's
+    /// `--auth`, `security.authorization: enabled`).
+    #[arg(long, default_value_t = false)]
+    pub auth: bool,
     /// Port of the HTTP listener serving `/metrics` and `/health` (off without it).
     #[arg(long = "httpPort")]
     pub http_port: Option<u16>,

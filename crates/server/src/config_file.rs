@@ -187,6 +187,16 @@ fn setting(key: &str, value: &Value, args: &mut Vec<String>) -> Result<(), Strin
             other => Err(format!("Bad value for systemLog.destination: {other} (file or console)")),
         },
         "operationProfiling.slowOpThresholdMs" => option("--slowms", args),
+        "security.authorization" => match text()?.as_str() {
+            "enabled" => {
+                args.push("--auth".into());
+                Ok(())
+            }
+            "disabled" => Ok(()),
+            other => Err(format!(
+                "Invalid value for security.authorization: {other} (enabled or disabled)"
+            )),
+        },
         "operationProfiling.mode" => match text()?.as_str() {
             "off" => Ok(()),
             other => Err(format!(
@@ -204,7 +214,7 @@ fn setting(key: &str, value: &Value, args: &mut Vec<String>) -> Result<(), Strin
             Ok(())
         }
         _ if key.starts_with("security") => Err(format!(
-            "{key}: authentication and TLS are not supported yet"
+            "{key}: not supported yet (of security, only authorization is)"
         )),
         _ if key.starts_with("processManagement.fork") => {
             Err("processManagement.fork: run the server under a service manager instead".into())
@@ -262,7 +272,12 @@ mod tests {
             args_from_yaml("net:\n  portt: 1\n").unwrap_err(),
             "Unrecognized option: net.portt"
         );
-        assert!(args_from_yaml("security:\n  authorization: enabled\n")
+        assert_eq!(
+            args_from_yaml("security:\n  authorization: enabled\n").unwrap(),
+            ["--auth"]
+        );
+        assert!(args_from_yaml("security:\n  authorization: maybe\n").is_err());
+        assert!(args_from_yaml("security:\n  keyFile: /k\n")
             .unwrap_err()
             .contains("not supported yet"));
         assert!(args_from_yaml("net:\n  bindIpAll: yes please\n").is_err());

@@ -174,7 +174,12 @@ async fn serve(
         "Connection accepted"
     );
     let info = state.current_ops.connect(id, peer.clone());
-    let mut conn = Conn { id, peer, info };
+    let mut conn = Conn {
+        id,
+        peer,
+        info,
+        auth: Default::default(),
+    };
     let mut rd = BufReader::with_capacity(64 * 1024, rd);
     let result: Result<(), String> = async {
         loop {

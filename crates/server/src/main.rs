@@ -1,5 +1,6 @@
 //! `tailstream`: a MongoDB-wire-protocol server built for change notification.
 
+mod auth;
 mod commands;
 mod config;
 mod config_file;

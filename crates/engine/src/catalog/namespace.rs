@@ -64,10 +64,14 @@ impl Namespace {
         }
         // mongod's legal client system namespaces (`isLegalClientSystemNS`), those
         // this server writes: admin.system.version holds the feature compatibility
-        // version.
-        let admin_version = self.db == "admin" && self.coll == "system.version";
+        // version, admin.system.users and admin.system.roles the users and roles.
+        let admin_system = self.db == "admin"
+            && matches!(
+                self.coll.as_str(),
+                "system.version" | "system.users" | "system.roles"
+            );
         if self.coll.starts_with("system.")
-            && !admin_version
+            && !admin_system
             && !matches!(
                 self.coll.as_str(),
                 "system.js" | "system.views" | "system.profile"

@@ -61,6 +61,9 @@ pub(super) async fn run(
         Ok(txn) => txn,
         Err(e) => return Reply::error(state, &e),
     };
+    if let Err(e) = crate::auth::check(state, conn, spec, db, &cmd).await {
+        return Reply::error(state, &e);
+    }
     let cmd = match state.rw_defaults.apply(spec, &cmd, txn.is_some()) {
         Some(with_defaults) => Arc::new(with_defaults),
         None => cmd,

@@ -19,7 +19,7 @@ const MAX_AWAIT: Duration = Duration::from_secs(10);
 
 pub async fn hello(
     state: &Arc<ServerState>,
-    conn: &Conn,
+    conn: &mut Conn,
     name: &str,
     cmd: &Document,
 ) -> Result<Document> {
@@ -98,6 +98,7 @@ pub async fn hello(
             d.insert("compression", offered);
         }
     }
+    crate::auth::hello_fields(state, conn, cmd, &mut d).await?;
     Ok(d)
 }
 
@@ -120,15 +121,7 @@ pub fn build_info() -> Document {
     }
 }
 
-pub fn connection_status(cmd: &Document) -> Document {
-    let mut info = doc! {"authenticatedUsers": [], "authenticatedUserRoles": []};
-    if cmd.get_bool("showPrivileges").unwrap_or(false) {
-        info.insert("authenticatedUserPrivileges", Bson::Array(vec![]));
-    }
-    doc! {"authInfo": info}
-}
-
-/// logout, saslStart, saslContinue, authenticate: this server has no users.
+/// authenticate (MONGODB-X509): not supported yet.
 pub fn no_authentication(name: &str) -> Result<Document> {
     Err(Error::new(
         codes::COMMAND_NOT_SUPPORTED,

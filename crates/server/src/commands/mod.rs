@@ -41,6 +41,8 @@ pub struct Conn {
     /// This connection in the server's registry: the command running now (for
     /// `currentOp`, `killOp`, and the connection task to kill when the client goes away).
     pub info: Arc<crate::current_op::ConnInfo>,
+    /// What the connection has proven about itself (see `auth`).
+    pub auth: crate::auth::Session,
 }
 
 /// What a command's handler is given (see `registry::Handler`).

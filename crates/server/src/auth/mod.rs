@@ -1,0 +1,363 @@
+//! Authentication and authorization, as mongod offers them.
+//!
+//! - Users live in `admin.system.users` (`users`), with SCRAM credentials
+//!   (`credentials`), never passwords.
+//! - A connection proves who it is with SCRAM-SHA-1 or SCRAM-SHA-256 over `saslStart` /
+//!   `saslContinue` (`scram`), or inside its first `hello` (`speculativeAuthenticate`);
+//!   what it proved is its [`Session`], owned by the connection's task.
+//! - With `--auth` (`security.authorization: enabled`), every command checks the
+//!   privileges the command registry declares for it against the session's roles
+//!   (`roles`): 13 Unauthorized otherwise. Without a user yet, a client on the same
+//!   host may create the first one (mongod's localhost exception).
+
+pub mod credentials;
+pub mod roles;
+pub mod scram;
+pub mod users;
+
+use crate::commands::args::opt_doc;
+use crate::commands::registry::{Privileges, Resource, Spec};
+use crate::commands::Conn;
+use crate::state::ServerState;
+use bson::{doc, spec::BinarySubtype, Binary, Bson, Document};
+use credentials::Mechanism;
+use std::sync::Arc;
+use tailstream_engine::query::error::{codes, Error, Result};
+
+/// mongod numbers a connection's SASL conversations from 1; one runs at a time.
+const CONVERSATION_ID: i32 = 1;
+
+/// What a connection has proven about itself.
+#[derive(Default)]
+pub struct Session {
+    /// The user it authenticated as (mongod allows one per connection).
+    pub user: Option<users::User>,
+    conversation: Option<Step>,
+}
+
+/// Where a SCRAM conversation stands.
+enum Step {
+    /// Waiting for the client's proof.
+    Proof {
+        conversation: Box<scram::Conversation>,
+        skip_empty_exchange: bool,
+        speculative: bool,
+    },
+    /// The proof was good; the client's empty last message ends it (no
+    /// `skipEmptyExchange`).
+    Closing,
+}
+
+fn payload_bytes(cmd: &Document) -> Result<Vec<u8>> {
+    match cmd.get("payload") {
+        Some(Bson::Binary(b)) => Ok(b.bytes.clone()),
+        Some(Bson::String(s)) => Ok(s.clone().into_bytes()),
+        Some(v) => Err(crate::commands::args::wrong_field_type(
+            "payload", v, "binData",
+        )),
+        None => Err(Error::missing_field("saslStart.payload")),
+    }
+}
+
+fn binary(bytes: Vec<u8>) -> Bson {
+    Bson::Binary(Binary {
+        subtype: BinarySubtype::Generic,
+        bytes,
+    })
+}
+
+/// `saslStart` (and a `hello`'s `speculativeAuthenticate`): the client's first message.
+pub async fn sasl_start(
+    state: &Arc<ServerState>,
+    conn: &mut Conn,
+    db: &str,
+    cmd: &Document,
+    speculative: bool,
+) -> Result<Document> {
+    let mech_name = match cmd.get("mechanism") {
+        Some(Bson::String(m)) => m.clone(),
+        Some(v) => {
+            return Err(crate::commands::args::wrong_field_type(
+                "saslStart.mechanism",
+                v,
+                "string",
+            ))
+        }
+        None => return Err(Error::missing_field("saslStart.mechanism")),
+    };
+    let Some(mechanism) = Mechanism::parse(&mech_name) else {
+        return Err(Error::new(
+            codes::MECHANISM_UNAVAILABLE,
+            format!(
+                "Received authentication for mechanism {mech_name} which is unknown or not enabled"
+            ),
+        ));
+    };
+    let payload = payload_bytes(cmd)?;
+    let skip_empty_exchange = opt_doc(cmd, "options")?
+        .and_then(|o| o.get_bool("skipEmptyExchange").ok())
+        .unwrap_or(false);
+    conn.auth.conversation = None;
+    let first = scram::parse_client_first(&payload).inspect_err(|_| {
+        log_failure(conn, mechanism, "", db, speculative);
+    })?;
+    let user = users::find(state, &first.user, db).await?;
+    let Some(credential) = user.as_ref().and_then(|u| u.credential(mechanism)) else {
+        log_failure(conn, mechanism, &first.user, db, speculative);
+        return Err(scram::auth_failed());
+    };
+    let (conversation, reply) = scram::Conversation::start(mechanism, first, db, credential);
+    conn.auth.conversation = Some(Step::Proof {
+        conversation: Box::new(conversation),
+        skip_empty_exchange,
+        speculative,
+    });
+    Ok(doc! {"conversationId": CONVERSATION_ID, "done": false, "payload": binary(reply)})
+}
+
+/// `saslContinue`: the client's proof, or the empty message that ends the exchange.
+pub async fn sasl_continue(
+    state: &Arc<ServerState>,
+    conn: &mut Conn,
+    cmd: &Document,
+) -> Result<Document> {
+    let id = cmd
+        .get("conversationId")
+        .and_then(tailstream_engine::find::as_i64);
+    let step = conn.auth.conversation.take();
+    let Some(step) = step.filter(|_| id == Some(i64::from(CONVERSATION_ID))) else {
+        return Err(Error::new(
+            codes::PROTOCOL_ERROR,
+            "No SASL session state found",
+        ));
+    };
+    let payload = payload_bytes(cmd)?;
+    match step {
+        Step::Closing => Ok(
+            doc! {"conversationId": CONVERSATION_ID, "done": true, "payload": binary(Vec::new())},
+        ),
+        Step::Proof {
+            conversation,
+            skip_empty_exchange,
+            speculative,
+        } => {
+            let (user, db, mech) = (
+                conversation.user.clone(),
+                conversation.db.clone(),
+                conversation.mechanism,
+            );
+            let reply = match conversation.finish(&payload) {
+                Ok(r) => r,
+                Err(e) => {
+                    log_failure(conn, mech, &user, &db, speculative);
+                    return Err(e);
+                }
+            };
+            // The user's roles as they are now (a concurrent change applies from here).
+            let found = users::find(state, &user, &db)
+                .await?
+                .ok_or_else(scram::auth_failed)?;
+            conn.auth.user = Some(found);
+            crate::logging::emit(
+                "I",
+                "ACCESS",
+                ID_AUTH_SUCCESS,
+                &format!("conn{}", conn.id),
+                "Successfully authenticated",
+                doc! {"client": conn.peer.clone(), "isSpeculative": speculative, "isClusterMember": false,
+                "mechanism": mech.name(), "user": user, "db": db, "result": 0},
+            );
+            if !skip_empty_exchange {
+                conn.auth.conversation = Some(Step::Closing);
+            }
+            Ok(
+                doc! {"conversationId": CONVERSATION_ID, "done": skip_empty_exchange, "payload": binary(reply)},
+            )
+        }
+    }
+}
+
+/// mongod's log ids of an authentication's outcome.
+const ID_AUTH_SUCCESS: i64 = 5286306;
+const ID_AUTH_FAILURE: i64 = 5286307;
+
+fn log_failure(conn: &Conn, mech: Mechanism, user: &str, db: &str, speculative: bool) {
+    crate::logging::emit(
+        "I",
+        "ACCESS",
+        ID_AUTH_FAILURE,
+        &format!("conn{}", conn.id),
+        "Authentication failed",
+        doc! {"mechanism": mech.name(), "speculative": speculative, "principalName": user,
+        "authenticationDatabase": db, "remote": conn.peer.clone(),
+        "error": "AuthenticationFailed: SCRAM authentication failed"},
+    );
+}
+
+/// The fields a `hello` adds for authentication: `saslSupportedMechs` for the user it
+/// names, and the reply to a `speculativeAuthenticate` (none when it failed: the
+/// driver then authenticates the usual way and sees the error there).
+pub async fn hello_fields(
+    state: &Arc<ServerState>,
+    conn: &mut Conn,
+    cmd: &Document,
+    reply: &mut Document,
+) -> Result<()> {
+    if let Some(Bson::String(name)) = cmd.get("saslSupportedMechs") {
+        if let Some((db, user)) = name.split_once('.') {
+            if let Some(u) = users::find(state, user, db).await? {
+                let mechs: Vec<Bson> = u
+                    .mechanisms()
+                    .iter()
+                    .map(|m| Bson::String(m.name().into()))
+                    .collect();
+                reply.insert("saslSupportedMechs", mechs);
+            }
+        }
+    }
+    if let Some(Bson::Document(spec)) = cmd.get("speculativeAuthenticate") {
+        let db = spec.get_str("db").unwrap_or("admin").to_string();
+        if spec.contains_key("saslStart") {
+            if let Ok(r) = sasl_start(state, conn, &db, spec, true).await {
+                reply.insert("speculativeAuthenticate", r);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `logout`: the connection forgets its user (mongod 7 deprecates it but runs it).
+pub fn logout(conn: &mut Conn) -> Document {
+    conn.auth.user = None;
+    conn.auth.conversation = None;
+    Document::new()
+}
+
+/// `connectionStatus`: who the connection is, with its roles (and, asked, privileges).
+pub fn connection_status(conn: &Conn, cmd: &Document) -> Document {
+    let (users, roles): (Vec<Bson>, Vec<Bson>) = match &conn.auth.user {
+        Some(u) => (
+            vec![Bson::Document(
+                doc! {"user": u.user.clone(), "db": u.db.clone()},
+            )],
+            u.roles
+                .iter()
+                .map(|r| Bson::Document(r.to_document()))
+                .collect(),
+        ),
+        None => (Vec::new(), Vec::new()),
+    };
+    let mut info = doc! {"authenticatedUsers": users, "authenticatedUserRoles": roles};
+    if cmd.get_bool("showPrivileges").unwrap_or(false) {
+        info.insert("authenticatedUserPrivileges", Bson::Array(Vec::new()));
+    }
+    doc! {"authInfo": info}
+}
+
+/// With `--auth`: Ok when the connection may run the command (its privileges, from
+/// the registry, granted by its user's roles); 13 Unauthorized otherwise.
+pub async fn check(
+    state: &Arc<ServerState>,
+    conn: &Conn,
+    spec: &Spec,
+    db: &str,
+    cmd: &Document,
+) -> Result<()> {
+    if !state.config.auth {
+        return Ok(());
+    }
+    let needed = match spec.privileges {
+        Privileges::None => return Ok(()),
+        Privileges::Actions(resource, actions) => Some((resource, actions)),
+        Privileges::Undecided => argument_privileges(spec.name, cmd),
+    };
+    let Some(user) = &conn.auth.user else {
+        if localhost_exception(state, conn, spec).await? {
+            return Ok(());
+        }
+        return Err(Error::new(
+            codes::UNAUTHORIZED,
+            format!("Command {} requires authentication", spec.name),
+        ));
+    };
+    let allowed = match needed {
+        Some((resource, actions)) => actions
+            .iter()
+            .all(|a| roles::allows(&user.roles, resource, db, *a)),
+        // Not written down yet: only a user who may do anything.
+        None => {
+            roles::allows(
+                &user.roles,
+                Resource::Cluster,
+                db,
+                crate::commands::registry::Action::Shutdown,
+            ) && roles::allows(
+                &user.roles,
+                Resource::Collection,
+                db,
+                crate::commands::registry::Action::Remove,
+            )
+        }
+    };
+    if allowed {
+        Ok(())
+    } else {
+        Err(Error::new(
+            codes::UNAUTHORIZED,
+            format!(
+                "not authorized on {db} to execute command {{ {}: ... }}",
+                spec.name
+            ),
+        ))
+    }
+}
+
+/// The privileges of the commands whose needs depend on their arguments (None: not
+/// written down, only a user who may do anything runs it). Roles here are per
+/// database or wider, so an action on the command's database covers every
+/// collection a pipeline reads there.
+fn argument_privileges(
+    name: &str,
+    cmd: &Document,
+) -> Option<(Resource, &'static [crate::commands::registry::Action])> {
+    use crate::commands::registry::Action::*;
+    match name {
+        "aggregate" => {
+            let stages = cmd.get_array("pipeline").ok();
+            let first_stage = |n: &str| {
+                stages
+                    .and_then(|s| s.first())
+                    .and_then(|s| s.as_document())
+                    .is_some_and(|s| s.contains_key(n))
+            };
+            let last_writes = stages
+                .and_then(|s| s.last())
+                .and_then(|s| s.as_document())
+                .is_some_and(|s| s.contains_key("$out") || s.contains_key("$merge"));
+            if first_stage("$currentOp") {
+                Some((Resource::Cluster, &[Inprog]))
+            } else if first_stage("$changeStream") {
+                Some((Resource::Database, &[Find, ChangeStream]))
+            } else if last_writes {
+                Some((Resource::Database, &[Find, Insert, Remove, Update]))
+            } else {
+                Some((Resource::Database, &[Find]))
+            }
+        }
+        "explain" => Some((Resource::Database, &[Find])),
+        "cloneCollectionAsCapped" => Some((Resource::Database, &[Find, Insert, CreateCollection])),
+        _ => None,
+    }
+}
+
+/// mongod's localhost exception: with no user at all, a client connected from this
+/// host may create the first user.
+async fn localhost_exception(state: &Arc<ServerState>, conn: &Conn, spec: &Spec) -> Result<bool> {
+    let local = conn.peer.starts_with("127.0.0.1:")
+        || conn.peer.starts_with("[::1]:")
+        || conn.peer.starts_with("anonymous unix socket");
+    if !local || spec.name != "createUser" {
+        return Ok(false);
+    }
+    Ok(!users::any_exist(state).await?)
+}
