@@ -218,3 +218,20 @@ def test_a_change_stream_needs_read_access(auth_server):
             assert stream.try_next() is None
     with client(auth_server, username="other", password="pw") as c:
         assert error(lambda: c.shop.orders.watch()).code == 13
+
+
+def test_only_the_user_that_opened_a_cursor_may_continue_or_kill_it(auth_server):
+    with client(auth_server, username="root", password="rootpw") as root:
+        root.shop.items.insert_many([{"i": i} for i in range(5)])
+        for name in ("ann", "bob"):
+            root.admin.command("createUser", name, pwd="pw", roles=[{"role": "read", "db": "shop"}])
+    with client(auth_server, username="ann", password="pw") as ann, \
+            client(auth_server, username="bob", password="pw") as bob:
+        reply = ann.shop.command("find", "items", batchSize=1)
+        cursor_id = reply["cursor"]["id"]
+        assert cursor_id != 0
+        e = error(lambda: bob.shop.command("getMore", cursor_id, collection="items"))
+        assert e.code == 13 and "not created by the authenticated user" in e.details["errmsg"]
+        assert error(lambda: bob.shop.command("killCursors", "items", cursors=[cursor_id])).code == 13
+        more = ann.shop.command("getMore", cursor_id, collection="items", batchSize=10)
+        assert len(more["cursor"]["nextBatch"]) == 4

@@ -134,6 +134,9 @@ pub struct CursorOrigin {
     pub command: Document,
     pub client: String,
     pub app_name: Option<String>,
+    /// The authenticated user that opened it (`user@db`), if any: only that user may
+    /// continue or kill it.
+    pub user: Option<String>,
 }
 
 /// A cursor's output so far (mongod's `nDocsReturned`, `nBatchesReturned`), and when
@@ -614,6 +617,11 @@ impl CursorRegistry {
                 origin: c.origin.clone(),
             })
             .collect()
+    }
+
+    /// Who opened cursor `id`, if it is open and that was recorded.
+    pub fn origin(&self, id: i64) -> Option<Arc<CursorOrigin>> {
+        self.get(id).and_then(|c| c.lock().origin.clone())
     }
 
     /// Records who opened cursor `id` (nothing if it is closed already).

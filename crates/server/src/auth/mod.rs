@@ -300,7 +300,7 @@ pub async fn check(
         }
     };
     if allowed {
-        Ok(())
+        check_cursor_owner(state, user, spec.name, cmd)
     } else {
         Err(Error::new(
             codes::UNAUTHORIZED,
@@ -310,6 +310,35 @@ pub async fn check(
             ),
         ))
     }
+}
+
+/// getMore and killCursors: only the user that opened a cursor may continue or kill
+/// it (mongod's rule), whatever its privileges.
+fn check_cursor_owner(
+    state: &ServerState,
+    user: &users::User,
+    name: &str,
+    cmd: &Document,
+) -> Result<()> {
+    let ids: Vec<i64> = match (name, cmd.get(name)) {
+        ("getMore", Some(Bson::Int64(id))) => vec![*id],
+        ("killCursors", _) => match cmd.get("cursors") {
+            Some(Bson::Array(a)) => a.iter().filter_map(|v| v.as_i64()).collect(),
+            _ => Vec::new(),
+        },
+        _ => return Ok(()),
+    };
+    let me = user.full_name();
+    for id in ids {
+        let owner = state.engine.cursors.origin(id).and_then(|o| o.user.clone());
+        if owner.is_some_and(|owner| owner != me) {
+            return Err(Error::new(
+                codes::UNAUTHORIZED,
+                format!("cursor id {id} was not created by the authenticated user"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The privileges of the commands whose needs depend on their arguments (None: not

@@ -49,6 +49,11 @@ impl User {
         })
     }
 
+    /// `user@db`, as mongod names a user in messages.
+    pub fn full_name(&self) -> String {
+        format!("{}@{}", self.user, self.db)
+    }
+
     /// The stored credential of `mech`, if the user has one.
     pub fn credential(&self, mech: Mechanism) -> Option<Credential> {
         let d = self.doc.get_document("credentials").ok()?;

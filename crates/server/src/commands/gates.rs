@@ -432,6 +432,7 @@ fn note_cursor_origin(
         command: crate::profiler::command_summary(name, cmd),
         client: conn.peer.clone(),
         app_name: conn.info.app_name().map(str::to_string),
+        user: conn.auth.user.as_ref().map(|u| u.full_name()),
     };
     state.engine.cursors.set_origin(id, origin);
 }
