@@ -12,6 +12,8 @@
 #   --module-filter S     run only the test files whose path contains S (repeatable,
 #                         comma-separated allowed); applies within the --ci list too
 #   --sync-only           full mode: skip the async half of the suite (test/asynchronous)
+#   --auth                start the server with --auth: pymongo's suite creates its root user
+#                         through the localhost exception and runs every test authenticated
 #   --update-ratchet      raise ratchet.txt to the measured CI-selection pass count (never lowers it)
 #   --test-timeout N      per-test limit in seconds (default 60; env CONFORMANCE_TEST_TIMEOUT)
 #   --total-timeout N     limit for the whole pytest part in seconds (defaults: 1200 with --ci,
@@ -41,6 +43,7 @@ MODE=full
 FILTERS=()
 PYTEST_EXTRA=()
 SYNC_ONLY=0
+AUTH=0
 UPDATE_RATCHET=0
 DO_REPORT=1
 OUTPUT=""
@@ -53,6 +56,7 @@ while [ $# -gt 0 ]; do
         --module-filter) [ $# -ge 2 ] || die "--module-filter needs a value"; FILTERS+=("$2"); shift ;;
         --module-filter=*) FILTERS+=("${1#*=}") ;;
         --sync-only) SYNC_ONLY=1 ;;
+        --auth) AUTH=1 ;;
         --update-ratchet) UPDATE_RATCHET=1 ;;
         --test-timeout) [ $# -ge 2 ] || die "--test-timeout needs a value"; TEST_TIMEOUT="$2"; shift ;;
         --test-timeout=*) TEST_TIMEOUT="${1#*=}" ;;
@@ -180,6 +184,8 @@ else
 fi
 
 if [ "$MODE" = ci ]; then RUN_NAME=ci; elif [ ${#FILTERS[@]} -eq 0 ]; then RUN_NAME=full; else RUN_NAME=filtered; fi
+SERVER_EXTRA=()
+if [ "$AUTH" = 1 ]; then RUN_NAME="$RUN_NAME-auth"; SERVER_EXTRA=(--auth); fi
 RESULTS="$RESULTS_ROOT/$RUN_NAME"
 # Two runs of the same kind must not share (and wipe) one results directory.
 mkdir -p "$RESULTS_ROOT"
@@ -230,7 +236,7 @@ print(free(27017) or free(0))
 SERVER_LOG="$RESULTS/server.log"
 log "starting $BIN on 127.0.0.1:$PORT (dbpath $DBPATH)"
 "$BIN" --port "$PORT" --bind_ip 127.0.0.1 --dbpath "$DBPATH" --oplogSize 256 --quiet \
-    --setParameter enableTestCommands=1 >"$SERVER_LOG" 2>&1 </dev/null 9>&- &
+    --setParameter enableTestCommands=1 ${SERVER_EXTRA[@]+"${SERVER_EXTRA[@]}"} >"$SERVER_LOG" 2>&1 </dev/null 9>&- &
 SERVER_PID=$!
 if ! "$PY" - "$PORT" "$SERVER_PID" <<'EOF'
 import os, sys, time

@@ -71,6 +71,9 @@ impl ServerState {
             "maxBSONDepth": 100,
             "featureCompatibilityVersion": {"version": "7.0"},
             "transactionLifetimeLimitSeconds": 60,
+            // The mechanisms clients may authenticate with (mongod's default set,
+            // less MONGODB-X509 until TLS exists).
+            "authenticationMechanisms": ["SCRAM-SHA-1", "SCRAM-SHA-256"],
             crate::ingress::ENABLED: false,
             crate::ingress::RATE_PER_SEC: i32::MAX,
             crate::ingress::BURST_CAPACITY_SECS: f64::MAX,

@@ -89,6 +89,9 @@ pub fn get_cmd_line_opts(state: &ServerState) -> Document {
     if let Some(ms) = c.slow_ms {
         parsed.insert("operationProfiling", doc! {"slowOpThresholdMs": ms});
     }
+    if c.auth {
+        parsed.insert("security", doc! {"authorization": "enabled"});
+    }
     let system_log = system_log_options(c);
     if !system_log.is_empty() {
         parsed.insert("systemLog", system_log);

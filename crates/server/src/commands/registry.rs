@@ -407,6 +407,7 @@ pub static SPECS: &[Spec] = &[
         "dbStats",
         reply!(c => ddl::db_stats(c.state, c.db, c.cmd).await),
     )
+    .aliases(&["dbstats"])
     .needs(Database, &[DbStats]),
     command(
         "delete",
@@ -1187,6 +1188,8 @@ mod tests {
         ("updateUser", false, true, true),
         ("dbHash", false, false, false),
         ("dbhash", false, false, false),
+        // mongod's alias of dbStats (pymongo's auth tests call it so).
+        ("dbstats", false, false, false),
         ("filemd5", false, false, false),
         ("lockInfo", true, false, false),
         ("logRotate", true, false, false),
