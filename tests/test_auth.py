@@ -235,3 +235,75 @@ def test_only_the_user_that_opened_a_cursor_may_continue_or_kill_it(auth_server)
         assert error(lambda: bob.shop.command("killCursors", "items", cursors=[cursor_id])).code == 13
         more = ann.shop.command("getMore", cursor_id, collection="items", batchSize=10)
         assert len(more["cursor"]["nextBatch"]) == 4
+
+
+def test_custom_roles_grant_their_privileges_and_inherit_others(auth_server):
+    with client(auth_server, username="root", password="rootpw") as root:
+        root.shop.orders.insert_one({"o": 1})
+        root.shop.stock.insert_one({"s": 1})
+        root.shop.command("createRole", "orderTaker", roles=[],
+                          privileges=[{"resource": {"db": "shop", "collection": "orders"},
+                                       "actions": ["find", "insert"]}])
+        root.shop.command("createRole", "clerk", privileges=[],
+                          roles=["orderTaker", {"role": "read", "db": "hr"}])
+        root.shop.command("createUser", "tom", pwd="pw", roles=["clerk"])
+        info = root.shop.command("rolesInfo", "clerk", showPrivileges=True)["roles"][0]
+        with client(auth_server, username="tom", password="pw", authSource="shop") as tom:
+            tom.shop.orders.insert_one({"o": 2})
+            assert tom.shop.orders.count_documents({}) == 2
+            assert error(lambda: tom.shop.stock.find_one()).code == 13      # another collection
+            assert error(lambda: tom.shop.orders.delete_many({})).code == 13  # another action
+            root.hr.people.insert_one({"p": 1})
+            assert tom.hr.people.find_one()["p"] == 1                        # inherited built-in
+            # A change applies to connections already authenticated, as mongod's.
+            root.shop.command("grantPrivilegesToRole", "orderTaker",
+                              privileges=[{"resource": {"db": "shop", "collection": "orders"},
+                                           "actions": ["remove"]}])
+            assert tom.shop.orders.delete_many({}).deleted_count == 2
+            root.shop.command("revokeRolesFromRole", "clerk", roles=["orderTaker"])
+            assert error(lambda: tom.shop.orders.find_one()).code == 13
+            root.shop.command("dropUser", "tom")
+            assert error(lambda: tom.hr.people.find_one()).code == 13
+    assert (info["role"], info["db"], info["isBuiltin"]) == ("clerk", "shop", False)
+    assert info["roles"] == [{"role": "orderTaker", "db": "shop"}, {"role": "read", "db": "hr"}]
+    assert {"resource": {"db": "shop", "collection": "orders"},
+            "actions": ["find", "insert"]} in info["inheritedPrivileges"]
+
+
+def test_roles_info_lists_built_in_roles_too(server):
+    with server.client() as c:
+        roles = c.test.command("rolesInfo", 1, showBuiltinRoles=True)["roles"]
+        read = c.test.command("rolesInfo", "read", showPrivileges=True)["roles"][0]
+    names = {r["role"] for r in roles}
+    assert {"read", "readWrite", "dbAdmin", "dbOwner", "userAdmin"} <= names
+    assert "root" not in names, "root exists on admin only"
+    assert read["isBuiltin"] is True
+    assert "find" in read["privileges"][0]["actions"]
+    assert read["privileges"][0]["resource"] == {"db": "test", "collection": ""}
+
+
+@pytest.mark.parametrize("call, code", [
+    (lambda db: db.command("createRole", "r1", privileges=[], roles=[]), 51002),
+    (lambda db: db.command("createRole", "read", privileges=[], roles=[]), 2),
+    (lambda db: db.command("createRole", "r", roles=[],
+                           privileges=[{"resource": {"db": "test", "collection": ""},
+                                        "actions": ["fly"]}]), 9),
+    (lambda db: db.command("createRole", "r", roles=[],
+                           privileges=[{"resource": {"db": "other", "collection": ""},
+                                        "actions": ["find"]}]), 49),
+    (lambda db: db.command("createRole", "r", roles=[],
+                           privileges=[{"resource": {"cluster": True}, "actions": ["find"]}]), 49),
+    (lambda db: db.command("createRole", "r", roles=["nope"], privileges=[]), 31),
+    (lambda db: db.command("createRole", "r", roles=[]), 40414),
+    (lambda db: db.command("dropRole", "nope"), 31),
+    (lambda db: db.command("grantRolesToRole", "r1", roles=["r1"]), 49),
+    (lambda db: db.command("createUser", "u", pwd="x", roles=["nope"]), 31),
+])
+def test_bad_role_commands_get_mongods_errors(server, call, code):
+    with server.client() as c:
+        c.test.command("createRole", "r1", privileges=[], roles=[])
+        try:
+            assert error(lambda: call(c.test)).code == code
+        finally:
+            c.test.command("dropAllRolesFromDatabase")
+            c.test.command("dropAllUsersFromDatabase")

@@ -105,6 +105,7 @@ pub mod codes {
     pub const PROTOCOL_ERROR: i32 = 17;
     pub const AUTHENTICATION_FAILED: i32 = 18;
     pub const ROLE_NOT_FOUND: i32 = 31;
+    pub const INVALID_ROLE_MODIFICATION: i32 = 49;
     pub const MECHANISM_UNAVAILABLE: i32 = 334;
     /// createUser of a user that exists (mongod's Location51003).
     pub const USER_ALREADY_EXISTS: i32 = 51003;
@@ -208,6 +209,7 @@ pub fn code_name(code: i32) -> String {
         40 => "ConflictingUpdateOperators",
         43 => "CursorNotFound",
         48 => "NamespaceExists",
+        49 => "InvalidRoleModification",
         50 => "MaxTimeMSExpired",
         51 => "DollarPrefixedFieldName",
         52 => "DollarPrefixedFieldName",

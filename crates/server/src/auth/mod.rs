@@ -11,6 +11,7 @@
 //!   host may create the first one (mongod's localhost exception).
 
 pub mod credentials;
+pub mod role_store;
 pub mod roles;
 pub mod scram;
 pub mod users;
@@ -32,6 +33,8 @@ const CONVERSATION_ID: i32 = 1;
 pub struct Session {
     /// The user it authenticated as (mongod allows one per connection).
     pub user: Option<users::User>,
+    /// What the user may do, and the users-and-roles generation it was resolved at.
+    grants: Option<(u64, role_store::Grants)>,
     conversation: Option<Step>,
 }
 
@@ -158,6 +161,7 @@ pub async fn sasl_continue(
                 .await?
                 .ok_or_else(scram::auth_failed)?;
             conn.auth.user = Some(found);
+            conn.auth.grants = None;
             crate::logging::emit(
                 "I",
                 "ACCESS",
@@ -229,6 +233,7 @@ pub async fn hello_fields(
 /// `logout`: the connection forgets its user (mongod 7 deprecates it but runs it).
 pub fn logout(conn: &mut Conn) -> Document {
     conn.auth.user = None;
+    conn.auth.grants = None;
     conn.auth.conversation = None;
     Document::new()
 }
@@ -258,7 +263,7 @@ pub fn connection_status(conn: &Conn, cmd: &Document) -> Document {
 /// the registry, granted by its user's roles); 13 Unauthorized otherwise.
 pub async fn check(
     state: &Arc<ServerState>,
-    conn: &Conn,
+    conn: &mut Conn,
     spec: &Spec,
     db: &str,
     cmd: &Document,
@@ -271,7 +276,8 @@ pub async fn check(
         Privileges::Actions(resource, actions) => Some((resource, actions)),
         Privileges::Undecided => argument_privileges(spec.name, cmd),
     };
-    let Some(user) = &conn.auth.user else {
+    refresh_grants(state, conn).await?;
+    let (Some(user), Some((_, grants))) = (&conn.auth.user, &conn.auth.grants) else {
         if localhost_exception(state, conn, spec).await? {
             return Ok(());
         }
@@ -280,21 +286,26 @@ pub async fn check(
             format!("Command {} requires authentication", spec.name),
         ));
     };
+    let coll = match cmd.get(spec.name) {
+        Some(Bson::String(c)) => Some(c.as_str()),
+        _ if spec.name == "getMore" => cmd.get_str("collection").ok(),
+        _ => None,
+    };
     let allowed = match needed {
         Some((resource, actions)) => actions
             .iter()
-            .all(|a| roles::allows(&user.roles, resource, db, *a)),
+            .all(|a| grants.allows(resource, db, coll, *a)),
         // Not written down yet: only a user who may do anything.
         None => {
-            roles::allows(
-                &user.roles,
+            grants.allows(
                 Resource::Cluster,
                 db,
+                None,
                 crate::commands::registry::Action::Shutdown,
-            ) && roles::allows(
-                &user.roles,
+            ) && grants.allows(
                 Resource::Collection,
                 db,
+                coll,
                 crate::commands::registry::Action::Remove,
             )
         }
@@ -310,6 +321,32 @@ pub async fn check(
             ),
         ))
     }
+}
+
+/// Resolves the connection's grants again when users or roles changed since (a
+/// dropped user is no longer authenticated), as mongod invalidates its user cache.
+async fn refresh_grants(state: &Arc<ServerState>, conn: &mut Conn) -> Result<()> {
+    let generation = role_store::generation();
+    if conn
+        .auth
+        .grants
+        .as_ref()
+        .is_some_and(|(g, _)| *g == generation)
+    {
+        return Ok(());
+    }
+    let Some(user) = conn.auth.user.take() else {
+        conn.auth.grants = None;
+        return Ok(());
+    };
+    let Some(current) = users::find(state, &user.user, &user.db).await? else {
+        conn.auth.grants = None;
+        return Ok(());
+    };
+    let grants = role_store::resolve(state, &current.roles).await?;
+    conn.auth.user = Some(current);
+    conn.auth.grants = Some((generation, grants));
+    Ok(())
 }
 
 /// getMore and killCursors: only the user that opened a cursor may continue or kill

@@ -234,6 +234,26 @@ pub fn built_in(role: &str, db: &str) -> Option<Vec<Grant>> {
     }
 }
 
+/// A built-in grant as rolesInfo shows a privilege (`resource`, `actions`) of a role on
+/// `db`.
+pub fn grant_document(g: &Grant, db: &str) -> Document {
+    let resource = match g.scope {
+        Scope::Database => doc! {"db": db, "collection": ""},
+        Scope::AnyDatabase => doc! {"db": "", "collection": ""},
+        Scope::Cluster => doc! {"cluster": true},
+        Scope::Anything => doc! {"anyResource": true},
+    };
+    let actions: Vec<Bson> = if g.scope == Scope::Anything {
+        vec![Bson::String("anyAction".into())]
+    } else {
+        g.actions
+            .iter()
+            .map(|a| Bson::String(a.name().into()))
+            .collect()
+    };
+    doc! {"resource": resource, "actions": actions}
+}
+
 /// Whether the roles grant `action` on `resource` of the command's database `db`.
 pub fn allows(roles: &[RoleName], resource: Resource, db: &str, action: Action) -> bool {
     roles.iter().any(|r| {

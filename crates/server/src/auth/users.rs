@@ -149,7 +149,8 @@ fn user_arg(cmd: &Document, name: &str) -> Result<String> {
     }
 }
 
-fn parse_roles(
+async fn parse_roles(
+    state: &Arc<ServerState>,
     cmd: &Document,
     field: &str,
     db: &str,
@@ -162,7 +163,7 @@ fn parse_roles(
                 .map(|r| RoleName::parse(r, db))
                 .collect::<Result<Vec<_>>>()?;
             for r in &roles {
-                r.check_exists()?;
+                super::role_store::check_exists(state, r).await?;
             }
             Ok(Some(roles))
         }
@@ -238,7 +239,9 @@ fn roles_bson(roles: &[RoleName]) -> Bson {
 pub async fn create_user(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let user = user_arg(cmd, "createUser")?;
     check_user_db(db)?;
-    let roles = parse_roles(cmd, "roles", db, true)?.unwrap_or_default();
+    let roles = parse_roles(state, cmd, "roles", db, true)
+        .await?
+        .unwrap_or_default();
     let mechanisms = parse_mechanisms(cmd)?;
     let mut stored = doc! {
         "_id": format!("{db}.{user}"),
@@ -264,6 +267,7 @@ pub async fn create_user(state: &Arc<ServerState>, db: &str, cmd: &Document) -> 
         e.insert_documents(&users_ns(), vec![stored], true)
     })
     .await?;
+    super::role_store::bump_generation();
     if let Some(w) = outcome.errors.first().map(|w| &w.error) {
         if w.code == codes::DUPLICATE_KEY {
             return Err(Error::new(
@@ -285,6 +289,7 @@ async fn rewrite(state: &Arc<ServerState>, user: &str, db: &str, set: Document) 
         ..Default::default()
     };
     let outcome = blocking(state, move |e| e.update(&users_ns(), vec![op], true)).await?;
+    super::role_store::bump_generation();
     if let Some(w) = outcome.errors.first() {
         return Err(w.error.clone());
     }
@@ -304,7 +309,7 @@ pub async fn update_user(state: &Arc<ServerState>, db: &str, cmd: &Document) -> 
         .await?
         .ok_or_else(|| not_found(&user, db))?;
     let mut set = Document::new();
-    if let Some(roles) = parse_roles(cmd, "roles", db, false)? {
+    if let Some(roles) = parse_roles(state, cmd, "roles", db, false).await? {
         set.insert("roles", roles_bson(&roles));
     }
     if let Some(c) = opt_doc(cmd, "customData")? {
@@ -369,6 +374,7 @@ async fn delete(state: &Arc<ServerState>, q: Document) -> Result<u64> {
         ..Default::default()
     };
     let outcome = blocking(state, move |e| e.delete(&users_ns(), vec![op], true)).await?;
+    super::role_store::bump_generation();
     if let Some(w) = outcome.errors.first() {
         return Err(w.error.clone());
     }
@@ -388,7 +394,9 @@ pub async fn change_roles(
         "revokeRolesFromUser"
     };
     let user = user_arg(cmd, name)?;
-    let given = parse_roles(cmd, "roles", db, true)?.unwrap_or_default();
+    let given = parse_roles(state, cmd, "roles", db, true)
+        .await?
+        .unwrap_or_default();
     let existing = find(state, &user, db)
         .await?
         .ok_or_else(|| not_found(&user, db))?;

@@ -183,6 +183,138 @@ pub enum Action {
     Validate,
 }
 
+impl Action {
+    /// mongod's name of the action (in roles' `privileges`); the user and role
+    /// commands' many actions are one here ([`USER_ADMIN_ACTIONS`]).
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::AppendOplogNote => "appendOplogNote",
+            Action::ApplyOps => "applyOps",
+            Action::ChangeStream => "changeStream",
+            Action::CheckFreeMonitoringStatus => "checkFreeMonitoringStatus",
+            Action::CollMod => "collMod",
+            Action::CollStats => "collStats",
+            Action::Compact => "compact",
+            Action::ConvertToCapped => "convertToCapped",
+            Action::CreateCollection => "createCollection",
+            Action::CreateIndex => "createIndex",
+            Action::DbHash => "dbHash",
+            Action::DbStats => "dbStats",
+            Action::DropCollection => "dropCollection",
+            Action::DropDatabase => "dropDatabase",
+            Action::DropIndex => "dropIndex",
+            Action::EnableProfiler => "enableProfiler",
+            Action::Find => "find",
+            Action::Fsync => "fsync",
+            Action::GetCmdLineOpts => "getCmdLineOpts",
+            Action::GetDefaultRWConcern => "getDefaultRWConcern",
+            Action::GetLog => "getLog",
+            Action::GetParameter => "getParameter",
+            Action::HostInfo => "hostInfo",
+            Action::Inprog => "inprog",
+            Action::Insert => "insert",
+            Action::KillAnySession => "killAnySession",
+            Action::KillCursors => "killCursors",
+            Action::Killop => "killop",
+            Action::ListCollections => "listCollections",
+            Action::ListDatabases => "listDatabases",
+            Action::LogRotate => "logRotate",
+            Action::PlanCacheIndexFilter => "planCacheIndexFilter",
+            Action::PlanCacheRead => "planCacheRead",
+            Action::PlanCacheWrite => "planCacheWrite",
+            Action::ReIndex => "reIndex",
+            Action::ListIndexes => "listIndexes",
+            Action::Remove => "remove",
+            Action::ReplSetConfigure => "replSetConfigure",
+            Action::ReplSetGetConfig => "replSetGetConfig",
+            Action::ReplSetGetStatus => "replSetGetStatus",
+            Action::ServerStatus => "serverStatus",
+            Action::SetDefaultRWConcern => "setDefaultRWConcern",
+            Action::SetFeatureCompatibilityVersion => "setFeatureCompatibilityVersion",
+            Action::SetParameter => "setParameter",
+            Action::Shutdown => "shutdown",
+            Action::Top => "top",
+            Action::Unlock => "unlock",
+            Action::Update => "update",
+            Action::Validate => "validate",
+            Action::UserAdmin => "createUser",
+        }
+    }
+
+    /// The action of one of mongod's action names; None for an action no command
+    /// here needs (a role may still name it: it grants nothing yet).
+    pub fn parse(name: &str) -> Option<Action> {
+        Some(match name {
+            "appendOplogNote" => Action::AppendOplogNote,
+            "applyOps" => Action::ApplyOps,
+            "changeStream" => Action::ChangeStream,
+            "checkFreeMonitoringStatus" => Action::CheckFreeMonitoringStatus,
+            "collMod" => Action::CollMod,
+            "collStats" => Action::CollStats,
+            "compact" => Action::Compact,
+            "convertToCapped" => Action::ConvertToCapped,
+            "createCollection" => Action::CreateCollection,
+            "createIndex" => Action::CreateIndex,
+            "dbHash" => Action::DbHash,
+            "dbStats" => Action::DbStats,
+            "dropCollection" => Action::DropCollection,
+            "dropDatabase" => Action::DropDatabase,
+            "dropIndex" => Action::DropIndex,
+            "enableProfiler" => Action::EnableProfiler,
+            "find" => Action::Find,
+            "fsync" => Action::Fsync,
+            "getCmdLineOpts" => Action::GetCmdLineOpts,
+            "getDefaultRWConcern" => Action::GetDefaultRWConcern,
+            "getLog" => Action::GetLog,
+            "getParameter" => Action::GetParameter,
+            "hostInfo" => Action::HostInfo,
+            "inprog" => Action::Inprog,
+            "insert" => Action::Insert,
+            "killAnySession" => Action::KillAnySession,
+            "killCursors" => Action::KillCursors,
+            "killop" => Action::Killop,
+            "listCollections" => Action::ListCollections,
+            "listDatabases" => Action::ListDatabases,
+            "logRotate" => Action::LogRotate,
+            "planCacheIndexFilter" => Action::PlanCacheIndexFilter,
+            "planCacheRead" => Action::PlanCacheRead,
+            "planCacheWrite" => Action::PlanCacheWrite,
+            "reIndex" => Action::ReIndex,
+            "listIndexes" => Action::ListIndexes,
+            "remove" => Action::Remove,
+            "replSetConfigure" => Action::ReplSetConfigure,
+            "replSetGetConfig" => Action::ReplSetGetConfig,
+            "replSetGetStatus" => Action::ReplSetGetStatus,
+            "serverStatus" => Action::ServerStatus,
+            "setDefaultRWConcern" => Action::SetDefaultRWConcern,
+            "setFeatureCompatibilityVersion" => Action::SetFeatureCompatibilityVersion,
+            "setParameter" => Action::SetParameter,
+            "shutdown" => Action::Shutdown,
+            "top" => Action::Top,
+            "unlock" => Action::Unlock,
+            "update" => Action::Update,
+            "validate" => Action::Validate,
+            n if USER_ADMIN_ACTIONS.contains(&n) => Action::UserAdmin,
+            _ => return None,
+        })
+    }
+}
+
+/// mongod's actions of the user and role commands, all [`Action::UserAdmin`] here.
+pub const USER_ADMIN_ACTIONS: &[&str] = &[
+    "changeCustomData",
+    "changePassword",
+    "createRole",
+    "createUser",
+    "dropRole",
+    "dropUser",
+    "grantRole",
+    "revokeRole",
+    "setAuthenticationRestriction",
+    "viewRole",
+    "viewUser",
+];
+
 /// A spec with every flag off and its privileges undecided; the builder methods below
 /// turn flags on.
 const fn command(name: &'static str, handler: Handler) -> Spec {
@@ -379,6 +511,13 @@ pub static SPECS: &[Spec] = &[
     .in_transaction()
     .needs(Collection, &[CreateIndex]),
     command(
+        "createRole",
+        reply!(c => crate::auth::role_store::create_role(c.state, c.db, c.cmd).await),
+    )
+    .writes(Adds)
+    .write_concern()
+    .needs(Database, &[UserAdmin]),
+    command(
         "createUser",
         reply!(c => crate::auth::users::create_user(c.state, c.db, c.cmd).await),
     )
@@ -431,6 +570,13 @@ pub static SPECS: &[Spec] = &[
         .api_v1()
         .needs(Collection, &[DropCollection]),
     command(
+        "dropAllRolesFromDatabase",
+        reply!(c => crate::auth::role_store::drop_all_roles(c.state, c.db).await),
+    )
+    .writes(Removes)
+    .write_concern()
+    .needs(Database, &[UserAdmin]),
+    command(
         "dropAllUsersFromDatabase",
         reply!(c => crate::auth::users::drop_all_users(c.state, c.db).await),
     )
@@ -454,6 +600,13 @@ pub static SPECS: &[Spec] = &[
     .write_concern()
     .api_v1()
     .needs(Collection, &[DropIndex]),
+    command(
+        "dropRole",
+        reply!(c => crate::auth::role_store::drop_role(c.state, c.db, c.cmd).await),
+    )
+    .writes(Removes)
+    .write_concern()
+    .needs(Database, &[UserAdmin]),
     command(
         "dropUser",
         reply!(c => crate::auth::users::drop_user(c.state, c.db, c.cmd).await),
@@ -540,6 +693,20 @@ pub static SPECS: &[Spec] = &[
     )
     .admin_only()
     .needs(Cluster, &[GetParameter]),
+    command(
+        "grantPrivilegesToRole",
+        reply!(c => crate::auth::role_store::change_privileges(c.state, c.db, c.cmd, true).await),
+    )
+    .writes(Adds)
+    .write_concern()
+    .needs(Database, &[UserAdmin]),
+    command(
+        "grantRolesToRole",
+        reply!(c => crate::auth::role_store::change_inherited(c.state, c.db, c.cmd, true).await),
+    )
+    .writes(Adds)
+    .write_concern()
+    .needs(Database, &[UserAdmin]),
     command(
         "grantRolesToUser",
         reply!(c => crate::auth::users::change_roles(c.state, c.db, c.cmd, true).await),
@@ -712,11 +879,30 @@ pub static SPECS: &[Spec] = &[
     )
     .open(),
     command(
+        "revokePrivilegesFromRole",
+        reply!(c => crate::auth::role_store::change_privileges(c.state, c.db, c.cmd, false).await),
+    )
+    .writes(Adds)
+    .write_concern()
+    .needs(Database, &[UserAdmin]),
+    command(
+        "revokeRolesFromRole",
+        reply!(c => crate::auth::role_store::change_inherited(c.state, c.db, c.cmd, false).await),
+    )
+    .writes(Adds)
+    .write_concern()
+    .needs(Database, &[UserAdmin]),
+    command(
         "revokeRolesFromUser",
         reply!(c => crate::auth::users::change_roles(c.state, c.db, c.cmd, false).await),
     )
     .writes(Adds)
     .write_concern()
+    .needs(Database, &[UserAdmin]),
+    command(
+        "rolesInfo",
+        reply!(c => crate::auth::role_store::roles_info(c.state, c.db, c.cmd).await),
+    )
     .needs(Database, &[UserAdmin]),
     command(
         "saslContinue",
@@ -791,6 +977,13 @@ pub static SPECS: &[Spec] = &[
     .api_v1()
     .in_transaction()
     .needs(Collection, &[Update]),
+    command(
+        "updateRole",
+        reply!(c => crate::auth::role_store::update_role(c.state, c.db, c.cmd).await),
+    )
+    .writes(Adds)
+    .write_concern()
+    .needs(Database, &[UserAdmin]),
     command(
         "updateUser",
         reply!(c => crate::auth::users::update_user(c.state, c.db, c.cmd).await),
@@ -1179,8 +1372,17 @@ mod tests {
     const ADDED: &[(&str, bool, bool, bool)] = &[
         ("applyOps", false, true, true),
         ("compact", false, false, false),
-        // Issue 29: the user commands.
+        // Issue 29: the user and role commands.
+        ("createRole", false, true, true),
         ("createUser", false, true, true),
+        ("dropAllRolesFromDatabase", false, true, true),
+        ("dropRole", false, true, true),
+        ("grantPrivilegesToRole", false, true, true),
+        ("grantRolesToRole", false, true, true),
+        ("revokePrivilegesFromRole", false, true, true),
+        ("revokeRolesFromRole", false, true, true),
+        ("rolesInfo", false, false, false),
+        ("updateRole", false, true, true),
         ("dropAllUsersFromDatabase", false, true, true),
         ("dropUser", false, true, true),
         ("grantRolesToUser", false, true, true),
@@ -1209,7 +1411,12 @@ mod tests {
     ];
 
     /// Of `ADDED`, those that only remove data (they run below the free-space floor).
-    const ADDED_REMOVING: &[&str] = &["dropAllUsersFromDatabase", "dropUser"];
+    const ADDED_REMOVING: &[&str] = &[
+        "dropAllRolesFromDatabase",
+        "dropAllUsersFromDatabase",
+        "dropRole",
+        "dropUser",
+    ];
 
     /// Of `ADDED`, those in API version 1.
     const ADDED_API_V1: &[&str] = &["testVersion1"];
