@@ -323,6 +323,11 @@ def main(argv=None) -> int:
         w(f"| CI selection: {', '.join(m.split('/')[-1] for m in ci_modules)} | **{ci_line}** | "
           "counted in the same run | `bash conformance/run.sh --ci` (about 2 minutes; fails when "
           "fewer pass than `conformance/ratchet.txt`; `scripts/test.sh` runs it) |")
+    # Runs of other configurations (authentication, TLS), measured separately and kept
+    # by hand in other-runs.md as rows of this table.
+    other_runs = Path(__file__).with_name("other-runs.md")
+    if other_runs.exists():
+        L.extend(line for line in other_runs.read_text().splitlines() if line.startswith("|"))
     w("")
     w("## This run")
     w("")

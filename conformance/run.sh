@@ -22,6 +22,7 @@
 #   --output FILE         where to write the report (default: CONFORMANCE.md at the repo root for
 #                         an unfiltered full run, else the results directory)
 #   --no-report           run the tests, skip report.py
+#   --strict              with --no-report: exit 1 when a test failed (a selection in CI)
 #   -h, --help
 #
 # Environment: TAILSTREAM_BIN (server binary), CARGO_TARGET_DIR, TAILSTREAM_CACHE (cache root,
@@ -44,6 +45,8 @@ FILTERS=()
 PYTEST_EXTRA=()
 SYNC_ONLY=0
 AUTH=0
+STRICT=0
+ANY_FAILED=0
 UPDATE_RATCHET=0
 DO_REPORT=1
 OUTPUT=""
@@ -65,6 +68,7 @@ while [ $# -gt 0 ]; do
         --output) [ $# -ge 2 ] || die "--output needs a value"; OUTPUT="$2"; shift ;;
         --output=*) OUTPUT="${1#*=}" ;;
         --no-report) DO_REPORT=0 ;;
+        --strict) STRICT=1 ;;
         -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         --) shift; PYTEST_EXTRA+=("$@"); break ;;
         *) PYTEST_EXTRA+=("$1") ;;
@@ -295,6 +299,7 @@ run_phase() {
                 --timeout="$TEST_TIMEOUT" --tb=short -q "${args[@]}" ${PYTEST_EXTRA[@]+"${PYTEST_EXTRA[@]}"}
         ) >"$out" 2>&1 9>&- || rc=$?
         took=$((SECONDS - t0))
+        [ "$rc" = 1 ] && ANY_FAILED=1
         log "pytest ($name, attempt $attempt) exited $rc after ${took}s: $(grep -E '^(=+ )?[0-9]+ (passed|failed|error|skipped|deselected)|no tests ran' "$out" | tail -n 1 | tr -d '=' | xargs || true)"
         if [ -s "$xml" ]; then JUNITS+=("$xml"); else log "pytest ($name, attempt $attempt) wrote no junit XML"; fi
         if ! kill -0 "$SERVER_PID" 2>/dev/null; then
@@ -369,6 +374,10 @@ stop_server
 # ---- report ---------------------------------------------------------------------------
 if [ "$DO_REPORT" = 0 ]; then
     log "results in $RESULTS (report skipped)"
+    if [ "$STRICT" = 1 ] && [ "$ANY_FAILED" = 1 ]; then
+        log "tests failed (see $RESULTS)"
+        exit 1
+    fi
     exit 0
 fi
 if [ -z "$OUTPUT" ]; then
