@@ -14,6 +14,7 @@ pub mod credentials;
 pub mod role_store;
 pub mod roles;
 pub mod scram;
+pub mod store;
 pub mod users;
 
 use crate::commands::args::opt_doc;
@@ -43,6 +44,11 @@ enum Step {
     /// Waiting for the client's proof.
     Proof {
         conversation: Box<scram::Conversation>,
+        /// The user, as read when the conversation started, and the users-and-roles
+        /// generation before that read: its grants are resolved at that generation
+        /// (a change since makes the next command resolve them again).
+        user: Box<users::User>,
+        generation: u64,
         skip_empty_exchange: bool,
         speculative: bool,
     },
@@ -104,14 +110,18 @@ pub async fn sasl_start(
     let first = scram::parse_client_first(&payload).inspect_err(|_| {
         log_failure(conn, mechanism, "", db, speculative);
     })?;
+    let generation = store::generation();
     let user = users::find(state, &first.user, db).await?;
-    let Some(credential) = user.as_ref().and_then(|u| u.credential(mechanism)) else {
+    let Some((user, credential)) = user.and_then(|u| u.credential(mechanism).map(|c| (u, c)))
+    else {
         log_failure(conn, mechanism, &first.user, db, speculative);
         return Err(scram::auth_failed());
     };
     let (conversation, reply) = scram::Conversation::start(mechanism, first, db, credential);
     conn.auth.conversation = Some(Step::Proof {
         conversation: Box::new(conversation),
+        user: Box::new(user),
+        generation,
         skip_empty_exchange,
         speculative,
     });
@@ -141,6 +151,8 @@ pub async fn sasl_continue(
         ),
         Step::Proof {
             conversation,
+            user: found,
+            generation,
             skip_empty_exchange,
             speculative,
         } => {
@@ -156,12 +168,9 @@ pub async fn sasl_continue(
                     return Err(e);
                 }
             };
-            // The user's roles as they are now (a concurrent change applies from here).
-            let found = users::find(state, &user, &db)
-                .await?
-                .ok_or_else(scram::auth_failed)?;
-            conn.auth.user = Some(found);
-            conn.auth.grants = None;
+            let grants = role_store::resolve(state, &found.roles).await?;
+            conn.auth.user = Some(*found);
+            conn.auth.grants = Some((generation, grants));
             crate::logging::emit(
                 "I",
                 "ACCESS",
@@ -326,7 +335,7 @@ pub async fn check(
 /// Resolves the connection's grants again when users or roles changed since (a
 /// dropped user is no longer authenticated), as mongod invalidates its user cache.
 async fn refresh_grants(state: &Arc<ServerState>, conn: &mut Conn) -> Result<()> {
-    let generation = role_store::generation();
+    let generation = store::generation();
     if conn
         .auth
         .grants

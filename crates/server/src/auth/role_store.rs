@@ -5,34 +5,19 @@
 //! or through custom roles, and the custom roles' privileges.
 
 use super::roles::{self, RoleName};
+use super::store;
 use crate::commands::args::{opt_bool, wrong_field_type};
-use crate::commands::blocking;
 use crate::commands::registry::{Action, Resource};
 use crate::state::ServerState;
 use bson::{doc, Bson, Document};
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tailstream_engine::find::FindRequest;
 use tailstream_engine::namespace::Namespace;
 use tailstream_engine::query::error::{codes, Error, Result};
 
 /// Roles inherited through at most this many levels (mongod refuses cycles; this also
 /// bounds a resolution's reads).
 const MAX_ROLE_DEPTH: usize = 32;
-
-/// Bumped by every change to users or roles: a connection's resolved grants older
-/// than it are resolved again before its next command (mongod's user cache
-/// invalidation), so a change applies to connections already authenticated.
-static GENERATION: AtomicU64 = AtomicU64::new(1);
-
-pub fn generation() -> u64 {
-    GENERATION.load(Ordering::Acquire)
-}
-
-pub fn bump_generation() {
-    GENERATION.fetch_add(1, Ordering::AcqRel);
-}
 
 pub fn roles_ns() -> Namespace {
     Namespace::new("admin", "system.roles")
@@ -233,20 +218,11 @@ fn roles_bson(roles: &[RoleName]) -> Vec<Bson> {
 }
 
 async fn load(state: &Arc<ServerState>, filter: Document) -> Result<Vec<Role>> {
-    blocking(state, move |e| {
-        let mut out = Vec::new();
-        let req = FindRequest {
-            filter,
-            sort: Some(doc! {"_id": 1}),
-            ..Default::default()
-        };
-        e.for_each_batch(&roles_ns(), req, None, |docs| {
-            out.extend(docs);
-            Ok(std::ops::ControlFlow::Continue(()))
-        })?;
-        out.iter().map(Role::from_document).collect()
-    })
-    .await
+    store::load(state, roles_ns(), filter)
+        .await?
+        .iter()
+        .map(Role::from_document)
+        .collect()
 }
 
 async fn find(state: &Arc<ServerState>, name: &RoleName) -> Result<Option<Role>> {
@@ -358,30 +334,21 @@ async fn parse_roles(
     Ok(Some(roles))
 }
 
+/// Stores a new role (`insert`) or replaces the stored one.
 async fn write(state: &Arc<ServerState>, role: Role, insert: bool) -> Result<()> {
-    let name = role.name.clone();
     let doc = role.to_document();
-    let outcome = if insert {
-        blocking(state, move |e| {
-            e.insert_documents(&roles_ns(), vec![doc], true)
+    let id = format!("{}.{}", role.name.db, role.name.role);
+    if insert {
+        let name = role.name;
+        store::insert(state, roles_ns(), doc, || {
+            Error::new(
+                codes::ROLE_ALREADY_EXISTS,
+                format!("Role \"{}@{}\" already exists", name.role, name.db),
+            )
         })
-        .await?
+        .await
     } else {
-        let op = tailstream_engine::write::UpdateOp {
-            q: doc! {"_id": doc.get_str("_id").unwrap_or_default()},
-            u: Bson::Document(doc),
-            ..Default::default()
-        };
-        blocking(state, move |e| e.update(&roles_ns(), vec![op], true)).await?
-    };
-    bump_generation();
-    match outcome.errors.first().map(|w| &w.error) {
-        Some(e) if e.code == codes::DUPLICATE_KEY => Err(Error::new(
-            codes::ROLE_ALREADY_EXISTS,
-            format!("Role \"{}@{}\" already exists", name.role, name.db),
-        )),
-        Some(e) => Err(e.clone()),
-        None => Ok(()),
+        store::update(state, roles_ns(), id, doc).await.map(|_| ())
     }
 }
 
@@ -527,22 +494,11 @@ pub async fn drop_role(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
 }
 
 pub async fn drop_all_roles(state: &Arc<ServerState>, db: &str) -> Result<Document> {
-    let n = delete(state, doc! {"db": db}).await?;
-    Ok(doc! {"n": i64::try_from(n).unwrap_or(i64::MAX)})
+    Ok(store::count_reply(delete(state, doc! {"db": db}).await?))
 }
 
-async fn delete(state: &Arc<ServerState>, q: Document) -> Result<u64> {
-    let op = tailstream_engine::write::DeleteOp {
-        q,
-        limit: 0,
-        ..Default::default()
-    };
-    let outcome = blocking(state, move |e| e.delete(&roles_ns(), vec![op], true)).await?;
-    bump_generation();
-    if let Some(w) = outcome.errors.first() {
-        return Err(w.error.clone());
-    }
-    Ok(outcome.n)
+async fn delete(state: &Arc<ServerState>, filter: Document) -> Result<u64> {
+    store::delete(state, roles_ns(), filter).await
 }
 
 /// rolesInfo: `1` (the database's custom roles; `showBuiltinRoles` adds the built-in

@@ -7,12 +7,11 @@
 
 use super::credentials::{credentials_document, Credential, Mechanism, ALL_MECHANISMS};
 use super::roles::RoleName;
+use super::store;
 use crate::commands::args::{opt_bool, opt_doc};
-use crate::commands::blocking;
 use crate::state::ServerState;
 use bson::{doc, Bson, Document};
 use std::sync::Arc;
-use tailstream_engine::find::FindRequest;
 use tailstream_engine::namespace::Namespace;
 use tailstream_engine::query::error::{codes, Error, Result};
 
@@ -103,23 +102,12 @@ impl User {
 }
 
 /// The users matching `filter` in `admin.system.users`.
-fn load(
-    state: &Arc<ServerState>,
-    filter: Document,
-) -> impl std::future::Future<Output = Result<Vec<User>>> + '_ {
-    blocking(state, move |e| {
-        let mut out = Vec::new();
-        let req = FindRequest {
-            filter,
-            sort: Some(doc! {"_id": 1}),
-            ..Default::default()
-        };
-        e.for_each_batch(&users_ns(), req, None, |docs| {
-            out.extend(docs);
-            Ok(std::ops::ControlFlow::Continue(()))
-        })?;
-        out.into_iter().map(User::from_document).collect()
-    })
+async fn load(state: &Arc<ServerState>, filter: Document) -> Result<Vec<User>> {
+    store::load(state, users_ns(), filter)
+        .await?
+        .into_iter()
+        .map(User::from_document)
+        .collect()
 }
 
 /// One user, if it exists.
@@ -263,37 +251,26 @@ pub async fn create_user(state: &Arc<ServerState>, db: &str, cmd: &Document) -> 
     if let Some(c) = opt_doc(cmd, "customData")? {
         stored.insert("customData", c);
     }
-    let outcome = blocking(state, move |e| {
-        e.insert_documents(&users_ns(), vec![stored], true)
+    store::insert(state, users_ns(), stored, || {
+        Error::new(
+            codes::USER_ALREADY_EXISTS,
+            format!("User \"{user}@{db}\" already exists"),
+        )
     })
     .await?;
-    super::role_store::bump_generation();
-    if let Some(w) = outcome.errors.first().map(|w| &w.error) {
-        if w.code == codes::DUPLICATE_KEY {
-            return Err(Error::new(
-                codes::USER_ALREADY_EXISTS,
-                format!("User \"{user}@{db}\" already exists"),
-            ));
-        }
-        return Err(w.clone());
-    }
     Ok(Document::new())
 }
 
 /// Replaces the stored user document's fields in `set`.
 async fn rewrite(state: &Arc<ServerState>, user: &str, db: &str, set: Document) -> Result<()> {
-    let id = format!("{db}.{user}");
-    let op = tailstream_engine::write::UpdateOp {
-        q: doc! {"_id": id},
-        u: Bson::Document(doc! {"$set": set}),
-        ..Default::default()
-    };
-    let outcome = blocking(state, move |e| e.update(&users_ns(), vec![op], true)).await?;
-    super::role_store::bump_generation();
-    if let Some(w) = outcome.errors.first() {
-        return Err(w.error.clone());
-    }
-    if outcome.n == 0 {
+    let matched = store::update(
+        state,
+        users_ns(),
+        format!("{db}.{user}"),
+        doc! {"$set": set},
+    )
+    .await?;
+    if matched == 0 {
         return Err(not_found(user, db));
     }
     Ok(())
@@ -363,22 +340,11 @@ pub async fn drop_user(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
 }
 
 pub async fn drop_all_users(state: &Arc<ServerState>, db: &str) -> Result<Document> {
-    let n = delete(state, doc! {"db": db}).await?;
-    Ok(doc! {"n": i64::try_from(n).unwrap_or(i64::MAX)})
+    Ok(store::count_reply(delete(state, doc! {"db": db}).await?))
 }
 
-async fn delete(state: &Arc<ServerState>, q: Document) -> Result<u64> {
-    let op = tailstream_engine::write::DeleteOp {
-        q,
-        limit: 0,
-        ..Default::default()
-    };
-    let outcome = blocking(state, move |e| e.delete(&users_ns(), vec![op], true)).await?;
-    super::role_store::bump_generation();
-    if let Some(w) = outcome.errors.first() {
-        return Err(w.error.clone());
-    }
-    Ok(outcome.n)
+async fn delete(state: &Arc<ServerState>, filter: Document) -> Result<u64> {
+    store::delete(state, users_ns(), filter).await
 }
 
 /// grantRolesToUser / revokeRolesFromUser.
