@@ -11,7 +11,7 @@ from bson import Binary
 from pymongo import MongoClient
 from pymongo.errors import OperationFailure
 
-from conftest import TailstreamServer
+from conftest import TailstreamServer, eventually
 
 
 def client(srv, **kw):
@@ -307,3 +307,42 @@ def test_bad_role_commands_get_mongods_errors(server, call, code):
         finally:
             c.test.command("dropAllRolesFromDatabase")
             c.test.command("dropAllUsersFromDatabase")
+
+
+def test_own_operations_need_no_inprog_or_killop(auth_server):
+    """currentOp with `$ownOps` (and `$currentOp: {ownOps: true}`) shows a user its own
+    operations, which it may also kill, without inprog / killop."""
+    import threading
+    with client(auth_server, username="root", password="rootpw") as root:
+        root.shop.items.insert_one({"a": 1})
+        root.admin.command("createUser", "ann", pwd="pw", roles=[{"role": "read", "db": "shop"}])
+    with client(auth_server, username="ann", password="pw", appname="ann-app") as ann:
+        assert error(lambda: ann.admin.command("currentOp")).code == 13
+        failures = []
+
+        def slow_read():
+            try:
+                ann.shop.items.find_one({"$where": "sleep(5000) || true"})
+            except OperationFailure as e:
+                failures.append(e.code)
+
+        reader = threading.Thread(target=slow_read)
+        reader.start()
+        try:
+            def mine():
+                ops = ann.admin.command({"currentOp": 1, "$ownOps": True})["inprog"]
+                return [o for o in ops if o.get("command", {}).get("find") == "items"]
+            ops = eventually(mine)
+            assert ops and ops[0]["effectiveUsers"] == [{"user": "ann", "db": "admin"}], ops
+            staged = list(ann.admin.aggregate([{"$currentOp": {"ownOps": True}}]))
+            assert any(o.get("opid") == ops[0]["opid"] for o in staged)
+            with client(auth_server, username="root", password="rootpw") as root:
+                root.admin.command("createUser", "bob", pwd="pw", roles=[{"role": "read", "db": "shop"}])
+            with client(auth_server, username="bob", password="pw") as bob:
+                theirs = bob.admin.command({"currentOp": 1, "$ownOps": True})["inprog"]
+                assert all(o.get("command", {}).get("find") != "items" for o in theirs)
+                assert error(lambda: bob.admin.command("killOp", op=ops[0]["opid"])).code == 13
+            assert ann.admin.command("killOp", op=ops[0]["opid"])["ok"] == 1
+        finally:
+            reader.join()
+    assert failures == [11601], failures

@@ -28,6 +28,8 @@ pub struct ConnInfo {
     pub client: OnceLock<Document>,
     /// The command it is running, if any.
     pub running: Mutex<Option<Running>>,
+    /// The user it authenticated as (`user@db`), for `$ownOps` and `effectiveUsers`.
+    pub user: Mutex<Option<String>>,
 }
 
 impl ConnInfo {
@@ -75,6 +77,9 @@ impl Default for Registry {
 pub struct Options {
     pub idle_connections: bool,
     pub idle_cursors: bool,
+    /// Only the operations and cursors of this user (`$ownOps` / `ownOps`; the
+    /// caller's user, None when it has none: then nothing is its own).
+    pub own_ops: Option<Option<String>>,
 }
 
 impl Registry {
@@ -84,6 +89,7 @@ impl Registry {
             peer,
             client: OnceLock::new(),
             running: Mutex::new(None),
+            user: Mutex::new(None),
         });
         self.conns.lock().insert(id, info.clone());
         info
@@ -132,6 +138,35 @@ impl Registry {
     }
 
     /// Kills the operation `opid` with Interrupted; whether it was running.
+    /// The user (`user@db`) of the connection running the current command (the one
+    /// whose operation is `op`).
+    pub fn user_running(&self, op: &Arc<Operation>) -> Option<String> {
+        let conns: Vec<Arc<ConnInfo>> = self.conns.lock().values().cloned().collect();
+        conns.into_iter().find_map(|c| {
+            let running = c.running.lock();
+            let mine = running.as_ref().is_some_and(|r| Arc::ptr_eq(&r.op, op));
+            drop(running);
+            if mine {
+                c.user.lock().clone()
+            } else {
+                None
+            }
+        })
+    }
+
+    /// The user of the connection running operation `opid`, if that operation runs.
+    pub fn user_of_opid(&self, opid: i64) -> Option<Option<String>> {
+        let conns: Vec<Arc<ConnInfo>> = self.conns.lock().values().cloned().collect();
+        conns.into_iter().find_map(|c| {
+            let runs = c
+                .running
+                .lock()
+                .as_ref()
+                .is_some_and(|r| i64::from(r.opid) == opid);
+            runs.then(|| c.user.lock().clone())
+        })
+    }
+
     pub fn kill(&self, opid: i64) -> bool {
         let conns: Vec<Arc<ConnInfo>> = self.conns.lock().values().cloned().collect();
         for c in conns {
@@ -158,6 +193,12 @@ impl Registry {
             .unwrap_or_else(|_| now.to_string());
         let mut out = Vec::new();
         for c in conns {
+            let user = c.user.lock().clone();
+            if let Some(own) = &opts.own_ops {
+                if own.is_none() || *own != user {
+                    continue;
+                }
+            }
             let mut d = doc! {
                 "type": "op",
                 "host": host.clone(),
@@ -167,6 +208,12 @@ impl Registry {
             };
             if let Some(meta) = c.client.get() {
                 d.insert("clientMetadata", meta.clone());
+            }
+            if let Some((name, db)) = user.as_deref().and_then(|u| u.rsplit_once('@')) {
+                d.insert(
+                    "effectiveUsers",
+                    vec![Bson::Document(doc! {"user": name, "db": db})],
+                );
             }
             let running = c.running.lock();
             match running.as_ref() {
@@ -215,6 +262,12 @@ impl Registry {
         }
         if opts.idle_cursors {
             for c in state.engine.cursors.idle() {
+                if let Some(own) = &opts.own_ops {
+                    let owner = c.origin.as_ref().and_then(|o| o.user.clone());
+                    if own.is_none() || *own != owner {
+                        continue;
+                    }
+                }
                 let created = bson::DateTime::from_system_time(c.returned.created);
                 // The last use, measured on the monotonic clock, never before the
                 // opening (the two clocks' roundings differ by a millisecond).
@@ -302,7 +355,7 @@ fn namespace(db: &str, name: &str, cmd: &Document) -> String {
 
 /// The options of a `$currentOp` stage (each a boolean; those about users and mongos
 /// are accepted and change nothing on a server without authentication or shards).
-pub fn stage_options(arg: &Bson) -> Result<Options> {
+pub fn stage_options(state: &ServerState, arg: &Bson) -> Result<Options> {
     let Bson::Document(spec) = arg else {
         return Err(Error::new(
             codes::FAILED_TO_PARSE,
@@ -326,6 +379,7 @@ pub fn stage_options(arg: &Bson) -> Result<Options> {
         match k.as_str() {
             "idleConnections" => opts.idle_connections = flag,
             "idleCursors" => opts.idle_cursors = flag,
+            "ownOps" => opts.own_ops = flag.then(|| caller_user(state)),
             "allUsers" | "idleSessions" | "localOps" | "truncateOps" | "backtrace" => {}
             _ => {
                 return Err(Error::new(
@@ -342,7 +396,7 @@ pub fn stage_options(arg: &Bson) -> Result<Options> {
 /// the idle connections and ignores the filter, as in mongod.
 pub fn command(state: &ServerState, cmd: &Document) -> Result<Document> {
     let all = opt_bool(cmd, "$all")?.unwrap_or(false);
-    opt_bool(cmd, "$ownOps")?;
+    let own_ops = opt_bool(cmd, "$ownOps")?.unwrap_or(false);
     let mut filter = Document::new();
     for (k, v) in cmd.iter().skip(1) {
         if k != "$all" && k != "$ownOps" && !GENERIC_ARGS.contains(&k.as_str()) {
@@ -357,6 +411,7 @@ pub fn command(state: &ServerState, cmd: &Document) -> Result<Document> {
     let opts = Options {
         idle_connections: all,
         idle_cursors: false,
+        own_ops: own_ops.then(|| caller_user(state)),
     };
     let inprog: Vec<Bson> = state
         .current_ops
@@ -374,6 +429,12 @@ pub fn command(state: &ServerState, cmd: &Document) -> Result<Document> {
         );
     }
     Ok(reply)
+}
+
+/// The user of the connection running this command (`$ownOps`).
+fn caller_user(state: &ServerState) -> Option<String> {
+    let op = crate::commands::OPERATION.try_with(Arc::clone).ok()?;
+    state.current_ops.user_running(&op)
 }
 
 /// `{killOp: 1, op: <opid>}`: the operation is interrupted (11601) at its next check.

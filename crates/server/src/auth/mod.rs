@@ -169,6 +169,7 @@ pub async fn sasl_continue(
                 }
             };
             let grants = role_store::resolve(state, &found.roles).await?;
+            *conn.info.user.lock() = Some(found.full_name());
             conn.auth.user = Some(*found);
             conn.auth.grants = Some((generation, grants));
             crate::logging::emit(
@@ -242,6 +243,7 @@ pub async fn hello_fields(
 /// `logout`: the connection forgets its user (mongod 7 deprecates it but runs it).
 pub fn logout(conn: &mut Conn) -> Document {
     conn.auth.user = None;
+    *conn.info.user.lock() = None;
     conn.auth.grants = None;
     conn.auth.conversation = None;
     Document::new()
@@ -319,7 +321,7 @@ pub async fn check(
             )
         }
     };
-    if allowed {
+    if allowed || own_operation(state, user, spec.name, cmd) {
         check_cursor_owner(state, user, spec.name, cmd)
     } else {
         Err(Error::new(
@@ -350,12 +352,24 @@ async fn refresh_grants(state: &Arc<ServerState>, conn: &mut Conn) -> Result<()>
     };
     let Some(current) = users::find(state, &user.user, &user.db).await? else {
         conn.auth.grants = None;
+        *conn.info.user.lock() = None;
         return Ok(());
     };
     let grants = role_store::resolve(state, &current.roles).await?;
     conn.auth.user = Some(current);
     conn.auth.grants = Some((generation, grants));
     Ok(())
+}
+
+/// killOp of one of the user's own operations needs no `killop` privilege (mongod).
+fn own_operation(state: &ServerState, user: &users::User, name: &str, cmd: &Document) -> bool {
+    if name != "killOp" {
+        return false;
+    }
+    let Some(opid) = cmd.get("op").and_then(tailstream_engine::find::as_i64) else {
+        return false;
+    };
+    state.current_ops.user_of_opid(opid) == Some(Some(user.full_name()))
 }
 
 /// getMore and killCursors: only the user that opened a cursor may continue or kill
@@ -409,7 +423,14 @@ fn argument_privileges(
                 .and_then(|s| s.last())
                 .and_then(|s| s.as_document())
                 .is_some_and(|s| s.contains_key("$out") || s.contains_key("$merge"));
-            if first_stage("$currentOp") {
+            let own_ops = stages
+                .and_then(|s| s.first())
+                .and_then(|s| s.as_document())
+                .and_then(|s| s.get_document("$currentOp").ok())
+                .is_some_and(|o| o.get_bool("ownOps") == Ok(true));
+            if first_stage("$currentOp") && own_ops {
+                Some((Resource::Cluster, &[]))
+            } else if first_stage("$currentOp") {
                 Some((Resource::Cluster, &[Inprog]))
             } else if first_stage("$changeStream") {
                 Some((Resource::Database, &[Find, ChangeStream]))
@@ -420,6 +441,10 @@ fn argument_privileges(
             }
         }
         "explain" => Some((Resource::Database, &[Find])),
+        // `$ownOps`: the user's own operations, which need no privilege.
+        "currentOp" if cmd.get_bool("$ownOps") == Ok(true) => Some((Resource::Cluster, &[])),
+        "currentOp" => Some((Resource::Cluster, &[Inprog])),
+        "killOp" => Some((Resource::Cluster, &[Killop])),
         "cloneCollectionAsCapped" => Some((Resource::Database, &[Find, Insert, CreateCollection])),
         _ => None,
     }

@@ -61,7 +61,7 @@ pub struct Call<'a> {
 tokio::task_local! {
     /// The operation of the command this task is running: [`blocking`] makes it the
     /// current operation of the pool thread (scripts obey its deadline and kill).
-    static OPERATION: Arc<Operation>;
+    pub(crate) static OPERATION: Arc<Operation>;
 }
 
 /// The operation a command runs as: `maxTimeMS` is its deadline (on a getMore it is the

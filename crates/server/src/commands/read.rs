@@ -489,7 +489,7 @@ fn current_op_stage(
             "$currentOp must be run against the 'admin' database with {aggregate: 1}",
         ));
     }
-    let opts = crate::current_op::stage_options(arg)?;
+    let opts = crate::current_op::stage_options(state, arg)?;
     let ops: Vec<Bson> = state
         .current_ops
         .report(state, &opts)

@@ -524,12 +524,12 @@ pub static SPECS: &[Spec] = &[
     .writes(Adds)
     .write_concern()
     .needs(Database, &[UserAdmin]),
+    // inprog, or none with `$ownOps` (auth::argument_privileges).
     command(
         "currentOp",
         reply!(c => crate::current_op::command(c.state, c.cmd)),
     )
-    .admin_only()
-    .needs(Cluster, &[Inprog]),
+    .admin_only(),
     command(
         "dataSize",
         reply!(c => ddl::data_size(c.state, c.cmd).await),
@@ -756,12 +756,12 @@ pub static SPECS: &[Spec] = &[
     .api_v1()
     .in_transaction()
     .needs(Collection, &[KillCursors]),
+    // killop, or none for one's own operation (auth::check).
     command(
         "killOp",
         reply!(c => crate::current_op::kill_op(c.state, c.cmd)),
     )
-    .admin_only()
-    .needs(Cluster, &[Killop]),
+    .admin_only(),
     // A session's own sessions need no privilege; others' need killAnySession.
     command(
         "killSessions",
