@@ -3,6 +3,7 @@
 //! every DDL change, and persisted in the `Catalog` space in the same batch as
 //! the change's data and oplog entry.
 
+pub mod buckets;
 pub(crate) mod clustered;
 pub mod namespace;
 pub(crate) mod partial;

@@ -7,6 +7,8 @@
 //! no `_id` index, so measurements may share an `_id`, and reads return the documents as
 //! they were inserted. Its writes are logged under `<db>.system.buckets.<name>`, where
 //! mongod logs its bucket writes, so change streams never show them (as on mongod).
+//! That namespace also reads and writes mongod's bucket documents (`buckets`), made
+//! from the measurements on reading, for mongodump and mongorestore.
 
 use bson::{doc, Bson, Document};
 use tailstream_query::args;

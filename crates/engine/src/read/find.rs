@@ -150,7 +150,18 @@ impl Engine {
         }
         // returnKey: the key fields of the index used ({} when none is).
         let mut key_fields = Vec::new();
-        let source = if is_oplog {
+        // A time-series collection's buckets (`system.buckets.<name>`), made on reading.
+        let buckets = match meta {
+            None if !is_oplog => self.bucket_documents(ns)?,
+            _ => None,
+        };
+        let source = if let Some(buckets) = buckets {
+            Some(Source::Buffered(crate::read::buckets::select(
+                buckets,
+                &matcher,
+                sort.as_ref(),
+            )))
+        } else if is_oplog {
             let reverse = sort
                 .as_ref()
                 .map(|s| s.fields.len() == 1 && s.fields[0].1)
@@ -518,7 +529,12 @@ impl Engine {
         let collator = operation_collator(meta.as_deref(), collation)?;
         let matcher = Matcher::for_query_with_collation(query, collator)?;
         let Some(meta) = meta else {
-            return Ok(0);
+            let n = match self.bucket_documents(ns)? {
+                Some(buckets) => buckets.iter().filter(|b| matcher.matches(b)).count() as u64,
+                None => 0,
+            };
+            let n = n.saturating_sub(skip);
+            return Ok(if limit > 0 { n.min(limit) } else { n });
         };
         // Counts what a scan yields, loading each document for the matcher.
         let count_scan = |mut scan: Scan| -> Result<u64> {
@@ -637,6 +653,11 @@ impl Engine {
         collation: Option<&Document>,
         allow_disk_use: Option<bool>,
     ) -> Result<CursorBatch> {
+        // A time-series collection's buckets, made on reading, are the input.
+        let buckets = match coll {
+            Some(c) => self.bucket_documents(&Namespace::new(db, c))?,
+            None => None,
+        };
         self.aggregate_in(
             db,
             coll,
@@ -644,7 +665,7 @@ impl Engine {
             batch_size,
             lsid,
             let_vars,
-            None,
+            buckets,
             collation,
             allow_disk_use,
         )

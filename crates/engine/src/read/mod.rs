@@ -3,6 +3,7 @@
 //! scan in resumable steps so a cursor can continue where its last batch ended
 //! without holding a storage iterator between getMores.
 
+pub mod buckets;
 pub mod cursor;
 pub mod find;
 pub(crate) mod geo_near;

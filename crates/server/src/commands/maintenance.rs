@@ -24,8 +24,24 @@ pub async fn db_hash(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resu
     metas.retain(|m| {
         hashed(db, &m.ns.coll) && wanted.as_ref().is_none_or(|w| w.contains(&m.ns.coll))
     });
-    metas.sort_by(|a, b| a.ns.coll.cmp(&b.ns.coll));
-    let names: Vec<Namespace> = metas.iter().map(|m| m.ns.clone()).collect();
+    // A time-series collection is hashed as mongod hashes it: its buckets, under
+    // `system.buckets.<name>`.
+    let hashed_name = |m: &tailstream_engine::catalog::CollMeta| {
+        if m.is_timeseries() {
+            format!(
+                "{}{}",
+                tailstream_engine::catalog::buckets::BUCKETS_PREFIX,
+                m.ns.coll
+            )
+        } else {
+            m.ns.coll.clone()
+        }
+    };
+    metas.sort_by_key(|m| hashed_name(m));
+    let names: Vec<Namespace> = metas
+        .iter()
+        .map(|m| Namespace::new(db, &hashed_name(m)))
+        .collect();
     let digests = blocking(state, move |e| {
         names
             .iter()
@@ -37,8 +53,8 @@ pub async fn db_hash(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resu
     let mut uuids = Document::new();
     let mut all = String::new();
     for (meta, digest) in metas.iter().zip(&digests) {
-        collections.insert(meta.ns.coll.clone(), digest.clone());
-        uuids.insert(meta.ns.coll.clone(), bson::Binary::from_uuid(meta.uuid));
+        collections.insert(hashed_name(meta), digest.clone());
+        uuids.insert(hashed_name(meta), bson::Binary::from_uuid(meta.uuid));
         all.push_str(digest);
     }
     let capped: Vec<Bson> = metas

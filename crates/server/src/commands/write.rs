@@ -316,6 +316,9 @@ pub async fn insert(
     check_batch(docs.len())?;
     check_document_sizes(&docs)?;
     let ordered = opt_bool(cmd, "ordered")?.unwrap_or(true);
+    if let Some(target) = state.engine.buckets_target(&ns) {
+        return insert_buckets(state, target, docs, ordered).await;
+    }
     let bypass = opt_bool(cmd, "bypassDocumentValidation")?.unwrap_or(false);
     let count = docs.len() as u64;
     if let Some(t) = crate::transactions::current() {
@@ -349,6 +352,59 @@ pub async fn insert(
         Ok((reply, out.committed))
     })
     .await
+}
+
+/// Inserts into `<db>.system.buckets.<name>` (mongorestore's): each bucket document
+/// is unpacked into its measurements, inserted into the time-series collection; `n`
+/// counts buckets, and a bucket that cannot be unpacked or inserted is a write error.
+async fn insert_buckets(
+    state: &Arc<ServerState>,
+    (base, spec): (
+        tailstream_engine::namespace::Namespace,
+        tailstream_engine::catalog::buckets::Spec,
+    ),
+    docs: Vec<RawDocumentBuf>,
+    ordered: bool,
+) -> Result<Document> {
+    let count = docs.len();
+    let (n, errors) = blocking(state, move |e| {
+        let mut n = 0i64;
+        let mut errors = Vec::new();
+        for (index, raw) in docs.iter().enumerate() {
+            let inserted = raw
+                .to_document()
+                .map_err(|err| Error::bad_value(err.to_string()))
+                .and_then(|b| tailstream_engine::catalog::buckets::unpack_bucket(&spec, &b))
+                .and_then(|measurements| e.insert_documents(&base, measurements, true))
+                .and_then(|out| match out.errors.into_iter().next() {
+                    Some(w) => Err(w.error),
+                    None => Ok(()),
+                });
+            match inserted {
+                Ok(()) => n += 1,
+                Err(err) => {
+                    errors.push(Bson::Document(doc! {
+                        "index": index as i32, "code": err.code,
+                        "codeName": code_name(err.code), "errmsg": err.message,
+                    }));
+                    if ordered {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok((n, errors))
+    })
+    .await?;
+    state
+        .opcounters
+        .insert
+        .fetch_add(count as u64, Ordering::Relaxed);
+    let mut reply = doc! {"n": reply_int(u64::try_from(n).unwrap_or(0))};
+    if !errors.is_empty() {
+        reply.insert("writeErrors", errors);
+    }
+    Ok(reply)
 }
 
 pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
