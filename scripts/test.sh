@@ -63,6 +63,11 @@ if [ -f "$ROOT/tests/node/package.json" ]; then
     log "Node driver test"
     (cd "$ROOT/tests/node" && npm ci --silent --no-audit --no-fund && node --test) 2>&1 | tee -a "$SUMMARY"
 fi
+# Seed 001's application (examples/realtime-chat): two hosts of a socket.io cluster
+# and two browser pages; it needs Chromium, installed above for the status page.
+log "realtime-chat example (socket.io + @socket.io/mongo-adapter, headless Chromium)"
+(cd "$ROOT/examples/realtime-chat" && npm ci --silent --no-audit --no-fund && node --test) 2>&1 \
+    | grep -v -e dbus -e 'Fontconfig' | tee -a "$SUMMARY"
 log "pymongo conformance: the CI selection of pymongo's own suite, guarded by conformance/ratchet.txt"
 # Its failures are the expected ones listed in conformance/expected_failures.txt; it
 # fails on an unexpected failure or when fewer tests pass than the ratchet.
