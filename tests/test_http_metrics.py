@@ -139,3 +139,31 @@ def test_a_change_stream_behind_shows_its_lag(http_server):
             assert [stream.try_next()["fullDocument"]["n"] for _ in range(2)] == [0, 1]
             assert eventually(lambda: lags() == [0]), lags()
         assert first.acknowledged
+
+
+def test_operation_latencies_are_histograms(http_server):
+    """Command latency per class as OpenMetrics histograms: cumulative buckets from
+    100 µs to 10 s and +Inf, their count and sum agreeing with serverStatus's
+    opLatencies (the same commands timed)."""
+    with http_server.client() as c:
+        c.test.lat.insert_many([{"i": i} for i in range(10)])
+        for _ in range(20):
+            c.test.lat.find_one({"i": 3})
+        c.test.lat.find_one({"$where": "sleep(30) || true"})  # one read over 25 ms
+        series = scrape(http_server)
+        reads_status = c.admin.command("serverStatus")["opLatencies"]["reads"]
+    name = "tailstream_operation_latency_seconds"
+    reads = {labels: v for (n, labels), v in series.items()
+             if n == f"{name}_bucket" and 'class="reads"' in labels}
+    bounds = sorted((float(l.split('le="')[1].split('"')[0]), v) for l, v in reads.items())
+    assert bounds[-1][0] == float("inf") and len(bounds) == 17, bounds
+    counts = [v for _, v in bounds]
+    assert counts == sorted(counts), "cumulative"
+    total = series[(f"{name}_count", '{class="reads"}')]
+    assert counts[-1] == total >= 21
+    # The $where read took more than 25 ms: it is above that bucket.
+    assert dict(bounds)[0.025] < total
+    assert series[(f"{name}_sum", '{class="reads"}')] >= 0.03
+    # serverStatus counted every read of the histogram, and perhaps the serverStatus
+    # command's own neighbours since.
+    assert reads_status["ops"] >= total

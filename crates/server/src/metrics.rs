@@ -40,6 +40,28 @@ impl OpClass {
 struct Latency {
     total_micros: AtomicU64,
     ops: AtomicU64,
+    /// Commands per [`LATENCY_BOUNDS_MICROS`] bucket (the last: slower than all), not
+    /// cumulative: `/metrics` sums them into a histogram.
+    buckets: [AtomicU64; LATENCY_BUCKETS],
+}
+
+/// Upper bounds of the latency histogram's buckets, in microseconds: 100 µs to 10 s in
+/// steps of ×2.5 / ×2 (a bus message takes ~100 µs, a slow query seconds).
+pub const LATENCY_BOUNDS_MICROS: [u64; 16] = [
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 5_000_000, 10_000_000,
+];
+const LATENCY_BUCKETS: usize = LATENCY_BOUNDS_MICROS.len() + 1;
+
+/// One class's latency histogram at a moment.
+#[derive(Debug)]
+pub struct LatencyHistogram {
+    pub class: &'static str,
+    pub sum_micros: u64,
+    pub count: u64,
+    /// (upper bound in seconds, commands in that bucket), ending at +Inf: per bucket,
+    /// as prometheus-client's encoder takes them (it makes them cumulative).
+    pub buckets: Vec<(f64, u64)>,
 }
 
 /// Whether a command's collection scan counts in `collectionScans` (see `examined`).
@@ -121,6 +143,8 @@ impl Metrics {
         let micros = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
         latency.total_micros.fetch_add(micros, Ordering::Relaxed);
         latency.ops.fetch_add(1, Ordering::Relaxed);
+        let bucket = LATENCY_BOUNDS_MICROS.partition_point(|bound| *bound < micros);
+        latency.buckets[bucket].fetch_add(1, Ordering::Relaxed);
         if returned > 0 {
             self.docs_returned
                 .fetch_add(returned as u64, Ordering::Relaxed);
@@ -182,6 +206,39 @@ impl Metrics {
             "numSlowSSLOperations": 0_i64,
             "numRequests": load(&self.requests),
         }
+    }
+
+    /// Each class's latency histogram (`/metrics`).
+    pub fn latency_histograms(&self) -> Vec<LatencyHistogram> {
+        [
+            (OpClass::Read, "reads"),
+            (OpClass::Write, "writes"),
+            (OpClass::Command, "commands"),
+            (OpClass::Transaction, "transactions"),
+        ]
+        .into_iter()
+        .map(|(c, class)| {
+            let l = &self.latencies[c.index()];
+            let buckets: Vec<(f64, u64)> = l
+                .buckets
+                .iter()
+                .enumerate()
+                .map(|(i, n)| {
+                    let bound = LATENCY_BOUNDS_MICROS
+                        .get(i)
+                        .map_or(f64::INFINITY, |b| *b as f64 / 1e6);
+                    (bound, n.load(Ordering::Relaxed))
+                })
+                .collect();
+            LatencyHistogram {
+                class,
+                sum_micros: l.total_micros.load(Ordering::Relaxed),
+                // The buckets' total, read with them (ops may have moved on since).
+                count: buckets.iter().map(|(_, n)| n).sum(),
+                buckets,
+            }
+        })
+        .collect()
     }
 
     pub fn op_latencies(&self) -> Document {
@@ -286,6 +343,22 @@ pub fn extra_info() -> Document {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn latencies_land_in_their_histogram_bucket() {
+        let m = Metrics::default();
+        for micros in [50, 100, 101, 30_000, 20_000_000] {
+            m.command_done(OpClass::Read, Duration::from_micros(micros), 0);
+        }
+        let reads = &m.latency_histograms()[0];
+        assert_eq!((reads.class, reads.count), ("reads", 5));
+        let n = |bound: f64| reads.buckets.iter().find(|(b, _)| *b == bound).unwrap().1;
+        assert_eq!(n(0.0001), 2, "50 µs and 100 µs: at or under the bound");
+        assert_eq!(n(0.00025), 1);
+        assert_eq!(n(0.05), 1);
+        assert_eq!(n(f64::INFINITY), 1, "past 10 s");
+        assert_eq!(reads.sum_micros, 50 + 100 + 101 + 30_000 + 20_000_000);
+    }
     use super::*;
 
     #[test]

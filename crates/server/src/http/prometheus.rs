@@ -26,6 +26,11 @@ pub fn render(state: &ServerState) -> String {
     let status = crate::commands::server_status(state);
     process(&mut r, state, &status);
     operations(&mut r, &status);
+    r.register(
+        "operation_latency_seconds",
+        "Command latency by mongod's opLatencies class",
+        ClassHistograms(state.metrics.latency_histograms()),
+    );
     durability(&mut r, state);
     oplog(&mut r, state);
     cursors(&mut r, state);
@@ -33,6 +38,35 @@ pub fn render(state: &ServerState) -> String {
     // Writing into a String cannot fail.
     let _ = encode(&mut out, &r);
     out
+}
+
+/// The latency histograms of the command classes, one labelled series each (read at
+/// the scrape: the buckets are plain atomic counters on the command path).
+#[derive(Debug)]
+struct ClassHistograms(Vec<crate::metrics::LatencyHistogram>);
+
+impl prometheus_client::encoding::EncodeMetric for ClassHistograms {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::MetricEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        for h in &self.0 {
+            let labels = [("class", h.class)];
+            encoder
+                .encode_family(&labels)?
+                .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+                    h.sum_micros as f64 / 1e6,
+                    h.count,
+                    &h.buckets,
+                    None,
+                )?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        prometheus_client::metrics::MetricType::Histogram
+    }
 }
 
 fn counter(r: &mut Registry, name: &str, help: &str, value: u64) {
