@@ -131,13 +131,21 @@ def test_a_change_stream_behind_shows_its_lag(http_server):
             return [v for (n, labels), v in scrape(http_server).items()
                     if n == name and 'ns="test.lag"' in labels]
 
+        def entries():
+            return [v for (n, labels), v in scrape(http_server).items()
+                    if n == "tailstream_cursor_lag_entries" and 'ns="test.lag"' in labels]
+
         with c.test.lag.watch(start_at_operation_time=start, batch_size=0,
                               max_await_time_ms=50) as stream:
             behind = eventually(lambda: lags())
             assert behind and behind[0] >= 2, behind
+            # The two inserts from the start point on, not read yet (of this collection:
+            # nothing else was written).
+            assert eventually(lambda: entries()) == [2.0], entries()
             # From the first insert's time on: both inserts.
             assert [stream.try_next()["fullDocument"]["n"] for _ in range(2)] == [0, 1]
             assert eventually(lambda: lags() == [0]), lags()
+            assert eventually(lambda: entries() == [0.0]), entries()
         assert first.acknowledged
 
 

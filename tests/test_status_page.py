@@ -79,6 +79,7 @@ def test_the_page_lists_every_consumer(http_server):
     orders = cells(dom, f"cursor-{ids['test.orders']}")
     assert (orders["ns"], orders["kind"], orders["docs"]) == ("test.orders", "change stream", "3")
     assert orders["lag"] == "0", orders
+    assert orders["behind"] == "0", orders
     assert orders["client"] == "status-test"
     assert orders["filter"].startswith('[{"$changeStream":'), orders
     # The oplog entries it read: its own collection's, the create the first insert made

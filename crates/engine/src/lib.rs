@@ -262,6 +262,34 @@ impl Engine {
         figures
     }
 
+    /// The durable oplog entries at or after `from` (a reader's position): those of
+    /// namespace `ns` (through the oplog's index by namespace), or all of them; counted
+    /// up to `cap` (a reader far behind costs a bounded scan: the count is then "at
+    /// least `cap`").
+    pub fn oplog_entries_from(&self, ns: Option<&str>, from: ClusterTime, cap: u64) -> u64 {
+        let head = self.durability.durable_ts();
+        if from > head {
+            return 0;
+        }
+        let (space, lo, hi) = match ns {
+            Some(ns) => (
+                Space::OplogByNs,
+                keys::oplog_ns_key(ns, from),
+                keys::oplog_ns_key(ns, head.next()),
+            ),
+            None => (
+                Space::Oplog,
+                keys::oplog_key(from).to_vec(),
+                keys::oplog_key(head.next()).to_vec(),
+            ),
+        };
+        self.store
+            .scan(space, &lo, Some(&hi), false)
+            .take(usize::try_from(cap).unwrap_or(usize::MAX))
+            .filter(|item| item.is_ok())
+            .count() as u64
+    }
+
     pub fn oplog_first_time(&self) -> ClusterTime {
         let trim = self.trim_ts.load(std::sync::atomic::Ordering::SeqCst);
         let lower = keys::oplog_key(trim.next());

@@ -483,6 +483,14 @@ pub struct CursorStats {
 }
 
 impl CursorStats {
+    /// An event source's distance behind the newest durable oplog entry, in entries
+    /// (a collection's stream: that collection's), counted up to `cap`.
+    pub fn lag_entries(&self, engine: &crate::Engine, cap: u64) -> Option<u64> {
+        let next = self.position?;
+        let ns = (!self.ns.contains(".$cmd")).then_some(self.ns.as_str());
+        Some(engine.oplog_entries_from(ns, next, cap))
+    }
+
     /// An event source's distance behind `head` (the newest durable oplog time), in
     /// seconds: from the oldest entry it has not read to the newest (0: caught up).
     pub fn lag_seconds(&self, head: crate::core::time::ClusterTime) -> Option<i64> {

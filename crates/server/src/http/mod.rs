@@ -10,6 +10,10 @@
 mod prometheus;
 mod status;
 
+/// A change stream's lag in entries is counted up to this many (a bounded scan per
+/// stream and scrape; past it the figure means "at least").
+pub const MAX_LAG_ENTRIES: u64 = 100_000;
+
 use crate::state::ServerState;
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};

@@ -301,6 +301,7 @@ fn cursors(r: &mut Registry, state: &ServerState) {
     let bytes = Family::<Labels, Counter>::default();
     let idle = Family::<Labels, Gauge<f64, AtomicU64>>::default();
     let lag = Family::<Labels, Gauge>::default();
+    let lag_entries = Family::<Labels, Gauge>::default();
     let oplog_entries = Family::<Labels, Counter>::default();
     let oplog_bytes = Family::<Labels, Counter>::default();
     let durable = state.engine.durability.durable_ts();
@@ -308,6 +309,11 @@ fn cursors(r: &mut Registry, state: &ServerState) {
         let l = labels(c);
         if let Some(behind) = c.lag_seconds(durable) {
             lag.get_or_create(&l).set(behind);
+        }
+        if let Some(n) = c.lag_entries(&state.engine, super::MAX_LAG_ENTRIES) {
+            lag_entries
+                .get_or_create(&l)
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
         docs.get_or_create(&l).inc_by(c.returned.docs);
         bytes.get_or_create(&l).inc_by(c.returned.bytes);
@@ -326,6 +332,11 @@ fn cursors(r: &mut Registry, state: &ServerState) {
         "cursor_returned_bytes",
         "Bytes of the documents (events) it returned",
         bytes,
+    );
+    r.register(
+        "cursor_lag_entries",
+        "A change stream's oplog entries not read yet (its collection's, for a collection's stream), counted up to 100,000",
+        lag_entries,
     );
     r.register(
         "cursor_oplog_read_entries",

@@ -30,6 +30,7 @@ pub fn json(state: &ServerState) -> String {
         .iter()
         .map(|c| {
             let lag = c.lag_seconds(durable);
+            let lag_entries = c.lag_entries(engine, super::MAX_LAG_ENTRIES);
             Bson::Document(doc! {
                 // As text: a cursor id is 64 bits, past a JavaScript number's 53.
                 "id": c.id.to_string(),
@@ -41,6 +42,8 @@ pub fn json(state: &ServerState) -> String {
                 "idleSeconds": c.idle_for.as_secs_f64(),
                 "waiting": c.waiting,
                 "lagSeconds": lag.map_or(Bson::Null, Bson::Int64),
+                "lagEntries": lag_entries.map_or(Bson::Null, |n| Bson::Int64(i64::try_from(n).unwrap_or(i64::MAX))),
+                "lagEntriesCapped": lag_entries == Some(super::MAX_LAG_ENTRIES),
                 "atTail": c.at_tail,
                 "oplogEntriesRead": i64::try_from(c.oplog_read.0).unwrap_or(i64::MAX),
                 "oplogBytesRead": i64::try_from(c.oplog_read.1).unwrap_or(i64::MAX),
