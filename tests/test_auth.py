@@ -346,3 +346,15 @@ def test_own_operations_need_no_inprog_or_killop(auth_server):
         finally:
             reader.join()
     assert failures == [11601], failures
+
+
+def test_a_user_may_view_itself_only(auth_server):
+    with client(auth_server, username="root", password="rootpw") as root:
+        root.admin.command("createUser", "ann", pwd="pw", roles=[{"role": "read", "db": "shop"}])
+        root.admin.command("createUser", "bob", pwd="pw", roles=[])
+    with client(auth_server, username="ann", password="pw") as ann:
+        me = ann.admin.command("usersInfo", "ann")["users"]
+        assert [u["user"] for u in me] == ["ann"]
+        assert ann.admin.command("usersInfo", {"user": "ann", "db": "admin"})["users"][0]["db"] == "admin"
+        assert error(lambda: ann.admin.command("usersInfo", "bob")).code == 13
+        assert error(lambda: ann.admin.command("usersInfo", 1)).code == 13

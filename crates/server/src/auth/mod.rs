@@ -321,7 +321,10 @@ pub async fn check(
             )
         }
     };
-    if allowed || own_operation(state, user, spec.name, cmd) {
+    if allowed
+        || own_operation(state, user, spec.name, cmd)
+        || own_user_info(user, spec.name, db, cmd)
+    {
         check_cursor_owner(state, user, spec.name, cmd)
     } else {
         Err(Error::new(
@@ -370,6 +373,20 @@ fn own_operation(state: &ServerState, user: &users::User, name: &str, cmd: &Docu
         return false;
     };
     state.current_ops.user_of_opid(opid) == Some(Some(user.full_name()))
+}
+
+/// usersInfo of the user itself needs no privilege (mongod lets a user view itself).
+fn own_user_info(user: &users::User, name: &str, db: &str, cmd: &Document) -> bool {
+    if name != "usersInfo" {
+        return false;
+    }
+    match cmd.get("usersInfo") {
+        Some(Bson::String(u)) => *u == user.user && db == user.db,
+        Some(Bson::Document(d)) => {
+            d.get_str("user") == Ok(user.user.as_str()) && d.get_str("db") == Ok(user.db.as_str())
+        }
+        _ => false,
+    }
 }
 
 /// getMore and killCursors: only the user that opened a cursor may continue or kill

@@ -991,7 +991,7 @@ pub static SPECS: &[Spec] = &[
     .writes(Adds)
     .write_concern()
     .needs(Database, &[UserAdmin]),
-    // mongod lets a user see itself without viewUser; here, userAdmin is needed.
+    // A user may see itself without viewUser (auth::check), as in mongod.
     command(
         "usersInfo",
         reply!(c => crate::auth::users::users_info(c.state, c.db, c.cmd).await),
