@@ -28,6 +28,9 @@ pub struct ConnInfo {
     pub client: OnceLock<Document>,
     /// The command it is running, if any.
     pub running: Mutex<Option<Running>>,
+    /// The subject of the client's TLS certificate (RFC 2253, as mongod shows it), when
+    /// it connected with TLS and showed one: the user MONGODB-X509 authentication takes.
+    pub peer_subject: OnceLock<String>,
 }
 
 impl ConnInfo {
@@ -84,6 +87,7 @@ impl Registry {
             peer,
             client: OnceLock::new(),
             running: Mutex::new(None),
+            peer_subject: OnceLock::new(),
         });
         self.conns.lock().insert(id, info.clone());
         info
