@@ -76,6 +76,25 @@ pub struct Config {
     /// Address of the HTTP listener.
     #[arg(long = "httpBindIp", default_value = "127.0.0.1")]
     pub http_bind_ip: String,
+    /// TLS on the TCP listeners: disabled, allowTLS, preferTLS or requireTLS (as mongod's).
+    #[arg(long = "tlsMode", value_enum, default_value = "disabled")]
+    pub tls_mode: crate::tls::Mode,
+    /// PEM file with the server's certificate chain and its private key.
+    #[arg(long = "tlsCertificateKeyFile")]
+    pub tls_certificate_key_file: Option<PathBuf>,
+    /// PEM file of the CA that client certificates must chain to (with it, clients are
+    /// asked for a certificate).
+    #[arg(long = "tlsCAFile")]
+    pub tls_ca_file: Option<PathBuf>,
+    /// With --tlsCAFile, let clients without a certificate connect.
+    #[arg(
+        long = "tlsAllowConnectionsWithoutCertificates",
+        default_value_t = false
+    )]
+    pub tls_allow_connections_without_certificates: bool,
+    /// Take client certificates that do not verify against --tlsCAFile (mongod warns).
+    #[arg(long = "tlsAllowInvalidCertificates", default_value_t = false)]
+    pub tls_allow_invalid_certificates: bool,
     /// Threads that run the connections (default: half the CPUs, at least one).
     #[arg(long = "ioThreads", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub io_threads: Option<u16>,
@@ -175,6 +194,17 @@ impl Config {
             None => std::thread::available_parallelism()
                 .map(|n| (n.get() / 2).max(1))
                 .unwrap_or(1),
+        }
+    }
+
+    /// The TLS options, for `tls::Tls::load`.
+    pub fn tls_options(&self) -> crate::tls::Options<'_> {
+        crate::tls::Options {
+            mode: self.tls_mode,
+            certificate_key_file: self.tls_certificate_key_file.as_deref(),
+            ca_file: self.tls_ca_file.as_deref(),
+            allow_connections_without_certificates: self.tls_allow_connections_without_certificates,
+            allow_invalid_certificates: self.tls_allow_invalid_certificates,
         }
     }
 

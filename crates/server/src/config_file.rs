@@ -175,6 +175,13 @@ fn setting(key: &str, value: &Value, args: &mut Vec<String>) -> Result<(), Strin
         "net.unixDomainSocket.enabled" => flag("--nounixsocket", args, true),
         "net.unixDomainSocket.pathPrefix" => option("--unixSocketPrefix", args),
         "net.unixDomainSocket.filePermissions" => option("--filePermissions", args),
+        "net.tls.mode" => option("--tlsMode", args),
+        "net.tls.certificateKeyFile" => option("--tlsCertificateKeyFile", args),
+        "net.tls.CAFile" => option("--tlsCAFile", args),
+        "net.tls.allowConnectionsWithoutCertificates" => {
+            flag("--tlsAllowConnectionsWithoutCertificates", args, false)
+        }
+        "net.tls.allowInvalidCertificates" => flag("--tlsAllowInvalidCertificates", args, false),
         "storage.dbPath" => option("--dbpath", args),
         "replication.replSetName" => option("--replSet", args),
         "replication.oplogSizeMB" => option("--oplogSize", args),
@@ -264,6 +271,29 @@ mod tests {
                 "ttlMonitorSleepSecs=5",
             ]
         );
+    }
+
+    #[test]
+    fn net_tls_becomes_the_tls_options() {
+        let args = args_from_yaml(
+            "net:\n  tls:\n    mode: requireTLS\n    certificateKeyFile: /etc/ssl/ts.pem\n    \
+             CAFile: /etc/ssl/ca.pem\n    allowConnectionsWithoutCertificates: true\n    \
+             allowInvalidCertificates: false\n",
+        )
+        .unwrap();
+        assert_eq!(
+            args,
+            [
+                "--tlsMode",
+                "requireTLS",
+                "--tlsCertificateKeyFile",
+                "/etc/ssl/ts.pem",
+                "--tlsCAFile",
+                "/etc/ssl/ca.pem",
+                "--tlsAllowConnectionsWithoutCertificates",
+            ]
+        );
+        assert!(args_from_yaml("net:\n  tls:\n    allowInvalidCertificates: maybe\n").is_err());
     }
 
     #[test]

@@ -8,13 +8,22 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use tailstream_engine::query::error::codes;
 use tailstream_wire::{self as wire, msg_flags, Request};
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, UnixListener};
+use tokio::io::{
+    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
+};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
 static NEXT_REQUEST_ID: AtomicI32 = AtomicI32::new(1);
 
 fn next_request_id() -> i32 {
     NEXT_REQUEST_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Sends what the writer still holds of a reply. A TCP or Unix socket holds nothing
+/// (this returns at once); TLS may keep the last records of a reply in rustls's buffer
+/// when the socket was full, and they would wait there for the next reply.
+async fn flush(wr: &mut (impl AsyncWrite + Unpin)) -> Result<(), String> {
+    wr.flush().await.map_err(|e| format!("write failed: {e}"))
 }
 
 /// An exhaust getMore: every batch goes out flagged `moreToCome`, each answering the
@@ -43,6 +52,7 @@ async fn stream_get_more(
             .write_to(wr, compressor)
             .await
             .map_err(|e| format!("write failed: {e}"))?;
+        flush(wr).await?;
         state.metrics.message_out(written);
         if !open {
             return Ok(());
@@ -106,30 +116,24 @@ pub async fn accept_loop(listener: Listener, state: Arc<ServerState>) {
         let accepted = match &listener {
             Listener::Tcp(l) => l.accept().await.map(|(sock, peer)| {
                 let _ = sock.set_nodelay(true);
-                let (rd, wr) = sock.into_split();
-                (Halves::Tcp(rd, wr), peer.to_string())
+                (Accepted::Tcp(sock), peer.to_string())
             }),
-            Listener::Unix(l, _) => l.accept().await.map(|(sock, _)| {
-                let (rd, wr) = sock.into_split();
-                (Halves::Unix(rd, wr), UNIX_PEER.to_string())
-            }),
+            Listener::Unix(l, _) => l
+                .accept()
+                .await
+                .map(|(sock, _)| (Accepted::Unix(sock), UNIX_PEER.to_string())),
         };
         match accepted {
-            Ok((halves, peer)) => {
+            Ok((sock, peer)) => {
                 if state.current_connections.load(Ordering::Relaxed)
                     >= state.config.max_conns as i64
                 {
                     tracing::warn!(%peer, "connection refused: too many open connections");
-                    drop(halves);
+                    drop(sock);
                     continue;
                 }
                 let state = state.clone();
-                tokio::spawn(async move {
-                    match halves {
-                        Halves::Tcp(rd, wr) => serve(rd, wr, peer, state).await,
-                        Halves::Unix(rd, wr) => serve(rd, wr, peer, state).await,
-                    }
-                });
+                tokio::spawn(async move { serve(sock, peer, state).await });
             }
             Err(e) => {
                 tracing::warn!("accept failed: {e}");
@@ -139,25 +143,13 @@ pub async fn accept_loop(listener: Listener, state: Arc<ServerState>) {
     }
 }
 
-/// The two directions of an accepted connection, owned separately so a command can
-/// watch the read side for the client going away while the reply is being written.
-enum Halves {
-    Tcp(
-        tokio::net::tcp::OwnedReadHalf,
-        tokio::net::tcp::OwnedWriteHalf,
-    ),
-    Unix(
-        tokio::net::unix::OwnedReadHalf,
-        tokio::net::unix::OwnedWriteHalf,
-    ),
+/// An accepted connection, before TLS (TCP only) is negotiated.
+enum Accepted {
+    Tcp(TcpStream),
+    Unix(UnixStream),
 }
 
-async fn serve(
-    rd: impl AsyncRead + Unpin,
-    mut wr: impl AsyncWrite + Unpin,
-    peer: String,
-    state: Arc<ServerState>,
-) {
+async fn serve(sock: Accepted, peer: String, state: Arc<ServerState>) {
     if !state.ingress.admit(&state).await {
         tracing::debug!(%peer, "connection closed: establishment rate limit");
         return;
@@ -180,8 +172,136 @@ async fn serve(
         info,
         auth: Default::default(),
     };
+    // The two directions are owned separately, so a command can watch the read side
+    // for the client going away while its reply is being written.
+    let result = match sock {
+        Accepted::Tcp(sock) => serve_tcp(sock, &mut conn, &state).await,
+        // The Unix domain socket stays plain, whatever --tlsMode says (as mongod's).
+        Accepted::Unix(sock) => {
+            let (rd, wr) = sock.into_split();
+            session(rd, wr, &mut conn, &state).await
+        }
+    };
+    if let Err(why) = result {
+        tracing::info!(conn = id, remote = %conn.peer, error = %why, "Connection closed on an error");
+    }
+    state.current_ops.disconnect(id);
+    let count = state.current_connections.fetch_sub(1, Ordering::Relaxed) - 1;
+    tracing::info!(
+        id = crate::logging::ID_CONNECTION_ENDED,
+        conn = id,
+        remote = %conn.peer,
+        connectionId = id,
+        connectionCount = count,
+        "Connection ended"
+    );
+}
+
+/// mongod's code and log line for a TLS connection that could not be set up.
+const SSL_HANDSHAKE_FAILED: i32 = 141;
+const ID_ENDING_CONNECTION: i64 = 22988;
+
+/// A TCP connection: plain when TLS is disabled; otherwise its first message header
+/// decides (`tls::starts_tls`), and a TLS one is served through rustls once the
+/// handshake (and the client certificate's verification) succeeded.
+async fn serve_tcp(
+    sock: TcpStream,
+    conn: &mut Conn,
+    state: &Arc<ServerState>,
+) -> Result<(), String> {
+    let (mut rd, wr) = sock.into_split();
+    let Some(acceptor) = state.tls.acceptor() else {
+        return session(rd, wr, conn, state).await;
+    };
+    let mut header = [0u8; wire::HEADER_LEN];
+    if let Err(e) = rd.read_exact(&mut header).await {
+        // Closed before a whole header: nothing to serve.
+        return match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => Ok(()),
+            _ => Err(format!("read failed: {e}")),
+        };
+    }
+    // The header read goes back in front of the rest.
+    let rd = std::io::Cursor::new(header).chain(rd);
+    if !crate::tls::starts_tls(&header) {
+        match state.tls.mode {
+            crate::tls::Mode::RequireTls => {
+                log_handshake_failure(
+                    conn,
+                    "The server is configured to only allow SSL connections",
+                );
+                return Ok(());
+            }
+            crate::tls::Mode::PreferTls => tracing::info!(
+                conn = conn.id,
+                "SSL mode is set to 'preferred' and connection {} to {} is not using SSL.",
+                conn.id,
+                conn.peer
+            ),
+            _ => {}
+        }
+        return session(rd, wr, conn, state).await;
+    }
+    let started = std::time::Instant::now();
+    let stream = match acceptor.accept(tokio::io::join(rd, wr)).await {
+        Ok(stream) => stream,
+        Err(e) => {
+            log_handshake_failure(conn, &format!("SSL handshake failed: {e}"));
+            return Ok(());
+        }
+    };
+    let tls = stream.get_ref().1;
+    state.tls.count(tls.protocol_version());
+    let subject = tls
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .and_then(crate::tls::subject_name);
+    if let Some(subject) = &subject {
+        let _ = conn.info.peer_subject.set(subject.clone());
+        tracing::debug!(conn = conn.id, peerSubjectName = %subject, "Accepted TLS connection from peer");
+    }
+    tracing::info!(
+        conn = conn.id,
+        durationMillis = started.elapsed().as_millis() as i64,
+        tlsVersion = crate::tls::version_name(tls.protocol_version()),
+        cipher = tls
+            .negotiated_cipher_suite()
+            .and_then(|c| c.suite().as_str())
+            .unwrap_or("unknown"),
+        peerSubject = subject.as_deref().unwrap_or(""),
+        "Ingress TLS handshake complete"
+    );
+    let (rd, wr) = tokio::io::split(stream);
+    session(crate::tls::EndWithoutNotify(rd), wr, conn, state).await
+}
+
+/// mongod's line for a connection ended before its first message: TLS required and
+/// not offered, or a handshake that failed (a client certificate missing, expired or
+/// of another CA; bytes that are not TLS).
+fn log_handshake_failure(conn: &Conn, errmsg: &str) {
+    crate::logging::emit(
+        "I",
+        "NETWORK",
+        ID_ENDING_CONNECTION,
+        &format!("conn{}", conn.id),
+        "Error receiving request from client. Ending connection from remote",
+        bson::doc! {
+            "error": {"code": SSL_HANDSHAKE_FAILED, "codeName": "SSLHandshakeFailed", "errmsg": errmsg},
+            "remote": &conn.peer,
+            "connectionId": conn.id,
+        },
+    );
+}
+
+/// Serves a connection's messages until it closes or fails.
+async fn session(
+    rd: impl AsyncRead + Unpin,
+    mut wr: impl AsyncWrite + Unpin,
+    conn: &mut Conn,
+    state: &Arc<ServerState>,
+) -> Result<(), String> {
     let mut rd = BufReader::with_capacity(64 * 1024, rd);
-    let result: Result<(), String> = async {
+    async {
         loop {
             let (header, body) = match wire::read_message(&mut rd, wire::MAX_MESSAGE_SIZE).await {
                 Ok(Some(m)) => m,
@@ -207,20 +327,12 @@ async fn serve(
                         .into_command()
                         .map_err(|e| format!("malformed message: {e}"))?;
                     if exhaust {
-                        stream_get_more(
-                            &state,
-                            &mut conn,
-                            &mut wr,
-                            cmd,
-                            header.request_id,
-                            compressor,
-                        )
-                        .await?;
+                        stream_get_more(state, conn, &mut wr, cmd, header.request_id, compressor)
+                            .await?;
                         continue;
                     }
                     let info = conn.info.clone();
-                    let command =
-                        std::pin::pin!(commands::dispatch(&state, &mut conn, cmd, payload));
+                    let command = std::pin::pin!(commands::dispatch(state, conn, cmd, payload));
                     let reply =
                         until_client_gone(&mut rd, &info, &state.current_ops, command).await;
                     if fire_and_forget {
@@ -232,7 +344,7 @@ async fn serve(
                     reply.body.into_msg(next_request_id(), header.request_id, 0)
                 }
                 Request::Query(q) => {
-                    let reply = commands::dispatch_legacy(&state, &mut conn, q).await;
+                    let reply = commands::dispatch_legacy(state, conn, q).await;
                     if reply.close_connection {
                         return Err("closed by a failCommand fail point".into());
                     }
@@ -251,21 +363,9 @@ async fn serve(
                 .write_to(&mut wr, compressor)
                 .await
                 .map_err(|e| format!("write failed: {e}"))?;
+            flush(&mut wr).await?;
             state.metrics.message_out(written);
         }
     }
-    .await;
-    if let Err(why) = result {
-        tracing::info!(conn = id, remote = %conn.peer, error = %why, "Connection closed on an error");
-    }
-    state.current_ops.disconnect(id);
-    let count = state.current_connections.fetch_sub(1, Ordering::Relaxed) - 1;
-    tracing::info!(
-        id = crate::logging::ID_CONNECTION_ENDED,
-        conn = id,
-        remote = %conn.peer,
-        connectionId = id,
-        connectionCount = count,
-        "Connection ended"
-    );
+    .await
 }

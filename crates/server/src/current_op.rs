@@ -30,6 +30,9 @@ pub struct ConnInfo {
     pub running: Mutex<Option<Running>>,
     /// The user it authenticated as (`user@db`), for `$ownOps` and `effectiveUsers`.
     pub user: Mutex<Option<String>>,
+    /// The subject of the client's TLS certificate (RFC 2253, as mongod shows it), when
+    /// it connected with TLS and showed one: the user MONGODB-X509 authentication takes.
+    pub peer_subject: OnceLock<String>,
 }
 
 impl ConnInfo {
@@ -90,6 +93,7 @@ impl Registry {
             client: OnceLock::new(),
             running: Mutex::new(None),
             user: Mutex::new(None),
+            peer_subject: OnceLock::new(),
         });
         self.conns.lock().insert(id, info.clone());
         info

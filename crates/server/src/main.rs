@@ -19,6 +19,7 @@ mod profiler;
 mod rw_defaults;
 mod sessions;
 mod state;
+mod tls;
 mod top;
 mod transactions;
 
@@ -166,6 +167,15 @@ fn init_logging(config: &Config) {
 }
 
 async fn run(config: Config) -> i32 {
+    // The TLS options and files are checked before anything is opened, as mongod's.
+    let tls = match tls::Tls::load(&config.tls_options()) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!("{}", e.message);
+            eprintln!("tailstream: {}", e.message);
+            return e.exit_code;
+        }
+    };
     let engine = match Engine::open(EngineOptions {
         dbpath: config.dbpath.clone(),
         oplog_size_bytes: config.oplog_size_mb() * 1024 * 1024,
@@ -178,7 +188,10 @@ async fn run(config: Config) -> i32 {
         }
     };
     let state = match ServerState::new(config.clone(), engine.clone()) {
-        Ok(s) => Arc::new(s),
+        Ok(mut s) => {
+            s.tls = tls;
+            Arc::new(s)
+        }
         Err(e) => {
             eprintln!("tailstream: {e}");
             return 2;
@@ -252,7 +265,7 @@ async fn run(config: Config) -> i32 {
         "Waiting for connections",
         bson::doc! {
             "port": i32::from(config.port),
-            "ssl": "off",
+            "ssl": if state.tls.acceptor().is_some() { "on" } else { "off" },
             "addresses": &tcp_addrs,
             "unixSockets": unix_paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
             "dbpath": config.dbpath.display().to_string(),

@@ -58,6 +58,9 @@ pub struct ServerState {
     pub rw_defaults: crate::rw_defaults::RwDefaults,
     /// The `shutdown` command's request: the server stops as on SIGTERM.
     pub shutdown_requested: tokio::sync::Notify,
+    /// TLS on the TCP listeners (`--tlsMode`; disabled by default, set by `main` once the
+    /// options and files were read).
+    pub tls: crate::tls::Tls,
 }
 
 impl ServerState {
@@ -133,6 +136,7 @@ impl ServerState {
             current_ops: Default::default(),
             disk_space: Default::default(),
             shutdown_requested: Default::default(),
+            tls: Default::default(),
         })
     }
 

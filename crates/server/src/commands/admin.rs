@@ -83,6 +83,12 @@ pub fn get_cmd_line_opts(state: &ServerState) -> Document {
         "storage": {"dbPath": c.dbpath.display().to_string()},
         "setParameter": set_parameter,
     };
+    let tls = tls_options(c);
+    if !tls.is_empty() {
+        if let Ok(net) = parsed.get_document_mut("net") {
+            net.insert("tls", tls);
+        }
+    }
     if let Some(path) = &c.config_file {
         parsed.insert("config", path.display().to_string());
     }
@@ -97,6 +103,28 @@ pub fn get_cmd_line_opts(state: &ServerState) -> Document {
         parsed.insert("systemLog", system_log);
     }
     doc! {"argv": argv, "parsed": parsed}
+}
+
+/// `parsed.net.tls` of getCmdLineOpts: the TLS options set, under the config file's
+/// names (the key file's path, never what it holds).
+fn tls_options(c: &crate::config::Config) -> Document {
+    let mut d = Document::new();
+    if c.tls_mode != crate::tls::Mode::Disabled {
+        d.insert("mode", c.tls_mode.name());
+    }
+    if let Some(path) = &c.tls_certificate_key_file {
+        d.insert("certificateKeyFile", path.display().to_string());
+    }
+    if let Some(path) = &c.tls_ca_file {
+        d.insert("CAFile", path.display().to_string());
+    }
+    if c.tls_allow_connections_without_certificates {
+        d.insert("allowConnectionsWithoutCertificates", true);
+    }
+    if c.tls_allow_invalid_certificates {
+        d.insert("allowInvalidCertificates", true);
+    }
+    d
 }
 
 /// `parsed.systemLog` of getCmdLineOpts: the log options set (from the command line or
@@ -166,7 +194,7 @@ pub fn server_status(state: &ServerState) -> Document {
     let uptime = state.started.elapsed();
     let engine = &state.engine;
     let (oldest, newest) = engine.oplog_window();
-    doc! {
+    let mut status = doc! {
         "host": state.config.advertised_host(),
         "version": super::handshake::VERSION,
         "process": "tailstream",
@@ -189,6 +217,7 @@ pub fn server_status(state: &ServerState) -> Document {
         "globalLock": state.metrics.global_lock(uptime),
         "mem": crate::metrics::mem(),
         "network": state.metrics.network(),
+        "transportSecurity": state.tls.transport_security(),
         "opLatencies": state.metrics.op_latencies(),
         "opcounters": {
             "insert": o.insert.load(Ordering::Relaxed) as i64,
@@ -224,7 +253,11 @@ pub fn server_status(state: &ServerState) -> Document {
             "newest": newest,
         },
         "durability": durability_status(engine),
+    };
+    if let Some(certificate) = state.tls.server_certificate_status() {
+        status.insert("security", certificate.clone());
     }
+    status
 }
 
 /// serverStatus `durability`: commit and fsync sequence numbers, how long the
