@@ -359,3 +359,28 @@ class TestReplicaSetCommands:
             assert name in commands, name
         assert commands["replSetGetConfig"]["adminOnly"] is True
         assert commands["find"]["adminOnly"] is False
+
+
+def test_an_awaitable_hello_with_exhaust_streams_its_replies(server):
+    """The streaming protocol of server monitoring, as mongod: an awaitable hello that
+    allows exhaust gets a reply flagged moreToCome each time its maxAwaitTimeMS passes,
+    without being asked again, each answering the one before."""
+    import wire
+    sock = wire.connect(server.port)
+    try:
+        first = wire.command(sock, {"hello": 1, "$db": "admin"})
+        cmd = {"hello": 1, "$db": "admin", "topologyVersion": first["topologyVersion"],
+               "maxAwaitTimeMS": 100}
+        rid, msg = wire.op_msg(cmd, flags=1 << 16)  # exhaustAllowed
+        sock.sendall(msg)
+        response_to = rid
+        for _ in range(3):
+            reply_id, resp_to, opcode, body = wire.read_message(sock)
+            flags, doc = wire.parse_op_msg(body)
+            assert opcode == wire.OP_MSG and resp_to == response_to
+            assert flags & 2, "moreToCome"
+            assert doc["ok"] == 1 and doc["isWritablePrimary"] is True
+            response_to = reply_id
+    finally:
+        sock.close()
+

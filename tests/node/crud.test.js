@@ -170,3 +170,28 @@ test('write results and counts under useBigInt64 are numbers, as against mongod'
     await client.close();
   }
 });
+
+test('the streaming monitor gets its hellos: no heartbeat fails, the pool is kept', async () => {
+  // The driver streams awaitable hellos with exhaustAllowed; a server that answers one
+  // without moreToCome fails each heartbeat and makes the driver clear its pool.
+  const client = new MongoClient(`mongodb://127.0.0.1:${port}/?replicaSet=rs0`, {
+    heartbeatFrequencyMS: 500,
+  });
+  const failed = [];
+  let cleared = 0;
+  let succeeded = 0;
+  client.on('serverHeartbeatFailed', (e) => failed.push(String(e.failure)));
+  client.on('serverHeartbeatSucceeded', () => { succeeded += 1; });
+  client.on('connectionPoolCleared', () => { cleared += 1; });
+  try {
+    await client.db('admin').command({ ping: 1 });
+    // Several heartbeats' worth: the server answers each await after maxAwaitTimeMS
+    // (heartbeatFrequencyMS here), so about six streamed replies in 3 s.
+    await new Promise((r) => setTimeout(r, 3000));
+    assert.deepEqual(failed, []);
+    assert.equal(cleared, 0);
+    assert.ok(succeeded >= 2, `${succeeded} heartbeats`);
+  } finally {
+    await client.close();
+  }
+});

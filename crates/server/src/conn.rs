@@ -61,6 +61,54 @@ async fn stream_get_more(
     }
 }
 
+/// The streaming protocol of server monitoring: an awaitable `hello` (with
+/// `topologyVersion` and `maxAwaitTimeMS`) that allows exhaust is answered again and
+/// again, each reply flagged `moreToCome` and answering the one before, every time the
+/// wait passes (`handshake::hello` waits it; the topology never changes here), as mongod
+/// does; an error reply (never flagged, as the spec requires) ends the stream, and so
+/// does the client going away (the next write fails). Drivers that get one reply
+/// without `moreToCome` fail the heartbeat and clear their pool.
+async fn stream_hello(
+    state: &Arc<ServerState>,
+    conn: &mut Conn,
+    wr: &mut (impl AsyncWriteExt + Unpin),
+    cmd: bson::Document,
+    request_id: i32,
+    compressor: Option<wire::Compressor>,
+) -> Result<(), String> {
+    let mut response_to = request_id;
+    loop {
+        let reply = commands::dispatch(state, conn, cmd.clone(), None).await;
+        if reply.close_connection {
+            return Err("closed by a failCommand fail point".into());
+        }
+        let ok = reply.body.is_ok();
+        let id = next_request_id();
+        let flags = if ok { msg_flags::MORE_TO_COME } else { 0 };
+        let written = reply
+            .body
+            .into_msg(id, response_to, flags)
+            .write_to(wr, compressor)
+            .await
+            .map_err(|e| format!("write failed: {e}"))?;
+        flush(wr).await?;
+        state.metrics.message_out(written);
+        if !ok {
+            return Ok(());
+        }
+        response_to = id;
+    }
+}
+
+/// Whether a command is an awaitable hello (streaming server monitoring).
+fn is_awaitable_hello(body: &bson::Document) -> bool {
+    matches!(
+        body.keys().next().map(String::as_str),
+        Some("hello" | "isMaster" | "ismaster")
+    ) && body.contains_key("topologyVersion")
+        && body.contains_key("maxAwaitTimeMS")
+}
+
 /// Runs a command while watching the client: if it closes the connection meanwhile,
 /// the command's operation is killed (ClientDisconnect), as mongod does, so a long
 /// `$where` or `sleep()` stops instead of running for nobody.
@@ -316,8 +364,10 @@ async fn session(
             let reply = match request {
                 Request::Msg(mut msg) => {
                     let fire_and_forget = msg.flags & msg_flags::MORE_TO_COME != 0;
-                    let exhaust = msg.flags & msg_flags::EXHAUST_ALLOWED != 0
+                    let exhaust_allowed = msg.flags & msg_flags::EXHAUST_ALLOWED != 0;
+                    let exhaust = exhaust_allowed
                         && msg.body.keys().next().map(String::as_str) == Some("getMore");
+                    let streaming_hello = exhaust_allowed && is_awaitable_hello(&msg.body);
                     // An insert's documents stay raw BSON all the way to storage.
                     let payload = match msg.body.keys().next().map(String::as_str) {
                         Some("insert") => msg.take_sequence("documents").map(|s| s.documents),
@@ -328,6 +378,11 @@ async fn session(
                         .map_err(|e| format!("malformed message: {e}"))?;
                     if exhaust {
                         stream_get_more(state, conn, &mut wr, cmd, header.request_id, compressor)
+                            .await?;
+                        continue;
+                    }
+                    if streaming_hello {
+                        stream_hello(state, conn, &mut wr, cmd, header.request_id, compressor)
                             .await?;
                         continue;
                     }

@@ -171,6 +171,17 @@ impl Body {
         }
     }
 
+    /// `ok: 1` (a streaming hello goes on then).
+    pub fn is_ok(&self) -> bool {
+        match self {
+            Body::Pieced { .. } => true,
+            Body::Doc(d) => d.get_f64("ok").unwrap_or(0.0) == 1.0,
+            Body::Msg(m) => Self::raw_body(m)
+                .map(|r| r.get_f64("ok").unwrap_or(0.0) == 1.0)
+                .unwrap_or(false),
+        }
+    }
+
     /// `ok: 1` with a cursor that stays open (exhaust getMore keeps streaming then).
     pub fn is_ok_with_open_cursor(&self) -> bool {
         match self {
