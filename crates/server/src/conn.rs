@@ -26,16 +26,24 @@ async fn flush(wr: &mut (impl AsyncWrite + Unpin)) -> Result<(), String> {
     wr.flush().await.map_err(|e| format!("write failed: {e}"))
 }
 
-/// An exhaust getMore: every batch goes out flagged `moreToCome`, each answering the
-/// previous reply, without the client asking again, until the cursor is exhausted or
-/// fails (that last reply has no flag and ends the stream).
-async fn stream_get_more(
+/// A reply stream the client allowed with `exhaustAllowed`: the command is run again and
+/// again, each reply flagged `moreToCome` and answering the one before, without the
+/// client asking, while `goes_on` says the reply continues the stream (an error reply is
+/// never flagged, as the spec requires). Used by:
+/// - an exhaust getMore: every batch while its cursor stays open;
+/// - the streaming protocol of server monitoring: an awaitable `hello` (with
+///   `topologyVersion` and `maxAwaitTimeMS`) answered each time its wait passes
+///   (`handshake::hello` waits it; the topology never changes here), as mongod does.
+///   Drivers that get one reply without `moreToCome` fail the heartbeat and clear their
+///   pool.
+///
+/// The client going away ends it (the next write fails).
+async fn stream_replies(
     state: &Arc<ServerState>,
     conn: &mut Conn,
     wr: &mut (impl AsyncWriteExt + Unpin),
-    cmd: bson::Document,
-    request_id: i32,
-    compressor: Option<wire::Compressor>,
+    (cmd, request_id, compressor): (bson::Document, i32, Option<wire::Compressor>),
+    goes_on: fn(&commands::Body) -> bool,
 ) -> Result<(), String> {
     let mut response_to = request_id;
     loop {
@@ -43,9 +51,9 @@ async fn stream_get_more(
         if reply.close_connection {
             return Err("closed by a failCommand fail point".into());
         }
-        let open = reply.body.is_ok_with_open_cursor();
+        let more = goes_on(&reply.body);
         let id = next_request_id();
-        let flags = if open { msg_flags::MORE_TO_COME } else { 0 };
+        let flags = if more { msg_flags::MORE_TO_COME } else { 0 };
         let written = reply
             .body
             .into_msg(id, response_to, flags)
@@ -54,46 +62,7 @@ async fn stream_get_more(
             .map_err(|e| format!("write failed: {e}"))?;
         flush(wr).await?;
         state.metrics.message_out(written);
-        if !open {
-            return Ok(());
-        }
-        response_to = id;
-    }
-}
-
-/// The streaming protocol of server monitoring: an awaitable `hello` (with
-/// `topologyVersion` and `maxAwaitTimeMS`) that allows exhaust is answered again and
-/// again, each reply flagged `moreToCome` and answering the one before, every time the
-/// wait passes (`handshake::hello` waits it; the topology never changes here), as mongod
-/// does; an error reply (never flagged, as the spec requires) ends the stream, and so
-/// does the client going away (the next write fails). Drivers that get one reply
-/// without `moreToCome` fail the heartbeat and clear their pool.
-async fn stream_hello(
-    state: &Arc<ServerState>,
-    conn: &mut Conn,
-    wr: &mut (impl AsyncWriteExt + Unpin),
-    cmd: bson::Document,
-    request_id: i32,
-    compressor: Option<wire::Compressor>,
-) -> Result<(), String> {
-    let mut response_to = request_id;
-    loop {
-        let reply = commands::dispatch(state, conn, cmd.clone(), None).await;
-        if reply.close_connection {
-            return Err("closed by a failCommand fail point".into());
-        }
-        let ok = reply.body.is_ok();
-        let id = next_request_id();
-        let flags = if ok { msg_flags::MORE_TO_COME } else { 0 };
-        let written = reply
-            .body
-            .into_msg(id, response_to, flags)
-            .write_to(wr, compressor)
-            .await
-            .map_err(|e| format!("write failed: {e}"))?;
-        flush(wr).await?;
-        state.metrics.message_out(written);
-        if !ok {
+        if !more {
             return Ok(());
         }
         response_to = id;
@@ -377,13 +346,16 @@ async fn session(
                         .into_command()
                         .map_err(|e| format!("malformed message: {e}"))?;
                     if exhaust {
-                        stream_get_more(state, conn, &mut wr, cmd, header.request_id, compressor)
-                            .await?;
+                        let stream = (cmd, header.request_id, compressor);
+                        stream_replies(state, conn, &mut wr, stream, |b| {
+                            b.is_ok_with_open_cursor()
+                        })
+                        .await?;
                         continue;
                     }
                     if streaming_hello {
-                        stream_hello(state, conn, &mut wr, cmd, header.request_id, compressor)
-                            .await?;
+                        let stream = (cmd, header.request_id, compressor);
+                        stream_replies(state, conn, &mut wr, stream, |b| b.is_ok()).await?;
                         continue;
                     }
                     let info = conn.info.clone();
