@@ -14,6 +14,10 @@
 #   --sync-only           full mode: skip the async half of the suite (test/asynchronous)
 #   --auth                start the server with --auth: pymongo's suite creates its root user
 #                         through the localhost exception and runs every test authenticated
+#   --tls                 start the server with --tlsMode requireTLS and the certificates pymongo's
+#                         source ships (test/certificates: server.pem, ca.pem), connections
+#                         without a certificate allowed, as drivers' TLS CI runs mongod; the
+#                         suite finds TLS on and connects with its client.pem
 #   --update-ratchet      raise ratchet.txt to the measured CI-selection pass count (never lowers it)
 #   --test-timeout N      per-test limit in seconds (default 60; env CONFORMANCE_TEST_TIMEOUT)
 #   --total-timeout N     limit for the whole pytest part in seconds (defaults: 1200 with --ci,
@@ -45,6 +49,7 @@ FILTERS=()
 PYTEST_EXTRA=()
 SYNC_ONLY=0
 AUTH=0
+TLS=0
 STRICT=0
 ANY_FAILED=0
 UPDATE_RATCHET=0
@@ -60,6 +65,7 @@ while [ $# -gt 0 ]; do
         --module-filter=*) FILTERS+=("${1#*=}") ;;
         --sync-only) SYNC_ONLY=1 ;;
         --auth) AUTH=1 ;;
+        --tls) TLS=1 ;;
         --update-ratchet) UPDATE_RATCHET=1 ;;
         --test-timeout) [ $# -ge 2 ] || die "--test-timeout needs a value"; TEST_TIMEOUT="$2"; shift ;;
         --test-timeout=*) TEST_TIMEOUT="${1#*=}" ;;
@@ -189,7 +195,13 @@ fi
 
 if [ "$MODE" = ci ]; then RUN_NAME=ci; elif [ ${#FILTERS[@]} -eq 0 ]; then RUN_NAME=full; else RUN_NAME=filtered; fi
 SERVER_EXTRA=()
-if [ "$AUTH" = 1 ]; then RUN_NAME="$RUN_NAME-auth"; SERVER_EXTRA=(--auth); fi
+if [ "$AUTH" = 1 ]; then RUN_NAME="$RUN_NAME-auth"; SERVER_EXTRA+=(--auth); fi
+CERTS="$SRC/test/certificates"
+if [ "$TLS" = 1 ]; then
+    RUN_NAME="$RUN_NAME-tls"
+    SERVER_EXTRA+=(--tlsMode requireTLS --tlsCertificateKeyFile "$CERTS/server.pem"
+                   --tlsCAFile "$CERTS/ca.pem" --tlsAllowConnectionsWithoutCertificates)
+fi
 RESULTS="$RESULTS_ROOT/$RUN_NAME"
 # Two runs of the same kind must not share (and wipe) one results directory.
 mkdir -p "$RESULTS_ROOT"
@@ -242,10 +254,11 @@ log "starting $BIN on 127.0.0.1:$PORT (dbpath $DBPATH)"
 "$BIN" --port "$PORT" --bind_ip 127.0.0.1 --dbpath "$DBPATH" --oplogSize 256 --quiet \
     --setParameter enableTestCommands=1 ${SERVER_EXTRA[@]+"${SERVER_EXTRA[@]}"} >"$SERVER_LOG" 2>&1 </dev/null 9>&- &
 SERVER_PID=$!
-if ! "$PY" - "$PORT" "$SERVER_PID" <<'EOF'
+if ! "$PY" - "$PORT" "$SERVER_PID" "$TLS" "$CERTS" <<'EOF'
 import os, sys, time
 from pymongo import MongoClient
 port, pid = int(sys.argv[1]), int(sys.argv[2])
+tls = {"tls": True, "tlsCAFile": f"{sys.argv[4]}/ca.pem"} if sys.argv[3] == "1" else {}
 deadline = time.monotonic() + 60
 while time.monotonic() < deadline:
     try:
@@ -253,7 +266,7 @@ while time.monotonic() < deadline:
     except OSError:
         sys.exit("the server exited during startup")
     try:
-        with MongoClient("127.0.0.1", port, directConnection=True, serverSelectionTimeoutMS=500) as c:
+        with MongoClient("127.0.0.1", port, directConnection=True, serverSelectionTimeoutMS=500, **tls) as c:
             c.admin.command("ping")
         sys.exit(0)
     except Exception:

@@ -75,6 +75,9 @@ bash "$ROOT/conformance/run.sh" --ci
 log "pymongo's authentication tests against a server with --auth (test_auth.py, test_auth_spec.py)"
 bash "$ROOT/conformance/run.sh" --auth --module-filter test/test_auth.py,test/test_auth_spec.py \
     --sync-only --no-report --strict -m auth
+log "pymongo's TLS tests (test_ssl.py) against a requireTLS server, without and with --auth (MONGODB-X509)"
+bash "$ROOT/conformance/run.sh" --tls --module-filter test/test_ssl.py --sync-only --no-report --strict
+bash "$ROOT/conformance/run.sh" --tls --auth --module-filter test/test_ssl.py --sync-only --no-report --strict
 
 # One closing line for the project's own tests (Rust, pytest, Node), all passed here.
 python3 - "$SUMMARY" <<'PY'

@@ -11,7 +11,8 @@ import urllib.parse
 
 import pytest
 from pymongo import MongoClient
-from pymongo.errors import ServerSelectionTimeoutError
+from pymongo import monitoring
+from pymongo.errors import OperationFailure, ServerSelectionTimeoutError
 
 from conftest import TailstreamServer, binary_path, eventually, free_port, next_event
 from tls_certs import CLIENT_SUBJECT_RFC2253, make_certs
@@ -352,3 +353,122 @@ def test_tls_versions_are_counted(tls_server, certs):
         # may come after this client's next command.
         assert eventually(lambda: counted() == (2, 1))
         assert counted() == (2, 1)
+
+
+# MONGODB-X509: the client certificate's subject is the user, in `$external`.
+X509_READER_ROLES = [{"role": "read", "db": "x509db"}]
+
+
+class EventListener(monitoring.CommandListener):
+    """The names of the commands a client started, in order."""
+
+    def __init__(self):
+        self.names = []
+
+    def started(self, event):
+        self.names.append(event.command_name)
+
+    def succeeded(self, event):
+        pass
+
+    def failed(self, event):
+        pass
+
+    def started_command_names(self):
+        return list(self.names)
+
+
+def x509_client(srv, client_cert="client", **kw):
+    return MongoClient(
+        f"mongodb://127.0.0.1:{srv.port}/", tls=True, tlsCAFile=str(srv.certs["ca"]),
+        tlsCertificateKeyFile=str(srv.certs[client_cert]), directConnection=True,
+        serverSelectionTimeoutMS=5000, authMechanism="MONGODB-X509", **kw,
+    )
+
+
+def root_client(srv):
+    """Creates the first user through the localhost exception; a client logged in as it."""
+    with tls_client(srv) as anonymous:
+        anonymous.admin.command("createUser", "root", pwd="rootpw", roles=["root"])
+    return MongoClient(
+        f"mongodb://root:rootpw@127.0.0.1:{srv.port}/", tls=True,
+        tlsCAFile=str(srv.certs["ca"]), tlsCertificateKeyFile=str(srv.certs["client"]),
+        directConnection=True, serverSelectionTimeoutMS=5000,
+    )
+
+
+def failure_code(fn):
+    with pytest.raises(OperationFailure) as e:
+        fn()
+    return e.value.code
+
+
+def test_mongodb_x509_logs_the_certificates_subject_in(tls_server):
+    srv = tls_server("requireTLS", extra=["--auth"])
+    with root_client(srv) as root:
+        root.x509db.c.insert_one({"_id": 1})
+        # No user of that name in $external yet: mongod says so (11 UserNotFound).
+        with x509_client(srv) as unknown:
+            assert failure_code(lambda: unknown.x509db.c.find_one()) == 11
+        root["$external"].command("createUser", CLIENT_SUBJECT_RFC2253,
+                                  roles=X509_READER_ROLES)
+    listener = EventListener()
+    with x509_client(srv, event_listeners=[listener]) as c:
+        assert c.x509db.c.find_one() == {"_id": 1}
+        # Logged in inside the handshake's hello: no authenticate command of its own.
+        assert listener.started_command_names() == ["find"]
+        status = c.admin.command("connectionStatus")["authInfo"]
+        assert status["authenticatedUsers"] == [
+            {"user": CLIENT_SUBJECT_RFC2253, "db": "$external"}]
+        assert status["authenticatedUserRoles"] == X509_READER_ROLES
+        # Its roles apply: it may read, not write.
+        assert failure_code(lambda: c.x509db.c.insert_one({"_id": 2})) == 13
+    # The subject named in the URI must be the certificate's.
+    with x509_client(srv, username=CLIENT_SUBJECT_RFC2253) as named:
+        assert named.x509db.c.find_one() == {"_id": 1}
+    with x509_client(srv, username="CN=someone else") as other:
+        assert failure_code(lambda: other.x509db.c.find_one()) == 18
+    log = srv.log_text()
+    assert '"mechanism":"MONGODB-X509"' in log and '"isSpeculative":true' in log
+    assert "There is no x.509 client certificate matching the user." in log
+
+
+def test_the_authenticate_command_answers_as_mongods(tls_server):
+    srv = tls_server("requireTLS", extra=["--auth", "--tlsAllowConnectionsWithoutCertificates"])
+    with root_client(srv) as root:
+        root["$external"].command("createUser", CLIENT_SUBJECT_RFC2253,
+                                  roles=X509_READER_ROLES)
+    # One connection (maxPoolSize=1): what one command proves, the next one has.
+    with tls_client(srv) as c, MongoClient(
+            c.address[0], c.address[1], maxPoolSize=1, tls=True,
+            tlsCAFile=str(srv.certs["ca"]), tlsCertificateKeyFile=str(srv.certs["client"]),
+            directConnection=True, serverSelectionTimeoutMS=5000) as one:
+        x509 = {"mechanism": "MONGODB-X509"}
+        # Only in $external (17 ProtocolError); only MONGODB-X509 (18).
+        assert failure_code(lambda: one.admin.command("authenticate", 1, **x509)) == 17
+        assert failure_code(lambda: one["$external"].command(
+            "authenticate", 1, mechanism="SCRAM-SHA-256")) == 18
+        assert failure_code(lambda: one["$external"].command("authenticate", 1)) == 18
+        assert failure_code(lambda: one.x509db.c.find_one()) == 13
+        reply = one["$external"].command("authenticate", 1, **x509)
+        assert reply["dbname"] == "$external" and reply["user"] == CLIENT_SUBJECT_RFC2253
+        assert one.x509db.c.find_one() is None
+    # A TLS client without a certificate has no subject to log in as (18).
+    with tls_client(srv, client_cert=None) as anonymous:
+        assert failure_code(lambda: anonymous["$external"].command(
+            "authenticate", 1, mechanism="MONGODB-X509")) == 18
+    assert "No verified subject name available from client" in srv.log_text()
+
+
+def test_a_certificate_let_through_unverified_names_no_one(tls_server):
+    """--tlsAllowInvalidCertificates takes an expired certificate for the connection,
+    but its subject is not verified: MONGODB-X509 refuses it, as mongod."""
+    srv = tls_server("requireTLS", extra=["--auth", "--tlsAllowInvalidCertificates"])
+    expired_subject = "CN=expired,OU=tests,O=Tailstream"
+    with root_client(srv) as root:
+        for subject in (expired_subject, CLIENT_SUBJECT_RFC2253):
+            root["$external"].command("createUser", subject, roles=X509_READER_ROLES)
+    with x509_client(srv, "expired") as expired:
+        assert failure_code(lambda: expired.x509db.c.find_one()) == 18
+    with x509_client(srv) as valid:
+        assert valid.x509db.c.find_one() is None

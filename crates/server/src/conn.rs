@@ -269,13 +269,11 @@ async fn serve_tcp(
     };
     let tls = stream.get_ref().1;
     state.tls.count(tls.protocol_version());
-    let subject = tls
-        .peer_certificates()
-        .and_then(|chain| chain.first())
-        .and_then(crate::tls::subject_name);
-    if let Some(subject) = &subject {
-        let _ = conn.info.peer_subject.set(subject.clone());
-        tracing::debug!(conn = conn.id, peerSubjectName = %subject, "Accepted TLS connection from peer");
+    let chain = tls.peer_certificates().unwrap_or_default();
+    let subject = chain.first().and_then(crate::tls::subject_name);
+    if let Some(verified) = state.tls.verified_subject(chain) {
+        tracing::debug!(conn = conn.id, peerSubjectName = %verified, "Accepted TLS connection from peer");
+        let _ = conn.info.peer_subject.set(verified);
     }
     tracing::info!(
         conn = conn.id,

@@ -31,7 +31,8 @@ pub struct ConnInfo {
     /// The user it authenticated as (`user@db`), for `$ownOps` and `effectiveUsers`.
     pub user: Mutex<Option<String>>,
     /// The subject of the client's TLS certificate (RFC 2253, as mongod shows it), when
-    /// it connected with TLS and showed one: the user MONGODB-X509 authentication takes.
+    /// it connected with TLS and showed one that verified: the user MONGODB-X509
+    /// authentication takes.
     pub peer_subject: OnceLock<String>,
 }
 

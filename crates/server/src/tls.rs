@@ -91,6 +91,10 @@ pub struct Tls {
     /// serverStatus's `transportSecurity`.
     tls12: AtomicU64,
     tls13: AtomicU64,
+    /// With `--tlsAllowInvalidCertificates`, the CA's own verifier: a certificate let
+    /// through without verifying names no one for MONGODB-X509 (mongod's "No verified
+    /// subject name available from client").
+    strict_verifier: Option<Verifier>,
 }
 
 /// The options that shape TLS, from the command line or the config file's `net.tls`.
@@ -129,11 +133,15 @@ impl Tls {
             Some(ca) => Some(client_verifier(ca, o, provider.clone())?),
             None => None,
         };
+        let strict_verifier = match &verifier {
+            Some((_, strict)) if o.allow_invalid_certificates => Some(strict.clone()),
+            _ => None,
+        };
         let builder = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| bad_file(format!("Can not set up TLS: {e}")))?;
         let builder = match verifier {
-            Some(v) => builder.with_client_cert_verifier(v),
+            Some((v, _)) => builder.with_client_cert_verifier(v),
             None => builder.with_no_client_auth(),
         };
         let config = builder.with_single_cert(chain, key).map_err(|e| {
@@ -146,8 +154,22 @@ impl Tls {
             mode: o.mode,
             acceptor: Some(TlsAcceptor::from(Arc::new(config))),
             server_certificate,
+            strict_verifier,
             ..Tls::default()
         })
+    }
+
+    /// The subject of the client certificate a handshake verified (RFC 2253), the
+    /// user MONGODB-X509 logs in as; none without one, or when it did not verify and
+    /// `--tlsAllowInvalidCertificates` let it through.
+    pub fn verified_subject(&self, chain: &[CertificateDer<'_>]) -> Option<String> {
+        let (end_entity, intermediates) = chain.split_first()?;
+        if let Some(strict) = &self.strict_verifier {
+            strict
+                .verify_client_cert(end_entity, intermediates, UnixTime::now())
+                .ok()?;
+        }
+        subject_name(end_entity)
     }
 
     /// The acceptor for TCP connections; none when TLS is disabled.
@@ -238,14 +260,17 @@ fn read_certificate_key_file(
     Ok((chain, key))
 }
 
+type Verifier = Arc<dyn ClientCertVerifier>;
+
 /// Verifies client certificates against `--tlsCAFile`: a certificate is asked for, and
 /// required unless `--tlsAllowConnectionsWithoutCertificates`; with
 /// `--tlsAllowInvalidCertificates` one that does not verify is let through (as mongod's).
+/// Returns the handshake's verifier and the CA's own (the same one without that option).
 fn client_verifier(
     ca_file: &Path,
     o: &Options,
     provider: Arc<rustls::crypto::CryptoProvider>,
-) -> Result<Arc<dyn ClientCertVerifier>, StartError> {
+) -> Result<(Verifier, Verifier), StartError> {
     let cannot = |e: &dyn std::fmt::Display| {
         bad_file(format!(
             "cannot read certificate file: {}: {e}",
@@ -268,9 +293,9 @@ fn client_verifier(
     }
     let verifier = builder.build().map_err(|e| cannot(&e))?;
     Ok(if o.allow_invalid_certificates {
-        Arc::new(AcceptInvalid(verifier))
+        (Arc::new(AcceptInvalid(verifier.clone())), verifier)
     } else {
-        verifier
+        (verifier.clone(), verifier)
     })
 }
 

@@ -3,8 +3,9 @@
 //! - Users live in `admin.system.users` (`users`), with SCRAM credentials
 //!   (`credentials`), never passwords.
 //! - A connection proves who it is with SCRAM-SHA-1 or SCRAM-SHA-256 over `saslStart` /
-//!   `saslContinue` (`scram`), or inside its first `hello` (`speculativeAuthenticate`);
-//!   what it proved is its [`Session`], owned by the connection's task.
+//!   `saslContinue` (`scram`), with its TLS client certificate over `authenticate`
+//!   (`x509`), or either inside its first `hello` (`speculativeAuthenticate`); what it
+//!   proved is its [`Session`], owned by the connection's task.
 //! - With `--auth` (`security.authorization: enabled`), every command checks the
 //!   privileges the command registry declares for it against the session's roles
 //!   (`roles`): 13 Unauthorized otherwise. Without a user yet, a client on the same
@@ -16,6 +17,7 @@ pub mod roles;
 pub mod scram;
 pub mod store;
 pub mod users;
+pub mod x509;
 
 use crate::commands::args::opt_doc;
 use crate::commands::registry::{Privileges, Resource, Spec};
@@ -233,6 +235,12 @@ pub async fn hello_fields(
         let db = spec.get_str("db").unwrap_or("admin").to_string();
         if spec.contains_key("saslStart") {
             if let Ok(r) = sasl_start(state, conn, &db, spec, true).await {
+                reply.insert("speculativeAuthenticate", r);
+            }
+        } else if spec.contains_key("authenticate") {
+            // mongod's default database for a speculative X.509 login is `$external`.
+            let db = spec.get_str("db").unwrap_or(x509::EXTERNAL_DB).to_string();
+            if let Ok(r) = x509::authenticate(state, conn, &db, spec, true).await {
                 reply.insert("speculativeAuthenticate", r);
             }
         }

@@ -7,7 +7,7 @@ use crate::state::ServerState;
 use bson::{doc, Bson, Document};
 use std::sync::Arc;
 use std::time::Duration;
-use tailstream_engine::query::error::{codes, Error, Result};
+use tailstream_engine::query::error::Result;
 
 /// MongoDB 7.0's wire version.
 pub const MAX_WIRE_VERSION: i32 = 21;
@@ -119,12 +119,4 @@ pub fn build_info() -> Document {
         "buildEnvironment": {"target_os": std::env::consts::OS, "target_arch": std::env::consts::ARCH},
         "tailstreamVersion": env!("CARGO_PKG_VERSION"),
     }
-}
-
-/// authenticate (MONGODB-X509): not supported yet.
-pub fn no_authentication(name: &str) -> Result<Document> {
-    Err(Error::new(
-        codes::COMMAND_NOT_SUPPORTED,
-        format!("{name}: authentication is not supported by this server"),
-    ))
 }

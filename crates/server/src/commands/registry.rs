@@ -430,7 +430,7 @@ pub static SPECS: &[Spec] = &[
     .needs(Cluster, &[ApplyOps]),
     command(
         "authenticate",
-        reply!(c => handshake::no_authentication(c.name)),
+        reply!(c => crate::auth::x509::authenticate(c.state, c.conn, c.db, c.cmd, false).await),
     )
     .api_v1()
     .open(),
