@@ -11,6 +11,8 @@
 # BENCH_CATCHUP_FLUSH=1 flushes the catch-up backlog to table files and waits 3 s before
 # the stream opens (to profile a small backlog, e.g. the server under valgrind --tool=callgrind
 # with --server-bin pointing at a wrapper script; BENCHMARKS.md, change streams run 13).
+# BENCH_TLS_CERTS=DIR (certificates from `python3 tests/tls_certs.py DIR`) starts the
+# server with --tlsMode requireTLS and connects over TLS: the cost of TLS (issue 29).
 # The benchmark has its own target directory ($BENCH_TARGET_DIR, by default
 # ~/.cache/tailstream/bench-target, shared with bench/ingest and bench/bus),
 # apart from the server's.

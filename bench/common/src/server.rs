@@ -59,6 +59,18 @@ pub struct ServerProc {
     log: PathBuf,
     pub bin: PathBuf,
     stopped: bool,
+    /// The certificates directory when the server was started with TLS
+    /// (`$BENCH_TLS_CERTS`): clients connect with `tls=true&tlsCAFile=<dir>/ca.pem`.
+    tls_certs: Option<PathBuf>,
+}
+
+/// `$BENCH_TLS_CERTS`: a directory made by `python3 tests/tls_certs.py DIR`. When set,
+/// every Tailstream a benchmark starts runs `--tlsMode requireTLS` with its
+/// `server.pem`, and [`ServerProc::uri`] asks for TLS (the cost of TLS, issue 29).
+pub fn tls_certs_dir() -> Option<PathBuf> {
+    std::env::var_os("BENCH_TLS_CERTS")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
 }
 
 impl ServerProc {
@@ -98,6 +110,7 @@ impl ServerProc {
             log,
             bin,
             stopped: false,
+            tls_certs: None,
         };
         let addr: SocketAddr = ([127, 0, 0, 1], port).into();
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -155,13 +168,28 @@ impl ServerProc {
             dbpath.display().to_string(),
             "--quiet".into(),
         ];
+        let tls = tls_certs_dir();
+        if let Some(certs) = &tls {
+            args.extend([
+                "--tlsMode".into(),
+                "requireTLS".into(),
+                "--tlsCertificateKeyFile".into(),
+                certs.join("server.pem").display().to_string(),
+            ]);
+        }
         args.extend_from_slice(extra_args);
-        ServerProc::spawn(what, bin, dir, port, &args)
+        let mut server = ServerProc::spawn(what, bin, dir, port, &args)?;
+        server.tls_certs = tls;
+        Ok(server)
     }
 
     /// The URI of a MongoDB-compatible server started here.
     pub fn uri(&self) -> String {
-        format!("mongodb://127.0.0.1:{}/?directConnection=true", self.port)
+        let tls = match &self.tls_certs {
+            Some(certs) => format!("&tls=true&tlsCAFile={}", certs.join("ca.pem").display()),
+            None => String::new(),
+        };
+        format!("mongodb://127.0.0.1:{}/?directConnection=true{tls}", self.port)
     }
 
     /// Tailstream's --dbpath.
