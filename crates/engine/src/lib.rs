@@ -12,6 +12,7 @@ pub mod changestream;
 pub mod core;
 pub mod oplog;
 pub mod read;
+pub mod repl;
 pub mod write;
 
 // The modules' former paths, for the crates above (the server).

@@ -8,7 +8,15 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// Bottom to top.
-const LAYERS: [&str; 6] = ["core", "catalog", "oplog", "read", "write", "changestream"];
+const LAYERS: [&str; 7] = [
+    "core",
+    "catalog",
+    "oplog",
+    "read",
+    "write",
+    "changestream",
+    "repl",
+];
 
 /// What a module may name at the crate root: the engine handle (every layer receives
 /// it; its definition in lib.rs is the top), its options, the query crate.

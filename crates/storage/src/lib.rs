@@ -15,6 +15,9 @@ use rocksdb::{
 };
 use std::path::Path;
 
+mod ops;
+pub use ops::{Op, Ops, MAX_ENCODED_BYTES};
+
 /// A stored key and its value, as the store returns them.
 pub type KeyValue = (Box<[u8]>, Box<[u8]>);
 
@@ -37,10 +40,14 @@ pub enum Space {
     Natural,
     /// Change-stream pre- and post-images: cluster time of the write ++ kind -> document BSON.
     Images,
+    /// The replicated log of a replica set (issue 27): 8-byte big-endian log index ->
+    /// the entry's bytes, as the consensus layer encodes it.
+    ReplLog,
 }
 
 impl Space {
-    pub const ALL: [Space; 8] = [
+    /// Every space; a new one goes at the end (its place is its code in [`Ops`]).
+    pub const ALL: [Space; 9] = [
         Space::Docs,
         Space::Index,
         Space::Oplog,
@@ -49,6 +56,7 @@ impl Space {
         Space::Meta,
         Space::Natural,
         Space::Images,
+        Space::ReplLog,
     ];
 
     /// Keys only ever appended in ascending order and dropped from the oldest end (the
@@ -70,6 +78,7 @@ impl Space {
             Space::Meta => "meta",
             Space::Natural => "natural",
             Space::Images => "images",
+            Space::ReplLog => "repl_log",
         }
     }
 }

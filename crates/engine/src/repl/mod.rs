@@ -1,0 +1,17 @@
+//! The storage side of replication (issue 27, in progress): bytes only. The consensus
+//! layer (`crates/replication`, on openraft) gives them their meaning; no openraft type
+//! reaches the engine, as TiKV keeps its engine traits free of RocksDB.
+//!
+//! - `log`: the replicated log (entries by index, and the log's own markers: the vote,
+//!   the commit point, the last purged entry), in the store's `ReplLog` space, every
+//!   change synced before it returns (a member acknowledges only what is on disk).
+//! - `apply`: a replicated commit (its writes as [`Ops`]) applied in one atomic batch
+//!   together with the state machine's applied marker; snapshots of the state
+//!   machine's spaces (everything but the log).
+//!
+//! The top layer of the engine: it may use every layer below.
+
+pub mod apply;
+pub mod log;
+
+pub use tailstream_storage::{Ops, Space};

@@ -1,0 +1,27 @@
+//! Replica sets on openraft (issue 27, in progress).
+//!
+//! This crate gives the engine's replicated-log storage (`tailstream_engine::repl`,
+//! bytes only) its Raft meaning:
+//!
+//! - [`TypeConfig`]: a member is a `u64` id and its `host:port`; an entry's payload is
+//!   one primary commit's writes ([`Commit`]).
+//! - [`LogStore`] (openraft's `RaftLogStorage`): entries, the vote, the commit point
+//!   and the purge point, each change on disk before it is acknowledged.
+//! - [`StateMachine`] (openraft's `RaftStateMachine`): applying an entry writes its
+//!   commit's documents, index entries and oplog entries with the applied marker in
+//!   one atomic batch, the same on every member; snapshots are the engine's
+//!   state-machine spaces.
+//!
+//! Both pass openraft's own storage test suite (`tests/openraft_suite.rs`). Entries,
+//! votes and log ids are stored with postcard (`types::encode`).
+//!
+//! Not here yet: the network between members, the primary's write path proposing its
+//! commits, and the engine's in-memory state following what a member applies.
+
+pub mod log_store;
+pub mod state_machine;
+pub mod types;
+
+pub use log_store::LogStore;
+pub use state_machine::StateMachine;
+pub use types::{Commit, TypeConfig};
