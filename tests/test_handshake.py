@@ -255,7 +255,16 @@ def test_connection_establishment_rate_limiter(fresh_server):
 
 
 class TestIoThreads:
-    """`--ioThreads N`: how many threads run the connections (default: half the CPUs)."""
+    """`--ioThreads N`: how many threads run the connections (default: one)."""
+
+    def test_one_connection_thread_by_default(self, fresh_server, monkeypatch):
+        monkeypatch.setenv("TAILSTREAM_LOG", "info")
+        srv = fresh_server()
+        with srv.client() as c:
+            assert c.admin.command("ping")["ok"] == 1
+        assert '"ioThreads":1' in srv.log_text()
+        with_three = fresh_server(extra_args=["--ioThreads", "3"])
+        assert '"ioThreads":3' in with_three.log_text()
 
     def test_zero_is_refused_at_startup(self, fresh_server):
         srv = fresh_server(start=False, extra_args=["--ioThreads", "0"])

@@ -3,6 +3,9 @@
 use clap::Parser;
 use std::path::PathBuf;
 
+/// Connection threads when `--ioThreads` is not given (see `Config::io_threads`).
+const DEFAULT_IO_THREADS: usize = 1;
+
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "tailstream",
@@ -95,7 +98,7 @@ pub struct Config {
     /// Take client certificates that do not verify against --tlsCAFile (mongod warns).
     #[arg(long = "tlsAllowInvalidCertificates", default_value_t = false)]
     pub tls_allow_invalid_certificates: bool,
-    /// Threads that run the connections (default: half the CPUs, at least one).
+    /// Threads that run the connections (default: one).
     #[arg(long = "ioThreads", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub io_threads: Option<u16>,
 }
@@ -178,22 +181,22 @@ impl Config {
 
     /// How many threads run the connections' tasks: as given, or half the CPUs.
     ///
-    /// Why not one per CPU (tokio's default): the connection threads are not the
-    /// server's only busy threads. RocksDB's flushes and compactions, the
-    /// group-commit thread and the blocking pool (queries, updates, deletes, large
-    /// inserts) run beside them, and writes serialize on the writer lock anyway. With
-    /// as many connection threads as CPUs, a woken task is often handed to a parked
-    /// sibling thread (a futex wake and a context switch) and the threads steal each
-    /// other's work: on 2 CPUs, one connection thread instead of two ran the
-    /// message-bus benchmark's producer/consumer pair at about 46k msg/s instead of
-    /// 42.5-45k (server CPU per message 9-12% lower) and 100 change streams for 11-14%
-    /// less CPU (BENCHMARKS.md, message bus run 6).
+    /// Why one, not one per CPU (tokio's default) nor half the CPUs (the default until
+    /// 2026-11-27): the connection threads' work per message is small (decode, a small
+    /// insert, a getMore from memory, encode, send), and every further thread makes the
+    /// runtime hand woken tasks to parked siblings (a futex wake, a context switch, a
+    /// migration). Queries, updates, deletes and large inserts run on the blocking pool
+    /// whatever this is. Measured on the 16-core device, the message bus's durable full
+    /// speed row with the server on 4 cores: 3.64 s of server CPU per 100,000 messages
+    /// with one thread against 9.51 with two and 9.68 with four, at 26,580 against
+    /// 24,316 / 25,807 msg/s, context switches 0.56 M against 1.45 / 1.86 M; on 8 cores
+    /// 3.40 against 8.19 / 9.93 s at equal throughput; 1,000 change streams 20% less
+    /// CPU (bench/history/2026-11-27-device-iothreads.md). On 2 CPUs one thread was
+    /// already the default and measured best (BENCHMARKS.md, message bus run 6).
     pub fn io_threads(&self) -> usize {
         match self.io_threads {
             Some(n) => usize::from(n),
-            None => std::thread::available_parallelism()
-                .map(|n| (n.get() / 2).max(1))
-                .unwrap_or(1),
+            None => DEFAULT_IO_THREADS,
         }
     }
 
