@@ -89,6 +89,8 @@ pub struct Engine {
     /// token is enough). Dropped at shutdown to stop the thread.
     oplog_wake: Mutex<Option<std::sync::mpsc::SyncSender<()>>>,
     oplog_maintenance: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Receives every commit's writes (see [`core::CommitSink`]); set by replication.
+    commit_sink: RwLock<Option<core::CommitSink>>,
 }
 
 impl Engine {
@@ -171,6 +173,7 @@ impl Engine {
             syncer: Mutex::new(Some(syncer)),
             oplog_wake: Mutex::new(Some(oplog_wake)),
             oplog_maintenance: Mutex::new(None),
+            commit_sink: RwLock::new(None),
         });
         *engine.oplog_maintenance.lock() = Some(oplog::trim::spawn_oplog_maintenance(
             Arc::downgrade(&engine),
@@ -331,6 +334,34 @@ impl Engine {
 
     pub fn writer_busy(&self) -> bool {
         self.writer.is_locked()
+    }
+
+    /// Sends every later commit's writes to `sink` (None: stop), in commit order.
+    pub fn set_commit_sink(&self, sink: Option<core::CommitSink>) {
+        *self.commit_sink.write() = sink;
+    }
+
+    /// The batch a commit writes into: recording its writes when a sink wants them.
+    pub(crate) fn write_batch(&self) -> tailstream_storage::Batch<'_> {
+        if self.commit_sink.read().is_some() {
+            self.store.recording_batch()
+        } else {
+            self.store.batch()
+        }
+    }
+
+    /// Hands a committed batch's recorded writes to the sink (under the writer lock).
+    pub(crate) fn ship(&self, recorded: Option<tailstream_storage::Ops>) {
+        if let (Some(ops), Some(sink)) = (recorded, self.commit_sink.read().as_ref()) {
+            sink(&ops);
+        }
+    }
+
+    /// Reads the catalog again from the store (a replicated commit changed it).
+    pub(crate) fn reload_catalog(&self) -> Result<()> {
+        let catalog = load_catalog(&self.store)?;
+        *self.catalog.write() = Arc::new(catalog);
+        Ok(())
     }
 }
 

@@ -270,6 +270,9 @@ fn is_successor(a: &[u8], b: &[u8]) -> bool {
 pub struct Batch<'a> {
     store: &'a Store,
     inner: WriteBatch,
+    /// The same writes as [`Ops`], when the batch was made by [`Store::recording_batch`]
+    /// (a replica set ships them).
+    recorded: Option<Ops>,
 }
 
 impl Store {
@@ -522,6 +525,15 @@ impl Store {
         Batch {
             store: self,
             inner: WriteBatch::default(),
+            recorded: None,
+        }
+    }
+
+    /// A batch that also keeps its writes as [`Ops`] ([`Batch::take_recorded`]).
+    pub fn recording_batch(&self) -> Batch<'_> {
+        Batch {
+            recorded: Some(Ops::new()),
+            ..self.batch()
         }
     }
 
@@ -843,13 +855,27 @@ impl Store {
 impl Batch<'_> {
     pub fn put(&mut self, space: Space, key: &[u8], value: &[u8]) {
         self.inner.put_cf(self.store.cf(space), key, value);
+        if let Some(ops) = &mut self.recorded {
+            ops.put(space, key, value);
+        }
     }
     pub fn delete(&mut self, space: Space, key: &[u8]) {
         self.inner.delete_cf(self.store.cf(space), key);
+        if let Some(ops) = &mut self.recorded {
+            ops.delete(space, key);
+        }
     }
     /// Deletes `[from, to)` with one range tombstone, whatever the number of keys.
     pub fn delete_range(&mut self, space: Space, from: &[u8], to: &[u8]) {
         self.inner.delete_range_cf(self.store.cf(space), from, to);
+        if let Some(ops) = &mut self.recorded {
+            ops.delete_range(space, from, to);
+        }
+    }
+    /// The writes as [`Ops`], for a batch made by [`Store::recording_batch`], taken out
+    /// (the batch records nothing more): at its commit.
+    pub fn take_recorded(&mut self) -> Option<Ops> {
+        self.recorded.take()
     }
     pub fn is_empty(&self) -> bool {
         self.inner.is_empty()

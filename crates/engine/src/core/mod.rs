@@ -49,3 +49,8 @@ pub fn stored_number(n: i64) -> bson::Bson {
         Err(_) => bson::Bson::Int64(n),
     }
 }
+
+/// Where each commit's writes go once they are in the store, in commit order (called
+/// under the writer lock): a replica set's shipping of commits (`repl`, issue 27). None:
+/// commits are not recorded (a batch costs nothing extra).
+pub type CommitSink = std::sync::Arc<dyn Fn(&tailstream_storage::Ops) + Send + Sync>;

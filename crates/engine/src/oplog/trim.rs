@@ -76,7 +76,7 @@ pub(crate) fn trim_oplog_round(engine: &Engine) -> Result<bool> {
     if new_trim <= trim_ts {
         return Ok(false);
     }
-    let mut batch = engine.store.batch();
+    let mut batch = engine.write_batch();
     for ns in &namespaces {
         batch.delete_range(
             Space::OplogByNs,
@@ -126,10 +126,12 @@ pub(crate) fn trim_oplog_round(engine: &Engine) -> Result<bool> {
     w.trim_ts = new_trim;
     w.oplog_bytes -= freed;
     w.put_oplog_state(&mut batch);
+    let recorded = batch.take_recorded();
     if let Err(e) = engine.store.commit(batch) {
         (w.trim_ts, w.oplog_bytes) = (trim_before, bytes_before);
         return Err(storage_err(e));
     }
+    engine.ship(recorded);
     // Readers compare their position with this point (change streams fail with
     // ChangeStreamHistoryLost below it, oplog scans with CappedPositionLost): it only
     // moves forward, or a reader that checked it could be below it unawares.

@@ -132,7 +132,7 @@ impl Engine {
         let w = self.writer.lock();
         Txn {
             engine: self,
-            batch: self.store.batch(),
+            batch: self.write_batch(),
             w,
             base: self.catalog(),
             catalog: None,
@@ -488,7 +488,8 @@ impl<'e> Txn<'e> {
             self.w.put_oplog_state(&mut self.batch);
         }
         let engine = self.engine;
-        let batch = std::mem::replace(&mut self.batch, engine.store.batch());
+        let mut batch = std::mem::replace(&mut self.batch, engine.store.batch());
+        let recorded = batch.take_recorded();
         let catalog = self.catalog.take();
         let last_ts = self.last_ts;
         if let Err(e) = engine.store.commit(batch) {
@@ -501,6 +502,8 @@ impl<'e> Txn<'e> {
         if touched_capped {
             engine.capped_settle(true);
         }
+        // In commit order: the writer lock is still held.
+        engine.ship(recorded);
         if let Some(ts) = last_ts {
             self.w.committed_ts = ts;
         }

@@ -6,11 +6,22 @@
 //! the last commit whose writes are in the store. The marker need not be synced: the
 //! log is, and what was applied after the last sync is applied again from it.
 //!
-//! In progress (issue 27): the writes reach the store; the engine's in-memory state
-//! (the catalog, the recent oplog, the commit bus that wakes change streams) does not
-//! follow them yet, so a member applies but cannot yet serve what it applied.
+//! The engine's memory then follows, as `Txn::commit` brings it along for a local
+//! commit (under the writer lock, in the same order): the catalog when the commit
+//! changed it, the writer's newest oplog time and clock, the oplog's size and trim
+//! point, the recent oplog, a capped collection's totals (forgotten: they load again),
+//! and the commit notice that wakes tailable cursors and change streams. A member
+//! that applies commits thus serves reads and streams of them as the primary does.
 
-use crate::{core::storage_err, Engine};
+use crate::core::bus::{namespace_bit, CommitNotice};
+use crate::core::clock::ClusterClock;
+use crate::core::time::ClusterTime;
+use crate::core::{keys, storage_err};
+use crate::oplog::recent::RecentEntry;
+use crate::oplog::txn::Writer;
+use crate::oplog::EntryHead;
+use crate::Engine;
+use std::collections::BTreeSet;
 use tailstream_query::error::{Error, Result};
 use tailstream_storage::{Op, Ops, Space};
 
@@ -26,27 +37,145 @@ fn snapshot_spaces() -> Vec<Space> {
         .collect()
 }
 
+/// What a commit's writes change in the engine's memory, read off them before they
+/// are applied.
+#[derive(Default)]
+struct Touched {
+    catalog: bool,
+    oplog_state: bool,
+    /// Collections whose documents or insertion order changed (by id).
+    collections: BTreeSet<u32>,
+    /// The oplog entries written, in time order: (time, entry).
+    entries: Vec<(ClusterTime, Vec<u8>)>,
+}
+
+impl Touched {
+    fn of(ops: &Ops) -> Result<Touched> {
+        let mut t = Touched::default();
+        for op in ops.iter() {
+            let (space, key) = match op {
+                Op::Put { space, key, .. } | Op::Delete { space, key } => (space, key),
+                Op::DeleteRange { space, from, .. } => (space, from),
+            };
+            match space {
+                Space::ReplLog => {
+                    return Err(Error::internal(
+                        "a replicated commit writes into the replicated log's space",
+                    ))
+                }
+                Space::Catalog => t.catalog = true,
+                Space::Meta if key == keys::META_COUNTERS => t.catalog = true,
+                Space::Meta if key == keys::META_OPLOG_TRIM => t.oplog_state = true,
+                Space::Docs | Space::Natural => {
+                    if let Some(id) = key.first_chunk::<4>() {
+                        t.collections.insert(u32::from_be_bytes(*id));
+                    }
+                }
+                Space::Oplog => {
+                    if let Op::Put { key, value, .. } = op {
+                        if key.len() != 8 || bson::RawDocument::from_bytes(value).is_err() {
+                            return Err(Error::internal(
+                                "a replicated commit's oplog entry is not a document",
+                            ));
+                        }
+                        t.entries.push((keys::oplog_key_time(key), value.to_vec()));
+                    }
+                }
+                _ => {}
+            }
+        }
+        assert!(
+            t.entries.windows(2).all(|w| w[0].0 < w[1].0),
+            "a commit's oplog entries are in time order"
+        );
+        Ok(t)
+    }
+}
+
 impl Engine {
     /// Applies one replicated commit's writes and moves the applied marker to
-    /// `applied`, in one atomic batch. A write into the log's own space is refused:
-    /// a commit never carries one, so such an entry is corrupt.
+    /// `applied`, in one atomic batch, then brings the engine's memory along (see the
+    /// module's doc). A write into the log's own space is refused: a commit never
+    /// carries one, so such an entry is corrupt.
     pub fn repl_apply(&self, ops: &Ops, applied: &[u8]) -> Result<()> {
-        let into_log = ops.iter().any(|op| {
-            let space = match op {
-                Op::Put { space, .. } | Op::Delete { space, .. } => space,
-                Op::DeleteRange { space, .. } => space,
-            };
-            space == Space::ReplLog
-        });
-        if into_log {
-            return Err(Error::internal(
-                "a replicated commit writes into the replicated log's space",
-            ));
-        }
+        let touched = Touched::of(ops)?;
+        let mut w = self.writer.lock();
         let mut batch = self.store.batch();
         batch.apply_ops(ops);
         batch.put(Space::Meta, APPLIED_KEY, applied);
-        self.store.commit(batch).map_err(storage_err)
+        self.store.commit(batch).map_err(storage_err)?;
+        self.follow(&mut w, touched)
+    }
+
+    /// The in-memory side of [`Engine::repl_apply`], under the writer lock.
+    fn follow(&self, w: &mut Writer, touched: Touched) -> Result<()> {
+        if touched.catalog {
+            self.reload_catalog()?;
+        }
+        for id in &touched.collections {
+            self.capped_forget(*id);
+        }
+        if touched.oplog_state {
+            let (trim_ts, bytes) = Writer::load_oplog_state(&self.store)?;
+            w.oplog_bytes = bytes;
+            if trim_ts > w.trim_ts {
+                w.trim_ts = trim_ts;
+                self.trim_ts
+                    .store(trim_ts, std::sync::atomic::Ordering::Release);
+                self.store
+                    .retire_through(Space::Oplog, &keys::oplog_key(trim_ts.prev()));
+            }
+        }
+        let last_ts = touched.entries.last().map(|(ts, _)| *ts);
+        let mut ns_mask = 0;
+        let mut recent = Vec::new();
+        for (ts, bytes) in &touched.entries {
+            assert!(
+                *ts > w.committed_ts,
+                "a replicated entry at {ts} not after {}",
+                w.committed_ts
+            );
+            let raw = bson::RawDocument::from_bytes(bytes).expect("checked by Touched::of");
+            let head = EntryHead::of(raw);
+            let namespaces = head.namespaces();
+            for ns in namespaces.iter().filter(|n| !n.is_empty()) {
+                ns_mask |= namespace_bit(ns);
+            }
+            if !touched.oplog_state {
+                w.oplog_bytes += bytes.len() as u64;
+            }
+            if self.recent.enabled() {
+                let watched = self.recent.watched();
+                recent.push(RecentEntry::new(
+                    *ts,
+                    raw,
+                    head.digest(),
+                    namespaces,
+                    watched,
+                ));
+            }
+        }
+        if let Some(ts) = last_ts {
+            w.committed_ts = ts;
+            if w.clock.last() < ts {
+                w.clock = ClusterClock::after(ts);
+            }
+        }
+        if !recent.is_empty() {
+            self.recent.push(recent);
+        }
+        let seq = self.durability.committed(last_ts);
+        if let Some(ts) = last_ts {
+            if self.bus.waits_on(ns_mask) {
+                self.durability.request(seq);
+            }
+            self.bus.publish(CommitNotice {
+                seq,
+                last_ts: ts,
+                ns_mask,
+            });
+        }
+        Ok(())
     }
 
     /// The applied marker: what the last [`Engine::repl_apply`] (or installed
@@ -81,7 +210,12 @@ mod tests {
         let leader = TestEngine::open();
         let mut ops = Ops::new();
         ops.put(Space::Docs, b"\x00\x00\x00\x63k", b"doc");
-        ops.put(Space::Oplog, b"\x00\x00\x00\x01\x00\x00\x00\x01", b"entry");
+        let entry = bson::rawdoc! {"op": "n", "ns": "", "o": {"msg": "m"}};
+        ops.put(
+            Space::Oplog,
+            b"\x00\x00\x00\x01\x00\x00\x00\x01",
+            entry.as_bytes(),
+        );
         leader.engine.repl_apply(&ops, b"applied 1").unwrap();
         assert_eq!(
             leader.engine.repl_applied().unwrap(),
@@ -107,12 +241,118 @@ mod tests {
         assert_eq!(e.repl_snapshot_export().unwrap(), snapshot);
     }
 
+    use crate::catalog::namespace::Namespace;
+    use crate::write::{DeleteOp, UpdateOp};
+    use bson::doc;
+    use std::sync::{Arc, Mutex};
+
+    /// Every key of every space but `repl_log`, without the member's own `meta` keys
+    /// (its replica set id, its applied marker).
+    fn state(e: &Engine) -> Vec<(Space, Vec<u8>, Vec<u8>)> {
+        let mut out = Vec::new();
+        for space in snapshot_spaces() {
+            for kv in e.store.scan(space, &[], None, false) {
+                let (k, v) = kv.unwrap();
+                let own = space == Space::Meta
+                    && (&*k == keys::META_REPLICA_SET_ID || &*k == APPLIED_KEY);
+                if !own {
+                    out.push((space, k.to_vec(), v.to_vec()));
+                }
+            }
+        }
+        out
+    }
+
+    /// A primary's commits, shipped as their writes and applied on a second engine:
+    /// the same stored bytes in every space, and the second engine's memory follows
+    /// (catalog, newest oplog time, the commit notice streams wait on).
     #[test]
-    fn a_commit_writing_into_the_log_is_refused() {
+    fn a_followers_store_and_memory_follow_the_primarys_commits() {
+        let primary = TestEngine::open();
+        let follower = TestEngine::open();
+        let shipped: Arc<Mutex<Vec<Ops>>> = Arc::default();
+        let sink = shipped.clone();
+        primary
+            .engine
+            .set_commit_sink(Some(Arc::new(move |ops: &Ops| {
+                sink.lock().unwrap().push(ops.clone())
+            })));
+        let p = &primary.engine;
+        let ns = Namespace::new("db", "c");
+        let docs = (0..20).map(|i| doc! {"_id": i, "n": i, "s": "x"}).collect();
+        p.insert_documents(&ns, docs, true).unwrap();
+        p.create_indexes(&ns, &[doc! {"key": {"n": 1}, "name": "n_1"}])
+            .unwrap();
+        let update = UpdateOp {
+            q: doc! {"n": {"$lt": 5}},
+            u: doc! {"$inc": {"n": 100}}.into(),
+            multi: true,
+            ..Default::default()
+        };
+        p.update(&ns, vec![update], true).unwrap();
+        let delete = DeleteOp {
+            q: doc! {"n": {"$gte": 15}},
+            ..Default::default()
+        };
+        p.delete(&ns, vec![delete], true).unwrap();
+        let capped = Namespace::new("db", "bus");
+        p.create_collection(&capped, doc! {"capped": true, "size": 4096, "max": 3})
+            .unwrap();
+        for i in 0..5 {
+            p.insert_documents(&capped, vec![doc! {"_id": i}], true)
+                .unwrap();
+        }
+        p.rename_collection(&ns, &Namespace::new("db", "renamed"), false)
+            .unwrap();
+        p.create_collection(&Namespace::new("db", "gone"), doc! {})
+            .unwrap();
+        p.drop_collection(&Namespace::new("db", "gone")).unwrap();
+        p.set_commit_sink(None);
+
+        let f = &follower.engine;
+        let before = f.bus.last().seq;
+        let commits = std::mem::take(&mut *shipped.lock().unwrap());
+        assert!(commits.len() >= 10, "{} commits shipped", commits.len());
+        for (i, ops) in commits.iter().enumerate() {
+            f.repl_apply(ops, format!("applied {i}").as_bytes())
+                .unwrap();
+        }
+        assert_eq!(state(f), state(p));
+        let names = |e: &Engine| e.catalog().colls.keys().cloned().collect::<Vec<_>>();
+        assert_eq!(names(f), names(p));
+        assert_eq!(
+            names(f),
+            vec!["db.bus".to_string(), "db.renamed".to_string()]
+        );
+        assert_eq!(f.writer.lock().committed_ts, p.writer.lock().committed_ts);
+        assert_eq!(f.writer.lock().oplog_bytes, p.writer.lock().oplog_bytes);
+        let notice = f.bus.last();
+        assert_eq!(notice.last_ts, p.writer.lock().committed_ts);
+        assert!(notice.seq > before);
+        // The follower's own next write comes after everything it applied.
+        let own = f.write_noop("after the primary's").unwrap();
+        assert!(own.last_ts.unwrap() > p.writer.lock().committed_ts);
+    }
+
+    #[test]
+    fn a_corrupt_commit_is_refused_whole() {
         let t = TestEngine::open();
         let mut ops = Ops::new();
         ops.put(Space::ReplLog, b"e", b"x");
         assert!(t.engine.repl_apply(&ops, b"m").is_err());
         assert_eq!(t.engine.repl_applied().unwrap(), None);
+        // Nor one whose oplog entry is not a document: nothing of it is applied.
+        let mut ops = Ops::new();
+        ops.put(Space::Docs, b"\x00\x00\x00\x63k", b"doc");
+        ops.put(Space::Oplog, &[0, 0, 0, 1, 0, 0, 0, 1], b"not bson");
+        assert!(t.engine.repl_apply(&ops, b"m").is_err());
+        assert_eq!(t.engine.repl_applied().unwrap(), None);
+        assert_eq!(
+            t.engine
+                .store
+                .get(Space::Docs, b"\x00\x00\x00\x63k")
+                .unwrap(),
+            None
+        );
     }
 }

@@ -6,12 +6,15 @@
 //!   the commit point, the last purged entry), in the store's `ReplLog` space, every
 //!   change synced before it returns (a member acknowledges only what is on disk).
 //! - `apply`: a replicated commit (its writes as [`Ops`]) applied in one atomic batch
-//!   together with the state machine's applied marker; snapshots of the state
-//!   machine's spaces (everything but the log).
+//!   together with the state machine's applied marker, the engine's memory following
+//!   it; snapshots of the state machine's spaces (everything but the log).
+//! - The other side, where commits' writes come from: `Engine::set_commit_sink` (every
+//!   local commit's writes, recorded by the store, in commit order).
 //!
 //! The top layer of the engine: it may use every layer below.
 
 pub mod apply;
 pub mod log;
 
+pub use crate::core::CommitSink;
 pub use tailstream_storage::{Ops, Space};
