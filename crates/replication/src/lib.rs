@@ -12,13 +12,21 @@
 //!   one atomic batch, the same on every member; snapshots are the engine's
 //!   state-machine spaces.
 //!
-//! Both pass openraft's own storage test suite (`tests/openraft_suite.rs`). Entries,
-//! votes and log ids are stored with postcard (`types::encode`).
+//! - [`network::Network`] / [`rpc::handle`]: the members' network, openraft's RPCs as a
+//!   `replSetRaft` command over an ordinary connection to a member's port.
 //!
-//! Not here yet: the network between members, the primary's write path proposing its
-//! commits, and the engine's in-memory state following what a member applies.
+//! The log store and state machine pass openraft's own storage test suite
+//! (`tests/openraft_suite.rs`); three members over TCP elect a leader, replicate and
+//! survive its loss (`tests/three_members.rs`). Entries, votes and log ids are stored
+//! with postcard (`types::encode`).
+//!
+//! Not here yet: the server's side (`--replSet` with several members,
+//! `replSetInitiate`, the command in its registry), the primary's write path proposing
+//! its commits, and what drivers see (hello's fields, reads on secondaries).
 
 pub mod log_store;
+pub mod network;
+pub mod rpc;
 pub mod state_machine;
 pub mod types;
 

@@ -1,0 +1,184 @@
+//! The members' network: openraft's RPCs (append entries, vote, install snapshot)
+//! carried as a MongoDB command, `{replSetRaft: <kind>, data: BinData}` on `admin`, over
+//! an ordinary connection to the member's port, as mongod's members talk to one
+//! another with internal commands (`replSetHeartbeat`, `replSetUpdatePosition`). The
+//! request and the whole result (the answer or the remote's Raft error) travel as
+//! postcard bytes in `data`; the receiving side is [`crate::rpc::handle`].
+//!
+//! One connection per peer, opened on first use and dropped on any failure (the next
+//! call opens a new one); every call is bounded by openraft's per-RPC time limit.
+
+use crate::rpc::{Kind, COMMAND};
+use crate::types::{NodeId, TypeConfig};
+use bson::{doc, spec::BinarySubtype, Binary, Bson};
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::{AnyError, BasicNode};
+use serde::{de::DeserializeOwned, Serialize};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+/// The largest reply a peer may send (the wire protocol's own limit).
+const MAX_REPLY_BYTES: usize = tailstream_wire::MAX_MESSAGE_SIZE;
+
+/// Makes a [`Peer`] for each member the leader replicates to or a candidate asks.
+#[derive(Clone, Default)]
+pub struct Network;
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = Peer;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Peer {
+        Peer {
+            target,
+            addr: node.addr.clone(),
+            conn: None,
+            next_request_id: 1,
+        }
+    }
+}
+
+/// One other member, as this member calls it.
+pub struct Peer {
+    target: NodeId,
+    addr: String,
+    conn: Option<TcpStream>,
+    next_request_id: i32,
+}
+
+/// What went wrong with a call: the network (retried by openraft), or an answer that
+/// is not one (reported as the network's too: the peer is not a usable member).
+fn net_error(e: impl std::fmt::Display) -> NetworkError {
+    NetworkError::new(&AnyError::error(e.to_string()))
+}
+
+impl Peer {
+    /// Sends one RPC and returns the peer's whole result, within `option`'s time limit.
+    async fn call<Req, Res>(
+        &mut self,
+        kind: Kind,
+        req: &Req,
+        option: &RPCOption,
+    ) -> Result<Res, NetworkError>
+    where
+        Req: Serialize,
+        Res: DeserializeOwned,
+    {
+        let limit = option.hard_ttl();
+        match tokio::time::timeout(limit, self.exchange(kind, req)).await {
+            Ok(Ok(res)) => Ok(res),
+            Ok(Err(e)) => {
+                self.conn = None;
+                Err(e)
+            }
+            Err(_) => {
+                self.conn = None;
+                Err(net_error(format!(
+                    "{} to {} timed out after {limit:?}",
+                    kind.name(),
+                    self.addr
+                )))
+            }
+        }
+    }
+
+    async fn exchange<Req, Res>(&mut self, kind: Kind, req: &Req) -> Result<Res, NetworkError>
+    where
+        Req: Serialize,
+        Res: DeserializeOwned,
+    {
+        let data = postcard::to_allocvec(req).map_err(net_error)?;
+        let body = doc! {
+            COMMAND: kind.name(),
+            "data": Bson::Binary(Binary { subtype: BinarySubtype::Generic, bytes: data }),
+            "$db": "admin",
+        };
+        let request_id = self.next_request_id;
+        self.next_request_id = self.next_request_id.wrapping_add(1).max(1);
+        let message = tailstream_wire::encode_msg(request_id, 0, 0, &body);
+        if self.conn.is_none() {
+            let stream = TcpStream::connect(&self.addr).await.map_err(net_error)?;
+            stream.set_nodelay(true).map_err(net_error)?;
+            self.conn = Some(stream);
+        }
+        let stream = self.conn.as_mut().expect("connected above");
+        stream.write_all(&message).await.map_err(net_error)?;
+        let Some((header, bytes)) = tailstream_wire::read_message(stream, MAX_REPLY_BYTES)
+            .await
+            .map_err(net_error)?
+        else {
+            return Err(net_error(format!("{} closed the connection", self.addr)));
+        };
+        if header.response_to != request_id {
+            return Err(net_error("a reply to another request"));
+        }
+        let (request, _) = tailstream_wire::decode(&header, &bytes).map_err(net_error)?;
+        let tailstream_wire::Request::Msg(msg) = request else {
+            return Err(net_error("a reply that is not an OP_MSG"));
+        };
+        let reply = msg.into_command().map_err(net_error)?;
+        let ok = reply.get("ok").and_then(Bson::as_f64).unwrap_or(0.0);
+        if ok != 1.0 {
+            let errmsg = reply.get_str("errmsg").unwrap_or("no errmsg");
+            return Err(net_error(format!(
+                "{} refused {}: {errmsg}",
+                self.addr,
+                kind.name()
+            )));
+        }
+        let data = reply.get_binary_generic("data").map_err(net_error)?;
+        postcard::from_bytes(data).map_err(net_error)
+    }
+
+    fn remote<E: std::error::Error>(
+        &self,
+        e: RaftError<NodeId, E>,
+    ) -> RemoteError<NodeId, BasicNode, RaftError<NodeId, E>> {
+        RemoteError::new_with_node(self.target, BasicNode::new(&self.addr), e)
+    }
+}
+
+type Rpc<T, E = openraft::error::Infallible> =
+    Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>;
+
+impl RaftNetwork<TypeConfig> for Peer {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Rpc<AppendEntriesResponse<NodeId>> {
+        let res: Result<_, RaftError<NodeId>> = self
+            .call(Kind::AppendEntries, &rpc, &option)
+            .await
+            .map_err(RPCError::Network)?;
+        res.map_err(|e| RPCError::RemoteError(self.remote(e)))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Rpc<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
+        let res: Result<_, RaftError<NodeId, InstallSnapshotError>> = self
+            .call(Kind::InstallSnapshot, &rpc, &option)
+            .await
+            .map_err(RPCError::Network)?;
+        res.map_err(|e| RPCError::RemoteError(self.remote(e)))
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Rpc<VoteResponse<NodeId>> {
+        let res: Result<_, RaftError<NodeId>> = self
+            .call(Kind::Vote, &rpc, &option)
+            .await
+            .map_err(RPCError::Network)?;
+        res.map_err(|e| RPCError::RemoteError(self.remote(e)))
+    }
+}
