@@ -91,6 +91,8 @@ pub struct Engine {
     oplog_maintenance: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Receives every commit's writes (see [`core::CommitSink`]); set by replication.
     commit_sink: RwLock<Option<core::CommitSink>>,
+    /// A replica set's write path (see [`core::Proposer`]); none on a single node.
+    proposer: RwLock<Option<Arc<dyn core::Proposer>>>,
 }
 
 impl Engine {
@@ -174,6 +176,7 @@ impl Engine {
             oplog_wake: Mutex::new(Some(oplog_wake)),
             oplog_maintenance: Mutex::new(None),
             commit_sink: RwLock::new(None),
+            proposer: RwLock::new(None),
         });
         *engine.oplog_maintenance.lock() = Some(oplog::trim::spawn_oplog_maintenance(
             Arc::downgrade(&engine),
@@ -341,9 +344,20 @@ impl Engine {
         *self.commit_sink.write() = sink;
     }
 
-    /// The batch a commit writes into: recording its writes when a sink wants them.
+    /// Makes every later commit go through the replica set (None: a single node).
+    pub fn set_proposer(&self, proposer: Option<Arc<dyn core::Proposer>>) {
+        *self.proposer.write() = proposer;
+    }
+
+    /// The replica set's write path, when this member is in one.
+    pub(crate) fn proposer(&self) -> Option<Arc<dyn core::Proposer>> {
+        self.proposer.read().clone()
+    }
+
+    /// The batch a commit writes into: recording its writes when a sink or the replica
+    /// set wants them.
     pub(crate) fn write_batch(&self) -> tailstream_storage::Batch<'_> {
-        if self.commit_sink.read().is_some() {
+        if self.commit_sink.read().is_some() || self.proposer.read().is_some() {
             self.store.recording_batch()
         } else {
             self.store.batch()

@@ -14,22 +14,27 @@
 //!
 //! - [`network::Network`] / [`rpc::handle`]: the members' network, openraft's RPCs as a
 //!   `replSetRaft` command over an ordinary connection to a member's port.
+//! - [`MemberProposer`] (the engine's `Proposer`): the write path, a commit proposed and
+//!   stored only once the set committed it ([`member`]).
 //!
 //! The log store and state machine pass openraft's own storage test suite
 //! (`tests/openraft_suite.rs`); three members over TCP elect a leader, replicate and
-//! survive its loss (`tests/three_members.rs`). Entries, votes and log ids are stored
-//! with postcard (`types::encode`).
+//! survive its loss (`tests/three_members.rs`); the engine's own writes go through the
+//! set (`tests/write_path.rs`). Entries, votes and log ids are stored with postcard
+//! (`types::encode`).
 //!
 //! Not here yet: the server's side (`--replSet` with several members,
-//! `replSetInitiate`, the command in its registry), the primary's write path proposing
-//! its commits, and what drivers see (hello's fields, reads on secondaries).
+//! `replSetInitiate`, the command in its registry) and what drivers see (hello's
+//! fields, reads on secondaries).
 
 pub mod log_store;
+pub mod member;
 pub mod network;
 pub mod rpc;
 pub mod state_machine;
 pub mod types;
 
 pub use log_store::LogStore;
+pub use member::{MemberProposer, Pending};
 pub use state_machine::StateMachine;
-pub use types::{Commit, TypeConfig};
+pub use types::{Commit, Origin, TypeConfig};

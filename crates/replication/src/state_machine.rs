@@ -7,6 +7,7 @@
 //! (`Engine::repl_snapshot_export`, at most 1 GiB: the streamed RocksDB checkpoint
 //! issue 27 plans replaces it), the current one kept in memory.
 
+use crate::member::Pending;
 use crate::types::{
     any, decode, encode, Entry, LogId, NodeId, SnapshotMeta, StorageResult, StoredMembership,
     TypeConfig,
@@ -38,6 +39,8 @@ struct Current {
 #[derive(Clone)]
 pub struct StateMachine {
     engine: Arc<Engine>,
+    /// This member's commits waiting for their entries (none: it proposes nothing).
+    pending: Option<Arc<Pending>>,
     current: Arc<Mutex<Option<Current>>>,
     /// Numbers the snapshots this member builds (their ids must differ).
     built: Arc<AtomicU64>,
@@ -47,8 +50,17 @@ impl StateMachine {
     pub fn new(engine: Arc<Engine>) -> StateMachine {
         StateMachine {
             engine,
+            pending: None,
             current: Arc::new(Mutex::new(None)),
             built: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The state machine of a member that proposes commits (see `member.rs`).
+    pub fn proposing(engine: Arc<Engine>, pending: Arc<Pending>) -> StateMachine {
+        StateMachine {
+            pending: Some(pending),
+            ..StateMachine::new(engine)
         }
     }
 
@@ -125,31 +137,37 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I::IntoIter: Send,
     {
         let mut applied = self.applied()?;
-        let mut ops = Ops::new();
         let mut replies = Vec::new();
+        // One entry at a time, each with its marker: a member's own commit is stored
+        // without the engine's memory (its proposer, waiting, brings that along).
         for entry in entries {
             let id = *entry.get_log_id();
-            match entry.payload {
-                EntryPayload::Blank => {}
+            let (ops, own) = match entry.payload {
+                EntryPayload::Blank => (Ops::new(), false),
                 EntryPayload::Normal(commit) => {
-                    let commit_ops = Ops::decode(commit.ops)
+                    let ops = Ops::decode(commit.ops)
                         .map_err(|e| StorageIOError::apply(id, AnyError::new(&e)))?;
-                    ops.extend(&commit_ops);
+                    let own = self
+                        .pending
+                        .as_ref()
+                        .is_some_and(|p| p.claim(commit.origin));
+                    (ops, own)
                 }
                 EntryPayload::Membership(m) => {
                     applied.membership = StoredMembership::new(Some(id), m);
+                    (Ops::new(), false)
                 }
-            }
+            };
             applied.last = Some(id);
+            let marker = encode(&applied).map_err(state_error)?;
+            let result = if own {
+                self.engine.repl_apply_own(&ops, &marker)
+            } else {
+                self.engine.repl_apply(&ops, &marker)
+            };
+            result.map_err(|e| StorageIOError::apply(id, any(e)))?;
             replies.push(());
         }
-        if replies.is_empty() {
-            return Ok(replies);
-        }
-        let marker = encode(&applied).map_err(state_error)?;
-        self.engine
-            .repl_apply(&ops, &marker)
-            .map_err(|e| state_error(any(e)))?;
         Ok(replies)
     }
 

@@ -9,8 +9,18 @@ use std::io::Cursor;
 /// (`tailstream_engine::repl::Ops`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Commit {
+    /// The member that proposed it and its number there: that member's waiting commit
+    /// finishes it in memory (see `member.rs`). None: no one waits for it.
+    pub origin: Option<Origin>,
     #[serde(with = "serde_bytes")]
     pub ops: Vec<u8>,
+}
+
+/// Who proposed a commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    pub node: u64,
+    pub seq: u64,
 }
 
 openraft::declare_raft_types!(

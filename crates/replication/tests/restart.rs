@@ -27,6 +27,7 @@ fn commit_entry(index: u64, key: &[u8], value: &[u8]) -> Entry<TypeConfig> {
     Entry {
         log_id: log_id(2, 1, index),
         payload: EntryPayload::Normal(Commit {
+            origin: None,
             ops: ops.into_bytes(),
         }),
     }
@@ -100,27 +101,31 @@ async fn a_members_log_vote_and_state_survive_a_restart() {
     engine.shutdown();
 }
 
+/// Entries apply one at a time, each atomic with its marker: a corrupt one is refused
+/// whole, and the state machine stands at the entry before it.
 #[tokio::test]
-async fn a_corrupt_commit_is_refused_and_applies_nothing() {
+async fn a_corrupt_commit_is_refused_and_the_state_machine_stops_before_it() {
     let dir = tempfile::tempdir().unwrap();
     let engine = open(dir.path());
     let mut sm = StateMachine::new(engine.clone());
     let good = commit_entry(1, b"\x00\x00\x01\x00a", b"x");
+    let mut ops = Ops::new();
+    ops.put(docs_space(), b"\x00\x00\x01\x00b", b"y");
+    // A valid write, then bytes that are not one.
+    let mut bytes = ops.into_bytes();
+    bytes.extend_from_slice(&[1, 0, 255, 255, 255, 255]);
     let bad = Entry {
-        log_id: log_id(1, 1, 2),
+        log_id: log_id(2, 1, 2),
         payload: EntryPayload::Normal(Commit {
-            ops: vec![1, 0, 255, 255, 255, 255],
+            origin: None,
+            ops: bytes,
         }),
     };
     assert!(sm.apply(vec![good, bad]).await.is_err());
     let (applied, _) = sm.applied_state().await.unwrap();
-    assert_eq!(applied, None);
-    assert_eq!(
-        engine
-            .store
-            .get(docs_space(), b"\x00\x00\x01\x00a")
-            .unwrap(),
-        None
-    );
+    assert_eq!(applied, Some(log_id(2, 1, 1)));
+    let get = |key: &[u8]| engine.store.get(docs_space(), key).unwrap();
+    assert_eq!(get(b"\x00\x00\x01\x00a"), Some(b"x".to_vec()));
+    assert_eq!(get(b"\x00\x00\x01\x00b"), None);
     engine.shutdown();
 }

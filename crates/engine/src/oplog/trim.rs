@@ -44,6 +44,12 @@ pub(crate) fn trim_oplog_round(engine: &Engine) -> Result<bool> {
     if oplog_bytes <= cap {
         return Ok(false);
     }
+    // In a replica set only the member that may write trims: its trim is a commit the
+    // others apply, so every member's oplog keeps the same entries.
+    let proposer = engine.proposer();
+    if proposer.as_ref().is_some_and(|p| !p.writable()) {
+        return Ok(false);
+    }
     let slack = (cap / 64).max(256 * 1024).min(cap / 2);
     let mut to_free = oplog_bytes
         .saturating_sub(cap - slack)
@@ -126,10 +132,21 @@ pub(crate) fn trim_oplog_round(engine: &Engine) -> Result<bool> {
     w.trim_ts = new_trim;
     w.oplog_bytes -= freed;
     w.put_oplog_state(&mut batch);
-    let recorded = batch.take_recorded();
-    if let Err(e) = engine.store.commit(batch) {
+    let mut recorded = batch.take_recorded();
+    let stored = match &proposer {
+        Some(p) => {
+            drop(batch);
+            p.propose(
+                recorded
+                    .take()
+                    .expect("a replica set's batch records its writes"),
+            )
+        }
+        None => engine.store.commit(batch).map_err(storage_err),
+    };
+    if let Err(e) = stored {
         (w.trim_ts, w.oplog_bytes) = (trim_before, bytes_before);
-        return Err(storage_err(e));
+        return Err(e);
     }
     engine.ship(recorded);
     // Readers compare their position with this point (change streams fail with

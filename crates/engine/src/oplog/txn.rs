@@ -489,15 +489,27 @@ impl<'e> Txn<'e> {
         }
         let engine = self.engine;
         let mut batch = std::mem::replace(&mut self.batch, engine.store.batch());
-        let recorded = batch.take_recorded();
+        let mut recorded = batch.take_recorded();
         let catalog = self.catalog.take();
         let last_ts = self.last_ts;
-        if let Err(e) = engine.store.commit(batch) {
+        let stored = match engine.proposer() {
+            // A replica set: the set commits the writes and the state machine stores
+            // them (`Engine::repl_apply_own`); the local batch is dropped unwritten.
+            Some(proposer) => {
+                drop(batch);
+                let ops = recorded
+                    .take()
+                    .expect("a replica set's batch records its writes");
+                proposer.propose(ops)
+            }
+            None => engine.store.commit(batch).map_err(storage_err),
+        };
+        if let Err(e) = stored {
             self.w.oplog_bytes = bytes_before;
             if touched_capped {
                 engine.capped_settle(false);
             }
-            return Err(storage_err(e));
+            return Err(e);
         }
         if touched_capped {
             engine.capped_settle(true);

@@ -50,6 +50,10 @@ struct Touched {
 }
 
 impl Touched {
+    fn is_empty(&self) -> bool {
+        !self.catalog && !self.oplog_state && self.collections.is_empty() && self.entries.is_empty()
+    }
+
     fn of(ops: &Ops) -> Result<Touched> {
         let mut t = Touched::default();
         for op in ops.iter() {
@@ -99,12 +103,30 @@ impl Engine {
     /// carries one, so such an entry is corrupt.
     pub fn repl_apply(&self, ops: &Ops, applied: &[u8]) -> Result<()> {
         let touched = Touched::of(ops)?;
+        if touched.is_empty() {
+            // A marker alone (a blank or membership entry): nothing in memory changes,
+            // and the writer lock is not taken (a primary's commit may hold it, waiting
+            // for its own entry behind this one).
+            return self.repl_apply_own(ops, applied);
+        }
         let mut w = self.writer.lock();
+        self.store_applied(ops, applied)?;
+        self.follow(&mut w, touched)
+    }
+
+    /// Applies this member's own proposed commit: its writes and the marker into the
+    /// store only. The proposing commit holds the writer lock while it waits for this
+    /// and brings memory along itself once its proposal returns (`Txn::commit`).
+    pub fn repl_apply_own(&self, ops: &Ops, applied: &[u8]) -> Result<()> {
+        Touched::of(ops)?;
+        self.store_applied(ops, applied)
+    }
+
+    fn store_applied(&self, ops: &Ops, applied: &[u8]) -> Result<()> {
         let mut batch = self.store.batch();
         batch.apply_ops(ops);
         batch.put(Space::Meta, APPLIED_KEY, applied);
-        self.store.commit(batch).map_err(storage_err)?;
-        self.follow(&mut w, touched)
+        self.store.commit(batch).map_err(storage_err)
     }
 
     /// The in-memory side of [`Engine::repl_apply`], under the writer lock.

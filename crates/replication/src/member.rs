@@ -1,0 +1,127 @@
+//! A member's write path: the engine's [`Proposer`] on openraft.
+//!
+//! A commit computed under the engine's writer lock is proposed as one entry and waits
+//! (the writer lock held) until the entry is committed and applied here. Its entry names
+//! it (`Commit::origin`: this member and a number); the state machine, finding the
+//! number in [`Pending`], stores the writes only (`Engine::repl_apply_own`) and the
+//! waiting commit brings the engine's memory along itself. Whichever of the two takes
+//! the number out of `Pending` first decides: a proposal that failed (the lead moved)
+//! but whose entry is applied later is applied like any other member's commit.
+//!
+//! Writable: this member leads and has applied an entry of its own term (everything
+//! committed before it took office is applied), as mongod's new primary drains its
+//! applier before it accepts writes. Until then a write fails with 10107.
+
+use crate::types::{Commit, NodeId, Origin, TypeConfig};
+use openraft::Raft;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use tailstream_engine::core::Proposer;
+use tailstream_engine::query::error::{codes, Error, Result};
+use tailstream_engine::repl::Ops;
+
+/// This member's proposed commits whose entries are not applied yet, by number.
+pub struct Pending {
+    node: NodeId,
+    seqs: Mutex<HashSet<u64>>,
+}
+
+impl Pending {
+    pub fn new(node: NodeId) -> Pending {
+        Pending {
+            node,
+            seqs: Mutex::new(HashSet::new()),
+        }
+    }
+
+    fn insert(&self, seq: u64) {
+        self.seqs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(seq);
+    }
+
+    /// Takes out `seq`: true when it was still waiting.
+    fn take(&self, seq: u64) -> bool {
+        self.seqs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&seq)
+    }
+
+    /// Whether a commit with this origin is one of this member's, still waiting (taken
+    /// out: its proposer finishes it).
+    pub fn claim(&self, origin: Option<Origin>) -> bool {
+        origin.is_some_and(|o| o.node == self.node && self.take(o.seq))
+    }
+}
+
+fn not_primary() -> Error {
+    Error::new(codes::NOT_WRITABLE_PRIMARY, "not primary")
+}
+
+/// The engine's proposer for one member.
+pub struct MemberProposer {
+    node: NodeId,
+    raft: Raft<TypeConfig>,
+    pending: std::sync::Arc<Pending>,
+    next_seq: AtomicU64,
+    runtime: tokio::runtime::Handle,
+}
+
+impl MemberProposer {
+    /// `runtime`: where openraft runs; a proposal blocks its caller's thread (the
+    /// engine's writes are synchronous), never that runtime's.
+    pub fn new(
+        node: NodeId,
+        raft: Raft<TypeConfig>,
+        pending: std::sync::Arc<Pending>,
+        runtime: tokio::runtime::Handle,
+    ) -> MemberProposer {
+        MemberProposer {
+            node,
+            raft,
+            pending,
+            next_seq: AtomicU64::new(1),
+            runtime,
+        }
+    }
+}
+
+impl Proposer for MemberProposer {
+    fn writable(&self) -> bool {
+        let m = self.raft.metrics().borrow().clone();
+        m.current_leader == Some(self.node)
+            && m.last_applied.map(|l| l.leader_id.term) == Some(m.current_term)
+    }
+
+    fn propose(&self, ops: Ops) -> Result<()> {
+        if !self.writable() {
+            return Err(not_primary());
+        }
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        self.pending.insert(seq);
+        let commit = Commit {
+            origin: Some(Origin {
+                node: self.node,
+                seq,
+            }),
+            ops: ops.into_bytes(),
+        };
+        let raft = self.raft.clone();
+        // Off openraft's runtime threads: a worker of it blocked here would stall the
+        // very tasks that commit the entry.
+        let result = tokio::task::block_in_place(|| {
+            self.runtime
+                .block_on(async move { raft.client_write(commit).await })
+        });
+        match result {
+            Ok(_) => Ok(()),
+            // Not applied here, and now never finished by this proposal.
+            Err(_) if self.pending.take(seq) => Err(not_primary()),
+            // The entry was applied here meanwhile, by this proposal's claim.
+            Err(_) => Ok(()),
+        }
+    }
+}
