@@ -204,6 +204,16 @@ impl RecentOplog {
         }
     }
 
+    /// Forgets every entry and holds from `from` on: the store under it was replaced
+    /// (a replica set's snapshot installed), so what the ring held says nothing of it.
+    /// Readers before `from` read storage. Called under the writer lock.
+    pub fn restart(&self, from: ClusterTime) {
+        let mut r = self.ring.write();
+        r.entries.clear();
+        r.bytes = 0;
+        r.from = from;
+    }
+
     /// Appends a committed transaction's entries (in time order), dropping the oldest.
     pub fn push(&self, new: Vec<RecentEntry>) {
         let mut r = self.ring.write();

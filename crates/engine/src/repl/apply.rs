@@ -214,11 +214,47 @@ impl Engine {
     }
 
     /// Replaces the state machine's spaces with a snapshot's (synced); the log and
-    /// its markers stay.
+    /// its markers stay. The engine's memory is then read again from the store, as an
+    /// open reads it.
     pub fn repl_snapshot_import(&self, ops: &Ops) -> Result<()> {
+        let mut w = self.writer.lock();
         self.store
             .import(&snapshot_spaces(), ops)
-            .map_err(storage_err)
+            .map_err(storage_err)?;
+        self.reload_after_install(&mut w)
+    }
+
+    /// The engine's memory from a store whose state machine was replaced wholesale.
+    fn reload_after_install(&self, w: &mut Writer) -> Result<()> {
+        self.reload_catalog()?;
+        self.capped.lock().clear();
+        self.capped_modified.lock().clear();
+        let last = self
+            .store
+            .last(Space::Oplog, &[], None)
+            .map_err(storage_err)?;
+        let last_ts = last.map_or(ClusterTime::ZERO, |(k, _)| keys::oplog_key_time(&k));
+        let (trim_ts, oplog_bytes) = Writer::load_oplog_state(&self.store)?;
+        w.committed_ts = last_ts;
+        w.clock = ClusterClock::after(last_ts.max(w.clock.last()));
+        w.oplog_bytes = oplog_bytes;
+        w.trim_ts = trim_ts;
+        // Moves either way: the point is the snapshot's, not a trim's.
+        self.trim_ts
+            .store(trim_ts, std::sync::atomic::Ordering::Release);
+        if trim_ts > ClusterTime::ZERO {
+            self.store
+                .retire_through(Space::Oplog, &keys::oplog_key(trim_ts.prev()));
+        }
+        self.recent.restart(last_ts.next());
+        let seq = self.durability.committed(Some(last_ts));
+        // Every namespace may have changed.
+        self.bus.publish(CommitNotice {
+            seq,
+            last_ts,
+            ns_mask: u64::MAX,
+        });
+        Ok(())
     }
 }
 
@@ -354,6 +390,107 @@ mod tests {
         // The follower's own next write comes after everything it applied.
         let own = f.write_noop("after the primary's").unwrap();
         assert!(own.last_ts.unwrap() > p.writer.lock().committed_ts);
+    }
+
+    /// A snapshot installed on an engine with its own memory: its catalog, documents
+    /// and newest oplog time become the snapshot's, and its next write follows them.
+    #[test]
+    fn an_installed_snapshot_replaces_the_engines_memory_too() {
+        let primary = TestEngine::open();
+        let p = &primary.engine;
+        let ns = Namespace::new("db", "c");
+        let docs = (0..10).map(|i| doc! {"_id": i, "n": i}).collect();
+        p.insert_documents(&ns, docs, true).unwrap();
+        p.create_indexes(&ns, &[doc! {"key": {"n": 1}, "name": "n_1"}])
+            .unwrap();
+        let snapshot = p.repl_snapshot_export().unwrap();
+
+        let member = TestEngine::open();
+        let m = &member.engine;
+        // Its own earlier state, which the snapshot replaces.
+        m.insert_documents(&Namespace::new("db", "mine"), vec![doc! {"_id": 1}], true)
+            .unwrap();
+        m.repl_snapshot_import(&snapshot).unwrap();
+        let names = |e: &Engine| e.catalog().colls.keys().cloned().collect::<Vec<_>>();
+        assert_eq!(names(m), vec!["db.c".to_string()]);
+        assert_eq!(
+            m.count(&ns, &doc! {"n": {"$gte": 5}}, 0, 0, None, None)
+                .unwrap(),
+            5
+        );
+        let newest = p.writer.lock().committed_ts;
+        assert_eq!(m.writer.lock().committed_ts, newest);
+        assert_eq!(m.writer.lock().oplog_bytes, p.writer.lock().oplog_bytes);
+        assert_eq!(m.bus.last().last_ts, newest);
+        let own = m.write_noop("after the snapshot").unwrap();
+        assert!(own.last_ts.unwrap() > newest);
+    }
+
+    /// A member that may not write: it proposes nothing it could not, and stores
+    /// nothing of a commit the set did not take.
+    #[derive(Default)]
+    struct NeverWritable {
+        proposals: std::sync::atomic::AtomicUsize,
+    }
+
+    impl crate::core::Proposer for NeverWritable {
+        fn writable(&self) -> bool {
+            false
+        }
+        fn propose(&self, _: Ops) -> Result<()> {
+            self.proposals
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Err(Error::new(
+                tailstream_query::error::codes::NOT_WRITABLE_PRIMARY,
+                "not primary",
+            ))
+        }
+    }
+
+    /// A member that may not write neither writes, nor trims its oplog, nor expires
+    /// documents: those are commits of the member that leads.
+    #[test]
+    fn a_member_that_may_not_write_neither_writes_nor_trims_nor_expires() {
+        let t = TestEngine::trimmed_by_hand(64 * 1024);
+        let e = &t.engine;
+        let ns = Namespace::new("db", "c");
+        let past = bson::DateTime::from_millis(0);
+        let docs = (0..400)
+            .map(|i| doc! {"_id": i, "at": past, "pad": "x".repeat(400)})
+            .collect();
+        e.insert_documents(&ns, docs, true).unwrap();
+        e.create_indexes(
+            &ns,
+            &[doc! {"key": {"at": 1}, "name": "at_1", "expireAfterSeconds": 0}],
+        )
+        .unwrap();
+        let before = state(e);
+        let bytes = e.writer.lock().oplog_bytes;
+        assert!(bytes > 64 * 1024, "the oplog is over its cap");
+
+        let proposer = Arc::new(NeverWritable::default());
+        e.set_proposer(Some(proposer.clone()));
+        let out = e.insert_documents(&ns, vec![doc! {"_id": "new"}], true);
+        let code = match out {
+            Err(err) => err.code,
+            Ok(o) => o.errors.first().expect("the insert fails").error.code,
+        };
+        assert_eq!(code, tailstream_query::error::codes::NOT_WRITABLE_PRIMARY);
+        assert!(!crate::oplog::trim::trim_oplog_round(e).unwrap());
+        assert_eq!(e.ttl_pass(), 0);
+        assert_eq!(e.writer.lock().oplog_bytes, bytes);
+        assert_eq!(state(e), before);
+        // Only the insert was proposed (and refused): no trim, no TTL delete.
+        let proposals = proposer
+            .proposals
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(proposals, 1);
+
+        // The same member, free to write again, trims and expires.
+        e.set_proposer(None);
+        assert!(e.ttl_pass() > 0);
+        while crate::oplog::trim::trim_oplog_round(e).unwrap() {}
+        assert!(e.writer.lock().oplog_bytes < bytes);
     }
 
     #[test]

@@ -40,6 +40,11 @@ impl Engine {
     /// One pass over every TTL index and every time-series collection with
     /// `expireAfterSeconds`.
     pub fn ttl_pass(&self) -> u64 {
+        // In a replica set only the member that may write deletes (its deletes are
+        // commits the others apply), as mongod's TTL monitor runs on the primary only.
+        if self.proposer().is_some_and(|p| !p.writable()) {
+            return 0;
+        }
         let catalog = self.catalog();
         let mut removed = 0;
         for meta in catalog.colls.values() {
