@@ -11,30 +11,30 @@
 //!   commit's documents, index entries and oplog entries with the applied marker in
 //!   one atomic batch, the same on every member; snapshots are the engine's
 //!   state-machine spaces.
-//!
 //! - [`network::Network`] / [`rpc::handle`]: the members' network, openraft's RPCs as a
 //!   `replSetRaft` command over an ordinary connection to a member's port.
 //! - [`MemberProposer`] (the engine's `Proposer`): the write path, a commit proposed and
 //!   stored only once the set committed it ([`member`]).
+//! - [`Member`] ([`set`]): a member's Raft started over its engine, and the set's
+//!   initiation; the server's side is `server/src/replset.rs`.
 //!
 //! The log store and state machine pass openraft's own storage test suite
 //! (`tests/openraft_suite.rs`); three members over TCP elect a leader, replicate and
 //! survive its loss (`tests/three_members.rs`); the engine's own writes go through the
 //! set (`tests/write_path.rs`). Entries, votes and log ids are stored with postcard
 //! (`types::encode`).
-//!
-//! Not here yet: the server's side (`--replSet` with several members,
-//! `replSetInitiate`, the command in its registry) and what drivers see (hello's
-//! fields, reads on secondaries).
 
 pub mod log_store;
 pub mod member;
 pub mod network;
 pub mod rpc;
+pub mod set;
 pub mod state_machine;
 pub mod types;
 
 pub use log_store::LogStore;
 pub use member::{MemberProposer, Pending};
+pub use openraft::{BasicNode, ServerState as Role};
+pub use set::Member;
 pub use state_machine::StateMachine;
 pub use types::{Commit, Origin, TypeConfig};

@@ -94,6 +94,9 @@ impl Peer {
         let data = postcard::to_allocvec(req).map_err(net_error)?;
         let body = doc! {
             COMMAND: kind.name(),
+            // The receiver may not know its own id yet (a member never initiated
+            // learns it from its first call).
+            "target": self.target as i64,
             "data": Bson::Binary(Binary { subtype: BinarySubtype::Generic, bytes: data }),
             "$db": "admin",
         };

@@ -16,6 +16,7 @@ mod local_sessions;
 mod logging;
 mod metrics;
 mod profiler;
+mod replset;
 mod rw_defaults;
 mod sessions;
 mod state;
@@ -205,6 +206,10 @@ async fn run(config: Config) -> i32 {
         "Access control is not enabled for the database. Read and write access to data and \
          configuration is unrestricted"
     );
+    if let Err(e) = replset::restart(&state).await {
+        eprintln!("tailstream: {}", e.message);
+        return 100;
+    }
     tailstream_engine::ttl::spawn(&engine);
     let (tcp_addrs, unix_paths) = config.listen_addrs();
     let mut listeners = Vec::new();

@@ -61,6 +61,8 @@ pub struct ServerState {
     /// TLS on the TCP listeners (`--tlsMode`; disabled by default, set by `main` once the
     /// options and files were read).
     pub tls: crate::tls::Tls,
+    /// This server's member of a replica set of several members, once it is one.
+    pub repl: crate::replset::ReplState,
 }
 
 impl ServerState {
@@ -74,9 +76,8 @@ impl ServerState {
             "maxBSONDepth": 100,
             "featureCompatibilityVersion": {"version": "7.0"},
             "transactionLifetimeLimitSeconds": 60,
-            // The mechanisms clients may authenticate with (mongod's default set,
-            // less MONGODB-X509 until TLS exists).
-            "authenticationMechanisms": ["SCRAM-SHA-1", "SCRAM-SHA-256"],
+            // The mechanisms clients may authenticate with (mongod's default set).
+            "authenticationMechanisms": ["MONGODB-X509", "SCRAM-SHA-1", "SCRAM-SHA-256"],
             crate::ingress::ENABLED: false,
             crate::ingress::RATE_PER_SEC: i32::MAX,
             crate::ingress::BURST_CAPACITY_SECS: f64::MAX,
@@ -137,6 +138,7 @@ impl ServerState {
             disk_space: Default::default(),
             shutdown_requested: Default::default(),
             tls: Default::default(),
+            repl: Default::default(),
         })
     }
 

@@ -218,6 +218,28 @@ impl Engine {
     /// open reads it.
     pub fn repl_snapshot_import(&self, ops: &Ops) -> Result<()> {
         let mut w = self.writer.lock();
+        // Oplog times, and every reader's position, only move forward: a member whose
+        // own oplog is newer than the set's snapshot cannot take it (a member joins a
+        // set empty, as mongod's must).
+        let newest = ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Put {
+                    space: Space::Oplog,
+                    key,
+                    ..
+                } => Some(keys::oplog_key_time(key)),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(ClusterTime::ZERO);
+        if newest < w.committed_ts {
+            return Err(Error::internal(format!(
+                "this member's oplog (to {}) is newer than the replica set's snapshot (to \
+                 {newest}): start it on an empty --dbpath to join the set",
+                w.committed_ts
+            )));
+        }
         self.store
             .import(&snapshot_spaces(), ops)
             .map_err(storage_err)?;
@@ -235,6 +257,9 @@ impl Engine {
             .map_err(storage_err)?;
         let last_ts = last.map_or(ClusterTime::ZERO, |(k, _)| keys::oplog_key_time(&k));
         let (trim_ts, oplog_bytes) = Writer::load_oplog_state(&self.store)?;
+        // Not older than this member's own (checked before the import); the same
+        // when both are empty.
+        let newer = (last_ts > w.committed_ts).then_some(last_ts);
         w.committed_ts = last_ts;
         w.clock = ClusterClock::after(last_ts.max(w.clock.last()));
         w.oplog_bytes = oplog_bytes;
@@ -247,11 +272,11 @@ impl Engine {
                 .retire_through(Space::Oplog, &keys::oplog_key(trim_ts.prev()));
         }
         self.recent.restart(last_ts.next());
-        let seq = self.durability.committed(Some(last_ts));
+        let seq = self.durability.committed(newer);
         // Every namespace may have changed.
         self.bus.publish(CommitNotice {
             seq,
-            last_ts,
+            last_ts: last_ts.max(self.bus.last().last_ts),
             ns_mask: u64::MAX,
         });
         Ok(())
@@ -491,6 +516,32 @@ mod tests {
         assert!(e.ttl_pass() > 0);
         while crate::oplog::trim::trim_oplog_round(e).unwrap() {}
         assert!(e.writer.lock().oplog_bytes < bytes);
+    }
+
+    /// A new set's snapshot with an empty oplog (its first member had written nothing)
+    /// installs on an empty member; a member whose own oplog is newer refuses it and
+    /// keeps what it has.
+    #[test]
+    fn a_snapshot_older_than_the_members_own_oplog_is_refused() {
+        let empty = TestEngine::open();
+        let snapshot = empty.engine.repl_snapshot_export().unwrap();
+        let fresh = TestEngine::open();
+        fresh.engine.repl_snapshot_import(&snapshot).unwrap();
+        assert!(fresh.engine.write_noop("after the snapshot").is_ok());
+
+        let member = TestEngine::open();
+        let m = &member.engine;
+        m.insert_documents(&Namespace::new("db", "mine"), vec![doc! {"_id": 1}], true)
+            .unwrap();
+        let before = state(m);
+        let refused = m.repl_snapshot_import(&snapshot).unwrap_err();
+        assert!(
+            refused.message.contains("empty --dbpath"),
+            "{}",
+            refused.message
+        );
+        assert_eq!(state(m), before);
+        assert!(m.catalog().colls.contains_key("db.mine"));
     }
 
     #[test]

@@ -29,6 +29,8 @@ pub enum Marker {
     Committed,
     /// The newest entry removed from the front of the log (its id is still needed).
     Purged,
+    /// This member's id in its set, kept so a restarted member rejoins as itself.
+    Node,
 }
 
 impl Marker {
@@ -37,6 +39,7 @@ impl Marker {
             Marker::Vote => b"vote",
             Marker::Committed => b"committed",
             Marker::Purged => b"purged",
+            Marker::Node => b"node",
         };
         [&[MARKER][..], name].concat()
     }

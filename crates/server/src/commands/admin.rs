@@ -517,15 +517,6 @@ pub fn repl_set_get_status(state: &ServerState) -> Document {
     }
 }
 
-/// `replSetInitiate` (`rs.initiate()`): the set is initiated from the start
-/// (`--replSet`, one member), so mongod's answer on an initiated set.
-pub fn repl_set_initiate() -> Result<Document> {
-    Err(Error::new(
-        codes::ALREADY_INITIALIZED,
-        "already initialized",
-    ))
-}
-
 /// `replSetReconfig`: members cannot be added, one server is the whole set.
 pub fn repl_set_reconfig() -> Result<Document> {
     Err(Error::new(

@@ -9,8 +9,8 @@
 //! 3. fail points, with test commands ([`fail_points`]);
 //! 4. the session's transaction, entered or ended ([`enter_transaction`]);
 //! 5. registered as running, for currentOp and killOp ([`Running`]);
-//! 6. for a command that writes, the free-space floor then the fsync lock
-//!    ([`admit_write`]);
+//! 6. for a command that writes, a replica set member that may write (10107), the
+//!    free-space floor, then the fsync lock ([`admit_write`]);
 //! 7. the handler, admin-only commands refused elsewhere first ([`execute`]);
 //! 8. afterwards: a failed command ends its transaction, the profiler's entry, and the
 //!    reply, with an unsatisfied write concern or an injected one ([`reply_for`]).
@@ -87,7 +87,7 @@ pub(super) async fn run(
     let in_transaction = open.is_some();
     let op = operation_for(&name, &cmd);
     let running = Running::register(state, &conn.info, &op, db, &cmd, started);
-    let _write_pass = match admit_write(state, spec, &cmd, &op, &running).await {
+    let _write_pass = match admit_write(state, spec, db, &cmd, &op, &running).await {
         Ok(pass) => pass,
         Err(e) => return Reply::error(state, &labels.apply(e)),
     };
@@ -313,6 +313,7 @@ impl Drop for Running {
 async fn admit_write(
     state: &ServerState,
     spec: &Spec,
+    db: &str,
     cmd: &Document,
     op: &Arc<Operation>,
     running: &Running,
@@ -320,6 +321,7 @@ async fn admit_write(
     if !spec.writes.writes(cmd) {
         return Ok(None);
     }
+    crate::replset::check_writable(state, db)?;
     check_disk_space(state, spec)?;
     pass_fsync_lock(state, op, running).await.map(Some)
 }

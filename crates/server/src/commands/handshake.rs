@@ -31,7 +31,16 @@ pub async fn hello(
         let same = tv.get_object_id("processId").ok() == Some(state.process_id);
         let ms = tailstream_engine::find::as_i64(wait).unwrap_or(0).max(0) as u64;
         if same && ms > 0 {
-            tokio::time::sleep(Duration::from_millis(ms).min(MAX_AWAIT)).await;
+            let limit = Duration::from_millis(ms).min(MAX_AWAIT);
+            // A member of a set answers as soon as its role or term changes.
+            let counter = tv.get("counter").and_then(tailstream_engine::find::as_i64);
+            let waited = match counter {
+                Some(c) => crate::replset::wait_for_change(state, c, limit).await,
+                None => None,
+            };
+            if waited.is_none() {
+                tokio::time::sleep(limit).await;
+            }
         }
     }
     let me = state.config.advertised_host();
@@ -98,6 +107,7 @@ pub async fn hello(
             d.insert("compression", offered);
         }
     }
+    crate::replset::hello_fields(state, name, &mut d);
     crate::auth::hello_fields(state, conn, cmd, &mut d).await?;
     Ok(d)
 }

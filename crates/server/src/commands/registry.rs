@@ -151,6 +151,9 @@ pub enum Action {
     HostInfo,
     /// currentOp (mongod's `inprog`).
     Inprog,
+    /// What only the members of a cluster do to one another (mongod's `internal`,
+    /// granted to no built-in role: members will hold it through `--keyFile`).
+    Internal,
     Insert,
     KillAnySession,
     KillCursors,
@@ -212,6 +215,7 @@ impl Action {
             Action::GetParameter => "getParameter",
             Action::HostInfo => "hostInfo",
             Action::Inprog => "inprog",
+            Action::Internal => "internal",
             Action::Insert => "insert",
             Action::KillAnySession => "killAnySession",
             Action::KillCursors => "killCursors",
@@ -867,9 +871,19 @@ pub static SPECS: &[Spec] = &[
     )
     .admin_only()
     .needs(Cluster, &[ReplSetGetStatus]),
-    command("replSetInitiate", reply!(_c => admin::repl_set_initiate()))
-        .admin_only()
-        .needs(Cluster, &[ReplSetConfigure]),
+    command(
+        "replSetInitiate",
+        reply!(c => crate::replset::initiate(c.state, c.cmd).await),
+    )
+    .admin_only()
+    .needs(Cluster, &[ReplSetConfigure]),
+    // The members' Raft calls to one another (`replication::network`).
+    command(
+        "replSetRaft",
+        reply!(c => crate::replset::raft_command(c.state, c.cmd).await),
+    )
+    .admin_only()
+    .needs(Cluster, &[Internal]),
     command("replSetReconfig", reply!(_c => admin::repl_set_reconfig()))
         .admin_only()
         .needs(Cluster, &[ReplSetConfigure]),
@@ -1403,6 +1417,8 @@ mod tests {
         ("planCacheListFilters", false, false, false),
         ("planCacheSetFilter", false, false, false),
         ("reIndex", false, true, false),
+        // Issue 27: the members' Raft calls to one another.
+        ("replSetRaft", true, false, false),
         ("setDefaultRWConcern", true, true, true),
         ("setFeatureCompatibilityVersion", true, false, true),
         ("testVersion1", false, false, false),

@@ -1,0 +1,149 @@
+//! A member of a replica set: its Raft started over its engine (the log store, the
+//! proposing state machine, the engine's proposer), and the set's initiation.
+//!
+//! Initiation (`replSetInitiate` of several members) as openraft grows a cluster: the
+//! initiating member starts as the only voter, takes office, snapshots its state
+//! machine (so what it held before, and the log's start, reach the others as one
+//! snapshot), adds every other member as a learner (each catches up from that snapshot)
+//! and then makes them all voters. The others need no initiation: a member's Raft is
+//! made on the first call it receives, with the id the call names.
+
+use crate::member::{MemberProposer, Pending};
+use crate::network::Network;
+use crate::types::{NodeId, TypeConfig};
+use crate::{LogStore, StateMachine};
+use openraft::{BasicNode, Config, Raft};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+use tailstream_engine::repl::log::Marker;
+use tailstream_engine::Engine;
+
+/// How long initiation waits for each of its steps (taking office, the snapshot, a
+/// learner catching up) before it reports a failure.
+const STEP_LIMIT: Duration = Duration::from_secs(60);
+
+/// mongod's default `settings.electionTimeoutMillis`.
+pub const DEFAULT_ELECTION_TIMEOUT_MILLIS: u64 = 10_000;
+
+/// One member: its id and its Raft.
+pub struct Member {
+    pub node: NodeId,
+    pub raft: Raft<TypeConfig>,
+}
+
+/// The member's Raft configuration: elections after `election_timeout_millis` (up to
+/// twice that, randomized) without a leader's heartbeat, heartbeats ten times as often;
+/// every log entry in a snapshot purged at once (a member behind the log gets the
+/// snapshot).
+fn config(set_name: &str, election_timeout_millis: u64) -> Result<Arc<Config>, String> {
+    let timeout = election_timeout_millis.max(100);
+    let config = Config {
+        cluster_name: set_name.to_string(),
+        heartbeat_interval: (timeout / 10).max(20),
+        election_timeout_min: timeout,
+        election_timeout_max: timeout * 2,
+        max_in_snapshot_log_to_keep: 0,
+        // Installing a snapshot is a synced batch of the whole state machine: far
+        // longer than openraft's default 200 ms for a large one.
+        install_snapshot_timeout: timeout.max(10_000),
+        ..Default::default()
+    };
+    config.validate().map(Arc::new).map_err(|e| e.to_string())
+}
+
+/// The id this member was started with before, if any (a restarted member rejoins).
+pub fn stored_node(engine: &Engine) -> Option<NodeId> {
+    let bytes = engine.repl_log_marker(Marker::Node).ok()??;
+    Some(u64::from_be_bytes(bytes.as_slice().try_into().ok()?))
+}
+
+impl Member {
+    /// Starts this member's Raft as `node` (kept in the log's markers); from now on
+    /// the engine's writes go through the set.
+    pub async fn start(
+        engine: Arc<Engine>,
+        node: NodeId,
+        set_name: &str,
+        election_timeout_millis: u64,
+    ) -> Result<Member, String> {
+        if let Some(stored) = stored_node(&engine) {
+            if stored != node {
+                return Err(format!(
+                    "this member is {stored} in its set; a call named it {node}"
+                ));
+            }
+        }
+        engine
+            .repl_log_set_marker(Marker::Node, &node.to_be_bytes())
+            .map_err(|e| e.message)?;
+        let pending = Arc::new(Pending::new(node));
+        let raft = Raft::new(
+            node,
+            config(set_name, election_timeout_millis)?,
+            Network,
+            LogStore::new(engine.clone()),
+            StateMachine::proposing(engine.clone(), pending.clone()),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let proposer = MemberProposer::new(
+            node,
+            raft.clone(),
+            pending,
+            tokio::runtime::Handle::current(),
+        );
+        engine.set_proposer(Some(Arc::new(proposer)));
+        Ok(Member { node, raft })
+    }
+
+    /// Initiates the set of `members` (this one among them; see the module's doc).
+    pub async fn initiate(&self, members: BTreeMap<NodeId, BasicNode>) -> Result<(), String> {
+        let me = members
+            .get(&self.node)
+            .ok_or("the configuration does not name this member")?
+            .clone();
+        let fail = |what: &str, e: &dyn std::fmt::Display| format!("{what}: {e}");
+        self.raft
+            .initialize(BTreeMap::from([(self.node, me)]))
+            .await
+            .map_err(|e| fail("initiating", &e))?;
+        let node = self.node;
+        self.raft
+            .wait(Some(STEP_LIMIT))
+            .metrics(
+                move |m| {
+                    m.current_leader == Some(node)
+                        && m.last_applied.map(|l| l.leader_id.term) == Some(m.current_term)
+                },
+                "this member leads its new set",
+            )
+            .await
+            .map_err(|e| fail("taking office", &e))?;
+        self.raft
+            .trigger()
+            .snapshot()
+            .await
+            .map_err(|e| fail("snapshotting", &e))?;
+        self.raft
+            .wait(Some(STEP_LIMIT))
+            .metrics(
+                |m| m.snapshot.is_some() && m.purged.is_some(),
+                "the log's start is a snapshot",
+            )
+            .await
+            .map_err(|e| fail("snapshotting", &e))?;
+        for (id, addr) in members.iter().filter(|(id, _)| **id != node) {
+            self.raft
+                .add_learner(*id, addr.clone(), true)
+                .await
+                .map_err(|e| fail(&format!("adding {}", addr.addr), &e))?;
+        }
+        let voters: BTreeSet<NodeId> = members.keys().copied().collect();
+        self.raft
+            .change_membership(voters, false)
+            .await
+            .map_err(|e| fail("making every member a voter", &e))?;
+        Ok(())
+    }
+}
