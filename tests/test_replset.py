@@ -75,9 +75,13 @@ def test_three_members_elect_replicate_and_fail_over(three):
     assert h["electionId"].binary[:4] == b"\x7f\xff\xff\xff"
     for m in members:
         if m is not primary:
-            s = hello(m)
-            assert s["secondary"] is True and s["isWritablePrimary"] is False
-            assert s["primary"] == host(primary)
+            # A member learns that it votes, and who leads, once it has applied the
+            # set's last configuration (a majority had when replSetInitiate returned).
+            def secondary_of_primary(m=m):
+                s = hello(m)
+                return (s.get("secondary") is True and s["isWritablePrimary"] is False
+                        and s.get("primary") == host(primary) and s["me"] == host(m))
+            assert eventually(secondary_of_primary, timeout=SET_WAIT_S), f"member {m.port}"
 
     uri = "mongodb://" + ",".join(host(m) for m in members) + "/?replicaSet=rs0"
     with MongoClient(uri, serverSelectionTimeoutMS=30_000) as client:
