@@ -83,6 +83,23 @@ def test_three_members_elect_replicate_and_fail_over(three):
                         and s.get("primary") == host(primary) and s["me"] == host(m))
             assert eventually(secondary_of_primary, timeout=SET_WAIT_S), f"member {m.port}"
 
+    # rs.status() and rs.conf() describe the set.
+    with primary.client(directConnection=True) as c:
+        status = c.admin.command("replSetGetStatus")
+        assert status["set"] == "rs0" and status["myState"] == 1
+        states = sorted((m["name"], m["stateStr"]) for m in status["members"])
+        assert states == sorted((host(m), "PRIMARY" if m is primary else "SECONDARY")
+                                for m in members)
+        assert [m["name"] for m in status["members"] if m.get("self")] == [host(primary)]
+        config = c.admin.command("replSetGetConfig")["config"]
+        assert config["_id"] == "rs0"
+        assert sorted(m["host"] for m in config["members"]) == sorted(host(m) for m in members)
+        assert all(m["votes"] == 1 for m in config["members"])
+        assert config["settings"]["electionTimeoutMillis"] == ELECTION_MS
+    secondary = next(m for m in members if m is not primary)
+    with secondary.client(directConnection=True) as c:
+        assert c.admin.command("replSetGetStatus")["myState"] == 2
+
     uri = "mongodb://" + ",".join(host(m) for m in members) + "/?replicaSet=rs0"
     with MongoClient(uri, serverSelectionTimeoutMS=30_000) as client:
         items = client.rs.items

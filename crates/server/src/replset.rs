@@ -317,3 +317,105 @@ pub fn check_writable(state: &ServerState, db: &str) -> Result<()> {
         _ => Ok(()),
     }
 }
+
+/// A member of the set as `replSetGetStatus` and `replSetGetConfig` list it.
+struct Listed {
+    id: u64,
+    host: String,
+    voter: bool,
+}
+
+fn listed(member: &Member) -> Vec<Listed> {
+    let m = member.raft.metrics().borrow().clone();
+    let config = m.membership_config.membership();
+    let voters: Vec<u64> = config.voter_ids().collect();
+    config
+        .nodes()
+        .map(|(id, n)| Listed {
+            id: *id,
+            host: n.addr.clone(),
+            voter: voters.contains(id),
+        })
+        .collect()
+}
+
+fn as_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// `replSetGetStatus` (`rs.status()`) of a set of several members; None for the
+/// one-member set (answered as before).
+pub fn status(state: &ServerState) -> Option<Document> {
+    let member = state.repl.member()?;
+    let v = view(member);
+    let m = member.raft.metrics().borrow().clone();
+    let ts = state.engine.cluster_time();
+    let term = as_i64(v.term);
+    let optime = doc! {"ts": ts, "t": term};
+    // The leader knows how far each member's log matches its own.
+    let matched = m.replication.clone().unwrap_or_default();
+    let members: Vec<Bson> = listed(member)
+        .into_iter()
+        .map(|l| {
+            let me = l.id == member.node;
+            let (state_code, state_str) = match (Some(l.id) == m.current_leader, l.voter) {
+                (true, _) => (1, "PRIMARY"),
+                (false, true) => (2, "SECONDARY"),
+                (false, false) => (5, "STARTUP2"),
+            };
+            // Health as this member sees it: itself, and on the leader whoever has
+            // answered its replication; elsewhere unknown, shown healthy.
+            let healthy = me || !v.writable || matched.get(&l.id).is_some_and(Option::is_some);
+            let mut d = doc! {
+                "_id": as_i64(l.id), "name": l.host, "health": if healthy { 1.0 } else { 0.0 },
+                "state": state_code, "stateStr": state_str,
+            };
+            if me {
+                d.insert("uptime", as_i64(state.started.elapsed().as_secs()));
+                d.insert("optime", optime.clone());
+                d.insert("self", true);
+            }
+            Bson::Document(d)
+        })
+        .collect();
+    Some(doc! {
+        "set": state.config.repl_set.clone(),
+        "date": bson::DateTime::now(),
+        "myState": if v.writable { 1 } else if v.secondary { 2 } else { 5 },
+        "term": term,
+        "members": members,
+        "optimes": {"lastCommittedOpTime": optime.clone(), "appliedOpTime": optime.clone(), "durableOpTime": optime},
+    })
+}
+
+/// `replSetGetConfig` (`rs.conf()`) of a set of several members; None for the
+/// one-member set.
+pub fn config(state: &ServerState) -> Option<Document> {
+    let member = state.repl.member()?;
+    let v = view(member);
+    let members: Vec<Bson> = listed(member)
+        .into_iter()
+        .map(|l| {
+            Bson::Document(doc! {
+                "_id": as_i64(l.id), "host": l.host, "arbiterOnly": false, "buildIndexes": true,
+                "hidden": false, "priority": if l.voter { 1.0 } else { 0.0 }, "tags": {},
+                "secondaryDelaySecs": 0i64, "votes": if l.voter { 1 } else { 0 },
+            })
+        })
+        .collect();
+    let election = i64::try_from(election_timeout_millis(state)).unwrap_or(i64::MAX);
+    Some(doc! {
+        "_id": state.config.repl_set.clone(),
+        "version": i32::try_from(v.set_version).unwrap_or(i32::MAX),
+        "term": as_i64(v.term),
+        "members": members,
+        "protocolVersion": 1i64,
+        "writeConcernMajorityJournalDefault": true,
+        "settings": {
+            "chainingAllowed": false,
+            "heartbeatIntervalMillis": (election / 10).max(20),
+            "electionTimeoutMillis": election,
+            "replicaSetId": state.engine.replica_set_id,
+        },
+    })
+}

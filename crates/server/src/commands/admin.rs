@@ -501,6 +501,9 @@ fn filter_shape(cmd: &Document, indexes: Vec<Bson>) -> Result<crate::index_filte
 }
 
 pub fn repl_set_get_status(state: &ServerState) -> Document {
+    if let Some(status) = crate::replset::status(state) {
+        return status;
+    }
     let ts = state.engine.cluster_time();
     let me = state.config.advertised_host();
     doc! {
@@ -528,6 +531,13 @@ pub fn repl_set_reconfig() -> Result<Document> {
 /// `replSetGetConfig` (`rs.conf()`): the configuration of the one-member replica set
 /// this server presents, shaped as mongod 7.0's.
 pub fn repl_set_get_config(state: &ServerState, cmd: &Document) -> Result<Document> {
+    if let Some(config) = crate::replset::config(state) {
+        let mut reply = doc! {"config": config};
+        if crate::commands::args::opt_bool(cmd, "commitmentStatus")? == Some(true) {
+            reply.insert("commitmentStatus", true);
+        }
+        return Ok(reply);
+    }
     let config = doc! {
         "_id": state.config.repl_set.clone(),
         "version": 1,
