@@ -11,6 +11,7 @@ import pytest
 from pymongo import MongoClient
 from pymongo.errors import NotPrimaryError, OperationFailure
 
+import wire
 from conftest import eventually
 
 # Elections within about a second (mongod's settings.electionTimeoutMillis, 10 s by
@@ -110,8 +111,22 @@ def test_three_members_elect_replicate_and_fail_over(three):
             assert eventually(lambda m=m: count_on(m) == 105, timeout=SET_WAIT_S), f"member {m.port}"
             assert count_on(m, low=True) == 15  # the 5 from before have n: -1
 
-        # A member that is not primary refuses writes, as mongod's secondaries do.
+        # A secondary answers a read only with a secondary read preference (13435
+        # NotPrimaryNoSecondaryOk otherwise); pymongo's direct connections send
+        # primaryPreferred, so only a raw command shows it.
         secondary = next(m for m in members if m is not primary)
+        with wire.connect(secondary.port) as sock:
+            refused = wire.command(sock, {"count": "items", "$db": "rs"})
+            assert refused["ok"] == 0 and refused["code"] == 13435
+            assert refused["codeName"] == "NotPrimaryNoSecondaryOk"
+            allowed = wire.command(sock, {"count": "items", "$db": "rs",
+                                          "$readPreference": {"mode": "secondaryPreferred"}})
+            assert allowed["ok"] == 1 and allowed["n"] == 105
+            assert wire.command(sock, {"ping": 1, "$db": "admin"})["ok"] == 1
+        with wire.connect(primary.port) as sock:
+            assert wire.command(sock, {"count": "items", "$db": "rs"})["n"] == 105
+
+        # A member that is not primary refuses writes, as mongod's secondaries do.
         with secondary.client(directConnection=True) as direct:
             # pymongo raises its NotPrimaryError for mongod's 10107 (and marks the
             # server unknown, as it must).

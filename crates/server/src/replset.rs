@@ -419,3 +419,58 @@ pub fn config(state: &ServerState) -> Option<Document> {
         },
     })
 }
+
+/// The reads mongod runs on a secondary only when the client opts in with a read
+/// preference other than `primary` (its `secondaryAllowed: kOptIn` commands that read
+/// collections); every other command either always runs (`hello`, `getMore` of a cursor
+/// already open, status and session commands) or writes (10107).
+const OPT_IN_READS: &[&str] = &[
+    "aggregate",
+    "collStats",
+    "count",
+    "dataSize",
+    "dbHash",
+    "dbStats",
+    "dbstats",
+    "distinct",
+    "explain",
+    "find",
+    "listCollections",
+    "listDatabases",
+    "listIndexes",
+    "mapReduce",
+];
+
+/// mongod's code when a read reaches a secondary without the client's consent.
+const NOT_PRIMARY_NO_SECONDARY_OK: i32 = 13435;
+
+/// Whether the command's `$readPreference` lets a secondary answer it.
+fn secondary_ok(cmd: &Document) -> bool {
+    match cmd.get("$readPreference") {
+        Some(Bson::Document(rp)) => rp.get_str("mode").is_ok_and(|m| m != "primary"),
+        _ => false,
+    }
+}
+
+/// A read on a member that is not primary needs a secondary read preference (13435
+/// NotPrimaryNoSecondaryOk otherwise, as mongod); the `local` database reads anywhere.
+pub fn check_secondary_read(
+    state: &ServerState,
+    name: &str,
+    db: &str,
+    cmd: &Document,
+) -> Result<()> {
+    let Some(member) = state.repl.member() else {
+        return Ok(());
+    };
+    if db == "local" || !OPT_IN_READS.contains(&name) || secondary_ok(cmd) {
+        return Ok(());
+    }
+    if view(member).writable {
+        return Ok(());
+    }
+    Err(Error::new(
+        NOT_PRIMARY_NO_SECONDARY_OK,
+        "not primary and secondaryOk=false",
+    ))
+}

@@ -5,7 +5,9 @@
 //! 1. the command's name and its [`Spec`] in the registry: an unknown name fails with
 //!    59 CommandNotFound before anything else, as mongod looks a command up first;
 //! 2. the envelope ([`check_envelope`]): transaction fields, read concern, Stable API,
-//!    `requireApiVersion`, snapshot reads;
+//!    `requireApiVersion`, snapshot reads; then the user's privileges, and on a replica
+//!    set member that is not primary, a read without a secondary read preference
+//!    (13435);
 //! 3. fail points, with test commands ([`fail_points`]);
 //! 4. the session's transaction, entered or ended ([`enter_transaction`]);
 //! 5. registered as running, for currentOp and killOp ([`Running`]);
@@ -62,6 +64,9 @@ pub(super) async fn run(
         Err(e) => return Reply::error(state, &e),
     };
     if let Err(e) = crate::auth::check(state, conn, spec, db, &cmd).await {
+        return Reply::error(state, &e);
+    }
+    if let Err(e) = crate::replset::check_secondary_read(state, spec.name, db, &cmd) {
         return Reply::error(state, &e);
     }
     let cmd = match state.rw_defaults.apply(spec, &cmd, txn.is_some()) {
