@@ -23,6 +23,9 @@ use tailstream_engine::Engine;
 /// learner catching up) before it reports a failure.
 const STEP_LIMIT: Duration = Duration::from_secs(60);
 
+/// Entries one append call carries (see `config`).
+const MAX_ENTRIES_PER_APPEND: u64 = 16;
+
 /// mongod's default `settings.electionTimeoutMillis`.
 pub const DEFAULT_ELECTION_TIMEOUT_MILLIS: u64 = 10_000;
 
@@ -47,6 +50,10 @@ fn config(set_name: &str, election_timeout_millis: u64) -> Result<Arc<Config>, S
         // Installing a snapshot is a synced batch of the whole state machine: far
         // longer than openraft's default 200 ms for a large one.
         install_snapshot_timeout: timeout.max(10_000),
+        // Entries per append call (openraft's default 300): a call is one message on
+        // the wire, at most 48 MB, and a commit of 1,000 documents of 1 KB is about
+        // 1 MB of writes. A single commit over that limit cannot be replicated yet.
+        max_payload_entries: MAX_ENTRIES_PER_APPEND,
         ..Default::default()
     };
     config.validate().map(Arc::new).map_err(|e| e.to_string())
