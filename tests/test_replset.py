@@ -170,6 +170,8 @@ def test_a_bad_configuration_gets_mongods_errors(three):
             ({"_id": "rs0", "members": [two[0], {"_id": 0, "host": host(three[1])}]}, 93),
             ({"_id": "rs0", "members": [two[0], {"_id": 1, "host": host(m)}]}, 93),
             ({"_id": "rs0", "members": [two[0], {"_id": -1, "host": host(three[1])}]}, 93),
+            # A member that does not answer: nothing is initiated (mongod's quorum check).
+            ({"_id": "rs0", "members": [two[0], {"_id": 1, "host": "127.0.0.1:1"}]}, 74),
             # One member or none: the one-member set it already is.
             ({"_id": "rs0", "members": [{"_id": 0, "host": host(m)}]}, 23),
             ({"_id": "rs0", "members": []}, 23),

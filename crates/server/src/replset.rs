@@ -184,12 +184,44 @@ pub async fn initiate(state: &Arc<ServerState>, cmd: &Document) -> Result<Docume
             ),
         ));
     };
+    quorum_check(&members, me).await?;
     let member = member_as(state, me).await?;
     member
         .initiate(members)
         .await
         .map_err(|e| Error::internal(format!("replSetInitiate: {e}")))?;
     Ok(Document::new())
+}
+
+/// How long initiation waits for each other member to answer before it refuses.
+const QUORUM_CHECK_LIMIT: Duration = Duration::from_secs(5);
+/// mongod's code when a proposed member does not answer.
+const NODE_NOT_FOUND: i32 = 74;
+
+/// Before anything is initiated, every other member must answer on its port (mongod's
+/// quorum check), so a set is never left half made with a member that is not there.
+async fn quorum_check(members: &BTreeMap<u64, BasicNode>, me: u64) -> Result<()> {
+    let mut missing = Vec::new();
+    for (id, node) in members.iter().filter(|(id, _)| **id != me) {
+        let connected = tokio::time::timeout(
+            QUORUM_CHECK_LIMIT,
+            tokio::net::TcpStream::connect(node.addr.as_str()),
+        )
+        .await;
+        if !matches!(connected, Ok(Ok(_))) {
+            missing.push(format!("{} (_id {id})", node.addr));
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Error::new(
+        NODE_NOT_FOUND,
+        format!(
+            "replSetInitiate quorum check failed because not all proposed set members responded affirmatively: {} did not answer",
+            missing.join(", ")
+        ),
+    ))
 }
 
 /// What `hello` says of the set, from this member's view of it.
