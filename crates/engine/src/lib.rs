@@ -366,7 +366,9 @@ impl Engine {
 
     /// Hands a committed batch's recorded writes to the sink (under the writer lock).
     pub(crate) fn ship(&self, recorded: Option<tailstream_storage::Ops>) {
-        if let (Some(ops), Some(sink)) = (recorded, self.commit_sink.read().as_ref()) {
+        // Nothing recorded (no sink, the usual case): the lock is not taken.
+        let Some(ops) = recorded else { return };
+        if let Some(sink) = self.commit_sink.read().as_ref() {
             sink(&ops);
         }
     }

@@ -34,7 +34,7 @@ pub mod types;
 
 pub use log_store::LogStore;
 pub use member::{MemberProposer, Pending};
-pub use openraft::{BasicNode, ServerState as Role};
+pub use openraft::BasicNode;
 pub use set::Member;
 pub use state_machine::StateMachine;
 pub use types::{Commit, Origin, TypeConfig};

@@ -89,11 +89,18 @@ impl MemberProposer {
     }
 }
 
+/// Whether `node` may write, by its Raft's metrics: it leads and has applied an entry
+/// of its own term (see the module's doc). The one rule the proposer and what the
+/// server tells drivers share.
+pub fn may_write(m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>, node: NodeId) -> bool {
+    m.current_leader == Some(node)
+        && m.state == openraft::ServerState::Leader
+        && m.last_applied.map(|l| l.leader_id.term) == Some(m.current_term)
+}
+
 impl Proposer for MemberProposer {
     fn writable(&self) -> bool {
-        let m = self.raft.metrics().borrow().clone();
-        m.current_leader == Some(self.node)
-            && m.last_applied.map(|l| l.leader_id.term) == Some(m.current_term)
+        may_write(&self.raft.metrics().borrow(), self.node)
     }
 
     fn propose(&self, ops: Ops) -> Result<()> {

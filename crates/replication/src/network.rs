@@ -137,11 +137,22 @@ impl Peer {
         postcard::from_bytes(data).map_err(net_error)
     }
 
-    fn remote<E: std::error::Error>(
-        &self,
-        e: RaftError<NodeId, E>,
-    ) -> RemoteError<NodeId, BasicNode, RaftError<NodeId, E>> {
-        RemoteError::new_with_node(self.target, BasicNode::new(&self.addr), e)
+    /// One RPC whose answer is the remote Raft's whole result: a network failure or the
+    /// remote's Raft error as openraft expects them.
+    async fn rpc<Req, Res, E>(&mut self, kind: Kind, req: &Req, option: &RPCOption) -> Rpc<Res, E>
+    where
+        Req: Serialize,
+        Res: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let res: Result<Res, RaftError<NodeId, E>> = self
+            .call(kind, req, option)
+            .await
+            .map_err(RPCError::Network)?;
+        res.map_err(|e| {
+            let node = BasicNode::new(&self.addr);
+            RPCError::RemoteError(RemoteError::new_with_node(self.target, node, e))
+        })
     }
 }
 
@@ -154,11 +165,7 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Rpc<AppendEntriesResponse<NodeId>> {
-        let res: Result<_, RaftError<NodeId>> = self
-            .call(Kind::AppendEntries, &rpc, &option)
-            .await
-            .map_err(RPCError::Network)?;
-        res.map_err(|e| RPCError::RemoteError(self.remote(e)))
+        self.rpc(Kind::AppendEntries, &rpc, &option).await
     }
 
     async fn install_snapshot(
@@ -166,11 +173,7 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
     ) -> Rpc<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
-        let res: Result<_, RaftError<NodeId, InstallSnapshotError>> = self
-            .call(Kind::InstallSnapshot, &rpc, &option)
-            .await
-            .map_err(RPCError::Network)?;
-        res.map_err(|e| RPCError::RemoteError(self.remote(e)))
+        self.rpc(Kind::InstallSnapshot, &rpc, &option).await
     }
 
     async fn vote(
@@ -178,10 +181,6 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Rpc<VoteResponse<NodeId>> {
-        let res: Result<_, RaftError<NodeId>> = self
-            .call(Kind::Vote, &rpc, &option)
-            .await
-            .map_err(RPCError::Network)?;
-        res.map_err(|e| RPCError::RemoteError(self.remote(e)))
+        self.rpc(Kind::Vote, &rpc, &option).await
     }
 }

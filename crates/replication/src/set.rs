@@ -119,10 +119,7 @@ impl Member {
         self.raft
             .wait(Some(STEP_LIMIT))
             .metrics(
-                move |m| {
-                    m.current_leader == Some(node)
-                        && m.last_applied.map(|l| l.leader_id.term) == Some(m.current_term)
-                },
+                move |m| crate::member::may_write(m, node),
                 "this member leads its new set",
             )
             .await

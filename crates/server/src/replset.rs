@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tailstream_engine::query::error::{codes, Error, Result};
-use tailstream_replication::{set, BasicNode, Member, Role};
+use tailstream_replication::{set, BasicNode, Member};
 
 /// The parameter that sets the election timeout.
 pub const ELECTION_TIMEOUT_PARAMETER: &str = "replElectionTimeoutMillis";
@@ -246,8 +246,7 @@ pub fn view(member: &Member) -> View {
         .collect();
     let voters: Vec<u64> = config.voter_ids().collect();
     let leads = m.current_leader == Some(member.node);
-    let drained = m.last_applied.map(|l| l.leader_id.term) == Some(m.current_term);
-    let writable = leads && drained && m.state == Role::Leader;
+    let writable = tailstream_replication::member::may_write(&m, member.node);
     let role = match (writable, leads) {
         (true, _) => 3,
         (false, true) => 2,

@@ -170,19 +170,7 @@ pub async fn sasl_continue(
                     return Err(e);
                 }
             };
-            let grants = role_store::resolve(state, &found.roles).await?;
-            *conn.info.user.lock() = Some(found.full_name());
-            conn.auth.user = Some(*found);
-            conn.auth.grants = Some((generation, grants));
-            crate::logging::emit(
-                "I",
-                "ACCESS",
-                ID_AUTH_SUCCESS,
-                &format!("conn{}", conn.id),
-                "Successfully authenticated",
-                doc! {"client": conn.peer.clone(), "isSpeculative": speculative, "isClusterMember": false,
-                "mechanism": mech.name(), "user": user, "db": db, "result": 0},
-            );
+            log_in(state, conn, *found, generation, mech.name(), speculative).await?;
             if !skip_empty_exchange {
                 conn.auth.conversation = Some(Step::Closing);
             }
@@ -191,6 +179,32 @@ pub async fn sasl_continue(
             )
         }
     }
+}
+
+/// The connection becomes `user` (its grants resolved at the users-and-roles
+/// `generation` read before the user was), with mongod's log line; any mechanism.
+async fn log_in(
+    state: &Arc<ServerState>,
+    conn: &mut Conn,
+    user: users::User,
+    generation: u64,
+    mechanism: &str,
+    speculative: bool,
+) -> Result<()> {
+    let grants = role_store::resolve(state, &user.roles).await?;
+    crate::logging::emit(
+        "I",
+        "ACCESS",
+        ID_AUTH_SUCCESS,
+        &format!("conn{}", conn.id),
+        "Successfully authenticated",
+        doc! {"client": conn.peer.clone(), "isSpeculative": speculative, "isClusterMember": false,
+        "mechanism": mechanism, "user": user.user.clone(), "db": user.db.clone(), "result": 0},
+    );
+    *conn.info.user.lock() = Some(user.full_name());
+    conn.auth.user = Some(user);
+    conn.auth.grants = Some((generation, grants));
+    Ok(())
 }
 
 /// mongod's log ids of an authentication's outcome.

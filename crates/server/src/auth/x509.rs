@@ -8,7 +8,7 @@
 //! reason only in the log) except two a client must be told: 11 UserNotFound (no such
 //! user in `$external`) and 17 ProtocolError (a database other than `$external`).
 
-use super::{role_store, store, users, Conn, Session};
+use super::{store, users, Conn};
 use crate::state::ServerState;
 use bson::{doc, Bson, Document};
 use std::sync::Arc;
@@ -34,20 +34,14 @@ pub async fn authenticate(
     };
     let subject = conn.info.peer_subject.get().cloned();
     let outcome = match check_request(cmd, subject.as_deref(), claimed, db) {
-        Ok(subject) => login(state, conn, subject).await,
+        Ok(subject) => login(state, conn, subject, speculative).await,
         Err(e) => Err(e),
     };
-    match outcome {
-        Ok(reply) => {
-            log_outcome(conn, subject.as_deref().unwrap_or(""), speculative, None);
-            Ok(reply)
-        }
-        Err(e) => {
-            let principal = claimed.or(subject.as_deref()).unwrap_or("");
-            log_outcome(conn, principal, speculative, Some(&e));
-            Err(mask(e))
-        }
-    }
+    outcome.map_err(|e| {
+        let principal = claimed.or(subject.as_deref()).unwrap_or("");
+        log_failure(conn, principal, speculative, &e);
+        mask(e)
+    })
 }
 
 /// What mongod checks before it looks the user up, in its order; the subject to log in
@@ -89,7 +83,12 @@ fn check_request<'s>(
 }
 
 /// The connection's session becomes the `$external` user named `subject`.
-async fn login(state: &Arc<ServerState>, conn: &mut Conn, subject: &str) -> Result<Document> {
+async fn login(
+    state: &Arc<ServerState>,
+    conn: &mut Conn,
+    subject: &str,
+    speculative: bool,
+) -> Result<Document> {
     let generation = store::generation();
     let Some(user) = users::find(state, subject, EXTERNAL_DB).await? else {
         return Err(Error::new(
@@ -97,13 +96,8 @@ async fn login(state: &Arc<ServerState>, conn: &mut Conn, subject: &str) -> Resu
             format!("Could not find user \"{subject}\" for db \"{EXTERNAL_DB}\""),
         ));
     };
-    let grants = role_store::resolve(state, &user.roles).await?;
-    *conn.info.user.lock() = Some(user.full_name());
-    conn.auth = Session {
-        user: Some(user),
-        grants: Some((generation, grants)),
-        conversation: None,
-    };
+    conn.auth.conversation = None;
+    super::log_in(state, conn, user, generation, MECHANISM, speculative).await?;
     Ok(doc! {"dbname": EXTERNAL_DB, "user": subject})
 }
 
@@ -117,28 +111,17 @@ fn mask(e: Error) -> Error {
     }
 }
 
-fn log_outcome(conn: &Conn, principal: &str, speculative: bool, error: Option<&Error>) {
-    match error {
-        None => crate::logging::emit(
-            "I",
-            "ACCESS",
-            super::ID_AUTH_SUCCESS,
-            &format!("conn{}", conn.id),
-            "Successfully authenticated",
-            doc! {"client": conn.peer.clone(), "isSpeculative": speculative, "isClusterMember": false,
-            "mechanism": MECHANISM, "user": principal, "db": EXTERNAL_DB, "result": 0},
-        ),
-        Some(e) => crate::logging::emit(
-            "I",
-            "ACCESS",
-            super::ID_AUTH_FAILURE,
-            &format!("conn{}", conn.id),
-            "Authentication failed",
-            doc! {"mechanism": MECHANISM, "speculative": speculative, "principalName": principal,
-            "authenticationDatabase": EXTERNAL_DB, "remote": conn.peer.clone(),
-            "error": format!("{}: {}", e.code_name(), e.message)},
-        ),
-    }
+fn log_failure(conn: &Conn, principal: &str, speculative: bool, e: &Error) {
+    crate::logging::emit(
+        "I",
+        "ACCESS",
+        super::ID_AUTH_FAILURE,
+        &format!("conn{}", conn.id),
+        "Authentication failed",
+        doc! {"mechanism": MECHANISM, "speculative": speculative, "principalName": principal,
+        "authenticationDatabase": EXTERNAL_DB, "remote": conn.peer.clone(),
+        "error": format!("{}: {}", e.code_name(), e.message)},
+    );
 }
 
 #[cfg(test)]
