@@ -6,8 +6,10 @@ primary the driver writes to the new one and nothing acknowledged is lost, and t
 killed member restarts, rejoins and catches up."""
 
 import time
+import uuid
 
 import pytest
+from bson import Binary, Int64, Timestamp
 from pymongo import MongoClient
 from pymongo.errors import NotPrimaryError, OperationFailure
 
@@ -182,3 +184,158 @@ def test_a_bad_configuration_gets_mongods_errors(three):
         # Still a one-member set that writes.
         c.rs.items.insert_one({"_id": 1})
         assert c.admin.command("hello")["isWritablePrimary"] is True
+
+
+def set_uri(members):
+    return "mongodb://" + ",".join(host(m) for m in members) + "/?replicaSet=rs0"
+
+
+def test_step_down_hands_over_and_a_retried_write_lands_on_the_new_primary(three):
+    members = three
+    initiate(members)
+    with MongoClient(set_uri(members), serverSelectionTimeoutMS=30_000) as client:
+        items = client.rs.items
+        items.insert_one({"_id": "before"})
+        old = primary_of(members)
+        old_hello = hello(old)
+        with old.client(directConnection=True) as direct:
+            # mongod's argument checks first.
+            with pytest.raises(OperationFailure) as e:
+                direct.admin.command("replSetStepDown", 5, secondaryCatchUpPeriodSecs=10)
+            assert e.value.code == 2
+            with pytest.raises(OperationFailure) as e:
+                direct.admin.command("replSetFreeze", 10)
+            assert e.value.code == 95 and e.value.details["codeName"] == "NotSecondary"
+            assert direct.admin.command("replSetStepDown", 30)["ok"] == 1
+        # The old primary is a secondary at once; it stands for no election for 30 s.
+        h = hello(old)
+        assert h["isWritablePrimary"] is False
+        assert h["topologyVersion"]["counter"] > old_hello["topologyVersion"]["counter"]
+        # A retryable write sent to it fails with mongod's labels and topologyVersion
+        # (so a driver drops any older hello), and the driver's retry lands on the new
+        # primary.
+        with wire.connect(old.port) as sock:
+            refused = wire.command(sock, {
+                "insert": "items", "documents": [{"_id": "raw"}], "$db": "rs",
+                "lsid": {"id": Binary.from_uuid(uuid.uuid4())}, "txnNumber": Int64(1),
+            })
+            assert refused["code"] == 10107 and refused["errorLabels"] == ["RetryableWriteError"]
+            assert refused["topologyVersion"]["counter"] >= h["topologyVersion"]["counter"]
+        items.insert_one({"_id": "after"})
+        new = primary_of(members)
+        assert new is not None and new is not old
+        assert hello(new)["electionId"] > old_hello["electionId"]
+        for m in members:
+            assert eventually(lambda m=m: count_on(m) == 2, timeout=SET_WAIT_S), m.port
+        # A secondary cannot step down.
+        with old.client(directConnection=True) as direct:
+            with pytest.raises(NotPrimaryError) as e:
+                direct.admin.command("replSetStepDown", 10)
+            assert e.value.details["code"] == 10107
+
+        # A frozen secondary does not take office: with the third member frozen and the
+        # old primary still in its 30 s, no one may; unfrozen, the third takes over.
+        third = next(m for m in members if m is not old and m is not new)
+        with third.client(directConnection=True) as direct:
+            assert direct.admin.command("replSetFreeze", 60)["ok"] == 1
+        with new.client(directConnection=True) as direct:
+            # Every other voter is held back (one frozen, one stepped down): no one
+            # takes office, and the primary stays primary.
+            with pytest.raises(OperationFailure) as e:
+                direct.admin.command("replSetStepDown", 10, secondaryCatchUpPeriodSecs=1)
+            assert e.value.code == 262
+        assert eventually(lambda: primary_of(members) is new, timeout=SET_WAIT_S)
+        with third.client(directConnection=True) as direct:
+            assert direct.admin.command("replSetFreeze", 0)["info"] == "unfreezing"
+        with new.client(directConnection=True) as direct:
+            assert direct.admin.command("replSetStepDown", 10)["ok"] == 1
+        assert eventually(lambda: primary_of(members) is third, timeout=SET_WAIT_S)
+        items.insert_one({"_id": "on the third"})
+        assert count_on(third, _id="on the third") == 1
+
+
+def test_reconfig_adds_a_learner_makes_it_vote_and_removes_it(three, fresh_server):
+    members = three
+    initiate(members)
+    fourth = fresh_server(extra_args=["--setParameter", f"replElectionTimeoutMillis={ELECTION_MS}"])
+    with MongoClient(set_uri(members), serverSelectionTimeoutMS=30_000) as client:
+        client.rs.items.insert_many([{"_id": i} for i in range(50)])
+        config = client.admin.command("replSetGetConfig")["config"]
+        version = config["version"]
+
+        def reconfig(change):
+            nonlocal config
+            new = dict(config, version=config["version"] + 1)
+            change(new)
+            assert client.admin.command("replSetReconfig", new)["ok"] == 1
+            config = client.admin.command("replSetGetConfig")["config"]
+            assert config["version"] > new["version"] - 1
+
+        # Bad configurations first: mongod's codes.
+        for bad, code in [
+            (dict(config, version=version), 103),
+            (dict(config, _id="other", version=version + 1), 103),
+            (dict(config, version=version + 1,
+                  members=config["members"] + [{"_id": 9, "host": host(fourth), "priority": 0}]), 93),
+            (dict(config, version=version + 1,
+                  members=config["members"] + [{"_id": 9, "host": host(fourth), "votes": 0}]), 93),
+        ]:
+            with pytest.raises(OperationFailure) as e:
+                client.admin.command("replSetReconfig", bad)
+            assert e.value.code == code, bad
+
+        # A non-voting member (a learner) catches up, is a passive secondary.
+        reconfig(lambda c: c["members"].append(
+            {"_id": 3, "host": host(fourth), "votes": 0, "priority": 0}))
+        assert [m["votes"] for m in config["members"] if m["_id"] == 3] == [0]
+        assert eventually(lambda: count_on(fourth) == 50, timeout=SET_WAIT_S)
+        h = hello(fourth)
+        assert h["secondary"] is True and h.get("passive") is True
+        assert host(fourth) not in h["hosts"] and h["passives"] == [host(fourth)]
+
+        # It votes.
+        def voting(c):
+            for m in c["members"]:
+                if m["_id"] == 3:
+                    m.update(votes=1, priority=1)
+        reconfig(voting)
+        assert eventually(lambda: host(fourth) in hello(primary_of(members))["hosts"],
+                          timeout=SET_WAIT_S)
+        client.rs.items.insert_one({"_id": "with four"})
+        assert eventually(lambda: count_on(fourth, _id="with four") == 1, timeout=SET_WAIT_S)
+
+        # It is removed: it gets no more writes.
+        reconfig(lambda c: c.update(members=[m for m in c["members"] if m["_id"] != 3]))
+        assert sorted(m["host"] for m in config["members"]) == sorted(host(m) for m in members)
+        client.rs.items.insert_one({"_id": "without it"})
+        assert all(eventually(lambda m=m: count_on(m, _id="without it") == 1, timeout=SET_WAIT_S)
+                   for m in members)
+        assert count_on(fourth, _id="without it") == 0
+
+
+def test_causal_reads_on_a_secondary_and_the_new_primary_entry(three):
+    members = three
+    initiate(members)
+    primary = primary_of(members)
+    # The new primary's entry, on every member (mongod's "new primary" no-op).
+    for m in members:
+        def noted(m=m):
+            with m.client(directConnection=True) as c:
+                return c.local.oplog.rs.count_documents({"op": "n", "o.msg": "new primary"}) >= 1
+        assert eventually(noted, timeout=SET_WAIT_S), m.port
+    secondary = next(m for m in members if m is not primary)
+    with MongoClient(set_uri(members), serverSelectionTimeoutMS=30_000) as client, \
+            secondary.client(directConnection=True, readPreference="secondaryPreferred") as sec:
+        written = client.rs.items.insert_one({"_id": "causal"})
+        assert written.acknowledged
+        at = client.admin.command("ping")["$clusterTime"]["clusterTime"]
+        # afterClusterTime: the secondary answers once it has applied that time.
+        found = sec.rs.command("find", "items", filter={"_id": "causal"},
+                               readConcern={"level": "majority", "afterClusterTime": at})
+        assert [d["_id"] for d in found["cursor"]["firstBatch"]] == ["causal"]
+        # A time no member has reached yet: maxTimeMS ends the wait with mongod's 50.
+        with pytest.raises(OperationFailure) as e:
+            sec.rs.command("find", "items", filter={},
+                           readConcern={"afterClusterTime": Timestamp(at.time + 3600, 0)},
+                           maxTimeMS=200)
+        assert e.value.code == 50

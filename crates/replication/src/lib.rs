@@ -16,7 +16,8 @@
 //! - [`MemberProposer`] (the engine's `Proposer`): the write path, a commit proposed and
 //!   stored only once the set committed it ([`member`]).
 //! - [`Member`] ([`set`]): a member's Raft started over its engine, and the set's
-//!   initiation; the server's side is `server/src/replset.rs`.
+//!   initiation; [`handover`]: stepping down and holding elections back; the server's
+//!   side is `server/src/replset/`.
 //!
 //! The log store and state machine pass openraft's own storage test suite
 //! (`tests/openraft_suite.rs`); three members over TCP elect a leader, replicate and
@@ -24,6 +25,7 @@
 //! set (`tests/write_path.rs`). Entries, votes and log ids are stored with postcard
 //! (`types::encode`).
 
+pub mod handover;
 pub mod log_store;
 pub mod member;
 pub mod network;

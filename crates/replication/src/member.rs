@@ -15,7 +15,7 @@
 use crate::types::{Commit, NodeId, Origin, TypeConfig};
 use openraft::Raft;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use tailstream_engine::core::Proposer;
 use tailstream_engine::query::error::{codes, Error, Result};
@@ -67,6 +67,8 @@ pub struct MemberProposer {
     raft: Raft<TypeConfig>,
     pending: std::sync::Arc<Pending>,
     next_seq: AtomicU64,
+    /// Set while the member hands its office over: no new proposal.
+    writes_held: std::sync::Arc<AtomicBool>,
     runtime: tokio::runtime::Handle,
 }
 
@@ -77,6 +79,7 @@ impl MemberProposer {
         node: NodeId,
         raft: Raft<TypeConfig>,
         pending: std::sync::Arc<Pending>,
+        writes_held: std::sync::Arc<AtomicBool>,
         runtime: tokio::runtime::Handle,
     ) -> MemberProposer {
         MemberProposer {
@@ -84,23 +87,56 @@ impl MemberProposer {
             raft,
             pending,
             next_seq: AtomicU64::new(1),
+            writes_held,
             runtime,
         }
     }
 }
 
-/// Whether `node` may write, by its Raft's metrics: it leads and has applied an entry
-/// of its own term (see the module's doc). The one rule the proposer and what the
-/// server tells drivers share.
+/// Whether `node` may write, by its Raft's metrics: it leads, a quorum has
+/// acknowledged it as leader (a member restarted with its old term's vote believes it
+/// leads until it hears otherwise), and it has applied an entry of its own term (see
+/// the module's doc). The one rule the proposer and what the server tells drivers
+/// share.
 pub fn may_write(m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>, node: NodeId) -> bool {
     m.current_leader == Some(node)
         && m.state == openraft::ServerState::Leader
+        && m.millis_since_quorum_ack.is_some()
         && m.last_applied.map(|l| l.leader_id.term) == Some(m.current_term)
+}
+
+/// Proposes `commit` and waits until it is committed and applied here, or until this
+/// member is no longer the leader of the term it proposed in. The proposal holds the
+/// engine's writer lock, which applying another leader's entries needs: a member that
+/// found out it lost the lead (a leader restarted in an old term, a step-down) must
+/// give the lock back at once rather than wait for an entry that may never commit.
+/// Its entry may still commit under the new leader; `Pending` then applies it as any
+/// other member's (the client saw an error, as mongod's interrupted writes do).
+async fn commit_or_lose_the_lead(raft: &Raft<TypeConfig>, commit: Commit) -> bool {
+    let mut metrics = raft.metrics();
+    let term = metrics.borrow().current_term;
+    let write = raft.client_write(commit);
+    tokio::pin!(write);
+    loop {
+        tokio::select! {
+            written = &mut write => return written.is_ok(),
+            changed = metrics.changed() => {
+                if changed.is_err() {
+                    return false;
+                }
+                let m = metrics.borrow();
+                if m.current_term != term || m.state != openraft::ServerState::Leader {
+                    return false;
+                }
+            }
+        }
+    }
 }
 
 impl Proposer for MemberProposer {
     fn writable(&self) -> bool {
-        may_write(&self.raft.metrics().borrow(), self.node)
+        !self.writes_held.load(Ordering::Acquire)
+            && may_write(&self.raft.metrics().borrow(), self.node)
     }
 
     fn propose(&self, ops: Ops) -> Result<()> {
@@ -121,14 +157,14 @@ impl Proposer for MemberProposer {
         // very tasks that commit the entry.
         let result = tokio::task::block_in_place(|| {
             self.runtime
-                .block_on(async move { raft.client_write(commit).await })
+                .block_on(async move { commit_or_lose_the_lead(&raft, commit).await })
         });
         match result {
-            Ok(_) => Ok(()),
+            true => Ok(()),
             // Not applied here, and now never finished by this proposal.
-            Err(_) if self.pending.take(seq) => Err(not_primary()),
+            false if self.pending.take(seq) => Err(not_primary()),
             // The entry was applied here meanwhile, by this proposal's claim.
-            Err(_) => Ok(()),
+            false => Ok(()),
         }
     }
 }

@@ -10,7 +10,7 @@
 
 use crate::rpc::{Kind, COMMAND};
 use crate::types::{NodeId, TypeConfig};
-use bson::{doc, spec::BinarySubtype, Binary, Bson};
+use bson::{doc, spec::BinarySubtype, Binary, Bson, Document};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -19,6 +19,7 @@ use openraft::raft::{
 };
 use openraft::{AnyError, BasicNode};
 use serde::{de::DeserializeOwned, Serialize};
+use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -102,28 +103,11 @@ impl Peer {
         };
         let request_id = self.next_request_id;
         self.next_request_id = self.next_request_id.wrapping_add(1).max(1);
-        let message = tailstream_wire::encode_msg(request_id, 0, 0, &body);
         if self.conn.is_none() {
-            let stream = TcpStream::connect(&self.addr).await.map_err(net_error)?;
-            stream.set_nodelay(true).map_err(net_error)?;
-            self.conn = Some(stream);
+            self.conn = Some(connect(&self.addr).await?);
         }
         let stream = self.conn.as_mut().expect("connected above");
-        stream.write_all(&message).await.map_err(net_error)?;
-        let Some((header, bytes)) = tailstream_wire::read_message(stream, MAX_REPLY_BYTES)
-            .await
-            .map_err(net_error)?
-        else {
-            return Err(net_error(format!("{} closed the connection", self.addr)));
-        };
-        if header.response_to != request_id {
-            return Err(net_error("a reply to another request"));
-        }
-        let (request, _) = tailstream_wire::decode(&header, &bytes).map_err(net_error)?;
-        let tailstream_wire::Request::Msg(msg) = request else {
-            return Err(net_error("a reply that is not an OP_MSG"));
-        };
-        let reply = msg.into_command().map_err(net_error)?;
+        let reply = round_trip(stream, request_id, &body).await?;
         let ok = reply.get("ok").and_then(Bson::as_f64).unwrap_or(0.0);
         if ok != 1.0 {
             let errmsg = reply.get_str("errmsg").unwrap_or("no errmsg");
@@ -153,6 +137,63 @@ impl Peer {
             let node = BasicNode::new(&self.addr);
             RPCError::RemoteError(RemoteError::new_with_node(self.target, node, e))
         })
+    }
+}
+
+async fn connect(addr: &str) -> Result<TcpStream, NetworkError> {
+    let stream = TcpStream::connect(addr).await.map_err(net_error)?;
+    stream.set_nodelay(true).map_err(net_error)?;
+    Ok(stream)
+}
+
+/// Sends one command (its `$db` in `body`) on `stream` and reads its reply document.
+async fn round_trip(
+    stream: &mut TcpStream,
+    request_id: i32,
+    body: &Document,
+) -> Result<Document, NetworkError> {
+    let message = tailstream_wire::encode_msg(request_id, 0, 0, body);
+    stream.write_all(&message).await.map_err(net_error)?;
+    let Some((header, bytes)) = tailstream_wire::read_message(stream, MAX_REPLY_BYTES)
+        .await
+        .map_err(net_error)?
+    else {
+        return Err(net_error("the peer closed the connection"));
+    };
+    if header.response_to != request_id {
+        return Err(net_error("a reply to another request"));
+    }
+    let (request, _) = tailstream_wire::decode(&header, &bytes).map_err(net_error)?;
+    let tailstream_wire::Request::Msg(msg) = request else {
+        return Err(net_error("a reply that is not an OP_MSG"));
+    };
+    msg.into_command().map_err(net_error)
+}
+
+/// One command on a new connection to `addr` (a member's `hello`, a request to
+/// stand for election): its reply, `ok: 0` included, or why none came within `limit`.
+pub async fn ask(addr: &str, body: &Document, limit: Duration) -> Result<Document, String> {
+    let exchange = async {
+        let mut stream = connect(addr).await?;
+        round_trip(&mut stream, 1, body).await
+    };
+    match tokio::time::timeout(limit, exchange).await {
+        Ok(result) => result.map_err(|e| format!("{addr}: {e}")),
+        Err(_) => Err(format!("{addr} did not answer within {limit:?}")),
+    }
+}
+
+/// Asks member `target` at `addr` to stand for election now (a leader stepping down:
+/// see `handover`).
+pub async fn ask_to_stand(addr: &str, target: NodeId, limit: Duration) -> Result<(), String> {
+    let body = doc! {COMMAND: Kind::Elect.name(), "target": target as i64, "$db": "admin"};
+    let reply = ask(addr, &body, limit).await?;
+    match reply.get("ok").and_then(Bson::as_f64) {
+        Some(1.0) => Ok(()),
+        _ => Err(format!(
+            "{addr} refused to stand: {}",
+            reply.get_str("errmsg").unwrap_or("no errmsg")
+        )),
     }
 }
 

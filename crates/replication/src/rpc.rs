@@ -17,6 +17,9 @@ pub enum Kind {
     AppendEntries,
     Vote,
     InstallSnapshot,
+    /// Not Raft's own: the leader stepping down asks the member it hands over to to
+    /// stand for election now (see `set::Member::step_down`).
+    Elect,
 }
 
 impl Kind {
@@ -25,14 +28,26 @@ impl Kind {
             Kind::AppendEntries => "appendEntries",
             Kind::Vote => "vote",
             Kind::InstallSnapshot => "installSnapshot",
+            Kind::Elect => "elect",
         }
     }
 
     pub fn parse(name: &str) -> Option<Kind> {
-        [Kind::AppendEntries, Kind::Vote, Kind::InstallSnapshot]
-            .into_iter()
-            .find(|k| k.name() == name)
+        [
+            Kind::AppendEntries,
+            Kind::Vote,
+            Kind::InstallSnapshot,
+            Kind::Elect,
+        ]
+        .into_iter()
+        .find(|k| k.name() == name)
     }
+}
+
+/// Whether the command asks this member to stand for election (answered by
+/// `Member::stand_for_election`, which knows whether the member is frozen).
+pub fn is_elect(cmd: &Document) -> bool {
+    cmd.get_str(COMMAND) == Ok(Kind::Elect.name())
 }
 
 fn decode<T: DeserializeOwned>(data: &[u8]) -> Result<T, String> {
@@ -51,6 +66,11 @@ pub async fn handle(raft: &Raft<TypeConfig>, cmd: &Document) -> Result<Document,
         .get_str(COMMAND)
         .map_err(|_| format!("{COMMAND} must name an RPC"))?;
     let kind = Kind::parse(name).ok_or_else(|| format!("{COMMAND}: unknown RPC {name}"))?;
+    if kind == Kind::Elect {
+        return Err(format!(
+            "{COMMAND}: elect is the member's to answer (is_elect)"
+        ));
+    }
     let data = cmd
         .get_binary_generic("data")
         .map_err(|_| format!("{COMMAND}: data must be binary"))?;
@@ -68,5 +88,6 @@ pub async fn handle(raft: &Raft<TypeConfig>, cmd: &Document) -> Result<Document,
                 raft.install_snapshot(decode(data)?).await;
             encode(&res)
         }
+        Kind::Elect => unreachable!("answered above"),
     }
 }

@@ -12,8 +12,9 @@ use crate::member::{MemberProposer, Pending};
 use crate::network::Network;
 use crate::types::{NodeId, TypeConfig};
 use crate::{LogStore, StateMachine};
-use openraft::{BasicNode, Config, Raft};
+use openraft::{BasicNode, ChangeMembers, Config, Raft};
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 use tailstream_engine::repl::log::Marker;
@@ -33,17 +34,28 @@ pub const DEFAULT_ELECTION_TIMEOUT_MILLIS: u64 = 10_000;
 pub struct Member {
     pub node: NodeId,
     pub raft: Raft<TypeConfig>,
+    /// Writes held back while this member hands its office over (see `handover`);
+    /// shared with its proposer.
+    pub(crate) writes_held: Arc<AtomicBool>,
+    /// When this member may stand for election again (see `handover`).
+    pub(crate) elections: crate::handover::ElectionHold,
+    /// Woken when `writes_held` changes (a change the Raft's metrics do not show), for
+    /// whoever reports the member's role (an awaitable `hello`).
+    pub role_changed: tokio::sync::Notify,
 }
 
 /// The member's Raft configuration: elections after `election_timeout_millis` (up to
-/// twice that, randomized) without a leader's heartbeat, heartbeats ten times as often;
+/// twice that, randomized) without a leader's heartbeat, heartbeats five times as often
+/// (mongod's 2 s against its 10 s; openraft also bounds every append call by the
+/// heartbeat interval, and a tenth, 100 ms at a 1 s election timeout, timed out appends
+/// that waited for a busy follower's fsync on 2 cores);
 /// every log entry in a snapshot purged at once (a member behind the log gets the
 /// snapshot).
 fn config(set_name: &str, election_timeout_millis: u64) -> Result<Arc<Config>, String> {
     let timeout = election_timeout_millis.max(100);
     let config = Config {
         cluster_name: set_name.to_string(),
-        heartbeat_interval: (timeout / 10).max(20),
+        heartbeat_interval: heartbeat_interval_millis(timeout),
         election_timeout_min: timeout,
         election_timeout_max: timeout * 2,
         max_in_snapshot_log_to_keep: 0,
@@ -57,6 +69,11 @@ fn config(set_name: &str, election_timeout_millis: u64) -> Result<Arc<Config>, S
         ..Default::default()
     };
     config.validate().map(Arc::new).map_err(|e| e.to_string())
+}
+
+/// The leader's heartbeat interval for an election timeout (see `config`).
+pub fn heartbeat_interval_millis(election_timeout_millis: u64) -> u64 {
+    (election_timeout_millis / 5).max(20)
 }
 
 /// The id this member was started with before, if any (a restarted member rejoins).
@@ -85,6 +102,7 @@ impl Member {
             .repl_log_set_marker(Marker::Node, &node.to_be_bytes())
             .map_err(|e| e.message)?;
         let pending = Arc::new(Pending::new(node));
+        let writes_held = Arc::new(AtomicBool::new(false));
         let raft = Raft::new(
             node,
             config(set_name, election_timeout_millis)?,
@@ -98,10 +116,29 @@ impl Member {
             node,
             raft.clone(),
             pending,
+            writes_held.clone(),
             tokio::runtime::Handle::current(),
         );
         engine.set_proposer(Some(Arc::new(proposer)));
-        Ok(Member { node, raft })
+        Ok(Member {
+            node,
+            raft,
+            writes_held,
+            elections: Default::default(),
+            role_changed: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// Whether this member is handing its office over (writes held back).
+    pub fn stepping_down(&self) -> bool {
+        self.writes_held.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Whether this member may write now: it leads, has applied an entry of its term,
+    /// and is not handing its office over.
+    pub fn may_write(&self) -> bool {
+        !self.writes_held.load(std::sync::atomic::Ordering::Acquire)
+            && crate::member::may_write(&self.raft.metrics().borrow(), self.node)
     }
 
     /// Initiates the set of `members` (this one among them; see the module's doc).
@@ -148,6 +185,50 @@ impl Member {
             .change_membership(voters, false)
             .await
             .map_err(|e| fail("making every member a voter", &e))?;
+        Ok(())
+    }
+
+    /// A new configuration (`replSetReconfig`): `nodes` every member with its address,
+    /// `voters` those of them that vote (the others are learners). New members join
+    /// as learners and catch up first (a snapshot, then the log), then the voters are
+    /// replaced in one joint change (openraft's joint consensus: any number of voters
+    /// may change at once, safely), then members no longer listed are removed.
+    pub async fn reconfigure(
+        &self,
+        nodes: BTreeMap<NodeId, BasicNode>,
+        voters: BTreeSet<NodeId>,
+    ) -> Result<(), String> {
+        let fail = |what: &str, e: &dyn std::fmt::Display| format!("{what}: {e}");
+        let current: BTreeSet<NodeId> = {
+            let m = self.raft.metrics().borrow().clone();
+            let ids = m
+                .membership_config
+                .membership()
+                .nodes()
+                .map(|(id, _)| *id)
+                .collect();
+            ids
+        };
+        for (id, node) in nodes.iter().filter(|(id, _)| !current.contains(id)) {
+            self.raft
+                .add_learner(*id, node.clone(), true)
+                .await
+                .map_err(|e| fail(&format!("adding {}", node.addr), &e))?;
+        }
+        self.raft
+            .change_membership(ChangeMembers::ReplaceAllVoters(voters), true)
+            .await
+            .map_err(|e| fail("changing the voters", &e))?;
+        let gone: BTreeSet<NodeId> = current
+            .into_iter()
+            .filter(|id| !nodes.contains_key(id))
+            .collect();
+        if !gone.is_empty() {
+            self.raft
+                .change_membership(ChangeMembers::RemoveNodes(gone), false)
+                .await
+                .map_err(|e| fail("removing members", &e))?;
+        }
         Ok(())
     }
 }

@@ -32,8 +32,9 @@ async fn flush(wr: &mut (impl AsyncWrite + Unpin)) -> Result<(), String> {
 /// never flagged, as the spec requires). Used by:
 /// - an exhaust getMore: every batch while its cursor stays open;
 /// - the streaming protocol of server monitoring: an awaitable `hello` (with
-///   `topologyVersion` and `maxAwaitTimeMS`) answered each time its wait passes
-///   (`handshake::hello` waits it; the topology never changes here), as mongod does.
+///   `topologyVersion` and `maxAwaitTimeMS`) answered each time its wait passes or the
+///   topology changes (`handshake::hello` waits it), as mongod does; each next wait
+///   starts from the `topologyVersion` the reply before carried.
 ///   Drivers that get one reply without `moreToCome` fail the heartbeat and clear their
 ///   pool.
 ///
@@ -46,12 +47,19 @@ async fn stream_replies(
     goes_on: fn(&commands::Body) -> bool,
 ) -> Result<(), String> {
     let mut response_to = request_id;
+    let mut cmd = cmd;
     loop {
         let reply = commands::dispatch(state, conn, cmd.clone(), None).await;
         if reply.close_connection {
             return Err("closed by a failCommand fail point".into());
         }
         let more = goes_on(&reply.body);
+        if let (true, Some(tv)) = (
+            cmd.contains_key("topologyVersion"),
+            reply.body.topology_version(),
+        ) {
+            cmd.insert("topologyVersion", tv);
+        }
         let id = next_request_id();
         let flags = if more { msg_flags::MORE_TO_COME } else { 0 };
         let written = reply

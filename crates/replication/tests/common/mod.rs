@@ -72,8 +72,13 @@ pub async fn start(id: u64, config: Arc<Config>, proposing: bool) -> (Member, Tc
         .await
         .unwrap();
     if proposing {
-        let proposer =
-            MemberProposer::new(id, raft.clone(), pending, tokio::runtime::Handle::current());
+        let proposer = MemberProposer::new(
+            id,
+            raft.clone(),
+            pending,
+            Default::default(),
+            tokio::runtime::Handle::current(),
+        );
         engine.set_proposer(Some(Arc::new(proposer)));
     }
     let member = Member {

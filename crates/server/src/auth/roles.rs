@@ -150,6 +150,7 @@ const CLUSTER_MANAGER: &[Action] = &[
     AppendOplogNote,
     ApplyOps,
     ReplSetConfigure,
+    ReplSetStateChange,
     SetDefaultRWConcern,
     SetFeatureCompatibilityVersion,
 ];

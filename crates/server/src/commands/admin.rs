@@ -520,14 +520,6 @@ pub fn repl_set_get_status(state: &ServerState) -> Document {
     }
 }
 
-/// `replSetReconfig`: members cannot be added, one server is the whole set.
-pub fn repl_set_reconfig() -> Result<Document> {
-    Err(Error::new(
-        codes::COMMAND_NOT_SUPPORTED,
-        "replSetReconfig: this server is a one-member replica set; its configuration cannot be changed",
-    ))
-}
-
 /// `replSetGetConfig` (`rs.conf()`): the configuration of the one-member replica set
 /// this server presents, shaped as mongod 7.0's.
 pub fn repl_set_get_config(state: &ServerState, cmd: &Document) -> Result<Document> {

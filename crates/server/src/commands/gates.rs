@@ -7,7 +7,7 @@
 //! 2. the envelope ([`check_envelope`]): transaction fields, read concern, Stable API,
 //!    `requireApiVersion`, snapshot reads; then the user's privileges, and on a replica
 //!    set member that is not primary, a read without a secondary read preference
-//!    (13435);
+//!    (13435), and a read concern's `afterClusterTime` waited for;
 //! 3. fail points, with test commands ([`fail_points`]);
 //! 4. the session's transaction, entered or ended ([`enter_transaction`]);
 //! 5. registered as running, for currentOp and killOp ([`Running`]);
@@ -69,6 +69,9 @@ pub(super) async fn run(
     if let Err(e) = crate::replset::check_secondary_read(state, spec.name, db, &cmd) {
         return Reply::error(state, &e);
     }
+    if let Err(e) = crate::replset::wait_for_read_concern(state, &cmd).await {
+        return Reply::error(state, &e);
+    }
     let cmd = match state.rw_defaults.apply(spec, &cmd, txn.is_some()) {
         Some(with_defaults) => Arc::new(with_defaults),
         None => cmd,
@@ -76,6 +79,7 @@ pub(super) async fn run(
     let labels = Labels {
         name: &name,
         part_of_transaction: txn.is_some(),
+        retryable_write: txn.is_none() && testing::retryable_write(&name, &cmd),
     };
     let injected = if test_commands {
         match fail_points(state, conn, &name, &cmd, &labels).await {
@@ -94,7 +98,7 @@ pub(super) async fn run(
     let running = Running::register(state, &conn.info, &op, db, &cmd, started);
     let _write_pass = match admit_write(state, spec, db, &cmd, &op, &running).await {
         Ok(pass) => pass,
-        Err(e) => return Reply::error(state, &labels.apply(e)),
+        Err(e) => return Reply::error(state, &labels.apply_own(e)),
     };
     let call = Call {
         state,
@@ -202,16 +206,32 @@ fn check_envelope(spec: &Spec, name: &str, db: &str, cmd: &Document) -> Result<O
 }
 
 /// How the errors of a command are labelled: in a transaction, with mongod's
-/// TransientTransactionError where it applies.
+/// TransientTransactionError where it applies; a retryable write's own errors of
+/// mongod's retriable category (a member that stopped being primary: 10107, 189,
+/// 11602, ...) with RetryableWriteError, so drivers retry it on the new primary.
 struct Labels<'a> {
     name: &'a str,
     part_of_transaction: bool,
+    retryable_write: bool,
 }
 
 impl Labels<'_> {
     fn apply(&self, mut e: Error) -> Error {
         if self.part_of_transaction {
             crate::transactions::label_transient(self.name, &mut e);
+        }
+        e
+    }
+
+    /// [`Self::apply`] for an error of the server's own (a fail point's error carries
+    /// exactly the labels it was given).
+    fn apply_own(&self, e: Error) -> Error {
+        let e = self.apply(e);
+        if self.retryable_write
+            && crate::error_labels::RETRYABLE_WRITE_CODES.contains(&e.code)
+            && !e.labels.iter().any(|l| l == "RetryableWriteError")
+        {
+            return e.with_label("RetryableWriteError");
         }
         e
     }
@@ -465,7 +485,7 @@ fn reply_for(
         Ok(Output::Cursor(c)) => return Reply::body(raw_cursor_reply(state, c)),
         Err(e) if e.code == testing::CLOSE_CONNECTION => return Reply::close(),
         Err(e) => {
-            let mut body = error_reply(state, &labels.apply(e));
+            let mut body = error_reply(state, &labels.apply_own(e));
             if !in_transaction && spec.write_concern {
                 attach_unsatisfied_write_concern(cmd, &mut body);
             }

@@ -182,6 +182,17 @@ impl Body {
         }
     }
 
+    /// The reply's `topologyVersion` (a streaming hello's next wait starts from it).
+    pub fn topology_version(&self) -> Option<Document> {
+        match self {
+            Body::Pieced { .. } => None,
+            Body::Doc(d) => d.get_document("topologyVersion").ok().cloned(),
+            Body::Msg(m) => Self::raw_body(m)
+                .and_then(|r| r.get_document("topologyVersion").ok())
+                .and_then(|tv| Document::try_from(tv).ok()),
+        }
+    }
+
     /// `ok: 1` with a cursor that stays open (exhaust getMore keeps streaming then).
     pub fn is_ok_with_open_cursor(&self) -> bool {
         match self {
@@ -485,6 +496,7 @@ pub fn error_reply(state: &ServerState, e: &Error) -> Document {
     if !e.labels.is_empty() {
         body.insert("errorLabels", e.labels.clone());
     }
+    crate::replset::add_topology_version(state, e.code, &mut body);
     append_cluster_time(state, &mut body);
     body
 }

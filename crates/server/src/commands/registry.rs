@@ -171,6 +171,7 @@ pub enum Action {
     ReplSetConfigure,
     ReplSetGetConfig,
     ReplSetGetStatus,
+    ReplSetStateChange,
     ServerStatus,
     SetDefaultRWConcern,
     SetFeatureCompatibilityVersion,
@@ -232,6 +233,7 @@ impl Action {
             Action::ReplSetConfigure => "replSetConfigure",
             Action::ReplSetGetConfig => "replSetGetConfig",
             Action::ReplSetGetStatus => "replSetGetStatus",
+            Action::ReplSetStateChange => "replSetStateChange",
             Action::ServerStatus => "serverStatus",
             Action::SetDefaultRWConcern => "setDefaultRWConcern",
             Action::SetFeatureCompatibilityVersion => "setFeatureCompatibilityVersion",
@@ -289,6 +291,7 @@ impl Action {
             "replSetConfigure" => Action::ReplSetConfigure,
             "replSetGetConfig" => Action::ReplSetGetConfig,
             "replSetGetStatus" => Action::ReplSetGetStatus,
+            "replSetStateChange" => Action::ReplSetStateChange,
             "serverStatus" => Action::ServerStatus,
             "setDefaultRWConcern" => Action::SetDefaultRWConcern,
             "setFeatureCompatibilityVersion" => Action::SetFeatureCompatibilityVersion,
@@ -860,6 +863,12 @@ pub static SPECS: &[Spec] = &[
     .writes(Adds)
     .write_concern(),
     command(
+        "replSetFreeze",
+        reply!(c => crate::replset::freeze(c.state, c.cmd).await),
+    )
+    .admin_only()
+    .needs(Cluster, &[ReplSetStateChange]),
+    command(
         "replSetGetConfig",
         reply!(c => admin::repl_set_get_config(c.state, c.cmd)),
     )
@@ -884,9 +893,18 @@ pub static SPECS: &[Spec] = &[
     )
     .admin_only()
     .needs(Cluster, &[Internal]),
-    command("replSetReconfig", reply!(_c => admin::repl_set_reconfig()))
-        .admin_only()
-        .needs(Cluster, &[ReplSetConfigure]),
+    command(
+        "replSetReconfig",
+        reply!(c => crate::replset::reconfig(c.state, c.cmd).await),
+    )
+    .admin_only()
+    .needs(Cluster, &[ReplSetConfigure]),
+    command(
+        "replSetStepDown",
+        reply!(c => crate::replset::step_down(c.state, c.cmd).await),
+    )
+    .admin_only()
+    .needs(Cluster, &[ReplSetStateChange]),
     command(
         "resetError",
         reply!(_c => Ok(doc! {"err": Bson::Null, "n": 0})),
@@ -1419,6 +1437,8 @@ mod tests {
         ("reIndex", false, true, false),
         // Issue 27: the members' Raft calls to one another.
         ("replSetRaft", true, false, false),
+        ("replSetStepDown", true, false, false),
+        ("replSetFreeze", true, false, false),
         ("setDefaultRWConcern", true, true, true),
         ("setFeatureCompatibilityVersion", true, false, true),
         ("testVersion1", false, false, false),

@@ -313,7 +313,7 @@ pub fn configure_fail_point(state: &ServerState, cmd: &Document) -> Result<Docum
 /// A retryable write (mongod labels its retryable errors RetryableWriteError): a
 /// command with a txnNumber that is not part of a transaction, or the commit or abort
 /// of one.
-fn retryable_write(name: &str, cmd: &Document) -> bool {
+pub(crate) fn retryable_write(name: &str, cmd: &Document) -> bool {
     cmd.contains_key("txnNumber")
         && (!cmd.contains_key("autocommit")
             || matches!(name, "commitTransaction" | "abortTransaction"))
