@@ -18,6 +18,11 @@
 #                         source ships (test/certificates: server.pem, ca.pem), connections
 #                         without a certificate allowed, as drivers' TLS CI runs mongod; the
 #                         suite finds TLS on and connects with its client.pem
+#   --replset             run against a replica set of three members (--replSet rs0 on three
+#                         ports, initiated with replSetInitiate; the suite finds the set through
+#                         the first, its primary), so the tests that need secondaries run too;
+#                         with --ci: the modules of ci-modules-replset.txt, ratchet-replset.txt;
+#                         known failures in expected_failures_replset.txt
 #   --update-ratchet      raise ratchet.txt to the measured CI-selection pass count (never lowers it)
 #   --test-timeout N      per-test limit in seconds (default 60; env CONFORMANCE_TEST_TIMEOUT)
 #   --total-timeout N     limit for the whole pytest part in seconds (defaults: 1200 with --ci,
@@ -50,6 +55,7 @@ PYTEST_EXTRA=()
 SYNC_ONLY=0
 AUTH=0
 TLS=0
+REPLSET=0
 STRICT=0
 ANY_FAILED=0
 UPDATE_RATCHET=0
@@ -66,6 +72,7 @@ while [ $# -gt 0 ]; do
         --sync-only) SYNC_ONLY=1 ;;
         --auth) AUTH=1 ;;
         --tls) TLS=1 ;;
+        --replset) REPLSET=1 ;;
         --update-ratchet) UPDATE_RATCHET=1 ;;
         --test-timeout) [ $# -ge 2 ] || die "--test-timeout needs a value"; TEST_TIMEOUT="$2"; shift ;;
         --test-timeout=*) TEST_TIMEOUT="${1#*=}" ;;
@@ -170,13 +177,15 @@ matches_filter() {
 
 SYNC_ARGS=()
 ASYNC_ARGS=()
+CI_MODULES="$HERE/ci-modules.txt"
+[ "$REPLSET" = 1 ] && CI_MODULES="$HERE/ci-modules-replset.txt"
 if [ "$MODE" = ci ]; then
     while IFS= read -r line; do
         line="${line%%#*}"; line="$(echo "$line" | xargs)"
         [ -z "$line" ] && continue
         [ -f "$SRC/$line" ] || die "ci-modules.txt names $line, which is not in the sdist"
         matches_filter "$line" && SYNC_ARGS+=("$line")
-    done <"$HERE/ci-modules.txt"
+    done <"$CI_MODULES"
     [ ${#SYNC_ARGS[@]} -gt 0 ] || die "no CI module matches the filter"
 elif [ ${#FILTERS[@]} -eq 0 ]; then
     SYNC_ARGS=(test --ignore=test/asynchronous)
@@ -202,6 +211,7 @@ if [ "$TLS" = 1 ]; then
     SERVER_EXTRA+=(--tlsMode requireTLS --tlsCertificateKeyFile "$CERTS/server.pem"
                    --tlsCAFile "$CERTS/ca.pem" --tlsAllowConnectionsWithoutCertificates)
 fi
+if [ "$REPLSET" = 1 ]; then RUN_NAME="$RUN_NAME-replset"; fi
 RESULTS="$RESULTS_ROOT/$RUN_NAME"
 # Two runs of the same kind must not share (and wipe) one results directory.
 mkdir -p "$RESULTS_ROOT"
@@ -215,14 +225,22 @@ mkdir -p "$RESULTS"
 # ---- start the server -------------------------------------------------------------
 DBPATH="$(mktemp -d "${TMPDIR:-/tmp}/tailstream-conformance.XXXXXX")"
 SERVER_PID=""
-stop_server() {
-    if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then
-        kill -TERM "$SERVER_PID" 2>/dev/null || true
-        for _ in $(seq 1 50); do kill -0 "$SERVER_PID" 2>/dev/null || break; sleep 0.2; done
-        kill -KILL "$SERVER_PID" 2>/dev/null || true
-        wait "$SERVER_PID" 2>/dev/null || true
+# With --replset: the other two members' processes.
+MEMBER_PIDS=()
+stop_pid() {
+    local pid="$1"
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
     fi
+}
+stop_server() {
+    stop_pid "$SERVER_PID"
     SERVER_PID=""
+    for pid in ${MEMBER_PIDS[@]+"${MEMBER_PIDS[@]}"}; do stop_pid "$pid"; done
+    MEMBER_PIDS=()
 }
 cleanup() { stop_server; rm -rf "$DBPATH"; }
 trap cleanup EXIT
@@ -250,10 +268,33 @@ def free(port):
 print(free(27017) or free(0))
 ')"
 SERVER_LOG="$RESULTS/server.log"
+MEMBER_PORTS=()
+if [ "$REPLSET" = 1 ]; then
+    # mongod's default election timeout (10 s): heartbeats every 2 s, and each append
+    # call (a commit of up to 48 MB) may take that long on a busy machine.
+    SERVER_EXTRA+=(--replSet rs0)
+    read -r -a MEMBER_PORTS <<<"$("$PY" -c '
+import socket
+socks = [socket.socket() for _ in range(2)]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+')"
+fi
+start_member() { # port dbpath log
+    "$BIN" --port "$1" --bind_ip 127.0.0.1 --dbpath "$2" --oplogSize 256 --quiet \
+        --setParameter enableTestCommands=1 ${SERVER_EXTRA[@]+"${SERVER_EXTRA[@]}"} >"$3" 2>&1 </dev/null 9>&- &
+}
 log "starting $BIN on 127.0.0.1:$PORT (dbpath $DBPATH)"
-"$BIN" --port "$PORT" --bind_ip 127.0.0.1 --dbpath "$DBPATH" --oplogSize 256 --quiet \
-    --setParameter enableTestCommands=1 ${SERVER_EXTRA[@]+"${SERVER_EXTRA[@]}"} >"$SERVER_LOG" 2>&1 </dev/null 9>&- &
+mkdir -p "$DBPATH/member0"
+start_member "$PORT" "$DBPATH/member0" "$SERVER_LOG"
 SERVER_PID=$!
+for i in ${!MEMBER_PORTS[@]}; do
+    log "starting member $((i + 1)) on 127.0.0.1:${MEMBER_PORTS[$i]}"
+    mkdir -p "$DBPATH/member$((i + 1))"
+    start_member "${MEMBER_PORTS[$i]}" "$DBPATH/member$((i + 1))" "$RESULTS/server-member$((i + 1)).log"
+    MEMBER_PIDS+=($!)
+done
 if ! "$PY" - "$PORT" "$SERVER_PID" "$TLS" "$CERTS" <<'EOF'
 import os, sys, time
 from pymongo import MongoClient
@@ -276,6 +317,13 @@ EOF
 then
     tail -n 30 "$SERVER_LOG" >&2 || true
     die "could not start the server"
+fi
+if [ "$REPLSET" = 1 ]; then
+    log "initiating replica set rs0 on ports $PORT ${MEMBER_PORTS[*]}"
+    if ! "$PY" "$HERE/replset_initiate.py" "$PORT" "${MEMBER_PORTS[@]}"; then
+        tail -n 30 "$SERVER_LOG" >&2 || true
+        die "could not initiate the replica set"
+    fi
 fi
 
 # ---- run pytest --------------------------------------------------------------------
@@ -403,6 +451,8 @@ fi
 REPORT_ARGS=(--suite-dir "$SRC" --pymongo-version "$PYMONGO_VERSION" --run "$RUN_NAME" --server-binary "$BIN"
              --output "$OUTPUT" --wall-seconds "$WALL" --test-timeout "$TEST_TIMEOUT")
 [ "$MODE" = ci ] && REPORT_ARGS+=(--ci)
+[ "$REPLSET" = 1 ] && REPORT_ARGS+=(--ratchet "$HERE/ratchet-replset.txt" --ci-modules "$CI_MODULES"
+                                     --expected "$HERE/expected_failures_replset.txt")
 [ "$UPDATE_RATCHET" = 1 ] && REPORT_ARGS+=(--update-ratchet)
 [ ${#PYTEST_EXTRA[@]} -gt 0 ] && REPORT_ARGS+=(--note "Extra pytest arguments: ${PYTEST_EXTRA[*]}")
 [ ${#FILTERS[@]} -gt 0 ] && REPORT_ARGS+=(--note "Module filter: ${FILTERS[*]}")

@@ -72,6 +72,8 @@ log "pymongo conformance: the CI selection of pymongo's own suite, guarded by co
 # Its failures are the expected ones listed in conformance/expected_failures.txt; it
 # fails on an unexpected failure or when fewer tests pass than the ratchet.
 bash "$ROOT/conformance/run.sh" --ci
+log "pymongo conformance against a three-member replica set: the modules that need secondaries, guarded by conformance/ratchet-replset.txt"
+bash "$ROOT/conformance/run.sh" --ci --replset
 log "pymongo's authentication tests against a server with --auth (test_auth.py, test_auth_spec.py)"
 bash "$ROOT/conformance/run.sh" --auth --module-filter test/test_auth.py,test/test_auth_spec.py \
     --sync-only --no-report --strict -m auth

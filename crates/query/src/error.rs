@@ -225,6 +225,7 @@ pub fn code_name(code: i32) -> String {
         68 => "IndexAlreadyExists",
         72 => "InvalidOptions",
         73 => "InvalidNamespace",
+        64 => "WriteConcernFailed",
         74 => "NodeNotFound",
         79 => "UnknownReplWriteConcern",
         85 => "IndexOptionsConflict",

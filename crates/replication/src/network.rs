@@ -10,7 +10,7 @@
 
 use crate::rpc::{Kind, COMMAND};
 use crate::types::{NodeId, TypeConfig};
-use bson::{doc, spec::BinarySubtype, Binary, Bson, Document};
+use bson::{doc, Bson, Document};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -98,16 +98,20 @@ impl Peer {
             // The receiver may not know its own id yet (a member never initiated
             // learns it from its first call).
             "target": self.target as i64,
-            "data": Bson::Binary(Binary { subtype: BinarySubtype::Generic, bytes: data }),
+            "data": crate::rpc::data_value(data),
             "$db": "admin",
         };
         let request_id = self.next_request_id;
         self.next_request_id = self.next_request_id.wrapping_add(1).max(1);
-        if self.conn.is_none() {
-            self.conn = Some(connect(&self.addr).await?);
-        }
-        let stream = self.conn.as_mut().expect("connected above");
-        let reply = round_trip(stream, request_id, &body).await?;
+        // Taken out for the exchange and put back only after a whole reply: openraft
+        // drops a call that outlives its time limit, and a connection left with half a
+        // request written or a reply unread would garble every later call on it.
+        let mut stream = match self.conn.take() {
+            Some(stream) => stream,
+            None => connect(&self.addr).await?,
+        };
+        let reply = round_trip(&mut stream, request_id, &body).await?;
+        self.conn = Some(stream);
         let ok = reply.get("ok").and_then(Bson::as_f64).unwrap_or(0.0);
         if ok != 1.0 {
             let errmsg = reply.get_str("errmsg").unwrap_or("no errmsg");
@@ -117,8 +121,8 @@ impl Peer {
                 kind.name()
             )));
         }
-        let data = reply.get_binary_generic("data").map_err(net_error)?;
-        postcard::from_bytes(data).map_err(net_error)
+        let data = crate::rpc::data_bytes(&reply).map_err(net_error)?;
+        postcard::from_bytes(&data).map_err(net_error)
     }
 
     /// One RPC whose answer is the remote Raft's whole result: a network failure or the

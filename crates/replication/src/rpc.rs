@@ -50,13 +50,66 @@ pub fn is_elect(cmd: &Document) -> bool {
     cmd.get_str(COMMAND) == Ok(Kind::Elect.name())
 }
 
+/// The most bytes one binary value of `data` holds: the bson crate encodes no binary
+/// over 16 MiB, so a larger request or answer (an append of large commits) travels as
+/// an array of pieces.
+pub const DATA_PIECE_BYTES: usize = 8 << 20;
+
+/// `bytes` as the command's `data`: one binary, or an array of pieces when larger than
+/// [`DATA_PIECE_BYTES`].
+pub fn data_value(bytes: Vec<u8>) -> Bson {
+    let binary = |bytes: Vec<u8>| {
+        Bson::Binary(Binary {
+            subtype: BinarySubtype::Generic,
+            bytes,
+        })
+    };
+    if bytes.len() <= DATA_PIECE_BYTES {
+        return binary(bytes);
+    }
+    Bson::Array(
+        bytes
+            .chunks(DATA_PIECE_BYTES)
+            .map(|piece| binary(piece.to_vec()))
+            .collect(),
+    )
+}
+
+/// The bytes of a command's `data` (see [`data_value`]).
+pub fn data_bytes(doc: &Document) -> Result<Vec<u8>, String> {
+    match doc.get("data") {
+        Some(Bson::Binary(b)) => Ok(b.bytes.clone()),
+        Some(Bson::Array(pieces)) => {
+            let mut bytes = Vec::new();
+            for piece in pieces {
+                match piece {
+                    Bson::Binary(b) => bytes.extend_from_slice(&b.bytes),
+                    _ => return Err(format!("{COMMAND}: data pieces must be binary")),
+                }
+            }
+            Ok(bytes)
+        }
+        _ => Err(format!("{COMMAND}: data must be binary")),
+    }
+}
+
+/// Whether the command is an append that carries entries (not a bare heartbeat).
+pub fn carries_entries(cmd: &Document) -> bool {
+    if cmd.get_str(COMMAND) != Ok(Kind::AppendEntries.name()) {
+        return false;
+    }
+    let req: Result<openraft::raft::AppendEntriesRequest<TypeConfig>, _> =
+        data_bytes(cmd).and_then(|d| decode(&d));
+    req.is_ok_and(|r| !r.entries.is_empty())
+}
+
 fn decode<T: DeserializeOwned>(data: &[u8]) -> Result<T, String> {
     postcard::from_bytes(data).map_err(|e| format!("a malformed {COMMAND} request: {e}"))
 }
 
 fn encode<T: Serialize>(result: &T) -> Result<Document, String> {
     let bytes = postcard::to_allocvec(result).map_err(|e| e.to_string())?;
-    Ok(doc! {"data": Bson::Binary(Binary { subtype: BinarySubtype::Generic, bytes })})
+    Ok(doc! {"data": data_value(bytes)})
 }
 
 /// Runs one `replSetRaft` command on `raft`; the reply's fields (without `ok`), or
@@ -71,9 +124,8 @@ pub async fn handle(raft: &Raft<TypeConfig>, cmd: &Document) -> Result<Document,
             "{COMMAND}: elect is the member's to answer (is_elect)"
         ));
     }
-    let data = cmd
-        .get_binary_generic("data")
-        .map_err(|_| format!("{COMMAND}: data must be binary"))?;
+    let data = data_bytes(cmd)?;
+    let data = data.as_slice();
     match kind {
         Kind::AppendEntries => {
             let res: Result<_, RaftError<NodeId>> = raft.append_entries(decode(data)?).await;
@@ -89,5 +141,31 @@ pub async fn handle(raft: &Raft<TypeConfig>, cmd: &Document) -> Result<Document,
             encode(&res)
         }
         Kind::Elect => unreachable!("answered above"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `data` over the bson crate's 16 MiB binary limit travels in pieces and comes
+    /// back whole; a small one stays one binary.
+    #[test]
+    fn data_over_a_piece_travels_in_pieces() {
+        let small = vec![7u8; 100];
+        assert!(matches!(data_value(small.clone()), Bson::Binary(_)));
+        assert_eq!(
+            data_bytes(&doc! {"data": data_value(small.clone())}),
+            Ok(small)
+        );
+        let large: Vec<u8> = (0..(2 * DATA_PIECE_BYTES + 5)).map(|i| i as u8).collect();
+        let value = data_value(large.clone());
+        assert!(matches!(&value, Bson::Array(pieces) if pieces.len() == 3));
+        let body = doc! {COMMAND: "appendEntries", "data": value, "$db": "admin"};
+        // The whole command encodes (a binary over 16 MiB would not).
+        assert!(bson::to_vec(&body).is_ok());
+        assert_eq!(data_bytes(&body), Ok(large));
+        assert!(data_bytes(&doc! {"data": [1]}).is_err());
+        assert!(data_bytes(&doc! {}).is_err());
     }
 }

@@ -94,6 +94,15 @@ pub(super) async fn run(
         Err(e) => return Reply::error(state, &e),
     };
     let in_transaction = open.is_some();
+    let writes = spec.writes.writes(&cmd);
+    if let Some(forwarded) =
+        crate::replset::forward_output_aggregation(state, writes, &name, db, &cmd).await
+    {
+        return match forwarded {
+            Ok(reply) => Reply::body(Body::Doc(reply)),
+            Err(e) => Reply::error(state, &e),
+        };
+    }
     let op = operation_for(&name, &cmd);
     let running = Running::register(state, &conn.info, &op, db, &cmd, started);
     let _write_pass = match admit_write(state, spec, db, &cmd, &op, &running).await {
@@ -487,7 +496,7 @@ fn reply_for(
         Err(e) => {
             let mut body = error_reply(state, &labels.apply_own(e));
             if !in_transaction && spec.write_concern {
-                attach_unsatisfied_write_concern(cmd, &mut body);
+                attach_unsatisfied_write_concern(state, cmd, &mut body);
             }
             body
         }
@@ -627,9 +636,9 @@ fn is_slow(state: &ServerState, name: &str, cmd: &Document, elapsed: std::time::
 /// mongod waits for a command's write concern even when the command fails (so that what
 /// the client read before is as durable as it asked); an unsatisfiable one then adds a
 /// `writeConcernError` to the error reply, and drivers report that error first.
-fn attach_unsatisfied_write_concern(cmd: &Document, body: &mut Document) {
+fn attach_unsatisfied_write_concern(state: &ServerState, cmd: &Document, body: &mut Document) {
     if let Ok(wc) = write::parse_write_concern(cmd) {
-        if wc.unsatisfiable {
+        if wc.unsatisfiable(state) {
             body.insert(
                 "writeConcernError",
                 write::unsatisfiable_write_concern_error(),

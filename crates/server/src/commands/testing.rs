@@ -63,6 +63,7 @@ impl FailPoints {
                 | "failGetMoreAfterCursorCheckout"
                 | "maxTimeAlwaysTimeOut"
                 | "onPrimaryTransactionalWrite"
+                | "stopReplProducer"
         ) {
             return Err(Error::bad_value(format!(
                 "Cannot find failPoint named: {name}"
@@ -244,6 +245,13 @@ pub const CLOSE_CONNECTION: i32 = i32::MIN;
 impl FailPoints {
     /// `maxTimeAlwaysTimeOut`: every command with a `maxTimeMS`, and every getMore on a
     /// cursor opened with one, fails as if it ran out of time.
+    /// `stopReplProducer` (mongod's: a secondary stops fetching the oplog): while on,
+    /// this member takes no new entries from the primary (heartbeats still pass, so it
+    /// calls no election).
+    pub fn stop_repl_producer(&self) -> bool {
+        self.fire("stopReplProducer", |_| true).is_some()
+    }
+
     pub fn max_time_expired(&self, cmd: &Document) -> Option<Error> {
         let time_limited = cmd.contains_key("maxTimeMS")
             || match cmd.get("getMore") {

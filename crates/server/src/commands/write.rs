@@ -30,8 +30,17 @@ const SMALL_WRITE_BYTES: usize = 64 * 1024;
 pub struct WriteConcern {
     /// Wait for the write to be on disk (j: true, w: "majority", fsync: true).
     pub durable: bool,
-    /// w greater than the one member there is.
-    pub unsatisfiable: bool,
+    /// `w: N`: how many members must have applied the write (0 and 1: this one).
+    pub members: u32,
+    /// `wtimeout`: how long to wait for those members (None: no limit).
+    pub wtimeout: Option<std::time::Duration>,
+}
+
+impl WriteConcern {
+    /// `w` greater than the set's data-bearing members (100 UnsatisfiableWriteConcern).
+    pub fn unsatisfiable(&self, state: &ServerState) -> bool {
+        self.members as usize > crate::replset::data_bearing_members(state)
+    }
 }
 
 pub fn parse_write_concern(cmd: &Document) -> Result<WriteConcern> {
@@ -39,7 +48,7 @@ pub fn parse_write_concern(cmd: &Document) -> Result<WriteConcern> {
         // The default write concern of a replica set is majority: durable.
         return Ok(WriteConcern {
             durable: true,
-            unsatisfiable: false,
+            ..Default::default()
         });
     };
     let wc = match wc {
@@ -62,8 +71,7 @@ pub fn parse_write_concern(cmd: &Document) -> Result<WriteConcern> {
                     "w has to be a non-negative number and not greater than 50",
                 ))
             }
-            Some(n) if n > 1 => out.unsatisfiable = true,
-            Some(_) => {}
+            Some(n) => out.members = n.min(i64::from(u32::MAX)) as u32,
             None => return Err(Error::failed_to_parse("w has to be a number or a string")),
         },
     }
@@ -82,6 +90,11 @@ pub fn parse_write_concern(cmd: &Document) -> Result<WriteConcern> {
     if wc.get_bool("fsync").unwrap_or(false) {
         out.durable = true;
     }
+    out.wtimeout = wc
+        .get("wtimeout")
+        .and_then(tailstream_engine::find::as_i64)
+        .filter(|ms| *ms > 0)
+        .map(|ms| std::time::Duration::from_millis(ms as u64));
     Ok(out)
 }
 
@@ -105,10 +118,30 @@ pub async fn await_write_concern(
             ));
         }
     }
-    if wc.unsatisfiable {
+    if wc.unsatisfiable(state) {
         return Some(unsatisfiable_write_concern_error());
     }
+    if wc.members > 1 {
+        let ts = committed
+            .and_then(|c| c.last_ts)
+            .map_or_else(|| state.engine.cluster_time(), Into::into);
+        if !crate::replset::wait_for_members(state, wc.members, ts, wc.wtimeout).await {
+            return Some(wtimeout_error(&wc));
+        }
+    }
     None
+}
+
+/// mongod's `writeConcernError` when `wtimeout` passed before `w` members applied the
+/// write (it stays applied where it is).
+fn wtimeout_error(wc: &WriteConcern) -> Document {
+    let mut e = write_concern_error(64, "waiting for replication timed out");
+    let ms = wc.wtimeout.map_or(0, |d| d.as_millis() as i64);
+    e.insert(
+        "errInfo",
+        doc! {"wtimeout": true, "writeConcern": {"w": i64::from(wc.members), "wtimeout": ms, "provenance": "clientSupplied"}},
+    );
+    e
 }
 
 /// Whether a write's reply carries an error that interrupted the operation.

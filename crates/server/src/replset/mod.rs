@@ -18,7 +18,7 @@
 //! Files: `initiate` (replSetInitiate), `reconfig` (replSetReconfig), `stepdown`
 //! (replSetStepDown, replSetFreeze), `view` (hello's fields, replSetGetStatus,
 //! replSetGetConfig), `reads` (reads on a secondary, afterClusterTime), `noop` (the
-//! primary's no-op entries).
+//! primary's no-op entries), `write_concern` (`w: N`).
 
 mod initiate;
 mod noop;
@@ -26,12 +26,14 @@ mod reads;
 mod reconfig;
 mod stepdown;
 mod view;
+mod write_concern;
 
 pub use initiate::initiate;
-pub use reads::{check_secondary_read, wait_for_read_concern};
+pub use reads::{check_secondary_read, forward_output_aggregation, wait_for_read_concern};
 pub use reconfig::reconfig;
 pub use stepdown::{freeze, step_down};
 pub use view::{add_topology_version, config, hello_fields, status, view, wait_for_change};
+pub use write_concern::{data_bearing_members, wait_for_members};
 
 use crate::state::ServerState;
 use bson::Document;
@@ -114,6 +116,14 @@ pub async fn raft_command(state: &Arc<ServerState>, cmd: &Document) -> Result<Do
         .filter(|t| *t >= 0)
         .ok_or_else(|| Error::bad_value("replSetRaft needs its target member's id"))?;
     let member = member_as(state, target as u64).await?;
+    if state.config.test_commands_enabled()
+        && state.fail_points.stop_repl_producer()
+        && tailstream_replication::rpc::carries_entries(cmd)
+    {
+        return Err(Error::bad_value(
+            "stopReplProducer fail point: this member takes no new entries",
+        ));
+    }
     if tailstream_replication::rpc::is_elect(cmd) {
         member
             .stand_for_election()

@@ -117,3 +117,32 @@ pub async fn wait_for_read_concern(state: &ServerState, cmd: &Document) -> Resul
         )
     })
 }
+
+/// An aggregation writing its results (`$out`, `$merge`) sent to a secondary with a
+/// secondary read preference: mongod 5.0+ runs it there and sends the writes to the
+/// primary; here the whole command goes to the primary, whose reply is returned as is
+/// (its data is at least as new as this member's). None: the command runs here.
+pub async fn forward_output_aggregation(
+    state: &ServerState,
+    writes: bool,
+    name: &str,
+    db: &str,
+    cmd: &Document,
+) -> Option<Result<Document>> {
+    if !writes || name != "aggregate" || !secondary_ok(cmd) {
+        return None;
+    }
+    let member = state.repl.member()?;
+    if member.may_write() {
+        return None;
+    }
+    let primary = super::view(member).primary?;
+    let mut forwarded = cmd.clone();
+    forwarded.remove("$readPreference");
+    forwarded.insert("$db", db);
+    let reply = tailstream_replication::network::ask(&primary, &forwarded, FORWARD_LIMIT).await;
+    Some(reply.map_err(|e| Error::new(codes::NOT_WRITABLE_PRIMARY, format!("not primary: {e}"))))
+}
+
+/// How long a forwarded aggregation may take on the primary.
+const FORWARD_LIMIT: Duration = Duration::from_secs(3600);

@@ -43,12 +43,10 @@ fn secs(n: i64) -> Duration {
 /// `replSetStepDown: <secs>` with `secondaryCatchUpPeriodSecs` (10) and `force`.
 pub async fn step_down(state: &ServerState, cmd: &Document) -> Result<Document> {
     let period = seconds(cmd, "replSetStepDown", Some(60))?;
-    let catch_up = seconds(
-        cmd,
-        "secondaryCatchUpPeriodSecs",
-        Some(DEFAULT_CATCH_UP_SECS),
-    )?;
     let force = matches!(cmd.get("force"), Some(Bson::Boolean(true)));
+    // mongod's default catch-up period: none when forced, else 10 s.
+    let default_catch_up = if force { 0 } else { DEFAULT_CATCH_UP_SECS };
+    let catch_up = seconds(cmd, "secondaryCatchUpPeriodSecs", Some(default_catch_up))?;
     if period < catch_up {
         return Err(Error::bad_value(
             "stepdown period must be longer than secondaryCatchUpPeriodSecs",

@@ -152,9 +152,10 @@ pub async fn wait_for_change(state: &ServerState, counter: i64, limit: Duration)
 }
 
 /// The codes of mongod's errors that carry the server's `topologyVersion` (a member
-/// that is not, or stops being, primary; one shutting down), so a driver ignores any
-/// older `hello` it receives after the error.
-const TOPOLOGY_ERRORS: &[i32] = &[91, 189, 10107, 11600, 11602, 13435, 13436];
+/// that is not, or stops being, primary), so a driver ignores any older `hello` it
+/// receives after the error. Shutdown errors (91, 11600) carry none, as mongod's outside
+/// its quiesce mode: a driver then clears its pool.
+const TOPOLOGY_ERRORS: &[i32] = &[189, 10107, 11602, 13435, 13436];
 
 /// Adds `topologyVersion` to an error reply of those codes, on a member of a set.
 pub fn add_topology_version(state: &ServerState, code: i32, body: &mut Document) {
