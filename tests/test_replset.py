@@ -339,3 +339,26 @@ def test_causal_reads_on_a_secondary_and_the_new_primary_entry(three):
                            readConcern={"afterClusterTime": Timestamp(at.time + 3600, 0)},
                            maxTimeMS=200)
         assert e.value.code == 50
+
+
+def test_a_large_insert_replicates_and_a_member_catches_up_over_it(three):
+    """An insert of 40 MB is committed in parts (each one entry, one message between
+    members); a member that was down catches up over them, several entries per call
+    only while they fit in one message."""
+    members = three
+    initiate(members)
+    primary = primary_of(members)
+    down = next(m for m in members if m is not primary)
+    down.kill9()
+    big = "x" * (1 << 20)
+    with MongoClient(set_uri(members), serverSelectionTimeoutMS=30_000) as client:
+        client.rs.big.insert_many([{"_id": i, "big": big} for i in range(40)])
+        client.rs.big.insert_one({"_id": "last"})
+    down.remove_socket_file()
+    down.restart()
+
+    def caught_up(m):
+        with m.client(directConnection=True, readPreference="secondaryPreferred") as c:
+            return c.rs.big.count_documents({}) == 41
+    for m in members:
+        assert eventually(lambda m=m: caught_up(m), timeout=SET_WAIT_S), m.port

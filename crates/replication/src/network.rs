@@ -187,6 +187,39 @@ pub async fn ask(addr: &str, body: &Document, limit: Duration) -> Result<Documen
     }
 }
 
+/// The most bytes of entries one append call carries: with the command around them,
+/// well under the wire's 48 MB message limit.
+const MAX_APPEND_BYTES: usize = 32 << 20;
+
+/// The request cut to the entries that fit in one message (the first always goes, a
+/// commit is never split); with the log id of the last one sent when some were left
+/// out.
+fn within_one_message(
+    mut rpc: AppendEntriesRequest<TypeConfig>,
+) -> (
+    AppendEntriesRequest<TypeConfig>,
+    Option<openraft::LogId<NodeId>>,
+) {
+    if rpc.entries.len() < 2 {
+        return (rpc, None);
+    }
+    let mut bytes = 0usize;
+    let mut fits = 0;
+    for entry in &rpc.entries {
+        bytes += postcard::to_allocvec(entry).map_or(usize::MAX / 2, |b| b.len());
+        if fits > 0 && bytes > MAX_APPEND_BYTES {
+            break;
+        }
+        fits += 1;
+    }
+    if fits == rpc.entries.len() {
+        return (rpc, None);
+    }
+    rpc.entries.truncate(fits);
+    let last = rpc.entries.last().map(|e| e.log_id);
+    (rpc, last)
+}
+
 /// Asks member `target` at `addr` to stand for election now (a leader stepping down:
 /// see `handover`).
 pub async fn ask_to_stand(addr: &str, target: NodeId, limit: Duration) -> Result<(), String> {
@@ -210,7 +243,15 @@ impl RaftNetwork<TypeConfig> for Peer {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Rpc<AppendEntriesResponse<NodeId>> {
-        self.rpc(Kind::AppendEntries, &rpc, &option).await
+        let (rpc, last_sent) = within_one_message(rpc);
+        let res = self.rpc(Kind::AppendEntries, &rpc, &option).await?;
+        // Only a prefix went: openraft sends the rest next (its `PartialSuccess`).
+        Ok(match (res, last_sent) {
+            (AppendEntriesResponse::Success, Some(last)) => {
+                AppendEntriesResponse::PartialSuccess(Some(last))
+            }
+            (res, _) => res,
+        })
     }
 
     async fn install_snapshot(

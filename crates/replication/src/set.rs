@@ -42,6 +42,8 @@ pub struct Member {
     /// Woken when `writes_held` changes (a change the Raft's metrics do not show), for
     /// whoever reports the member's role (an awaitable `hello`).
     pub role_changed: tokio::sync::Notify,
+    /// Pauses this member's application of entries (`rsSyncApplyStop`).
+    pub apply_paused: Arc<AtomicBool>,
 }
 
 /// The member's Raft configuration: elections after `election_timeout_millis` (up to
@@ -103,12 +105,14 @@ impl Member {
             .map_err(|e| e.message)?;
         let pending = Arc::new(Pending::new(node));
         let writes_held = Arc::new(AtomicBool::new(false));
+        let state_machine = StateMachine::proposing(engine.clone(), pending.clone());
+        let apply_paused = state_machine.apply_pause_switch();
         let raft = Raft::new(
             node,
             config(set_name, election_timeout_millis)?,
             Network,
             LogStore::new(engine.clone()),
-            StateMachine::proposing(engine.clone(), pending.clone()),
+            state_machine,
         )
         .await
         .map_err(|e| e.to_string())?;
@@ -126,6 +130,7 @@ impl Member {
             writes_held,
             elections: Default::default(),
             role_changed: tokio::sync::Notify::new(),
+            apply_paused,
         })
     }
 

@@ -35,6 +35,9 @@ struct Current {
     data: Vec<u8>,
 }
 
+/// How often a paused application looks whether it may go on.
+const APPLY_PAUSE_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// The state machine of one member (cheap to clone: every clone is the same one).
 #[derive(Clone)]
 pub struct StateMachine {
@@ -44,6 +47,9 @@ pub struct StateMachine {
     current: Arc<Mutex<Option<Current>>>,
     /// Numbers the snapshots this member builds (their ids must differ).
     built: Arc<AtomicU64>,
+    /// While set, entries wait before they are applied (mongod's `rsSyncApplyStop`
+    /// fail point, a test command: the log still takes them, so commits go on).
+    apply_paused: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl StateMachine {
@@ -53,7 +59,13 @@ impl StateMachine {
             pending: None,
             current: Arc::new(Mutex::new(None)),
             built: Arc::new(AtomicU64::new(0)),
+            apply_paused: Default::default(),
         }
+    }
+
+    /// The switch that pauses application (see `apply_paused`).
+    pub fn apply_pause_switch(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.apply_paused.clone()
     }
 
     /// The state machine of a member that proposes commits (see `member.rs`).
@@ -136,6 +148,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
+        while self.apply_paused.load(std::sync::atomic::Ordering::Acquire) {
+            tokio::time::sleep(APPLY_PAUSE_POLL).await;
+        }
         let mut applied = self.applied()?;
         let mut replies = Vec::new();
         // One entry at a time, each with its marker: a member's own commit is stored

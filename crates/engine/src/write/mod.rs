@@ -36,6 +36,12 @@ use tailstream_query::sort::SortSpec;
 use tailstream_query::update::{ApplyContext, ConditionMatcher, UpdateKind, UpdateSpec};
 use tailstream_storage::Space;
 
+/// The most bytes of documents one commit of a replicated insert takes (see
+/// [`Engine::insert`]): with their oplog entries and index keys about twice that, well
+/// under the 48 MB of one message between members; a single document (16 MB at most)
+/// is a part alone.
+pub const REPLICATED_INSERT_PART_BYTES: usize = 8 << 20;
+
 /// One failed operation of a write command, by its position in the command.
 #[derive(Debug, Clone)]
 pub struct WriteError {
@@ -156,6 +162,12 @@ impl Engine {
     }
 
     /// Inserts documents; an ordered insert stops at the first error.
+    ///
+    /// On a member of a replica set, an insert of more than
+    /// [`REPLICATED_INSERT_PART_BYTES`] of documents is committed in parts: each commit is
+    /// one Raft entry sent whole in one message between members (48 MB at most, its
+    /// documents counted twice, as data and in their oplog entries). mongod's inserts
+    /// outside a transaction are not atomic either: each document is its own write.
     pub fn insert(
         &self,
         ns: &Namespace,
@@ -193,7 +205,18 @@ impl Engine {
         let meta = self.ensure_collection(&mut txn, ns)?;
         let validator = DocumentValidator::for_write(&meta, bypass_document_validation)?;
         let mut pending = PendingIndex::default();
+        let part_limit = self.proposer().map(|_| REPLICATED_INSERT_PART_BYTES);
+        let mut part_bytes = 0usize;
         for (i, doc) in docs.into_iter().enumerate() {
+            let doc_bytes = doc.as_bytes().len();
+            if part_limit.is_some_and(|limit| part_bytes > 0 && part_bytes + doc_bytes > limit) {
+                // The part so far is one commit; the rest goes on in a new one.
+                txn.commit()?;
+                txn = self.begin();
+                pending = PendingIndex::default();
+                part_bytes = 0;
+            }
+            part_bytes += doc_bytes;
             let inserted = match &validator {
                 Some(v) => Document::try_from(doc.as_ref())
                     .map_err(|e| Error::bad_value(e.to_string()))

@@ -64,6 +64,7 @@ impl FailPoints {
                 | "maxTimeAlwaysTimeOut"
                 | "onPrimaryTransactionalWrite"
                 | "stopReplProducer"
+                | "rsSyncApplyStop"
         ) {
             return Err(Error::bad_value(format!(
                 "Cannot find failPoint named: {name}"
@@ -315,7 +316,18 @@ pub fn attach_write_concern_error(body: &mut Document, mut wce: Document, cmd: &
 }
 
 pub fn configure_fail_point(state: &ServerState, cmd: &Document) -> Result<Document> {
-    state.fail_points.configure(cmd)
+    let reply = state.fail_points.configure(cmd)?;
+    // `rsSyncApplyStop` (mongod's: a secondary stops applying what it fetched) acts on
+    // the member's state machine, which polls no fail point itself.
+    if cmd.get_str("configureFailPoint") == Ok("rsSyncApplyStop") {
+        if let Some(member) = state.repl.member() {
+            let on = !matches!(cmd.get("mode"), Some(Bson::String(m)) if m == "off");
+            member
+                .apply_paused
+                .store(on, std::sync::atomic::Ordering::Release);
+        }
+    }
+    Ok(reply)
 }
 
 /// A retryable write (mongod labels its retryable errors RetryableWriteError): a

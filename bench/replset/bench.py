@@ -1,0 +1,291 @@
+"""Replica-set benchmarks (issue 27): replication lag and failover time of a
+three-member Tailstream set on this machine, each member its own process.
+
+    lag       primary acknowledgement to the event on a secondary's change stream,
+              p50/p99/max, at paced write rates (--rates, writes/s; each write one
+              insert_one, or insert_many of --batch documents to reach higher rates).
+    failover  kill -9 of the primary to the first write acknowledged by the new
+              primary (--failovers times, at each --election-ms), with a writer
+              inserting continuously (w: majority, retryable writes).
+
+Prints a Markdown section for BENCHMARKS.md. Members may be pinned to CPUs with
+--member-cpus "0-3,4-7,8-11" (taskset) and the client with --client-cpus.
+"""
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from pymongo import MongoClient
+from pymongo.errors import PyMongoError
+
+SET_WAIT_S = 120
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Member:
+    def __init__(self, binary, root, index, election_ms, cpus):
+        self.binary = binary
+        self.port = free_port()
+        self.dbpath = os.path.join(root, f"m{index}")
+        self.log = os.path.join(root, f"m{index}.log")
+        self.election_ms = election_ms
+        self.cpus = cpus
+        self.proc = None
+        os.makedirs(self.dbpath, exist_ok=True)
+
+    @property
+    def host(self):
+        return f"127.0.0.1:{self.port}"
+
+    def start(self):
+        cmd = [self.binary, "--replSet", "rs0", "--port", str(self.port), "--dbpath",
+               self.dbpath, "--bind_ip", "127.0.0.1", "--quiet",
+               "--setParameter", f"replElectionTimeoutMillis={self.election_ms}"]
+        if self.cpus:
+            cmd = ["taskset", "-c", self.cpus] + cmd
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with MongoClient(self.host, directConnection=True,
+                                 serverSelectionTimeoutMS=300) as c:
+                    c.admin.command("ping")
+                return
+            except PyMongoError:
+                time.sleep(0.05)
+        raise RuntimeError(f"member {self.host} did not start; see {self.log}")
+
+    def kill9(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        sock = f"/tmp/mongodb-{self.port}.sock"
+        if os.path.exists(sock):
+            os.unlink(sock)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+
+
+class ReplicaSet:
+    def __init__(self, binary, election_ms, member_cpus):
+        self.root = tempfile.mkdtemp(prefix="tailstream-bench-replset.")
+        cpus = (member_cpus.split(",") if member_cpus else [None] * 3)
+        self.members = [Member(binary, self.root, i, election_ms, cpus[i]) for i in range(3)]
+
+    def __enter__(self):
+        for m in self.members:
+            m.start()
+        config = {"_id": "rs0", "members": [{"_id": i, "host": m.host}
+                                            for i, m in enumerate(self.members)]}
+        with MongoClient(self.members[0].host, directConnection=True) as c:
+            c.admin.command("replSetInitiate", config)
+        with self.client() as c:
+            deadline = time.monotonic() + SET_WAIT_S
+            while len(c.secondaries) < 2:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the set did not settle")
+                c.admin.command("ping")
+                time.sleep(0.1)
+        return self
+
+    def __exit__(self, *exc):
+        for m in self.members:
+            m.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def uri(self):
+        return "mongodb://" + ",".join(m.host for m in self.members) + "/?replicaSet=rs0"
+
+    def client(self, **kw):
+        return MongoClient(self.uri(), serverSelectionTimeoutMS=SET_WAIT_S * 1000, **kw)
+
+    def primary(self):
+        for m in self.members:
+            if m.proc.poll() is not None:
+                continue
+            try:
+                with MongoClient(m.host, directConnection=True, serverSelectionTimeoutMS=500) as c:
+                    if c.admin.command("hello").get("isWritablePrimary"):
+                        return m
+            except PyMongoError:
+                pass
+        return None
+
+
+def percentile(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def lag_row(rs, rate, seconds, batch):
+    """Paced writes at `rate` documents/s for `seconds`; the lag of each document from
+    its write's acknowledgement to its event on a secondary's stream."""
+    primary = rs.primary()
+    secondary = next(m for m in rs.members if m is not primary)
+    acked = {}
+    seen = {}
+    total = int(rate * seconds)
+    ready = threading.Event()
+
+    def read():
+        with MongoClient(secondary.host, directConnection=True,
+                         readPreference="secondaryPreferred") as c:
+            with c.bench.lag.watch(max_await_time_ms=100) as stream:
+                ready.set()
+                while len(seen) < total:
+                    event = stream.try_next()
+                    now = time.perf_counter()
+                    if event is not None and event["operationType"] == "insert":
+                        seen[event["documentKey"]["_id"]] = now
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    ready.wait(30)
+    with rs.client() as c:
+        coll = c.bench.lag
+        interval = batch / rate
+        start = time.perf_counter()
+        for first in range(0, total, batch):
+            due = start + (first // batch) * interval
+            pause = due - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+            ids = list(range(first, min(first + batch, total)))
+            if batch == 1:
+                coll.insert_one({"_id": ids[0], "x": 1})
+            else:
+                coll.insert_many([{"_id": i, "x": 1} for i in ids])
+            now = time.perf_counter()
+            for i in ids:
+                acked[i] = now
+        achieved = total / (time.perf_counter() - start)
+    reader.join(30)
+    lags = [(seen[i] - acked[i]) * 1000 for i in acked if i in seen]
+    missing = total - len(lags)
+    with rs.client() as c:
+        c.bench.lag.drop()
+    return {
+        "rate": rate, "achieved": achieved, "batch": batch, "events": len(lags),
+        "missing": missing, "p50": percentile(lags, 50), "p99": percentile(lags, 99),
+        "max": max(lags),
+    }
+
+
+def failover_once(rs, writer_state):
+    """Kills the primary; returns seconds from the kill to the first write the new
+    primary acknowledged, then restarts the killed member and waits for it."""
+    old = rs.primary()
+    writer_state["acks"].clear()
+    time.sleep(0.3)
+    killed_at = time.perf_counter()
+    old.kill9()
+    deadline = killed_at + SET_WAIT_S
+    while time.perf_counter() < deadline:
+        after = [t for t, host in list(writer_state["acks"]) if t > killed_at and host != old.host]
+        if after:
+            took = min(after) - killed_at
+            break
+        time.sleep(0.01)
+    else:
+        raise RuntimeError("no write was acknowledged after the failover")
+    old.start()
+    # The restarted member catches up before the next round.
+    with MongoClient(old.host, directConnection=True, readPreference="secondaryPreferred") as c:
+        target = writer_state["count"]
+        while c.bench.failover.estimated_document_count() < target - 1:
+            time.sleep(0.05)
+    return took
+
+
+def failover_rows(binary, election_ms, failovers, member_cpus):
+    with ReplicaSet(binary, election_ms, member_cpus) as rs:
+        state = {"acks": [], "count": 0, "stop": False}
+
+        def write():
+            with rs.client(retryWrites=True, w="majority") as c:
+                coll = c.bench.failover
+                n = 0
+                while not state["stop"]:
+                    try:
+                        coll.insert_one({"_id": n})
+                        addr = c.primary
+                        state["acks"].append((time.perf_counter(), f"{addr[0]}:{addr[1]}"
+                                              if addr else ""))
+                        n += 1
+                        state["count"] = n
+                    except PyMongoError:
+                        time.sleep(0.01)
+                    time.sleep(0.005)
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
+        times = []
+        for i in range(failovers):
+            took = failover_once(rs, state)
+            times.append(took)
+            print(f"  failover {i + 1}/{failovers} at {election_ms} ms: {took:.3f} s",
+                  file=sys.stderr)
+        state["stop"] = True
+        writer.join(10)
+    return times
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--server", required=True)
+    ap.add_argument("--scenarios", default="lag,failover")
+    ap.add_argument("--rates", default="1000,10000")
+    ap.add_argument("--batch", type=int, default=0,
+                    help="documents per write (0: 1 up to 1,000/s, else rate/1,000)")
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--failovers", type=int, default=20)
+    ap.add_argument("--election-ms", default="10000,1000")
+    ap.add_argument("--member-cpus", default="")
+    args = ap.parse_args()
+    scenarios = args.scenarios.split(",")
+    print(f"### Replica set (3 members, one machine): {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+          f"{os.cpu_count()} CPUs\n")
+    if "lag" in scenarios:
+        print("Replication lag: primary acknowledgement to the event on a secondary's change stream.\n")
+        print("| writes/s asked | achieved | docs per write | events | p50 ms | p99 ms | max ms |")
+        print("|---|---|---|---|---|---|---|")
+        with ReplicaSet(args.server, 10000, args.member_cpus) as rs:
+            for rate in [float(r) for r in args.rates.split(",")]:
+                batch = args.batch or max(1, int(rate // 1000))
+                r = lag_row(rs, rate, args.seconds, batch)
+                print(f"| {rate:,.0f} | {r['achieved']:,.0f} | {batch} | {r['events']:,} "
+                      f"| {r['p50']:.2f} | {r['p99']:.2f} | {r['max']:.2f} |", flush=True)
+        print()
+    if "failover" in scenarios:
+        print("Failover: kill -9 of the primary to the first write acknowledged by the new primary.\n")
+        print("| electionTimeoutMillis | failovers | p50 s | p99 s | max s |")
+        print("|---|---|---|---|---|")
+        for election_ms in [int(e) for e in args.election_ms.split(",")]:
+            times = failover_rows(args.server, election_ms, args.failovers, args.member_cpus)
+            print(f"| {election_ms:,} | {len(times)} | {statistics.median(times):.2f} "
+                  f"| {percentile(times, 99):.2f} | {max(times):.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
