@@ -258,6 +258,12 @@ class _Conn:
             w.transport.abort()
 
 
+def _quiet_cancellations(loop, context):
+    """The loop's exception handler: connections cancelled by close() are no news."""
+    if not isinstance(context.get("exception"), asyncio.CancelledError):
+        loop.default_exception_handler(context)
+
+
 class Network:
     """The three proxies, on one asyncio loop in a thread of their own, and the table of
     cut links. A cut link (a, b) stops connections from member a to member b; (None, b)
@@ -271,6 +277,7 @@ class Network:
         self.mode = "reset"
         self.conns = set()
         self.loop = asyncio.new_event_loop()
+        self.loop.set_exception_handler(_quiet_cancellations)
         self.servers = {}
         self.unidentified = 0  # connections whose source could not be looked up
         self.thread = threading.Thread(target=self.loop.run_forever, name="proxies", daemon=True)
@@ -538,7 +545,7 @@ class Workload:
 
     INSERT_RETRY_S = 30  # an insert not acknowledged after this long is "unknown"
 
-    def __init__(self, members, history, inserters=2, pause_s=0.005):
+    def __init__(self, members, history, inserters=2, pause_s=0.01):
         self.members = members
         self.history = history
         self.pause_s = pause_s
@@ -784,8 +791,10 @@ class Faults:
     fault lasts 3 to 6 election timeouts, then 1 to 2 pass after the set has a primary
     again before the next one."""
 
-    def __init__(self, members, network, history, monitor, seed, election_ms, primary_p=0.8):
+    def __init__(self, members, network, history, monitor, seed, election_ms, primary_p=0.8,
+                 draw_from=FAULT_KINDS):
         self.members, self.network, self.history = members, network, history
+        self.draw_from = tuple(draw_from)
         self.monitor = monitor
         self.rng = random.Random(seed)
         self.election_s = election_ms / 1000
@@ -800,7 +809,7 @@ class Faults:
 
     def one(self, kind=None):
         """Induces one fault (of `kind`, else a random one), holds it, heals it."""
-        kind = kind or self.rng.choice(FAULT_KINDS)
+        kind = kind or self.rng.choice(self.draw_from)
         target, on_primary = self.pick_target()
         mode = self.rng.choice(("reset", "blackhole"))
         # An election takes one to two election timeouts after the last heartbeat, and
@@ -1075,17 +1084,18 @@ def figures(history, streams):
         "writes": writes,
         "events": {m: len(s["events"]) for m, s in sorted(streams.items())},
         "resumes": {m: s["resumes"] for m, s in sorted(streams.items())},
-        "no_primary_gaps": sum(1 for r in history if r["op"] == "liveness"),
+        "liveness_problems": sum(1 for r in history if r["op"] == "liveness"),
     }
 
 
 # ---- a run ------------------------------------------------------------------------------
 
 def run(seed, kinds=None, failovers=None, max_faults=None, election_ms=1000, workdir=None,
-        inserters=2, primary_p=0.8, keep=False, log=print):
+        inserters=2, primary_p=0.8, draw_from=FAULT_KINDS, keep=False, log=print):
     """A whole run: a fresh set behind the proxies, the streams and the workload, then
-    faults (the `kinds` given, in order; else random ones until `failovers` failovers
-    were seen or `max_faults` were induced), healing, settling, the checks. Returns the
+    faults (the `kinds` given, in order; else random ones of `draw_from` until
+    `failovers` failovers were seen or `max_faults` were induced), healing, settling,
+    the checks. Returns the
     report (a dict, also written to <workdir>/report.json). The data directories
     (member logs, history.jsonl) are deleted after a clean run unless `keep`."""
     root = Path(workdir or tempfile.mkdtemp(prefix="tailstream-faults-"))
@@ -1100,8 +1110,8 @@ def run(seed, kinds=None, failovers=None, max_faults=None, election_ms=1000, wor
         network = Network(members)
         layout = initiate(members, network)
         history = History(root / "history.jsonl")
-        report = _exercise(members, network, history, seed, kinds, failovers, max_faults,
-                           election_ms, inserters, primary_p, log)
+        faults = Faults(members, network, history, None, seed, election_ms, primary_p, draw_from)
+        report = _exercise(members, history, faults, kinds, failovers, max_faults, inserters, log)
         report.update(seed=seed, layout=layout, seconds=round(time.monotonic() - started, 1),
                       workdir=str(root), unidentified_connections=network.unidentified)
         (root / "report.json").write_text(json.dumps(report, indent=1, default=str))
@@ -1123,9 +1133,8 @@ def _remove(root):
     shutil.rmtree(root, ignore_errors=True)
 
 
-def _exercise(members, network, history, seed, kinds, failovers, max_faults, election_ms,
-              inserters, primary_p, log):
-    monitor = PrimaryMonitor(members, history)
+def _exercise(members, history, faults, kinds, failovers, max_faults, inserters, log):
+    monitor = faults.monitor = PrimaryMonitor(members, history)
     streams = {m.index: StreamFollower(m, history) for m in members}
     workload = Workload(members, history, inserters=inserters)
     try:
@@ -1133,7 +1142,6 @@ def _exercise(members, network, history, seed, kinds, failovers, max_faults, ele
         _open_streams(streams)
         workload.create_counters()
         workload.start()
-        faults = Faults(members, network, history, monitor, seed, election_ms, primary_p)
         faults.gap()
         problems = _induce(faults, monitor, kinds, failovers, max_faults, log)
         problems += _wind_down(members, faults, workload, monitor, log)
@@ -1211,7 +1219,9 @@ def diagnose(members):
             continue
         where = m.dbpath / f"stacks-{int(time.time())}.txt"
         try:
-            out = subprocess.run(["gdb", "-batch", "-p", str(m.pid), "-ex", "thread apply all bt"],
+            # /proc/<pid>/exe: the binary it runs, even if a newer build replaced the file.
+            out = subprocess.run(["gdb", "-batch", "-ex", "thread apply all bt",
+                                  f"/proc/{m.pid}/exe", str(m.pid)],
                                  capture_output=True, text=True, timeout=180).stdout
             where.write_text(out)
         except (OSError, subprocess.SubprocessError) as e:
@@ -1220,15 +1230,24 @@ def diagnose(members):
     return notes
 
 
-def collect_states(members):
-    """member_state() of every member that answers; a problem for each that does not."""
-    states, problems = {}, []
-    for m in members:
-        try:
-            states[m.index] = member_state(m)
-        except PyMongoError as e:
-            problems.append(f"liveness: member {m.index}'s end state unreadable: {type(e).__name__}")
-    return states, problems
+def collect_states(members, timeout=30):
+    """member_state() of every member that answers, and a problem for each that does
+    not. Read again (for up to `timeout` seconds) until the oplogs end alike: the
+    primary writes a no-op entry when it has been idle for 10 s, which a read may find
+    on one member and not yet on another."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states, problems = {}, []
+        for m in members:
+            try:
+                states[m.index] = member_state(m)
+            except PyMongoError as e:
+                problems.append(f"liveness: member {m.index}'s end state unreadable: "
+                                f"{type(e).__name__}")
+        ends = {len(st["oplog"]) and tuple(map(_hashable, st["oplog"][-1])) for st in states.values()}
+        if len(ends) <= 1 or time.monotonic() > deadline:
+            return states, problems
+        time.sleep(0.5)
 
 
 def _drain_streams(streams, states, timeout=60):
@@ -1257,9 +1276,12 @@ def format_report(report):
          f"{w['inc']['ok']} / {w['inc']['unknown'] + w['inc']['invoked']} / {w['inc']['fail']}"),
         ("stream events per member", " / ".join(str(v) for v in f["events"].values())),
         ("stream resumes per member", " / ".join(str(v) for v in f["resumes"].values())),
-        ("periods without primary > 60 s", f["no_primary_gaps"]),
+        ("liveness problems (no primary for 60 s, a member not answering)",
+         f["liveness_problems"]),
         ("violations", len(report["violations"])),
         ("duration (s)", report["seconds"]),
+        ("proxied connections of unknown source (closed before looked up)",
+         report["unidentified_connections"]),
         ("initiation layout", report["layout"]),
     ]
     lines = ["| figure | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
