@@ -4,8 +4,8 @@ Three `tailstream --replSet rs0` processes, each behind a TCP proxy this module 
 member i listens on its real port R_i, its proxy on P_i forwards to R_i, and the set is
 initiated with the hosts 127.0.0.1:P_i, so every member-to-member and client connection
 goes through a proxy. The proxy knows which member each connection comes from (the
-connecting socket's inode, found in /proc/net/tcp, held by one of the members' pids),
-so it can cut single links (a -> b) and thereby partition the set.
+connecting socket's inode, asked of the kernel, held open by one of the members'
+pids), so it can cut single links (a -> b) and thereby partition the set.
 
 While faults are induced (kill -9 and restart, SIGSTOP/SIGCONT, partitions) a
 workload writes through a replica-set client (unique majority inserts, $inc
@@ -21,6 +21,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import struct
@@ -31,16 +32,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import bson
 from bson.timestamp import Timestamp
 from pymongo import MongoClient, ReadPreference, monitoring
-from pymongo.errors import (
-    ConnectionFailure,
-    DuplicateKeyError,
-    OperationFailure,
-    PyMongoError,
-)
-from pymongo.write_concern import WriteConcern
+from pymongo.errors import DuplicateKeyError, PyMongoError
 
 import wire
 
@@ -82,18 +76,13 @@ class StartTimeout(RuntimeError):
 
 
 class Member:
-    """One tailstream process: its real address (ip, port), its proxy's port, its
-    dbpath. It logs to <dbpath>/server.log (appended to across restarts).
-
-    The set's configuration names the member by `host`, 127.0.0.1:<proxy port>. A
-    binary that cannot recognize itself behind a proxy (replSetInitiate code 93) knows
-    itself only by its own port: then (`own_port_host()`) the member listens on
-    127.0.0.2:R and its proxy on 127.0.0.1:R, so its host is 127.0.0.1:R, which the
-    server takes for itself, and every connection to it still crosses the proxy."""
+    """One tailstream process: its real port, its proxy's port, its dbpath. It logs to
+    <dbpath>/server.log (appended to across restarts). The set's configuration names
+    it by `host`, its proxy's address (the server recognizes itself there by asking
+    hello through it)."""
 
     def __init__(self, index, root, election_ms):
         self.index = index
-        self.ip = "127.0.0.1"
         self.port = free_port()
         self.proxy_port = free_port()
         self.dbpath = Path(root) / f"member{index}"
@@ -109,12 +98,8 @@ class Member:
 
     @property
     def addr(self):
-        return (self.ip, self.port)
-
-    def own_port_host(self):
-        """Switches to the layout for binaries that know themselves only by port."""
-        self.ip = "127.0.0.2"
-        self.proxy_port = self.port
+        """The real address: the harness's own view of the member, never cut."""
+        return ("127.0.0.1", self.port)
 
     @property
     def pid(self):
@@ -122,7 +107,7 @@ class Member:
 
     def argv(self):
         return [
-            str(binary_path()), "--port", str(self.port), "--bind_ip", self.ip,
+            str(binary_path()), "--port", str(self.port), "--bind_ip", "127.0.0.1",
             "--dbpath", str(self.dbpath), "--replSet", SET_NAME, "--quiet",
             "--oplogSize", "256",
             "--setParameter", f"replElectionTimeoutMillis={self.election_ms}",
@@ -185,7 +170,7 @@ class Member:
         """A direct connection to the member's REAL port (the harness's own view, never
         partitioned), reading from whatever state the member is in."""
         kwargs.setdefault("serverSelectionTimeoutMS", 5000)
-        return MongoClient(self.ip, self.port, directConnection=True,
+        return MongoClient(*self.addr, directConnection=True,
                            read_preference=ReadPreference.SECONDARY_PREFERRED, **kwargs)
 
     def log_tail(self, n=30):
@@ -248,10 +233,11 @@ def pid_holding(inode, pids):
 
 class _Conn:
     """One proxied connection: src is the connecting member's index (None: a client),
-    dst the member behind the proxy."""
+    dst the member behind the proxy; forwarding, or black-holed."""
 
-    def __init__(self, src, dst, writers):
+    def __init__(self, src, dst, writers, forwarding=True):
         self.src, self.dst, self.writers = src, dst, writers
+        self.forwarding = forwarding
 
     def abort(self):
         for w in self.writers:
@@ -293,13 +279,6 @@ class Network:
             lambda r, w: self._accept(member.index, r, w), "127.0.0.1", member.proxy_port)
         self.servers[member.index] = server
 
-    def relisten(self, member):
-        """Moves member's proxy to its (changed) proxy_port."""
-        async def move():
-            self.servers[member.index].close()
-            await self._listen(member)
-        self._call(move())
-
     def source_of(self, peer, proxy_port):
         """The index of the member that opened a connection from `peer` to our proxy on
         `proxy_port`, or None (a client: this harness, a driver)."""
@@ -313,18 +292,21 @@ class Network:
     async def _accept(self, dst, reader, writer):
         peer = writer.get_extra_info("peername")[:2]
         # Looked up inline: a netlink request and three short /proc/<pid>/fd listings,
-        # well under a millisecond (the members' RPCs time out after 100 ms).
+        # well under a millisecond (the members' RPCs time out within a fifth of the
+        # election timeout, and a slow proxy would be a fault of its own).
         src = self.source_of(peer, self.members[dst].proxy_port)
         if (src, dst) in self.cut:
-            if self.mode == "reset":
-                writer.transport.abort()
-                return
-            await self._blackhole(_Conn(src, dst, [writer]), reader)
+            await self._refuse(_Conn(src, dst, [writer], forwarding=False), reader)
             return
         try:
-            up_r, up_w = await asyncio.open_connection(*self.members[dst].addr)
-        except OSError:
-            writer.transport.abort()  # the member is down
+            up_r, up_w = await asyncio.wait_for(
+                asyncio.open_connection(*self.members[dst].addr), 5)
+        except (OSError, asyncio.TimeoutError):
+            writer.transport.abort()  # the member is down (or its backlog full)
+            return
+        if (src, dst) in self.cut:  # cut while we connected
+            up_w.transport.abort()
+            await self._refuse(_Conn(src, dst, [writer], forwarding=False), reader)
             return
         conn = _Conn(src, dst, [writer, up_w])
         self.conns.add(conn)
@@ -334,7 +316,11 @@ class Network:
             self.conns.discard(conn)
             conn.abort()
 
-    async def _blackhole(self, conn, reader):
+    async def _refuse(self, conn, reader):
+        """A connection on a cut link: closed at once, or black-holed until it heals."""
+        if self.mode == "reset":
+            conn.abort()
+            return
         self.conns.add(conn)
         try:
             while await reader.read(65536):
@@ -369,8 +355,7 @@ class Network:
             self.cut = set(links)
             self.mode = mode
             for conn in list(self.conns):
-                blackholed = len(conn.writers) == 1
-                if (conn.src, conn.dst) in self.cut or (blackholed and (conn.src, conn.dst) not in self.cut):
+                if ((conn.src, conn.dst) in self.cut) == conn.forwarding:
                     conn.abort()
         self._call(apply())
 
@@ -446,28 +431,15 @@ def wait_for(check, timeout, interval=0.1):
     return None
 
 
-def initiate(members, network):
-    """replSetInitiate with every member named by its proxy; with a binary that answers
-    code 93 (it cannot recognize itself behind a proxy), member 0 is moved to the
-    own-port layout (see Member) and the set initiated again. Returns the layout used."""
-    layout = "proxied"
-    for _ in range(2):
-        config = {"_id": SET_NAME,
-                  "members": [{"_id": m.index, "host": m.host} for m in members]}
-        reply = raw_command(members[0].addr, {"replSetInitiate": config, "$db": "admin"},
-                            timeout=60)
-        if reply.get("ok") == 1:
-            break
-        if reply.get("code") != 93 or layout != "proxied":
-            raise RuntimeError(f"replSetInitiate failed: {reply}")
-        layout = "member 0 on its own port"
-        members[0].stop()
-        members[0].own_port_host()
-        members[0].start()
-        network.relisten(members[0])
+def initiate(members):
+    """replSetInitiate with every member named by its proxy, then a primary. (A binary
+    that cannot recognize itself behind a proxy answers code 93.)"""
+    config = {"_id": SET_NAME, "members": [{"_id": m.index, "host": m.host} for m in members]}
+    reply = raw_command(members[0].addr, {"replSetInitiate": config, "$db": "admin"}, timeout=60)
+    if reply.get("ok") != 1:
+        raise RuntimeError(f"replSetInitiate failed: {reply}")
     if not wait_for(lambda: leader(members), 60):
         raise RuntimeError("no primary within 60 s of replSetInitiate")
-    return layout
 
 
 # ---- the history ------------------------------------------------------------------
@@ -601,20 +573,20 @@ class Workload:
             try:
                 self.db[coll].insert_one(doc)
                 h.record("insert", "ok", coll=coll, id=doc["_id"], member=self._member(),
-                         attempts=attempts)
+                         attempts=attempts, sent=sent + self.listener.sent())
                 return
             except DuplicateKeyError:
                 # Only this insert uses this _id: an earlier attempt (ours, or pymongo's
                 # own retry) was applied.
                 h.record("insert", "ok", coll=coll, id=doc["_id"], member=self._member(),
-                         attempts=attempts, duplicate=True)
+                         attempts=attempts, duplicate=True, sent=sent + self.listener.sent())
                 return
             except PyMongoError as e:
                 sent += self.listener.sent()
                 errors[type(e).__name__] += 1
             if time.monotonic() > deadline:
                 h.record("insert", outcome_of_failure(sent), coll=coll, id=doc["_id"],
-                         attempts=attempts, errors=dict(errors))
+                         attempts=attempts, errors=dict(errors), sent=sent)
                 return
             time.sleep(0.05)
 
@@ -634,14 +606,18 @@ class Workload:
             m += 1
             h.record("inc", "invoke", counter=f"c{k}", id=op_id)
             self.listener.begin()
+            # sent: each command pymongo sent for it (its own retry included), as
+            # [member, "ok" | "refused" | "error"].
             try:
                 r = self.db[COUNTERS].update_one(
                     {"_id": f"c{k}"}, {"$inc": {"n": 1}, "$push": {"ops": op_id}})
                 h.record("inc", "ok" if r.matched_count == 1 else "fail", counter=f"c{k}",
-                         id=op_id, member=self._member(), matched=r.matched_count)
+                         id=op_id, member=self._member(), matched=r.matched_count,
+                         sent=self.listener.sent())
             except PyMongoError as e:
                 h.record("inc", outcome_of_failure(self.listener.sent()), counter=f"c{k}",
-                         id=op_id, error=type(e).__name__, code=getattr(e, "code", None))
+                         id=op_id, error=type(e).__name__, code=getattr(e, "code", None),
+                         sent=self.listener.sent())
             time.sleep(self.pause_s)
 
 
@@ -802,7 +778,7 @@ class Faults:
         self.induced = Counter()
 
     def pick_target(self):
-        primary = leader(self.members)
+        primary = wait_for(lambda: leader(self.members), 10)
         if primary is not None and self.rng.random() < self.primary_p:
             return primary[0], True
         return self.rng.randrange(len(self.members)), False
@@ -1095,27 +1071,28 @@ def run(seed, kinds=None, failovers=None, max_faults=None, election_ms=1000, wor
     """A whole run: a fresh set behind the proxies, the streams and the workload, then
     faults (the `kinds` given, in order; else random ones of `draw_from` until
     `failovers` failovers were seen or `max_faults` were induced), healing, settling,
-    the checks. Returns the
-    report (a dict, also written to <workdir>/report.json). The data directories
-    (member logs, history.jsonl) are deleted after a clean run unless `keep`."""
+    the checks. Returns the report (a dict, also written to <workdir>/report.json).
+    The data directories, member logs and history.jsonl are deleted after a clean run
+    unless `keep`; kept after a violation or an error."""
     root = Path(workdir or tempfile.mkdtemp(prefix="tailstream-faults-"))
     root.mkdir(parents=True, exist_ok=True)
     log(f"seed {seed}; data, logs and history in {root}")
     started = time.monotonic()
     members = [Member(i, root, election_ms) for i in range(3)]
     network = history = None
+    clean = False
     try:
         for m in members:
             m.start()
         network = Network(members)
-        layout = initiate(members, network)
+        initiate(members)
         history = History(root / "history.jsonl")
         faults = Faults(members, network, history, None, seed, election_ms, primary_p, draw_from)
         report = _exercise(members, history, faults, kinds, failovers, max_faults, inserters, log)
-        report.update(seed=seed, layout=layout, seconds=round(time.monotonic() - started, 1),
+        report.update(seed=seed, seconds=round(time.monotonic() - started, 1),
                       workdir=str(root), unidentified_connections=network.unidentified)
         (root / "report.json").write_text(json.dumps(report, indent=1, default=str))
-        keep = keep or bool(report["violations"])
+        clean = not report["violations"]
         return report
     finally:
         for m in members:
@@ -1124,13 +1101,8 @@ def run(seed, kinds=None, failovers=None, max_faults=None, election_ms=1000, wor
             network.close()
         if history:
             history.close()
-        if not keep:
-            _remove(root)
-
-
-def _remove(root):
-    import shutil
-    shutil.rmtree(root, ignore_errors=True)
+        if clean and not keep:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def _exercise(members, history, faults, kinds, failovers, max_faults, inserters, log):
@@ -1282,7 +1254,6 @@ def format_report(report):
         ("duration (s)", report["seconds"]),
         ("proxied connections of unknown source (closed before looked up)",
          report["unidentified_connections"]),
-        ("initiation layout", report["layout"]),
     ]
     lines = ["| figure | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
     lines += [f"- VIOLATION: {v}" for v in report["violations"]]
