@@ -1152,17 +1152,17 @@ def _induce(faults, monitor, kinds, failovers, max_faults, log):
             kind = None
         faults.one(kind)
         n += 1
+        start = next(r for r in reversed(faults.history.records)
+                     if r["op"] == "fault" and r["type"] == "start")
+        log(f"fault {n}: {start['kind']} of member {start['member']}"
+            f"{' (primary)' if start['primary'] else ''}{', ' + start['mode'] if start['mode'] else ''}"
+            f", {start['hold']} s; elections {monitor.elections}, failovers {monitor.failovers}")
         if not faults.gap():
             # A set that stays without a primary this long does not come back by itself
             # (so far: a member deadlocked); more faults would only blur the picture.
             problems.append(f"liveness: no primary, or a member not answering, 60 s after "
                             f"fault {n}; no further faults induced")
             break
-        last = faults.history.records
-        start = next(r for r in reversed(last) if r["op"] == "fault" and r["type"] == "start")
-        log(f"fault {n}: {start['kind']} of member {start['member']}"
-            f"{' (primary)' if start['primary'] else ''}{', ' + start['mode'] if start['mode'] else ''}"
-            f", {start['hold']} s; elections {monitor.elections}, failovers {monitor.failovers}")
     return problems
 
 
