@@ -69,6 +69,11 @@ struct Args {
     /// Pid of the server process, to measure its CPU and disk writes with --uri.
     #[arg(long)]
     server_pid: Option<u32>,
+    /// Before the run, initiate a replica set `rs0` of these members (host:port,
+    /// comma-separated; the first is sent replSetInitiate) and wait for its primary:
+    /// for a set started where no other client is at hand (the device machine).
+    #[arg(long, value_delimiter = ',')]
+    initiate: Vec<String>,
     /// Data inserted per table row, in GiB.
     #[arg(long, default_value_t = 1.0)]
     gb: f64,
@@ -988,6 +993,9 @@ async fn real_main(args: Args) -> Result<()> {
     if args.batch == 0 {
         bail!("--batch must be at least 1");
     }
+    if !args.initiate.is_empty() {
+        initiate_set(&args.initiate).await?;
+    }
     let mut server = match &args.uri {
         Some(_) => None,
         None => {
@@ -1061,4 +1069,32 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `replSetInitiate` of a set `rs0` of `hosts` sent to the first, then waits until a
+/// client of the set finds its primary (see `--initiate`).
+async fn initiate_set(hosts: &[String]) -> Result<()> {
+    let members: Vec<mongodb::bson::Document> = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| mongodb::bson::doc! {"_id": i as i32, "host": h})
+        .collect();
+    let first = Client::with_uri_str(format!("mongodb://{}/?directConnection=true", hosts[0]))
+        .await
+        .context("connecting to the first member")?;
+    let config = mongodb::bson::doc! {"_id": "rs0", "members": members};
+    first
+        .database("admin")
+        .run_command(mongodb::bson::doc! {"replSetInitiate": config})
+        .await
+        .context("replSetInitiate")?;
+    let set = Client::with_uri_str(format!("mongodb://{}/?replicaSet=rs0", hosts.join(",")))
+        .await
+        .context("connecting to the set")?;
+    set.database("admin")
+        .run_command(mongodb::bson::doc! {"ping": 1})
+        .await
+        .context("the set's primary")?;
+    eprintln!("initiated replica set rs0 of {}", hosts.join(", "));
+    Ok(())
 }

@@ -35,6 +35,20 @@ struct Current {
     data: Vec<u8>,
 }
 
+/// Runs `f`, which waits for the engine's writer lock, without holding up the runtime's
+/// other tasks: a proposal holds that lock while it waits for openraft, whose tasks
+/// must go on meanwhile (with one worker thread, a blocked apply stopped the member
+/// whole). On a multi-threaded runtime the worker hands its tasks to another thread
+/// first (`block_in_place`); elsewhere (a test's current-thread runtime) it just runs.
+fn off_the_runtime<T>(f: impl FnOnce() -> T) -> T {
+    let flavor = tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor());
+    if matches!(flavor, Ok(tokio::runtime::RuntimeFlavor::MultiThread)) {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
+    }
+}
+
 /// How often a paused application looks whether it may go on.
 const APPLY_PAUSE_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 
@@ -175,11 +189,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             };
             applied.last = Some(id);
             let marker = encode(&applied).map_err(state_error)?;
-            let result = if own {
-                self.engine.repl_apply_own(&ops, &marker)
-            } else {
-                self.engine.repl_apply(&ops, &marker)
-            };
+            let result = off_the_runtime(|| {
+                if own {
+                    self.engine.repl_apply_own(&ops, &marker)
+                } else {
+                    self.engine.repl_apply(&ops, &marker)
+                }
+            });
             result.map_err(|e| StorageIOError::apply(id, any(e)))?;
             replies.push(());
         }
@@ -203,8 +219,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let signature = Some(meta.signature());
         let ops = Ops::decode(data.clone())
             .map_err(|e| StorageIOError::read_snapshot(signature.clone(), AnyError::new(&e)))?;
-        self.engine
-            .repl_snapshot_import(&ops)
+        off_the_runtime(|| self.engine.repl_snapshot_import(&ops))
             .map_err(|e| StorageIOError::write_snapshot(signature.clone(), any(e)))?;
         // The marker is the snapshot's own; written again from its metadata, which is
         // what openraft reads back.

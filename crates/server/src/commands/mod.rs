@@ -527,7 +527,10 @@ where
     T: Send + 'static,
     F: FnOnce(&Engine) -> Result<T> + Send + 'static,
 {
-    if small && !state.engine.writer_busy() {
+    // On a member of a set every write waits for its Raft round with the writer lock
+    // held, so none waits for that lock on a connection thread (which openraft's tasks
+    // share): with one such thread the member stopped whole.
+    if small && state.repl.member().is_none() && !state.engine.writer_busy() {
         let op = OPERATION.try_with(|op| op.clone()).ok();
         let _current = op.as_ref().map(|op| op.enter());
         f(&state.engine)
