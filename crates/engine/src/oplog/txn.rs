@@ -153,7 +153,11 @@ impl Engine {
     pub(crate) fn enable_recent_oplog(&self) {
         if !self.recent.enabled() {
             let w = self.writer.lock();
-            self.recent.enable(w.clock.last().next());
+            // From just after the newest committed entry, not the clock's newest time:
+            // a commit that failed (a member that lost the lead) took a time from the
+            // clock that no entry has, and the next leader's entries, applied here,
+            // may come before it.
+            self.recent.enable(w.committed_ts.next());
         }
     }
 

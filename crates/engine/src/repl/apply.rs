@@ -451,6 +451,59 @@ mod tests {
         assert!(own.last_ts.unwrap() > newest);
     }
 
+    /// A member whose proposal failed (it lost the lead) took a time from its clock that
+    /// no entry has; the next leader's entries, applied there, may come before that
+    /// time, and a change stream opened meanwhile still gets them (its recent oplog
+    /// starts after the newest committed entry, not after the clock's newest time: it
+    /// asserted, and the member's state machine died, in the fault harness's runs).
+    #[test]
+    fn entries_before_a_failed_proposals_time_are_applied_and_streamed() {
+        let primary = TestEngine::open();
+        let follower = TestEngine::open();
+        let shipped: Arc<Mutex<Vec<Ops>>> = Arc::default();
+        let sink = shipped.clone();
+        primary
+            .engine
+            .set_commit_sink(Some(Arc::new(move |ops: &Ops| {
+                sink.lock().unwrap().push(ops.clone())
+            })));
+        let p = &primary.engine;
+        let ns = Namespace::new("db", "c");
+        p.insert_documents(&ns, vec![doc! {"_id": 1}], true)
+            .unwrap();
+        let f = &follower.engine;
+        // The follower, as a leader that lost the lead, fails a commit after the
+        // primary's: its clock passes the primary's entry.
+        let entry_ts = p.writer.lock().committed_ts;
+        f.set_proposer(Some(Arc::new(LostTheLead)));
+        for _ in 0..10 {
+            assert!(f.write_noop("never committed").is_err());
+        }
+        f.set_proposer(None);
+        assert!(f.writer.lock().clock.last() >= entry_ts);
+        f.enable_recent_oplog();
+        for ops in std::mem::take(&mut *shipped.lock().unwrap()) {
+            f.repl_apply(&ops, b"applied").unwrap();
+        }
+        assert_eq!(f.writer.lock().committed_ts, entry_ts);
+        assert_eq!(f.bus.last().last_ts, entry_ts);
+    }
+
+    /// A proposer that fails as a member that lost the lead while its entry waited.
+    struct LostTheLead;
+
+    impl crate::core::Proposer for LostTheLead {
+        fn writable(&self) -> bool {
+            true
+        }
+        fn propose(&self, _: Ops) -> Result<()> {
+            Err(Error::new(
+                tailstream_query::error::codes::NOT_WRITABLE_PRIMARY,
+                "not primary",
+            ))
+        }
+    }
+
     /// A member that may not write: it proposes nothing it could not, and stores
     /// nothing of a commit the set did not take.
     #[derive(Default)]
