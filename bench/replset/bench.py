@@ -25,7 +25,7 @@ import threading
 import time
 
 from pymongo import MongoClient
-from pymongo.errors import PyMongoError
+from pymongo.errors import DuplicateKeyError, PyMongoError
 
 SET_WAIT_S = 120
 
@@ -228,13 +228,17 @@ def failover_rows(binary, election_ms, failovers, member_cpus):
                 while not state["stop"]:
                     try:
                         coll.insert_one({"_id": n})
-                        addr = c.primary
-                        state["acks"].append((time.perf_counter(), f"{addr[0]}:{addr[1]}"
-                                              if addr else ""))
-                        n += 1
-                        state["count"] = n
+                    except DuplicateKeyError:
+                        # An earlier attempt whose answer was lost went through.
+                        pass
                     except PyMongoError:
                         time.sleep(0.01)
+                        continue
+                    addr = c.primary
+                    state["acks"].append((time.perf_counter(), f"{addr[0]}:{addr[1]}"
+                                          if addr else ""))
+                    n += 1
+                    state["count"] = n
                     time.sleep(0.005)
 
         writer = threading.Thread(target=write, daemon=True)
