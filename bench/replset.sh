@@ -9,9 +9,4 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/common.sh"
 build_release
-VENV="$HOME/.cache/tailstream/venv-$(sha256sum "$ROOT/tests/requirements.txt" | cut -c1-12)"
-if [ ! -x "$VENV/bin/python" ]; then
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q --disable-pip-version-check -r "$ROOT/tests/requirements.txt"
-fi
-exec "$VENV/bin/python" "$ROOT/bench/replset/bench.py" --server "$TAILSTREAM_BIN" "$@"
+exec "$(tests_python)" "$ROOT/bench/replset/bench.py" --server "$TAILSTREAM_BIN" "$@"

@@ -36,3 +36,16 @@ build_release() {
     log "building (target dir: $CARGO_TARGET_DIR; the first build compiles RocksDB and takes 15-25 minutes on 2 cores)"
     (cd "$ROOT" && cargo build --release --locked -p tailstream-server)
 }
+
+# The tests' Python environment (tests/requirements.txt), made on first use; prints its
+# interpreter. For scripts that run Python with pymongo outside pytest (bench/auth.sh,
+# bench/replset.sh).
+tests_python() {
+    local venv
+    venv="$HOME/.cache/tailstream/venv-$(sha256sum "$ROOT/tests/requirements.txt" | cut -c1-12)"
+    if [ ! -x "$venv/bin/python" ]; then
+        python3 -m venv "$venv" >&2
+        "$venv/bin/pip" install -q --disable-pip-version-check -r "$ROOT/tests/requirements.txt" >&2
+    fi
+    echo "$venv/bin/python"
+}

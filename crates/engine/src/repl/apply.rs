@@ -346,6 +346,16 @@ mod tests {
         out
     }
 
+    /// Keeps every commit's writes of `primary` as a leader would ship them.
+    fn shipping(primary: &Engine) -> Arc<Mutex<Vec<Ops>>> {
+        let shipped: Arc<Mutex<Vec<Ops>>> = Arc::default();
+        let sink = shipped.clone();
+        primary.set_commit_sink(Some(Arc::new(move |ops: &Ops| {
+            sink.lock().unwrap().push(ops.clone())
+        })));
+        shipped
+    }
+
     /// A primary's commits, shipped as their writes and applied on a second engine:
     /// the same stored bytes in every space, and the second engine's memory follows
     /// (catalog, newest oplog time, the commit notice streams wait on).
@@ -353,13 +363,7 @@ mod tests {
     fn a_followers_store_and_memory_follow_the_primarys_commits() {
         let primary = TestEngine::open();
         let follower = TestEngine::open();
-        let shipped: Arc<Mutex<Vec<Ops>>> = Arc::default();
-        let sink = shipped.clone();
-        primary
-            .engine
-            .set_commit_sink(Some(Arc::new(move |ops: &Ops| {
-                sink.lock().unwrap().push(ops.clone())
-            })));
+        let shipped = shipping(&primary.engine);
         let p = &primary.engine;
         let ns = Namespace::new("db", "c");
         let docs = (0..20).map(|i| doc! {"_id": i, "n": i, "s": "x"}).collect();
@@ -460,13 +464,7 @@ mod tests {
     fn entries_before_a_failed_proposals_time_are_applied_and_streamed() {
         let primary = TestEngine::open();
         let follower = TestEngine::open();
-        let shipped: Arc<Mutex<Vec<Ops>>> = Arc::default();
-        let sink = shipped.clone();
-        primary
-            .engine
-            .set_commit_sink(Some(Arc::new(move |ops: &Ops| {
-                sink.lock().unwrap().push(ops.clone())
-            })));
+        let shipped = shipping(&primary.engine);
         let p = &primary.engine;
         let ns = Namespace::new("db", "c");
         p.insert_documents(&ns, vec![doc! {"_id": 1}], true)
