@@ -362,3 +362,50 @@ def test_a_large_insert_replicates_and_a_member_catches_up_over_it(three):
             return c.rs.big.count_documents({}) == 41
     for m in members:
         assert eventually(lambda m=m: caught_up(m), timeout=SET_WAIT_S), m.port
+
+
+def test_change_streams_on_every_member_give_the_same_events_and_tokens(three):
+    """Seed 001's move: change streams on secondaries. Every member's stream gives the
+    primary's events byte for byte with the same resume tokens, a token taken on the
+    primary resumes on a secondary, and `local.oplog.rs` is the same everywhere."""
+    members = three
+    initiate(members)
+    primary = primary_of(members)
+    clients = [m.client(directConnection=True, readPreference="secondaryPreferred")
+               for m in members]
+    try:
+        streams = [c.rs.feed.watch(max_await_time_ms=200) for c in clients]
+        with MongoClient(set_uri(members), serverSelectionTimeoutMS=30_000) as client:
+            for i in range(5):
+                client.rs.feed.insert_one({"_id": i})
+            client.rs.feed.update_one({"_id": 1}, {"$set": {"u": True}})
+            client.rs.feed.delete_one({"_id": 2})
+
+        def events(stream, n=7):
+            got = []
+            deadline = time.monotonic() + SET_WAIT_S
+            while len(got) < n and time.monotonic() < deadline:
+                e = stream.try_next()
+                if e is not None:
+                    got.append(e)
+            return got
+        seen = [events(s) for s in streams]
+        for s in streams:
+            s.close()
+        assert [len(s) for s in seen] == [7, 7, 7]
+        assert seen[0] == seen[1] == seen[2]
+        on_primary = seen[members.index(primary)]
+        secondary = next(i for i, m in enumerate(members) if m is not primary)
+        with clients[secondary].rs.feed.watch(resume_after=on_primary[4]["_id"],
+                                               max_await_time_ms=200) as resumed:
+            rest = events(resumed, 2)
+        assert [e["operationType"] for e in rest] == ["update", "delete"]
+        assert rest == on_primary[5:]
+        def same_oplogs():
+            oplogs = [list(c.local.oplog.rs.find({}).sort("$natural", 1)) for c in clients]
+            return oplogs[0] == oplogs[1] == oplogs[2] and len(oplogs[0]) > 7
+        # Eventually: a no-op the primary writes meanwhile reaches the others after it.
+        assert eventually(same_oplogs, timeout=SET_WAIT_S)
+    finally:
+        for c in clients:
+            c.close()
