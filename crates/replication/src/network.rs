@@ -191,6 +191,19 @@ pub async fn ask(addr: &str, body: &Document, limit: Duration) -> Result<Documen
 /// well under the wire's 48 MB message limit.
 const MAX_APPEND_BYTES: usize = 32 << 20;
 
+/// About how many bytes an entry takes in a call: its commit's writes (the bulk, already
+/// encoded: no entry is encoded twice to be measured) and an allowance for the rest (a
+/// membership entry, a few KB at most, fits the 16 MB between MAX_APPEND_BYTES and the
+/// wire's limit many times over).
+fn entry_bytes(entry: &openraft::Entry<TypeConfig>) -> usize {
+    /// The log id, the payload's kind and the commit's origin, encoded: under this.
+    const ENTRY_OVERHEAD_BYTES: usize = 64;
+    match &entry.payload {
+        openraft::EntryPayload::Normal(commit) => commit.ops.len() + ENTRY_OVERHEAD_BYTES,
+        _ => ENTRY_OVERHEAD_BYTES,
+    }
+}
+
 /// The request cut to the entries that fit in one message (the first always goes, a
 /// commit is never split); with the log id of the last one sent when some were left
 /// out.
@@ -206,7 +219,7 @@ fn within_one_message(
     let mut bytes = 0usize;
     let mut fits = 0;
     for entry in &rpc.entries {
-        bytes += postcard::to_allocvec(entry).map_or(usize::MAX / 2, |b| b.len());
+        bytes += entry_bytes(entry);
         if fits > 0 && bytes > MAX_APPEND_BYTES {
             break;
         }

@@ -7,6 +7,7 @@ use bson::{doc, spec::BinarySubtype, Binary, Bson, Document};
 use openraft::error::{InstallSnapshotError, RaftError};
 use openraft::Raft;
 use serde::{de::DeserializeOwned, Serialize};
+use std::borrow::Cow;
 
 /// The command's name.
 pub const COMMAND: &str = "replSetRaft";
@@ -75,10 +76,11 @@ pub fn data_value(bytes: Vec<u8>) -> Bson {
     )
 }
 
-/// The bytes of a command's `data` (see [`data_value`]).
-pub fn data_bytes(doc: &Document) -> Result<Vec<u8>, String> {
+/// The bytes of a command's `data` (see [`data_value`]): borrowed from the command when
+/// they came in one piece (every call but the largest), gathered otherwise.
+pub fn data_bytes(doc: &Document) -> Result<Cow<'_, [u8]>, String> {
     match doc.get("data") {
-        Some(Bson::Binary(b)) => Ok(b.bytes.clone()),
+        Some(Bson::Binary(b)) => Ok(Cow::Borrowed(&b.bytes)),
         Some(Bson::Array(pieces)) => {
             let mut bytes = Vec::new();
             for piece in pieces {
@@ -87,7 +89,7 @@ pub fn data_bytes(doc: &Document) -> Result<Vec<u8>, String> {
                     _ => return Err(format!("{COMMAND}: data pieces must be binary")),
                 }
             }
-            Ok(bytes)
+            Ok(Cow::Owned(bytes))
         }
         _ => Err(format!("{COMMAND}: data must be binary")),
     }
@@ -125,7 +127,7 @@ pub async fn handle(raft: &Raft<TypeConfig>, cmd: &Document) -> Result<Document,
         ));
     }
     let data = data_bytes(cmd)?;
-    let data = data.as_slice();
+    let data = &*data;
     match kind {
         Kind::AppendEntries => {
             let res: Result<_, RaftError<NodeId>> = raft.append_entries(decode(data)?).await;
@@ -155,7 +157,7 @@ mod tests {
         let small = vec![7u8; 100];
         assert!(matches!(data_value(small.clone()), Bson::Binary(_)));
         assert_eq!(
-            data_bytes(&doc! {"data": data_value(small.clone())}),
+            data_bytes(&doc! {"data": data_value(small.clone())}).map(Cow::into_owned),
             Ok(small)
         );
         let large: Vec<u8> = (0..(2 * DATA_PIECE_BYTES + 5)).map(|i| i as u8).collect();
@@ -164,7 +166,7 @@ mod tests {
         let body = doc! {COMMAND: "appendEntries", "data": value, "$db": "admin"};
         // The whole command encodes (a binary over 16 MiB would not).
         assert!(bson::to_vec(&body).is_ok());
-        assert_eq!(data_bytes(&body), Ok(large));
+        assert_eq!(data_bytes(&body).map(Cow::into_owned), Ok(large));
         assert!(data_bytes(&doc! {"data": [1]}).is_err());
         assert!(data_bytes(&doc! {}).is_err());
     }

@@ -105,7 +105,7 @@ pub(super) async fn run(
     }
     let op = operation_for(&name, &cmd);
     let running = Running::register(state, &conn.info, &op, db, &cmd, started);
-    let _write_pass = match admit_write(state, spec, db, &cmd, &op, &running).await {
+    let _write_pass = match admit_write(state, writes, spec, db, &op, &running).await {
         Ok(pass) => pass,
         Err(e) => return Reply::error(state, &labels.apply_own(e)),
     };
@@ -344,15 +344,16 @@ impl Drop for Running {
 
 /// The gates of a command that writes data: the free-space floor, then the fsync lock.
 /// The pass it returns lets the fsync lock wait for the command.
+/// `writes`: whether the command writes (`Spec::writes`, decided once per command).
 async fn admit_write(
     state: &ServerState,
+    writes: bool,
     spec: &Spec,
     db: &str,
-    cmd: &Document,
     op: &Arc<Operation>,
     running: &Running,
 ) -> Result<Option<WritePass>> {
-    if !spec.writes.writes(cmd) {
+    if !writes {
         return Ok(None);
     }
     crate::replset::check_writable(state, db)?;

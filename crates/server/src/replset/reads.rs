@@ -90,8 +90,7 @@ pub async fn wait_for_read_concern(state: &ServerState, cmd: &Document) -> Resul
     let Some(after) = read_after(cmd) else {
         return Ok(());
     };
-    let reached = |ts: Timestamp| (ts.time, ts.increment) >= (after.time, after.increment);
-    if reached(state.engine.cluster_time()) {
+    if state.engine.cluster_time() >= after {
         return Ok(());
     }
     let limit = match cmd
@@ -103,7 +102,7 @@ pub async fn wait_for_read_concern(state: &ServerState, cmd: &Document) -> Resul
     };
     let mut commits = state.engine.subscribe_commits();
     let waited = tokio::time::timeout(limit, async {
-        while !reached(state.engine.cluster_time()) {
+        while state.engine.cluster_time() < after {
             if commits.changed().await.is_err() {
                 return;
             }

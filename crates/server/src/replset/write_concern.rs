@@ -36,10 +36,6 @@ pub fn data_bearing_members(state: &ServerState) -> usize {
     }
 }
 
-fn reached(ts: Timestamp, write: Timestamp) -> bool {
-    (ts.time, ts.increment) >= (write.time, write.increment)
-}
-
 /// Waits until `members` members (this one among them) have applied the write of time
 /// `write`, or `wtimeout` passes: false then.
 pub async fn wait_for_members(
@@ -66,7 +62,7 @@ pub async fn wait_for_members(
     loop {
         for (host, done) in others.iter().zip(done.iter_mut()) {
             if !*done {
-                *done = applied(host).await.is_some_and(|ts| reached(ts, write));
+                *done = applied(host).await.is_some_and(|ts| ts >= write);
             }
         }
         if done.iter().filter(|d| **d).count() >= needed {
