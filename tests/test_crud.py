@@ -373,6 +373,41 @@ class TestWriteConcerns:
             sock.close()
         assert db.c.find_one({"_id": "old"})["n"] == 2
 
+    def test_a_retry_runs_only_the_statements_that_did_not_run(self, db, server):
+        # As mongod: a retry skips the statements its first attempt ran (listed in
+        # retriedStmtIds) and runs the others again, so a statement that failed the
+        # first time may succeed, and none is applied twice.
+        db.c.insert_many([{"_id": "a", "n": 0}, {"_id": "dup"}])
+        sock = wire.connect(server.port)
+        try:
+            lsid = {"id": Binary.from_uuid(uuid.uuid4())}
+            insert = {"insert": "c", "$db": db.name, "lsid": lsid, "txnNumber": Int64(1),
+                      "documents": [{"_id": "x"}, {"_id": "dup"}, {"_id": "y"}]}
+            first = wire.command(sock, dict(insert))
+            assert first["n"] == 1 and first["writeErrors"][0]["index"] == 1, first
+            db.c.delete_one({"_id": "dup"})
+            retried = wire.command(sock, dict(insert))
+            assert retried["ok"] == 1 and retried["n"] == 3, retried
+            assert "writeErrors" not in retried and retried["retriedStmtIds"] == [0], retried
+
+            # An update whose second statement fails: the retry does not apply the
+            # first again, and the second fails again at its own index.
+            update = {"update": "c", "$db": db.name, "lsid": lsid, "txnNumber": Int64(2),
+                      "updates": [{"q": {"_id": "a"}, "u": {"$inc": {"n": 1}}},
+                                  {"q": {"_id": "x"}, "u": {"$set": {"_id": "z"}}},
+                                  {"q": {"_id": "y"}, "u": {"$inc": {"n": 1}}}]}
+            first = wire.command(sock, dict(update))
+            again = wire.command(sock, dict(update))
+            for reply in (first, again):
+                assert reply["n"] == 1 and reply["nModified"] == 1, reply
+                assert [e["index"] for e in reply["writeErrors"]] == [1], reply
+                assert reply["writeErrors"][0]["code"] == 66, reply
+            assert again["retriedStmtIds"] == [0], again
+        finally:
+            sock.close()
+        assert db.c.find_one({"_id": "a"})["n"] == 1, "the retry applied statement 0 twice"
+        assert sorted(d["_id"] for d in db.c.find()) == ["a", "dup", "x", "y"]
+
     def test_unacknowledged_insert(self, coll):
         unack = coll.with_options(write_concern=WriteConcern(w=0))
         res = unack.insert_one({"_id": "w0"})

@@ -2,11 +2,14 @@
 
 import subprocess
 import time
+import uuid
 
 import pytest
+from bson import Binary, Int64
 from pymongo import WriteConcern
 from pymongo.errors import ConnectionFailure, DuplicateKeyError, OperationFailure
 
+import wire
 from conftest import TailstreamServer
 
 
@@ -130,6 +133,35 @@ class TestLock:
         again.start()
         with again.client() as c:
             assert c.admin.command("ping")["ok"] == 1
+
+    def test_a_retried_write_after_a_crash_is_not_applied_again(self, fresh_server):
+        # What a retryable write did is stored with it (mongod's config.transactions):
+        # a driver that retries after the server was killed and restarted gets the
+        # first attempt's outcome, not a second application.
+        srv = fresh_server()
+        lsid = {"id": Binary.from_uuid(uuid.uuid4())}
+        inc = {"update": "c", "$db": "dur", "lsid": lsid, "txnNumber": Int64(7),
+               "updates": [{"q": {"_id": 1}, "u": {"$inc": {"n": 1}}, "upsert": True}],
+               "writeConcern": {"j": True}}
+        fam = {"findAndModify": "c", "$db": "dur", "lsid": lsid, "txnNumber": Int64(8),
+               "query": {"_id": 1}, "update": {"$inc": {"n": 10}}, "new": True,
+               "writeConcern": {"j": True}}
+        with wire.connect(srv.port) as sock:
+            first = wire.command(sock, dict(inc))
+            assert first["n"] == 1 and first["upserted"][0]["_id"] == 1, first
+            first_fam = wire.command(sock, dict(fam))
+            assert first_fam["value"] == {"_id": 1, "n": 11}, first_fam
+        srv.kill9()
+        srv.start()
+        with wire.connect(srv.port) as sock:
+            late = wire.command(sock, dict(inc))
+            assert late["ok"] == 0 and late["codeName"] == "TransactionTooOld", late
+            again = wire.command(sock, dict(fam))
+            assert again["ok"] == 1 and again["value"] == first_fam["value"], again
+            assert again["lastErrorObject"] == first_fam["lastErrorObject"], again
+            assert again["retriedStmtIds"] == [0], again
+        with srv.client() as c:
+            assert c.dur.c.find_one({"_id": 1}) == {"_id": 1, "n": 11}
 
     def test_shutdown_command_stops_the_server_cleanly(self, fresh_server):
         srv = fresh_server()

@@ -160,6 +160,54 @@ def test_three_members_elect_replicate_and_fail_over(three):
                           timeout=SET_WAIT_S)
 
 
+def test_a_write_retried_on_the_new_primary_is_not_applied_twice(three):
+    # A driver whose write committed on a primary that died before answering retries
+    # it on the next primary. What the write did travels with it (mongod's
+    # config.transactions), so the new primary answers the retry without applying it
+    # again, and a findAndModify's retry gets the first attempt's document.
+    members = three
+    initiate(members)
+    primary = primary_of(members)
+    lsid = {"id": Binary.from_uuid(uuid.uuid4())}
+    other = {"id": Binary.from_uuid(uuid.uuid4())}
+    majority = {"w": "majority"}
+    commands = [
+        {"update": "items", "$db": "rs", "lsid": lsid, "txnNumber": Int64(1),
+         "updates": [{"q": {"_id": "counter"}, "u": {"$inc": {"n": 1}}, "upsert": True}],
+         "writeConcern": majority},
+        {"insert": "items", "$db": "rs", "lsid": other, "txnNumber": Int64(2),
+         "documents": [{"_id": "a"}, {"_id": "b"}], "writeConcern": majority},
+        {"findAndModify": "items", "$db": "rs", "lsid": lsid, "txnNumber": Int64(3),
+         "query": {"_id": "counter"}, "update": {"$inc": {"n": 10}}, "new": True,
+         "writeConcern": majority},
+    ]
+    with wire.connect(primary.port) as sock:
+        firsts = [wire.command(sock, dict(c)) for c in commands]
+    assert [r["ok"] for r in firsts] == [1, 1, 1], firsts
+    assert firsts[2]["value"] == {"_id": "counter", "n": 11}, firsts
+    primary.kill9()
+    survivors = [m for m in members if m is not primary]
+    assert eventually(lambda: primary_of(survivors) is not None, timeout=SET_WAIT_S)
+    new = primary_of(survivors)
+    with wire.connect(new.port) as sock:
+        late = wire.command(sock, dict(commands[0]))
+        assert late["ok"] == 0 and late["codeName"] == "TransactionTooOld", late
+        # The newest write of the session, retried (drivers retry only that one).
+        again = wire.command(sock, dict(commands[2]))
+        assert again["ok"] == 1 and again["value"] == firsts[2]["value"], again
+        assert again["retriedStmtIds"] == [0], again
+        # Another session's insert: both documents ran, neither is a duplicate now.
+        retried = wire.command(sock, dict(commands[1]))
+        assert retried["ok"] == 1 and retried["n"] == 2, retried
+        assert "writeErrors" not in retried and retried["retriedStmtIds"] == [0, 1], retried
+        # The session goes on with its next write on the new primary.
+        nxt = wire.command(sock, dict(commands[0], txnNumber=Int64(4)))
+        assert nxt["ok"] == 1 and nxt["n"] == 1, nxt
+    with new.client(directConnection=True) as c:
+        assert c.rs.items.find_one({"_id": "counter"}) == {"_id": "counter", "n": 12}
+        assert c.rs.items.count_documents({}) == 3
+
+
 def test_a_bad_configuration_gets_mongods_errors(three):
     m = three[0]
     with m.client(directConnection=True) as c:

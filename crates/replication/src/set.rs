@@ -30,6 +30,11 @@ const MAX_ENTRIES_PER_APPEND: u64 = 16;
 /// mongod's default `settings.electionTimeoutMillis`.
 pub const DEFAULT_ELECTION_TIMEOUT_MILLIS: u64 = 10_000;
 
+/// openraft's `election_timeout_min` and `_max` in thousandths of the election timeout
+/// (see `config`): lease (max) plus the randomized part (min to max) is 1 to 1.15 times it.
+pub const ELECTION_MIN_PER_MILLE: u64 = 425;
+pub const ELECTION_MAX_PER_MILLE: u64 = 575;
+
 /// One member: its id and its Raft.
 pub struct Member {
     pub node: NodeId,
@@ -46,20 +51,30 @@ pub struct Member {
     pub apply_paused: Arc<AtomicBool>,
 }
 
-/// The member's Raft configuration: elections after `election_timeout_millis` (up to
-/// twice that, randomized) without a leader's heartbeat, heartbeats five times as often
-/// (mongod's 2 s against its 10 s; openraft also bounds every append call by the
-/// heartbeat interval, and a tenth, 100 ms at a 1 s election timeout, timed out appends
-/// that waited for a busy follower's fsync on 2 cores);
+/// The member's Raft configuration: a follower stands for election after
+/// `election_timeout_millis` to 1.15 times that without a leader's heartbeat (mongod's
+/// `electionTimeoutMillis` with its `electionTimeoutOffsetLimitFraction` of 0.15),
+/// heartbeats five times as often (mongod's 2 s against its 10 s; openraft also bounds
+/// every append call by the heartbeat interval, and a tenth, 100 ms at a 1 s election
+/// timeout, timed out appends that waited for a busy follower's fsync on 2 cores);
 /// every log entry in a snapshot purged at once (a member behind the log gets the
 /// snapshot).
+///
+/// openraft 0.9 times a follower of a live leader out after its leader lease (its
+/// `election_timeout_max`, during which it also refuses votes) *plus* its own
+/// randomized `election_timeout` (between min and max): so min and max are set to
+/// [`ELECTION_MIN_PER_MILLE`] and [`ELECTION_MAX_PER_MILLE`] of the timeout, whose sum
+/// spans 1 to 1.15 times it. With both at 1 and 2 times the timeout (the first form),
+/// followers stood after 3 to 4 times it and a failover at 1,000 ms took 3.7 s (p50,
+/// bench/history/2026-11-27-replset-failover.md). A candidate whose election fails
+/// stands again after its own randomized part alone.
 fn config(set_name: &str, election_timeout_millis: u64) -> Result<Arc<Config>, String> {
     let timeout = election_timeout_millis.max(100);
     let config = Config {
         cluster_name: set_name.to_string(),
         heartbeat_interval: heartbeat_interval_millis(timeout),
-        election_timeout_min: timeout,
-        election_timeout_max: timeout * 2,
+        election_timeout_min: timeout * ELECTION_MIN_PER_MILLE / 1000,
+        election_timeout_max: timeout * ELECTION_MAX_PER_MILLE / 1000,
         max_in_snapshot_log_to_keep: 0,
         // Installing a snapshot is a synced batch of the whole state machine: far
         // longer than openraft's default 200 ms for a large one.
@@ -235,5 +250,22 @@ impl Member {
                 .map_err(|e| fail("removing members", &e))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_follower_stands_after_one_to_1_15_election_timeouts() {
+        // openraft: lease (max) + the randomized part (between min and max).
+        let c = config("rs0", 1000).unwrap();
+        assert_eq!(c.election_timeout_max + c.election_timeout_min, 1000);
+        assert_eq!(c.election_timeout_max * 2, 1150);
+        assert!(c.heartbeat_interval < c.election_timeout_min);
+        // The smallest timeout accepted still leaves heartbeats below the elections.
+        let c = config("rs0", 1).unwrap();
+        assert!(c.heartbeat_interval < c.election_timeout_min);
     }
 }

@@ -1,6 +1,8 @@
-//! Retryable writes: the reply to a write carrying `lsid` + `txnNumber` is kept,
-//! so a driver's retry after a network error gets the same reply instead of the
-//! write being applied twice.
+//! Retryable writes' reply cache: the reply to a write carrying `lsid` + `txnNumber`
+//! is kept, so a driver's retry after a network error gets the same reply instead of
+//! the write being applied twice. The cache answers only within the replica-set term
+//! (`epoch`) its reply was made in; anything else is asked of the engine's records,
+//! which are replicated with the writes (`commands/retryable.rs`).
 //!
 //! As on mongod, a session has one active retryable write, its highest `txnNumber`:
 //! drivers retry only the write in progress, so only its reply is kept, and a write
@@ -23,11 +25,15 @@ pub enum Retry {
     New,
     /// Already run: its reply, to be sent again.
     Done(Document),
+    /// The cache cannot tell (no entry, or one of another term): ask the records.
+    Unknown,
 }
 
 struct Entry {
     txn_number: i64,
     reply: Document,
+    /// The replica-set term the reply was made in.
+    epoch: u64,
 }
 
 #[derive(Default)]
@@ -56,35 +62,40 @@ impl RetryCache {
     }
 
     /// Looks a write up before running it: `Done` with the kept reply for a retry,
-    /// TransactionTooOld when the session has run a newer write.
-    pub fn check(&self, session: &[u8], txn_number: i64) -> Result<Retry, Error> {
+    /// TransactionTooOld when the session has run a newer write, `Unknown` when no
+    /// entry of term `epoch` says.
+    pub fn check(&self, session: &[u8], txn_number: i64, epoch: u64) -> Result<Retry, Error> {
         let g = self.inner.lock();
         match g.by_session.get(session) {
+            Some(e) if e.epoch != epoch => Ok(Retry::Unknown),
             Some(e) if e.txn_number == txn_number => Ok(Retry::Done(e.reply.clone())),
-            Some(e) if e.txn_number > txn_number => Err(Error::new(
-                codes::TRANSACTION_TOO_OLD,
-                format!(
-                    "Retryable write with txnNumber {txn_number} is prohibited on session {} because a newer retryable write with txnNumber {} has already started on this session.",
-                    hex(session),
-                    e.txn_number
-                ),
-            )),
-            _ => Ok(Retry::New),
+            Some(e) if e.txn_number > txn_number => Err(too_old(session, txn_number, e.txn_number)),
+            Some(_) => Ok(Retry::New),
+            None => Ok(Retry::Unknown),
         }
     }
 
+    /// Forgets what the cache knows of `session` (a write of it stopped partway).
+    pub fn forget(&self, session: &[u8]) {
+        self.inner.lock().by_session.remove(session);
+    }
+
     /// Keeps the reply of the session's write `txn_number` (replacing an older one).
-    pub fn put(&self, session: &[u8], txn_number: i64, reply: Document) {
+    pub fn put(&self, session: &[u8], txn_number: i64, reply: Document, epoch: u64) {
         let mut g = self.inner.lock();
         let g = &mut *g;
+        let entry = Entry {
+            txn_number,
+            reply,
+            epoch,
+        };
         if let Some(e) = g.by_session.get_mut(session) {
-            if e.txn_number <= txn_number {
-                *e = Entry { txn_number, reply };
+            if e.epoch != epoch || e.txn_number <= txn_number {
+                *e = entry;
             }
             return;
         }
-        g.by_session
-            .insert(session.to_vec(), Entry { txn_number, reply });
+        g.by_session.insert(session.to_vec(), entry);
         g.order.push_back(session.to_vec());
         while g.by_session.len() > MAX_RETRY_SESSIONS {
             match g.order.pop_front() {
@@ -116,6 +127,18 @@ impl RetryCache {
     fn len(&self) -> usize {
         self.inner.lock().by_session.len()
     }
+}
+
+/// TransactionTooOld for a retryable write `txn_number` of `session`, which has run
+/// `newer` (mongod's message).
+pub fn too_old(session: &[u8], txn_number: i64, newer: i64) -> Error {
+    Error::new(
+        codes::TRANSACTION_TOO_OLD,
+        format!(
+            "Retryable write with txnNumber {txn_number} is prohibited on session {} because a newer retryable write with txnNumber {newer} has already started on this session.",
+            hex(session),
+        ),
+    )
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -155,38 +178,44 @@ mod tests {
     fn a_retry_gets_the_kept_reply_and_an_older_write_is_refused() {
         let cache = RetryCache::new();
         let s = session_key(&lsid(1));
-        assert!(matches!(cache.check(&s, 1), Ok(Retry::New)));
-        cache.put(&s, 1, doc! {"n": 1});
-        match cache.check(&s, 1) {
+        assert!(matches!(cache.check(&s, 1, 0), Ok(Retry::Unknown)));
+        cache.put(&s, 1, doc! {"n": 1}, 0);
+        match cache.check(&s, 1, 0) {
             Ok(Retry::Done(reply)) => assert_eq!(reply, doc! {"n": 1}),
             _ => panic!("the retry of write 1 must get its reply"),
         }
-        assert!(matches!(cache.check(&s, 2), Ok(Retry::New)));
-        cache.put(&s, 2, doc! {"n": 2});
-        let err = cache.check(&s, 1).err().expect("write 1 is older than 2");
+        assert!(matches!(cache.check(&s, 2, 0), Ok(Retry::New)));
+        cache.put(&s, 2, doc! {"n": 2}, 0);
+        let err = cache
+            .check(&s, 1, 0)
+            .err()
+            .expect("write 1 is older than 2");
         assert_eq!(err.code, codes::TRANSACTION_TOO_OLD);
-        // Another session is independent.
+        // Another term's cache cannot tell; another session is independent.
+        assert!(matches!(cache.check(&s, 2, 1), Ok(Retry::Unknown)));
         assert!(matches!(
-            cache.check(&session_key(&lsid(2)), 1),
-            Ok(Retry::New)
+            cache.check(&session_key(&lsid(2)), 1, 0),
+            Ok(Retry::Unknown)
         ));
         assert_eq!(cache.len(), 1);
+        cache.forget(&s);
+        assert!(matches!(cache.check(&s, 2, 0), Ok(Retry::Unknown)));
     }
 
     #[test]
     fn ended_sessions_are_forgotten() {
         let cache = RetryCache::new();
         for n in 0..3 {
-            cache.put(&session_key(&lsid(n)), 7, doc! {"n": 1});
+            cache.put(&session_key(&lsid(n)), 7, doc! {"n": 1}, 0);
         }
         cache.end_sessions(&[lsid(0), lsid(2)]);
         assert_eq!(cache.len(), 1);
         assert!(matches!(
-            cache.check(&session_key(&lsid(0)), 7),
-            Ok(Retry::New)
+            cache.check(&session_key(&lsid(0)), 7, 0),
+            Ok(Retry::Unknown)
         ));
         assert!(matches!(
-            cache.check(&session_key(&lsid(1)), 7),
+            cache.check(&session_key(&lsid(1)), 7, 0),
             Ok(Retry::Done(_))
         ));
     }

@@ -146,6 +146,26 @@ pub const META_COUNTERS: &[u8] = b"counters";
 pub const META_OPLOG_TRIM: &[u8] = b"oplog_trim";
 /// The replica set's id (`replSetGetConfig` `settings.replicaSetId`): 12 bytes, made once.
 pub const META_REPLICA_SET_ID: &[u8] = b"replica_set_id";
+/// Retryable writes' records (`write/retry.rs`): this prefix ++ the session's key length
+/// (2 bytes) ++ the session's key ++ the record's number (4 bytes), big-endian.
+pub const META_RETRY_PREFIX: &[u8] = b"retry:";
+
+/// The common start of every retry record of `session` (at most `u16::MAX` bytes).
+pub fn retry_record_prefix(session: &[u8]) -> Vec<u8> {
+    let len = u16::try_from(session.len()).expect("a session key of at most 64 KiB");
+    let mut k = Vec::with_capacity(META_RETRY_PREFIX.len() + 2 + session.len() + 4);
+    k.extend_from_slice(META_RETRY_PREFIX);
+    k.extend_from_slice(&len.to_be_bytes());
+    k.extend_from_slice(session);
+    k
+}
+
+/// Retry record number `seq` of `session`.
+pub fn retry_record_key(session: &[u8], seq: u32) -> Vec<u8> {
+    let mut k = retry_record_prefix(session);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
 
 #[cfg(test)]
 mod tests {

@@ -32,6 +32,20 @@ pub struct FamOutcome {
 impl Engine {
     /// The findAndModify command: one document, chosen by query and sort, updated or removed.
     pub fn find_and_modify(&self, ns: &Namespace, req: &FindAndModify) -> Result<FamOutcome> {
+        self.find_and_modify_recorded(ns, req, None)
+    }
+
+    /// [`Self::find_and_modify`], its commit recording its outcome for a retryable
+    /// write (`retry`, one statement; see `write/retry.rs`).
+    pub fn find_and_modify_recorded(
+        &self,
+        ns: &Namespace,
+        req: &FindAndModify,
+        retry: Option<&mut RetryWrite>,
+    ) -> Result<FamOutcome> {
+        if let Some(r) = &retry {
+            r.check_statements(1)?;
+        }
         let FamPlan {
             filter,
             vars,
@@ -98,26 +112,54 @@ impl Engine {
                 out.value = Some(project(if req.new { new.unwrap_or(old) } else { old })?);
             }
             (None, Some(spec)) if req.upsert => {
-                let (id, key) =
+                let (id, _, stored) =
                     self.upsert_in(&mut txn, &meta, &filter, &spec, &vars, validator.as_ref())?;
                 out.n = 1;
-                out.upserted = Some(id.clone());
+                out.upserted = Some(id);
                 if req.new {
-                    // Read back through the batch's own write: fetch after commit below.
-                    let committed = txn.commit()?;
-                    out.committed = Some(committed);
-                    let doc = read::fetch(&self.store, meta.id, &key)?;
-                    out.value = match doc {
-                        Some(d) => Some(project(d)?),
-                        None => None,
-                    };
-                    return Ok(out);
+                    let doc = Document::try_from(stored.as_ref())
+                        .map_err(|e| Error::bad_value(e.to_string()))?;
+                    out.value = Some(project(doc)?);
                 }
             }
             _ => return Ok(out),
         }
+        if let Some(r) = retry {
+            let done = Done {
+                stmts: vec![r.stmt(0)],
+                n: out.n,
+                fam: Some(out.record()),
+                ..Done::default()
+            };
+            r.record(&mut txn, &done);
+        }
         out.committed = Some(txn.commit()?);
         Ok(out)
+    }
+}
+
+impl FamOutcome {
+    /// The outcome as a retry record keeps it (`write/retry.rs`).
+    fn record(&self) -> Document {
+        let mut d = doc! {"n": self.n as i64, "e": self.updated_existing};
+        if let Some(id) = &self.upserted {
+            d.insert("u", id.clone());
+        }
+        if let Some(v) = &self.value {
+            d.insert("v", v.clone());
+        }
+        d
+    }
+
+    /// The outcome a retry record kept (None if `record` is not one).
+    pub fn from_record(record: &Document) -> Option<FamOutcome> {
+        Some(FamOutcome {
+            n: u64::try_from(record.get_i64("n").ok()?).ok()?,
+            updated_existing: record.get_bool("e").ok()?,
+            upserted: record.get("u").cloned(),
+            value: record.get_document("v").ok().cloned(),
+            committed: None,
+        })
     }
 }
 

@@ -5,6 +5,7 @@ pub mod capped;
 pub mod ddl;
 mod find_and_modify;
 pub(crate) mod merge;
+pub mod retry;
 pub mod transaction;
 pub mod ttl;
 pub mod validate;
@@ -12,6 +13,7 @@ pub mod views;
 
 pub(crate) use find_and_modify::FamPlan;
 pub use find_and_modify::{FamOutcome, FindAndModify};
+pub use retry::{Done, RetryRecord, RetryWrite};
 
 use crate::catalog::namespace::Namespace;
 use crate::catalog::validation::DocumentValidator;
@@ -186,6 +188,23 @@ impl Engine {
         ordered: bool,
         bypass_document_validation: bool,
     ) -> Result<WriteOutcome> {
+        self.insert_recorded(ns, docs, ordered, bypass_document_validation, None)
+    }
+
+    /// [`Self::insert_validated`], each commit recording what it did for a retryable
+    /// write (`retry`; see `write/retry.rs`). Write errors' indexes are the documents'
+    /// positions in `docs`.
+    pub fn insert_recorded(
+        &self,
+        ns: &Namespace,
+        docs: Vec<RawDocumentBuf>,
+        ordered: bool,
+        bypass_document_validation: bool,
+        mut retry: Option<&mut RetryWrite>,
+    ) -> Result<WriteOutcome> {
+        if let Some(r) = &retry {
+            r.check_statements(docs.len())?;
+        }
         ns.validate_for_write()?;
         let mut out = WriteOutcome::default();
         let mut txn = self.begin();
@@ -207,10 +226,14 @@ impl Engine {
         let mut pending = PendingIndex::default();
         let part_limit = self.proposer().map(|_| REPLICATED_INSERT_PART_BYTES);
         let mut part_bytes = 0usize;
+        let mut part_done = Done::default();
         for (i, doc) in docs.into_iter().enumerate() {
             let doc_bytes = doc.as_bytes().len();
             if part_limit.is_some_and(|limit| part_bytes > 0 && part_bytes + doc_bytes > limit) {
                 // The part so far is one commit; the rest goes on in a new one.
+                if let Some(r) = retry.as_deref_mut() {
+                    r.record(&mut txn, &std::mem::take(&mut part_done));
+                }
                 txn.commit()?;
                 txn = self.begin();
                 pending = PendingIndex::default();
@@ -225,7 +248,13 @@ impl Engine {
             }
             .and_then(|_| self.insert_in(&mut txn, &meta, doc, &mut pending));
             match inserted {
-                Ok(_) => out.n += 1,
+                Ok(_) => {
+                    out.n += 1;
+                    if let Some(r) = retry.as_deref() {
+                        part_done.stmts.push(r.stmt(i));
+                        part_done.n += 1;
+                    }
+                }
                 Err(error) => {
                     out.errors.push(WriteError { index: i, error });
                     if ordered {
@@ -233,6 +262,9 @@ impl Engine {
                     }
                 }
             }
+        }
+        if let Some(r) = retry {
+            r.record(&mut txn, &part_done);
         }
         out.committed = Some(txn.commit()?);
         Ok(out)
@@ -453,8 +485,24 @@ impl Engine {
         ops: Vec<UpdateOp>,
         ordered: bool,
     ) -> Result<WriteOutcome> {
+        self.update_recorded(ns, ops, ordered, None)
+    }
+
+    /// [`Self::update`], each statement's commit recording what it did for a
+    /// retryable write (`retry`; see `write/retry.rs`).
+    pub fn update_recorded(
+        &self,
+        ns: &Namespace,
+        ops: Vec<UpdateOp>,
+        ordered: bool,
+        mut retry: Option<&mut RetryWrite>,
+    ) -> Result<WriteOutcome> {
+        if let Some(r) = &retry {
+            r.check_statements(ops.len())?;
+        }
         Ok(run_statements(&ops, ordered, |i, op, out| {
-            let (n, modified, upserted, committed) = self.update_op(ns, op)?;
+            let (n, modified, upserted, committed) =
+                self.update_op(ns, op, retry.as_deref_mut().map(|r| (r, i)))?;
             out.n += n;
             out.n_modified += modified;
             if let Some(id) = upserted {
@@ -468,7 +516,24 @@ impl Engine {
         &self,
         ns: &Namespace,
         op: &UpdateOp,
+        retry: Option<(&mut RetryWrite, usize)>,
     ) -> Result<(u64, u64, Option<Bson>, Option<Committed>)> {
+        // Commits the statement, with its record for a retryable write.
+        let finish = |mut txn: Txn<'_>, n: u64, modified: u64, upserted: Option<Bson>| {
+            if let Some((r, i)) = retry {
+                let stmt = r.stmt(i);
+                let done = Done {
+                    stmts: vec![stmt],
+                    n,
+                    n_modified: modified,
+                    upserted: upserted.iter().map(|id| (stmt, id.clone())).collect(),
+                    fam: None,
+                };
+                r.record(&mut txn, &done);
+            }
+            let committed = txn.commit()?;
+            Ok((n, modified, upserted, Some(committed)))
+        };
         let (filter, mut vars) = crate::read::bind_let(&op.q, op.let_vars.as_ref())?;
         vars.collator = crate::read::find::operation_collator(
             self.collection(ns).as_deref(),
@@ -493,17 +558,17 @@ impl Engine {
             }
             let meta = self.ensure_collection(&mut txn, ns)?;
             let validator = DocumentValidator::for_write(&meta, bypass)?;
-            let (id, _) =
+            let (id, _, _) =
                 self.upsert_in(&mut txn, &meta, &filter, &spec, &vars, validator.as_ref())?;
-            return Ok((1, 0, Some(id), Some(txn.commit()?)));
+            return finish(txn, 1, 0, Some(id));
         };
         let validator = DocumentValidator::for_write(&meta, bypass)?;
         let targets = self.targets(&meta, &matcher, op.hint.as_ref(), op.multi)?;
         if targets.is_empty() {
             if op.upsert {
-                let (id, _) =
+                let (id, _, _) =
                     self.upsert_in(&mut txn, &meta, &filter, &spec, &vars, validator.as_ref())?;
-                return Ok((1, 0, Some(id), Some(txn.commit()?)));
+                return finish(txn, 1, 0, Some(id));
             }
             return Ok((0, 0, None, None));
         }
@@ -528,7 +593,7 @@ impl Engine {
                 modified += 1;
             }
         }
-        Ok((n, modified, None, Some(txn.commit()?)))
+        finish(txn, n, modified, None)
     }
 
     /// Applies `spec` to one stored document; returns the new document if it changed.
@@ -623,15 +688,19 @@ impl Engine {
         spec: &UpdateSpec,
         vars: &Variables,
         validator: Option<&DocumentValidator>,
-    ) -> Result<(Bson, Vec<u8>)> {
+    ) -> Result<(Bson, Vec<u8>, RawDocumentBuf)> {
         let doc = upsert_document(query, spec, vars)?;
         if let Some(v) = validator {
             v.check_new(&doc)?;
         }
         let mut pending = PendingIndex::default();
-        let raw =
-            RawDocumentBuf::from_document(&doc).map_err(|e| Error::bad_value(e.to_string()))?;
-        self.insert_in(txn, meta, raw, &mut pending)
+        // Prepared here (its `_id` made and put first), so the document returned is
+        // the one stored.
+        let raw = prepare_new_raw(
+            RawDocumentBuf::from_document(&doc).map_err(|e| Error::bad_value(e.to_string()))?,
+        )?;
+        let (id, key) = self.insert_in(txn, meta, raw.clone(), &mut pending)?;
+        Ok((id, key, raw))
     }
 
     /// Runs delete operations; each is its own atomic batch.
@@ -641,14 +710,34 @@ impl Engine {
         ops: Vec<DeleteOp>,
         ordered: bool,
     ) -> Result<WriteOutcome> {
-        Ok(run_statements(&ops, ordered, |_, op, out| {
-            let (n, committed) = self.delete_op(ns, op)?;
+        self.delete_recorded(ns, ops, ordered, None)
+    }
+
+    /// [`Self::delete`], each statement's commit recording what it did for a
+    /// retryable write (`retry`; see `write/retry.rs`).
+    pub fn delete_recorded(
+        &self,
+        ns: &Namespace,
+        ops: Vec<DeleteOp>,
+        ordered: bool,
+        mut retry: Option<&mut RetryWrite>,
+    ) -> Result<WriteOutcome> {
+        if let Some(r) = &retry {
+            r.check_statements(ops.len())?;
+        }
+        Ok(run_statements(&ops, ordered, |i, op, out| {
+            let (n, committed) = self.delete_op(ns, op, retry.as_deref_mut().map(|r| (r, i)))?;
             out.n += n;
             Ok(committed)
         }))
     }
 
-    fn delete_op(&self, ns: &Namespace, op: &DeleteOp) -> Result<(u64, Option<Committed>)> {
+    fn delete_op(
+        &self,
+        ns: &Namespace,
+        op: &DeleteOp,
+        retry: Option<(&mut RetryWrite, usize)>,
+    ) -> Result<(u64, Option<Committed>)> {
         check_delete_limit(op.limit)?;
         let (filter, _) = crate::read::bind_let(&op.q, op.let_vars.as_ref())?;
         let collator = crate::read::find::operation_collator(
@@ -668,6 +757,14 @@ impl Engine {
         }
         if n == 0 {
             return Ok((0, None));
+        }
+        if let Some((r, i)) = retry {
+            let done = Done {
+                stmts: vec![r.stmt(i)],
+                n,
+                ..Done::default()
+            };
+            r.record(&mut txn, &done);
         }
         Ok((n, Some(txn.commit()?)))
     }

@@ -84,6 +84,15 @@ impl Engine {
                 }
             }
         }
+        // Retryable writes' records of sessions idle for longer than mongod keeps a
+        // session (`write/retry.rs`).
+        let cutoff = bson::DateTime::from_millis(
+            bson::DateTime::now().timestamp_millis()
+                - crate::write::retry::RETRY_RECORD_LIFETIME_MILLIS,
+        );
+        if let Err(e) = self.reap_retry_records(cutoff) {
+            tracing::warn!("reaping retryable writes' records failed: {e}");
+        }
         TTL_PASSES.fetch_add(1, Ordering::Relaxed);
         TTL_DELETED.fetch_add(removed, Ordering::Relaxed);
         removed

@@ -15,6 +15,7 @@ mod maintenance;
 mod map_reduce;
 mod read;
 pub(crate) mod registry;
+pub(crate) mod retryable;
 mod stages;
 pub(crate) mod testing;
 pub(crate) mod write;

@@ -3,18 +3,18 @@
 //! retryable writes (a retried `lsid` + `txnNumber` gets the first reply again).
 
 use super::in_transaction;
+use super::retryable::{resumed, retryable};
 use super::{
-    blocking, check_fields, collection_arg, opt_bool, opt_doc, opt_doc_array, retry_key,
-    small_or_blocking, type_name,
+    blocking, check_fields, collection_arg, opt_bool, opt_doc, opt_doc_array, small_or_blocking,
+    type_name,
 };
 use super::{DELETE_FIELDS, FIND_AND_MODIFY_FIELDS, INSERT_FIELDS, UPDATE_FIELDS};
-use crate::sessions::Retry;
 use crate::state::ServerState;
 use bson::{doc, Bson, Document, RawDocumentBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tailstream_engine::query::error::{code_name, codes, Error, Result};
-use tailstream_engine::write::{DeleteOp, FindAndModify, UpdateOp, WriteOutcome};
+use tailstream_engine::write::{DeleteOp, FamOutcome, FindAndModify, UpdateOp, WriteOutcome};
 use tailstream_engine::{Committed, MAX_WRITE_BATCH};
 
 /// Inserts of at most this many documents and bytes run on the connection's task
@@ -144,22 +144,6 @@ fn wtimeout_error(wc: &WriteConcern) -> Document {
     e
 }
 
-/// Whether a write's reply carries an error that interrupted the operation.
-fn interrupted(reply: &Document) -> bool {
-    const INTERRUPTIONS: &[i32] = &[
-        codes::CLIENT_DISCONNECT,
-        codes::MAX_TIME_MS_EXPIRED,
-        11600, // InterruptedAtShutdown
-        codes::INTERRUPTED,
-    ];
-    reply.get_array("writeErrors").is_ok_and(|errors| {
-        errors.iter().any(|e| {
-            matches!(e, Bson::Document(d)
-                if d.get_i32("code").is_ok_and(|c| INTERRUPTIONS.contains(&c)))
-        })
-    })
-}
-
 /// The `writeConcernError` of a `w` larger than the one member there is.
 pub fn unsatisfiable_write_concern_error() -> Document {
     write_concern_error(
@@ -265,71 +249,6 @@ fn write_errors(out: &WriteOutcome) -> Option<Vec<Bson>> {
     )
 }
 
-/// Runs a write of `statements` statements with retryable-write deduplication and the
-/// write concern.
-async fn retryable<F, Fut>(
-    state: &Arc<ServerState>,
-    cmd: &Document,
-    statements: usize,
-    run: F,
-) -> Result<Document>
-where
-    F: FnOnce() -> Fut,
-    Fut: std::future::Future<Output = Result<(Document, Option<Committed>)>>,
-{
-    let wc = parse_write_concern(cmd)?;
-    let key = retry_key(cmd).map(|(lsid, txn)| (crate::sessions::session_key(lsid), txn));
-    if let Some((session, txn)) = &key {
-        if let Retry::Done(reply) = state.retry_cache.check(session, *txn)? {
-            return Ok(reply);
-        }
-    }
-    // Test hook: fail before the write, or drop the connection after it (the driver
-    // retries, and the retry must get this reply from the cache, not write twice).
-    let hook = match &key {
-        Some(_) if state.config.test_commands_enabled() => {
-            state.fail_points.on_transactional_write(statements)
-        }
-        _ => None,
-    };
-    let close = hook
-        .as_ref()
-        .map(|d| d.get_bool("closeConnection").unwrap_or(true))
-        .unwrap_or(false);
-    if let Some(code) = hook
-        .as_ref()
-        .and_then(|d| d.get("failBeforeCommitExceptionCode"))
-        .and_then(tailstream_engine::find::as_i64)
-    {
-        // mongod ends the session (unless closeConnection: false), then fails the write.
-        let code = if close {
-            super::testing::CLOSE_CONNECTION
-        } else {
-            code as i32
-        };
-        return Err(Error::new(
-            code,
-            "Failing write for test due to failpoint onPrimaryTransactionalWrite",
-        ));
-    }
-    let (mut reply, committed) = run().await?;
-    if let Some(wce) = await_write_concern(state, wc, committed).await {
-        reply.insert("writeConcernError", wce);
-    }
-    // A statement the operation's interruption stopped (its client went away, its time
-    // ran out) did not run: the retry must run it, not get this reply again.
-    if let (Some((session, txn)), false) = (key, interrupted(&reply)) {
-        state.retry_cache.put(&session, txn, reply.clone());
-    }
-    if close {
-        return Err(Error::new(
-            super::testing::CLOSE_CONNECTION,
-            "connection closed by onPrimaryTransactionalWrite",
-        ));
-    }
-    Ok(reply)
-}
-
 pub async fn insert(
     state: &Arc<ServerState>,
     db: &str,
@@ -368,9 +287,11 @@ pub async fn insert(
     }
     let small = docs.len() <= SMALL_WRITE_DOCS
         && docs.iter().map(|d| d.as_bytes().len()).sum::<usize>() <= SMALL_WRITE_BYTES;
-    retryable(state, cmd, count as usize, || async move {
-        let out = small_or_blocking(state, small, move |e| {
-            e.insert_validated(&ns, docs, ordered, bypass)
+    retryable(state, cmd, count as usize, |resume| async move {
+        let (out, prior) = resumed(resume, docs, |docs, mut retry| {
+            small_or_blocking(state, small, move |e| {
+                e.insert_recorded(&ns, docs, ordered, bypass, retry.as_mut())
+            })
         })
         .await?;
         state.opcounters.insert.fetch_add(count, Ordering::Relaxed);
@@ -381,6 +302,9 @@ pub async fn insert(
         let mut reply = doc! {"n": reply_int(out.n)};
         if let Some(we) = write_errors(&out) {
             reply.insert("writeErrors", we);
+        }
+        if let Some(p) = &prior {
+            p.annotate(&mut reply);
         }
         Ok((reply, out.committed))
     })
@@ -512,8 +436,13 @@ pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
             .fetch_add(out.n_modified, Ordering::Relaxed);
         return transaction_reply(update_reply(&out), &out);
     }
-    retryable(state, cmd, count as usize, || async move {
-        let out = blocking(state, move |e| e.update(&ns, ops, ordered)).await?;
+    retryable(state, cmd, count as usize, |resume| async move {
+        let (out, prior) = resumed(resume, ops, |ops, mut retry| {
+            blocking(state, move |e| {
+                e.update_recorded(&ns, ops, ordered, retry.as_mut())
+            })
+        })
+        .await?;
         state.opcounters.update.fetch_add(count, Ordering::Relaxed);
         state
             .metrics
@@ -522,6 +451,9 @@ pub async fn update(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
         let mut reply = update_reply(&out);
         if let Some(we) = write_errors(&out) {
             reply.insert("writeErrors", we);
+        }
+        if let Some(p) = &prior {
+            p.annotate(&mut reply);
         }
         Ok((reply, out.committed))
     })
@@ -574,8 +506,13 @@ pub async fn delete(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
             .fetch_add(out.n, Ordering::Relaxed);
         return transaction_reply(doc! {"n": reply_int(out.n)}, &out);
     }
-    retryable(state, cmd, count as usize, || async move {
-        let out = blocking(state, move |e| e.delete(&ns, ops, ordered)).await?;
+    retryable(state, cmd, count as usize, |resume| async move {
+        let (out, prior) = resumed(resume, ops, |ops, mut retry| {
+            blocking(state, move |e| {
+                e.delete_recorded(&ns, ops, ordered, retry.as_mut())
+            })
+        })
+        .await?;
         state.opcounters.delete.fetch_add(count, Ordering::Relaxed);
         state
             .metrics
@@ -584,6 +521,9 @@ pub async fn delete(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Resul
         let mut reply = doc! {"n": reply_int(out.n)};
         if let Some(we) = write_errors(&out) {
             reply.insert("writeErrors", we);
+        }
+        if let Some(p) = &prior {
+            p.annotate(&mut reply);
         }
         Ok((reply, out.committed))
     })
@@ -626,16 +566,27 @@ pub async fn find_and_modify(
     };
     let in_txn = crate::transactions::current();
     let in_transaction_now = in_txn.is_some();
-    let run = || async move {
+    let run = |resume: Option<super::retryable::Resume>| async move {
         let remove = req.remove;
-        let out = match in_txn {
-            Some(t) => {
+        let (mut retry, prior) = resume.map(|r| r.split()).unzip();
+        let earlier = prior
+            .as_ref()
+            .and_then(|p| p.find_and_modify())
+            .and_then(FamOutcome::from_record);
+        let out = match (in_txn, earlier) {
+            (_, Some(out)) => out, // an earlier attempt ran it
+            (Some(t), None) => {
                 in_transaction(state, t, move |e, t| {
                     e.transaction_find_and_modify(t, &ns, &req)
                 })
                 .await?
             }
-            None => blocking(state, move |e| e.find_and_modify(&ns, &req)).await?,
+            (None, None) => {
+                blocking(state, move |e| {
+                    e.find_and_modify_recorded(&ns, &req, retry.as_mut())
+                })
+                .await?
+            }
         };
         if remove {
             state.opcounters.delete.fetch_add(1, Ordering::Relaxed);
@@ -650,14 +601,15 @@ pub async fn find_and_modify(
             last.insert("upserted", id.clone());
         }
         let value = out.value.map(Bson::Document).unwrap_or(Bson::Null);
-        Ok((
-            doc! {"lastErrorObject": last, "value": value},
-            out.committed,
-        ))
+        let mut reply = doc! {"lastErrorObject": last, "value": value};
+        if let Some(p) = &prior {
+            p.annotate(&mut reply);
+        }
+        Ok((reply, out.committed))
     };
     if in_transaction_now {
         // Not a retryable write: every command of a transaction has its txnNumber.
-        let (reply, _) = run().await?;
+        let (reply, _) = run(None).await?;
         return Ok(reply);
     }
     retryable(state, cmd, 1, run).await
