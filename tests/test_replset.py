@@ -5,6 +5,8 @@ a member that is not primary refuses writes with 10107, after `kill -9` of the
 primary the driver writes to the new one and nothing acknowledged is lost, and the
 killed member restarts, rejoins and catches up."""
 
+import base64
+import os
 import time
 import uuid
 
@@ -206,6 +208,62 @@ def test_a_write_retried_on_the_new_primary_is_not_applied_twice(three):
     with new.client(directConnection=True) as c:
         assert c.rs.items.find_one({"_id": "counter"}) == {"_id": "counter", "n": 12}
         assert c.rs.items.count_documents({}) == 3
+
+
+def test_members_authenticate_with_the_key_file(fresh_server, tmp_path):
+    # As mongod's --keyFile: members prove the shared key to one another (SCRAM as
+    # __system@local), the key turns authorization on, the localhost exception
+    # initiates the set and creates the first user, and no one without the key may
+    # make the members' calls.
+    key = tmp_path / "key"
+    key.write_text(base64.b64encode(os.urandom(48)).decode() + "\n")
+    key.chmod(0o600)
+    members = [
+        fresh_server(extra_args=["--setParameter", f"replElectionTimeoutMillis={ELECTION_MS}",
+                                 "--keyFile", str(key)])
+        for _ in range(3)
+    ]
+    initiate(members)
+    primary = primary_of(members)
+    with primary.client() as c:
+        c.admin.command("createUser", "root", pwd="pw", roles=["root"])
+    auth = {"username": "root", "password": "pw"}
+
+    def count_as_root(m):
+        with m.client(**auth) as c:
+            return c.rs.items.count_documents({})
+
+    with MongoClient(set_uri(members), serverSelectionTimeoutMS=30_000, **auth) as client:
+        client.rs.items.insert_many([{"_id": i} for i in range(10)])
+        for m in members:
+            assert eventually(lambda m=m: count_as_root(m) == 10, timeout=SET_WAIT_S), m.port
+        # Without credentials nothing but hello.
+        with wire.connect(primary.port) as sock:
+            refused = wire.command(sock, {"insert": "items", "documents": [{}], "$db": "rs"})
+            assert refused["code"] == 13, refused
+            raft = wire.command(sock, {"replSetRaft": "vote", "data": Binary(b""), "$db": "admin"})
+            assert raft["ok"] == 0 and raft["code"] == 13, raft
+        # A user without the internal action may not either, root included.
+        with primary.client(**auth) as c:
+            with pytest.raises(OperationFailure) as e:
+                c.admin.command("replSetRaft", "vote", data=Binary(b""))
+            assert e.value.code == 13
+        # The members' user takes the key alone.
+        system = {"username": "__system", "authSource": "local",
+                  "authMechanism": "SCRAM-SHA-256"}
+        with primary.client(password="another key", **system) as c:
+            with pytest.raises(OperationFailure) as e:
+                c.admin.command("ping")
+            assert e.value.code == 18
+        with primary.client(password=key.read_text().strip(), **system) as c:
+            assert c.admin.command("replSetGetStatus")["myState"] == 1
+
+        # Elections and replication after a kill -9 run over authenticated calls too.
+        primary.kill9()
+        survivors = [m for m in members if m is not primary]
+        client.rs.items.insert_one({"_id": "after"})
+        for m in survivors:
+            assert eventually(lambda m=m: count_as_root(m) == 11, timeout=SET_WAIT_S), m.port
 
 
 def test_a_bad_configuration_gets_mongods_errors(three):

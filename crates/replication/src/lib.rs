@@ -28,6 +28,7 @@
 pub mod handover;
 pub mod log_store;
 pub mod member;
+pub mod member_auth;
 pub mod network;
 pub mod rpc;
 pub mod set;

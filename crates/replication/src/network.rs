@@ -144,7 +144,22 @@ impl Peer {
     }
 }
 
+/// A connection to the member at `addr`, authenticated with the set's key if it has
+/// one (`member_auth`).
 async fn connect(addr: &str) -> Result<TcpStream, NetworkError> {
+    let mut stream = connect_anonymous(addr).await?;
+    if let Some(conversation) = crate::member_auth::Conversation::start() {
+        let first = round_trip(&mut stream, 1, &conversation.first()).await?;
+        let (proof, server_signature) = conversation.proof(&first).map_err(net_error)?;
+        let last = round_trip(&mut stream, 2, &proof).await?;
+        crate::member_auth::Conversation::verify(&last, &server_signature)
+            .map_err(|e| net_error(format!("authenticating to {addr}: {e}")))?;
+    }
+    Ok(stream)
+}
+
+/// A connection to `addr` that has not authenticated (for `hello`).
+async fn connect_anonymous(addr: &str) -> Result<TcpStream, NetworkError> {
     let stream = TcpStream::connect(addr).await.map_err(net_error)?;
     stream.set_nodelay(true).map_err(net_error)?;
     Ok(stream)
@@ -174,12 +189,31 @@ async fn round_trip(
     msg.into_command().map_err(net_error)
 }
 
-/// One command on a new connection to `addr` (a member's `hello`, a request to
-/// stand for election): its reply, `ok: 0` included, or why none came within `limit`.
+/// One command on a new connection to `addr`, authenticated as a member (a request to
+/// stand for election, a forwarded command): its reply, `ok: 0` included, or why none
+/// came within `limit`.
 pub async fn ask(addr: &str, body: &Document, limit: Duration) -> Result<Document, String> {
+    ask_on(connect(addr), addr, body, limit).await
+}
+
+/// [`ask`] without authenticating, for commands anyone may run (a member's `hello`).
+pub async fn ask_anonymous(
+    addr: &str,
+    body: &Document,
+    limit: Duration,
+) -> Result<Document, String> {
+    ask_on(connect_anonymous(addr), addr, body, limit).await
+}
+
+async fn ask_on(
+    connecting: impl std::future::Future<Output = Result<TcpStream, NetworkError>>,
+    addr: &str,
+    body: &Document,
+    limit: Duration,
+) -> Result<Document, String> {
     let exchange = async {
-        let mut stream = connect(addr).await?;
-        round_trip(&mut stream, 1, body).await
+        let mut stream = connecting.await?;
+        round_trip(&mut stream, 3, body).await
     };
     match tokio::time::timeout(limit, exchange).await {
         Ok(result) => result.map_err(|e| format!("{addr}: {e}")),

@@ -73,6 +73,10 @@ pub struct Config {
     /// `--auth`, `security.authorization: enabled`).
     #[arg(long, default_value_t = false)]
     pub auth: bool,
+    /// The replica set's shared key (mongod's `--keyFile`, `security.keyFile`): members
+    /// authenticate to one another with it; it turns authorization on.
+    #[arg(long = "keyFile")]
+    pub key_file: Option<PathBuf>,
     /// Port of the HTTP listener serving `/metrics` and `/health` (off without it).
     #[arg(long = "httpPort")]
     pub http_port: Option<u16>,

@@ -204,6 +204,7 @@ fn setting(key: &str, value: &Value, args: &mut Vec<String>) -> Result<(), Strin
                 "Invalid value for security.authorization: {other} (enabled or disabled)"
             )),
         },
+        "security.keyFile" => option("--keyFile", args),
         "operationProfiling.mode" => match text()?.as_str() {
             "off" => Ok(()),
             other => Err(format!(
@@ -221,7 +222,7 @@ fn setting(key: &str, value: &Value, args: &mut Vec<String>) -> Result<(), Strin
             Ok(())
         }
         _ if key.starts_with("security") => Err(format!(
-            "{key}: not supported yet (of security, only authorization is)"
+            "{key}: not supported yet (of security, only authorization and keyFile are)"
         )),
         _ if key.starts_with("processManagement.fork") => {
             Err("processManagement.fork: run the server under a service manager instead".into())
@@ -307,7 +308,11 @@ mod tests {
             ["--auth"]
         );
         assert!(args_from_yaml("security:\n  authorization: maybe\n").is_err());
-        assert!(args_from_yaml("security:\n  keyFile: /k\n")
+        assert_eq!(
+            args_from_yaml("security:\n  keyFile: /k\n").unwrap(),
+            ["--keyFile", "/k"]
+        );
+        assert!(args_from_yaml("security:\n  clusterAuthMode: x509\n")
             .unwrap_err()
             .contains("not supported yet"));
         assert!(args_from_yaml("net:\n  bindIpAll: yes please\n").is_err());

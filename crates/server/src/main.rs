@@ -97,7 +97,9 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let config = Config::parse_from(argv);
+    let mut config = Config::parse_from(argv);
+    // As mongod: a key file turns authorization on.
+    config.auth |= config.key_file.is_some();
     init_logging(&config);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.io_threads())
@@ -167,6 +169,18 @@ fn init_logging(config: &Config) {
         .init();
 }
 
+/// With `--keyFile`: the key read and checked (mongod's rules), handed to the members'
+/// network, and the `__system` user made from it.
+fn members_key(config: &Config) -> Result<Option<bson::Document>, String> {
+    let Some(path) = &config.key_file else {
+        return Ok(None);
+    };
+    let key = auth::keyfile::read(path)?;
+    let user = auth::keyfile::system_user(&key).map_err(|e| e.message)?;
+    tailstream_replication::member_auth::set_key(key);
+    Ok(Some(user))
+}
+
 async fn run(config: Config) -> i32 {
     // The TLS options and files are checked before anything is opened, as mongod's.
     let tls = match tls::Tls::load(&config.tls_options()) {
@@ -188,9 +202,18 @@ async fn run(config: Config) -> i32 {
             return 100;
         }
     };
+    let system_user = match members_key(&config) {
+        Ok(user) => user,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("tailstream: {e}");
+            return 1;
+        }
+    };
     let state = match ServerState::new(config.clone(), engine.clone()) {
         Ok(mut s) => {
             s.tls = tls;
+            s.system_user = system_user;
             Arc::new(s)
         }
         Err(e) => {

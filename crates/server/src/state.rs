@@ -63,6 +63,8 @@ pub struct ServerState {
     pub tls: crate::tls::Tls,
     /// This server's member of a replica set of several members, once it is one.
     pub repl: crate::replset::ReplState,
+    /// `__system@local`, the members' user, with `--keyFile` (set by `main`).
+    pub system_user: Option<bson::Document>,
 }
 
 impl ServerState {
@@ -139,6 +141,7 @@ impl ServerState {
             shutdown_requested: Default::default(),
             tls: Default::default(),
             repl: Default::default(),
+            system_user: None,
         })
     }
 

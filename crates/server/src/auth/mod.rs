@@ -12,6 +12,7 @@
 //!   host may create the first one (mongod's localhost exception).
 
 pub mod credentials;
+pub mod keyfile;
 pub mod role_store;
 pub mod roles;
 pub mod scram;
@@ -495,7 +496,9 @@ async fn localhost_exception(state: &Arc<ServerState>, conn: &Conn, spec: &Spec)
     let local = conn.peer.starts_with("127.0.0.1:")
         || conn.peer.starts_with("[::1]:")
         || conn.peer.starts_with("anonymous unix socket");
-    if !local || spec.name != "createUser" {
+    // The first user, or initiating a replica set (mongod: "You can also use it to
+    // initiate a replica set").
+    if !local || !matches!(spec.name, "createUser" | "replSetInitiate") {
         return Ok(false);
     }
     Ok(!users::any_exist(state).await?)

@@ -271,7 +271,11 @@ pub fn allows(roles: &[RoleName], resource: Resource, db: &str, action: Action) 
                     (Scope::Database, Resource::Cluster) => false,
                     (Scope::Database, _) => r.db == db,
                 };
-                covers && (g.scope == Scope::Anything || g.actions.contains(&action))
+                // `internal` (the members' own calls) is `__system`'s alone: mongod's
+                // root has every other action.
+                let anything = g.scope == Scope::Anything
+                    && (action != Action::Internal || r.role == "__system");
+                covers && (anything || g.actions.contains(&action))
             })
         })
     })
@@ -316,6 +320,10 @@ mod tests {
         let root = [role("root", "admin")];
         assert!(allows(&root, Resource::Cluster, "admin", Shutdown));
         assert!(allows(&root, Resource::Collection, "x", Remove));
+        // The members' calls: `__system` alone.
+        assert!(!allows(&root, Resource::Cluster, "admin", Internal));
+        let system = [role("__system", "admin")];
+        assert!(allows(&system, Resource::Cluster, "admin", Internal));
         assert!(!allows(&[], Resource::Database, "x", DbStats));
     }
 }

@@ -112,6 +112,15 @@ async fn load(state: &Arc<ServerState>, filter: Document) -> Result<Vec<User>> {
 
 /// One user, if it exists.
 pub async fn find(state: &Arc<ServerState>, user: &str, db: &str) -> Result<Option<User>> {
+    use tailstream_replication::member_auth::{SYSTEM_DB, SYSTEM_USER};
+    if user == SYSTEM_USER && db == SYSTEM_DB {
+        // The members' user exists only with a key file, and only in memory.
+        return state
+            .system_user
+            .clone()
+            .map(User::from_document)
+            .transpose();
+    }
     Ok(load(state, doc! {"_id": format!("{db}.{user}")})
         .await?
         .pop())

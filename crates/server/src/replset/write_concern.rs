@@ -79,7 +79,7 @@ pub async fn wait_for_members(
 /// What member `host` has applied: its `hello`'s `lastWrite.opTime.ts`.
 async fn applied(host: &str) -> Option<Timestamp> {
     let hello = doc! {"hello": 1, "$db": "admin"};
-    let reply = tailstream_replication::network::ask(host, &hello, ASK_LIMIT)
+    let reply = tailstream_replication::network::ask_anonymous(host, &hello, ASK_LIMIT)
         .await
         .ok()?;
     reply
