@@ -164,10 +164,7 @@ impl Conversation {
         let client_key = hmac_sha256(&salted, b"Client Key");
         let stored_key = Sha256::digest(&client_key);
         let without_proof = format!("c=biws,r={combined}");
-        let auth_message = format!(
-            "{},{server_first},{without_proof}",
-            self.client_first_bare
-        );
+        let auth_message = format!("{},{server_first},{without_proof}", self.client_first_bare);
         let signature = hmac_sha256(&stored_key, auth_message.as_bytes());
         let proof: Vec<u8> = client_key
             .iter()
@@ -176,7 +173,10 @@ impl Conversation {
             .collect();
         let server_key = hmac_sha256(&salted, b"Server Key");
         let server_signature = hmac_sha256(&server_key, auth_message.as_bytes());
-        let conversation = reply.get("conversationId").cloned().unwrap_or(Bson::Int32(1));
+        let conversation = reply
+            .get("conversationId")
+            .cloned()
+            .unwrap_or(Bson::Int32(1));
         let cmd = doc! {
             "saslContinue": 1,
             "conversationId": conversation,
@@ -221,7 +221,8 @@ mod tests {
             nonce: "rOprNGfwEbeRWgbNEkqO".into(),
         };
         let server_first = "r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
-        let reply = doc! {"ok": 1, "conversationId": 1, "done": false, "payload": binary(server_first)};
+        let reply =
+            doc! {"ok": 1, "conversationId": 1, "done": false, "payload": binary(server_first)};
         let (cmd, server_signature) = c.proof(&reply).unwrap();
         let Some(Bson::Binary(p)) = cmd.get("payload") else {
             panic!("a payload")

@@ -71,7 +71,9 @@ pub(super) async fn is_me(state: &ServerState, host: &str) -> bool {
         return true;
     }
     let hello = doc! {"hello": 1, "$db": "admin"};
-    let Ok(reply) = tailstream_replication::network::ask_anonymous(host, &hello, IS_SELF_LIMIT).await else {
+    let Ok(reply) =
+        tailstream_replication::network::ask_anonymous(host, &hello, IS_SELF_LIMIT).await
+    else {
         return false;
     };
     reply
@@ -145,7 +147,8 @@ async fn quorum_check(members: &BTreeMap<u64, BasicNode>, me: u64) -> Result<()>
     let hello = doc! {"hello": 1, "$db": "admin"};
     let mut missing = Vec::new();
     for (id, node) in members.iter().filter(|(id, _)| **id != me) {
-        let answer = tailstream_replication::network::ask_anonymous(&node.addr, &hello, QUORUM_CHECK_LIMIT);
+        let answer =
+            tailstream_replication::network::ask_anonymous(&node.addr, &hello, QUORUM_CHECK_LIMIT);
         if let Err(e) = answer.await {
             missing.push(format!("{} (_id {id}: {e})", node.addr));
         }
