@@ -7,6 +7,10 @@ three-member Tailstream set on this machine, each member its own process.
     failover  kill -9 of the primary to the first write acknowledged by the new
               primary (--failovers times, at each --election-ms), with a writer
               inserting continuously (w: majority, retryable writes).
+    watchers  seed 001 on a secondary: the secondary's server CPU while the primary
+              takes --watch-rate writes/s into --watch-collections collections, with
+              0, 1 and 100 change streams open on the secondary on a written
+              collection, and 100 on a collection never written (--seconds each).
 
 Prints a Markdown section for BENCHMARKS.md. Members may be pinned to CPUs with
 --member-cpus "0-3,4-7,8-11" (taskset) and the client with --client-cpus.
@@ -254,6 +258,85 @@ def failover_rows(binary, election_ms, failovers, member_cpus):
     return times
 
 
+def cpu_seconds(pid):
+    """User plus system CPU seconds of process `pid` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def namespace_bit(ns):
+    """The engine's commit-bus bit of a namespace (`core/bus.rs` `namespace_bit`: FNV-1a
+    modulo 64): a collection stream waits on its bit and wakes for every commit of a
+    namespace sharing it."""
+    h = 0xCBF29CE484222325
+    for b in ns.encode():
+        h = ((h ^ b) * 0x100000001B3) % (1 << 64)
+    return h % 64
+
+
+def idle_collections(collections):
+    """An idle collection name sharing a written collection's bit, and one on a bit of
+    its own."""
+    written = {namespace_bit(f"bench.c{i}") for i in range(collections)}
+    names = (f"idle{i}" for i in range(10_000))
+    sharing = next(n for n in names if namespace_bit(f"bench.{n}") in written)
+    apart = next(n for n in names if namespace_bit(f"bench.{n}") not in written)
+    return sharing, apart
+
+
+def watchers_row(rs, streams, watched, rate, seconds, collections):
+    """The secondary's CPU over `seconds` of paced writes (`rate` documents/s, spread
+    over `collections` collections, 10 per insert) with `streams` change streams open
+    on it, on collection `watched`; and the events the streams received."""
+    primary = rs.primary()
+    secondary = next(m for m in rs.members if m is not primary)
+    received = [0] * streams
+    stop = threading.Event()
+    opened = threading.Barrier(streams + 1) if streams else None
+    client = MongoClient(secondary.host, directConnection=True,
+                         readPreference="secondaryPreferred", maxPoolSize=streams + 10)
+
+    def read(i):
+        # The driver's default wait (the server's 1 s): an idle stream's getMore
+        # comes back empty once a second.
+        with client.bench[watched].watch() as stream:
+            opened.wait(60)
+            while not stop.is_set():
+                if stream.try_next() is not None:
+                    received[i] += 1
+
+    readers = [threading.Thread(target=read, args=(i,), daemon=True) for i in range(streams)]
+    for t in readers:
+        t.start()
+    if opened:
+        opened.wait(60)
+    time.sleep(1)  # the streams' first getMores are waiting
+    batch = 10
+    with rs.client() as c:
+        colls = [c.bench[f"c{i}"] for i in range(collections)]
+        before = cpu_seconds(secondary.proc.pid)
+        start = time.perf_counter()
+        n = 0
+        while time.perf_counter() - start < seconds:
+            due = start + n / rate
+            pause = due - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+            colls[(n // batch) % collections].insert_many(
+                [{"n": n + i, "pad": "x" * 100} for i in range(batch)])
+            n += batch
+        elapsed = time.perf_counter() - start
+        time.sleep(0.5)  # the last writes reach the secondary
+        cpu = cpu_seconds(secondary.proc.pid) - before
+    stop.set()
+    for t in readers:
+        t.join(5)
+    client.close()
+    return {"streams": streams, "watched": watched, "achieved": n / elapsed,
+            "cpu_s": cpu, "cpu_pct": 100 * cpu / elapsed, "events": sum(received)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -266,6 +349,8 @@ def main():
     ap.add_argument("--failovers", type=int, default=20)
     ap.add_argument("--election-ms", default="10000,1000")
     ap.add_argument("--member-cpus", default="")
+    ap.add_argument("--watch-rate", type=float, default=1000)
+    ap.add_argument("--watch-collections", type=int, default=4)
     args = ap.parse_args()
     scenarios = args.scenarios.split(",")
     print(f"### Replica set (3 members, one machine): {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
@@ -280,6 +365,27 @@ def main():
                 r = lag_row(rs, rate, args.seconds, batch)
                 print(f"| {rate:,.0f} | {r['achieved']:,.0f} | {batch} | {r['events']:,} "
                       f"| {r['p50']:.2f} | {r['p99']:.2f} | {r['max']:.2f} |", flush=True)
+        print()
+    if "watchers" in scenarios:
+        print(f"Watchers on a secondary: its server CPU while the primary takes "
+              f"{args.watch_rate:,.0f} writes/s into {args.watch_collections} collections "
+              f"(10 documents per insert), {args.seconds:g} s per row.\n")
+        print("| change streams on the secondary | on | writes/s achieved | secondary CPU s "
+              "| CPU % of one core | events received |")
+        print("|---|---|---|---|---|---|")
+        with ReplicaSet(args.server, 10000, args.member_cpus) as rs:
+            sharing, apart = idle_collections(args.watch_collections)
+            rows = [(0, "c0"), (1, "c0"), (100, "c0"), (1, apart), (100, apart),
+                    (100, sharing), (0, "c0")]
+            names = {"c0": "a written collection",
+                     apart: "an idle collection (its own bus bit)",
+                     sharing: "an idle collection (a written one's bus bit)"}
+            for streams, watched in rows:
+                r = watchers_row(rs, streams, watched, args.watch_rate, args.seconds,
+                                 args.watch_collections)
+                what = names[watched]
+                print(f"| {streams} | {what} | {r['achieved']:,.0f} | {r['cpu_s']:.2f} "
+                      f"| {r['cpu_pct']:.1f} | {r['events']:,} |", flush=True)
         print()
     if "failover" in scenarios:
         print("Failover: kill -9 of the primary to the first write acknowledged by the new primary.\n")
