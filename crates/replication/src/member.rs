@@ -19,12 +19,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use tailstream_engine::core::Proposer;
 use tailstream_engine::query::error::{codes, Error, Result};
+use tailstream_engine::query::script::Operation;
 use tailstream_engine::repl::Ops;
 
 /// This member's proposed commits whose entries are not applied yet, by number.
 pub struct Pending {
     node: NodeId,
     seqs: Mutex<HashSet<u64>>,
+    /// A proposal that stopped waiting for its entry (its `wtimeout` or `maxTimeMS`
+    /// passed, it was killed): its number and the term it was proposed in. Its entry
+    /// may still commit, so no later commit may be computed in that term before it is
+    /// applied here: a commit reads what the commits before it wrote.
+    abandoned: Mutex<Option<(u64, u64)>>,
 }
 
 impl Pending {
@@ -32,6 +38,25 @@ impl Pending {
         Pending {
             node,
             seqs: Mutex::new(HashSet::new()),
+            abandoned: Mutex::new(None),
+        }
+    }
+
+    fn abandon(&self, seq: u64, term: u64) {
+        *self.abandoned.lock().unwrap_or_else(|e| e.into_inner()) = Some((seq, term));
+    }
+
+    /// Whether writes wait for an abandoned proposal's entry in `term` (a new term
+    /// starts only once every entry before it is applied, so none waits then).
+    pub fn holds_writes(&self, term: u64) -> bool {
+        let mut g = self.abandoned.lock().unwrap_or_else(|e| e.into_inner());
+        match *g {
+            Some((_, t)) if t == term => true,
+            Some(_) => {
+                *g = None;
+                false
+            }
+            None => false,
         }
     }
 
@@ -53,7 +78,15 @@ impl Pending {
     /// Whether a commit with this origin is one of this member's, still waiting (taken
     /// out: its proposer finishes it).
     pub fn claim(&self, origin: Option<Origin>) -> bool {
-        origin.is_some_and(|o| o.node == self.node && self.take(o.seq))
+        let Some(o) = origin.filter(|o| o.node == self.node) else {
+            return false;
+        };
+        let mut abandoned = self.abandoned.lock().unwrap_or_else(|e| e.into_inner());
+        if abandoned.is_some_and(|(seq, _)| seq == o.seq) {
+            *abandoned = None; // its entry is applied (as any member's): writes go on
+        }
+        drop(abandoned);
+        self.take(o.seq)
     }
 }
 
@@ -105,28 +138,66 @@ pub fn may_write(m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>, node: N
         && m.last_applied.map(|l| l.leader_id.term) == Some(m.current_term)
 }
 
-/// Proposes `commit` and waits until it is committed and applied here, or until this
-/// member is no longer the leader of the term it proposed in. The proposal holds the
+/// How often a waiting proposal looks at its operation (killed, out of time).
+const OPERATION_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// How a proposal's wait ended.
+enum Waited {
+    Committed,
+    LostTheLead,
+    /// The operation was killed, or its `maxTimeMS` or `wtimeout` passed.
+    Stopped(Error),
+}
+
+/// Why `op` must stop waiting for its commit now, if it must.
+fn stop_waiting(op: &Operation) -> Option<Error> {
+    if let Err(e) = op.check() {
+        return Some(e);
+    }
+    op.commit_wait_deadline()
+        .filter(|d| std::time::Instant::now() >= *d)
+        .map(|_| {
+            Error::new(
+                codes::WRITE_CONCERN_FAILED,
+                "waiting for replication timed out",
+            )
+        })
+}
+
+/// Proposes `commit` and waits until it is committed and applied here, until this
+/// member is no longer the leader of the term it proposed in, or until `op` must stop. The proposal holds the
 /// engine's writer lock, which applying another leader's entries needs: a member that
 /// found out it lost the lead (a leader restarted in an old term, a step-down) must
 /// give the lock back at once rather than wait for an entry that may never commit.
 /// Its entry may still commit under the new leader; `Pending` then applies it as any
 /// other member's (the client saw an error, as mongod's interrupted writes do).
-async fn commit_or_lose_the_lead(raft: &Raft<TypeConfig>, commit: Commit) -> bool {
+async fn commit_or_lose_the_lead(
+    raft: &Raft<TypeConfig>,
+    commit: Commit,
+    term: u64,
+    op: &Operation,
+) -> Waited {
     let mut metrics = raft.metrics();
-    let term = metrics.borrow().current_term;
     let write = raft.client_write(commit);
     tokio::pin!(write);
+    let mut check = tokio::time::interval(OPERATION_CHECK_INTERVAL);
     loop {
         tokio::select! {
-            written = &mut write => return written.is_ok(),
+            written = &mut write => {
+                return if written.is_ok() { Waited::Committed } else { Waited::LostTheLead };
+            }
             changed = metrics.changed() => {
                 if changed.is_err() {
-                    return false;
+                    return Waited::LostTheLead;
                 }
                 let m = metrics.borrow();
                 if m.current_term != term || m.state != openraft::ServerState::Leader {
-                    return false;
+                    return Waited::LostTheLead;
+                }
+            }
+            _ = check.tick() => {
+                if let Some(e) = stop_waiting(op) {
+                    return Waited::Stopped(e);
                 }
             }
         }
@@ -135,8 +206,10 @@ async fn commit_or_lose_the_lead(raft: &Raft<TypeConfig>, commit: Commit) -> boo
 
 impl Proposer for MemberProposer {
     fn writable(&self) -> bool {
+        let m = self.raft.metrics().borrow().clone();
         !self.writes_held.load(Ordering::Acquire)
-            && may_write(&self.raft.metrics().borrow(), self.node)
+            && may_write(&m, self.node)
+            && !self.pending.holds_writes(m.current_term)
     }
 
     fn propose(&self, ops: Ops) -> Result<()> {
@@ -153,18 +226,26 @@ impl Proposer for MemberProposer {
             ops: ops.into_bytes(),
         };
         let raft = self.raft.clone();
+        let term = raft.metrics().borrow().current_term;
+        // The command's operation (its kill flag, `maxTimeMS`, `wtimeout`), current on
+        // this thread.
+        let op = Operation::current();
         // Off openraft's runtime threads: a worker of it blocked here would stall the
         // very tasks that commit the entry.
         let result = tokio::task::block_in_place(|| {
             self.runtime
-                .block_on(async move { commit_or_lose_the_lead(&raft, commit).await })
+                .block_on(async { commit_or_lose_the_lead(&raft, commit, term, &op).await })
         });
         match result {
-            true => Ok(()),
-            // Not applied here, and now never finished by this proposal.
-            false if self.pending.take(seq) => Err(not_primary()),
+            Waited::Committed => Ok(()),
             // The entry was applied here meanwhile, by this proposal's claim.
-            false => Ok(()),
+            _ if !self.pending.take(seq) => Ok(()),
+            // Not applied here, and now never finished by this proposal.
+            Waited::LostTheLead => Err(not_primary()),
+            Waited::Stopped(e) => {
+                self.pending.abandon(seq, term);
+                Err(e)
+            }
         }
     }
 }

@@ -49,6 +49,8 @@ pub struct Member {
     pub role_changed: tokio::sync::Notify,
     /// Pauses this member's application of entries (`rsSyncApplyStop`).
     pub apply_paused: Arc<AtomicBool>,
+    /// Its proposals not applied yet (an abandoned one holds writes back).
+    pending: Arc<crate::member::Pending>,
 }
 
 /// The member's Raft configuration: a follower stands for election after
@@ -134,7 +136,7 @@ impl Member {
         let proposer = MemberProposer::new(
             node,
             raft.clone(),
-            pending,
+            pending.clone(),
             writes_held.clone(),
             tokio::runtime::Handle::current(),
         );
@@ -146,6 +148,7 @@ impl Member {
             elections: Default::default(),
             role_changed: tokio::sync::Notify::new(),
             apply_paused,
+            pending,
         })
     }
 
@@ -155,10 +158,13 @@ impl Member {
     }
 
     /// Whether this member may write now: it leads, has applied an entry of its term,
-    /// and is not handing its office over.
+    /// is not handing its office over, and no write of its term stopped waiting for an
+    /// entry that is not applied yet.
     pub fn may_write(&self) -> bool {
+        let m = self.raft.metrics().borrow().clone();
         !self.writes_held.load(std::sync::atomic::Ordering::Acquire)
-            && crate::member::may_write(&self.raft.metrics().borrow(), self.node)
+            && crate::member::may_write(&m, self.node)
+            && !self.pending.holds_writes(m.current_term)
     }
 
     /// Initiates the set of `members` (this one among them; see the module's doc).
