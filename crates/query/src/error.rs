@@ -140,7 +140,6 @@ pub mod codes {
     pub const NOT_WRITABLE_PRIMARY: i32 = 10107;
     pub const OPERATION_FAILED: i32 = 96;
     pub const UNSATISFIABLE_WRITE_CONCERN: i32 = 100;
-    pub const WRITE_CONCERN_FAILED: i32 = 64;
     pub const OUT_OF_DISK_SPACE: i32 = 14031;
     pub const INVALID_LENGTH: i32 = 16;
     pub const INVALID_PIPELINE_OPERATOR: i32 = 168;

@@ -115,8 +115,6 @@ pub struct Operation {
     stats: crate::op_stats::OpStats,
     /// How far its long work has come (`currentOp`'s `msg` and `progress`).
     progress: Mutex<Option<Progress>>,
-    /// When a write's wait for its replica set's commit ends (its `wtimeout`).
-    commit_wait_deadline: Mutex<Option<Instant>>,
 }
 
 /// How far an operation's long work has come: what it is doing, and how much of how
@@ -175,7 +173,6 @@ impl Operation {
             scope: Mutex::new(None),
             stats: crate::op_stats::OpStats::default(),
             progress: Mutex::new(None),
-            commit_wait_deadline: Mutex::new(None),
         })
     }
 
@@ -243,23 +240,6 @@ impl Operation {
 
     pub fn deadline(&self) -> Option<Instant> {
         self.deadline
-    }
-
-    /// Bounds the operation's wait for its writes' commit by a replica set at `at` (a
-    /// write concern's `wtimeout`), besides its own deadline.
-    pub fn set_commit_wait_deadline(&self, at: Instant) {
-        *self
-            .commit_wait_deadline
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(at);
-    }
-
-    /// When a wait for a commit by the replica set must end (`wtimeout`), if it must.
-    pub fn commit_wait_deadline(&self) -> Option<Instant> {
-        *self
-            .commit_wait_deadline
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Kills the operation with `code` (ClientDisconnect, Interrupted, ...): running

@@ -191,12 +191,6 @@ where
     Fut: std::future::Future<Output = Result<(Document, Option<Committed>)>>,
 {
     let wc = parse_write_concern(cmd)?;
-    if let Some(wtimeout) = wc.wtimeout {
-        // On a replica set, the wait for the commit ends there too (the write's fate
-        // is then unknown: its entry may still commit).
-        let at = std::time::Instant::now() + wtimeout;
-        let _ = super::OPERATION.try_with(|op| op.set_commit_wait_deadline(at));
-    }
     let key = super::retry_key(cmd).map(|(lsid, txn)| (crate::sessions::session_key(lsid), txn));
     let mut to_run = None;
     if let Some((session, txn)) = &key {
