@@ -149,13 +149,6 @@ enum Waited {
     Stopped(Error),
 }
 
-/// Why `op` must stop waiting for its commit now, if it must. Not its `wtimeout`: a
-/// driver expects a `writeConcernError` on an applied write for that (pymongo's spec
-/// tests send 1 ms), and this write is not applied even here yet.
-fn stop_waiting(op: &Operation) -> Option<Error> {
-    op.check().err()
-}
-
 /// Proposes `commit` and waits until it is committed and applied here, until this
 /// member is no longer the leader of the term it proposed in, or until `op` must stop. The proposal holds the
 /// engine's writer lock, which applying another leader's entries needs: a member that
@@ -187,8 +180,11 @@ async fn commit_or_lose_the_lead(
                     return Waited::LostTheLead;
                 }
             }
+            // Not at the write's `wtimeout`: a driver expects a `writeConcernError` on an
+            // applied write for that (pymongo's spec tests send 1 ms), and this write is
+            // not applied even here yet.
             _ = check.tick() => {
-                if let Some(e) = stop_waiting(op) {
+                if let Err(e) = op.check() {
                     return Waited::Stopped(e);
                 }
             }
@@ -196,12 +192,32 @@ async fn commit_or_lose_the_lead(
     }
 }
 
+/// Whether `node` may write now: [`may_write`] by its metrics, not handing its office
+/// over (`writes_held`), and no write of its term waiting for an abandoned proposal's
+/// entry (`pending`). The proposer and what the server tells drivers use this one rule.
+pub(crate) fn writable(
+    raft: &Raft<TypeConfig>,
+    node: NodeId,
+    writes_held: &AtomicBool,
+    pending: &Pending,
+) -> bool {
+    if writes_held.load(Ordering::Acquire) {
+        return false;
+    }
+    let metrics = raft.metrics();
+    let term = {
+        let m = metrics.borrow();
+        if !may_write(&m, node) {
+            return false;
+        }
+        m.current_term
+    };
+    !pending.holds_writes(term)
+}
+
 impl Proposer for MemberProposer {
     fn writable(&self) -> bool {
-        let m = self.raft.metrics().borrow().clone();
-        !self.writes_held.load(Ordering::Acquire)
-            && may_write(&m, self.node)
-            && !self.pending.holds_writes(m.current_term)
+        writable(&self.raft, self.node, &self.writes_held, &self.pending)
     }
 
     fn propose(&self, ops: Ops) -> Result<()> {

@@ -161,10 +161,7 @@ impl Member {
     /// is not handing its office over, and no write of its term stopped waiting for an
     /// entry that is not applied yet.
     pub fn may_write(&self) -> bool {
-        let m = self.raft.metrics().borrow().clone();
-        !self.writes_held.load(std::sync::atomic::Ordering::Acquire)
-            && crate::member::may_write(&m, self.node)
-            && !self.pending.holds_writes(m.current_term)
+        crate::member::writable(&self.raft, self.node, &self.writes_held, &self.pending)
     }
 
     /// Initiates the set of `members` (this one among them; see the module's doc).

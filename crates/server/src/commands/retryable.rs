@@ -38,6 +38,9 @@ pub struct Prior {
 impl Resume {
     /// Keeps the statements this attempt runs (those the records do not show done).
     pub fn select<T>(&self, statements: Vec<T>) -> Vec<T> {
+        if self.prior.stmts.is_empty() {
+            return statements; // a first attempt runs them all
+        }
         let run = self.retry.stmt_ids();
         statements
             .into_iter()
@@ -47,16 +50,27 @@ impl Resume {
             .collect()
     }
 
-    /// Splits off what the reply needs after the run.
-    pub fn split(self) -> (RetryWrite, Prior) {
+    /// The record keeper handed to the engine, and what the reply needs after the run
+    /// (None for a write that is not retryable).
+    pub fn parts(resume: Option<Resume>) -> (Option<RetryWrite>, Option<Prior>) {
+        match resume.map(Resume::split) {
+            Some((retry, prior)) => (Some(retry), prior),
+            None => (None, None),
+        }
+    }
+
+    /// Splits off what the reply needs after the run: nothing for a first attempt
+    /// (its statements are the command's, in order, and nothing ran before).
+    fn split(self) -> (RetryWrite, Option<Prior>) {
+        if self.prior.stmts.is_empty() {
+            return (self.retry, None);
+        }
         let stmt_ids = self.retry.stmt_ids().to_vec();
-        (
-            self.retry,
-            Prior {
-                stmt_ids,
-                done: self.prior,
-            },
-        )
+        let prior = Prior {
+            stmt_ids,
+            done: self.prior,
+        };
+        (self.retry, Some(prior))
     }
 }
 
@@ -117,7 +131,7 @@ where
         Some(r) => r.select(statements),
         None => statements,
     };
-    let (retry, prior) = resume.map(Resume::split).unzip();
+    let (retry, prior) = Resume::parts(resume);
     let mut out = if statements.is_empty() && prior.is_some() {
         WriteOutcome::default() // every statement ran before
     } else {
@@ -146,14 +160,13 @@ fn resume(
     statements: usize,
 ) -> Result<std::result::Result<Resume, Document>> {
     let all = || (0..statements).map(|i| i as u32).collect::<Vec<u32>>();
+    let fresh = || Resume {
+        retry: RetryWrite::new(session.to_vec(), txn_number, all(), 0),
+        prior: Done::default(),
+    };
     match state.retry_cache.check(session, txn_number, epoch(state))? {
         Retry::Done(reply) => return Ok(Err(reply)),
-        Retry::New => {
-            return Ok(Ok(Resume {
-                retry: RetryWrite::new(session.to_vec(), txn_number, all(), 0),
-                prior: Done::default(),
-            }))
-        }
+        Retry::New => return Ok(Ok(fresh())),
         Retry::Unknown => {}
     }
     let record = state.engine.retry_record(session)?;
@@ -171,10 +184,7 @@ fn resume(
                 prior: r.done,
             }
         }
-        _ => Resume {
-            retry: RetryWrite::new(session.to_vec(), txn_number, all(), 0),
-            prior: Done::default(),
-        },
+        _ => fresh(),
     }))
 }
 
@@ -300,7 +310,10 @@ mod tests {
     fn only_statements_not_done_are_selected() {
         let resume = Resume {
             retry: RetryWrite::new(b"s".to_vec(), 1, vec![1, 3], 2),
-            prior: Done::default(),
+            prior: Done {
+                stmts: vec![0, 2],
+                ..Done::default()
+            },
         };
         assert_eq!(resume.select(vec!["a", "b", "c", "d"]), vec!["b", "d"]);
     }

@@ -568,7 +568,7 @@ pub async fn find_and_modify(
     let in_transaction_now = in_txn.is_some();
     let run = |resume: Option<super::retryable::Resume>| async move {
         let remove = req.remove;
-        let (mut retry, prior) = resume.map(|r| r.split()).unzip();
+        let (mut retry, prior) = super::retryable::Resume::parts(resume);
         let earlier = prior
             .as_ref()
             .and_then(|p| p.find_and_modify())
