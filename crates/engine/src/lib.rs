@@ -91,8 +91,10 @@ pub struct Engine {
     oplog_maintenance: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Receives every commit's writes (see [`core::CommitSink`]); set by replication.
     commit_sink: RwLock<Option<core::CommitSink>>,
-    /// A replica set's write path (see [`core::Proposer`]); none on a single node.
-    proposer: RwLock<Option<Arc<dyn core::Proposer>>>,
+    /// A replica set's write path (see [`oplog::pipeline::Proposer`]); none on a single node.
+    proposer: RwLock<Option<Arc<dyn oplog::pipeline::Proposer>>>,
+    /// How far a replica set's pipelined commits got (see `oplog::pipeline`).
+    pipeline: oplog::pipeline::Progress,
 }
 
 impl Engine {
@@ -160,6 +162,7 @@ impl Engine {
                 oplog_bytes,
                 trim_ts,
                 committed_ts: last_ts,
+                pending_id: 0,
             }),
             durability,
             cursors: cursor::CursorRegistry::new(),
@@ -177,6 +180,7 @@ impl Engine {
             oplog_maintenance: Mutex::new(None),
             commit_sink: RwLock::new(None),
             proposer: RwLock::new(None),
+            pipeline: Default::default(),
         });
         *engine.oplog_maintenance.lock() = Some(oplog::trim::spawn_oplog_maintenance(
             Arc::downgrade(&engine),
@@ -345,12 +349,12 @@ impl Engine {
     }
 
     /// Makes every later commit go through the replica set (None: a single node).
-    pub fn set_proposer(&self, proposer: Option<Arc<dyn core::Proposer>>) {
+    pub fn set_proposer(&self, proposer: Option<Arc<dyn oplog::pipeline::Proposer>>) {
         *self.proposer.write() = proposer;
     }
 
     /// The replica set's write path, when this member is in one.
-    pub(crate) fn proposer(&self) -> Option<Arc<dyn core::Proposer>> {
+    pub(crate) fn proposer(&self) -> Option<Arc<dyn oplog::pipeline::Proposer>> {
         self.proposer.read().clone()
     }
 

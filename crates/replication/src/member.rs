@@ -14,17 +14,52 @@
 
 use crate::types::{Commit, NodeId, Origin, TypeConfig};
 use openraft::Raft;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
-use tailstream_engine::core::Proposer;
+use std::sync::{Condvar, Mutex};
+use tailstream_engine::oplog::pipeline::{Finish, Proposer, Submitted};
 use tailstream_engine::query::error::{codes, Error, Result};
 use tailstream_engine::query::script::Operation;
 use tailstream_engine::repl::Ops;
 
+/// Pipelined commits outstanding at once, at most (the next waits, the writer lock
+/// held, for the oldest): bounds what waits in memory, pending and in the log.
+const MAX_PIPELINED_COMMITS: usize = 64;
+
+/// Bytes of pipelined commits outstanding at once, at most (one is always allowed).
+const MAX_PIPELINED_BYTES: usize = 64 << 20;
+
+/// A pipelined commit waiting for its entry: what finishes it, who waits for it.
+struct Slot {
+    finish: Finish,
+    done: tokio::sync::oneshot::Sender<Result<u64>>,
+    bytes: usize,
+}
+
+/// The pipelined commits outstanding, by number, and the term they were proposed in.
+#[derive(Default)]
+struct Pipeline {
+    term: u64,
+    slots: BTreeMap<u64, Slot>,
+    bytes: usize,
+}
+
+/// How an applied entry is this member's.
+pub enum Claim {
+    /// Another member's, or one whose proposer gave it up: applied as any.
+    Others,
+    /// A waiting commit's, proposed with the writer lock held: stored only.
+    Held,
+    /// A pipelined commit's: stored and finished here, its waiter told.
+    Pipelined(Finish, tokio::sync::oneshot::Sender<Result<u64>>),
+}
+
 /// This member's proposed commits whose entries are not applied yet, by number.
 pub struct Pending {
     node: NodeId,
+    pipeline: Mutex<Pipeline>,
+    /// Signalled when pipelined commits leave (`drain` waits on it).
+    left: Condvar,
     seqs: Mutex<HashSet<u64>>,
     /// A proposal that stopped waiting for its entry (its `maxTimeMS` passed, it was
     /// killed): its number and the term it was proposed in. Its entry
@@ -37,6 +72,8 @@ impl Pending {
     pub fn new(node: NodeId) -> Pending {
         Pending {
             node,
+            pipeline: Mutex::new(Pipeline::default()),
+            left: Condvar::new(),
             seqs: Mutex::new(HashSet::new()),
             abandoned: Mutex::new(None),
         }
@@ -75,18 +112,110 @@ impl Pending {
             .remove(&seq)
     }
 
-    /// Whether a commit with this origin is one of this member's, still waiting (taken
-    /// out: its proposer finishes it).
-    pub fn claim(&self, origin: Option<Origin>) -> bool {
+    fn pipeline(&self) -> std::sync::MutexGuard<'_, Pipeline> {
+        self.pipeline.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a commit with this origin is one of this member's still waiting (taken
+    /// out: see [`Claim`]).
+    pub fn claim(&self, origin: Option<Origin>) -> Claim {
         let Some(o) = origin.filter(|o| o.node == self.node) else {
-            return false;
+            return Claim::Others;
         };
+        let slot = {
+            let mut p = self.pipeline();
+            let slot = p.slots.remove(&o.seq);
+            if let Some(s) = &slot {
+                p.bytes -= s.bytes;
+            }
+            slot
+        };
+        if let Some(slot) = slot {
+            self.left.notify_all();
+            return Claim::Pipelined(slot.finish, slot.done);
+        }
         let mut abandoned = self.abandoned.lock().unwrap_or_else(|e| e.into_inner());
         if abandoned.is_some_and(|(seq, _)| seq == o.seq) {
             *abandoned = None; // its entry is applied (as any member's): writes go on
         }
         drop(abandoned);
-        self.take(o.seq)
+        if self.take(o.seq) {
+            Claim::Held
+        } else {
+            Claim::Others
+        }
+    }
+
+    /// Whether pipelined commits of a term before `term` are outstanding: an entry of
+    /// `term` is being applied, so they will never be (see [`Pending::forget_pipelined`]).
+    pub fn pipelined_before(&self, term: u64) -> bool {
+        let p = self.pipeline();
+        !p.slots.is_empty() && p.term < term
+    }
+
+    /// Drops every outstanding pipelined commit (their waiters get 10107); the engine
+    /// must then forget them too (`Engine::repl_pipeline_reset`).
+    pub fn forget_pipelined(&self) {
+        let slots = std::mem::take(&mut *self.pipeline());
+        for (_, slot) in slots.slots {
+            let _ = slot.done.send(Err(not_primary()));
+        }
+        self.left.notify_all();
+    }
+
+    /// Registers pipelined commit `seq`, waiting while the pipeline is full (with the
+    /// writer lock held) unless `stop` says the lead is gone.
+    fn enter(&self, seq: u64, term: u64, slot: Slot, still_leads: impl Fn() -> bool) -> Result<()> {
+        let fits = |p: &Pipeline| {
+            p.slots.len() < MAX_PIPELINED_COMMITS
+                && (p.slots.is_empty() || p.bytes + slot.bytes <= MAX_PIPELINED_BYTES)
+        };
+        let mut p = self.wait_until(fits, &still_leads)?;
+        if !p.slots.is_empty() && p.term != term {
+            return Err(not_primary());
+        }
+        p.term = term;
+        p.bytes += slot.bytes;
+        p.slots.insert(seq, slot);
+        Ok(())
+    }
+
+    /// Takes pipelined commit `seq` back out (its proposal was refused).
+    fn leave(&self, seq: u64) -> Option<Slot> {
+        let mut p = self.pipeline();
+        let slot = p.slots.remove(&seq);
+        if let Some(s) = &slot {
+            p.bytes -= s.bytes;
+        }
+        slot
+    }
+
+    /// Waits until no pipelined commit is outstanding; an error once the lead is gone.
+    fn drain(&self, still_leads: impl Fn() -> bool) -> Result<()> {
+        self.wait_until(|p| p.slots.is_empty(), &still_leads)
+            .map(drop)
+    }
+
+    /// Waits (pipelined commits leaving) until `done` holds of the pipeline; an error
+    /// once the lead is gone or the operation must stop.
+    fn wait_until(
+        &self,
+        done: impl Fn(&Pipeline) -> bool,
+        still_leads: &impl Fn() -> bool,
+    ) -> Result<std::sync::MutexGuard<'_, Pipeline>> {
+        let mut p = self.pipeline();
+        while !done(&p) {
+            if !still_leads() {
+                return Err(not_primary());
+            }
+            Operation::current().check()?;
+            p = self
+                .left
+                .wait_timeout(p, OPERATION_CHECK_INTERVAL)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        Ok(p)
     }
 }
 
@@ -215,24 +344,135 @@ pub(crate) fn writable(
     !pending.holds_writes(term)
 }
 
+impl MemberProposer {
+    /// Whether this member still leads in `term`.
+    fn leads_in(&self, term: u64) -> bool {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        m.current_term == term
+            && m.state == openraft::ServerState::Leader
+            && m.current_leader == Some(self.node)
+    }
+
+    /// The entry's payload: `ops`, named as this member's commit `seq`.
+    fn commit(&self, seq: u64, ops: Ops) -> Commit {
+        Commit {
+            origin: Some(Origin {
+                node: self.node,
+                seq,
+            }),
+            ops: ops.into_bytes(),
+        }
+    }
+
+    fn current_term(&self) -> u64 {
+        self.raft.metrics().borrow().current_term
+    }
+}
+
+/// A pipelined commit's wait (see `Submitted`).
+struct Ticket {
+    done: tokio::sync::oneshot::Receiver<Result<u64>>,
+    raft: Raft<TypeConfig>,
+    term: u64,
+    op: std::sync::Arc<Operation>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Ticket {
+    async fn wait_async(mut self) -> Result<u64> {
+        let mut metrics = self.raft.metrics();
+        let mut check = tokio::time::interval(OPERATION_CHECK_INTERVAL);
+        loop {
+            tokio::select! {
+                biased;
+                done = &mut self.done => {
+                    // A sender dropped unsent: the commit was forgotten with its term.
+                    return done.unwrap_or_else(|_| Err(not_primary()));
+                }
+                changed = metrics.changed() => {
+                    let lost = changed.is_err() || {
+                        let m = metrics.borrow();
+                        m.current_term != self.term || m.state != openraft::ServerState::Leader
+                    };
+                    if lost {
+                        // Applied meanwhile, or not (then it may be still, as any member's
+                        // commit is, or be forgotten with its term).
+                        return self.done.try_recv().unwrap_or_else(|_| Err(not_primary()));
+                    }
+                }
+                _ = check.tick() => {
+                    if let Err(e) = self.op.check() {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Submitted for Ticket {
+    fn wait(self: Box<Self>) -> Result<u64> {
+        let runtime = self.runtime.clone();
+        tokio::task::block_in_place(|| runtime.block_on(self.wait_async()))
+    }
+}
+
 impl Proposer for MemberProposer {
     fn writable(&self) -> bool {
         writable(&self.raft, self.node, &self.writes_held, &self.pending)
+    }
+
+    fn submit(&self, ops: Ops, finish: Finish) -> Result<Box<dyn Submitted>> {
+        if !self.writable() {
+            return Err(not_primary());
+        }
+        let term = self.current_term();
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let bytes = ops.as_bytes().len();
+        let (done, rx) = tokio::sync::oneshot::channel();
+        let slot = Slot {
+            finish,
+            done,
+            bytes,
+        };
+        self.pending
+            .enter(seq, term, slot, || self.leads_in(term))?;
+        let commit = self.commit(seq, ops);
+        // Queued to openraft before the writer lock goes: entries keep commit order.
+        let raft = self.raft.clone();
+        let sent = tokio::task::block_in_place(|| {
+            self.runtime
+                .block_on(async { raft.client_write_ff(commit).await })
+        });
+        if sent.is_err() {
+            self.pending.leave(seq);
+            return Err(not_primary());
+        }
+        // openraft's own answer is not awaited: the state machine's, through `done`, is.
+        drop(sent);
+        Ok(Box::new(Ticket {
+            done: rx,
+            raft: self.raft.clone(),
+            term,
+            op: Operation::current(),
+            runtime: self.runtime.clone(),
+        }))
+    }
+
+    fn drain(&self) -> Result<()> {
+        let term = self.current_term();
+        self.pending.drain(|| self.leads_in(term))
     }
 
     fn propose(&self, ops: Ops) -> Result<()> {
         if !self.writable() {
             return Err(not_primary());
         }
+        self.drain()?;
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         self.pending.insert(seq);
-        let commit = Commit {
-            origin: Some(Origin {
-                node: self.node,
-                seq,
-            }),
-            ops: ops.into_bytes(),
-        };
+        let commit = self.commit(seq, ops);
         let raft = self.raft.clone();
         let term = raft.metrics().borrow().current_term;
         // The command's operation (its kill flag, `maxTimeMS`), current on this thread.

@@ -7,7 +7,7 @@
 //! (`Engine::repl_snapshot_export`, at most 1 GiB: the streamed RocksDB checkpoint
 //! issue 27 plans replaces it), the current one kept in memory.
 
-use crate::member::Pending;
+use crate::member::{Claim, Pending};
 use crate::types::{
     any, decode, encode, Entry, LogId, NodeId, SnapshotMeta, StorageResult, StoredMembership,
     TypeConfig,
@@ -171,29 +171,44 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // without the engine's memory (its proposer, waiting, brings that along).
         for entry in entries {
             let id = *entry.get_log_id();
-            let (ops, own) = match entry.payload {
-                EntryPayload::Blank => (Ops::new(), false),
+            if let Some(p) = self.pending.as_ref() {
+                // This member's pipelined commits of an older term not applied by now
+                // never will be: forgotten before this term's first entry applies.
+                if p.pipelined_before(id.leader_id.term) {
+                    p.forget_pipelined();
+                    off_the_runtime(|| self.engine.repl_pipeline_reset())
+                        .map_err(|e| StorageIOError::apply(id, any(e)))?;
+                }
+            }
+            let (ops, claim) = match entry.payload {
+                EntryPayload::Blank => (Ops::new(), Claim::Others),
                 EntryPayload::Normal(commit) => {
                     let ops = Ops::decode(commit.ops)
                         .map_err(|e| StorageIOError::apply(id, AnyError::new(&e)))?;
-                    let own = self
-                        .pending
-                        .as_ref()
-                        .is_some_and(|p| p.claim(commit.origin));
-                    (ops, own)
+                    let claim = match self.pending.as_ref() {
+                        Some(p) => p.claim(commit.origin),
+                        None => Claim::Others,
+                    };
+                    (ops, claim)
                 }
                 EntryPayload::Membership(m) => {
                     applied.membership = StoredMembership::new(Some(id), m);
-                    (Ops::new(), false)
+                    (Ops::new(), Claim::Others)
                 }
             };
             applied.last = Some(id);
             let marker = encode(&applied).map_err(state_error)?;
-            let result = off_the_runtime(|| {
-                if own {
-                    self.engine.repl_apply_own(&ops, &marker)
-                } else {
-                    self.engine.repl_apply(&ops, &marker)
+            let result = off_the_runtime(|| match claim {
+                Claim::Held => self.engine.repl_apply_own(&ops, &marker),
+                Claim::Others => self.engine.repl_apply(&ops, &marker),
+                Claim::Pipelined(finish, done) => {
+                    let applied = self.engine.repl_apply_pipelined(&ops, &marker, finish);
+                    let answer = match &applied {
+                        Ok(seq) => Ok(*seq),
+                        Err(e) => Err(e.clone()),
+                    };
+                    let _ = done.send(answer);
+                    applied.map(|_| ())
                 }
             });
             result.map_err(|e| StorageIOError::apply(id, any(e)))?;

@@ -16,7 +16,9 @@ use rocksdb::{
 use std::path::Path;
 
 mod ops;
+mod pending;
 pub use ops::{Op, Ops, MAX_ENCODED_BYTES};
+pub use pending::{see_pending, Merged};
 
 /// A stored key and its value, as the store returns them.
 pub type KeyValue = (Box<[u8]>, Box<[u8]>);
@@ -151,6 +153,8 @@ pub struct Store {
     /// next one starts (the group-commit thread and the oplog's reclaiming both sync;
     /// racing, the second saw the first's failure as an unexplained "Seen error").
     sync_lock: std::sync::Mutex<()>,
+    /// Writes proposed to a replica set and not stored yet (see `pending.rs`).
+    pending: pending::Pending,
 }
 
 /// Which snapshots are open, and what waits for them to close before it is reclaimed.
@@ -211,11 +215,21 @@ impl OwnedSnapshot {
 pub struct PointReader<'a> {
     it: rocksdb::DBRawIteratorWithThreadMode<'a, DB>,
     positioned: bool,
+    /// The pending writes, for a thread that sees them (see `pending.rs`).
+    pending: Option<(&'a pending::Pending, Space)>,
+    /// The last pending value returned.
+    held: Option<Box<[u8]>>,
 }
 
 impl PointReader<'_> {
     /// The value of `key`; keys must be asked in ascending order for the stepping to help.
     pub fn get(&mut self, key: &[u8]) -> Result<Option<&[u8]>> {
+        if let Some((pending, space)) = self.pending {
+            if let Some(v) = pending.get(space, key) {
+                self.held = v;
+                return Ok(self.held.as_deref());
+            }
+        }
         if self.positioned && self.it.valid() {
             // Step only onto the key right after the current one (a run of consecutive
             // keys): stepping onto any other entry would load its value for nothing,
@@ -399,6 +413,7 @@ impl Store {
             out_of_space: Default::default(),
             ever_out_of_space: Default::default(),
             sync_lock: Default::default(),
+            pending: Default::default(),
         })
     }
 
@@ -498,10 +513,32 @@ impl Store {
     }
 
     pub fn get(&self, space: Space, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if self.pending.active() {
+            if let Some(v) = self.pending.get(space, key) {
+                return Ok(v.map(Vec::from));
+            }
+        }
         Ok(self.db.get_cf(self.cf(space), key)?)
     }
 
-    /// A read view of everything committed so far (see [`OwnedSnapshot`]).
+    /// Holds a commit's writes as pending under `id` (ids grow): a thread that sees
+    /// pending writes ([`see_pending`]) reads them until [`Store::pending_remove`].
+    /// A range delete is refused.
+    pub fn pending_add(&self, id: u64, ops: &Ops) -> Result<()> {
+        self.pending.add(id, ops)
+    }
+
+    /// Drops commit `id`'s pending writes: call once the batch holding them is committed.
+    pub fn pending_remove(&self, id: u64) {
+        self.pending.remove(id)
+    }
+
+    /// Drops every pending write (commits that will never be stored).
+    pub fn pending_clear(&self) {
+        self.pending.clear()
+    }
+
+    /// A read view (of the store alone: pending writes are not in it) of everything committed so far (see [`OwnedSnapshot`]).
     pub fn snapshot(self: &std::sync::Arc<Self>) -> OwnedSnapshot {
         // Registered before it is taken: `reclaim` never deletes what it can read.
         let mut registry = self.snapshots();
@@ -655,7 +692,7 @@ impl Store {
         lower: &[u8],
         upper: Option<&[u8]>,
         reverse: bool,
-    ) -> impl Iterator<Item = Result<KeyValue>> + '_ {
+    ) -> Merged<impl Iterator<Item = Result<KeyValue>> + '_> {
         let mut ro = ReadOptions::default();
         ro.set_iterate_lower_bound(lower.to_vec());
         if let Some(u) = upper {
@@ -666,9 +703,13 @@ impl Store {
         } else {
             IteratorMode::From(lower, Direction::Forward)
         };
-        self.db
-            .iterator_cf_opt(self.cf(space), ro, mode)
-            .map(|r| r.map_err(StorageError::from))
+        // The pending range is copied before the store's iterator opens (pending.rs).
+        let merge = self.pending.merge(space, lower, upper, reverse);
+        merge(
+            self.db
+                .iterator_cf_opt(self.cf(space), ro, mode)
+                .map(|r| r.map_err(StorageError::from)),
+        )
     }
 
     /// A reader for many point lookups in ascending key order: consecutive keys are
@@ -683,6 +724,8 @@ impl Store {
         PointReader {
             it,
             positioned: false,
+            pending: self.pending.active().then_some((&self.pending, space)),
+            held: None,
         }
     }
 
@@ -692,13 +735,21 @@ impl Store {
         space: Space,
         prefix: &[u8],
         reverse: bool,
-    ) -> impl Iterator<Item = Result<KeyValue>> + '_ {
+    ) -> Merged<impl Iterator<Item = Result<KeyValue>> + '_> {
         let upper = prefix_successor(prefix);
         self.scan(space, prefix, upper.as_deref(), reverse)
     }
 
     /// How many keys start with `prefix` (values are not copied out).
     pub fn count_prefix(&self, space: Space, prefix: &[u8]) -> Result<u64> {
+        if self.pending.active() {
+            let mut n = 0;
+            for item in self.scan_prefix(space, prefix, false) {
+                item?;
+                n += 1;
+            }
+            return Ok(n);
+        }
         let mut ro = ReadOptions::default();
         ro.set_iterate_lower_bound(prefix.to_vec());
         if let Some(u) = prefix_successor(prefix) {

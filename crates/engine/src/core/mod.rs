@@ -54,16 +54,3 @@ pub fn stored_number(n: i64) -> bson::Bson {
 /// under the writer lock): a replica set's shipping of commits (`repl`, issue 27). None:
 /// commits are not recorded (a batch costs nothing extra).
 pub type CommitSink = std::sync::Arc<dyn Fn(&tailstream_storage::Ops) + Send + Sync>;
-
-/// A replica set's write path (issue 27): a commit's writes are proposed to the set and
-/// written into this member's store only once the set committed them (by the state
-/// machine, `Engine::repl_apply_own`), never before; the commit then finishes in memory
-/// as a local one does.
-pub trait Proposer: Send + Sync {
-    /// Whether this member may write now (it leads the set and has applied everything
-    /// before its own term); a commit is not even computed otherwise.
-    fn writable(&self) -> bool;
-    /// Blocks until `ops` are committed by the set and in this member's store; an error
-    /// when they may never be (this member lost the lead: 10107 NotWritablePrimary).
-    fn propose(&self, ops: tailstream_storage::Ops) -> tailstream_query::error::Result<()>;
-}

@@ -1,6 +1,7 @@
 //! Oplog entries in MongoDB's format (`local.oplog.rs`: `ts t v op ns ui o o2 wall`),
 //! the v2 update diffs they carry, and the size accounting that trims the oplog.
 
+pub mod pipeline;
 pub mod recent;
 pub mod trim;
 pub mod txn;

@@ -96,6 +96,11 @@ pub(crate) fn trim_oplog_round(engine: &Engine) -> Result<bool> {
         &keys::image_key(new_trim, keys::ImageKind::Before),
     );
     let mut w = engine.writer.lock();
+    // A replica set's pipelined commits go first: the documents checked below must be
+    // as the store will hold them when this trim is applied after them.
+    if let Some(p) = &proposer {
+        p.drain()?;
+    }
     // Only this thread moves the trim point.
     assert_eq!(w.trim_ts, trim_ts, "oplog trim point moved during a trim");
     // The newest entry stays: the clock restarts after it, and a stream opened without

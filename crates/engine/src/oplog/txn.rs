@@ -38,6 +38,9 @@ pub(crate) struct Writer {
     /// it, and the trim point never passes it (the newest entry is kept, so the clock
     /// restarts after it and a stream opened now starts inside the oplog).
     pub(crate) committed_ts: ClusterTime,
+    /// The id of the last commit held as pending in the store (a replica set's
+    /// pipelined commits, see `Proposer`).
+    pub(crate) pending_id: u64,
 }
 
 /// An insert's oplog entry, `{op: "i", ns, ui, o, o2, ts, t: 1, v: 2, wall}`, written
@@ -129,7 +132,7 @@ impl Writer {
 
 impl Engine {
     pub(crate) fn begin(&self) -> Txn<'_> {
-        let w = self.writer.lock();
+        let w = WriterGuard::new(self.writer.lock());
         Txn {
             engine: self,
             batch: self.write_batch(),
@@ -146,6 +149,24 @@ impl Engine {
             apply_ops: Vec::new(),
             txn_ts: None,
         }
+    }
+
+    /// A commit's end, in commit order: its durability sequence number (returned), and
+    /// its notice to the waiting cursors and streams (a durability request first when
+    /// a change stream waits on one of its namespaces).
+    pub(crate) fn announce(&self, last_ts: Option<ClusterTime>, ns_mask: u64) -> u64 {
+        let seq = self.durability.committed(last_ts);
+        if let Some(ts) = last_ts {
+            if self.bus.waits_on(ns_mask) {
+                self.durability.request(seq);
+            }
+            self.bus.publish(CommitNotice {
+                seq,
+                last_ts: ts,
+                ns_mask,
+            });
+        }
+        seq
     }
 
     /// Starts the in-memory recent oplog (the first change stream does), under the
@@ -178,9 +199,47 @@ impl Engine {
 
 /// One atomic write: data, index entries, oplog entries and catalog changes,
 /// committed together under the writer lock.
+/// The writer lock as a commit holds it. While it is held, this thread's reads see
+/// the store's pending writes (a replica set's pipelined commits not stored yet, see
+/// `Proposer`); a pipelined commit lets it go before it waits for the set.
+pub(crate) struct WriterGuard<'e>(Option<MutexGuard<'e, Writer>>);
+
+impl<'e> WriterGuard<'e> {
+    fn new(guard: MutexGuard<'e, Writer>) -> WriterGuard<'e> {
+        tailstream_storage::see_pending(true);
+        crate::oplog::pipeline::note_seen(guard.pending_id);
+        WriterGuard(Some(guard))
+    }
+
+    fn release(&mut self) {
+        if self.0.take().is_some() {
+            tailstream_storage::see_pending(false);
+        }
+    }
+}
+
+impl Drop for WriterGuard<'_> {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+impl std::ops::Deref for WriterGuard<'_> {
+    type Target = Writer;
+    fn deref(&self) -> &Writer {
+        self.0.as_ref().expect("the writer lock is held")
+    }
+}
+
+impl std::ops::DerefMut for WriterGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Writer {
+        self.0.as_mut().expect("the writer lock is held")
+    }
+}
+
 pub(crate) struct Txn<'e> {
     engine: &'e Engine,
-    w: MutexGuard<'e, Writer>,
+    w: WriterGuard<'e>,
     batch: Batch<'e>,
     /// The catalog as of the start (stable: it only changes under the writer lock we hold).
     base: Arc<Catalog>,
@@ -504,6 +563,9 @@ impl<'e> Txn<'e> {
                 let ops = recorded
                     .take()
                     .expect("a replica set's batch records its writes");
+                if catalog.is_none() && !touched_capped && pipelinable(&ops) {
+                    return self.commit_pipelined(&*proposer, ops, bytes_before);
+                }
                 proposer.propose(ops)
             }
             None => engine.store.commit(batch).map_err(storage_err),
@@ -528,20 +590,10 @@ impl<'e> Txn<'e> {
         if !self.recent.is_empty() {
             engine.recent.push(std::mem::take(&mut self.recent));
         }
-        let seq = engine.durability.committed(last_ts);
         if let Some(c) = catalog {
             *engine.catalog.write() = Arc::new(c);
         }
-        if let Some(ts) = last_ts {
-            if engine.bus.waits_on(self.ns_mask) {
-                engine.durability.request(seq);
-            }
-            engine.bus.publish(CommitNotice {
-                seq,
-                last_ts: ts,
-                ns_mask: self.ns_mask,
-            });
-        }
+        let seq = engine.announce(last_ts, self.ns_mask);
         if self.w.oplog_bytes > engine.opts.oplog_size_bytes {
             if let Some(wake) = engine.oplog_wake.lock().as_ref() {
                 // Full: a wake-up is already pending.
@@ -550,6 +602,59 @@ impl<'e> Txn<'e> {
         }
         Ok(Committed { seq, last_ts })
     }
+
+    /// A replica set's pipelined commit (see `Proposer`): its writes held as pending,
+    /// proposed in commit order under the writer lock, which is then let go while the
+    /// set commits it; the state machine finishes it in memory
+    /// (`Engine::repl_apply_pipelined`). The writer's newest time and oplog size
+    /// count it from now on: the next commit comes after it.
+    fn commit_pipelined(
+        mut self,
+        proposer: &dyn crate::oplog::pipeline::Proposer,
+        ops: tailstream_storage::Ops,
+        bytes_before: u64,
+    ) -> Result<Committed> {
+        let engine = self.engine;
+        self.w.pending_id += 1;
+        let pending_id = self.w.pending_id;
+        if let Err(e) = engine.store.pending_add(pending_id, &ops) {
+            self.w.oplog_bytes = bytes_before;
+            return Err(storage_err(e));
+        }
+        let finish = crate::oplog::pipeline::Finish {
+            pending_id,
+            last_ts: self.last_ts,
+            ns_mask: self.ns_mask,
+            recent: std::mem::take(&mut self.recent),
+        };
+        let submitted = match proposer.submit(ops, finish) {
+            Ok(s) => s,
+            Err(e) => {
+                engine.store.pending_remove(pending_id);
+                self.w.oplog_bytes = bytes_before;
+                return Err(e);
+            }
+        };
+        if let Some(ts) = self.last_ts {
+            self.w.committed_ts = ts;
+        }
+        if self.w.oplog_bytes > engine.opts.oplog_size_bytes {
+            if let Some(wake) = engine.oplog_wake.lock().as_ref() {
+                let _ = wake.try_send(());
+            }
+        }
+        let last_ts = self.last_ts;
+        self.w.release();
+        let seq = submitted.wait()?;
+        Ok(Committed { seq, last_ts })
+    }
+}
+
+/// Whether a replica set's commit may be pipelined: its writes can be held as pending
+/// (no range delete).
+fn pipelinable(ops: &tailstream_storage::Ops) -> bool {
+    !ops.iter()
+        .any(|op| matches!(op, tailstream_storage::Op::DeleteRange { .. }))
 }
 
 #[cfg(test)]

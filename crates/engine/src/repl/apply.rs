@@ -122,6 +122,45 @@ impl Engine {
         self.store_applied(ops, applied)
     }
 
+    /// Applies this member's own pipelined commit (see `Proposer`): its writes and the
+    /// marker into the store, its pending writes dropped (after: pending.rs's ordering
+    /// rule), and the engine's memory brought along as `Txn::commit` does for a local
+    /// commit. Called in log order, without the writer lock (a commit computed
+    /// meanwhile may hold it). Returns the commit's durability sequence number.
+    pub fn repl_apply_pipelined(
+        &self,
+        ops: &Ops,
+        applied: &[u8],
+        finish: crate::oplog::pipeline::Finish,
+    ) -> Result<u64> {
+        self.store_applied(ops, applied)?;
+        self.store.pending_remove(finish.pending_id);
+        self.pipeline.applied(finish.pending_id);
+        if !finish.recent.is_empty() {
+            self.recent.push(finish.recent);
+        }
+        Ok(self.announce(finish.last_ts, finish.ns_mask))
+    }
+
+    /// Forgets pipelined commits that will never be applied (their term ended before
+    /// the set committed them): their pending writes go, and the writer's newest time
+    /// and oplog size are read again from the store, as after an open. Called before
+    /// the first entry of a newer term is applied.
+    pub fn repl_pipeline_reset(&self) -> Result<()> {
+        let mut w = self.writer.lock();
+        self.store.pending_clear();
+        self.pipeline.forgotten(w.pending_id);
+        let last = self
+            .store
+            .last(Space::Oplog, &[], None)
+            .map_err(storage_err)?;
+        w.committed_ts = last.map_or(ClusterTime::ZERO, |(k, _)| keys::oplog_key_time(&k));
+        // Pipelined commits never move the trim point: only the size is theirs.
+        let (_, oplog_bytes) = Writer::load_oplog_state(&self.store)?;
+        w.oplog_bytes = oplog_bytes;
+        Ok(())
+    }
+
     fn store_applied(&self, ops: &Ops, applied: &[u8]) -> Result<()> {
         let mut batch = self.store.batch();
         batch.apply_ops(ops);
@@ -186,17 +225,7 @@ impl Engine {
         if !recent.is_empty() {
             self.recent.push(recent);
         }
-        let seq = self.durability.committed(last_ts);
-        if let Some(ts) = last_ts {
-            if self.bus.waits_on(ns_mask) {
-                self.durability.request(seq);
-            }
-            self.bus.publish(CommitNotice {
-                seq,
-                last_ts: ts,
-                ns_mask,
-            });
-        }
+        self.announce(last_ts, ns_mask);
         Ok(())
     }
 
@@ -287,6 +316,7 @@ impl Engine {
 mod tests {
     use super::*;
     use crate::core::testing::TestEngine;
+    use crate::oplog::pipeline::{Finish, Submitted};
 
     #[test]
     fn a_commit_applies_with_its_marker_and_a_snapshot_carries_both() {
@@ -490,15 +520,25 @@ mod tests {
     /// A proposer that fails as a member that lost the lead while its entry waited.
     struct LostTheLead;
 
-    impl crate::core::Proposer for LostTheLead {
+    fn not_primary() -> Error {
+        Error::new(
+            tailstream_query::error::codes::NOT_WRITABLE_PRIMARY,
+            "not primary",
+        )
+    }
+
+    impl crate::oplog::pipeline::Proposer for LostTheLead {
         fn writable(&self) -> bool {
             true
         }
         fn propose(&self, _: Ops) -> Result<()> {
-            Err(Error::new(
-                tailstream_query::error::codes::NOT_WRITABLE_PRIMARY,
-                "not primary",
-            ))
+            Err(not_primary())
+        }
+        fn submit(&self, _: Ops, _: Finish) -> Result<Box<dyn Submitted>> {
+            Err(not_primary())
+        }
+        fn drain(&self) -> Result<()> {
+            Ok(())
         }
     }
 
@@ -509,18 +549,112 @@ mod tests {
         proposals: std::sync::atomic::AtomicUsize,
     }
 
-    impl crate::core::Proposer for NeverWritable {
+    impl crate::oplog::pipeline::Proposer for NeverWritable {
         fn writable(&self) -> bool {
             false
         }
         fn propose(&self, _: Ops) -> Result<()> {
             self.proposals
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Err(Error::new(
-                tailstream_query::error::codes::NOT_WRITABLE_PRIMARY,
-                "not primary",
-            ))
+            Err(not_primary())
         }
+        fn submit(&self, ops: Ops, _: Finish) -> Result<Box<dyn Submitted>> {
+            self.propose(ops).map(|_| unreachable!("refused"))
+        }
+        fn drain(&self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A set that commits later: pipelined commits queue up, answered at once, until
+    /// the test applies them as the state machine would.
+    #[derive(Default)]
+    struct CommitsLater {
+        queue: Mutex<Vec<(Ops, Finish)>>,
+    }
+
+    struct Answered;
+
+    impl Submitted for Answered {
+        fn wait(self: Box<Self>) -> Result<u64> {
+            Ok(0)
+        }
+    }
+
+    impl crate::oplog::pipeline::Proposer for CommitsLater {
+        fn writable(&self) -> bool {
+            true
+        }
+        fn propose(&self, _: Ops) -> Result<()> {
+            panic!("only pipelined commits in this test")
+        }
+        fn submit(&self, ops: Ops, finish: Finish) -> Result<Box<dyn Submitted>> {
+            self.queue.lock().unwrap().push((ops, finish));
+            Ok(Box::new(Answered))
+        }
+        fn drain(&self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A commit computed while the ones before it are still pending reads their writes
+    /// (a duplicate key, an update of a pending document); no other reader sees them
+    /// until the state machine stores them; then the store holds exactly what
+    /// committing each at once would have.
+    #[test]
+    fn a_pipelined_commit_reads_the_pending_ones_before_it() {
+        let run = |pipelined: bool| {
+            let t = TestEngine::open();
+            let e = &t.engine;
+            let ns = Namespace::new("db", "c");
+            e.insert_documents(&ns, vec![doc! {"_id": 0}], true)
+                .unwrap();
+            let before = state(e);
+            let later = Arc::new(CommitsLater::default());
+            if pipelined {
+                e.set_proposer(Some(later.clone()));
+            }
+            e.insert_documents(&ns, vec![doc! {"_id": 1, "v": 1}], true)
+                .unwrap();
+            if pipelined {
+                assert_eq!(state(e), before, "a reader sees the store alone");
+            }
+            let dup = e
+                .insert_documents(&ns, vec![doc! {"_id": 1}], true)
+                .unwrap();
+            assert_eq!(dup.errors.len(), 1, "the pending insert is a duplicate key");
+            assert_eq!(dup.errors[0].error.code, 11000);
+            let update = UpdateOp {
+                q: doc! {"_id": 1},
+                u: doc! {"$inc": {"v": 1}}.into(),
+                ..Default::default()
+            };
+            let out = e.update(&ns, vec![update], true).unwrap();
+            assert_eq!((out.n, out.n_modified), (1, 1));
+            let delete = DeleteOp {
+                q: doc! {"_id": 0},
+                ..Default::default()
+            };
+            assert_eq!(e.delete(&ns, vec![delete], true).unwrap().n, 1);
+            let queued = std::mem::take(&mut *later.queue.lock().unwrap());
+            assert_eq!(queued.len(), if pipelined { 3 } else { 0 });
+            let mut last = None;
+            for (ops, finish) in queued {
+                let ts = finish.last_ts;
+                e.repl_apply_pipelined(&ops, b"applied", finish).unwrap();
+                assert_eq!(e.bus.last().last_ts, ts.unwrap(), "its notice went out");
+                last = ts;
+            }
+            if pipelined {
+                assert_eq!(e.writer.lock().committed_ts, last.unwrap());
+            }
+            e.set_proposer(None);
+            state(e)
+                .into_iter()
+                .filter(|(space, _, _)| *space == Space::Docs || *space == Space::Index)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(true), run(false));
     }
 
     /// A member that may not write neither writes, nor trims its oplog, nor expires

@@ -154,6 +154,12 @@ impl Engine {
         // Under the writer lock no commit is half done: the clock's last time is the
         // newest commit, and the snapshot holds exactly the commits up to it.
         let w = self.writer.lock();
+        // A replica set's pipelined commits took times from the clock before they are
+        // in the store: wait for them (a member that lost the lead has none to wait for
+        // that will ever come, and takes the snapshot as it is).
+        if let Some(p) = self.proposer() {
+            let _ = p.drain();
+        }
         let ts = w.clock.last();
         let t = self.begin_transaction();
         drop(w);

@@ -574,7 +574,11 @@ where
     let op = OPERATION.try_with(|op| op.clone()).ok();
     tokio::task::spawn_blocking(move || {
         let _current = op.as_ref().map(|op| op.enter());
-        f(&engine)
+        engine.forget_seen_writes();
+        let result = f(&engine);
+        // A replica set's reply waits for the pipelined commits its writes read.
+        engine.await_seen_writes()?;
+        result
     })
     .await
     .map_err(|e| Error::internal(format!("operation failed: {e}")))?
