@@ -245,6 +245,58 @@ def test_a_write_no_majority_can_commit_ends_at_its_max_time(three):
         assert count_on(m, _id="late") == late
 
 
+def test_a_write_past_its_wtimeout_gets_a_write_concern_error_and_stays_queued(three):
+    # mongod's wtimeout: the write is done where it was taken, the reply says its
+    # write concern was not met in time (64 WriteConcernFailed, errInfo.wtimeout) and
+    # carries the write's outcome. Here the write is queued to the set (a pipelined
+    # commit) and the writes after it are computed on top of it; when the set commits
+    # them they are on every member, or (the term lost) on none.
+    members = three
+    initiate(members)
+    primary = primary_of(members)
+    with primary.client(directConnection=True) as c:
+        c.rs.items.insert_one({"_id": "first"})
+    secondaries = [m for m in members if m is not primary]
+    for m in secondaries:
+        m.proc.send_signal(signal.SIGSTOP)
+    try:
+        with wire.connect(primary.port) as sock:
+            for _id in ("late", "later"):
+                reply = wire.command(sock, {
+                    "insert": "items", "documents": [{"_id": _id}], "$db": "rs",
+                    "writeConcern": {"w": "majority", "wtimeout": 300}})
+                assert reply["ok"] == 1 and reply["n"] == 1, reply
+                wce = reply["writeConcernError"]
+                assert wce["code"] == 64 and wce["codeName"] == "WriteConcernFailed", reply
+                assert wce["errInfo"]["wtimeout"] is True, reply
+                assert wce["errInfo"]["writeConcern"]["w"] == "majority", reply
+                assert wce["errInfo"]["writeConcern"]["wtimeout"] == 300, reply
+            # The second insert of the same _id reads the queued one: a duplicate key,
+            # answered only once that one is committed, so here at its wtimeout too.
+            dup = wire.command(sock, {
+                "insert": "items", "documents": [{"_id": "late"}], "$db": "rs",
+                "writeConcern": {"w": "majority", "wtimeout": 300}})
+            assert dup["ok"] == 1 and dup["writeErrors"][0]["code"] == 11000, dup
+            assert dup["writeConcernError"]["code"] == 64, dup
+            # w: 1 is not bounded by wtimeout (mongod ignores it there): the write
+            # waits for the set, and its maxTimeMS ends it.
+            w1 = wire.command(sock, {
+                "insert": "items", "documents": [{"_id": "w1"}], "$db": "rs",
+                "writeConcern": {"w": 1, "wtimeout": 100}, "maxTimeMS": 600})
+            assert w1["ok"] == 0 and w1["code"] == 50, w1
+    finally:
+        for m in secondaries:
+            m.proc.send_signal(signal.SIGCONT)
+    with MongoClient(set_uri(members), serverSelectionTimeoutMS=30_000) as client:
+        client.rs.items.insert_one({"_id": "after"})
+        found = [client.rs.items.count_documents({"_id": i}) for i in ("late", "later", "w1")]
+    # One term's entries, in order: what committed is a prefix of them.
+    assert found in ([0, 0, 0], [1, 0, 0], [1, 1, 0], [1, 1, 1]), found
+    queued = sum(found)
+    for m in members:
+        assert eventually(lambda m=m: count_on(m) == 2 + queued, timeout=SET_WAIT_S), m.port
+
+
 def test_members_authenticate_with_the_key_file(fresh_server, tmp_path):
     # As mongod's --keyFile: members prove the shared key to one another (SCRAM as
     # __system@local), the key turns authorization on, the localhost exception

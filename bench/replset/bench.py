@@ -141,9 +141,10 @@ def percentile(xs, p):
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
-def lag_row(rs, rate, seconds, batch):
-    """Paced writes at `rate` documents/s for `seconds`; the lag of each document from
-    its write's acknowledgement to its event on a secondary's stream."""
+def lag_row(rs, rate, seconds, batch, writers=1):
+    """Paced writes at `rate` documents/s for `seconds` (from `writers` threads, each
+    taking every writers-th write of one schedule); the lag of each document from its
+    write's acknowledgement to its event on a secondary's stream."""
     primary = rs.primary()
     secondary = next(m for m in rs.members if m is not primary)
     acked = {}
@@ -165,23 +166,31 @@ def lag_row(rs, rate, seconds, batch):
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     ready.wait(30)
-    with rs.client() as c:
+    with rs.client(maxPoolSize=max(100, writers)) as c:
         coll = c.bench.lag
         interval = batch / rate
         start = time.perf_counter()
-        for first in range(0, total, batch):
-            due = start + (first // batch) * interval
-            pause = due - time.perf_counter()
-            if pause > 0:
-                time.sleep(pause)
-            ids = list(range(first, min(first + batch, total)))
-            if batch == 1:
-                coll.insert_one({"_id": ids[0], "x": 1})
-            else:
-                coll.insert_many([{"_id": i, "x": 1} for i in ids])
-            now = time.perf_counter()
-            for i in ids:
-                acked[i] = now
+
+        def write(k):
+            for first in range(k * batch, total, batch * writers):
+                due = start + (first // batch) * interval
+                pause = due - time.perf_counter()
+                if pause > 0:
+                    time.sleep(pause)
+                ids = list(range(first, min(first + batch, total)))
+                if batch == 1:
+                    coll.insert_one({"_id": ids[0], "x": 1})
+                else:
+                    coll.insert_many([{"_id": i, "x": 1} for i in ids])
+                now = time.perf_counter()
+                for i in ids:
+                    acked[i] = now
+
+        threads = [threading.Thread(target=write, args=(k,)) for k in range(writers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
         achieved = total / (time.perf_counter() - start)
     reader.join(30)
     lags = [(seen[i] - acked[i]) * 1000 for i in acked if i in seen]
@@ -343,6 +352,8 @@ def main():
     ap.add_argument("--server", required=True)
     ap.add_argument("--scenarios", default="lag,failover")
     ap.add_argument("--rates", default="1000,10000")
+    ap.add_argument("--writers", type=int, default=1,
+                    help="writer threads sharing the paced schedule (lag)")
     ap.add_argument("--batch", type=int, default=0,
                     help="documents per write (0: 1 up to 1,000/s, else rate/1,000)")
     ap.add_argument("--seconds", type=float, default=10)
@@ -356,13 +367,14 @@ def main():
     print(f"### Replica set (3 members, one machine): {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"{os.cpu_count()} CPUs\n")
     if "lag" in scenarios:
-        print("Replication lag: primary acknowledgement to the event on a secondary's change stream.\n")
+        print("Replication lag: primary acknowledgement to the event on a secondary's change stream "
+              f"({args.writers} writer thread{'s' if args.writers > 1 else ''}).\n")
         print("| writes/s asked | achieved | docs per write | events | p50 ms | p99 ms | max ms |")
         print("|---|---|---|---|---|---|---|")
         with ReplicaSet(args.server, 10000, args.member_cpus) as rs:
             for rate in [float(r) for r in args.rates.split(",")]:
                 batch = args.batch or max(1, int(rate // 1000))
-                r = lag_row(rs, rate, args.seconds, batch)
+                r = lag_row(rs, rate, args.seconds, batch, args.writers)
                 print(f"| {rate:,.0f} | {r['achieved']:,.0f} | {batch} | {r['events']:,} "
                       f"| {r['p50']:.2f} | {r['p99']:.2f} | {r['max']:.2f} |", flush=True)
         print()

@@ -115,6 +115,11 @@ pub struct Operation {
     stats: crate::op_stats::OpStats,
     /// How far its long work has come (`currentOp`'s `msg` and `progress`).
     progress: Mutex<Option<Progress>>,
+    /// A write's `wtimeout`, as a deadline: how long it waits for a replica set to
+    /// commit it (None: until it is committed, or the operation stops).
+    replication_deadline: Mutex<Option<Instant>>,
+    /// Set when a wait for the set ended at that deadline (the write stays queued).
+    replication_timed_out: std::sync::atomic::AtomicBool,
 }
 
 /// How far an operation's long work has come: what it is doing, and how much of how
@@ -173,7 +178,35 @@ impl Operation {
             scope: Mutex::new(None),
             stats: crate::op_stats::OpStats::default(),
             progress: Mutex::new(None),
+            replication_deadline: Mutex::new(None),
+            replication_timed_out: Default::default(),
         })
+    }
+
+    /// Sets how long the operation's writes wait for a replica set (see
+    /// `replication_deadline`).
+    pub fn set_replication_deadline(&self, deadline: Option<Instant>) {
+        *self
+            .replication_deadline
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = deadline;
+    }
+
+    pub fn replication_deadline(&self) -> Option<Instant> {
+        *self
+            .replication_deadline
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes that a wait for the set ended at the replication deadline.
+    pub fn note_replication_timeout(&self) {
+        self.replication_timed_out.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a wait for the set ended at the replication deadline.
+    pub fn replication_timed_out(&self) -> bool {
+        self.replication_timed_out.load(Ordering::Relaxed)
     }
 
     /// Its long work's progress, if it reports one.

@@ -223,6 +223,20 @@ fn not_primary() -> Error {
     Error::new(codes::NOT_WRITABLE_PRIMARY, "not primary")
 }
 
+/// mongod's InterruptedDueToReplStateChange (retryable).
+const INTERRUPTED_DUE_TO_REPL_STATE_CHANGE: i32 = 11602;
+
+/// A write whose entry was proposed and whose wait ended because this member lost the
+/// lead: unlike 10107 (nothing was proposed), its entry may still commit under the new
+/// leader, so its fate is unknown (a retryable write is applied once all the same).
+fn interrupted_by_state_change() -> Error {
+    Error::new(
+        INTERRUPTED_DUE_TO_REPL_STATE_CHANGE,
+        "operation was interrupted because this member lost the lead; the write may \
+         still commit",
+    )
+}
+
 /// The engine's proposer for one member.
 pub struct MemberProposer {
     node: NodeId,
@@ -380,15 +394,27 @@ struct Ticket {
 }
 
 impl Ticket {
-    async fn wait_async(mut self) -> Result<u64> {
+    async fn wait_async(mut self) -> Result<Option<u64>> {
         let mut metrics = self.raft.metrics();
         let mut check = tokio::time::interval(OPERATION_CHECK_INTERVAL);
+        let deadline = self.op.replication_deadline();
+        let wtimeout = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(wtimeout);
         loop {
             tokio::select! {
                 biased;
                 done = &mut self.done => {
                     // A sender dropped unsent: the commit was forgotten with its term.
-                    return done.unwrap_or_else(|_| Err(not_primary()));
+                    return done.unwrap_or_else(|_| Err(not_primary())).map(Some);
+                }
+                _ = &mut wtimeout => {
+                    self.op.note_replication_timeout();
+                    return Ok(None);
                 }
                 changed = metrics.changed() => {
                     let lost = changed.is_err() || {
@@ -398,7 +424,11 @@ impl Ticket {
                     if lost {
                         // Applied meanwhile, or not (then it may be still, as any member's
                         // commit is, or be forgotten with its term).
-                        return self.done.try_recv().unwrap_or_else(|_| Err(not_primary()));
+                        return self
+                            .done
+                            .try_recv()
+                            .unwrap_or_else(|_| Err(interrupted_by_state_change()))
+                            .map(Some);
                     }
                 }
                 _ = check.tick() => {
@@ -412,7 +442,7 @@ impl Ticket {
 }
 
 impl Submitted for Ticket {
-    fn wait(self: Box<Self>) -> Result<u64> {
+    fn wait(self: Box<Self>) -> Result<Option<u64>> {
         let runtime = self.runtime.clone();
         tokio::task::block_in_place(|| runtime.block_on(self.wait_async()))
     }
@@ -488,7 +518,7 @@ impl Proposer for MemberProposer {
             // The entry was applied here meanwhile, by this proposal's claim.
             _ if !self.pending.take(seq) => Ok(()),
             // Not applied here, and now never finished by this proposal.
-            Waited::LostTheLead => Err(not_primary()),
+            Waited::LostTheLead => Err(interrupted_by_state_change()),
             Waited::Stopped(e) => {
                 self.pending.abandon(seq, term);
                 Err(e)

@@ -232,6 +232,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> StorageResult<()> {
         let data = snapshot.into_inner();
         let signature = Some(meta.signature());
+        // This member's pipelined commits not applied by now never will be: the set's
+        // state replaces its own.
+        if let Some(p) = self.pending.as_ref() {
+            p.forget_pipelined();
+            off_the_runtime(|| self.engine.repl_pipeline_reset())
+                .map_err(|e| StorageIOError::write_snapshot(signature.clone(), any(e)))?;
+        }
         let ops = Ops::decode(data.clone())
             .map_err(|e| StorageIOError::read_snapshot(signature.clone(), AnyError::new(&e)))?;
         off_the_runtime(|| self.engine.repl_snapshot_import(&ops))

@@ -56,9 +56,11 @@ pub trait Proposer: Send + Sync {
 /// A submitted commit, to wait for (without the writer lock).
 pub trait Submitted: Send {
     /// Blocks until the commit is applied here and finished in memory, and returns its
-    /// durability sequence number; an error when the wait stopped (the lead lost, the
-    /// operation killed or out of time: the commit may still be applied later).
-    fn wait(self: Box<Self>) -> tailstream_query::error::Result<u64>;
+    /// durability sequence number; None when the operation's replication deadline (its
+    /// `wtimeout`) passed first (noted on the operation; the commit stays queued, as
+    /// mongod's write stays applied); an error when the wait stopped (the lead lost,
+    /// the operation killed or out of time: the commit may still be applied later).
+    fn wait(self: Box<Self>) -> tailstream_query::error::Result<Option<u64>>;
 }
 
 /// What the state machine finishes in memory once a pipelined commit is stored (what
@@ -157,6 +159,7 @@ impl Engine {
         if seen == 0 {
             return Ok(());
         }
+        let op = tailstream_query::script::Operation::current();
         let mut ids = self.pipeline.ids.lock();
         loop {
             if ids.applied >= seen {
@@ -169,8 +172,19 @@ impl Engine {
             if self.proposer().is_some_and(|p| !p.writable()) {
                 return Err(not_primary());
             }
-            tailstream_query::script::Operation::current().check()?;
-            self.pipeline.moved.wait_for(&mut ids, SEEN_CHECK_INTERVAL);
+            op.check()?;
+            let wait = match op.replication_deadline() {
+                Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
+                    Some(left) => left.min(SEEN_CHECK_INTERVAL),
+                    None => {
+                        // Its `wtimeout` passed: the reply says so (writeConcernError).
+                        op.note_replication_timeout();
+                        return Ok(());
+                    }
+                },
+                None => SEEN_CHECK_INTERVAL,
+            };
+            self.pipeline.moved.wait_for(&mut ids, wait);
         }
     }
 }

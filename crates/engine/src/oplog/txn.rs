@@ -645,7 +645,11 @@ impl<'e> Txn<'e> {
         }
         let last_ts = self.last_ts;
         self.w.release();
-        let seq = submitted.wait()?;
+        // None: the write's `wtimeout` passed first; it stays queued (the reply carries a
+        // writeConcernError), and its durability point is not known yet.
+        let seq = submitted
+            .wait()?
+            .unwrap_or_else(|| engine.durability.last_committed());
         Ok(Committed { seq, last_ts })
     }
 }

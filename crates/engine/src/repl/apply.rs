@@ -576,8 +576,8 @@ mod tests {
     struct Answered;
 
     impl Submitted for Answered {
-        fn wait(self: Box<Self>) -> Result<u64> {
-            Ok(0)
+        fn wait(self: Box<Self>) -> Result<Option<u64>> {
+            Ok(Some(0))
         }
     }
 

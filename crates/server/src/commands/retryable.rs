@@ -233,22 +233,38 @@ where
             "Failing write for test due to failpoint onPrimaryTransactionalWrite",
         ));
     }
+    let op = super::OPERATION.try_with(|op| op.clone()).ok();
+    if let Some(op) = &op {
+        wc.bound_replication(state, op);
+    }
     let ran = run(to_run).await;
-    let (mut reply, committed) = match ran {
-        Ok(r) => r,
-        Err(e) => {
-            // Some statements may have committed: the retry asks the records.
-            if let Some((session, _)) = &key {
-                state.retry_cache.forget(session);
+    let (mut reply, committed) =
+        match ran.and_then(|(reply, committed)| match state_change_error(&reply) {
+            Some(e) => Err(e),
+            None => Ok((reply, committed)),
+        }) {
+            Ok(r) => r,
+            Err(e) => {
+                // Some statements may have committed: the retry asks the records.
+                if let Some((session, _)) = &key {
+                    state.retry_cache.forget(session);
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
+        };
+    // Its `wtimeout` passed while the set committed it: the outcome as it will be, and
+    // mongod's writeConcernError (the write stays queued, as mongod's stays applied).
+    let timed_out = op.as_ref().is_some_and(|op| op.replication_timed_out());
+    let wce = if timed_out {
+        Some(super::write::wtimeout_error(&wc))
+    } else {
+        await_write_concern(state, wc, committed).await
     };
-    if let Some(wce) = await_write_concern(state, wc, committed).await {
+    if let Some(wce) = wce {
         reply.insert("writeConcernError", wce);
     }
     if let Some((session, txn)) = key {
-        if reply.contains_key("writeErrors") {
+        if reply.contains_key("writeErrors") || timed_out {
             // A statement that failed or was interrupted did not run: a retry runs
             // it again (and only it, by the records), as mongod does, so this reply
             // is not kept.
@@ -317,4 +333,26 @@ mod tests {
         };
         assert_eq!(resume.select(vec!["a", "b", "c", "d"]), vec!["b", "d"]);
     }
+}
+
+/// The codes of a member that stopped being primary mid-write (nothing proposed:
+/// 10107; proposed, fate unknown: 11602).
+const STATE_CHANGE_CODES: [i32; 2] = [10107, 11602];
+
+/// A statement's error that ends the whole command, as mongod's interrupted writes do
+/// (a state change fails the batch, not one statement): the statements before it stay
+/// done, and a driver retries the command on the new primary (a retryable write runs
+/// only what its records do not show).
+fn state_change_error(reply: &Document) -> Option<Error> {
+    let errors = reply.get_array("writeErrors").ok()?;
+    errors.iter().find_map(|e| {
+        let e = e.as_document()?;
+        let code = e.get_i32("code").ok()?;
+        STATE_CHANGE_CODES.contains(&code).then(|| {
+            Error::new(
+                code,
+                e.get_str("errmsg").unwrap_or("not primary").to_string(),
+            )
+        })
+    })
 }

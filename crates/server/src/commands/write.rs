@@ -34,12 +34,30 @@ pub struct WriteConcern {
     pub members: u32,
     /// `wtimeout`: how long to wait for those members (None: no limit).
     pub wtimeout: Option<std::time::Duration>,
+    /// `w: "majority"`, or no `w` (a replica set's default is majority).
+    pub majority: bool,
 }
 
 impl WriteConcern {
     /// `w` greater than the set's data-bearing members (100 UnsatisfiableWriteConcern).
     pub fn unsatisfiable(&self, state: &ServerState) -> bool {
         self.members as usize > crate::replset::data_bearing_members(state)
+    }
+
+    /// On a replica set's member, when `wtimeout` bounds the wait for the set to commit
+    /// the write (`w: "majority"` or `w` > 1, as on mongod; not a `w` it cannot meet,
+    /// which gets its own error): from now until then, as `op`'s replication deadline.
+    pub fn bound_replication(
+        &self,
+        state: &ServerState,
+        op: &tailstream_engine::query::script::Operation,
+    ) {
+        let waits_for_the_set = self.majority || self.members > 1;
+        if let Some(wtimeout) = self.wtimeout {
+            if state.repl.member().is_some() && waits_for_the_set && !self.unsatisfiable(state) {
+                op.set_replication_deadline(Some(std::time::Instant::now() + wtimeout));
+            }
+        }
     }
 }
 
@@ -48,6 +66,7 @@ pub fn parse_write_concern(cmd: &Document) -> Result<WriteConcern> {
         // The default write concern of a replica set is majority: durable.
         return Ok(WriteConcern {
             durable: true,
+            majority: true,
             ..Default::default()
         });
     };
@@ -57,8 +76,14 @@ pub fn parse_write_concern(cmd: &Document) -> Result<WriteConcern> {
     };
     let mut out = WriteConcern::default();
     match wc.get("w") {
-        None => out.durable = true,
-        Some(Bson::String(s)) if s == "majority" => out.durable = true,
+        None => {
+            out.durable = true;
+            out.majority = true;
+        }
+        Some(Bson::String(s)) if s == "majority" => {
+            out.durable = true;
+            out.majority = true;
+        }
         Some(Bson::String(s)) => {
             return Err(Error::new(
                 79,
@@ -134,12 +159,17 @@ pub async fn await_write_concern(
 
 /// mongod's `writeConcernError` when `wtimeout` passed before `w` members applied the
 /// write (it stays applied where it is).
-fn wtimeout_error(wc: &WriteConcern) -> Document {
+pub fn wtimeout_error(wc: &WriteConcern) -> Document {
     let mut e = write_concern_error(64, "waiting for replication timed out");
     let ms = wc.wtimeout.map_or(0, |d| d.as_millis() as i64);
+    let w = if wc.majority {
+        Bson::from("majority")
+    } else {
+        Bson::Int64(i64::from(wc.members))
+    };
     e.insert(
         "errInfo",
-        doc! {"wtimeout": true, "writeConcern": {"w": i64::from(wc.members), "wtimeout": ms, "provenance": "clientSupplied"}},
+        doc! {"wtimeout": true, "writeConcern": {"w": w, "wtimeout": ms, "provenance": "clientSupplied"}},
     );
     e
 }
