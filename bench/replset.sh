@@ -4,7 +4,7 @@
 # first write the new primary acknowledged) and watchers on a secondary (its CPU with
 # 0, 1 and 100 change streams), three members on this machine. Builds the
 # server if needed and runs bench/replset/bench.py with the tests' Python environment.
-# Arguments go to bench.py (--scenarios lag,failover,watchers --rates --seconds
+# Arguments go to bench.py (--scenarios lag,failover,watchers --rates --seconds --writers
 # --failovers --election-ms --member-cpus --watch-rate --watch-collections).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
