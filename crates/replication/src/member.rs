@@ -164,7 +164,7 @@ impl Pending {
     }
 
     /// Registers pipelined commit `seq`, waiting while the pipeline is full (with the
-    /// writer lock held) unless `stop` says the lead is gone.
+    /// writer lock held) unless the lead is gone (`still_leads`) or the operation stops.
     fn enter(&self, seq: u64, term: u64, slot: Slot, still_leads: impl Fn() -> bool) -> Result<()> {
         let fits = |p: &Pipeline| {
             p.slots.len() < MAX_PIPELINED_COMMITS
@@ -431,11 +431,7 @@ impl Ticket {
                             .map(Some);
                     }
                 }
-                _ = check.tick() => {
-                    if let Err(e) = self.op.check() {
-                        return Err(e);
-                    }
-                }
+                _ = check.tick() => self.op.check()?,
             }
         }
     }

@@ -40,14 +40,20 @@ fn sees_pending() -> bool {
     SEES_PENDING.with(Cell::get)
 }
 
+/// A stored key or value.
+type Bytes = Box<[u8]>;
+
 /// A key's newest pending value: the commit that wrote it, and the value (None: deleted).
-type Slot = (u64, Option<Box<[u8]>>);
+type Slot = (u64, Option<Bytes>);
+
+/// A pending write as a scan merges it: the key, and its value (None: deleted).
+type Write = (Bytes, Option<Bytes>);
 
 #[derive(Default)]
 struct Inner {
-    spaces: Vec<BTreeMap<Box<[u8]>, Slot>>,
+    spaces: Vec<BTreeMap<Bytes, Slot>>,
     /// The keys each commit wrote, by commit id.
-    by_commit: BTreeMap<u64, Vec<(Space, Box<[u8]>)>>,
+    by_commit: BTreeMap<u64, Vec<(Space, Bytes)>>,
 }
 
 /// The pending writes of the commits not yet stored.
@@ -146,7 +152,7 @@ impl Pending {
         lower: &[u8],
         upper: Option<&[u8]>,
         reverse: bool,
-    ) -> VecDeque<(Box<[u8]>, Option<Box<[u8]>>)> {
+    ) -> VecDeque<Write> {
         use std::ops::Bound;
         let inner = self.read();
         let Some(map) = inner.spaces.get(space.code() as usize) else {
@@ -154,11 +160,10 @@ impl Pending {
         };
         let hi = upper.map_or(Bound::Unbounded, Bound::Excluded);
         let range = map.range::<[u8], _>((Bound::Included(lower), hi));
-        let copy = |(k, (_, v)): (&Box<[u8]>, &Slot)| (k.clone(), v.clone());
         if reverse {
-            range.rev().map(copy).collect()
+            range.rev().map(|(k, s)| (k.clone(), s.1.clone())).collect()
         } else {
-            range.map(copy).collect()
+            range.map(|(k, s)| (k.clone(), s.1.clone())).collect()
         }
     }
 
@@ -191,7 +196,7 @@ impl Pending {
 /// A store scan with pending writes merged in (see [`Pending::merge`]).
 pub struct Merged<I: Iterator<Item = Result<KeyValue>>> {
     stored: std::iter::Peekable<I>,
-    pending: VecDeque<(Box<[u8]>, Option<Box<[u8]>>)>,
+    pending: VecDeque<Write>,
     reverse: bool,
 }
 

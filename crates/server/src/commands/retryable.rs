@@ -284,11 +284,48 @@ where
     Ok(reply)
 }
 
+/// The codes of a member that stopped being primary mid-write (nothing proposed:
+/// 10107; proposed, fate unknown: 11602).
+const STATE_CHANGE_CODES: [i32; 2] = [10107, 11602];
+
+/// A statement's error that ends the whole command, as mongod's interrupted writes do
+/// (a state change fails the batch, not one statement): the statements before it stay
+/// done, and a driver retries the command on the new primary (a retryable write runs
+/// only what its records do not show).
+fn state_change_error(reply: &Document) -> Option<Error> {
+    let errors = reply.get_array("writeErrors").ok()?;
+    errors.iter().find_map(|e| {
+        let e = e.as_document()?;
+        let code = e.get_i32("code").ok()?;
+        STATE_CHANGE_CODES.contains(&code).then(|| {
+            Error::new(
+                code,
+                e.get_str("errmsg").unwrap_or("not primary").to_string(),
+            )
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use bson::doc;
     use tailstream_engine::write::WriteError;
+
+    /// A statement that failed because the member lost the lead fails the command (a
+    /// driver retries it); any other statement error stays a write error.
+    #[test]
+    fn a_lost_lead_mid_batch_is_the_commands_error() {
+        let dup = doc! {"n": 1, "writeErrors": [{"index": 1, "code": 11000, "errmsg": "dup"}]};
+        assert!(state_change_error(&dup).is_none());
+        assert!(state_change_error(&doc! {"n": 2}).is_none());
+        let lost = doc! {"n": 1, "writeErrors": [
+            {"index": 1, "code": 11000, "errmsg": "dup"},
+            {"index": 2, "code": 11602, "errmsg": "interrupted"},
+        ]};
+        let e = state_change_error(&lost).expect("a command error");
+        assert_eq!((e.code, e.message.as_str()), (11602, "interrupted"));
+    }
 
     #[test]
     fn a_retry_reports_the_whole_commands_indexes_and_counts() {
@@ -333,26 +370,4 @@ mod tests {
         };
         assert_eq!(resume.select(vec!["a", "b", "c", "d"]), vec!["b", "d"]);
     }
-}
-
-/// The codes of a member that stopped being primary mid-write (nothing proposed:
-/// 10107; proposed, fate unknown: 11602).
-const STATE_CHANGE_CODES: [i32; 2] = [10107, 11602];
-
-/// A statement's error that ends the whole command, as mongod's interrupted writes do
-/// (a state change fails the batch, not one statement): the statements before it stay
-/// done, and a driver retries the command on the new primary (a retryable write runs
-/// only what its records do not show).
-fn state_change_error(reply: &Document) -> Option<Error> {
-    let errors = reply.get_array("writeErrors").ok()?;
-    errors.iter().find_map(|e| {
-        let e = e.as_document()?;
-        let code = e.get_i32("code").ok()?;
-        STATE_CHANGE_CODES.contains(&code).then(|| {
-            Error::new(
-                code,
-                e.get_str("errmsg").unwrap_or("not primary").to_string(),
-            )
-        })
-    })
 }
