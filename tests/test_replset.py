@@ -14,7 +14,7 @@ import uuid
 import pytest
 from bson import Binary, Int64, Timestamp
 from pymongo import MongoClient
-from pymongo.errors import NotPrimaryError, OperationFailure
+from pymongo.errors import AutoReconnect, DuplicateKeyError, NotPrimaryError, OperationFailure
 
 import wire
 from conftest import eventually
@@ -238,11 +238,24 @@ def test_a_write_no_majority_can_commit_ends_at_its_max_time(three):
     # A primary takes writes again; the first write's entry committed or was dropped
     # (a resumed secondary may win an election without it), the same on every member.
     with MongoClient(set_uri(members), serverSelectionTimeoutMS=30_000) as client:
-        client.rs.items.insert_one({"_id": "after"})
+        assert eventually(lambda: insert_through_elections(client.rs.items, {"_id": "after"}),
+                          timeout=SET_WAIT_S)
         late = client.rs.items.count_documents({"_id": "late"})
     for m in members:
         assert eventually(lambda m=m: count_on(m) == 1 + late, timeout=SET_WAIT_S), m.port
         assert count_on(m, _id="late") == late
+
+
+def insert_through_elections(coll, doc):
+    """Inserts `doc`: True once it is stored, False while the set is between primaries
+    (a duplicate key: an earlier attempt stored it)."""
+    try:
+        coll.insert_one(doc)
+    except DuplicateKeyError:
+        pass
+    except (NotPrimaryError, AutoReconnect):
+        return False
+    return True
 
 
 def test_a_write_past_its_wtimeout_gets_a_write_concern_error_and_stays_queued(three):
@@ -288,7 +301,9 @@ def test_a_write_past_its_wtimeout_gets_a_write_concern_error_and_stays_queued(t
         for m in secondaries:
             m.proc.send_signal(signal.SIGCONT)
     with MongoClient(set_uri(members), serverSelectionTimeoutMS=30_000) as client:
-        client.rs.items.insert_one({"_id": "after"})
+        # The resumed members may hold an election first (the driver retries once).
+        assert eventually(lambda: insert_through_elections(client.rs.items, {"_id": "after"}),
+                          timeout=SET_WAIT_S)
         found = [client.rs.items.count_documents({"_id": i}) for i in ("late", "later", "w1")]
     # One term's entries, in order: what committed is a prefix of them.
     assert found in ([0, 0, 0], [1, 0, 0], [1, 1, 0], [1, 1, 1]), found

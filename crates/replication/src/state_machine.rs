@@ -3,9 +3,11 @@
 //! Applying entries: the writes of every commit among them and the applied marker
 //! (the last entry's id and the membership in force) go to the engine in one atomic
 //! batch (`Engine::repl_apply`), so the marker always names exactly what the store
-//! holds. A snapshot is the engine's state-machine spaces in one piece
-//! (`Engine::repl_snapshot_export`, at most 1 GiB: the streamed RocksDB checkpoint
-//! issue 27 plans replaces it), the current one kept in memory.
+//! holds. A snapshot is a held read view of the engine's state-machine spaces
+//! (`Engine::repl_snapshot_view`, a RocksDB snapshot: its marker and its data are one
+//! read, taken at once however large the store), exported in one piece only when a
+//! member behind the log asks for it (at most 1 GiB: the streamed snapshot issue 27
+//! plans lifts that).
 
 use crate::member::{Claim, Pending};
 use crate::types::{
@@ -18,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use tailstream_engine::repl::apply::SnapshotView;
 use tailstream_engine::repl::Ops;
 use tailstream_engine::Engine;
 
@@ -28,11 +31,11 @@ struct Applied {
     membership: StoredMembership,
 }
 
-/// A built or installed snapshot: its metadata and its bytes.
+/// A built or installed snapshot: its metadata and the state machine's view it names.
 #[derive(Clone)]
 struct Current {
     meta: SnapshotMeta,
-    data: Vec<u8>,
+    view: Arc<SnapshotView>,
 }
 
 /// Runs `f`, which waits for the engine's writer lock, without holding up the runtime's
@@ -118,16 +121,14 @@ fn state_error(e: AnyError) -> openraft::StorageError<NodeId> {
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    /// Takes the view (openraft 0.9 runs this beside the applies: the marker and the
+    /// data are one read of the store, so they agree whatever applies meanwhile). The
+    /// bytes returned are empty: openraft keeps only the metadata of what this returns
+    /// (`sm::worker`), and asks `get_current_snapshot` for the bytes when a member
+    /// needs them.
     async fn build_snapshot(&mut self) -> StorageResult<Snapshot<TypeConfig>> {
-        let applied = self.applied()?;
-        // The export and the marker in it are one read of the store; the marker read
-        // just before names the same state as long as nothing applies meanwhile, which
-        // openraft guarantees (the builder runs between applies).
-        let data = self
-            .engine
-            .repl_snapshot_export()
-            .map_err(|e| StorageIOError::read_state_machine(any(e)))?
-            .into_bytes();
+        let view = self.engine.repl_snapshot_view();
+        let applied = applied_in(&view)?;
         let n = self.built.fetch_add(1, Ordering::Relaxed) + 1;
         let snapshot_id = match &applied.last {
             Some(id) => format!("{}-{}-{n}", id.leader_id, id.index),
@@ -140,12 +141,23 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         };
         self.set_current(Current {
             meta: meta.clone(),
-            data: data.clone(),
+            view: Arc::new(view),
         });
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(data)),
+            snapshot: Box::new(Cursor::new(Vec::new())),
         })
+    }
+}
+
+/// The applied marker as of `view`.
+fn applied_in(view: &SnapshotView) -> StorageResult<Applied> {
+    match view
+        .applied()
+        .map_err(|e| StorageIOError::read_state_machine(any(e)))?
+    {
+        None => Ok(Applied::default()),
+        Some(b) => decode(&b).map_err(|e| StorageIOError::read_state_machine(e).into()),
     }
 }
 
@@ -239,7 +251,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             off_the_runtime(|| self.engine.repl_pipeline_reset())
                 .map_err(|e| StorageIOError::write_snapshot(signature.clone(), any(e)))?;
         }
-        let ops = Ops::decode(data.clone())
+        let ops = Ops::decode(data)
             .map_err(|e| StorageIOError::read_snapshot(signature.clone(), AnyError::new(&e)))?;
         off_the_runtime(|| self.engine.repl_snapshot_import(&ops))
             .map_err(|e| StorageIOError::write_snapshot(signature.clone(), any(e)))?;
@@ -253,17 +265,25 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.engine
             .repl_apply(&Ops::new(), &marker)
             .map_err(|e| state_error(any(e)))?;
+        // The store now holds exactly the snapshot: a view of it is the current one.
         self.set_current(Current {
             meta: meta.clone(),
-            data,
+            view: Arc::new(self.engine.repl_snapshot_view()),
         });
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot<TypeConfig>>> {
-        Ok(self.current().map(|c| Snapshot {
-            meta: c.meta,
-            snapshot: Box::new(Cursor::new(c.data)),
+        let Some(current) = self.current() else {
+            return Ok(None);
+        };
+        let signature = Some(current.meta.signature());
+        let data = off_the_runtime(|| current.view.export())
+            .map_err(|e| StorageIOError::read_snapshot(signature, any(e)))?
+            .into_bytes();
+        Ok(Some(Snapshot {
+            meta: current.meta,
+            snapshot: Box::new(Cursor::new(data)),
         }))
     }
 }

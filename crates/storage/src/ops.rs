@@ -225,23 +225,49 @@ impl Batch<'_> {
     }
 }
 
+/// The puts of every key and value `scan` gives for each of `spaces`, at most
+/// [`MAX_ENCODED_BYTES`].
+fn export_with<'a>(
+    spaces: &[Space],
+    scan: impl Fn(Space) -> Box<dyn Iterator<Item = Result<crate::KeyValue>> + 'a>,
+) -> Result<Ops> {
+    let mut ops = Ops::new();
+    for space in spaces {
+        for kv in scan(*space) {
+            let (k, v) = kv?;
+            ops.put(*space, &k, &v);
+            if ops.bytes.len() > MAX_ENCODED_BYTES {
+                return Err(StorageError(
+                    "the store is over the 1 GiB an in-memory snapshot may hold".into(),
+                ));
+            }
+        }
+    }
+    Ok(ops)
+}
+
+impl crate::OwnedSnapshot {
+    /// [`Store::export`] of this read view: the spaces as they were when it was taken.
+    pub fn export(&self, spaces: &[Space]) -> Result<Ops> {
+        export_with(spaces, |space| {
+            Box::new(
+                self.snap()
+                    .iterator_cf_opt(
+                        self.store.cf(space),
+                        rocksdb::ReadOptions::default(),
+                        rocksdb::IteratorMode::Start,
+                    )
+                    .map(|r| r.map_err(StorageError::from)),
+            )
+        })
+    }
+}
+
 impl Store {
     /// Every key and value of `spaces`, as puts (a snapshot in one piece; at most
     /// [`MAX_ENCODED_BYTES`]).
     pub fn export(&self, spaces: &[Space]) -> Result<Ops> {
-        let mut ops = Ops::new();
-        for space in spaces {
-            for kv in self.scan(*space, &[], None, false) {
-                let (k, v) = kv?;
-                ops.put(*space, &k, &v);
-                if ops.bytes.len() > MAX_ENCODED_BYTES {
-                    return Err(StorageError(
-                        "the store is over the 1 GiB an in-memory snapshot may hold".into(),
-                    ));
-                }
-            }
-        }
-        Ok(ops)
+        export_with(spaces, |space| Box::new(self.scan(space, &[], None, false)))
     }
 
     /// Replaces everything in `spaces` with `ops` (an [`Store::export`] of them), in

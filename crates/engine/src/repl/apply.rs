@@ -96,6 +96,25 @@ impl Touched {
     }
 }
 
+/// A held read view of the state machine (see [`Engine::repl_snapshot_view`]). While
+/// it lives, the store keeps what it can read: the oplog's retired files among them
+/// (`Store::reclaim` waits for older views).
+pub struct SnapshotView {
+    view: tailstream_storage::OwnedSnapshot,
+}
+
+impl SnapshotView {
+    /// The applied marker as of the view.
+    pub fn applied(&self) -> Result<Option<Vec<u8>>> {
+        self.view.get(Space::Meta, APPLIED_KEY).map_err(storage_err)
+    }
+
+    /// [`Engine::repl_snapshot_export`] as of the view.
+    pub fn export(&self) -> Result<Ops> {
+        self.view.export(&snapshot_spaces()).map_err(storage_err)
+    }
+}
+
 impl Engine {
     /// Applies one replicated commit's writes and moves the applied marker to
     /// `applied`, in one atomic batch, then brings the engine's memory along (see the
@@ -242,6 +261,14 @@ impl Engine {
         self.store.export(&snapshot_spaces()).map_err(storage_err)
     }
 
+    /// The state machine as of now, held (a RocksDB snapshot: nothing is copied until
+    /// it is exported); its applied marker and its spaces are one read.
+    pub fn repl_snapshot_view(&self) -> SnapshotView {
+        SnapshotView {
+            view: self.store.snapshot(),
+        }
+    }
+
     /// Replaces the state machine's spaces with a snapshot's (synced); the log and
     /// its markers stay. The engine's memory is then read again from the store, as an
     /// open reads it.
@@ -317,6 +344,40 @@ mod tests {
     use super::*;
     use crate::core::testing::TestEngine;
     use crate::oplog::pipeline::{Finish, Submitted};
+
+    /// A snapshot's view is one moment: its marker and its data stay as they were
+    /// while later commits apply (openraft builds beside the applies).
+    #[test]
+    fn a_snapshot_view_keeps_its_moment() {
+        let t = TestEngine::open();
+        let e = &t.engine;
+        let docs = |ops: &Ops| -> Vec<Vec<u8>> {
+            ops.iter()
+                .filter_map(|op| match op {
+                    Op::Put {
+                        space: Space::Docs,
+                        key,
+                        ..
+                    } => Some(key.to_vec()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut first = Ops::new();
+        first.put(Space::Docs, b"\x00\x00\x00\x63a", b"1");
+        e.repl_apply(&first, b"marker-1").unwrap();
+        let view = e.repl_snapshot_view();
+        let mut second = Ops::new();
+        second.put(Space::Docs, b"\x00\x00\x00\x63b", b"2");
+        e.repl_apply(&second, b"marker-2").unwrap();
+        assert_eq!(view.applied().unwrap().as_deref(), Some(&b"marker-1"[..]));
+        assert_eq!(
+            docs(&view.export().unwrap()),
+            vec![b"\x00\x00\x00\x63a".to_vec()]
+        );
+        assert_eq!(e.repl_applied().unwrap().as_deref(), Some(&b"marker-2"[..]));
+        assert_eq!(docs(&e.repl_snapshot_export().unwrap()).len(), 2);
+    }
 
     #[test]
     fn a_commit_applies_with_its_marker_and_a_snapshot_carries_both() {
