@@ -291,6 +291,12 @@ def test_a_write_past_its_wtimeout_gets_a_write_concern_error_and_stays_queued(t
                 "writeConcern": {"w": "majority", "wtimeout": 300}})
             assert dup["ok"] == 1 and dup["writeErrors"][0]["code"] == 11000, dup
             assert dup["writeConcernError"]["code"] == 64, dup
+            # A catalog change waits for the writes queued before it; at its wtimeout it
+            # fails whole, having done nothing (WriteConcernFailed).
+            ddl = wire.command(sock, {
+                "createIndexes": "items", "indexes": [{"key": {"a": 1}, "name": "a_1"}],
+                "$db": "rs", "writeConcern": {"w": "majority", "wtimeout": 200}})
+            assert ddl["ok"] == 0 and ddl["code"] == 64, ddl
             # w: 1 is not bounded by wtimeout (mongod ignores it there): the write
             # waits for the set, and its maxTimeMS ends it.
             w1 = wire.command(sock, {

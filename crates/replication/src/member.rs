@@ -203,12 +203,25 @@ impl Pending {
         done: impl Fn(&Pipeline) -> bool,
         still_leads: &impl Fn() -> bool,
     ) -> Result<std::sync::MutexGuard<'_, Pipeline>> {
+        let op = Operation::current();
         let mut p = self.pipeline();
         while !done(&p) {
             if !still_leads() {
                 return Err(not_primary());
             }
-            Operation::current().check()?;
+            op.check()?;
+            if op
+                .replication_deadline()
+                .is_some_and(|d| std::time::Instant::now() >= d)
+            {
+                // This write did nothing yet: it fails whole (mongod would have applied
+                // it and answered with a writeConcernError).
+                return Err(Error::new(
+                    WRITE_CONCERN_FAILED,
+                    "waiting for replication timed out: the writes queued before this one \
+                     are not committed yet",
+                ));
+            }
             p = self
                 .left
                 .wait_timeout(p, OPERATION_CHECK_INTERVAL)
@@ -222,6 +235,9 @@ impl Pending {
 fn not_primary() -> Error {
     Error::new(codes::NOT_WRITABLE_PRIMARY, "not primary")
 }
+
+/// mongod's WriteConcernFailed.
+const WRITE_CONCERN_FAILED: i32 = 64;
 
 /// mongod's InterruptedDueToReplStateChange (retryable).
 const INTERRUPTED_DUE_TO_REPL_STATE_CHANGE: i32 = 11602;

@@ -104,6 +104,12 @@ pub(super) async fn run(
         };
     }
     let op = operation_for(&name, &cmd);
+    if spec.write_concern && !in_transaction {
+        // Its `wtimeout` bounds its waits for the set (`WriteConcern::bound_replication`).
+        if let Ok(wc) = write::parse_write_concern(&cmd) {
+            wc.bound_replication(state, &op);
+        }
+    }
     let running = Running::register(state, &conn.info, &op, db, &cmd, started);
     let _write_pass = match admit_write(state, writes, spec, db, &op, &running).await {
         Ok(pass) => pass,
@@ -136,7 +142,13 @@ pub(super) async fn run(
     state.metrics.examined(op.stats(), scan_kind(&name, &cmd));
     profile(state, conn, (db, &name, &cmd), &op, elapsed, &result);
     count_in_top(state, spec, db, &name, &cmd, elapsed, result.is_ok());
-    reply_for(state, spec, &cmd, &labels, in_transaction, injected, result)
+    let failed_wce = match &result {
+        Err(e) if !in_transaction && spec.write_concern => {
+            failed_write_concern(state, &cmd, e.code).await
+        }
+        _ => None,
+    };
+    reply_for(state, &cmd, &labels, injected, result, failed_wce)
 }
 
 /// Counts the command in `top` under the collection it names (commands on a database
@@ -477,14 +489,15 @@ fn note_cursor_origin(
 /// The reply: `ok: 1` with the cluster time (written raw where nothing is injected), a
 /// raw cursor batch, a closed connection, or the error with its labels and the write
 /// concern error mongod adds on failure; a `failCommand` write concern error last.
+/// The reply to a command; `failed_wce`: the write concern error of a failed command
+/// ([`failed_write_concern`]).
 fn reply_for(
     state: &ServerState,
-    spec: &Spec,
     cmd: &Document,
     labels: &Labels<'_>,
-    in_transaction: bool,
     injected: Option<Injected>,
     result: Result<Output>,
+    failed_wce: Option<Document>,
 ) -> Reply {
     let injected_wce = injected.and_then(|i| i.write_concern_error);
     let mut body = match result {
@@ -496,8 +509,8 @@ fn reply_for(
         Err(e) if e.code == testing::CLOSE_CONNECTION => return Reply::close(),
         Err(e) => {
             let mut body = error_reply(state, &labels.apply_own(e));
-            if !in_transaction && spec.write_concern {
-                attach_unsatisfied_write_concern(state, cmd, &mut body);
+            if let Some(wce) = failed_wce {
+                body.insert("writeConcernError", wce);
             }
             body
         }
@@ -635,17 +648,32 @@ fn is_slow(state: &ServerState, name: &str, cmd: &Document, elapsed: std::time::
 }
 
 /// mongod waits for a command's write concern even when the command fails (so that what
-/// the client read before is as durable as it asked); an unsatisfiable one then adds a
-/// `writeConcernError` to the error reply, and drivers report that error first.
-fn attach_unsatisfied_write_concern(state: &ServerState, cmd: &Document, body: &mut Document) {
-    if let Ok(wc) = write::parse_write_concern(cmd) {
-        if wc.unsatisfiable(state) {
-            body.insert(
-                "writeConcernError",
-                write::unsatisfiable_write_concern_error(),
-            );
-        }
+/// the client read before is as durable as it asked), and drivers report a
+/// `writeConcernError` in the error reply first: an unsatisfiable `w` gets its error;
+/// on a member of a set, with a `wtimeout` and `w: "majority"` or `w` > 1, the members
+/// are waited for up to the newest committed time (the one `w: N` waits for after a
+/// write), and a timeout gets mongod's error 64. Not for a member that stopped being
+/// primary (mongod does not wait then), nor without a `wtimeout` (no endless wait for
+/// an error reply).
+async fn failed_write_concern(state: &ServerState, cmd: &Document, code: i32) -> Option<Document> {
+    const STATE_CHANGES: [i32; 4] = [10107, 11602, 189, 91];
+    let wc = write::parse_write_concern(cmd).ok()?;
+    if wc.unsatisfiable(state) {
+        return Some(write::unsatisfiable_write_concern_error());
     }
+    state.repl.member()?;
+    if STATE_CHANGES.contains(&code) || !(wc.majority || wc.members > 1) {
+        return None;
+    }
+    let wtimeout = wc.wtimeout?;
+    let members = if wc.majority {
+        crate::replset::data_bearing_members(state) as u32 / 2 + 1
+    } else {
+        wc.members
+    };
+    let ts = state.engine.cluster_time();
+    let met = crate::replset::wait_for_members(state, members, ts, Some(wtimeout)).await;
+    (!met).then(|| write::wtimeout_error(&wc))
 }
 
 /// Aggregation stages outside the Stable API, version 1.

@@ -129,6 +129,13 @@ pub async fn await_write_concern(
     wc: WriteConcern,
     committed: Option<Committed>,
 ) -> Option<Document> {
+    // A wait for the set already ended at the write's `wtimeout` (a queued write).
+    if super::OPERATION
+        .try_with(|op| op.replication_timed_out())
+        .unwrap_or(false)
+    {
+        return Some(wtimeout_error(&wc));
+    }
     if wc.durable {
         // Even a no-op write waits for what it read to be durable (as majority would).
         let seq = committed
