@@ -6,6 +6,7 @@ primary the driver writes to the new one and nothing acknowledged is lost, and t
 killed member restarts, rejoins and catches up."""
 
 import base64
+import contextlib
 import os
 import signal
 import time
@@ -219,31 +220,46 @@ def test_a_write_no_majority_can_commit_ends_at_its_max_time(three):
     members = three
     initiate(members)
     primary = primary_of(members)
+    with secondaries_stopped(members, primary), wire.connect(primary.port) as sock:
+        expired = wire.command(sock, {
+            "insert": "items", "documents": [{"_id": "late"}], "$db": "rs",
+            "writeConcern": {"w": "majority"}, "maxTimeMS": 500})
+        assert expired["ok"] == 0 and expired["code"] == 50, expired
+        held = wire.command(sock, {"insert": "items", "documents": [{"_id": "held"}],
+                                   "$db": "rs", "maxTimeMS": 500})
+        assert held["ok"] == 0 and held["code"] == 10107, held
+        assert hello(primary)["isWritablePrimary"] is False
+    # A primary takes writes again; the first write's entry committed or was dropped
+    # (a resumed secondary may win an election without it), the same on every member.
+    with writes_resumed(members) as items:
+        late = items.count_documents({"_id": "late"})
+    for m in members:
+        assert eventually(lambda m=m: count_on(m) == 1 + late, timeout=SET_WAIT_S), m.port
+        assert count_on(m, _id="late") == late
+
+
+@contextlib.contextmanager
+def secondaries_stopped(members, primary):
+    """Every member but `primary` stopped (SIGSTOP) for the block, resumed after it."""
     secondaries = [m for m in members if m is not primary]
     for m in secondaries:
         m.proc.send_signal(signal.SIGSTOP)
     try:
-        with wire.connect(primary.port) as sock:
-            expired = wire.command(sock, {
-                "insert": "items", "documents": [{"_id": "late"}], "$db": "rs",
-                "writeConcern": {"w": "majority"}, "maxTimeMS": 500})
-            assert expired["ok"] == 0 and expired["code"] == 50, expired
-            held = wire.command(sock, {"insert": "items", "documents": [{"_id": "held"}],
-                                       "$db": "rs", "maxTimeMS": 500})
-            assert held["ok"] == 0 and held["code"] == 10107, held
-            assert hello(primary)["isWritablePrimary"] is False
+        yield
     finally:
         for m in secondaries:
             m.proc.send_signal(signal.SIGCONT)
-    # A primary takes writes again; the first write's entry committed or was dropped
-    # (a resumed secondary may win an election without it), the same on every member.
+
+
+@contextlib.contextmanager
+def writes_resumed(members):
+    """The set's `rs.items` through a client, once a write {_id: "after"} went through
+    (resumed members may hold an election first; the driver retries only once)."""
     with MongoClient(set_uri(members), serverSelectionTimeoutMS=30_000) as client:
-        assert eventually(lambda: insert_through_elections(client.rs.items, {"_id": "after"}),
+        items = client.rs.items
+        assert eventually(lambda: insert_through_elections(items, {"_id": "after"}),
                           timeout=SET_WAIT_S)
-        late = client.rs.items.count_documents({"_id": "late"})
-    for m in members:
-        assert eventually(lambda m=m: count_on(m) == 1 + late, timeout=SET_WAIT_S), m.port
-        assert count_on(m, _id="late") == late
+        yield items
 
 
 def insert_through_elections(coll, doc):
@@ -269,48 +285,38 @@ def test_a_write_past_its_wtimeout_gets_a_write_concern_error_and_stays_queued(t
     primary = primary_of(members)
     with primary.client(directConnection=True) as c:
         c.rs.items.insert_one({"_id": "first"})
-    secondaries = [m for m in members if m is not primary]
-    for m in secondaries:
-        m.proc.send_signal(signal.SIGSTOP)
-    try:
-        with wire.connect(primary.port) as sock:
-            for _id in ("late", "later"):
-                reply = wire.command(sock, {
-                    "insert": "items", "documents": [{"_id": _id}], "$db": "rs",
-                    "writeConcern": {"w": "majority", "wtimeout": 300}})
-                assert reply["ok"] == 1 and reply["n"] == 1, reply
-                wce = reply["writeConcernError"]
-                assert wce["code"] == 64 and wce["codeName"] == "WriteConcernFailed", reply
-                assert wce["errInfo"]["wtimeout"] is True, reply
-                assert wce["errInfo"]["writeConcern"]["w"] == "majority", reply
-                assert wce["errInfo"]["writeConcern"]["wtimeout"] == 300, reply
-            # The second insert of the same _id reads the queued one: a duplicate key,
-            # answered only once that one is committed, so here at its wtimeout too.
-            dup = wire.command(sock, {
-                "insert": "items", "documents": [{"_id": "late"}], "$db": "rs",
+    with secondaries_stopped(members, primary), wire.connect(primary.port) as sock:
+        for _id in ("late", "later"):
+            reply = wire.command(sock, {
+                "insert": "items", "documents": [{"_id": _id}], "$db": "rs",
                 "writeConcern": {"w": "majority", "wtimeout": 300}})
-            assert dup["ok"] == 1 and dup["writeErrors"][0]["code"] == 11000, dup
-            assert dup["writeConcernError"]["code"] == 64, dup
-            # A catalog change waits for the writes queued before it; at its wtimeout it
-            # fails whole, having done nothing (WriteConcernFailed).
-            ddl = wire.command(sock, {
-                "createIndexes": "items", "indexes": [{"key": {"a": 1}, "name": "a_1"}],
-                "$db": "rs", "writeConcern": {"w": "majority", "wtimeout": 200}})
-            assert ddl["ok"] == 0 and ddl["code"] == 64, ddl
-            # w: 1 is not bounded by wtimeout (mongod ignores it there): the write
-            # waits for the set, and its maxTimeMS ends it.
-            w1 = wire.command(sock, {
-                "insert": "items", "documents": [{"_id": "w1"}], "$db": "rs",
-                "writeConcern": {"w": 1, "wtimeout": 100}, "maxTimeMS": 600})
-            assert w1["ok"] == 0 and w1["code"] == 50, w1
-    finally:
-        for m in secondaries:
-            m.proc.send_signal(signal.SIGCONT)
-    with MongoClient(set_uri(members), serverSelectionTimeoutMS=30_000) as client:
-        # The resumed members may hold an election first (the driver retries once).
-        assert eventually(lambda: insert_through_elections(client.rs.items, {"_id": "after"}),
-                          timeout=SET_WAIT_S)
-        found = [client.rs.items.count_documents({"_id": i}) for i in ("late", "later", "w1")]
+            assert reply["ok"] == 1 and reply["n"] == 1, reply
+            wce = reply["writeConcernError"]
+            assert wce["code"] == 64 and wce["codeName"] == "WriteConcernFailed", reply
+            assert wce["errInfo"]["wtimeout"] is True, reply
+            assert wce["errInfo"]["writeConcern"]["w"] == "majority", reply
+            assert wce["errInfo"]["writeConcern"]["wtimeout"] == 300, reply
+        # The second insert of the same _id reads the queued one: a duplicate key,
+        # answered only once that one is committed, so here at its wtimeout too.
+        dup = wire.command(sock, {
+            "insert": "items", "documents": [{"_id": "late"}], "$db": "rs",
+            "writeConcern": {"w": "majority", "wtimeout": 300}})
+        assert dup["ok"] == 1 and dup["writeErrors"][0]["code"] == 11000, dup
+        assert dup["writeConcernError"]["code"] == 64, dup
+        # A catalog change waits for the writes queued before it; at its wtimeout it
+        # fails whole, having done nothing (WriteConcernFailed).
+        ddl = wire.command(sock, {
+            "createIndexes": "items", "indexes": [{"key": {"a": 1}, "name": "a_1"}],
+            "$db": "rs", "writeConcern": {"w": "majority", "wtimeout": 200}})
+        assert ddl["ok"] == 0 and ddl["code"] == 64, ddl
+        # w: 1 is not bounded by wtimeout (mongod ignores it there): the write
+        # waits for the set, and its maxTimeMS ends it.
+        w1 = wire.command(sock, {
+            "insert": "items", "documents": [{"_id": "w1"}], "$db": "rs",
+            "writeConcern": {"w": 1, "wtimeout": 100}, "maxTimeMS": 600})
+        assert w1["ok"] == 0 and w1["code"] == 50, w1
+    with writes_resumed(members) as items:
+        found = [items.count_documents({"_id": i}) for i in ("late", "later", "w1")]
     # One term's entries, in order: what committed is a prefix of them.
     assert found in ([0, 0, 0], [1, 0, 0], [1, 1, 0], [1, 1, 1]), found
     queued = sum(found)

@@ -126,10 +126,7 @@ impl Engine {
         );
         let open_millis = i64::try_from(opening.elapsed().as_millis()).unwrap_or(i64::MAX);
         let catalog = load_catalog(&store)?;
-        let last = store.last(Space::Oplog, &[], None).map_err(storage_err)?;
-        let last_ts = last
-            .as_ref()
-            .map_or(ClusterTime::ZERO, |(k, _)| keys::oplog_key_time(k));
+        let last_ts = Writer::load_newest_time(&store)?;
         let (trim_ts, oplog_bytes) = Writer::load_oplog_state(&store)?;
         let replica_set_id = load_or_make_replica_set_id(&store)?;
         let durability = Durability::new(last_ts);

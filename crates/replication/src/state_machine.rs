@@ -104,6 +104,18 @@ impl StateMachine {
         }
     }
 
+    /// Forgets this member's outstanding pipelined commits, in the proposer's waiting
+    /// list and in the engine (`Engine::repl_pipeline_reset`).
+    fn forget_pipelined(&self) -> tailstream_engine::query::error::Result<()> {
+        match self.pending.as_ref() {
+            Some(p) => {
+                p.forget_pipelined();
+                off_the_runtime(|| self.engine.repl_pipeline_reset())
+            }
+            None => Ok(()),
+        }
+    }
+
     fn current(&self) -> Option<Current> {
         self.current
             .lock()
@@ -187,8 +199,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 // This member's pipelined commits of an older term not applied by now
                 // never will be: forgotten before this term's first entry applies.
                 if p.pipelined_before(id.leader_id.term) {
-                    p.forget_pipelined();
-                    off_the_runtime(|| self.engine.repl_pipeline_reset())
+                    self.forget_pipelined()
                         .map_err(|e| StorageIOError::apply(id, any(e)))?;
                 }
             }
@@ -215,11 +226,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 Claim::Others => self.engine.repl_apply(&ops, &marker),
                 Claim::Pipelined(finish, done) => {
                     let applied = self.engine.repl_apply_pipelined(&ops, &marker, finish);
-                    let answer = match &applied {
-                        Ok(seq) => Ok(*seq),
-                        Err(e) => Err(e.clone()),
-                    };
-                    let _ = done.send(answer);
+                    let _ = done.send(applied.clone());
                     applied.map(|_| ())
                 }
             });
@@ -246,11 +253,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let signature = Some(meta.signature());
         // This member's pipelined commits not applied by now never will be: the set's
         // state replaces its own.
-        if let Some(p) = self.pending.as_ref() {
-            p.forget_pipelined();
-            off_the_runtime(|| self.engine.repl_pipeline_reset())
-                .map_err(|e| StorageIOError::write_snapshot(signature.clone(), any(e)))?;
-        }
+        self.forget_pipelined()
+            .map_err(|e| StorageIOError::write_snapshot(signature.clone(), any(e)))?;
         let ops = Ops::decode(data)
             .map_err(|e| StorageIOError::read_snapshot(signature.clone(), AnyError::new(&e)))?;
         off_the_runtime(|| self.engine.repl_snapshot_import(&ops))

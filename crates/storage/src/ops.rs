@@ -53,6 +53,8 @@ pub enum Op<'a> {
 pub struct Ops {
     bytes: Vec<u8>,
     count: usize,
+    /// Whether any operation is a range delete (which pending writes cannot hold).
+    ranges: bool,
 }
 
 impl Space {
@@ -88,6 +90,7 @@ impl Ops {
     }
 
     pub fn delete_range(&mut self, space: Space, from: &[u8], to: &[u8]) {
+        self.ranges = true;
         self.head(TAG_DELETE_RANGE, space);
         self.part(from);
         self.part(to);
@@ -113,6 +116,12 @@ impl Ops {
     pub fn extend(&mut self, other: &Ops) {
         self.bytes.extend_from_slice(&other.bytes);
         self.count += other.count;
+        self.ranges |= other.ranges;
+    }
+
+    /// Whether any operation is a range delete.
+    pub fn has_range_delete(&self) -> bool {
+        self.ranges
     }
 
     /// How many operations.
@@ -139,13 +148,19 @@ impl Ops {
             return Err(corrupt("over the 1 GiB limit"));
         }
         let mut count = 0;
+        let mut ranges = false;
         let mut rest = bytes.as_slice();
         while !rest.is_empty() {
-            let (_, after) = next_op(rest)?;
+            let (op, after) = next_op(rest)?;
+            ranges |= matches!(op, Op::DeleteRange { .. });
             rest = after;
             count += 1;
         }
-        Ok(Ops { bytes, count })
+        Ok(Ops {
+            bytes,
+            count,
+            ranges,
+        })
     }
 
     /// The operations in order.

@@ -92,7 +92,7 @@ impl Pending {
                 "pending commit {id} is not newer than the ones held"
             )));
         }
-        if ops.iter().any(|op| matches!(op, Op::DeleteRange { .. })) {
+        if ops.has_range_delete() {
             return Err(StorageError(
                 "a range delete cannot be held pending".to_string(),
             ));

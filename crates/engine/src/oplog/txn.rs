@@ -112,6 +112,12 @@ impl Writer {
         batch.put(Space::Meta, keys::META_OPLOG_TRIM, state.as_bytes());
     }
 
+    /// The time of the newest oplog entry in the store (ZERO for none).
+    pub(crate) fn load_newest_time(store: &Store) -> Result<ClusterTime> {
+        let last = store.last(Space::Oplog, &[], None).map_err(storage_err)?;
+        Ok(last.map_or(ClusterTime::ZERO, |(k, _)| keys::oplog_key_time(&k)))
+    }
+
     /// The trim point and retained size [`Self::put_oplog_state`] stored (nothing
     /// trimmed, nothing retained in a new data directory).
     pub(crate) fn load_oplog_state(store: &Store) -> Result<(ClusterTime, u64)> {
@@ -167,6 +173,16 @@ impl Engine {
             });
         }
         seq
+    }
+
+    /// Wakes the oplog maintenance thread when the oplog holds more than its cap.
+    fn wake_trim_if_over(&self, oplog_bytes: u64) {
+        if oplog_bytes > self.opts.oplog_size_bytes {
+            if let Some(wake) = self.oplog_wake.lock().as_ref() {
+                // Full: a wake-up is already pending.
+                let _ = wake.try_send(());
+            }
+        }
     }
 
     /// Starts the in-memory recent oplog (the first change stream does), under the
@@ -563,7 +579,8 @@ impl<'e> Txn<'e> {
                 let ops = recorded
                     .take()
                     .expect("a replica set's batch records its writes");
-                if catalog.is_none() && !touched_capped && pipelinable(&ops) {
+                // Pending writes cannot hold a range delete.
+                if catalog.is_none() && !touched_capped && !ops.has_range_delete() {
                     return self.commit_pipelined(&*proposer, ops, bytes_before);
                 }
                 proposer.propose(ops)
@@ -594,12 +611,7 @@ impl<'e> Txn<'e> {
             *engine.catalog.write() = Arc::new(c);
         }
         let seq = engine.announce(last_ts, self.ns_mask);
-        if self.w.oplog_bytes > engine.opts.oplog_size_bytes {
-            if let Some(wake) = engine.oplog_wake.lock().as_ref() {
-                // Full: a wake-up is already pending.
-                let _ = wake.try_send(());
-            }
-        }
+        engine.wake_trim_if_over(self.w.oplog_bytes);
         Ok(Committed { seq, last_ts })
     }
 
@@ -638,11 +650,7 @@ impl<'e> Txn<'e> {
         if let Some(ts) = self.last_ts {
             self.w.committed_ts = ts;
         }
-        if self.w.oplog_bytes > engine.opts.oplog_size_bytes {
-            if let Some(wake) = engine.oplog_wake.lock().as_ref() {
-                let _ = wake.try_send(());
-            }
-        }
+        engine.wake_trim_if_over(self.w.oplog_bytes);
         let last_ts = self.last_ts;
         self.w.release();
         // None: the write's `wtimeout` passed first; it stays queued (the reply carries a
@@ -652,13 +660,6 @@ impl<'e> Txn<'e> {
             .unwrap_or_else(|| engine.durability.last_committed());
         Ok(Committed { seq, last_ts })
     }
-}
-
-/// Whether a replica set's commit may be pipelined: its writes can be held as pending
-/// (no range delete).
-fn pipelinable(ops: &tailstream_storage::Ops) -> bool {
-    !ops.iter()
-        .any(|op| matches!(op, tailstream_storage::Op::DeleteRange { .. }))
 }
 
 #[cfg(test)]

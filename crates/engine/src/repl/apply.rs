@@ -169,11 +169,7 @@ impl Engine {
         let mut w = self.writer.lock();
         self.store.pending_clear();
         self.pipeline.forgotten(w.pending_id);
-        let last = self
-            .store
-            .last(Space::Oplog, &[], None)
-            .map_err(storage_err)?;
-        w.committed_ts = last.map_or(ClusterTime::ZERO, |(k, _)| keys::oplog_key_time(&k));
+        w.committed_ts = Writer::load_newest_time(&self.store)?;
         // Pipelined commits never move the trim point: only the size is theirs.
         let (_, oplog_bytes) = Writer::load_oplog_state(&self.store)?;
         w.oplog_bytes = oplog_bytes;
@@ -307,11 +303,7 @@ impl Engine {
         self.reload_catalog()?;
         self.capped.lock().clear();
         self.capped_modified.lock().clear();
-        let last = self
-            .store
-            .last(Space::Oplog, &[], None)
-            .map_err(storage_err)?;
-        let last_ts = last.map_or(ClusterTime::ZERO, |(k, _)| keys::oplog_key_time(&k));
+        let last_ts = Writer::load_newest_time(&self.store)?;
         let (trim_ts, oplog_bytes) = Writer::load_oplog_state(&self.store)?;
         // Not older than this member's own (checked before the import); the same
         // when both are empty.

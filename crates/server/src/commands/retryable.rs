@@ -233,10 +233,6 @@ where
             "Failing write for test due to failpoint onPrimaryTransactionalWrite",
         ));
     }
-    let op = super::OPERATION.try_with(|op| op.clone()).ok();
-    if let Some(op) = &op {
-        wc.bound_replication(state, op);
-    }
     let ran = run(to_run).await;
     let (mut reply, committed) =
         match ran.and_then(|(reply, committed)| match state_change_error(&reply) {
@@ -252,15 +248,13 @@ where
                 return Err(e);
             }
         };
-    // Its `wtimeout` passed while the set committed it: the outcome as it will be, and
-    // mongod's writeConcernError (the write stays queued, as mongod's stays applied).
-    let timed_out = op.as_ref().is_some_and(|op| op.replication_timed_out());
-    let wce = if timed_out {
-        Some(super::write::wtimeout_error(&wc))
-    } else {
-        await_write_concern(state, wc, committed).await
-    };
-    if let Some(wce) = wce {
+    // A `wtimeout` that passed while the set committed it (the gate set it as the
+    // operation's replication deadline) gives mongod's writeConcernError beside the
+    // outcome as it will be (the write stays queued, as mongod's stays applied).
+    let timed_out = super::OPERATION
+        .try_with(|op| op.replication_timed_out())
+        .unwrap_or(false);
+    if let Some(wce) = await_write_concern(state, wc, committed).await {
         reply.insert("writeConcernError", wce);
     }
     if let Some((session, txn)) = key {
