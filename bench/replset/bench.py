@@ -11,6 +11,11 @@ three-member Tailstream set on this machine, each member its own process.
               takes --watch-rate writes/s into --watch-collections collections, with
               0, 1 and 100 change streams open on the secondary on a written
               collection, and 100 on a collection never written (--seconds each).
+    join      a fourth member added to a set holding --join-mb of documents after the
+              log was purged (a snapshot taken past 5,000 entries): seconds until it
+              holds them all, and the peak memory (VmHWM) of the new member and of the
+              primary (before and after the join), which read and write the snapshot
+              in pieces.
 
 Prints a Markdown section for BENCHMARKS.md. Members may be pinned to CPUs with
 --member-cpus "0-3,4-7,8-11" (taskset) and the client with --client-cpus.
@@ -346,6 +351,71 @@ def watchers_row(rs, streams, watched, rate, seconds, collections):
             "cpu_s": cpu, "cpu_pct": 100 * cpu / elapsed, "events": sum(received)}
 
 
+def peak_rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# openraft builds a snapshot every 5,000 entries (its default policy) and the log
+# before it is purged at once: a member added after that many gets the snapshot.
+ENTRIES_PAST_A_SNAPSHOT = 5_200
+
+
+def join_row(rs, binary, data_mb):
+    """Loads `data_mb` of 1 MB documents, writes enough small entries for a snapshot,
+    then adds a fourth member (no vote) and times its catch-up."""
+    big = "x" * ((1 << 20) - 100)
+    with rs.client() as c:
+        coll = c.bench.join
+        for start in range(0, data_mb, 16):
+            coll.insert_many([{"_id": i, "big": big} for i in range(start, min(start + 16, data_mb))])
+
+        def small(t):
+            with rs.client() as cw:
+                for i in range(ENTRIES_PAST_A_SNAPSHOT // 8):
+                    cw.bench.small.insert_one({"_id": f"{t}-{i}"})
+        threads = [threading.Thread(target=small, args=(t,)) for t in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        want = coll.count_documents({})
+        fourth = Member(binary, rs.root, 3, rs.members[0].election_ms, None)
+        fourth.start()
+        rs.members.append(fourth)
+        config = c.admin.command("replSetGetConfig")["config"]
+        config["version"] += 1
+        config["members"].append({"_id": 3, "host": fourth.host, "votes": 0, "priority": 0})
+        primary_before_mb = peak_rss_mb(rs.primary().proc.pid)
+        began = time.monotonic()
+        c.admin.command("replSetReconfig", config)
+    with MongoClient(fourth.host, directConnection=True, readPreference="secondaryPreferred",
+                     serverSelectionTimeoutMS=5000) as f:
+        deadline = began + SET_WAIT_S * 5
+        while True:
+            # The collection's count as stored (no scan: a scan's own memory would
+            # count in the peak); the documents are checked after the peak is read.
+            try:
+                if f.bench.command("count", "join")["n"] == want:
+                    break
+            except PyMongoError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("the fourth member did not catch up")
+            time.sleep(0.05)
+        seconds = time.monotonic() - began
+        primary = rs.primary()
+        peaks = {"new_peak_mb": peak_rss_mb(fourth.proc.pid),
+                 "primary_peak_mb": peak_rss_mb(primary.proc.pid)}
+        held = sum(1 for _ in f.bench.join.find({}, {"_id": 1}))
+        if held != want:
+            raise RuntimeError(f"the fourth member holds {held} of {want} documents")
+    return {"seconds": seconds, "docs": want, "primary_before_mb": primary_before_mb, **peaks}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -362,6 +432,7 @@ def main():
     ap.add_argument("--member-cpus", default="")
     ap.add_argument("--watch-rate", type=float, default=1000)
     ap.add_argument("--watch-collections", type=int, default=4)
+    ap.add_argument("--join-mb", type=int, default=512)
     args = ap.parse_args()
     scenarios = args.scenarios.split(",")
     print(f"### Replica set (3 members, one machine): {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
@@ -398,6 +469,18 @@ def main():
                 what = names[watched]
                 print(f"| {streams} | {what} | {r['achieved']:,.0f} | {r['cpu_s']:.2f} "
                       f"| {r['cpu_pct']:.1f} | {r['events']:,} |", flush=True)
+        print()
+    if "join" in scenarios:
+        print(f"A fourth member joining a set that holds {args.join_mb:,} MB of documents, "
+              "from a snapshot.\n")
+        print("| documents | seconds to hold them all | MB/s | new member peak RSS MB "
+              "| primary peak RSS MB before the join | after |")
+        print("|---|---|---|---|---|---|")
+        with ReplicaSet(args.server, 10000, args.member_cpus) as rs:
+            r = join_row(rs, args.server, args.join_mb)
+            print(f"| {r['docs']:,} | {r['seconds']:.1f} | {args.join_mb / r['seconds']:.0f} "
+                  f"| {r['new_peak_mb']:,.0f} | {r['primary_before_mb']:,.0f} "
+                  f"| {r['primary_peak_mb']:,.0f} |", flush=True)
         print()
     if "failover" in scenarios:
         print("Failover: kill -9 of the primary to the first write acknowledged by the new primary.\n")

@@ -95,6 +95,8 @@ pub struct Engine {
     proposer: RwLock<Option<Arc<dyn oplog::pipeline::Proposer>>>,
     /// How far a replica set's pipelined commits got (see `oplog::pipeline`).
     pipeline: oplog::pipeline::Progress,
+    /// A snapshot is being installed (see `repl::snapshot`).
+    installing: std::sync::atomic::AtomicBool,
 }
 
 impl Engine {
@@ -125,6 +127,8 @@ impl Engine {
                 .map_err(|e| Error::internal(e.to_string()))?,
         );
         let open_millis = i64::try_from(opening.elapsed().as_millis()).unwrap_or(i64::MAX);
+        // Before anything is read: a replica-set member's install a crash cut short.
+        repl::snapshot::finish_interrupted_install(&store, &opts.dbpath)?;
         let catalog = load_catalog(&store)?;
         let last_ts = Writer::load_newest_time(&store)?;
         let (trim_ts, oplog_bytes) = Writer::load_oplog_state(&store)?;
@@ -178,6 +182,7 @@ impl Engine {
             commit_sink: RwLock::new(None),
             proposer: RwLock::new(None),
             pipeline: Default::default(),
+            installing: Default::default(),
         });
         *engine.oplog_maintenance.lock() = Some(oplog::trim::spawn_oplog_maintenance(
             Arc::downgrade(&engine),

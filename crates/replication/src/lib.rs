@@ -32,6 +32,7 @@ pub mod member_auth;
 pub mod network;
 pub mod rpc;
 pub mod set;
+pub mod snapshot_file;
 pub mod state_machine;
 pub mod types;
 

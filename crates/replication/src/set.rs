@@ -78,9 +78,11 @@ fn config(set_name: &str, election_timeout_millis: u64) -> Result<Arc<Config>, S
         election_timeout_min: timeout * ELECTION_MIN_PER_MILLE / 1000,
         election_timeout_max: timeout * ELECTION_MAX_PER_MILLE / 1000,
         max_in_snapshot_log_to_keep: 0,
-        // Installing a snapshot is a synced batch of the whole state machine: far
-        // longer than openraft's default 200 ms for a large one.
-        install_snapshot_timeout: timeout.max(10_000),
+        // Each chunk's call, the last one's answer waiting for the whole install
+        // (the state machine cleared and written again, then synced): far longer
+        // than openraft's default 200 ms for a large store (a timed-out last chunk
+        // makes the leader send the snapshot again).
+        install_snapshot_timeout: timeout.max(INSTALL_SNAPSHOT_TIMEOUT_MILLIS),
         // Entries per append call (openraft's default 300): a call is one message on
         // the wire, at most 48 MB, and a commit of 1,000 documents of 1 KB is about
         // 1 MB of writes. A single commit over that limit cannot be replicated yet.
@@ -89,6 +91,12 @@ fn config(set_name: &str, election_timeout_millis: u64) -> Result<Arc<Config>, S
     };
     config.validate().map(Arc::new).map_err(|e| e.to_string())
 }
+
+/// The longest a snapshot chunk's call may take (see `config`): a member joining a
+/// set that holds 1 GB of documents had them all 9.3 s after it was added (the
+/// snapshot written, sent and installed; bench/replset.sh --scenarios join, 2 vCPUs),
+/// so a minute leaves room for stores several times that.
+const INSTALL_SNAPSHOT_TIMEOUT_MILLIS: u64 = 60_000;
 
 /// The leader's heartbeat interval for an election timeout (see `config`).
 pub fn heartbeat_interval_millis(election_timeout_millis: u64) -> u64 {

@@ -5,22 +5,25 @@
 //! batch (`Engine::repl_apply`), so the marker always names exactly what the store
 //! holds. A snapshot is a held read view of the engine's state-machine spaces
 //! (`Engine::repl_snapshot_view`, a RocksDB snapshot: its marker and its data are one
-//! read, taken at once however large the store), exported in one piece only when a
-//! member behind the log asks for it (at most 1 GiB: the streamed snapshot issue 27
-//! plans lifts that).
+//! read, taken at once however large the store), written to a file in the member's
+//! `repl-snapshots` folder only when a member behind the log asks for it, and sent from
+//! there in openraft's chunks; the receiver writes the chunks to a file of its own and
+//! installs it in pieces (`tailstream_engine::repl::snapshot`): a store of any size
+//! crosses in bounded memory.
 
 use crate::member::{Claim, Pending};
+use crate::snapshot_file::SnapshotFile;
 use crate::types::{
     any, decode, encode, Entry, LogId, NodeId, SnapshotMeta, StorageResult, StoredMembership,
     TypeConfig,
 };
 use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot};
-use openraft::{AnyError, EntryPayload, RaftLogId, StorageIOError};
+use openraft::{AnyError, EntryPayload, ErrorSubject, ErrorVerb, RaftLogId, StorageIOError};
 use serde::{Deserialize, Serialize};
-use std::io::Cursor;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tailstream_engine::repl::apply::SnapshotView;
+use tailstream_engine::repl::snapshot::SnapshotView;
 use tailstream_engine::repl::Ops;
 use tailstream_engine::Engine;
 
@@ -31,11 +34,23 @@ struct Applied {
     membership: StoredMembership,
 }
 
-/// A built or installed snapshot: its metadata and the state machine's view it names.
+/// A built or installed snapshot: its metadata, the state machine's view it names,
+/// and the file the view was written to once a member asked for it.
 #[derive(Clone)]
 struct Current {
     meta: SnapshotMeta,
     view: Arc<SnapshotView>,
+    file: Arc<Mutex<Option<PathBuf>>>,
+}
+
+impl Current {
+    fn new(meta: SnapshotMeta, view: SnapshotView) -> Current {
+        Current {
+            meta,
+            view: Arc::new(view),
+            file: Default::default(),
+        }
+    }
 }
 
 /// Runs `f`, which waits for the engine's writer lock, without holding up the runtime's
@@ -62,7 +77,8 @@ pub struct StateMachine {
     /// This member's commits waiting for their entries (none: it proposes nothing).
     pending: Option<Arc<Pending>>,
     current: Arc<Mutex<Option<Current>>>,
-    /// Numbers the snapshots this member builds (their ids must differ).
+    /// Numbers the snapshots this member builds (their ids must differ) and the files
+    /// it receives.
     built: Arc<AtomicU64>,
     /// While set, entries wait before they are applied (mongod's `rsSyncApplyStop`
     /// fail point, a test command: the log still takes them, so commits go on).
@@ -123,9 +139,49 @@ impl StateMachine {
             .clone()
     }
 
+    /// Makes `current` the snapshot this member sends; the file of the one it
+    /// replaces is deleted (a send still reading it keeps its open handle).
     fn set_current(&self, current: Current) {
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(current);
+        let old = self
+            .current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(current);
+        if let Some(path) =
+            old.and_then(|c| c.file.lock().unwrap_or_else(|e| e.into_inner()).take())
+        {
+            let _ = std::fs::remove_file(path);
+        }
     }
+
+    /// The file `current` was written to, written now if it was not yet.
+    fn current_file(&self, current: &Current) -> StorageResult<PathBuf> {
+        let signature = Some(current.meta.signature());
+        let mut file = current.file.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(path) = file.as_ref().filter(|p| p.exists()) {
+            return Ok(path.clone());
+        }
+        let id: String = current
+            .meta
+            .snapshot_id
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let path = self
+            .engine
+            .repl_snapshot_dir()
+            .map_err(|e| StorageIOError::read_snapshot(signature.clone(), any(e)))?
+            .join(format!("sending-{id}.snap"));
+        let bytes = off_the_runtime(|| current.view.write_file(&path))
+            .map_err(|e| StorageIOError::read_snapshot(signature, any(e)))?;
+        tracing::info!(file = %path.display(), bytes, "snapshot written for a member behind the log");
+        *file = Some(path.clone());
+        Ok(path)
+    }
+}
+
+fn snapshot_io(verb: ErrorVerb, e: std::io::Error) -> openraft::StorageError<NodeId> {
+    openraft::StorageError::from_io_error(ErrorSubject::Snapshot(None), verb, e)
 }
 
 fn state_error(e: AnyError) -> openraft::StorageError<NodeId> {
@@ -151,13 +207,10 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             last_membership: applied.membership,
             snapshot_id,
         };
-        self.set_current(Current {
-            meta: meta.clone(),
-            view: Arc::new(view),
-        });
+        self.set_current(Current::new(meta.clone(), view));
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(Vec::new())),
+            snapshot: Box::new(SnapshotFile::none()),
         })
     }
 }
@@ -240,40 +293,56 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.clone()
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> StorageResult<Box<Cursor<Vec<u8>>>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    /// A new file in the snapshot folder; the files of receives left unfinished (a
+    /// leader gone mid-send) are deleted first (openraft receives one at a time).
+    async fn begin_receiving_snapshot(&mut self) -> StorageResult<Box<SnapshotFile>> {
+        let dir = self
+            .engine
+            .repl_snapshot_dir()
+            .map_err(|e| StorageIOError::write_snapshot(None, any(e)))?;
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for entry in entries.flatten() {
+                if entry.file_name().to_string_lossy().starts_with(RECEIVING) {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
+        let n = self.built.fetch_add(1, Ordering::Relaxed) + 1;
+        let path = dir.join(format!("{RECEIVING}{n}.snap"));
+        let file = SnapshotFile::create(&path)
+            .await
+            .map_err(|e| snapshot_io(ErrorVerb::Write, e))?;
+        Ok(Box::new(file))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<SnapshotFile>,
     ) -> StorageResult<()> {
-        let data = snapshot.into_inner();
         let signature = Some(meta.signature());
+        let Some(path) = snapshot.path().map(PathBuf::from) else {
+            return Err(StorageIOError::read_snapshot(
+                signature,
+                AnyError::error("a snapshot without a file"),
+            )
+            .into());
+        };
+        drop(snapshot);
         // This member's pipelined commits not applied by now never will be: the set's
         // state replaces its own.
         self.forget_pipelined()
             .map_err(|e| StorageIOError::write_snapshot(signature.clone(), any(e)))?;
-        let ops = Ops::decode(data)
-            .map_err(|e| StorageIOError::read_snapshot(signature.clone(), AnyError::new(&e)))?;
-        off_the_runtime(|| self.engine.repl_snapshot_import(&ops))
-            .map_err(|e| StorageIOError::write_snapshot(signature.clone(), any(e)))?;
-        // The marker is the snapshot's own; written again from its metadata, which is
-        // what openraft reads back.
+        // The snapshot's own marker, from its metadata (what openraft reads back).
         let applied = Applied {
             last: meta.last_log_id,
             membership: meta.last_membership.clone(),
         };
         let marker = encode(&applied).map_err(state_error)?;
-        self.engine
-            .repl_apply(&Ops::new(), &marker)
-            .map_err(|e| state_error(any(e)))?;
+        off_the_runtime(|| self.engine.repl_snapshot_install(&path, &marker))
+            .map_err(|e| StorageIOError::write_snapshot(signature.clone(), any(e)))?;
         // The store now holds exactly the snapshot: a view of it is the current one.
-        self.set_current(Current {
-            meta: meta.clone(),
-            view: Arc::new(self.engine.repl_snapshot_view()),
-        });
+        self.set_current(Current::new(meta.clone(), self.engine.repl_snapshot_view()));
         Ok(())
     }
 
@@ -281,13 +350,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let Some(current) = self.current() else {
             return Ok(None);
         };
-        let signature = Some(current.meta.signature());
-        let data = off_the_runtime(|| current.view.export())
-            .map_err(|e| StorageIOError::read_snapshot(signature, any(e)))?
-            .into_bytes();
+        let path = self.current_file(&current)?;
+        let file = SnapshotFile::open(&path)
+            .await
+            .map_err(|e| snapshot_io(ErrorVerb::Read, e))?;
         Ok(Some(Snapshot {
             meta: current.meta,
-            snapshot: Box::new(Cursor::new(data)),
+            snapshot: Box::new(file),
         }))
     }
 }
+
+/// How the names of received snapshot files begin.
+const RECEIVING: &str = "receiving-";

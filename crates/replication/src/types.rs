@@ -2,7 +2,6 @@
 
 use openraft::{AnyError, StorageError};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
-use std::io::Cursor;
 
 /// One entry's payload: the writes of one commit of the primary (documents, index
 /// entries, oplog entries, catalog and counters), in the storage's own encoding
@@ -31,7 +30,7 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = crate::snapshot_file::SnapshotFile,
         AsyncRuntime = openraft::TokioRuntime,
 );
 

@@ -17,7 +17,7 @@ use std::path::Path;
 
 mod ops;
 mod pending;
-pub use ops::{Op, Ops, MAX_ENCODED_BYTES};
+pub use ops::{Op, Ops, MAX_ENCODED_BYTES, MAX_PART_BYTES};
 pub use pending::{see_pending, Merged};
 
 /// A stored key and its value, as the store returns them.

@@ -5,7 +5,8 @@
 //! What replication ships (issue 27): a Raft entry carries the writes of one commit,
 //! and every member applies them with [`Batch::apply_ops`] in one atomic batch, so
 //! documents, index entries and oplog entries are byte for byte the same on each.
-//! A snapshot ([`Store::export`] / [`Store::import`]) uses the same encoding.
+//! A snapshot (`OwnedSnapshot::export_pieces`, installed with [`Store::replace_begin`]
+//! and [`Store::replace_piece`]) uses the same encoding, in pieces.
 //!
 //! Format, per operation: a tag byte ([`TAG_PUT`], [`TAG_DELETE`], [`TAG_DELETE_RANGE`]),
 //! the space's byte ([`Space::code`]), then one or two length-prefixed byte strings
@@ -22,9 +23,8 @@ const TAG_DELETE_RANGE: u8 = 3;
 /// is 4 GiB; the engine's documents stay under 16 MiB and its keys far below.
 pub const MAX_PART_BYTES: usize = 64 << 20;
 
-/// The largest encoded list [`Ops::decode`] and [`Store::import`] take in one piece
-/// (a snapshot in memory; a store larger than this needs the streamed checkpoint
-/// issue 27 plans, and is refused rather than half-copied).
+/// The largest encoded list [`Ops::decode`] takes (and [`Store::export`] makes) in one
+/// piece; a snapshot of a larger store travels in pieces.
 pub const MAX_ENCODED_BYTES: usize = 1 << 30;
 
 /// One write, borrowed from an encoded list.
@@ -253,7 +253,7 @@ fn export_with<'a>(
             ops.put(*space, &k, &v);
             if ops.bytes.len() > MAX_ENCODED_BYTES {
                 return Err(StorageError(
-                    "the store is over the 1 GiB an in-memory snapshot may hold".into(),
+                    "the store is over the 1 GiB an in-memory export may hold".into(),
                 ));
             }
         }
@@ -261,63 +261,135 @@ fn export_with<'a>(
     Ok(ops)
 }
 
+/// How many keys of an append-only space one batch of [`Store::replace_begin`]
+/// deletes (a batch of 10,000 oplog keys is about 200 KB of tombstones).
+const CLEAR_KEYS_PER_BATCH: usize = 10_000;
+
 impl crate::OwnedSnapshot {
+    fn iter_space(&self, space: Space) -> impl Iterator<Item = Result<crate::KeyValue>> + '_ {
+        let mut ro = rocksdb::ReadOptions::default();
+        // An export reads everything once: it should not push the working set out.
+        ro.fill_cache(false);
+        self.snap()
+            .iterator_cf_opt(self.store.cf(space), ro, rocksdb::IteratorMode::Start)
+            .map(|r| r.map_err(StorageError::from))
+    }
+
     /// [`Store::export`] of this read view: the spaces as they were when it was taken.
     pub fn export(&self, spaces: &[Space]) -> Result<Ops> {
-        export_with(spaces, |space| {
-            Box::new(
-                self.snap()
-                    .iterator_cf_opt(
-                        self.store.cf(space),
-                        rocksdb::ReadOptions::default(),
-                        rocksdb::IteratorMode::Start,
-                    )
-                    .map(|r| r.map_err(StorageError::from)),
-            )
-        })
+        export_with(spaces, |space| Box::new(self.iter_space(space)))
+    }
+
+    /// The same puts as [`OwnedSnapshot::export`], in order, handed to `each` in lists
+    /// that end with the put reaching `piece_bytes` (the last one shorter): a store of
+    /// any size passes through bounded memory.
+    pub fn export_pieces(
+        &self,
+        spaces: &[Space],
+        piece_bytes: usize,
+        mut each: impl FnMut(Ops) -> std::io::Result<()>,
+    ) -> Result<()> {
+        assert!(piece_bytes > 0, "a piece holds something");
+        let written = |e: std::io::Error| StorageError(format!("writing a snapshot: {e}"));
+        let mut piece = Ops::new();
+        for space in spaces {
+            for kv in self.iter_space(*space) {
+                let (k, v) = kv?;
+                piece.put(*space, &k, &v);
+                if piece.bytes.len() >= piece_bytes {
+                    each(std::mem::take(&mut piece)).map_err(written)?;
+                }
+            }
+        }
+        if !piece.is_empty() {
+            each(piece).map_err(written)?;
+        }
+        Ok(())
     }
 }
 
+/// Refuses a list with a write outside `spaces`.
+fn check_within(spaces: &[Space], ops: &Ops) -> Result<()> {
+    let outside = ops.iter().any(|op| {
+        let space = match op {
+            Op::Put { space, .. } | Op::Delete { space, .. } => space,
+            Op::DeleteRange { space, .. } => space,
+        };
+        !spaces.contains(&space)
+    });
+    if outside {
+        return Err(corrupt("a snapshot's write outside its spaces"));
+    }
+    Ok(())
+}
+
 impl Store {
-    /// Every key and value of `spaces`, as puts (a snapshot in one piece; at most
-    /// [`MAX_ENCODED_BYTES`]).
+    /// Every key and value of `spaces`, as puts (in one piece, at most
+    /// [`MAX_ENCODED_BYTES`]: for tests and small stores; a snapshot streams with
+    /// [`OwnedSnapshot::export_pieces`](crate::OwnedSnapshot::export_pieces)).
     pub fn export(&self, spaces: &[Space]) -> Result<Ops> {
         export_with(spaces, |space| Box::new(self.scan(space, &[], None, false)))
     }
 
-    /// Replaces everything in `spaces` with `ops` (an [`Store::export`] of them), in
-    /// one atomic batch, synced.
-    pub fn import(&self, spaces: &[Space], ops: &Ops) -> Result<()> {
+    /// Starts replacing everything in `spaces` with a snapshot that arrives in pieces
+    /// ([`Store::replace_piece`]): one batch range-deletes the spaces and applies
+    /// `first` after that (the caller's marker that a replacement is under way), then
+    /// the keys of append-only spaces, which take no range tombstone (see
+    /// `append_only`), are deleted in batches. Nothing is synced: a crash before the
+    /// caller syncs its last piece leaves either the state before this call or the
+    /// marker, from which the caller starts over.
+    pub fn replace_begin(&self, spaces: &[Space], first: &Ops) -> Result<()> {
+        check_within(spaces, first)?;
         let mut batch = self.batch();
-        for space in spaces {
-            if let Some((first, _)) = self.scan(*space, &[], None, false).next().transpose()? {
+        for space in spaces.iter().filter(|s| !s.append_only()) {
+            if let Some((first_key, _)) = self.scan(*space, &[], None, false).next().transpose()? {
                 let (last, _) = self
                     .last(*space, &[], None)?
                     .expect("a space with a first key has a last");
-                if space.append_only() {
-                    // Such a space never takes a range tombstone (see `append_only`).
-                    for kv in self.scan(*space, &[], None, false) {
-                        batch.delete(*space, &kv?.0);
-                    }
-                } else {
-                    let mut past_last = last.to_vec();
-                    past_last.push(0);
-                    batch.delete_range(*space, &first, &past_last);
-                }
+                let mut past_last = last.to_vec();
+                past_last.push(0);
+                batch.delete_range(*space, &first_key, &past_last);
             }
         }
-        for op in ops.iter() {
-            let space = match op {
-                Op::Put { space, .. } | Op::Delete { space, .. } => space,
-                Op::DeleteRange { space, .. } => space,
-            };
-            if !spaces.contains(&space) {
-                return Err(corrupt("a snapshot's write outside its spaces"));
-            }
-        }
-        batch.apply_ops(ops);
+        batch.apply_ops(first);
         self.commit(batch)?;
-        self.sync()
+        for space in spaces.iter().filter(|s| s.append_only()) {
+            self.clear_append_only(*space)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes every key of an append-only space, [`CLEAR_KEYS_PER_BATCH`] a batch.
+    fn clear_append_only(&self, space: Space) -> Result<()> {
+        let mut from: Vec<u8> = Vec::new();
+        loop {
+            let mut batch = self.batch();
+            let mut n = 0;
+            for kv in self
+                .scan(space, &from, None, false)
+                .take(CLEAR_KEYS_PER_BATCH)
+            {
+                let (k, _) = kv?;
+                batch.delete(space, &k);
+                from = k.to_vec();
+                from.push(0);
+                n += 1;
+            }
+            if n == 0 {
+                return Ok(());
+            }
+            self.commit(batch)?;
+        }
+    }
+
+    /// One piece of a replacement begun with [`Store::replace_begin`], in one batch,
+    /// not synced (the caller syncs after its last: [`Store::sync`]). Every write must
+    /// fall inside `spaces`.
+    pub fn replace_piece(&self, spaces: &[Space], piece: &Ops) -> Result<()> {
+        check_within(spaces, piece)?;
+        let mut batch = self.batch();
+        batch.apply_ops(piece);
+        self.commit(batch)
     }
 }
 

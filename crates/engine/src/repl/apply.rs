@@ -1,4 +1,4 @@
-//! The state machine's side: a replicated commit applied, and snapshots.
+//! The state machine's side: a replicated commit applied (snapshots: `snapshot.rs`).
 //!
 //! A commit's writes arrive as [`Ops`] (documents, index entries, oplog entries,
 //! catalog and counters, as the primary's commit wrote them) and are applied in one
@@ -13,7 +13,7 @@
 //! and the commit notice that wakes tailable cursors and change streams. A member
 //! that applies commits thus serves reads and streams of them as the primary does.
 
-use crate::core::bus::{namespace_bit, CommitNotice};
+use crate::core::bus::namespace_bit;
 use crate::core::clock::ClusterClock;
 use crate::core::time::ClusterTime;
 use crate::core::{keys, storage_err};
@@ -27,15 +27,7 @@ use tailstream_storage::{Op, Ops, Space};
 
 /// The applied marker's key in `Meta`: the id of the last entry applied, as the
 /// consensus layer encodes it (with the membership in force).
-const APPLIED_KEY: &[u8] = b"repl_applied";
-
-/// The spaces a snapshot holds: the whole state machine, every space but the log.
-fn snapshot_spaces() -> Vec<Space> {
-    Space::ALL
-        .into_iter()
-        .filter(|s| *s != Space::ReplLog)
-        .collect()
-}
+pub(super) const APPLIED_KEY: &[u8] = b"repl_applied";
 
 /// What a commit's writes change in the engine's memory, read off them before they
 /// are applied.
@@ -93,25 +85,6 @@ impl Touched {
             "a commit's oplog entries are in time order"
         );
         Ok(t)
-    }
-}
-
-/// A held read view of the state machine (see [`Engine::repl_snapshot_view`]). While
-/// it lives, the store keeps what it can read: the oplog's retired files among them
-/// (`Store::reclaim` waits for older views).
-pub struct SnapshotView {
-    view: tailstream_storage::OwnedSnapshot,
-}
-
-impl SnapshotView {
-    /// The applied marker as of the view.
-    pub fn applied(&self) -> Result<Option<Vec<u8>>> {
-        self.view.get(Space::Meta, APPLIED_KEY).map_err(storage_err)
-    }
-
-    /// [`Engine::repl_snapshot_export`] as of the view.
-    pub fn export(&self) -> Result<Ops> {
-        self.view.export(&snapshot_spaces()).map_err(storage_err)
     }
 }
 
@@ -251,84 +224,6 @@ impl Engine {
             .get(Space::Meta, APPLIED_KEY)
             .map_err(storage_err)
     }
-
-    /// Every key of the state machine's spaces, with the applied marker among them.
-    pub fn repl_snapshot_export(&self) -> Result<Ops> {
-        self.store.export(&snapshot_spaces()).map_err(storage_err)
-    }
-
-    /// The state machine as of now, held (a RocksDB snapshot: nothing is copied until
-    /// it is exported); its applied marker and its spaces are one read.
-    pub fn repl_snapshot_view(&self) -> SnapshotView {
-        SnapshotView {
-            view: self.store.snapshot(),
-        }
-    }
-
-    /// Replaces the state machine's spaces with a snapshot's (synced); the log and
-    /// its markers stay. The engine's memory is then read again from the store, as an
-    /// open reads it.
-    pub fn repl_snapshot_import(&self, ops: &Ops) -> Result<()> {
-        let mut w = self.writer.lock();
-        // Oplog times, and every reader's position, only move forward: a member whose
-        // own oplog is newer than the set's snapshot cannot take it (a member joins a
-        // set empty, as mongod's must).
-        let newest = ops
-            .iter()
-            .filter_map(|op| match op {
-                Op::Put {
-                    space: Space::Oplog,
-                    key,
-                    ..
-                } => Some(keys::oplog_key_time(key)),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(ClusterTime::ZERO);
-        if newest < w.committed_ts {
-            return Err(Error::internal(format!(
-                "this member's oplog (to {}) is newer than the replica set's snapshot (to \
-                 {newest}): start it on an empty --dbpath to join the set",
-                w.committed_ts
-            )));
-        }
-        self.store
-            .import(&snapshot_spaces(), ops)
-            .map_err(storage_err)?;
-        self.reload_after_install(&mut w)
-    }
-
-    /// The engine's memory from a store whose state machine was replaced wholesale.
-    fn reload_after_install(&self, w: &mut Writer) -> Result<()> {
-        self.reload_catalog()?;
-        self.capped.lock().clear();
-        self.capped_modified.lock().clear();
-        let last_ts = Writer::load_newest_time(&self.store)?;
-        let (trim_ts, oplog_bytes) = Writer::load_oplog_state(&self.store)?;
-        // Not older than this member's own (checked before the import); the same
-        // when both are empty.
-        let newer = (last_ts > w.committed_ts).then_some(last_ts);
-        w.committed_ts = last_ts;
-        w.clock = ClusterClock::after(last_ts.max(w.clock.last()));
-        w.oplog_bytes = oplog_bytes;
-        w.trim_ts = trim_ts;
-        // Moves either way: the point is the snapshot's, not a trim's.
-        self.trim_ts
-            .store(trim_ts, std::sync::atomic::Ordering::Release);
-        if trim_ts > ClusterTime::ZERO {
-            self.store
-                .retire_through(Space::Oplog, &keys::oplog_key(trim_ts.prev()));
-        }
-        self.recent.restart(last_ts.next());
-        let seq = self.durability.committed(newer);
-        // Every namespace may have changed.
-        self.bus.publish(CommitNotice {
-            seq,
-            last_ts: last_ts.max(self.bus.last().last_ts),
-            ns_mask: u64::MAX,
-        });
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -336,6 +231,9 @@ mod tests {
     use super::*;
     use crate::core::testing::TestEngine;
     use crate::oplog::pipeline::{Finish, Submitted};
+    use crate::repl::snapshot::snapshot_spaces;
+    use crate::repl::snapshot::tests::send_snapshot;
+    use tailstream_storage::Op;
 
     /// A snapshot's view is one moment: its marker and its data stay as they were
     /// while later commits apply (openraft builds beside the applies).
@@ -394,7 +292,7 @@ mod tests {
             .engine
             .repl_log_append(&[(1, b"log".to_vec())])
             .unwrap();
-        follower.engine.repl_snapshot_import(&snapshot).unwrap();
+        send_snapshot(&leader.engine, &follower.engine, 1 << 20).unwrap();
         let e = &follower.engine;
         assert_eq!(e.repl_applied().unwrap(), Some(b"applied 1".to_vec()));
         assert_eq!(
@@ -502,40 +400,6 @@ mod tests {
         // The follower's own next write comes after everything it applied.
         let own = f.write_noop("after the primary's").unwrap();
         assert!(own.last_ts.unwrap() > p.writer.lock().committed_ts);
-    }
-
-    /// A snapshot installed on an engine with its own memory: its catalog, documents
-    /// and newest oplog time become the snapshot's, and its next write follows them.
-    #[test]
-    fn an_installed_snapshot_replaces_the_engines_memory_too() {
-        let primary = TestEngine::open();
-        let p = &primary.engine;
-        let ns = Namespace::new("db", "c");
-        let docs = (0..10).map(|i| doc! {"_id": i, "n": i}).collect();
-        p.insert_documents(&ns, docs, true).unwrap();
-        p.create_indexes(&ns, &[doc! {"key": {"n": 1}, "name": "n_1"}])
-            .unwrap();
-        let snapshot = p.repl_snapshot_export().unwrap();
-
-        let member = TestEngine::open();
-        let m = &member.engine;
-        // Its own earlier state, which the snapshot replaces.
-        m.insert_documents(&Namespace::new("db", "mine"), vec![doc! {"_id": 1}], true)
-            .unwrap();
-        m.repl_snapshot_import(&snapshot).unwrap();
-        let names = |e: &Engine| e.catalog().colls.keys().cloned().collect::<Vec<_>>();
-        assert_eq!(names(m), vec!["db.c".to_string()]);
-        assert_eq!(
-            m.count(&ns, &doc! {"n": {"$gte": 5}}, 0, 0, None, None)
-                .unwrap(),
-            5
-        );
-        let newest = p.writer.lock().committed_ts;
-        assert_eq!(m.writer.lock().committed_ts, newest);
-        assert_eq!(m.writer.lock().oplog_bytes, p.writer.lock().oplog_bytes);
-        assert_eq!(m.bus.last().last_ts, newest);
-        let own = m.write_noop("after the snapshot").unwrap();
-        assert!(own.last_ts.unwrap() > newest);
     }
 
     /// A member whose proposal failed (it lost the lead) took a time from its clock that
@@ -762,9 +626,8 @@ mod tests {
     #[test]
     fn a_snapshot_older_than_the_members_own_oplog_is_refused() {
         let empty = TestEngine::open();
-        let snapshot = empty.engine.repl_snapshot_export().unwrap();
         let fresh = TestEngine::open();
-        fresh.engine.repl_snapshot_import(&snapshot).unwrap();
+        send_snapshot(&empty.engine, &fresh.engine, 1 << 20).unwrap();
         assert!(fresh.engine.write_noop("after the snapshot").is_ok());
 
         let member = TestEngine::open();
@@ -772,7 +635,7 @@ mod tests {
         m.insert_documents(&Namespace::new("db", "mine"), vec![doc! {"_id": 1}], true)
             .unwrap();
         let before = state(m);
-        let refused = m.repl_snapshot_import(&snapshot).unwrap_err();
+        let refused = send_snapshot(&empty.engine, m, 1 << 20).unwrap_err();
         assert!(
             refused.message.contains("empty --dbpath"),
             "{}",

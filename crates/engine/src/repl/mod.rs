@@ -7,7 +7,9 @@
 //!   change synced before it returns (a member acknowledges only what is on disk).
 //! - `apply`: a replicated commit (its writes as [`Ops`]) applied in one atomic batch
 //!   together with the state machine's applied marker, the engine's memory following
-//!   it; snapshots of the state machine's spaces (everything but the log).
+//!   it.
+//! - `snapshot`: the state machine's spaces (everything but the log) written to a
+//!   file in pieces and installed from one behind a marker a restart finishes.
 //! - The other side, where commits' writes come from: `Engine::set_commit_sink` (every
 //!   local commit's writes, recorded by the store, in commit order).
 //!
@@ -15,6 +17,7 @@
 
 pub mod apply;
 pub mod log;
+pub mod snapshot;
 
 pub use crate::core::CommitSink;
 pub use tailstream_storage::{Ops, Space};

@@ -27,6 +27,10 @@ const OPT_IN_READS: &[&str] = &[
     "mapReduce",
 ];
 
+/// mongod's code for a read on a member that is neither primary nor secondary (here:
+/// one installing a snapshot).
+const NOT_PRIMARY_OR_SECONDARY: i32 = 13436;
+
 /// mongod's code when a read reaches a secondary without the client's consent.
 const NOT_PRIMARY_NO_SECONDARY_OK: i32 = 13435;
 
@@ -40,6 +44,8 @@ fn secondary_ok(cmd: &Document) -> bool {
 
 /// A read on a member that is not primary needs a secondary read preference (13435
 /// NotPrimaryNoSecondaryOk otherwise, as mongod); the `local` database reads anywhere.
+/// No read (nor a cursor's next batch) runs while the member installs a snapshot
+/// (13436 NotPrimaryOrSecondary, which drivers retry elsewhere).
 pub fn check_secondary_read(
     state: &ServerState,
     name: &str,
@@ -49,6 +55,13 @@ pub fn check_secondary_read(
     let Some(member) = state.repl.member() else {
         return Ok(());
     };
+    if state.engine.repl_installing() && (OPT_IN_READS.contains(&name) || name == "getMore") {
+        // Half the old state machine, half the snapshot's (see `repl::snapshot`).
+        return Err(Error::new(
+            NOT_PRIMARY_OR_SECONDARY,
+            "node is not in primary or recovering state",
+        ));
+    }
     if db == "local" || !OPT_IN_READS.contains(&name) || secondary_ok(cmd) {
         return Ok(());
     }

@@ -112,7 +112,9 @@ pub fn hello_fields(state: &ServerState, name: &str, d: &mut Document) {
         },
         v.writable,
     );
-    d.insert("secondary", v.secondary);
+    // A member installing a snapshot serves no reads: not a secondary meanwhile
+    // (mongod's member in initial sync, STARTUP2, is neither).
+    d.insert("secondary", v.secondary && !state.engine.repl_installing());
     match &v.primary {
         Some(p) => d.insert("primary", p.clone()),
         None => d.remove("primary"),
@@ -234,7 +236,7 @@ pub fn status(state: &ServerState) -> Option<Document> {
     Some(doc! {
         "set": state.config.repl_set.clone(),
         "date": bson::DateTime::now(),
-        "myState": if v.writable { 1 } else if v.secondary { 2 } else { 5 },
+        "myState": if v.writable { 1 } else if v.secondary && !state.engine.repl_installing() { 2 } else { 5 },
         "term": term,
         "members": members,
         "optimes": {"lastCommittedOpTime": optime.clone(), "appliedOpTime": optime.clone(), "durableOpTime": optime},
