@@ -27,6 +27,7 @@
 
 pub mod handover;
 pub mod log_store;
+pub mod log_window;
 pub mod member;
 pub mod member_auth;
 pub mod network;

@@ -10,6 +10,7 @@ use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{AnyError, RaftLogId, StorageIOError};
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tailstream_engine::repl::log::Marker;
 use tailstream_engine::Engine;
@@ -18,11 +19,21 @@ use tailstream_engine::Engine;
 #[derive(Clone)]
 pub struct LogStore {
     engine: Arc<Engine>,
+    /// Bytes of entries appended since the member started (see `log_window`).
+    appended: Arc<AtomicU64>,
 }
 
 impl LogStore {
     pub fn new(engine: Arc<Engine>) -> LogStore {
-        LogStore { engine }
+        LogStore {
+            engine,
+            appended: Default::default(),
+        }
+    }
+
+    /// The count of bytes appended (shared with every clone).
+    pub fn appended_bytes(&self) -> Arc<AtomicU64> {
+        self.appended.clone()
     }
 
     fn marker<T: serde::de::DeserializeOwned>(&self, marker: Marker) -> StorageResult<Option<T>> {
@@ -146,7 +157,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             let bytes = encode(&entry).map_err(StorageIOError::write_logs)?;
             encoded.push((entry.get_log_id().index, bytes));
         }
+        let bytes: usize = encoded.iter().map(|(_, b)| b.len()).sum();
         let result = self.engine.repl_log_append(&encoded);
+        if result.is_ok() {
+            self.appended.fetch_add(bytes as u64, Ordering::Relaxed);
+        }
         // On disk (the engine synced) before the callback says so.
         callback.log_io_completed(
             result

@@ -132,15 +132,18 @@ impl Member {
         let writes_held = Arc::new(AtomicBool::new(false));
         let state_machine = StateMachine::proposing(engine.clone(), pending.clone());
         let apply_paused = state_machine.apply_pause_switch();
+        let log = LogStore::new(engine.clone());
+        let appended = log.appended_bytes();
         let raft = Raft::new(
             node,
             config(set_name, election_timeout_millis)?,
             Network,
-            LogStore::new(engine.clone()),
+            log,
             state_machine,
         )
         .await
         .map_err(|e| e.to_string())?;
+        crate::log_window::spawn(raft.clone(), appended);
         let proposer = MemberProposer::new(
             node,
             raft.clone(),

@@ -68,9 +68,11 @@ pub async fn start(id: u64, config: Arc<Config>, proposing: bool) -> (Member, Tc
     } else {
         StateMachine::new(engine.clone())
     };
-    let raft = Raft::new(id, config, Network, LogStore::new(engine.clone()), sm)
-        .await
-        .unwrap();
+    let log = LogStore::new(engine.clone());
+    let appended = log.appended_bytes();
+    let raft = Raft::new(id, config, Network, log, sm).await.unwrap();
+    // As `set::Member::start` does.
+    tailstream_replication::log_window::spawn(raft.clone(), appended);
     if proposing {
         let proposer = MemberProposer::new(
             id,
@@ -144,7 +146,11 @@ pub fn config() -> Arc<Config> {
 
 /// Three members, serving and initiated.
 pub async fn three(proposing: bool) -> Vec<Member> {
-    let config = config();
+    three_with(config(), proposing).await
+}
+
+/// [`three`] with another configuration.
+pub async fn three_with(config: Arc<Config>, proposing: bool) -> Vec<Member> {
     let mut members = Vec::new();
     for id in 1..=3 {
         let (mut m, listener) = start(id, config.clone(), proposing).await;
