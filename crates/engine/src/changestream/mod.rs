@@ -13,6 +13,7 @@
 //! (`read/get_more.rs`) waits for the durable time to pass a commit the stream cares
 //! about; this module only reads.
 
+pub mod bucket;
 pub mod diff;
 pub(crate) mod event;
 pub mod prefilter;
@@ -107,6 +108,8 @@ pub struct StreamSpec {
     /// The oplog's `ns` of a collection stream (`db.coll`), or the prefix of a database
     /// stream's (`db.`): made once, not per read.
     scope_ns: Option<String>,
+    /// A bucket of a parallel change stream: only its share of the events.
+    pub bucket: Option<bucket::Bucket>,
 }
 
 impl StreamSpec {
@@ -354,6 +357,7 @@ fn parse_spec(
             split_large,
             stages,
             collator: None,
+            bucket: None,
         },
         start,
     ))
@@ -424,6 +428,68 @@ impl Engine {
                 ),
             ));
         }
+        self.open_parsed(db, spec, &start, batch_size, lsid)
+    }
+
+    /// Opens a parallel change stream (see [`bucket`]): `count` buckets of the
+    /// deployment's stream, spread `by` namespace or document key, only the namespaces
+    /// `ns_regex` matches; `opts` are `$changeStream`'s (fullDocument, the start) and
+    /// `stages` the pipeline after it, in every bucket. Every bucket starts at the same
+    /// point (without a start option: after the newest committed write). Returns one
+    /// cursor per bucket, with no events yet.
+    pub fn open_parallel_change_stream(
+        &self,
+        opts: &Document,
+        stages: &[Document],
+        count: u32,
+        by: bucket::BucketBy,
+        ns_regex: Option<regex::Regex>,
+        lsid: Option<Bson>,
+    ) -> Result<Vec<CursorBatch>> {
+        assert!(
+            (1..=bucket::MAX_BUCKETS).contains(&count),
+            "a bucket count the command checked"
+        );
+        let mut opts = opts.clone();
+        opts.insert("allChangesForCluster", true);
+        let starts = ["resumeAfter", "startAfter", "startAtOperationTime"];
+        if !starts.iter().any(|k| opts.contains_key(*k)) {
+            let after_newest: bson::Timestamp = self.last_commit_time().next().into();
+            opts.insert("startAtOperationTime", after_newest);
+        }
+        let (spec, start) = parse_spec("admin", None, &opts, stages)?;
+        let mut cursors = Vec::with_capacity(count as usize);
+        for index in 0..count {
+            let mut spec = spec.clone();
+            spec.bucket = Some(bucket::Bucket {
+                count,
+                index,
+                by,
+                ns_regex: ns_regex.clone(),
+            });
+            match self.open_parsed("admin", spec, &start, Some(0), lsid.clone()) {
+                Ok(c) => cursors.push(c),
+                Err(e) => {
+                    for c in &cursors {
+                        self.cursors.remove(c.cursor_id);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(cursors)
+    }
+
+    /// A parsed stream from its start (`resumeAfter`, `startAfter`,
+    /// `startAtOperationTime` or none), its first batch read and its cursor registered.
+    fn open_parsed(
+        &self,
+        db: &str,
+        spec: StreamSpec,
+        start: &Document,
+        batch_size: Option<i64>,
+        lsid: Option<Bson>,
+    ) -> Result<CursorBatch> {
         let trim_ts = self.oplog_trim_ts();
         let lost = |t: ClusterTime| {
             Error::new(
@@ -915,6 +981,13 @@ impl ChangeStream {
         doc: SharedEvent,
         token: ResumeToken,
     ) -> Result<()> {
+        if self.spec.bucket.as_ref().is_some_and(|b| !b.admits(&doc)) {
+            // Another bucket's: the position is still past it.
+            if self.pending.is_empty() {
+                self.advance_to(token);
+            }
+            return Ok(());
+        }
         if self.spec.stages.is_empty() && doc.as_bytes().len() <= MAX_EVENT_BYTES {
             // No stages: the event itself, as it is (most streams, every event).
             self.pending.push_back((doc, token));

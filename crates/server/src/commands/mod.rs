@@ -13,6 +13,7 @@ pub(crate) mod gates;
 mod handshake;
 mod maintenance;
 mod map_reduce;
+mod parallel_stream;
 mod read;
 pub(crate) mod registry;
 pub(crate) mod retryable;

@@ -25,7 +25,8 @@
 //! privileges), and nothing else: it is dispatched, listed and checked from here.
 
 use super::{
-    admin, apply_ops, ddl, handshake, maintenance, map_reduce, read, testing, write, Call, Output,
+    admin, apply_ops, ddl, handshake, maintenance, map_reduce, parallel_stream, read, testing,
+    write, Call, Output,
 };
 use bson::{doc, Bson, Document};
 use std::collections::HashMap;
@@ -815,6 +816,12 @@ pub static SPECS: &[Spec] = &[
     .aliases(&["mapreduce"])
     .writes(OutOption)
     .needs(Collection, &[Find]),
+    command(
+        "parallelChangeStream",
+        reply!(c => parallel_stream::run(c.state, c.cmd).await),
+    )
+    .admin_only()
+    .needs(Cluster, &[ChangeStream, Find]),
     command("ping", reply!(_c => Ok(Document::new())))
         .api_v1()
         .open(),
@@ -1430,6 +1437,8 @@ mod tests {
         // Writes unless `out` is inline (these commands have no `out`).
         ("mapReduce", false, true, false),
         ("mapreduce", false, true, false),
+        // Issue 28: seed 004's parallel change streams.
+        ("parallelChangeStream", true, false, false),
         ("planCacheClear", false, false, false),
         ("planCacheClearFilters", false, false, false),
         ("planCacheListFilters", false, false, false),

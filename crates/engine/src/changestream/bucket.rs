@@ -1,0 +1,167 @@
+//! Parallel change streams (issue 28, seed 004): the deployment's change stream split
+//! into N buckets, each its own cursor read side by side.
+//!
+//! A bucket is a cluster change stream that keeps the events of its share: with
+//! [`BucketBy::Namespace`] (the seed's rule) an event belongs to bucket
+//! `hash(ns) % N`, so every collection's events stay in one bucket in oplog order;
+//! with [`BucketBy::DocumentKey`] (the seed's future work) to `hash(documentKey) % N`,
+//! so one collection spreads over every bucket and each document's events stay in
+//! order in one. An event without a document key (a drop, a rename, an index build)
+//! goes by its namespace under either rule. `ns` is `db.coll`, or `db` for an event of
+//! a whole database (dropDatabase). `nsRegex` keeps only the events whose `ns`
+//! matches it.
+//!
+//! The hash is 64-bit FNV-1a (as the commit bus's namespace bits), of the namespace's
+//! bytes or of the document key's BSON bytes: the same on every member and every
+//! restart, so a bucket's resume tokens stay valid. FNV-1a is a few lines and fast on
+//! the short strings hashed here; a crate would add nothing.
+//!
+//! The first form decides on each event once it is made: every bucket still reads the
+//! whole oplog (reading only a bucket's share is the issue's next step).
+
+use bson::RawDocument;
+
+/// The most buckets one parallel stream may have: each is a cursor (and a reader of
+/// the oplog) of its own.
+pub const MAX_BUCKETS: u32 = 1024;
+
+/// How events are spread over the buckets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BucketBy {
+    Namespace,
+    DocumentKey,
+}
+
+/// One bucket of a parallel change stream.
+#[derive(Debug, Clone)]
+pub struct Bucket {
+    /// How many buckets the stream has (1 to [`MAX_BUCKETS`]).
+    pub count: u32,
+    /// This one's number, below `count`.
+    pub index: u32,
+    pub by: BucketBy,
+    /// Only the events whose `ns` matches (the seed's `nsRegex`).
+    pub ns_regex: Option<regex::Regex>,
+}
+
+/// 64-bit FNV-1a.
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for b in *part {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// An event's `ns` as `db.coll` (or `db`); none for an event without one.
+fn event_ns(event: &RawDocument) -> Option<(String, Option<String>)> {
+    let ns = event.get_document("ns").ok()?;
+    let db = ns.get_str("db").ok()?.to_string();
+    let coll = ns.get_str("coll").ok().map(str::to_string);
+    Some((db, coll))
+}
+
+impl Bucket {
+    /// Which of `count` buckets an event belongs to (see the module's doc).
+    pub fn of(by: BucketBy, count: u32, event: &RawDocument) -> u32 {
+        assert!(count >= 1, "a parallel stream has a bucket");
+        let key = match by {
+            BucketBy::DocumentKey => event
+                .get("documentKey")
+                .ok()
+                .flatten()
+                .and_then(|k| k.as_document().map(|d| d.as_bytes().to_vec())),
+            BucketBy::Namespace => None,
+        };
+        let h = match key {
+            Some(bytes) => fnv1a(&[&bytes]),
+            None => match event_ns(event) {
+                Some((db, Some(coll))) => fnv1a(&[db.as_bytes(), b".", coll.as_bytes()]),
+                Some((db, None)) => fnv1a(&[db.as_bytes()]),
+                None => 0,
+            },
+        };
+        u32::try_from(h % u64::from(count)).expect("below a u32 count")
+    }
+
+    /// Whether this bucket keeps `event`.
+    pub fn admits(&self, event: &RawDocument) -> bool {
+        if let Some(re) = &self.ns_regex {
+            let ns = match event_ns(event) {
+                Some((db, Some(coll))) => format!("{db}.{coll}"),
+                Some((db, None)) => db,
+                None => String::new(),
+            };
+            if !re.is_match(&ns) {
+                return false;
+            }
+        }
+        Bucket::of(self.by, self.count, event) == self.index
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::rawdoc;
+
+    #[test]
+    fn every_event_is_in_exactly_one_bucket_and_a_documents_events_in_the_same() {
+        for n in [1u32, 2, 4, 8] {
+            let mut seen = vec![0u32; n as usize];
+            for i in 0..200 {
+                let insert = rawdoc! {"ns": {"db": "d", "coll": "c"}, "documentKey": {"_id": i}};
+                let update = rawdoc! {"operationType": "update", "ns": {"db": "d", "coll": "c"}, "documentKey": {"_id": i}};
+                let b = Bucket::of(BucketBy::DocumentKey, n, &insert);
+                assert_eq!(b, Bucket::of(BucketBy::DocumentKey, n, &update));
+                seen[b as usize] += 1;
+                let buckets = (0..n).filter(|&index| {
+                    Bucket {
+                        count: n,
+                        index,
+                        by: BucketBy::DocumentKey,
+                        ns_regex: None,
+                    }
+                    .admits(&insert)
+                });
+                assert_eq!(buckets.count(), 1);
+            }
+            // One collection spreads over every bucket by document key.
+            assert!(seen.iter().all(|&s| s > 0), "{n} buckets: {seen:?}");
+        }
+    }
+
+    #[test]
+    fn by_namespace_a_collection_stays_in_one_bucket_and_ddl_follows_it() {
+        let n = 4;
+        let insert = rawdoc! {"ns": {"db": "d", "coll": "c"}, "documentKey": {"_id": 1}};
+        let drop = rawdoc! {"operationType": "drop", "ns": {"db": "d", "coll": "c"}};
+        let b = Bucket::of(BucketBy::Namespace, n, &insert);
+        assert_eq!(b, Bucket::of(BucketBy::Namespace, n, &drop));
+        // Without a document key, the document-key rule goes by the namespace too.
+        assert_eq!(b, Bucket::of(BucketBy::DocumentKey, n, &drop));
+        let spread: std::collections::BTreeSet<u32> = (0..64)
+            .map(|i| {
+                let e = rawdoc! {"ns": {"db": "d", "coll": format!("c{i}")}};
+                Bucket::of(BucketBy::Namespace, n, &e)
+            })
+            .collect();
+        assert_eq!(spread.len(), n as usize);
+    }
+
+    #[test]
+    fn ns_regex_keeps_only_its_namespaces() {
+        let b = Bucket {
+            count: 1,
+            index: 0,
+            by: BucketBy::Namespace,
+            ns_regex: Some(regex::Regex::new("^shop\\.orders").unwrap()),
+        };
+        assert!(b.admits(&rawdoc! {"ns": {"db": "shop", "coll": "orders"}}));
+        assert!(!b.admits(&rawdoc! {"ns": {"db": "shop", "coll": "users"}}));
+        assert!(!b.admits(&rawdoc! {"ns": {"db": "shop"}}));
+    }
+}

@@ -1,0 +1,174 @@
+"""Parallel change streams (issue 28, seed 004): `parallelChangeStream` splits the
+deployment's change stream into buckets, each a cursor read with ordinary getMores.
+
+Every test restricts its stream to its own database with `nsRegex` (the server is
+shared with other tests)."""
+
+import re
+
+import pytest
+from bson import Timestamp
+from bson.regex import Regex
+from pymongo.errors import OperationFailure
+
+from conftest import eventually
+
+
+def open_parallel(client, session, db, **opts):
+    reply = client.admin.command(
+        "parallelChangeStream", 1, nsRegex=Regex("^" + re.escape(db.name) + r"(\.|$)"),
+        session=session, **opts)
+    assert reply["ns"] == "admin.$cmd.aggregate"
+    return reply["cursors"]
+
+
+def drain(client, session, ids, want, timeout=15.0):
+    """getMores on every bucket until `want` events in all: {cursor id: events}."""
+    got = {i: [] for i in ids}
+
+    def enough():
+        for i in ids:
+            r = client.admin.command("getMore", i, collection="$cmd.aggregate",
+                                     maxTimeMS=50, session=session)
+            # Every reply carries the bucket's resume point, with events or without.
+            assert "postBatchResumeToken" in r["cursor"]
+            got[i].extend(r["cursor"]["nextBatch"])
+        return sum(len(v) for v in got.values()) >= want
+    assert eventually(enough, timeout=timeout), {i: len(v) for i, v in got.items()}
+    return got
+
+
+def close(client, session, ids):
+    client.admin.command("killCursors", "$cmd.aggregate", cursors=ids, session=session)
+
+
+def test_buckets_by_namespace_split_the_stream_and_keep_each_collections_order(client, db):
+    with client.start_session() as s:
+        ids = open_parallel(client, s, db, nBuckets=4)
+        assert len(ids) == 4 and len(set(ids)) == 4
+        for c in range(8):
+            for i in range(20):
+                db[f"c{c}"].insert_one({"_id": i})
+        got = drain(client, s, ids, 160)
+        close(client, s, ids)
+    assert sum(len(v) for v in got.values()) == 160
+    bucket_of = {}
+    for cursor, events in got.items():
+        by_coll = {}
+        for ev in events:
+            assert ev["operationType"] == "insert"
+            coll = ev["ns"]["coll"]
+            # A collection's events are all in one bucket ...
+            assert bucket_of.setdefault(coll, cursor) == cursor
+            by_coll.setdefault(coll, []).append(ev["documentKey"]["_id"])
+        # ... in the order they were written.
+        for ids_in_order in by_coll.values():
+            assert ids_in_order == list(range(20))
+    assert sorted(bucket_of) == [f"c{c}" for c in range(8)]
+    # Eight collections over four buckets: more than one bucket has work.
+    assert len(set(bucket_of.values())) > 1
+
+
+def test_buckets_by_document_key_spread_one_collection_and_keep_each_documents_order(
+        client, db):
+    with client.start_session() as s:
+        ids = open_parallel(client, s, db, nBuckets=4, by="documentKey")
+        db.one.insert_many([{"_id": i, "n": 0} for i in range(100)])
+        for i in range(100):
+            db.one.update_one({"_id": i}, {"$inc": {"n": 1}})
+        got = drain(client, s, ids, 200)
+        close(client, s, ids)
+    assert all(got[i] for i in ids), "one collection spread over every bucket"
+    home = {}
+    for cursor, events in got.items():
+        seen = {}
+        for ev in events:
+            key = ev["documentKey"]["_id"]
+            assert home.setdefault(key, cursor) == cursor
+            seen.setdefault(key, []).append(ev["operationType"])
+        for ops in seen.values():
+            assert ops == ["insert", "update"]
+    assert len(home) == 100
+
+
+def test_a_drop_and_a_rename_are_events_and_the_bucket_goes_on(client, db):
+    with client.start_session() as s:
+        [cursor] = open_parallel(client, s, db, nBuckets=1)
+        db.a.insert_one({"_id": 1})
+        db.a.rename("b")
+        db.b.drop()
+        db.a.insert_one({"_id": 2})
+        got = drain(client, s, [cursor], 4)[cursor]
+        close(client, s, [cursor])
+    assert [e["operationType"] for e in got] == ["insert", "rename", "drop", "insert"]
+    assert got[-1]["documentKey"] == {"_id": 2}
+
+
+def test_start_at_operation_time_replays_what_was_written_before(client, db):
+    db.early.insert_one({"_id": "before"})
+    at = db.command("insert", "early", documents=[{"_id": "at or after"}])["operationTime"]
+    with client.start_session() as s:
+        ids = open_parallel(client, s, db, nBuckets=2, startAtOperationTime=at)
+        got = drain(client, s, ids, 1)
+        close(client, s, ids)
+    keys = [e["documentKey"]["_id"] for v in got.values() for e in v]
+    assert keys == ["at or after"]
+
+
+def test_the_pipeline_and_options_apply_in_every_bucket(client, db):
+    with client.start_session() as s:
+        ids = open_parallel(client, s, db, nBuckets=2, by="documentKey",
+                            pipeline=[{"$match": {"operationType": "update"}},
+                                      {"$project": {"documentKey": 1, "fullDocument": 1}}],
+                            fullDocument="updateLookup")
+        db.p.insert_many([{"_id": i, "n": 0} for i in range(10)])
+        db.p.update_many({}, {"$set": {"n": 1}})
+        got = drain(client, s, ids, 10)
+        close(client, s, ids)
+    events = [e for v in got.values() for e in v]
+    assert sorted(e["documentKey"]["_id"] for e in events) == list(range(10))
+    assert all(e["fullDocument"]["n"] == 1 and "operationType" not in e for e in events)
+
+
+@pytest.mark.parametrize("opts,code", [
+    ({}, 40414),
+    ({"nBuckets": 0}, 2),
+    ({"nBuckets": 1025}, 2),
+    ({"nBuckets": "four"}, 14),
+    ({"nBuckets": 2, "nsRegex": Regex("(")}, 51091),
+    ({"nBuckets": 2, "nsRegex": 5}, 14),
+    ({"nBuckets": 2, "by": "shard"}, 2),
+    ({"nBuckets": 2, "pipeline": [{"$group": {"_id": 1}}]}, 20),
+    ({"nBuckets": 2, "pipeline": {"$match": {}}}, 14),
+    ({"nBuckets": 2, "startAtOperationTime": "yesterday"}, 14),
+])
+def test_bad_input_gets_mongods_errors(client, opts, code):
+    with pytest.raises(OperationFailure) as e:
+        client.admin.command("parallelChangeStream", 1, **opts)
+    assert e.value.code == code, e.value.details
+
+
+def test_it_runs_on_admin_only(client, db):
+    with pytest.raises(OperationFailure) as e:
+        db.command("parallelChangeStream", 1, nBuckets=2)
+    assert e.value.code == 13
+
+
+def test_resuming_every_bucket_after_one_token_delivers_what_follows_it(client, db):
+    """The seed's rule: a stream resumes from one point (the smallest of its buckets'),
+    every bucket after it; a bucket may see again what it had (at least once)."""
+    with client.start_session() as s:
+        ids = open_parallel(client, s, db, nBuckets=3, by="documentKey")
+        for i in range(12):
+            db.r.insert_one({"_id": i})
+        got = drain(client, s, ids, 12)
+        close(client, s, ids)
+    events = sorted((e for v in got.values() for e in v), key=lambda e: e["clusterTime"])
+    assert [e["documentKey"]["_id"] for e in events] == list(range(12))
+    token = events[4]["_id"]
+    with client.start_session() as s:
+        ids = open_parallel(client, s, db, nBuckets=3, by="documentKey", resumeAfter=token)
+        again = drain(client, s, ids, 7)
+        close(client, s, ids)
+    keys = sorted(e["documentKey"]["_id"] for v in again.values() for e in v)
+    assert keys == list(range(5, 12))
