@@ -12,12 +12,15 @@
 //! matches it.
 //!
 //! The hash is 64-bit FNV-1a (as the commit bus's namespace bits), of the namespace's
-//! bytes or of the document key's BSON bytes: the same on every member and every
-//! restart, so a bucket's resume tokens stay valid. FNV-1a is a few lines and fast on
-//! the short strings hashed here; a crate would add nothing.
+//! bytes or of the BSON document `{_id: <the document's _id>}`: the same on every
+//! member and every restart, so a bucket's resume tokens stay valid. FNV-1a is a few
+//! lines and fast on the short strings hashed here; a crate would add nothing.
 //!
-//! The first form decides on each event once it is made: every bucket still reads the
-//! whole oplog (reading only a bucket's share is the next step).
+//! Each bucket still reads the whole oplog, but decides on an entry before making it
+//! into an event ([`Bucket::may_keep_entry`]: its `op`, `ns` and the document's `_id`,
+//! read from the entry's bytes), so another bucket's writes cost it a few field
+//! lookups, not an event; the event itself is decided once made ([`Bucket::admits`]:
+//! commands and transactions, whose entries hold several events).
 
 use bson::RawDocument;
 
@@ -56,6 +59,14 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
     h
 }
 
+/// The hash of a document's `_id`: of the BSON document `{_id: id}`, the same bytes
+/// whether the `_id` comes from an event's `documentKey` or an oplog entry.
+fn id_hash(id: bson::RawBsonRef<'_>) -> u64 {
+    let mut key = bson::RawDocumentBuf::new();
+    key.append("_id", id.to_raw_bson());
+    fnv1a(&[key.as_bytes()])
+}
+
 /// An event's `ns` as `db.coll` (or `db`); none for an event without one.
 fn event_ns(event: &RawDocument) -> Option<(String, Option<String>)> {
     let ns = event.get_document("ns").ok()?;
@@ -68,16 +79,15 @@ impl Bucket {
     /// Which of `count` buckets an event belongs to (see the module's doc).
     pub fn of(by: BucketBy, count: u32, event: &RawDocument) -> u32 {
         assert!(count >= 1, "a parallel stream has a bucket");
-        let key = match by {
+        let id = match by {
             BucketBy::DocumentKey => event
-                .get("documentKey")
+                .get_document("documentKey")
                 .ok()
-                .flatten()
-                .and_then(|k| k.as_document().map(|d| d.as_bytes().to_vec())),
+                .and_then(|k| k.get("_id").ok().flatten()),
             BucketBy::Namespace => None,
         };
-        let h = match key {
-            Some(bytes) => fnv1a(&[&bytes]),
+        let h = match id {
+            Some(id) => id_hash(id),
             None => match event_ns(event) {
                 Some((db, Some(coll))) => fnv1a(&[db.as_bytes(), b".", coll.as_bytes()]),
                 Some((db, None)) => fnv1a(&[db.as_bytes()]),
@@ -85,6 +95,39 @@ impl Bucket {
             },
         };
         u32::try_from(h % u64::from(count)).expect("below a u32 count")
+    }
+
+    /// Whether an oplog entry may make an event of this bucket, decided without making
+    /// it: an insert, update or delete of a namespace `nsRegex` rules out, or of
+    /// another bucket's namespace (by ns) or document (by document key), cannot.
+    /// Anything else (commands, transactions, no-ops, an entry without the fields
+    /// expected) may; its events are decided one by one ([`Bucket::admits`]).
+    pub fn may_keep_entry(&self, entry: &RawDocument) -> bool {
+        let op = match entry.get_str("op") {
+            Ok(op @ ("i" | "u" | "d")) => op,
+            _ => return true,
+        };
+        let Ok(ns) = entry.get_str("ns") else {
+            return true;
+        };
+        if self.ns_regex.as_ref().is_some_and(|re| !re.is_match(ns)) {
+            return false;
+        }
+        let h = match self.by {
+            BucketBy::Namespace => fnv1a(&[ns.as_bytes()]),
+            BucketBy::DocumentKey => {
+                let holder = if op == "u" { "o2" } else { "o" };
+                let id = entry
+                    .get_document(holder)
+                    .ok()
+                    .and_then(|d| d.get("_id").ok().flatten());
+                match id {
+                    Some(id) => id_hash(id),
+                    None => return true,
+                }
+            }
+        };
+        h % u64::from(self.count) == u64::from(self.index)
     }
 
     /// Whether this bucket keeps `event`.
@@ -152,6 +195,45 @@ mod tests {
         assert_eq!(spread.len(), n as usize);
     }
 
+    /// An entry's decision agrees with its event's: the entry is kept by exactly the
+    /// bucket that keeps the event.
+    #[test]
+    fn an_entry_is_kept_by_the_bucket_of_its_event() {
+        for by in [BucketBy::Namespace, BucketBy::DocumentKey] {
+            for i in 0..50 {
+                let coll = format!("c{}", i % 7);
+                let entries = [
+                    rawdoc! {"op": "i", "ns": format!("d.{coll}"), "o": {"_id": i, "x": 1}},
+                    rawdoc! {"op": "u", "ns": format!("d.{coll}"), "o": {"$v": 2}, "o2": {"_id": i}},
+                    rawdoc! {"op": "d", "ns": format!("d.{coll}"), "o": {"_id": i}},
+                ];
+                let event =
+                    rawdoc! {"ns": {"db": "d", "coll": coll.clone()}, "documentKey": {"_id": i}};
+                let home = Bucket::of(by, 4, &event);
+                for entry in &entries {
+                    for index in 0..4 {
+                        let b = Bucket {
+                            count: 4,
+                            index,
+                            by,
+                            ns_regex: None,
+                        };
+                        assert_eq!(b.may_keep_entry(entry), index == home, "{by:?} {entry:?}");
+                    }
+                }
+            }
+        }
+        // A command or a transaction's entry may hold any bucket's events.
+        let b = Bucket {
+            count: 4,
+            index: 0,
+            by: BucketBy::Namespace,
+            ns_regex: None,
+        };
+        assert!((0..4).all(|index| Bucket { index, ..b.clone() }
+            .may_keep_entry(&rawdoc! {"op": "c", "ns": "d.$cmd", "o": {"drop": "c"}})));
+    }
+
     #[test]
     fn ns_regex_keeps_only_its_namespaces() {
         let b = Bucket {
@@ -163,5 +245,7 @@ mod tests {
         assert!(b.admits(&rawdoc! {"ns": {"db": "shop", "coll": "orders"}}));
         assert!(!b.admits(&rawdoc! {"ns": {"db": "shop", "coll": "users"}}));
         assert!(!b.admits(&rawdoc! {"ns": {"db": "shop"}}));
+        assert!(b.may_keep_entry(&rawdoc! {"op": "i", "ns": "shop.orders", "o": {"_id": 1}}));
+        assert!(!b.may_keep_entry(&rawdoc! {"op": "i", "ns": "shop.users", "o": {"_id": 1}}));
     }
 }

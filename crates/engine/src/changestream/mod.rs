@@ -1114,10 +1114,15 @@ impl ChangeStream {
                     });
                 } else if let Some(b) = e.bytes.as_deref() {
                     *loaded_bytes += b.len() as u64;
-                    out.push(ReadEntry {
-                        ts,
-                        body: EntryBody::Recent(e),
+                    let other_buckets = self.spec.bucket.as_ref().is_some_and(|bucket| {
+                        bson::RawDocument::from_bytes(b).is_ok_and(|r| !bucket.may_keep_entry(r))
                     });
+                    let body = if other_buckets {
+                        EntryBody::Skipped
+                    } else {
+                        EntryBody::Recent(e)
+                    };
+                    out.push(ReadEntry { ts, body });
                 } else if let Some(v) = large
                     .get_or_insert_with(|| engine.store.point_reader(Space::Oplog))
                     .get(&keys::oplog_key(ts))
@@ -1204,8 +1209,9 @@ impl ChunkBudget {
 }
 
 /// Makes an oplog entry read from storage into the stream's event, built from the
-/// storage engine's own buffer, and queues it in `out`; false when that failed (the
-/// read stops there: the error is reported after the entries before it).
+/// storage engine's own buffer, and queues it in `out` (another bucket's write is
+/// queued as skipped, never made: `bucket::Bucket::may_keep_entry`); false when that
+/// failed (the read stops there: the error is reported after the entries before it).
 fn push_built(
     out: &mut Vec<ReadEntry>,
     engine: &Engine,
@@ -1213,13 +1219,23 @@ fn push_built(
     ts: ClusterTime,
     bytes: &[u8],
 ) -> bool {
-    let body = match raw_entry(ts, bytes)
-        .and_then(|entry| event::transform_all(engine, spec, ts, entry))
-    {
-        Ok(evs) => EntryBody::Built(evs),
+    let body = match raw_entry(ts, bytes) {
+        // Another bucket's write: not made into an event at all.
+        Ok(entry)
+            if spec
+                .bucket
+                .as_ref()
+                .is_some_and(|b| !b.may_keep_entry(entry)) =>
+        {
+            EntryBody::Skipped
+        }
+        Ok(entry) => match event::transform_all(engine, spec, ts, entry) {
+            Ok(evs) => EntryBody::Built(evs),
+            Err(e) => EntryBody::Failed(e),
+        },
         Err(e) => EntryBody::Failed(e),
     };
-    let built = matches!(body, EntryBody::Built(_));
+    let built = !matches!(body, EntryBody::Failed(_));
     out.push(ReadEntry { ts, body });
     built
 }
