@@ -172,3 +172,38 @@ def test_resuming_every_bucket_after_one_token_delivers_what_follows_it(client, 
         close(client, s, ids)
     keys = sorted(e["documentKey"]["_id"] for v in again.values() for e in v)
     assert keys == list(range(5, 12))
+
+
+def test_resuming_each_bucket_after_its_own_token_repeats_nothing(client, db):
+    """A token per bucket (each bucket's last postBatchResumeToken, in the order of
+    `cursors`): every bucket resumes after its own, exactly once."""
+    with client.start_session() as s:
+        ids = open_parallel(client, s, db, nBuckets=3, by="documentKey")
+        db.x.insert_many([{"_id": i} for i in range(12)])
+        first = {i: [] for i in ids}
+        tokens = {}
+
+        def drained():
+            for i in ids:
+                r = client.admin.command("getMore", i, collection="$cmd.aggregate",
+                                         maxTimeMS=50, session=s)["cursor"]
+                first[i].extend(r["nextBatch"])
+                tokens[i] = r["postBatchResumeToken"]
+            return sum(len(v) for v in first.values()) == 12
+        assert eventually(drained, timeout=15)
+        close(client, s, ids)
+        db.x.insert_many([{"_id": i} for i in range(12, 18)])
+        resumed = open_parallel(client, s, db, nBuckets=3, by="documentKey",
+                                resumeAfter=[tokens[i] for i in ids])
+        again = drain(client, s, resumed, 6)
+        close(client, s, resumed)
+    # Nothing of the first twelve again, in any bucket.
+    keys = sorted(e["documentKey"]["_id"] for v in again.values() for e in v)
+    assert keys == list(range(12, 18))
+
+
+def test_a_token_list_of_the_wrong_length_is_refused(client, db):
+    with pytest.raises(OperationFailure) as e:
+        client.admin.command("parallelChangeStream", 1, nBuckets=3,
+                             resumeAfter=[{"_data": "82"}, {"_data": "82"}])
+    assert e.value.code == 2

@@ -47,6 +47,18 @@ pub struct Bucket {
     pub ns_regex: Option<regex::Regex>,
 }
 
+/// How a parallel stream is split: its buckets' count and rule, the namespaces kept,
+/// and where each bucket resumes when each has its own token.
+#[derive(Debug, Clone)]
+pub struct Split {
+    /// 1 to [`MAX_BUCKETS`].
+    pub count: u32,
+    pub by: BucketBy,
+    pub ns_regex: Option<regex::Regex>,
+    /// `resumeAfter` or `startAfter`, and a token per bucket in bucket order.
+    pub per_bucket: Option<(&'static str, Vec<bson::Bson>)>,
+}
+
 /// 64-bit FNV-1a.
 fn fnv1a(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;

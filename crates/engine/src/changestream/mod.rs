@@ -431,43 +431,60 @@ impl Engine {
         self.open_parsed(db, spec, &start, batch_size, lsid)
     }
 
-    /// Opens a parallel change stream (see [`bucket`]): `count` buckets of the
-    /// deployment's stream, spread `by` namespace or document key, only the namespaces
-    /// `ns_regex` matches; `opts` are `$changeStream`'s (fullDocument, the start) and
-    /// `stages` the pipeline after it, in every bucket. Every bucket starts at the same
-    /// point (without a start option: after the newest committed write). Returns one
-    /// cursor per bucket, with no events yet.
+    /// Opens a parallel change stream (see [`bucket`]): `split.count` buckets of the
+    /// deployment's stream, spread by namespace or document key, only the namespaces
+    /// `split.ns_regex` matches; `opts` are `$changeStream`'s (fullDocument, the start)
+    /// and `stages` the pipeline after it, in every bucket. Every bucket starts at the
+    /// same point (without a start option: after the newest committed write), unless
+    /// `split.per_bucket` gives each its own (a token per bucket, in bucket order: what
+    /// each bucket returned last, so none repeats an event). Returns one cursor per
+    /// bucket, with no events yet.
     pub fn open_parallel_change_stream(
         &self,
         opts: &Document,
         stages: &[Document],
-        count: u32,
-        by: bucket::BucketBy,
-        ns_regex: Option<regex::Regex>,
+        split: bucket::Split,
         lsid: Option<Bson>,
     ) -> Result<Vec<CursorBatch>> {
+        let bucket::Split {
+            count,
+            by,
+            ns_regex,
+            per_bucket,
+        } = split;
         assert!(
             (1..=bucket::MAX_BUCKETS).contains(&count),
             "a bucket count the command checked"
         );
+        assert!(
+            per_bucket
+                .as_ref()
+                .is_none_or(|(_, t)| t.len() == count as usize),
+            "a token per bucket, as the command checked"
+        );
         let mut opts = opts.clone();
         opts.insert("allChangesForCluster", true);
         let starts = ["resumeAfter", "startAfter", "startAtOperationTime"];
-        if !starts.iter().any(|k| opts.contains_key(*k)) {
+        if per_bucket.is_none() && !starts.iter().any(|k| opts.contains_key(*k)) {
             let after_newest: bson::Timestamp = self.last_commit_time().next().into();
             opts.insert("startAtOperationTime", after_newest);
         }
-        let (spec, start) = parse_spec("admin", None, &opts, stages)?;
         let mut cursors = Vec::with_capacity(count as usize);
         for index in 0..count {
-            let mut spec = spec.clone();
-            spec.bucket = Some(bucket::Bucket {
-                count,
-                index,
-                by,
-                ns_regex: ns_regex.clone(),
+            let mut own = opts.clone();
+            if let Some((key, tokens)) = &per_bucket {
+                own.insert(*key, tokens[index as usize].clone());
+            }
+            let opened = parse_spec("admin", None, &own, stages).and_then(|(mut spec, start)| {
+                spec.bucket = Some(bucket::Bucket {
+                    count,
+                    index,
+                    by,
+                    ns_regex: ns_regex.clone(),
+                });
+                self.open_parsed("admin", spec, &start, Some(0), lsid.clone())
             });
-            match self.open_parsed("admin", spec, &start, Some(0), lsid.clone()) {
+            match opened {
                 Ok(c) => cursors.push(c),
                 Err(e) => {
                     for c in &cursors {

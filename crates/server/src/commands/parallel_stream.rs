@@ -11,13 +11,16 @@
 //! ```
 //!
 //! The reply has the seed's shape (its users can switch); a bucket's getMores return
-//! its events and its `postBatchResumeToken`.
+//! its events and its `postBatchResumeToken`. Resuming: `resumeAfter` with one token
+//! resumes every bucket after it (the seed's rule, at least once); with an array of a
+//! token per bucket (each bucket's last `postBatchResumeToken`, in the order of
+//! `cursors`), every bucket resumes after its own (exactly once).
 
 use super::{blocking, type_name, Document};
 use crate::state::ServerState;
 use bson::{doc, Bson};
 use std::sync::Arc;
-use tailstream_engine::changestream::bucket::{BucketBy, MAX_BUCKETS};
+use tailstream_engine::changestream::bucket::{BucketBy, Split, MAX_BUCKETS};
 use tailstream_engine::query::error::{Error, Result};
 
 /// The `$changeStream` options a parallel stream passes to each of its buckets.
@@ -125,20 +128,49 @@ fn stages(cmd: &Document) -> Result<Vec<Document>> {
     }
 }
 
+/// `resumeAfter` or `startAfter` given as an array: a token per bucket, in bucket
+/// order (each bucket resumes after what it returned last: exactly once).
+fn per_bucket_tokens(cmd: &Document, count: u32) -> Result<Option<(&'static str, Vec<Bson>)>> {
+    for key in ["resumeAfter", "startAfter"] {
+        if let Some(Bson::Array(tokens)) = cmd.get(key) {
+            if tokens.len() != count as usize {
+                return Err(Error::bad_value(format!(
+                    "{key} holds {} tokens for {count} buckets: give one token for every \
+                     bucket, or a single token for all of them",
+                    tokens.len()
+                )));
+            }
+            return Ok(Some((key, tokens.clone())));
+        }
+    }
+    Ok(None)
+}
+
 pub async fn run(state: &Arc<ServerState>, cmd: &Document) -> Result<Document> {
     let count = bucket_count(cmd)?;
     let regex = ns_regex(cmd)?;
     let by = bucket_by(cmd)?;
     let stages = stages(cmd)?;
+    let per_bucket = per_bucket_tokens(cmd, count)?;
     let mut opts = Document::new();
     for k in STREAM_OPTIONS {
-        if let Some(v) = cmd.get(k) {
-            opts.insert(k, v.clone());
+        match cmd.get(k) {
+            Some(Bson::Array(_)) => {} // per bucket (above)
+            Some(v) => {
+                opts.insert(k, v.clone());
+            }
+            None => {}
         }
     }
     let lsid = cmd.get("lsid").cloned();
+    let split = Split {
+        count,
+        by,
+        ns_regex: regex,
+        per_bucket,
+    };
     let buckets = blocking(state, move |e| {
-        e.open_parallel_change_stream(&opts, &stages, count, by, regex, lsid)
+        e.open_parallel_change_stream(&opts, &stages, split, lsid)
     })
     .await?;
     let ids: Vec<Bson> = buckets.iter().map(|b| Bson::Int64(b.cursor_id)).collect();
