@@ -207,3 +207,38 @@ def test_a_token_list_of_the_wrong_length_is_refused(client, db):
         client.admin.command("parallelChangeStream", 1, nBuckets=3,
                              resumeAfter=[{"_data": "82"}, {"_data": "82"}])
     assert e.value.code == 2
+
+
+def test_every_getmore_says_the_combined_resume_point_the_smallest_over_buckets(client, db):
+    """Each bucket's reply carries its own postBatchResumeToken and the stream's
+    combinedResumeToken: the smallest of the buckets' positions, so resuming every
+    bucket after it (the seed's rule) loses nothing."""
+    with client.start_session() as s:
+        ids = open_parallel(client, s, db, nBuckets=2)
+        # Two collections in different buckets (by namespace).
+        names = [f"c{i}" for i in range(16)]
+        from_bucket = {}
+        for name in names:
+            db[name].insert_one({"_id": 0})
+        got = drain(client, s, ids, 16)
+        for i, events in got.items():
+            for e in events:
+                from_bucket.setdefault(i, e["ns"]["coll"])
+        busy, quiet = (db[from_bucket[ids[0]]], ids[0]), (db[from_bucket[ids[1]]], ids[1])
+        busy[0].insert_one({"_id": "later"})
+        # Only the busy bucket's consumer reads: its position passes the quiet one's.
+        reply = client.admin.command("getMore", busy[1], collection="$cmd.aggregate",
+                                     maxTimeMS=500, session=s)["cursor"]
+        assert [e["documentKey"]["_id"] for e in reply["nextBatch"]] == ["later"]
+        combined = reply["combinedResumeToken"]
+        assert combined != reply["postBatchResumeToken"]
+        quiet_reply = client.admin.command("getMore", quiet[1], collection="$cmd.aggregate",
+                                           maxTimeMS=500, session=s)["cursor"]
+        assert quiet_reply["nextBatch"] == []
+        # Resuming every bucket after the combined point loses nothing: the later
+        # insert comes again (at least once).
+        resumed = open_parallel(client, s, db, nBuckets=2, resumeAfter=combined)
+        again = drain(client, s, resumed, 1)
+        close(client, s, ids + resumed)
+    keys = [e["documentKey"]["_id"] for v in again.values() for e in v]
+    assert "later" in keys

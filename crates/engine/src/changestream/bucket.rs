@@ -22,7 +22,9 @@
 //! lookups, not an event; the event itself is decided once made ([`Bucket::admits`]:
 //! commands and transactions, whose entries hold several events).
 
+use super::token::ResumeToken;
 use bson::RawDocument;
+use std::sync::{Arc, Mutex};
 
 /// The most buckets one parallel stream may have: each is a cursor (and a reader of
 /// the oplog) of its own.
@@ -45,6 +47,48 @@ pub struct Bucket {
     pub by: BucketBy,
     /// Only the events whose `ns` matches (the seed's `nsRegex`).
     pub ns_regex: Option<regex::Regex>,
+    /// Every bucket of the stream (the combined resume point).
+    pub group: Arc<Group>,
+}
+
+/// The buckets of one parallel stream together: each one's position, so every
+/// bucket's getMore can say the stream's combined resume point (the smallest: resuming
+/// every bucket after it loses nothing, the seed's rule).
+#[derive(Debug)]
+pub struct Group {
+    positions: Mutex<Vec<Option<ResumeToken>>>,
+}
+
+impl Group {
+    pub fn new(count: u32) -> Arc<Group> {
+        Arc::new(Group {
+            positions: Mutex::new(vec![None; count as usize]),
+        })
+    }
+
+    fn positions(&self) -> std::sync::MutexGuard<'_, Vec<Option<ResumeToken>>> {
+        self.positions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Bucket `index` is at `at` (after its latest batch).
+    pub fn record(&self, index: u32, at: &ResumeToken) {
+        let mut p = self.positions();
+        assert!((index as usize) < p.len(), "a bucket of this stream");
+        p[index as usize] = Some(at.clone());
+    }
+
+    /// The smallest position, once every bucket has one.
+    pub fn combined(&self) -> Option<ResumeToken> {
+        let p = self.positions();
+        let mut min: Option<&ResumeToken> = None;
+        for t in p.iter() {
+            let t = t.as_ref()?;
+            if min.is_none_or(|m| t.cmp_position(m).is_lt()) {
+                min = Some(t);
+            }
+        }
+        min.cloned()
+    }
 }
 
 /// How a parallel stream is split: its buckets' count and rule, the namespaces kept,
@@ -179,6 +223,7 @@ mod tests {
                         index,
                         by: BucketBy::DocumentKey,
                         ns_regex: None,
+                        group: Group::new(n),
                     }
                     .admits(&insert)
                 });
@@ -229,6 +274,7 @@ mod tests {
                             index,
                             by,
                             ns_regex: None,
+                            group: Group::new(4),
                         };
                         assert_eq!(b.may_keep_entry(entry), index == home, "{by:?} {entry:?}");
                     }
@@ -241,9 +287,24 @@ mod tests {
             index: 0,
             by: BucketBy::Namespace,
             ns_regex: None,
+            group: Group::new(4),
         };
         assert!((0..4).all(|index| Bucket { index, ..b.clone() }
             .may_keep_entry(&rawdoc! {"op": "c", "ns": "d.$cmd", "o": {"drop": "c"}})));
+    }
+
+    #[test]
+    fn the_combined_point_is_the_smallest_once_every_bucket_has_one() {
+        use crate::core::time::ClusterTime;
+        let at = |secs: u32| ResumeToken::high_water_mark(ClusterTime::new(secs, 1));
+        let g = Group::new(3);
+        g.record(0, &at(20));
+        g.record(2, &at(10));
+        assert_eq!(g.combined(), None);
+        g.record(1, &at(30));
+        assert_eq!(g.combined(), Some(at(10)));
+        g.record(2, &at(40));
+        assert_eq!(g.combined(), Some(at(20)));
     }
 
     #[test]
@@ -253,6 +314,7 @@ mod tests {
             index: 0,
             by: BucketBy::Namespace,
             ns_regex: Some(regex::Regex::new("^shop\\.orders").unwrap()),
+            group: Group::new(1),
         };
         assert!(b.admits(&rawdoc! {"ns": {"db": "shop", "coll": "orders"}}));
         assert!(!b.admits(&rawdoc! {"ns": {"db": "shop", "coll": "users"}}));

@@ -469,6 +469,7 @@ impl Engine {
             let after_newest: bson::Timestamp = self.last_commit_time().next().into();
             opts.insert("startAtOperationTime", after_newest);
         }
+        let group = bucket::Group::new(count);
         let mut cursors = Vec::with_capacity(count as usize);
         for index in 0..count {
             let mut own = opts.clone();
@@ -481,6 +482,7 @@ impl Engine {
                     index,
                     by,
                     ns_regex: ns_regex.clone(),
+                    group: group.clone(),
                 });
                 self.open_parsed("admin", spec, &start, Some(0), lsid.clone())
             });
@@ -596,6 +598,7 @@ impl Engine {
         } else {
             stream.next_batch(self, want, false)?
         };
+        stream.record_position();
         let pbrt = stream.pbrt.to_document();
         let mut cursor = Cursor::new(ns.clone(), Source::Events(Box::new(stream)));
         cursor.tailable = true;
@@ -630,6 +633,10 @@ impl EventSource for ChangeStream {
 
     fn resume_token(&self) -> Document {
         self.pbrt.to_document()
+    }
+
+    fn combined_resume_token(&self) -> Option<Document> {
+        ChangeStream::combined_resume_token(self)
     }
 
     fn interest(&self) -> u64 {
@@ -691,7 +698,21 @@ impl ChangeStream {
         let r = self.next_batch_inner(engine, want);
         self.memory_only = false;
         self.reads.report();
+        self.record_position();
         r
+    }
+
+    /// A bucket's position, told to its parallel stream (see `bucket::Group`).
+    fn record_position(&self) {
+        if let Some(b) = &self.spec.bucket {
+            b.group.record(b.index, &self.pbrt);
+        }
+    }
+
+    /// A bucket's parallel stream's combined resume point (none for other streams).
+    pub fn combined_resume_token(&self) -> Option<Document> {
+        let b = self.spec.bucket.as_ref()?;
+        b.group.combined().map(|t| t.to_document())
     }
 
     fn next_batch_inner(
@@ -979,13 +1000,7 @@ impl ChangeStream {
     /// placed at the last time read (as mongod's latest oplog time), so after an event
     /// that was the last entry read, the token stays the event's own.
     fn advance_to(&mut self, token: ResumeToken) {
-        // Tokens order by cluster time first; only equal times need the full encoding.
-        let newer = match token.ts.cmp(&self.pbrt.ts) {
-            std::cmp::Ordering::Greater => true,
-            std::cmp::Ordering::Less => false,
-            std::cmp::Ordering::Equal => token.key_bytes() > self.pbrt.key_bytes(),
-        };
-        if newer {
+        if token.cmp_position(&self.pbrt).is_gt() {
             self.pbrt = token;
         }
     }

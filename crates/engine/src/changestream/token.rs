@@ -143,6 +143,14 @@ impl ResumeToken {
         b.into_bytes()
     }
 
+    /// Which of two positions comes first: by cluster time, then (at the same time)
+    /// by the full encoding.
+    pub fn cmp_position(&self, other: &ResumeToken) -> std::cmp::Ordering {
+        self.ts
+            .cmp(&other.ts)
+            .then_with(|| self.key_bytes().cmp(&other.key_bytes()))
+    }
+
     pub fn to_document(&self) -> Document {
         doc! {"_data": keystring::to_hex_upper(&self.key_bytes())}
     }

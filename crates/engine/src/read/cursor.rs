@@ -60,6 +60,10 @@ pub trait EventSource: Send {
     ) -> Result<(Vec<RawEvent>, bool)>;
     /// The position after the last batch (`postBatchResumeToken`).
     fn resume_token(&self) -> Document;
+    /// A bucket of a parallel stream: the stream's combined resume point.
+    fn combined_resume_token(&self) -> Option<Document> {
+        None
+    }
     /// The commit-notice namespace bits it reads (`CommitNotice::ns_mask`).
     fn interest(&self) -> u64;
     /// Whether it has nothing to return now (everything durable read, nothing queued):

@@ -73,6 +73,8 @@ pub struct CursorBatch {
     pub await_data: bool,
     /// Change streams: the resume token of the position after this batch.
     pub post_batch_resume_token: Option<Document>,
+    /// A bucket of a parallel change stream: the stream's combined resume point.
+    pub combined_resume_token: Option<Box<Document>>,
     /// Change streams: the events, as built from the oplog (never decoded); the
     /// documents of an unfiltered tailable cursor on a capped collection, as stored
     /// (`Cursor::raw_tail`). Either these or `docs`, never both.
@@ -399,6 +401,7 @@ impl Engine {
             ));
         }
         let mut pbrt = None;
+        let mut combined = None;
         let mut raw_docs = Vec::new();
         let raw_tail = c.raw_tail();
         let unmodified_after = c
@@ -415,6 +418,7 @@ impl Engine {
                         (Vec::new(), closed)
                     });
                 pbrt = Some(stream.resume_token());
+                combined = stream.combined_resume_token().map(Box::new);
                 r
             }
             _ if memory_only => {
@@ -456,6 +460,7 @@ impl Engine {
                     docs,
                     await_data: id != 0 && c.await_data,
                     post_batch_resume_token: pbrt,
+                    combined_resume_token: combined,
                     raw_docs,
                 })
             }

@@ -271,6 +271,8 @@ pub struct RawCursor {
     pub first: bool,
     pub docs: Vec<std::sync::Arc<RawDocumentBuf>>,
     pub post_batch_resume_token: Option<Document>,
+    /// A bucket of a parallel change stream: the stream's combined resume point.
+    pub combined_resume_token: Option<Box<Document>>,
     pub id: i64,
     pub ns: String,
 }
@@ -325,6 +327,11 @@ fn raw_cursor_reply(state: &ServerState, c: RawCursor) -> Body {
     if let Some(t) = c.post_batch_resume_token {
         if let Ok(raw) = RawDocumentBuf::from_document(&t) {
             tail.append("postBatchResumeToken", raw);
+        }
+    }
+    if let Some(t) = c.combined_resume_token {
+        if let Ok(raw) = RawDocumentBuf::from_document(&t) {
+            tail.append("combinedResumeToken", raw);
         }
     }
     tail.append("id", c.id);
