@@ -242,3 +242,60 @@ def test_every_getmore_says_the_combined_resume_point_the_smallest_over_buckets(
         close(client, s, ids + resumed)
     keys = [e["documentKey"]["_id"] for v in again.values() for e in v]
     assert "later" in keys
+
+
+def bucket_stage(n, b, by="documentKey"):
+    return [{"$changeStreamBucket": {"nBuckets": n, "bucket": b, "by": by}}]
+
+
+def test_a_bucket_is_an_ordinary_watch_stream_and_the_driver_resumes_it(client, db):
+    """`watch([{$changeStreamBucket: ...}])` with an unchanged pymongo: each stream gets
+    its bucket's share; after its cursor dies, pymongo's automatic resume continues the
+    bucket after its last event, repeating nothing."""
+    streams = [db.w.watch(bucket_stage(2, b), max_await_time_ms=100) for b in (0, 1)]
+    try:
+        for s in streams:
+            assert s.try_next() is None
+        db.w.insert_many([{"_id": i} for i in range(20)])
+        seen = [[], []]
+
+        def read(upto):
+            for b, s in enumerate(streams):
+                ev = s.try_next()
+                if ev is not None:
+                    seen[b].append(ev["documentKey"]["_id"])
+            return sum(map(len, seen)) >= upto
+        assert eventually(lambda: read(20), timeout=10)
+        assert seen[0] and seen[1]
+        assert sorted(seen[0] + seen[1]) == list(range(20))
+        # The server forgets bucket 0's cursor: the next getMore fails with
+        # CursorNotFound, which the driver resumes from (its last token).
+        db.command("killCursors", "w", cursors=[streams[0]._cursor.cursor_id])
+        db.w.insert_many([{"_id": i} for i in range(20, 30)])
+        assert eventually(lambda: read(30), timeout=10)
+        assert sorted(seen[0] + seen[1]) == list(range(30))
+    finally:
+        for s in streams:
+            s.close()
+
+
+@pytest.mark.parametrize("pipeline,code", [
+    ([{"$match": {}}, {"$changeStreamBucket": {"nBuckets": 2, "bucket": 0}}], 40602),
+    ([{"$changeStreamBucket": {"nBuckets": 2, "bucket": 2}}], 2),
+    ([{"$changeStreamBucket": {"nBuckets": 0, "bucket": 0}}], 2),
+    ([{"$changeStreamBucket": {"bucket": 0}}], 40414),
+    ([{"$changeStreamBucket": {"nBuckets": 2, "bucket": 0, "by": "shard"}}], 2),
+    ([{"$changeStreamBucket": {"nBuckets": 2, "bucket": 0, "extra": 1}}], 40415),
+    ([{"$changeStreamBucket": 3}], 14),
+])
+def test_a_bad_bucket_stage_gets_mongods_errors(db, pipeline, code):
+    with pytest.raises(OperationFailure) as e:
+        db.w.watch(pipeline).close()
+    assert e.value.code == code, e.value.details
+
+
+def test_a_parallel_streams_pipeline_may_not_name_a_bucket(client):
+    with pytest.raises(OperationFailure) as e:
+        client.admin.command("parallelChangeStream", 1, nBuckets=2,
+                             pipeline=bucket_stage(2, 0))
+    assert e.value.code == 2

@@ -1,5 +1,6 @@
 // The official Node.js driver against a real Tailstream server: handshake in the
-// three connection modes, CRUD, indexes and errors.
+// three connection modes, CRUD, indexes and errors, tailable cursors, a bucket of a
+// parallel change stream through watch().
 'use strict';
 const { test, before, after } = require('node:test');
 const assert = require('node:assert/strict');
@@ -191,6 +192,35 @@ test('the streaming monitor gets its hellos: no heartbeat fails, the pool is kep
     assert.deepEqual(failed, []);
     assert.equal(cleared, 0);
     assert.ok(succeeded >= 2, `${succeeded} heartbeats`);
+  } finally {
+    await client.close();
+  }
+});
+
+test('a bucket of a parallel change stream is an ordinary watch() stream', async () => {
+  const client = new MongoClient(`mongodb://127.0.0.1:${port}/?directConnection=true`);
+  try {
+    const coll = client.db('nodetest').collection('buckets');
+    const streams = [0, 1].map((bucket) => coll.watch(
+      [{ $changeStreamBucket: { nBuckets: 2, bucket, by: 'documentKey' } }],
+      { maxAwaitTimeMS: 100 },
+    ));
+    // The driver opens a stream on its first read.
+    for (const s of streams) assert.equal(await s.tryNext(), null);
+    await coll.insertMany(Array.from({ length: 20 }, (_, i) => ({ _id: i })));
+    const seen = [[], []];
+    const deadline = Date.now() + 10000;
+    while (seen[0].length + seen[1].length < 20 && Date.now() < deadline) {
+      for (const b of [0, 1]) {
+        const ev = await streams[b].tryNext();
+        if (ev) seen[b].push(ev.documentKey._id);
+      }
+    }
+    // Each document in exactly one bucket, both buckets with some.
+    assert.ok(seen[0].length > 0 && seen[1].length > 0, JSON.stringify(seen));
+    const all = [...seen[0], ...seen[1]].sort((a, b) => a - b);
+    assert.deepEqual(all, Array.from({ length: 20 }, (_, i) => i));
+    for (const s of streams) await s.close();
   } finally {
     await client.close();
   }

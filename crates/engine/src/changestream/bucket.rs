@@ -11,6 +11,12 @@
 //! a whole database (dropDatabase). `nsRegex` keeps only the events whose `ns`
 //! matches it.
 //!
+//! A bucket is also an ordinary change stream: `watch([{$changeStreamBucket: {nBuckets:
+//! N, bucket: i, by: "ns" | "documentKey", nsRegex: "..."}}])` with an unchanged
+//! driver, on a collection, a database or the deployment. Its resume tokens are its
+//! own events', so the driver's automatic resume continues the bucket exactly where
+//! it stopped.
+//!
 //! The hash is 64-bit FNV-1a (as the commit bus's namespace bits), of the namespace's
 //! bytes or of the BSON document `{_id: <the document's _id>}`: the same on every
 //! member and every restart, so a bucket's resume tokens stay valid. FNV-1a is a few
@@ -23,8 +29,13 @@
 //! commands and transactions, whose entries hold several events).
 
 use super::token::ResumeToken;
-use bson::RawDocument;
+use bson::{Bson, Document, RawDocument};
 use std::sync::{Arc, Mutex};
+use tailstream_query::error::{Error, Result};
+
+/// The stage that makes an ordinary change stream one bucket (see
+/// [`Bucket::from_stage`]).
+pub const STAGE: &str = "$changeStreamBucket";
 
 /// The most buckets one parallel stream may have: each is a cursor (and a reader of
 /// the oplog) of its own.
@@ -103,6 +114,19 @@ pub struct Split {
     pub per_bucket: Option<(&'static str, Vec<bson::Bson>)>,
 }
 
+/// `nsRegex` as a regular expression, its `i`, `m`, `s` and `x` options kept (mongod's
+/// 51091 for a pattern that does not compile).
+pub fn compile(pattern: &str, options: &str) -> Result<regex::Regex> {
+    let flags: String = options.chars().filter(|c| "imsx".contains(*c)).collect();
+    let full = if flags.is_empty() {
+        pattern.to_string()
+    } else {
+        format!("(?{flags}){pattern}")
+    };
+    regex::Regex::new(&full)
+        .map_err(|e| Error::new(51091, format!("Regular expression is invalid: {e}")))
+}
+
 /// 64-bit FNV-1a.
 fn fnv1a(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -131,7 +155,83 @@ fn event_ns(event: &RawDocument) -> Option<(String, Option<String>)> {
     Some((db, coll))
 }
 
+/// A required whole-number field of the stage.
+fn stage_number(spec: &Document, field: &str) -> Result<i64> {
+    match spec.get(field) {
+        None => Err(Error::new(
+            40414,
+            format!("BSON field '{STAGE}.{field}' is missing but a required field"),
+        )),
+        Some(Bson::Int32(n)) => Ok(i64::from(*n)),
+        Some(Bson::Int64(n)) => Ok(*n),
+        Some(Bson::Double(d)) if d.fract() == 0.0 => Ok(*d as i64),
+        Some(_) => Err(Error::type_mismatch(format!(
+            "BSON field '{STAGE}.{field}' must be a whole number"
+        ))),
+    }
+}
+
 impl Bucket {
+    /// The bucket a `$changeStreamBucket` stage names: `{nBuckets, bucket, by, nsRegex}`
+    /// (`by` "ns" by default, `nsRegex` a string or a regular expression, optional).
+    /// Alone: it has no combined resume point.
+    pub fn from_stage(v: &Bson) -> Result<Bucket> {
+        let Bson::Document(spec) = v else {
+            return Err(Error::type_mismatch(format!(
+                "{STAGE} takes an object: {{nBuckets, bucket, by, nsRegex}}"
+            )));
+        };
+        for k in spec.keys() {
+            if !["nBuckets", "bucket", "by", "nsRegex"].contains(&k.as_str()) {
+                return Err(Error::new(
+                    40415,
+                    format!("BSON field '{STAGE}.{k}' is an unknown field."),
+                ));
+            }
+        }
+        let count = stage_number(spec, "nBuckets")?;
+        if !(1..=i64::from(MAX_BUCKETS)).contains(&count) {
+            return Err(Error::bad_value(format!(
+                "nBuckets must be between 1 and {MAX_BUCKETS}, not {count}"
+            )));
+        }
+        let index = stage_number(spec, "bucket")?;
+        if !(0..count).contains(&index) {
+            return Err(Error::bad_value(format!(
+                "bucket must be between 0 and nBuckets - 1 ({}), not {index}",
+                count - 1
+            )));
+        }
+        let by = match spec.get("by") {
+            None => BucketBy::Namespace,
+            Some(Bson::String(s)) if s == "ns" => BucketBy::Namespace,
+            Some(Bson::String(s)) if s == "documentKey" => BucketBy::DocumentKey,
+            Some(other) => {
+                return Err(Error::bad_value(format!(
+                    "{STAGE}.by must be \"ns\" or \"documentKey\", not {other}"
+                )))
+            }
+        };
+        let ns_regex = match spec.get("nsRegex") {
+            None | Some(Bson::Null) => None,
+            Some(Bson::String(p)) => Some(compile(p, "")?),
+            Some(Bson::RegularExpression(re)) => Some(compile(&re.pattern, &re.options)?),
+            Some(_) => {
+                return Err(Error::type_mismatch(format!(
+                    "{STAGE}.nsRegex must be a string or a regular expression"
+                )))
+            }
+        };
+        let count = u32::try_from(count).expect("checked above");
+        Ok(Bucket {
+            count,
+            index: u32::try_from(index).expect("checked above"),
+            by,
+            ns_regex,
+            group: Group::new(count),
+        })
+    }
+
     /// Which of `count` buckets an event belongs to (see the module's doc).
     pub fn of(by: BucketBy, count: u32, event: &RawDocument) -> u32 {
         assert!(count >= 1, "a parallel stream has a bucket");

@@ -285,6 +285,27 @@ fn parse_spec(
     };
     // The stages after $changeStream: only document-by-document transformations.
     let mut stages = rest.to_vec();
+    // A bucket of a parallel stream, read as an ordinary stream (see `bucket`).
+    let mut one_bucket = None;
+    if let Some(v) = stages.first().and_then(|s| s.get(bucket::STAGE)) {
+        if stages[0].len() != 1 {
+            return Err(Error::new(
+                40323,
+                "A pipeline stage specification object must contain exactly one field.",
+            ));
+        }
+        one_bucket = Some(bucket::Bucket::from_stage(v)?);
+        stages.remove(0);
+    }
+    if stages.iter().any(|s| s.contains_key(bucket::STAGE)) {
+        return Err(Error::new(
+            40602,
+            format!(
+                "{} is only valid as the first stage after $changeStream",
+                bucket::STAGE
+            ),
+        ));
+    }
     let mut split_large = false;
     if let Some(pos) = stages
         .iter()
@@ -357,7 +378,7 @@ fn parse_spec(
             split_large,
             stages,
             collator: None,
-            bucket: None,
+            bucket: one_bucket,
         },
         start,
     ))
@@ -477,6 +498,12 @@ impl Engine {
                 own.insert(*key, tokens[index as usize].clone());
             }
             let opened = parse_spec("admin", None, &own, stages).and_then(|(mut spec, start)| {
+                if spec.bucket.is_some() {
+                    return Err(Error::bad_value(format!(
+                        "a parallel stream's pipeline may not hold {}: each bucket is one",
+                        bucket::STAGE
+                    )));
+                }
                 spec.bucket = Some(bucket::Bucket {
                     count,
                     index,

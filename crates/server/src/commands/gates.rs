@@ -688,6 +688,7 @@ const API_V1_EXCLUDED_STAGES: &[&str] = &[
     "$searchMeta",
     "$listSearchIndexes",
     "$changeStreamSplitLargeEvent",
+    "$changeStreamBucket",
 ];
 
 /// The Stable API: its parameters, then, with `apiStrict: true`, the command (and its

@@ -20,7 +20,7 @@ use super::{blocking, type_name, Document};
 use crate::state::ServerState;
 use bson::{doc, Bson};
 use std::sync::Arc;
-use tailstream_engine::changestream::bucket::{BucketBy, Split, MAX_BUCKETS};
+use tailstream_engine::changestream::bucket::{compile, BucketBy, Split, MAX_BUCKETS};
 use tailstream_engine::query::error::{Error, Result};
 
 /// The `$changeStream` options a parallel stream passes to each of its buckets.
@@ -35,9 +35,6 @@ const STREAM_OPTIONS: [&str; 6] = [
 
 /// mongod's IDL code for a required field that is missing.
 const IDL_MISSING_FIELD: i32 = 40414;
-
-/// mongod's code for a pattern its regular expression engine rejects.
-const INVALID_REGEX: i32 = 51091;
 
 fn field_error(code: i32, message: String) -> Error {
     Error::new(code, message)
@@ -84,15 +81,7 @@ fn ns_regex(cmd: &Document) -> Result<Option<regex::Regex>> {
             )))
         }
     };
-    let flags: String = options.chars().filter(|c| "imsx".contains(*c)).collect();
-    let full = if flags.is_empty() {
-        pattern
-    } else {
-        format!("(?{flags}){pattern}")
-    };
-    regex::Regex::new(&full)
-        .map(Some)
-        .map_err(|e| Error::new(INVALID_REGEX, format!("Regular expression is invalid: {e}")))
+    compile(&pattern, &options).map(Some)
 }
 
 /// `by`: "ns" (the default) or "documentKey".
