@@ -63,8 +63,15 @@ def initiate(members):
 
 
 def count_on(m, **query):
+    """The member's count; None while it installs a snapshot (it answers reads with
+    13436 NotPrimaryOrSecondary then, as mongod's member in initial sync)."""
     with m.client(directConnection=True, serverSelectionTimeoutMS=5000) as c:
-        return c.rs.items.count_documents(query)
+        try:
+            return c.rs.items.count_documents(query)
+        except NotPrimaryError as e:
+            if e.code != 13436:
+                raise
+            return None
 
 
 def test_three_members_elect_replicate_and_fail_over(three):
