@@ -141,6 +141,8 @@ def test_the_pipeline_and_options_apply_in_every_bucket(client, db):
     ({"nBuckets": 2, "pipeline": [{"$group": {"_id": 1}}]}, 20),
     ({"nBuckets": 2, "pipeline": {"$match": {}}}, 14),
     ({"nBuckets": 2, "startAtOperationTime": "yesterday"}, 14),
+    ({"nBuckets": 2, "startAtOperationTime": Timestamp(1, 1),
+      "resumeAfter": {"_data": "82"}}, 40674),
 ])
 def test_bad_input_gets_mongods_errors(client, opts, code):
     with pytest.raises(OperationFailure) as e:

@@ -114,9 +114,9 @@ pub struct Split {
     pub per_bucket: Option<(&'static str, Vec<bson::Bson>)>,
 }
 
-/// `nsRegex` as a regular expression, its `i`, `m`, `s` and `x` options kept (mongod's
-/// 51091 for a pattern that does not compile).
-pub fn compile(pattern: &str, options: &str) -> Result<regex::Regex> {
+/// A regular expression with its `i`, `m`, `s` and `x` options kept (mongod's 51091 for
+/// a pattern that does not compile).
+fn compile(pattern: &str, options: &str) -> Result<regex::Regex> {
     let flags: String = options.chars().filter(|c| "imsx".contains(*c)).collect();
     let full = if flags.is_empty() {
         pattern.to_string()
@@ -125,6 +125,63 @@ pub fn compile(pattern: &str, options: &str) -> Result<regex::Regex> {
     };
     regex::Regex::new(&full)
         .map_err(|e| Error::new(51091, format!("Regular expression is invalid: {e}")))
+}
+
+/// The fields that say how a stream is split, as `parallelChangeStream` and the
+/// `$changeStreamBucket` stage (`owner` in the messages) both take them.
+///
+/// A required whole-number field (mongod's IDL errors: 40414 missing, 14 a wrong type).
+fn whole_number(spec: &Document, owner: &str, field: &str) -> Result<i64> {
+    match spec.get(field) {
+        None => Err(Error::new(
+            40414,
+            format!("BSON field '{owner}.{field}' is missing but a required field"),
+        )),
+        Some(Bson::Int32(n)) => Ok(i64::from(*n)),
+        Some(Bson::Int64(n)) => Ok(*n),
+        Some(Bson::Double(d)) if d.fract() == 0.0 => Ok(*d as i64),
+        Some(other) => Err(Error::type_mismatch(format!(
+            "BSON field '{owner}.{field}' is the wrong type '{}', expected types '[long, int, decimal, double]'",
+            tailstream_query::types::type_name(other)
+        ))),
+    }
+}
+
+/// `nBuckets`: 1 to [`MAX_BUCKETS`].
+pub fn parse_count(spec: &Document, owner: &str) -> Result<u32> {
+    let n = whole_number(spec, owner, "nBuckets")?;
+    if !(1..=i64::from(MAX_BUCKETS)).contains(&n) {
+        return Err(Error::bad_value(format!(
+            "nBuckets must be between 1 and {MAX_BUCKETS}, not {n}"
+        )));
+    }
+    Ok(u32::try_from(n).expect("checked above"))
+}
+
+/// `by`: "ns" (the default) or "documentKey".
+pub fn parse_by(spec: &Document, owner: &str) -> Result<BucketBy> {
+    match spec.get("by") {
+        None => Ok(BucketBy::Namespace),
+        Some(Bson::String(s)) if s == "ns" => Ok(BucketBy::Namespace),
+        Some(Bson::String(s)) if s == "documentKey" => Ok(BucketBy::DocumentKey),
+        Some(other) => Err(Error::bad_value(format!(
+            "BSON field '{owner}.by' must be \"ns\" or \"documentKey\", not {other}"
+        ))),
+    }
+}
+
+/// `nsRegex`: a regular expression (its `i`, `m`, `s` and `x` options kept) or a
+/// string pattern; none when absent.
+pub fn parse_ns_regex(spec: &Document, owner: &str) -> Result<Option<regex::Regex>> {
+    match spec.get("nsRegex") {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::String(p)) => compile(p, "").map(Some),
+        Some(Bson::RegularExpression(re)) => compile(&re.pattern, &re.options).map(Some),
+        Some(other) => Err(Error::type_mismatch(format!(
+            "BSON field '{owner}.nsRegex' is the wrong type '{}', expected types '[regex, string]'",
+            tailstream_query::types::type_name(other)
+        ))),
+    }
 }
 
 /// 64-bit FNV-1a.
@@ -147,28 +204,11 @@ fn id_hash(id: bson::RawBsonRef<'_>) -> u64 {
     fnv1a(&[key.as_bytes()])
 }
 
-/// An event's `ns` as `db.coll` (or `db`); none for an event without one.
-fn event_ns(event: &RawDocument) -> Option<(String, Option<String>)> {
+/// An event's `ns`: its database and collection (none for an event of a whole
+/// database); none for an event without one.
+fn event_ns(event: &RawDocument) -> Option<(&str, Option<&str>)> {
     let ns = event.get_document("ns").ok()?;
-    let db = ns.get_str("db").ok()?.to_string();
-    let coll = ns.get_str("coll").ok().map(str::to_string);
-    Some((db, coll))
-}
-
-/// A required whole-number field of the stage.
-fn stage_number(spec: &Document, field: &str) -> Result<i64> {
-    match spec.get(field) {
-        None => Err(Error::new(
-            40414,
-            format!("BSON field '{STAGE}.{field}' is missing but a required field"),
-        )),
-        Some(Bson::Int32(n)) => Ok(i64::from(*n)),
-        Some(Bson::Int64(n)) => Ok(*n),
-        Some(Bson::Double(d)) if d.fract() == 0.0 => Ok(*d as i64),
-        Some(_) => Err(Error::type_mismatch(format!(
-            "BSON field '{STAGE}.{field}' must be a whole number"
-        ))),
-    }
+    Some((ns.get_str("db").ok()?, ns.get_str("coll").ok()))
 }
 
 impl Bucket {
@@ -189,40 +229,16 @@ impl Bucket {
                 ));
             }
         }
-        let count = stage_number(spec, "nBuckets")?;
-        if !(1..=i64::from(MAX_BUCKETS)).contains(&count) {
-            return Err(Error::bad_value(format!(
-                "nBuckets must be between 1 and {MAX_BUCKETS}, not {count}"
-            )));
-        }
-        let index = stage_number(spec, "bucket")?;
-        if !(0..count).contains(&index) {
+        let count = parse_count(spec, STAGE)?;
+        let index = whole_number(spec, STAGE, "bucket")?;
+        if !(0..i64::from(count)).contains(&index) {
             return Err(Error::bad_value(format!(
                 "bucket must be between 0 and nBuckets - 1 ({}), not {index}",
                 count - 1
             )));
         }
-        let by = match spec.get("by") {
-            None => BucketBy::Namespace,
-            Some(Bson::String(s)) if s == "ns" => BucketBy::Namespace,
-            Some(Bson::String(s)) if s == "documentKey" => BucketBy::DocumentKey,
-            Some(other) => {
-                return Err(Error::bad_value(format!(
-                    "{STAGE}.by must be \"ns\" or \"documentKey\", not {other}"
-                )))
-            }
-        };
-        let ns_regex = match spec.get("nsRegex") {
-            None | Some(Bson::Null) => None,
-            Some(Bson::String(p)) => Some(compile(p, "")?),
-            Some(Bson::RegularExpression(re)) => Some(compile(&re.pattern, &re.options)?),
-            Some(_) => {
-                return Err(Error::type_mismatch(format!(
-                    "{STAGE}.nsRegex must be a string or a regular expression"
-                )))
-            }
-        };
-        let count = u32::try_from(count).expect("checked above");
+        let by = parse_by(spec, STAGE)?;
+        let ns_regex = parse_ns_regex(spec, STAGE)?;
         Ok(Bucket {
             count,
             index: u32::try_from(index).expect("checked above"),
@@ -289,12 +305,12 @@ impl Bucket {
     /// Whether this bucket keeps `event`.
     pub fn admits(&self, event: &RawDocument) -> bool {
         if let Some(re) = &self.ns_regex {
-            let ns = match event_ns(event) {
-                Some((db, Some(coll))) => format!("{db}.{coll}"),
-                Some((db, None)) => db,
-                None => String::new(),
+            let kept = match event_ns(event) {
+                Some((db, Some(coll))) => re.is_match(&format!("{db}.{coll}")),
+                Some((db, None)) => re.is_match(db),
+                None => re.is_match(""),
             };
-            if !re.is_match(&ns) {
+            if !kept {
                 return false;
             }
         }

@@ -384,6 +384,26 @@ fn parse_spec(
     ))
 }
 
+/// At most one start option (`resumeAfter`, `startAfter`, `startAtOperationTime`).
+fn check_one_start(start: &Document) -> Result<()> {
+    if start.len() <= 1 {
+        return Ok(());
+    }
+    if start.contains_key("resumeAfter") && start.contains_key("startAfter") {
+        return Err(Error::new(
+            50865,
+            "Do not specify both 'startAfter' and 'resumeAfter' in a $changeStream stage.",
+        ));
+    }
+    Err(Error::new(
+        40674,
+        format!(
+            "Only one type of resume option is allowed, but multiple were found: {}",
+            crate::core::format::doc_to_string(start)
+        ),
+    ))
+}
+
 fn enum_error(k: &str, v: &Bson) -> Error {
     match v {
         Bson::String(s) => Error::bad_value(format!(
@@ -434,21 +454,7 @@ impl Engine {
         }
         let meta = coll.and_then(|c| self.collection(&Namespace::new(db, c)));
         spec.collator = crate::read::find::operation_collator(meta.as_deref(), collation)?;
-        if start.len() > 1 {
-            if start.contains_key("resumeAfter") && start.contains_key("startAfter") {
-                return Err(Error::new(
-                    50865,
-                    "Do not specify both 'startAfter' and 'resumeAfter' in a $changeStream stage.",
-                ));
-            }
-            return Err(Error::new(
-                40674,
-                format!(
-                    "Only one type of resume option is allowed, but multiple were found: {}",
-                    crate::core::format::doc_to_string(&start)
-                ),
-            ));
-        }
+        check_one_start(&start)?;
         self.open_parsed(db, spec, &start, batch_size, lsid)
     }
 
@@ -490,29 +496,30 @@ impl Engine {
             let after_newest: bson::Timestamp = self.last_commit_time().next().into();
             opts.insert("startAtOperationTime", after_newest);
         }
+        let (spec, shared_start) = parse_spec("admin", None, &opts, stages)?;
+        if spec.bucket.is_some() {
+            return Err(Error::bad_value(format!(
+                "a parallel stream's pipeline may not hold {}: each bucket is one",
+                bucket::STAGE
+            )));
+        }
         let group = bucket::Group::new(count);
         let mut cursors = Vec::with_capacity(count as usize);
         for index in 0..count {
-            let mut own = opts.clone();
+            let mut start = shared_start.clone();
             if let Some((key, tokens)) = &per_bucket {
-                own.insert(*key, tokens[index as usize].clone());
+                start.insert(*key, tokens[index as usize].clone());
             }
-            let opened = parse_spec("admin", None, &own, stages).and_then(|(mut spec, start)| {
-                if spec.bucket.is_some() {
-                    return Err(Error::bad_value(format!(
-                        "a parallel stream's pipeline may not hold {}: each bucket is one",
-                        bucket::STAGE
-                    )));
-                }
-                spec.bucket = Some(bucket::Bucket {
-                    count,
-                    index,
-                    by,
-                    ns_regex: ns_regex.clone(),
-                    group: group.clone(),
-                });
-                self.open_parsed("admin", spec, &start, Some(0), lsid.clone())
+            let mut spec = spec.clone();
+            spec.bucket = Some(bucket::Bucket {
+                count,
+                index,
+                by,
+                ns_regex: ns_regex.clone(),
+                group: group.clone(),
             });
+            let opened = check_one_start(&start)
+                .and_then(|()| self.open_parsed("admin", spec, &start, Some(0), lsid.clone()));
             match opened {
                 Ok(c) => cursors.push(c),
                 Err(e) => {

@@ -20,7 +20,7 @@ use super::{blocking, type_name, Document};
 use crate::state::ServerState;
 use bson::{doc, Bson};
 use std::sync::Arc;
-use tailstream_engine::changestream::bucket::{compile, BucketBy, Split, MAX_BUCKETS};
+use tailstream_engine::changestream::bucket::{self, Split};
 use tailstream_engine::query::error::{Error, Result};
 
 /// The `$changeStream` options a parallel stream passes to each of its buckets.
@@ -33,68 +33,8 @@ const STREAM_OPTIONS: [&str; 6] = [
     "startAfter",
 ];
 
-/// mongod's IDL code for a required field that is missing.
-const IDL_MISSING_FIELD: i32 = 40414;
-
-fn field_error(code: i32, message: String) -> Error {
-    Error::new(code, message)
-}
-
-/// `nBuckets`: a number from 1 to [`MAX_BUCKETS`].
-fn bucket_count(cmd: &Document) -> Result<u32> {
-    let v = cmd.get("nBuckets").ok_or_else(|| {
-        field_error(
-            IDL_MISSING_FIELD,
-            "BSON field 'parallelChangeStream.nBuckets' is missing but a required field".into(),
-        )
-    })?;
-    let n = match v {
-        Bson::Int32(n) => i64::from(*n),
-        Bson::Int64(n) => *n,
-        Bson::Double(d) if d.fract() == 0.0 => *d as i64,
-        other => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field 'parallelChangeStream.nBuckets' is the wrong type '{}', expected types '[long, int, decimal, double]'",
-                type_name(other)
-            )))
-        }
-    };
-    if !(1..=i64::from(MAX_BUCKETS)).contains(&n) {
-        return Err(Error::bad_value(format!(
-            "nBuckets must be between 1 and {MAX_BUCKETS}, not {n}"
-        )));
-    }
-    Ok(u32::try_from(n).expect("checked above"))
-}
-
-/// `nsRegex`: a regular expression (its `i`, `m`, `s` and `x` options kept) or a
-/// string pattern.
-fn ns_regex(cmd: &Document) -> Result<Option<regex::Regex>> {
-    let (pattern, options) = match cmd.get("nsRegex") {
-        None | Some(Bson::Null) => return Ok(None),
-        Some(Bson::RegularExpression(re)) => (re.pattern.clone(), re.options.clone()),
-        Some(Bson::String(s)) => (s.clone(), String::new()),
-        Some(other) => {
-            return Err(Error::type_mismatch(format!(
-                "BSON field 'parallelChangeStream.nsRegex' is the wrong type '{}', expected types '[regex, string]'",
-                type_name(other)
-            )))
-        }
-    };
-    compile(&pattern, &options).map(Some)
-}
-
-/// `by`: "ns" (the default) or "documentKey".
-fn bucket_by(cmd: &Document) -> Result<BucketBy> {
-    match cmd.get("by") {
-        None => Ok(BucketBy::Namespace),
-        Some(Bson::String(s)) if s == "ns" => Ok(BucketBy::Namespace),
-        Some(Bson::String(s)) if s == "documentKey" => Ok(BucketBy::DocumentKey),
-        Some(other) => Err(Error::bad_value(format!(
-            "parallelChangeStream's 'by' must be \"ns\" or \"documentKey\", not {other}"
-        ))),
-    }
-}
+/// The name the split's fields are reported under.
+const COMMAND: &str = "parallelChangeStream";
 
 /// `pipeline`: the stages after `$changeStream`, in every bucket.
 fn stages(cmd: &Document) -> Result<Vec<Document>> {
@@ -136,9 +76,9 @@ fn per_bucket_tokens(cmd: &Document, count: u32) -> Result<Option<(&'static str,
 }
 
 pub async fn run(state: &Arc<ServerState>, cmd: &Document) -> Result<Document> {
-    let count = bucket_count(cmd)?;
-    let regex = ns_regex(cmd)?;
-    let by = bucket_by(cmd)?;
+    let count = bucket::parse_count(cmd, COMMAND)?;
+    let regex = bucket::parse_ns_regex(cmd, COMMAND)?;
+    let by = bucket::parse_by(cmd, COMMAND)?;
     let stages = stages(cmd)?;
     let per_bucket = per_bucket_tokens(cmd, count)?;
     let mut opts = Document::new();
