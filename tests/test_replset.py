@@ -69,7 +69,8 @@ def count_on(m, **query):
         try:
             return c.rs.items.count_documents(query)
         except NotPrimaryError as e:
-            if e.code != 13436:
+            # NotPrimaryError has no `code`: the reply's is in its details.
+            if (e.details or {}).get("code") != 13436:
                 raise
             return None
 
