@@ -4,7 +4,8 @@
 whose oplog holds them all; then the changes are replayed from the time before the
 load, timed from the open to the last event: one ordinary change stream on the
 deployment against `parallelChangeStream` with 1, 2, 4 and 8 buckets, by namespace
-and by document key, each stream or bucket read by its own consumer process
+and by document key (with one collection, also by document key with `nsRegex` naming
+it: each bucket reads only its share), each stream or bucket read by its own consumer process
 (`getMore`s of 10,000 events, kept as raw BSON). Prints the seed's table (events, ms,
 events/s) with the server's CPU seconds.
 
@@ -137,6 +138,15 @@ def run_collections(args, collections):
                                         startAtOperationTime=start)
                     rows.append(("parallelChangeStream", by, n,
                                  replay(uri, pid, r["cursors"], total, args.client_cpus)))
+            if collections == 1:
+                # nsRegex naming the one collection: each bucket reads that collection's
+                # index of the oplog and fetches only its own entries (their key hash).
+                for n in args.buckets:
+                    r = c.admin.command("parallelChangeStream", 1, nBuckets=n,
+                                        by="documentKey", nsRegex="^bench\\.c0$",
+                                        startAtOperationTime=start)
+                    rows.append(("parallelChangeStream, nsRegex ^bench\\.c0$", "documentKey",
+                                 n, replay(uri, pid, r["cursors"], total, args.client_cpus)))
         return total, rows
     finally:
         server.terminate()

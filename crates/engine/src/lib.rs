@@ -62,6 +62,8 @@ pub struct Engine {
     writer: Mutex<Writer>,
     pub durability: Arc<Durability>,
     pub cursors: cursor::CursorRegistry,
+    /// The leases of change stream consumer groups (`changestream::consumer_group`).
+    pub(crate) consumer_groups: changestream::consumer_group::Registry,
     /// Totals of capped collections, by collection id (see `capped`).
     capped: Mutex<std::collections::HashMap<u32, capped::CappedState>>,
     /// By capped collection id: no document inserted after this time has been updated
@@ -167,6 +169,7 @@ impl Engine {
             }),
             durability,
             cursors: cursor::CursorRegistry::new(),
+            consumer_groups: Default::default(),
             capped: Mutex::new(std::collections::HashMap::new()),
             capped_modified: Mutex::new(std::collections::HashMap::new()),
             opts,

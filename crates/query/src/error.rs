@@ -151,6 +151,9 @@ pub mod codes {
     pub const INTERRUPTED: i32 = 11601;
     pub const CHANGE_STREAM_FATAL_ERROR: i32 = 280;
     pub const CHANGE_STREAM_HISTORY_LOST: i32 = 286;
+    /// Tailstream's own (issue 28): a consumer of a change stream group that no longer
+    /// holds the bucket it reads or commits (no mongod code means this).
+    pub const CHANGE_STREAM_CONSUMER_FENCED: i32 = 28400;
     pub const INVALID_RESUME_TOKEN: i32 = 260;
     pub const BSON_OBJECT_TOO_LARGE: i32 = 10334;
     pub const DUPLICATE_KEY: i32 = 11000;
@@ -267,6 +270,7 @@ pub fn code_name(code: i32) -> String {
         279 => "ClientDisconnect",
         280 => "ChangeStreamFatalError",
         286 => "ChangeStreamHistoryLost",
+        28400 => "ChangeStreamConsumerFenced",
         291 => "NoQueryExecutionPlans",
         292 => "QueryExceededMemoryLimitNoDiskUseAllowed",
         322 => "APIVersionError",

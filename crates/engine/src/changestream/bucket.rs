@@ -17,16 +17,20 @@
 //! own events', so the driver's automatic resume continues the bucket exactly where
 //! it stopped.
 //!
-//! The hash is 64-bit FNV-1a (as the commit bus's namespace bits), of the namespace's
-//! bytes or of the BSON document `{_id: <the document's _id>}`: the same on every
-//! member and every restart, so a bucket's resume tokens stay valid. FNV-1a is a few
-//! lines and fast on the short strings hashed here; a crate would add nothing.
+//! The hash is 64-bit FNV-1a (as the commit bus's namespace bits; `oplog::fnv1a`), of
+//! the namespace's bytes or of the BSON document `{_id: <the document's _id>}`: the
+//! same on every member and every restart, so a bucket's resume tokens stay valid.
 //!
-//! Each bucket still reads the whole oplog, but decides on an entry before making it
-//! into an event ([`Bucket::may_keep_entry`]: its `op`, `ns` and the document's `_id`,
-//! read from the entry's bytes), so another bucket's writes cost it a few field
-//! lookups, not an event; the event itself is decided once made ([`Bucket::admits`]:
-//! commands and transactions, whose entries hold several events).
+//! What a bucket reads: when `nsRegex` names one collection (`^db\.coll$`,
+//! [`Bucket::literal_namespace`]), only that collection's index of the oplog
+//! (`oplog_by_ns`, as a collection's change stream), and with `by: "documentKey"` it
+//! fetches only the entries whose digest's key hash is its own
+//! ([`Bucket::may_keep_digest`]): another bucket's writes cost it a digest of a few
+//! bytes, never a read of the entry. Otherwise it reads the whole oplog, deciding on
+//! an entry before making it into an event ([`Bucket::may_keep_entry`]: its `op`, `ns`
+//! and the document's `_id`, read from the entry's bytes). The event itself is decided
+//! once made ([`Bucket::admits`]: commands and transactions, whose entries hold several
+//! events).
 
 use super::token::ResumeToken;
 use bson::{Bson, Document, RawDocument};
@@ -60,6 +64,9 @@ pub struct Bucket {
     pub ns_regex: Option<regex::Regex>,
     /// Every bucket of the stream (the combined resume point).
     pub group: Arc<Group>,
+    /// A bucket of a consumer group: the lease its reader holds it under, checked and
+    /// renewed by every getMore (see `consumer_group`).
+    pub lease: Option<Arc<super::consumer_group::Lease>>,
 }
 
 /// The buckets of one parallel stream together: each one's position, so every
@@ -184,25 +191,7 @@ pub fn parse_ns_regex(spec: &Document, owner: &str) -> Result<Option<regex::Rege
     }
 }
 
-/// 64-bit FNV-1a.
-fn fnv1a(parts: &[&[u8]]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in parts {
-        for b in *part {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    h
-}
-
-/// The hash of a document's `_id`: of the BSON document `{_id: id}`, the same bytes
-/// whether the `_id` comes from an event's `documentKey` or an oplog entry.
-fn id_hash(id: bson::RawBsonRef<'_>) -> u64 {
-    let mut key = bson::RawDocumentBuf::new();
-    key.append("_id", id.to_raw_bson());
-    fnv1a(&[key.as_bytes()])
-}
+use crate::oplog::{document_key_hash as id_hash, fnv1a};
 
 /// An event's `ns`: its database and collection (none for an event of a whole
 /// database); none for an event without one.
@@ -245,6 +234,7 @@ impl Bucket {
             by,
             ns_regex,
             group: Group::new(count),
+            lease: None,
         })
     }
 
@@ -302,6 +292,47 @@ impl Bucket {
         h % u64::from(self.count) == u64::from(self.index)
     }
 
+    /// The one namespace `nsRegex` names when it is a literal `^db\.coll$` (no other
+    /// pattern syntax, no options): the bucket then reads that namespace's index of
+    /// the oplog instead of the whole oplog.
+    pub fn literal_namespace(&self) -> Option<String> {
+        let re = self.ns_regex.as_ref()?.as_str();
+        let inner = re.strip_prefix('^')?.strip_suffix('$')?;
+        let mut out = String::with_capacity(inner.len());
+        let mut chars = inner.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => match chars.next()? {
+                    e @ ('.' | '$' | '-' | '_') => out.push(e),
+                    _ => return None,
+                },
+                '.' | '[' | ']' | '(' | ')' | '{' | '}' | '*' | '+' | '?' | '|' | '^' | '$' => {
+                    return None
+                }
+                c => out.push(c),
+            }
+        }
+        let (db, coll) = out.split_once('.')?;
+        (!db.is_empty() && !coll.is_empty()).then_some(out)
+    }
+
+    /// Whether an entry may make an event of this bucket, decided on its
+    /// `oplog_by_ns` digest alone (`oplog::ns_digest`): with `by: "documentKey"`, an
+    /// insert, update, replacement or delete whose key hash is another bucket's cannot.
+    /// Anything else may (a digest without the hash too: written before it existed).
+    pub fn may_keep_digest(&self, digest: &[u8]) -> bool {
+        if self.by != BucketBy::DocumentKey {
+            return true;
+        }
+        let d = crate::oplog::Digest::parse(digest);
+        match (d.kind, d.key_hash) {
+            (Some(b'i' | b'u' | b'r' | b'd'), Some(h)) => {
+                h % u64::from(self.count) == u64::from(self.index)
+            }
+            _ => true,
+        }
+    }
+
     /// Whether this bucket keeps `event`.
     pub fn admits(&self, event: &RawDocument) -> bool {
         if let Some(re) = &self.ns_regex {
@@ -340,6 +371,7 @@ mod tests {
                         by: BucketBy::DocumentKey,
                         ns_regex: None,
                         group: Group::new(n),
+                        lease: None,
                     }
                     .admits(&insert)
                 });
@@ -391,6 +423,7 @@ mod tests {
                             by,
                             ns_regex: None,
                             group: Group::new(4),
+                            lease: None,
                         };
                         assert_eq!(b.may_keep_entry(entry), index == home, "{by:?} {entry:?}");
                     }
@@ -404,6 +437,7 @@ mod tests {
             by: BucketBy::Namespace,
             ns_regex: None,
             group: Group::new(4),
+            lease: None,
         };
         assert!((0..4).all(|index| Bucket { index, ..b.clone() }
             .may_keep_entry(&rawdoc! {"op": "c", "ns": "d.$cmd", "o": {"drop": "c"}})));
@@ -431,6 +465,7 @@ mod tests {
             by: BucketBy::Namespace,
             ns_regex: Some(regex::Regex::new("^shop\\.orders").unwrap()),
             group: Group::new(1),
+            lease: None,
         };
         assert!(b.admits(&rawdoc! {"ns": {"db": "shop", "coll": "orders"}}));
         assert!(!b.admits(&rawdoc! {"ns": {"db": "shop", "coll": "users"}}));

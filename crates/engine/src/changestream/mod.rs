@@ -14,6 +14,7 @@
 //! about; this module only reads.
 
 pub mod bucket;
+pub mod consumer_group;
 pub mod diff;
 pub(crate) mod event;
 pub mod prefilter;
@@ -166,6 +167,9 @@ pub struct ChangeStream {
     watch: recent::WatchGuard,
     /// The oplog entries and bytes it read.
     reads: OplogReads,
+    /// A bucket of a consumer group: the group changed since its consumer joined (it
+    /// should join again), as of the latest getMore.
+    rejoin: bool,
 }
 
 /// What a stream read of the oplog: in all (`/metrics`, the status page), and since the
@@ -510,17 +514,15 @@ impl Engine {
             if let Some((key, tokens)) = &per_bucket {
                 start.insert(*key, tokens[index as usize].clone());
             }
-            let mut spec = spec.clone();
-            spec.bucket = Some(bucket::Bucket {
+            let one = bucket::Bucket {
                 count,
                 index,
                 by,
                 ns_regex: ns_regex.clone(),
                 group: group.clone(),
-            });
-            let opened = check_one_start(&start)
-                .and_then(|()| self.open_parsed("admin", spec, &start, Some(0), lsid.clone()));
-            match opened {
+                lease: None,
+            };
+            match self.open_bucket(&spec, one, &start, lsid.clone()) {
                 Ok(c) => cursors.push(c),
                 Err(e) => {
                     for c in &cursors {
@@ -531,6 +533,22 @@ impl Engine {
             }
         }
         Ok(cursors)
+    }
+
+    /// One bucket of a parallel stream (`spec` without a bucket yet) from `start`, its
+    /// cursor registered with no events yet.
+    pub(crate) fn open_bucket(
+        &self,
+        spec: &StreamSpec,
+        one: bucket::Bucket,
+        start: &Document,
+        lsid: Option<Bson>,
+    ) -> Result<CursorBatch> {
+        assert!(spec.bucket.is_none(), "one bucket per stream");
+        let mut spec = spec.clone();
+        spec.bucket = Some(one);
+        check_one_start(start)?;
+        self.open_parsed("admin", spec, start, Some(0), lsid)
     }
 
     /// A parsed stream from its start (`resumeAfter`, `startAfter`,
@@ -603,8 +621,11 @@ impl Engine {
             None => prefilter::Prefilter::from_stages(&spec.stages),
             Some(_) => prefilter::Prefilter::default(),
         };
-        let watch = self.recent.watch(match &spec.scope {
-            Scope::Collection(ns) => crate::core::bus::namespace_bit(&ns.full()),
+        let one_ns = spec.bucket.as_ref().and_then(|b| b.literal_namespace());
+        let watch = self.recent.watch(match (&spec.scope, one_ns) {
+            (Scope::Collection(ns), _) => crate::core::bus::namespace_bit(&ns.full()),
+            // A bucket of one collection hears of that collection's commits only.
+            (Scope::Cluster, Some(ns)) => crate::core::bus::namespace_bit(&ns),
             _ => u64::MAX,
         });
         let stream = ChangeStream {
@@ -620,6 +641,7 @@ impl Engine {
             skip_fragments: None,
             memory_only: false,
             reads: OplogReads::default(),
+            rejoin: false,
         };
         let mut stream = stream;
         let want = match batch_size {
@@ -669,8 +691,8 @@ impl EventSource for ChangeStream {
         self.pbrt.to_document()
     }
 
-    fn combined_resume_token(&self) -> Option<Document> {
-        ChangeStream::combined_resume_token(self)
+    fn bucket_fields(&self) -> Option<Document> {
+        ChangeStream::bucket_fields(self)
     }
 
     fn interest(&self) -> u64 {
@@ -678,7 +700,10 @@ impl EventSource for ChangeStream {
     }
 
     fn caught_up(&self, engine: &Engine) -> bool {
-        self.pending.is_empty()
+        let leased = self.spec.bucket.as_ref().and_then(|b| b.lease.as_ref());
+        // A group's bucket whose lease is lost looks at once (and fails, fenced).
+        leased.is_none_or(|l| l.hold().is_ok())
+            && self.pending.is_empty()
             && !self.invalidated
             && self.verify.is_none()
             && self.deferred_error.is_none()
@@ -728,6 +753,7 @@ impl ChangeStream {
         want: usize,
         memory_only: bool,
     ) -> Result<(Vec<SharedEvent>, bool)> {
+        self.hold_lease()?;
         self.memory_only = memory_only;
         let r = self.next_batch_inner(engine, want);
         self.memory_only = false;
@@ -743,10 +769,28 @@ impl ChangeStream {
         }
     }
 
-    /// A bucket's parallel stream's combined resume point (none for other streams).
-    pub fn combined_resume_token(&self) -> Option<Document> {
+    /// A bucket's cursor fields: its parallel stream's combined resume point and, in
+    /// a consumer group, whether its consumer should join again (none for other
+    /// streams).
+    pub fn bucket_fields(&self) -> Option<Document> {
         let b = self.spec.bucket.as_ref()?;
-        b.group.combined().map(|t| t.to_document())
+        let mut out = Document::new();
+        if let Some(t) = b.group.combined() {
+            out.insert("combinedResumeToken", t.to_document());
+        }
+        if b.lease.is_some() {
+            out.insert("rejoin", self.rejoin);
+        }
+        Some(out)
+    }
+
+    /// A bucket of a consumer group: its consumer must still hold it (fenced
+    /// otherwise); renews the consumer's lease.
+    fn hold_lease(&mut self) -> Result<()> {
+        if let Some(lease) = self.spec.bucket.as_ref().and_then(|b| b.lease.as_ref()) {
+            self.rejoin = lease.hold()?;
+        }
+        Ok(())
     }
 
     fn next_batch_inner(
@@ -1144,9 +1188,20 @@ impl ChangeStream {
         loaded_bytes: &mut u64,
     ) -> Result<Vec<ReadEntry>> {
         let mut out = Vec::new();
+        // A bucket of one collection reads that collection's index of the oplog.
+        let bucket_ns = match (&self.spec.scope, &self.spec.bucket) {
+            (Scope::Cluster, Some(b)) => b.literal_namespace(),
+            _ => None,
+        };
         let ns_full = match &self.spec.scope {
             Scope::Collection(_) => self.spec.scope_ns.as_deref(),
-            _ => None,
+            _ => bucket_ns.as_deref(),
+        };
+        let others_digest = |digest: &[u8]| {
+            self.spec
+                .bucket
+                .as_ref()
+                .is_some_and(|b| !b.may_keep_digest(digest))
         };
         let db_prefix = match &self.spec.scope {
             Scope::Database(_) => self.spec.scope_ns.as_deref(),
@@ -1171,8 +1226,9 @@ impl ChangeStream {
             let mut large = None;
             for e in found {
                 let ts = e.ts;
-                if !self.prefilter.is_empty()
-                    && !self.prefilter.may_match(&e.digest, self.spec.full_document)
+                if others_digest(&e.digest)
+                    || (!self.prefilter.is_empty()
+                        && !self.prefilter.may_match(&e.digest, self.spec.full_document))
                 {
                     out.push(ReadEntry {
                         ts,
@@ -1221,8 +1277,9 @@ impl ChangeStream {
                 {
                     let (k, digest) = item.map_err(crate::core::storage_err)?;
                     let ts = keys::oplog_ns_key_time(&k);
-                    if !self.prefilter.is_empty()
-                        && !self.prefilter.may_match(&digest, self.spec.full_document)
+                    if others_digest(&digest)
+                        || (!self.prefilter.is_empty()
+                            && !self.prefilter.may_match(&digest, self.spec.full_document))
                     {
                         out.push(ReadEntry {
                             ts,
@@ -1909,6 +1966,7 @@ mod tests {
             skip_fragments: None,
             memory_only: false,
             reads: OplogReads::default(),
+            rejoin: false,
         };
         // The check before the read passes; then the trim commits.
         stream.check_not_trimmed(&e).unwrap();

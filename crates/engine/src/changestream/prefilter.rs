@@ -93,9 +93,9 @@ impl Prefilter {
         match op {
             "delete" => false,
             "update" => full_document != FullDocument::Default,
-            _ => match digest.get(1) {
-                Some(1) => {
-                    let names: Vec<&[u8]> = digest[2..].split(|b| *b == 0).collect();
+            _ => match crate::oplog::Digest::parse(digest).field_names {
+                Some(field_names) => {
+                    let names: Vec<&[u8]> = field_names.split(|b| *b == 0).collect();
                     self.full_document_fields
                         .iter()
                         .all(|f| names.contains(&f.as_bytes()))

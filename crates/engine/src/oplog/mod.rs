@@ -323,6 +323,8 @@ pub struct EntryHead<'a> {
     pub op: &'a str,
     pub ns: &'a str,
     pub o: Option<&'a bson::RawDocument>,
+    /// An update's `o2` (its document's `_id`); None for other entries.
+    pub o2: Option<&'a bson::RawDocument>,
 }
 
 impl<'a> EntryHead<'a> {
@@ -331,10 +333,12 @@ impl<'a> EntryHead<'a> {
     /// another type, or a malformed entry, reads as `""` / `None`, as those lookups did.
     pub fn of(entry: &'a bson::RawDocument) -> EntryHead<'a> {
         let f = EntryFields::read(entry).unwrap_or_default();
+        let op = f.op.unwrap_or("");
         EntryHead {
-            op: f.op.unwrap_or(""),
+            op,
             ns: f.ns.unwrap_or(""),
             o: f.o,
+            o2: f.o2.filter(|_| op == "u"),
         }
     }
 
@@ -354,7 +358,7 @@ impl<'a> EntryHead<'a> {
 
     /// The entry's `oplog_by_ns` value: see [`ns_digest`].
     pub fn digest(&self) -> Vec<u8> {
-        let EntryHead { op, ns, o } = *self;
+        let EntryHead { op, ns, o, o2 } = *self;
         // A write of a view definition is the DDL of a view (create, modify or drop event).
         if matches!(op, "i" | "u" | "d") && crate::catalog::views::is_system_views(ns) {
             return vec![b'c'];
@@ -370,6 +374,13 @@ impl<'a> EntryHead<'a> {
             _ => return Vec::new(),
         };
         let mut v = vec![kind];
+        let key_holder = if op == "u" { o2 } else { o };
+        if let (b'i' | b'u' | b'r' | b'd', Some(holder)) = (kind, key_holder) {
+            if let Ok(Some(id)) = holder.get("_id") {
+                v.push(DIGEST_KEY_HASH);
+                v.extend_from_slice(&document_key_hash(id).to_le_bytes());
+            }
+        }
         if let (b'i' | b'r', Some(o)) = (kind, o) {
             if o.as_bytes().len() >= DIGEST_FIELDS_MIN_BYTES {
                 v.push(1);
@@ -394,11 +405,69 @@ pub const DIGEST_FIELDS_MIN_BYTES: usize = 64 * 1024;
 
 /// The `oplog_by_ns` value of an entry: what a change stream's filter can be decided
 /// on without reading the entry (which may hold a document of megabytes):
-/// the kind of change (`i`nsert, `u`pdate, `r`eplace, `d`elete, `c`ommand, `n`oop),
-/// then, for a large inserted or replacing document, 0x01 and its top-level field
-/// names, each followed by a NUL.
+/// the kind of change (`i`nsert, `u`pdate, `r`eplace, `d`elete, `c`ommand, `n`oop);
+/// then, for an insert, update, replacement or delete, 0x02 and the hash of its
+/// document's key ([`document_key_hash`], 8 bytes little-endian: the bucket of a
+/// parallel stream by document key, decided unread); then, for a large inserted or
+/// replacing document, 0x01 and its top-level field names, each followed by a NUL.
+/// Digests written before the key hash existed have no 0x02 part.
 pub fn ns_digest(entry: &bson::RawDocument) -> Vec<u8> {
     EntryHead::of(entry).digest()
+}
+
+/// The marker of a digest's document-key hash.
+const DIGEST_KEY_HASH: u8 = 2;
+/// The marker of a digest's field names.
+const DIGEST_FIELD_NAMES: u8 = 1;
+
+/// A digest's parts (see [`ns_digest`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Digest<'a> {
+    /// The kind of change; None for an empty digest.
+    pub kind: Option<u8>,
+    pub key_hash: Option<u64>,
+    /// The field names, each followed by a NUL.
+    pub field_names: Option<&'a [u8]>,
+}
+
+impl<'a> Digest<'a> {
+    pub fn parse(bytes: &'a [u8]) -> Digest<'a> {
+        let mut d = Digest {
+            kind: bytes.first().copied(),
+            ..Digest::default()
+        };
+        let mut rest = bytes.get(1..).unwrap_or_default();
+        if rest.first() == Some(&DIGEST_KEY_HASH) && rest.len() >= 9 {
+            d.key_hash = Some(u64::from_le_bytes(rest[1..9].try_into().expect("8 bytes")));
+            rest = &rest[9..];
+        }
+        if rest.first() == Some(&DIGEST_FIELD_NAMES) {
+            d.field_names = Some(&rest[1..]);
+        }
+        d
+    }
+}
+
+/// 64-bit FNV-1a over `parts` in order: the hash parallel change streams spread
+/// events with (a namespace's bytes, or a document key's). A few lines, and fast on
+/// the short inputs hashed here; a crate would add nothing.
+pub fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for b in *part {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// The hash of a document's `_id`: FNV-1a of the BSON document `{_id: id}`, the same
+/// bytes whether the `_id` comes from an event's `documentKey` or an oplog entry.
+pub fn document_key_hash(id: bson::RawBsonRef<'_>) -> u64 {
+    let mut key = bson::RawDocumentBuf::new();
+    key.append("_id", id.to_raw_bson());
+    fnv1a(&[key.as_bytes()])
 }
 
 /// Builds the `$v: 2` diff mongod writes for an update, from the dotted paths an
@@ -606,6 +675,7 @@ mod tests {
             op: "c",
             ns: "admin.$cmd",
             o: Some(&o),
+            o2: None,
         };
         assert_eq!(
             head.namespaces(),
@@ -641,6 +711,7 @@ mod tests {
                 op: "i",
                 ns,
                 o: Some(&raw_doc),
+                o2: None,
             };
             let read = EntryHead::of(&entry);
             assert_eq!(known.digest(), read.digest(), "{ns}");

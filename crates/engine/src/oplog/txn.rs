@@ -398,6 +398,7 @@ impl<'e> Txn<'e> {
             op: "i",
             ns,
             o: Some(doc),
+            o2: None,
         };
         self.put_oplog(ns, ts, &e, Some(head));
         ts

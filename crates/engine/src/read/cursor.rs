@@ -60,8 +60,9 @@ pub trait EventSource: Send {
     ) -> Result<(Vec<RawEvent>, bool)>;
     /// The position after the last batch (`postBatchResumeToken`).
     fn resume_token(&self) -> Document;
-    /// A bucket of a parallel stream: the stream's combined resume point.
-    fn combined_resume_token(&self) -> Option<Document> {
+    /// A bucket of a parallel stream: the fields its cursor document adds (the
+    /// stream's `combinedResumeToken`; a group consumer's `rejoin`).
+    fn bucket_fields(&self) -> Option<Document> {
         None
     }
     /// The commit-notice namespace bits it reads (`CommitNotice::ns_mask`).

@@ -73,8 +73,9 @@ pub struct CursorBatch {
     pub await_data: bool,
     /// Change streams: the resume token of the position after this batch.
     pub post_batch_resume_token: Option<Document>,
-    /// A bucket of a parallel change stream: the stream's combined resume point.
-    pub combined_resume_token: Option<Box<Document>>,
+    /// A bucket of a parallel change stream: the fields its cursor document adds
+    /// (`combinedResumeToken`, `rejoin`; see `EventSource::bucket_fields`).
+    pub bucket_fields: Option<Box<Document>>,
     /// Change streams: the events, as built from the oplog (never decoded); the
     /// documents of an unfiltered tailable cursor on a capped collection, as stored
     /// (`Cursor::raw_tail`). Either these or `docs`, never both.
@@ -418,7 +419,7 @@ impl Engine {
                         (Vec::new(), closed)
                     });
                 pbrt = Some(stream.resume_token());
-                combined = stream.combined_resume_token().map(Box::new);
+                combined = stream.bucket_fields().map(Box::new);
                 r
             }
             _ if memory_only => {
@@ -460,7 +461,7 @@ impl Engine {
                     docs,
                     await_data: id != 0 && c.await_data,
                     post_batch_resume_token: pbrt,
-                    combined_resume_token: combined,
+                    bucket_fields: combined,
                     raw_docs,
                 })
             }

@@ -135,6 +135,17 @@ pub fn write_conflict() -> Error {
 }
 
 impl Engine {
+    /// Takes the document `_id: id` of `ns` back from whichever open transaction wrote
+    /// it, after a commit outside transactions changed it: that transaction can no
+    /// longer commit (its snapshot's version is gone: WriteConflict at its commit), and
+    /// other transactions may write the document meanwhile instead of waiting for it
+    /// to end (a consumer group's bucket handed on while its previous holder's
+    /// transaction is left open by a dead process).
+    pub(crate) fn release_transaction_lock(&self, ns: &Namespace, id: &Bson) {
+        let key = (ns.full(), keys::id_key(id));
+        self.transaction_locks.lock().remove(&key);
+    }
+
     /// Starts a transaction: its reads see what is committed now, and its own writes.
     pub fn begin_transaction(&self) -> Transaction {
         Transaction {

@@ -271,8 +271,9 @@ pub struct RawCursor {
     pub first: bool,
     pub docs: Vec<std::sync::Arc<RawDocumentBuf>>,
     pub post_batch_resume_token: Option<Document>,
-    /// A bucket of a parallel change stream: the stream's combined resume point.
-    pub combined_resume_token: Option<Box<Document>>,
+    /// A bucket of a parallel change stream: fields its cursor document adds (the
+    /// stream's `combinedResumeToken`, a group consumer's `rejoin`).
+    pub bucket_fields: Option<Box<Document>>,
     pub id: i64,
     pub ns: String,
 }
@@ -329,9 +330,11 @@ fn raw_cursor_reply(state: &ServerState, c: RawCursor) -> Body {
             tail.append("postBatchResumeToken", raw);
         }
     }
-    if let Some(t) = c.combined_resume_token {
-        if let Ok(raw) = RawDocumentBuf::from_document(&t) {
-            tail.append("combinedResumeToken", raw);
+    if let Some(fields) = c.bucket_fields {
+        if let Ok(raw) = RawDocumentBuf::from_document(&fields) {
+            for (k, v) in raw.iter().flatten() {
+                tail.append(k, v.to_raw_bson());
+            }
         }
     }
     tail.append("id", c.id);

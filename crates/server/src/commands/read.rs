@@ -33,7 +33,7 @@ fn cursor_output(batch: CursorBatch, first: bool) -> Output {
             first,
             docs: batch.raw_docs,
             post_batch_resume_token: batch.post_batch_resume_token,
-            combined_resume_token: batch.combined_resume_token,
+            bucket_fields: batch.bucket_fields,
             id: batch.cursor_id,
             ns: batch.ns,
         })

@@ -464,6 +464,14 @@ pub static SPECS: &[Spec] = &[
     )
     .needs(Collection, &[CollStats]),
     command(
+        "commitChangeStreamGroup",
+        reply!(c => parallel_stream::commit(c.state, c.cmd).await),
+    )
+    .writes(Adds)
+    .write_concern()
+    .in_transaction()
+    .needs(Cluster, &[ChangeStream, Find]),
+    command(
         "commitTransaction",
         reply!(c => crate::transactions::commit_or_abort(c.state, c.spec, c.name, c.db, c.cmd).await),
     )
@@ -1439,6 +1447,7 @@ mod tests {
         ("mapreduce", false, true, false),
         // Issue 28: seed 004's parallel change streams.
         ("parallelChangeStream", true, false, false),
+        ("commitChangeStreamGroup", false, true, true),
         ("planCacheClear", false, false, false),
         ("planCacheClearFilters", false, false, false),
         ("planCacheListFilters", false, false, false),
