@@ -340,3 +340,72 @@ def test_a_bucket_of_one_collection_by_document_key_reads_only_its_share(fresh_s
     assert literal_bytes > 200 * 2000, "each bucket read its own entries"
     assert literal_bytes * 3 < general_bytes, (literal_bytes, general_bytes)
     client.close()
+
+
+def test_a_token_resumes_only_its_own_bucket_or_its_own_split(client, db):
+    """A bucket's postBatchResumeToken says whose it is (`_bucket`), the combined one
+    its split (`_split`): resuming a bucket from another bucket's token, or a stream
+    split otherwise from its combined token, would start where that bucket never was
+    (its events in between lost): InvalidResumeToken. A plain token is any bucket's
+    start (at least once)."""
+    with client.start_session() as s:
+        ids = open_parallel(client, s, db, nBuckets=4, by="documentKey")
+        db.c.insert_many([{"_id": i} for i in range(40)])
+        drain(client, s, ids, 40)
+        replies = [client.admin.command("getMore", i, collection="$cmd.aggregate",
+                                        maxTimeMS=50, session=s)["cursor"] for i in ids]
+        close(client, s, ids)
+        tokens = [r["postBatchResumeToken"] for r in replies]
+        combined = replies[0]["combinedResumeToken"]
+        assert [t["_bucket"]["bucket"] for t in tokens] == [0, 1, 2, 3]
+        assert tokens[0]["_bucket"]["nBuckets"] == 4 and combined["_split"]["nBuckets"] == 4
+
+        def refused(**kw):
+            with pytest.raises(OperationFailure) as e:
+                open_parallel(client, s, db, **kw)
+            assert e.value.code == 260, e.value.details
+            assert "another parallel stream or bucket" in str(e.value)
+        refused(nBuckets=4, by="documentKey", resumeAfter=tokens[::-1])
+        refused(nBuckets=4, by="documentKey", resumeAfter=tokens[0])
+        refused(nBuckets=8, by="documentKey", resumeAfter=combined)
+        refused(nBuckets=4, by="ns", resumeAfter=combined)
+        refused(nBuckets=4, by="documentKey", startAfter=tokens[:3] + [tokens[0]])
+        for ok in (dict(resumeAfter=tokens), dict(resumeAfter=combined)):
+            close(client, s, open_parallel(client, s, db, nBuckets=4, by="documentKey", **ok))
+        # A plain token (an ordinary stream's) starts any split.
+        with db.c.watch() as plain:
+            db.c.insert_one({"_id": 100})
+            plain.try_next()
+            close(client, s, open_parallel(client, s, db, nBuckets=8,
+                                           resumeAfter=plain.resume_token))
+        # The stage form refuses another bucket's token the same way.
+        with pytest.raises(OperationFailure) as e:
+            db.c.watch([{"$changeStreamBucket": {"nBuckets": 4, "bucket": 1,
+                                                 "by": "documentKey"}}],
+                       resume_after=tokens[2])
+        assert e.value.code == 260
+
+
+def test_ddl_events_are_in_their_namespaces_bucket_and_views_are_named_as_the_seeds(client, db):
+    """With showExpandedEvents, a bucket shows the DDL of its namespaces (create,
+    createIndexes, dropIndexes, collMod, drop) and names a view's as seed 004 does:
+    createView and dropView. The buckets go on after a drop (never invalidated)."""
+    with client.start_session() as s:
+        ids = open_parallel(client, s, db, nBuckets=2, showExpandedEvents=True)
+        db.create_collection("c")
+        db.c.create_index("x")
+        db.command("collMod", "c", validator={"x": {"$exists": True}})
+        db.c.drop_index("x_1")
+        db.create_collection("v", viewOn="c", pipeline=[])
+        db.v.drop()
+        db.c.drop()
+        db.d.insert_one({"_id": 1})
+        got = drain(client, s, ids, 9)
+        close(client, s, ids)
+    kinds = {}
+    for events in got.values():
+        for e in events:
+            kinds.setdefault(e["ns"].get("coll"), []).append(e["operationType"])
+    assert kinds["c"] == ["create", "createIndexes", "modify", "dropIndexes", "drop"], kinds
+    assert kinds["v"] == ["createView", "dropView"], kinds
+    assert kinds["d"] == ["create", "insert"], "the buckets go on after a drop"

@@ -41,6 +41,13 @@ use tailstream_query::error::{Error, Result};
 /// [`Bucket::from_stage`]).
 pub const STAGE: &str = "$changeStreamBucket";
 
+/// The field of a bucket's `postBatchResumeToken` that says whose it is (its stream's
+/// split and its number): a token given back to resume a bucket must be its own.
+pub const BUCKET_FIELD: &str = "_bucket";
+/// The field of a parallel stream's `combinedResumeToken` that says whose it is (the
+/// split, no bucket number: it resumes every bucket).
+pub const SPLIT_FIELD: &str = "_split";
+
 /// The most buckets one parallel stream may have: each is a cursor (and a reader of
 /// the oplog) of its own.
 pub const MAX_BUCKETS: u32 = 1024;
@@ -272,6 +279,11 @@ impl Bucket {
         let Ok(ns) = entry.get_str("ns") else {
             return true;
         };
+        // A write of a view's definition is an event of the view's namespace, not of
+        // `system.views`: decided once made.
+        if crate::catalog::views::is_system_views(ns) {
+            return true;
+        }
         if self.ns_regex.as_ref().is_some_and(|re| !re.is_match(ns)) {
             return false;
         }
@@ -330,6 +342,53 @@ impl Bucket {
                 h % u64::from(self.count) == u64::from(self.index)
             }
             _ => true,
+        }
+    }
+
+    /// The stream's split: bucket count, rule and `nsRegex` (as compiled, its options
+    /// inline).
+    pub fn split_identity(&self) -> Document {
+        let by = match self.by {
+            BucketBy::Namespace => "ns",
+            BucketBy::DocumentKey => "documentKey",
+        };
+        let regex = self
+            .ns_regex
+            .as_ref()
+            .map_or(Bson::Null, |r| Bson::String(r.as_str().to_string()));
+        bson::doc! {"nBuckets": self.count as i32, "by": by, "nsRegex": regex}
+    }
+
+    /// The split and this bucket's number: what its tokens carry ([`BUCKET_FIELD`]).
+    pub fn identity(&self) -> Document {
+        let mut d = self.split_identity();
+        d.insert("bucket", self.index as i32);
+        d
+    }
+
+    /// A token given to resume this bucket: one of its own, or its stream's combined
+    /// one, or a token of an ordinary stream (any position is a valid start: at least
+    /// once). Another bucket's, or a token of a stream split otherwise, would resume
+    /// this bucket at a position it never reached (losing its events in between):
+    /// InvalidResumeToken.
+    pub fn check_token(&self, token: &Document) -> Result<()> {
+        let (field, mine) = if token.contains_key(BUCKET_FIELD) {
+            (BUCKET_FIELD, self.identity())
+        } else if token.contains_key(SPLIT_FIELD) {
+            (SPLIT_FIELD, self.split_identity())
+        } else {
+            return Ok(());
+        };
+        match token.get(field) {
+            Some(Bson::Document(theirs)) if *theirs == mine => Ok(()),
+            theirs => Err(Error::new(
+                tailstream_query::error::codes::INVALID_RESUME_TOKEN,
+                format!(
+                    "this resume token is of another parallel stream or bucket ({field}: {}); \
+                     this bucket is {mine}",
+                    theirs.map_or("(none)".to_string(), |t| t.to_string())
+                ),
+            )),
         }
     }
 

@@ -400,10 +400,12 @@ fn lease_ms(def: &Document) -> Result<i64> {
         Some(Bson::Int32(n)) => i64::from(*n),
         Some(Bson::Int64(n)) => *n,
         Some(Bson::Double(d)) if d.fract() == 0.0 => *d as i64,
-        Some(other) => return Err(Error::type_mismatch(format!(
+        Some(other) => {
+            return Err(Error::type_mismatch(format!(
             "BSON field 'parallelChangeStream.leaseMS' is the wrong type '{}', expected a number",
             tailstream_query::types::type_name(other)
-        ))),
+        )))
+        }
     };
     if !(MIN_LEASE_MS..=MAX_LEASE_MS).contains(&ms) {
         return Err(Error::bad_value(format!(
@@ -724,6 +726,22 @@ impl Engine {
             .consumer_groups
             .existing(group)
             .ok_or_else(|| fenced(group, consumer, b))?;
+        // Another bucket's token would start this bucket's next holder where it never
+        // was (see `Bucket::check_token`; the full check runs when it is resumed).
+        if let Some(Bson::Document(whose)) = token.get(bucket::BUCKET_FIELD) {
+            let count = leases.state.lock().holders.len() as i32;
+            let (theirs_b, theirs_n) = (whose.get_i32("bucket"), whose.get_i32("nBuckets"));
+            if theirs_b != Ok(b as i32) || theirs_n != Ok(count) {
+                return Err(Error::new(
+                    codes::INVALID_RESUME_TOKEN,
+                    format!(
+                        "this resume token is of another bucket ({}: {whose}), not of bucket \
+                         {b} of the {count} of change stream group '{group}'",
+                        bucket::BUCKET_FIELD
+                    ),
+                ));
+            }
+        }
         let epoch = {
             let mut s = leases.state.lock();
             if b as usize >= s.holders.len() {

@@ -160,9 +160,11 @@ fn parse<'a>(f: &EntryFields<'a>, spec: &'a StreamSpec) -> Result<Option<Parsed<
                 d.remove("_id");
                 Ok(d)
             };
+            // A bucket of a parallel stream names them as seed 004's streams do.
+            let bucket = spec.bucket.is_some();
             match op {
                 "i" => {
-                    p.op_type = "create";
+                    p.op_type = if bucket { "createView" } else { "create" };
                     p.op_description = Some(definition()?);
                 }
                 // Definitions are always replaced whole.
@@ -171,7 +173,7 @@ fn parse<'a>(f: &EntryFields<'a>, spec: &'a StreamSpec) -> Result<Option<Parsed<
                     p.op_description = Some(definition()?);
                 }
                 "u" => return Ok(None),
-                _ => p.op_type = "drop",
+                _ => p.op_type = if bucket { "dropView" } else { "drop" },
             }
         }
         "i" | "u" | "d" => {

@@ -589,6 +589,9 @@ impl Engine {
             }
             Some((k, v)) => {
                 let token = ResumeToken::parse(v)?;
+                if let (Some(b), Bson::Document(d)) = (&spec.bucket, v) {
+                    b.check_token(d)?;
+                }
                 if token.fragment.is_some() && !spec.split_large {
                     return Err(Error::new(
                         codes::CHANGE_STREAM_FATAL_ERROR,
@@ -655,7 +658,7 @@ impl Engine {
             stream.next_batch(self, want, false)?
         };
         stream.record_position();
-        let pbrt = stream.pbrt.to_document();
+        let pbrt = stream.post_batch_resume_token();
         let mut cursor = Cursor::new(ns.clone(), Source::Events(Box::new(stream)));
         cursor.tailable = true;
         cursor.await_data = true;
@@ -688,7 +691,7 @@ impl EventSource for ChangeStream {
     }
 
     fn resume_token(&self) -> Document {
-        self.pbrt.to_document()
+        self.post_batch_resume_token()
     }
 
     fn bucket_fields(&self) -> Option<Document> {
@@ -738,8 +741,13 @@ pub(crate) fn label_resumable(e: Error) -> Error {
 }
 
 impl ChangeStream {
+    /// A bucket's also says whose it is (`_bucket`: see `bucket::Bucket::identity`).
     pub fn post_batch_resume_token(&self) -> Document {
-        self.pbrt.to_document()
+        let mut t = self.pbrt.to_document();
+        if let Some(b) = &self.spec.bucket {
+            t.insert(bucket::BUCKET_FIELD, b.identity());
+        }
+        t
     }
 
     /// Up to `want` events (0: as many as fit in a reply) that are durable now, and
@@ -776,7 +784,9 @@ impl ChangeStream {
         let b = self.spec.bucket.as_ref()?;
         let mut out = Document::new();
         if let Some(t) = b.group.combined() {
-            out.insert("combinedResumeToken", t.to_document());
+            let mut t = t.to_document();
+            t.insert(bucket::SPLIT_FIELD, b.split_identity());
+            out.insert("combinedResumeToken", t);
         }
         if b.lease.is_some() {
             out.insert("rejoin", self.rejoin);
