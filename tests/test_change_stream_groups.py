@@ -17,6 +17,7 @@ import pytest
 from bson import Timestamp
 from bson.regex import Regex
 from pymongo.errors import OperationFailure
+from pymongo.write_concern import WriteConcern
 
 from conftest import eventually
 
@@ -281,3 +282,37 @@ def test_four_consumers_two_killed_lose_nothing(server, client, db, mode):
     assert len(buckets) == 4
     assert {d["consumer"] for d in buckets} <= {"c2", "c3"}, "the survivors hold them all"
     assert client.config.changeStreamGroups.find_one({"_id": f"grp-{mode}"})["nBuckets"] == 4
+
+
+def test_committed_positions_survive_kill_9_and_consumers_join_again(fresh_server):
+    """The group's definition and committed positions are durable: after kill -9 and a
+    restart (the leases are gone), a consumer joins again and each bucket resumes after
+    its committed position: nothing committed is delivered again, nothing after it lost."""
+    srv = fresh_server()
+    client = srv.client()
+    db = client.t_groups_restart
+    s = client.start_session()
+    r = join(client, s, db, "gr", "a", startAtOperationTime=start_time(client))
+    db.src.insert_many([{"_id": i} for i in range(30)])
+    got = drain(client, s, r, 30)
+    for b, (_, token) in got.items():
+        client.admin.command("commitChangeStreamGroup", "gr", consumer="a", bucket=b,
+                             resumeToken=token, writeConcern={"j": True})
+    journaled = db.src.with_options(write_concern=WriteConcern(j=True))
+    journaled.insert_many([{"_id": i} for i in range(30, 50)])
+    client.close()
+    srv.kill9()
+    srv.remove_socket_file()
+    srv.start()
+    client = srv.client()
+    db = client.t_groups_restart
+    s = client.start_session()
+    # The same consumer name after the restart: a new member of the group.
+    r = join(client, s, db, "gr", "a")
+    assert r["buckets"] == [0, 1, 2, 3]
+    got = drain(client, s, r, 20)
+    ids = sorted(e["documentKey"]["_id"] for es, _ in got.values() for e in es)
+    assert ids == list(range(30, 50))
+    epochs = [d["epoch"] for d in client.config.changeStreamGroups.find({"_id.group": "gr"})]
+    assert epochs == [2, 2, 2, 2], "handed out again after the restart"
+    client.close()

@@ -409,3 +409,69 @@ def test_ddl_events_are_in_their_namespaces_bucket_and_views_are_named_as_the_se
     assert kinds["c"] == ["create", "createIndexes", "modify", "dropIndexes", "drop"], kinds
     assert kinds["v"] == ["createView", "dropView"], kinds
     assert kinds["d"] == ["create", "insert"], "the buckets go on after a drop"
+
+
+def test_buckets_by_namespace_read_only_their_namespaces_and_miss_nothing(fresh_server):
+    """By namespace, a bucket reads the oplog's index of its own namespaces (and of the
+    databases' commands), not the whole oplog: together the buckets return exactly the
+    events one change stream on the deployment returns, each namespace's in order in
+    one bucket (transactions, renames, drops and dropDatabase included), for about one
+    reading of the oplog in all instead of one per bucket. (A fresh server: the entries
+    are read from storage.)"""
+    client = fresh_server().client()
+    start = client.admin.command("ping")["operationTime"]
+    a, b = client.t_nsa, client.t_nsb
+    for i in range(8):
+        a[f"c{i}"].insert_many([{"_id": j, "pad": "x" * 1000} for j in range(40)])
+    with client.start_session() as t:
+        with t.start_transaction():
+            a.c0.insert_one({"_id": "t1"}, session=t)
+            a.c5.insert_one({"_id": "t2"}, session=t)
+    a.c1.rename("renamed")
+    a.c2.drop()
+    b.x.insert_one({"_id": 1})
+    client.drop_database("t_nsb")
+    regex = Regex(r"^t_ns(a|b)(\.|$)")
+    client.admin.command("profile", 2)
+    try:
+        with client.start_session() as s:
+            whole = client.admin.command("aggregate", 1, pipeline=[{"$changeStream": {
+                "allChangesForCluster": True, "startAtOperationTime": start}},
+                {"$match": {"ns.db": {"$in": ["t_nsa", "t_nsb"]}}}],
+                cursor={"batchSize": 0}, session=s)["cursor"]
+            expected = whole["firstBatch"]
+            while True:
+                more = client.admin.command("getMore", whole["id"], collection="$cmd.aggregate",
+                                            maxTimeMS=200, session=s)["cursor"]["nextBatch"]
+                if not more:
+                    break
+                expected += more
+            ids = client.admin.command("parallelChangeStream", 1, nBuckets=4, nsRegex=regex,
+                                       startAtOperationTime=start, session=s)["cursors"]
+            got = drain(client, s, ids, len(expected))
+            close(client, s, ids + [whole["id"]])
+    finally:
+        client.admin.command("profile", 0)
+    # inserts, the transaction's two, rename, drop, b's insert, its drop and dropDatabase
+    assert len(expected) == 8 * 40 + 2 + 1 + 1 + 1 + 2, len(expected)
+
+    def ns(e):
+        return (e["ns"]["db"], e["ns"].get("coll"))
+    # Resume tokens order events as the oplog does (within a transaction too).
+    merged = sorted((e for events in got.values() for e in events),
+                    key=lambda e: e["_id"]["_data"])
+    assert [(e["_id"], e["operationType"]) for e in merged] == \
+        [(e["_id"], e["operationType"]) for e in expected]
+    owner = {}
+    for cursor, events in got.items():
+        for e in events:
+            assert owner.setdefault(ns(e), cursor) == cursor, f"{ns(e)} in one bucket"
+    read = {}
+    for p in client.admin["system.profile"].find({"op": "getmore"}):
+        read[p["command"]["getMore"]] = read.get(p["command"]["getMore"], 0) + \
+            p.get("oplogBytesRead", 0)
+    whole_bytes = read.get(whole["id"], 0)
+    buckets_bytes = sum(read.get(c, 0) for c in ids)
+    assert whole_bytes > 8 * 40 * 1000
+    assert buckets_bytes < 2 * whole_bytes, (buckets_bytes, whole_bytes)
+    client.close()

@@ -328,6 +328,13 @@ impl Bucket {
         (!db.is_empty() && !coll.is_empty()).then_some(out)
     }
 
+    /// Whether the events of namespace `ns` (`db.coll`) are this bucket's under
+    /// `by: "ns"`: `nsRegex` matches it and it hashes to this bucket.
+    pub fn owns_namespace(&self, ns: &str) -> bool {
+        self.ns_regex.as_ref().is_none_or(|re| re.is_match(ns))
+            && fnv1a(&[ns.as_bytes()]) % u64::from(self.count) == u64::from(self.index)
+    }
+
     /// Whether an entry may make an event of this bucket, decided on its
     /// `oplog_by_ns` digest alone (`oplog::ns_digest`): with `by: "documentKey"`, an
     /// insert, update, replacement or delete whose key hash is another bucket's cannot.

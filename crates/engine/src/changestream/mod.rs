@@ -14,6 +14,7 @@
 //! about; this module only reads.
 
 pub mod bucket;
+mod bucket_read;
 pub mod consumer_group;
 pub mod diff;
 pub(crate) mod event;
@@ -1274,6 +1275,37 @@ impl ChangeStream {
             entries_left: limit,
             bytes_left: READ_CHUNK_BYTES,
         };
+        // A bucket by namespace reads the index of its share's namespaces only.
+        let share = match (&self.spec.scope, &self.spec.bucket, &ns_full) {
+            (Scope::Cluster, Some(b), None) if b.by == bucket::BucketBy::Namespace => {
+                bucket_read::bucket_namespaces(engine, b)?
+            }
+            _ => None,
+        };
+        if let Some(namespaces) = share {
+            let index =
+                bucket_read::merged_index(engine, &namespaces, self.next_ts, durable, limit)?;
+            let mut entries = engine.store.point_reader(Space::Oplog);
+            for (ts, digest) in index {
+                if !self.prefilter.is_empty()
+                    && !self.prefilter.may_match(&digest, self.spec.full_document)
+                {
+                    out.push(ReadEntry {
+                        ts,
+                        body: EntryBody::Skipped,
+                    });
+                } else if let Some(v) = entries
+                    .get(&keys::oplog_key(ts))
+                    .map_err(crate::core::storage_err)?
+                {
+                    *loaded_bytes += v.len() as u64;
+                    if !push_built(&mut out, engine, &self.spec, ts, v) || budget.spend(v) {
+                        break;
+                    }
+                }
+            }
+            return Ok(out);
+        }
         match &ns_full {
             Some(ns) => {
                 // The collection's entries in order, from its index of the oplog; its

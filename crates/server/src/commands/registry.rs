@@ -1583,6 +1583,8 @@ mod tests {
         let mut expected = set(before::ALLOWED);
         assert!(expected.remove("bulkWrite"));
         assert!(find("bulkWrite", true).is_none());
+        // Issue 28: a consumer group's commit runs in the consumer's transaction.
+        expected.insert("commitChangeStreamGroup");
         assert_eq!(names_where(|s| s.in_transaction), expected);
         assert_eq!(
             names_where(|s| s.snapshot_read),
