@@ -304,11 +304,11 @@ def test_a_parallel_streams_pipeline_may_not_name_a_bucket(client):
 
 
 def test_a_bucket_of_one_collection_by_document_key_reads_only_its_share(fresh_server):
-    """With nsRegex naming one collection, a bucket reads that collection's index of the
-    oplog and fetches only the entries whose key hash is its own: the same events as a
-    bucket that reads every entry, for a quarter of the oplog bytes with 4 buckets.
-    (A fresh server: no stream opened before the writes, so both read them from
-    storage, not from the recent oplog in memory.)"""
+    """By document key, a bucket reads the oplog's index of the namespaces nsRegex
+    matches and fetches only the entries whose key hash is its own: 4 buckets read
+    about one oplog's worth between them, not four, whether nsRegex names the one
+    collection literally or not. (A fresh server: no stream opened before the writes,
+    so the entries are read from storage, not from the recent oplog in memory.)"""
     client = fresh_server().client()
     db = client.t_share
     start = client.admin.command("ping")["operationTime"]
@@ -317,6 +317,10 @@ def test_a_bucket_of_one_collection_by_document_key_reads_only_its_share(fresh_s
     client.admin.command("profile", 2)
     try:
         with client.start_session() as s:
+            whole = client.admin.command("aggregate", 1, pipeline=[{"$changeStream": {
+                "allChangesForCluster": True, "startAtOperationTime": start}}],
+                cursor={"batchSize": 0}, session=s)["cursor"]["id"]
+            drain(client, s, [whole], 250)
             spread = dict(nBuckets=4, by="documentKey", startAtOperationTime=start)
             literal = client.admin.command(
                 "parallelChangeStream", 1, nsRegex=Regex(f"^{db.name}\\.src$"), session=s,
@@ -326,7 +330,7 @@ def test_a_bucket_of_one_collection_by_document_key_reads_only_its_share(fresh_s
                 **spread)["cursors"]
             got_literal = drain(client, s, literal, 200)
             got_general = drain(client, s, general, 200)
-            close(client, s, literal + general)
+            close(client, s, literal + general + [whole])
     finally:
         client.admin.command("profile", 0)
     for a, b in zip(literal, general):
@@ -335,10 +339,11 @@ def test_a_bucket_of_one_collection_by_document_key_reads_only_its_share(fresh_s
     for p in client.admin["system.profile"].find({"op": "getmore"}):
         cursor = p["command"]["getMore"]
         read[cursor] = read.get(cursor, 0) + p.get("oplogBytesRead", 0)
-    literal_bytes = sum(read.get(c, 0) for c in literal)
-    general_bytes = sum(read.get(c, 0) for c in general)
-    assert literal_bytes > 200 * 2000, "each bucket read its own entries"
-    assert literal_bytes * 3 < general_bytes, (literal_bytes, general_bytes)
+    whole_bytes = read.get(whole, 0)
+    assert whole_bytes > 250 * 2000, "the ordinary stream read every entry"
+    for ids in (literal, general):
+        share = sum(read.get(c, 0) for c in ids)
+        assert 200 * 2000 < share < whole_bytes, (share, whole_bytes)
     client.close()
 
 
@@ -411,11 +416,13 @@ def test_ddl_events_are_in_their_namespaces_bucket_and_views_are_named_as_the_se
     assert kinds["d"] == ["create", "insert"], "the buckets go on after a drop"
 
 
-def test_buckets_by_namespace_read_only_their_namespaces_and_miss_nothing(fresh_server):
-    """By namespace, a bucket reads the oplog's index of its own namespaces (and of the
-    databases' commands), not the whole oplog: together the buckets return exactly the
-    events one change stream on the deployment returns, each namespace's in order in
-    one bucket (transactions, renames, drops and dropDatabase included), for about one
+@pytest.mark.parametrize("by", ["ns", "documentKey"])
+def test_buckets_read_only_their_share_and_miss_nothing(fresh_server, by):
+    """A bucket reads the oplog's index of the namespaces it may have events of (and of
+    the databases' commands), not the whole oplog, and by document key reads only the
+    entries whose key hash is its own: together the buckets return exactly the events
+    one change stream on the deployment returns (transactions, renames, drops and
+    dropDatabase included), by namespace each namespace's in one bucket, for about one
     reading of the oplog in all instead of one per bucket. (A fresh server: the entries
     are read from storage.)"""
     client = fresh_server().client()
@@ -447,7 +454,8 @@ def test_buckets_by_namespace_read_only_their_namespaces_and_miss_nothing(fresh_
                     break
                 expected += more
             ids = client.admin.command("parallelChangeStream", 1, nBuckets=4, nsRegex=regex,
-                                       startAtOperationTime=start, session=s)["cursors"]
+                                       by=by, startAtOperationTime=start,
+                                       session=s)["cursors"]
             got = drain(client, s, ids, len(expected))
             close(client, s, ids + [whole["id"]])
     finally:
@@ -465,7 +473,10 @@ def test_buckets_by_namespace_read_only_their_namespaces_and_miss_nothing(fresh_
     owner = {}
     for cursor, events in got.items():
         for e in events:
-            assert owner.setdefault(ns(e), cursor) == cursor, f"{ns(e)} in one bucket"
+            key = ns(e)
+            if by == "documentKey" and "documentKey" in e:
+                key = (key, e["documentKey"]["_id"])
+            assert owner.setdefault(key, cursor) == cursor, f"{key} in one bucket"
     read = {}
     for p in client.admin["system.profile"].find({"op": "getmore"}):
         read[p["command"]["getMore"]] = read.get(p["command"]["getMore"], 0) + \

@@ -335,6 +335,15 @@ impl Bucket {
             && fnv1a(&[ns.as_bytes()]) % u64::from(self.count) == u64::from(self.index)
     }
 
+    /// Whether this bucket may have events of namespace `ns`: by namespace, the ones
+    /// it owns; by document key, every one `nsRegex` matches.
+    pub fn reads_namespace(&self, ns: &str) -> bool {
+        match self.by {
+            BucketBy::Namespace => self.owns_namespace(ns),
+            BucketBy::DocumentKey => self.ns_regex.as_ref().is_none_or(|re| re.is_match(ns)),
+        }
+    }
+
     /// Whether an entry may make an event of this bucket, decided on its
     /// `oplog_by_ns` digest alone (`oplog::ns_digest`): with `by: "documentKey"`, an
     /// insert, update, replacement or delete whose key hash is another bucket's cannot.

@@ -1,11 +1,13 @@
-//! What a bucket by namespace reads from storage: only the `oplog_by_ns` index of the
-//! namespaces of its share, merged in time order, instead of the whole oplog.
+//! What a bucket of a parallel stream reads from storage: only the `oplog_by_ns`
+//! index of the namespaces it may have events of, merged in time order, instead of the
+//! whole oplog; and by document key, only the entries whose digest's key hash is its
+//! own (the others are skipped on their digest, never read).
 //!
-//! A bucket by namespace (`bucket::BucketBy::Namespace`) keeps the events of the
-//! namespaces that hash to it; every entry that can make such an event is listed in
-//! `oplog_by_ns` under that namespace (a write under its collection; a command under
-//! each collection it is about, a transaction under each it writes: see
-//! `oplog::command_targets`). Besides those, the bucket reads the index of every
+//! Every entry that can make an event of a namespace is listed in `oplog_by_ns` under
+//! that namespace (a write under its collection; a command under each collection it is
+//! about, a transaction under each it writes: see `oplog::command_targets`). A bucket
+//! by namespace reads the namespaces that hash to it, one by document key every
+//! namespace `nsRegex` matches. Besides those, a bucket reads the index of every
 //! `<db>.$cmd` (a dropDatabase is listed only there, its event goes by the database's
 //! name) and `<db>.system.views` (a view's DDL is an event of the view's namespace),
 //! and decides on their events one by one as before. An entry listed under several of
@@ -49,7 +51,7 @@ pub(super) fn bucket_namespaces(engine: &Engine, b: &Bucket) -> Result<Option<Ve
         lower = key[..ns_len].to_vec();
         lower.push(1);
         let commands = ns.ends_with(".$cmd") || crate::catalog::views::is_system_views(&ns);
-        if commands || b.owns_namespace(&ns) {
+        if commands || b.reads_namespace(&ns) {
             out.push(ns);
         }
     }

@@ -1275,11 +1275,9 @@ impl ChangeStream {
             entries_left: limit,
             bytes_left: READ_CHUNK_BYTES,
         };
-        // A bucket by namespace reads the index of its share's namespaces only.
+        // A bucket reads the index of the namespaces it may have events of.
         let share = match (&self.spec.scope, &self.spec.bucket, &ns_full) {
-            (Scope::Cluster, Some(b), None) if b.by == bucket::BucketBy::Namespace => {
-                bucket_read::bucket_namespaces(engine, b)?
-            }
+            (Scope::Cluster, Some(b), None) => bucket_read::bucket_namespaces(engine, b)?,
             _ => None,
         };
         if let Some(namespaces) = share {
@@ -1287,21 +1285,16 @@ impl ChangeStream {
                 bucket_read::merged_index(engine, &namespaces, self.next_ts, durable, limit)?;
             let mut entries = engine.store.point_reader(Space::Oplog);
             for (ts, digest) in index {
-                if !self.prefilter.is_empty()
-                    && !self.prefilter.may_match(&digest, self.spec.full_document)
-                {
-                    out.push(ReadEntry {
-                        ts,
-                        body: EntryBody::Skipped,
-                    });
-                } else if let Some(v) = entries
-                    .get(&keys::oplog_key(ts))
-                    .map_err(crate::core::storage_err)?
-                {
-                    *loaded_bytes += v.len() as u64;
-                    if !push_built(&mut out, engine, &self.spec, ts, v) || budget.spend(v) {
-                        break;
-                    }
+                let at = (ts, digest.as_slice());
+                if self.read_indexed(
+                    engine,
+                    &mut entries,
+                    at,
+                    &mut out,
+                    loaded_bytes,
+                    &mut budget,
+                )? {
+                    break;
                 }
             }
             return Ok(out);
@@ -1318,23 +1311,16 @@ impl ChangeStream {
                     .scan(Space::OplogByNs, &lower, Some(&upper), false)
                 {
                     let (k, digest) = item.map_err(crate::core::storage_err)?;
-                    let ts = keys::oplog_ns_key_time(&k);
-                    if others_digest(&digest)
-                        || (!self.prefilter.is_empty()
-                            && !self.prefilter.may_match(&digest, self.spec.full_document))
-                    {
-                        out.push(ReadEntry {
-                            ts,
-                            body: EntryBody::Skipped,
-                        });
-                    } else if let Some(v) = entries
-                        .get(&keys::oplog_key(ts))
-                        .map_err(crate::core::storage_err)?
-                    {
-                        *loaded_bytes += v.len() as u64;
-                        if !push_built(&mut out, engine, &self.spec, ts, v) || budget.spend(v) {
-                            break;
-                        }
+                    let at = (keys::oplog_ns_key_time(&k), &digest[..]);
+                    if self.read_indexed(
+                        engine,
+                        &mut entries,
+                        at,
+                        &mut out,
+                        loaded_bytes,
+                        &mut budget,
+                    )? {
+                        break;
                     }
                     if out.len() >= MAX_SCANNED {
                         break;
@@ -1355,6 +1341,47 @@ impl ChangeStream {
             }
         }
         Ok(out)
+    }
+}
+
+impl ChangeStream {
+    /// An entry found in an index of the oplog, by its time and digest: ruled out on
+    /// the digest (another bucket's, or the leading `$match`'s), or read and made into
+    /// this stream's events. True when the read is full (or failed: see `push_built`).
+    fn read_indexed(
+        &self,
+        engine: &Engine,
+        entries: &mut tailstream_storage::PointReader<'_>,
+        (ts, digest): (ClusterTime, &[u8]),
+        out: &mut Vec<ReadEntry>,
+        loaded_bytes: &mut u64,
+        budget: &mut ChunkBudget,
+    ) -> Result<bool> {
+        let others = self
+            .spec
+            .bucket
+            .as_ref()
+            .is_some_and(|b| !b.may_keep_digest(digest));
+        if others
+            || (!self.prefilter.is_empty()
+                && !self.prefilter.may_match(digest, self.spec.full_document))
+        {
+            out.push(ReadEntry {
+                ts,
+                body: EntryBody::Skipped,
+            });
+            return Ok(false);
+        }
+        match entries
+            .get(&keys::oplog_key(ts))
+            .map_err(crate::core::storage_err)?
+        {
+            Some(v) => {
+                *loaded_bytes += v.len() as u64;
+                Ok(!push_built(out, engine, &self.spec, ts, v) || budget.spend(v))
+            }
+            None => Ok(false),
+        }
     }
 }
 
