@@ -148,13 +148,20 @@ impl Digits {
         Digits::new(head, exp)
     }
 
-    /// Normalized to exactly 34 digits (Decimal128::normalize): (coefficient, exponent).
+    /// Normalized to exactly 34 digits (Decimal128::normalize): (coefficient, exponent);
+    /// fewer digits where 34 would take the exponent below Decimal128's smallest
+    /// (-6176: the value keeps a valid exponent, and (exponent, coefficient) still
+    /// orders these values, every one with fewer digits being below 10^(-6176+33)).
+    /// Found by the `keystring` fuzz target: 4.36207726E-6168 encoded an exponent that
+    /// wrapped around and did not decode.
     pub(super) fn normalize34(&self) -> (u128, i32) {
         let mut c: u128 = 0;
         for &x in &self.d {
             c = c * 10 + x as u128;
         }
-        let pad = 34 - self.d.len() as i32;
+        let pad = (34 - self.d.len() as i32)
+            .min(self.exp + DEC_EXP_BIAS)
+            .max(0);
         (c * 10u128.pow(pad as u32), self.exp - pad)
     }
 

@@ -155,6 +155,11 @@ fn sample_values() -> Vec<Bson> {
         dec("1.797693134862315708145274237317044E+308"),
         dec("1E-400"),
         dec("-1E-400"),
+        // Near Decimal128's smallest exponent (the keystring fuzz target's first find).
+        dec("4.36207726E-6168"),
+        dec("-4.36207726E-6168"),
+        dec("1E-6176"),
+        dec("9.999999999999999999999999999999999E-6143"),
         dec("1.000000000000000000000000000000001E-300"),
         dec("1.5E-310"),
         dec("-1.5E-310"),
@@ -572,6 +577,11 @@ fn decode_roundtrip() {
         d,
         vec![Bson::Int32(5), Bson::Double(2.5), Bson::Int64(1 << 40)]
     );
+    // Tiny decimals come back with a valid exponent (34 digits would go below it).
+    for tiny in ["4.36207726E-6168", "1E-6176", "-7E-6175"] {
+        let d = decode_values(&encode_value(&dec(tiny))).unwrap();
+        assert_eq!(cmp_bson(&d[0], &dec(tiny)), CmpOrdering::Equal, "{tiny}");
+    }
     // decimals not representable as doubles come back as (normalized) decimals
     let d = decode_values(&encode_value(&dec("1.23456789012345678901234567890"))).unwrap();
     assert_eq!(
