@@ -9,7 +9,9 @@ The workload, each part on its own connection, all in database `camp`:
 - transactions: each inserts the same `_id` into `camp.txa` and `camp.txb` and
   increments `camp.txcount`, committed with `{j: true}`;
 - DDL: index builds on `camp.acked`, `camp.scratch` dropped and created again;
-- a change stream on `camp`, resumed across crashes from the last token it received.
+- a change stream on `camp`, resumed across crashes from the last token it received;
+- in one cycle of three, the disk "fills up" mid-workload (the free-space floor raised
+  past the free space: every write that adds data refused until the crash).
 
 The audit after each restart (every check is a count of violations, 0 expected):
 - lost: an acknowledged insert missing, an acknowledged delete present, a counter
@@ -53,6 +55,7 @@ class State:
         self.token_ts = None
         self.seen_tokens = set()
         self.stream_checked = 0  # events the streams returned and were compared
+        self.disk_full_cycles = 0  # cycles whose disk "filled up" before the crash
         self.cycle_start_ts = None  # where this cycle's stream started
         self.cycle_events = collections.Counter()  # (ts, coll, op) it returned
 
@@ -146,7 +149,18 @@ def remember(state, ev):
     state.token_ts = ev["clusterTime"]
 
 
-WORKERS = [journaled, loose, transactions, ddl, stream]
+def disk(client, state, stop, rnd):
+    """In one cycle of three, the disk "fills up" at a random moment: the free-space
+    floor (`minFreeDiskSpaceMB`, a run-time parameter, back to its default after the
+    restart) is raised past the free space, so every write that adds data is refused
+    (OutOfDiskSpace) from then until the crash."""
+    if rnd.random() >= 1 / 3 or stop.wait(rnd.uniform(0.1, 0.6)):
+        return
+    client.admin.command("setParameter", 1, minFreeDiskSpaceMB=1 << 30)
+    state.disk_full_cycles += 1
+
+
+WORKERS = [journaled, loose, transactions, ddl, stream, disk]
 
 
 def run_until_killed(server, state, rnd, seconds):
@@ -328,8 +342,8 @@ def run_campaign(server, cycles, seed, report=print):
     returns the totals: cycles, acknowledged writes checked, violations by kind."""
     rnd = random.Random(seed)
     state = State()
-    totals = {"cycles": 0, "acked_writes": 0, "stream_events": 0, "lost": 0, "torn": 0,
-              "oplog": 0, "invalid": 0, "stream": 0}
+    totals = {"cycles": 0, "acked_writes": 0, "stream_events": 0, "disk_full_cycles": 0,
+              "lost": 0, "torn": 0, "oplog": 0, "invalid": 0, "stream": 0}
     for n in range(cycles):
         errors = run_until_killed(server, state, rnd, rnd.uniform(0.3, 1.2))
         server.remove_socket_file()
@@ -342,6 +356,7 @@ def run_campaign(server, cycles, seed, report=print):
         for k, v in found.items():
             totals[k] += v
         totals["stream_events"] = state.stream_checked
+        totals["disk_full_cycles"] = state.disk_full_cycles
         report(f"cycle {n + 1}: {found} (acknowledged so far {totals['acked_writes']}, "
                f"stream events checked {state.stream_checked}, "
                f"interrupted: {sorted(set(errors))})")

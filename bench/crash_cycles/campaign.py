@@ -38,11 +38,11 @@ def main():
         minutes = (time.monotonic() - started) / 60
     print(f"\n### Crash cycles: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"{os.cpu_count()} CPUs, seed {args.seed}\n")
-    print("| cycles | minutes | acknowledged writes checked | stream events checked "
-          "| lost | torn | oplog ≠ data | invalid indexes | stream errors |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    print(f"| {totals['cycles']} | {minutes:.1f} | {totals['acked_writes']:,} | "
-          f"{totals['stream_events']:,} | "
+    print("| cycles | disk full in | minutes | acknowledged writes checked | stream events "
+          "checked | lost | torn | oplog ≠ data | invalid indexes | stream errors |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    print(f"| {totals['cycles']} | {totals['disk_full_cycles']} | {minutes:.1f} | "
+          f"{totals['acked_writes']:,} | {totals['stream_events']:,} | "
           f"{totals['lost']} | {totals['torn']} | {totals['oplog']} | {totals['invalid']} | "
           f"{totals['stream']} |")
     bad = sum(totals[k] for k in ("lost", "torn", "oplog", "invalid", "stream"))
