@@ -17,7 +17,7 @@
 //! own events', so the driver's automatic resume continues the bucket exactly where
 //! it stopped.
 //!
-//! The hash is 64-bit FNV-1a (as the commit bus's namespace bits; `oplog::fnv1a`), of
+//! The hash is 64-bit FNV-1a (as the commit bus's namespace bits; `core::bus::fnv1a`), of
 //! the namespace's bytes or of the BSON document `{_id: <the document's _id>}`: the
 //! same on every member and every restart, so a bucket's resume tokens stay valid.
 //!
@@ -145,7 +145,7 @@ fn compile(pattern: &str, options: &str) -> Result<regex::Regex> {
 /// `$changeStreamBucket` stage (`owner` in the messages) both take them.
 ///
 /// A required whole-number field (mongod's IDL errors: 40414 missing, 14 a wrong type).
-fn whole_number(spec: &Document, owner: &str, field: &str) -> Result<i64> {
+pub(crate) fn whole_number(spec: &Document, owner: &str, field: &str) -> Result<i64> {
     match spec.get(field) {
         None => Err(Error::new(
             40414,
@@ -184,6 +184,27 @@ pub fn parse_by(spec: &Document, owner: &str) -> Result<BucketBy> {
     }
 }
 
+/// `pipeline`: the stages after `$changeStream`, in every bucket (none when absent).
+pub fn parse_pipeline(spec: &Document, owner: &str) -> Result<Vec<Document>> {
+    match spec.get("pipeline") {
+        None => Ok(Vec::new()),
+        Some(Bson::Array(items)) => items
+            .iter()
+            .map(|s| match s {
+                Bson::Document(d) => Ok(d.clone()),
+                other => Err(Error::type_mismatch(format!(
+                    "Each element of the 'pipeline' array must be an object, not {}",
+                    tailstream_query::types::type_name(other)
+                ))),
+            })
+            .collect(),
+        Some(other) => Err(Error::type_mismatch(format!(
+            "BSON field '{owner}.pipeline' is the wrong type '{}', expected type 'array'",
+            tailstream_query::types::type_name(other)
+        ))),
+    }
+}
+
 /// `nsRegex`: a regular expression (its `i`, `m`, `s` and `x` options kept) or a
 /// string pattern; none when absent.
 pub fn parse_ns_regex(spec: &Document, owner: &str) -> Result<Option<regex::Regex>> {
@@ -198,7 +219,8 @@ pub fn parse_ns_regex(spec: &Document, owner: &str) -> Result<Option<regex::Rege
     }
 }
 
-use crate::oplog::{document_key_hash as id_hash, fnv1a};
+use crate::core::bus::fnv1a;
+use crate::oplog::document_key_hash as id_hash;
 
 /// An event's `ns`: its database and collection (none for an event of a whole
 /// database); none for an event without one.
@@ -284,7 +306,7 @@ impl Bucket {
         if crate::catalog::views::is_system_views(ns) {
             return true;
         }
-        if self.ns_regex.as_ref().is_some_and(|re| !re.is_match(ns)) {
+        if !self.matches_ns(ns) {
             return false;
         }
         let h = match self.by {
@@ -301,6 +323,16 @@ impl Bucket {
                 }
             }
         };
+        self.is_mine(h)
+    }
+
+    /// Whether `nsRegex` (if any) matches `ns`.
+    fn matches_ns(&self, ns: &str) -> bool {
+        self.ns_regex.as_ref().is_none_or(|re| re.is_match(ns))
+    }
+
+    /// Whether a hash (of a namespace or a document key) falls in this bucket.
+    fn is_mine(&self, h: u64) -> bool {
         h % u64::from(self.count) == u64::from(self.index)
     }
 
@@ -331,8 +363,7 @@ impl Bucket {
     /// Whether the events of namespace `ns` (`db.coll`) are this bucket's under
     /// `by: "ns"`: `nsRegex` matches it and it hashes to this bucket.
     pub fn owns_namespace(&self, ns: &str) -> bool {
-        self.ns_regex.as_ref().is_none_or(|re| re.is_match(ns))
-            && fnv1a(&[ns.as_bytes()]) % u64::from(self.count) == u64::from(self.index)
+        self.matches_ns(ns) && self.is_mine(fnv1a(&[ns.as_bytes()]))
     }
 
     /// Whether this bucket may have events of namespace `ns`: by namespace, the ones
@@ -340,7 +371,7 @@ impl Bucket {
     pub fn reads_namespace(&self, ns: &str) -> bool {
         match self.by {
             BucketBy::Namespace => self.owns_namespace(ns),
-            BucketBy::DocumentKey => self.ns_regex.as_ref().is_none_or(|re| re.is_match(ns)),
+            BucketBy::DocumentKey => self.matches_ns(ns),
         }
     }
 
@@ -354,9 +385,7 @@ impl Bucket {
         }
         let d = crate::oplog::Digest::parse(digest);
         match (d.kind, d.key_hash) {
-            (Some(b'i' | b'u' | b'r' | b'd'), Some(h)) => {
-                h % u64::from(self.count) == u64::from(self.index)
-            }
+            (Some(b'i' | b'u' | b'r' | b'd'), Some(h)) => self.is_mine(h),
             _ => true,
         }
     }

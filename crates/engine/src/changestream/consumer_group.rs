@@ -395,18 +395,10 @@ fn check_name(what: &str, v: &str) -> Result<()> {
 
 /// `leaseMS`, checked.
 fn lease_ms(def: &Document) -> Result<i64> {
-    let ms = match def.get("leaseMS") {
-        None => return Ok(DEFAULT_LEASE_MS),
-        Some(Bson::Int32(n)) => i64::from(*n),
-        Some(Bson::Int64(n)) => *n,
-        Some(Bson::Double(d)) if d.fract() == 0.0 => *d as i64,
-        Some(other) => {
-            return Err(Error::type_mismatch(format!(
-            "BSON field 'parallelChangeStream.leaseMS' is the wrong type '{}', expected a number",
-            tailstream_query::types::type_name(other)
-        )))
-        }
-    };
+    if !def.contains_key("leaseMS") {
+        return Ok(DEFAULT_LEASE_MS);
+    }
+    let ms = bucket::whole_number(def, "parallelChangeStream", "leaseMS")?;
     if !(MIN_LEASE_MS..=MAX_LEASE_MS).contains(&ms) {
         return Err(Error::bad_value(format!(
             "leaseMS must be between {MIN_LEASE_MS} and {MAX_LEASE_MS}, not {ms}"
@@ -433,23 +425,7 @@ fn normalized(given: &Document) -> Result<Document> {
 impl Definition {
     fn parse(def: &Document) -> Result<Definition> {
         let owner = "parallelChangeStream";
-        let stages = match def.get("pipeline") {
-            None => Vec::new(),
-            Some(Bson::Array(a)) => a
-                .iter()
-                .map(|s| match s {
-                    Bson::Document(d) => Ok(d.clone()),
-                    _ => Err(Error::type_mismatch(
-                        "Each element of the 'pipeline' array must be an object",
-                    )),
-                })
-                .collect::<Result<_>>()?,
-            Some(_) => {
-                return Err(Error::type_mismatch(
-                    "BSON field 'parallelChangeStream.pipeline' must be an array",
-                ))
-            }
-        };
+        let stages = bucket::parse_pipeline(def, owner)?;
         let mut options = Document::new();
         for k in STREAM_OPTIONS {
             if let Some(v) = def.get(k) {
@@ -750,11 +726,11 @@ impl Engine {
                     s.holders.len()
                 )));
             }
-            s.sweep(Instant::now());
             let epoch = match &s.holders[b as usize] {
                 Some(h) if h.consumer == consumer && h.epoch > 0 => h.epoch,
                 _ => return Err(fenced(group, consumer, b)),
             };
+            // Drops expired consumers first: this one's lease may have just ended.
             s.hold(b, consumer, epoch, Instant::now())
                 .ok_or_else(|| fenced(group, consumer, b))?;
             epoch

@@ -171,6 +171,9 @@ pub struct ChangeStream {
     /// A bucket of a consumer group: the group changed since its consumer joined (it
     /// should join again), as of the latest getMore.
     rejoin: bool,
+    /// A cluster-wide bucket whose `nsRegex` names one collection: that collection
+    /// (`bucket::Bucket::literal_namespace`, worked out once at the open).
+    bucket_ns: Option<String>,
 }
 
 /// What a stream read of the oplog: in all (`/metrics`, the status page), and since the
@@ -625,11 +628,14 @@ impl Engine {
             None => prefilter::Prefilter::from_stages(&spec.stages),
             Some(_) => prefilter::Prefilter::default(),
         };
-        let one_ns = spec.bucket.as_ref().and_then(|b| b.literal_namespace());
-        let watch = self.recent.watch(match (&spec.scope, one_ns) {
+        let bucket_ns = match (&spec.scope, &spec.bucket) {
+            (Scope::Cluster, Some(b)) => b.literal_namespace(),
+            _ => None,
+        };
+        let watch = self.recent.watch(match (&spec.scope, &bucket_ns) {
             (Scope::Collection(ns), _) => crate::core::bus::namespace_bit(&ns.full()),
             // A bucket of one collection hears of that collection's commits only.
-            (Scope::Cluster, Some(ns)) => crate::core::bus::namespace_bit(&ns),
+            (_, Some(ns)) => crate::core::bus::namespace_bit(ns),
             _ => u64::MAX,
         });
         let stream = ChangeStream {
@@ -646,6 +652,7 @@ impl Engine {
             memory_only: false,
             reads: OplogReads::default(),
             rejoin: false,
+            bucket_ns,
         };
         let mut stream = stream;
         let want = match batch_size {
@@ -1200,13 +1207,9 @@ impl ChangeStream {
     ) -> Result<Vec<ReadEntry>> {
         let mut out = Vec::new();
         // A bucket of one collection reads that collection's index of the oplog.
-        let bucket_ns = match (&self.spec.scope, &self.spec.bucket) {
-            (Scope::Cluster, Some(b)) => b.literal_namespace(),
-            _ => None,
-        };
         let ns_full = match &self.spec.scope {
             Scope::Collection(_) => self.spec.scope_ns.as_deref(),
-            _ => bucket_ns.as_deref(),
+            _ => self.bucket_ns.as_deref(),
         };
         let others_digest = |digest: &[u8]| {
             self.spec
@@ -2036,6 +2039,7 @@ mod tests {
             memory_only: false,
             reads: OplogReads::default(),
             rejoin: false,
+            bucket_ns: None,
         };
         // The check before the read passes; then the trim commits.
         stream.check_not_trimmed(&e).unwrap();

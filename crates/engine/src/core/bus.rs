@@ -36,12 +36,21 @@ pub struct CommitNotice {
 
 /// The [`CommitNotice::ns_mask`] bit of a namespace (FNV-1a, 64 buckets).
 pub fn namespace_bit(ns: &str) -> u64 {
+    1u64 << (fnv1a(&[ns.as_bytes()]) % NAMESPACE_BITS as u64)
+}
+
+/// 64-bit FNV-1a over `parts` in order: the namespace bits here, and the hash parallel
+/// change streams spread events with (a namespace's bytes, or a document key's). A few
+/// lines, and fast on the short inputs hashed; a crate would add nothing.
+pub fn fnv1a(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in ns.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
+    for part in parts {
+        for b in *part {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
     }
-    1u64 << (h % NAMESPACE_BITS as u64)
+    h
 }
 
 /// A waiting change-stream getMore, counted while it lives (see [`CommitBus::waiting`]).

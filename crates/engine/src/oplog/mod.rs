@@ -383,7 +383,7 @@ impl<'a> EntryHead<'a> {
         }
         if let (b'i' | b'r', Some(o)) = (kind, o) {
             if o.as_bytes().len() >= DIGEST_FIELDS_MIN_BYTES {
-                v.push(1);
+                v.push(DIGEST_FIELD_NAMES);
                 for (name, _) in o.into_iter().flatten() {
                     v.extend_from_slice(name.as_bytes());
                     v.push(0);
@@ -448,26 +448,12 @@ impl<'a> Digest<'a> {
     }
 }
 
-/// 64-bit FNV-1a over `parts` in order: the hash parallel change streams spread
-/// events with (a namespace's bytes, or a document key's). A few lines, and fast on
-/// the short inputs hashed here; a crate would add nothing.
-pub fn fnv1a(parts: &[&[u8]]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in parts {
-        for b in *part {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    h
-}
-
 /// The hash of a document's `_id`: FNV-1a of the BSON document `{_id: id}`, the same
 /// bytes whether the `_id` comes from an event's `documentKey` or an oplog entry.
 pub fn document_key_hash(id: bson::RawBsonRef<'_>) -> u64 {
     let mut key = bson::RawDocumentBuf::new();
     key.append("_id", id.to_raw_bson());
-    fnv1a(&[key.as_bytes()])
+    crate::core::bus::fnv1a(&[key.as_bytes()])
 }
 
 /// Builds the `$v: 2` diff mongod writes for an update, from the dotted paths an

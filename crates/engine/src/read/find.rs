@@ -402,7 +402,7 @@ impl Engine {
             ));
         }
         let mut pbrt = None;
-        let mut combined = None;
+        let mut bucket_fields = None;
         let mut raw_docs = Vec::new();
         let raw_tail = c.raw_tail();
         let unmodified_after = c
@@ -419,7 +419,7 @@ impl Engine {
                         (Vec::new(), closed)
                     });
                 pbrt = Some(stream.resume_token());
-                combined = stream.bucket_fields().map(Box::new);
+                bucket_fields = stream.bucket_fields().map(Box::new);
                 r
             }
             _ if memory_only => {
@@ -461,7 +461,7 @@ impl Engine {
                     docs,
                     await_data: id != 0 && c.await_data,
                     post_batch_resume_token: pbrt,
-                    bucket_fields: combined,
+                    bucket_fields,
                     raw_docs,
                 })
             }

@@ -55,27 +55,6 @@ const STREAM_OPTIONS: [&str; 6] = [
 /// The name the split's fields are reported under.
 const COMMAND: &str = "parallelChangeStream";
 
-/// `pipeline`: the stages after `$changeStream`, in every bucket.
-fn stages(cmd: &Document) -> Result<Vec<Document>> {
-    match cmd.get("pipeline") {
-        None => Ok(Vec::new()),
-        Some(Bson::Array(items)) => items
-            .iter()
-            .map(|s| match s {
-                Bson::Document(d) => Ok(d.clone()),
-                other => Err(Error::type_mismatch(format!(
-                    "Each element of the 'pipeline' array must be an object, not {}",
-                    type_name(other)
-                ))),
-            })
-            .collect(),
-        Some(other) => Err(Error::type_mismatch(format!(
-            "BSON field 'parallelChangeStream.pipeline' is the wrong type '{}', expected type 'array'",
-            type_name(other)
-        ))),
-    }
-}
-
 /// `resumeAfter` or `startAfter` given as an array: a token per bucket, in bucket
 /// order (each bucket resumes after what it returned last: exactly once).
 fn per_bucket_tokens(cmd: &Document, count: u32) -> Result<Option<(&'static str, Vec<Bson>)>> {
@@ -101,7 +80,7 @@ pub async fn run(state: &Arc<ServerState>, cmd: &Document) -> Result<Document> {
     let count = bucket::parse_count(cmd, COMMAND)?;
     let regex = bucket::parse_ns_regex(cmd, COMMAND)?;
     let by = bucket::parse_by(cmd, COMMAND)?;
-    let stages = stages(cmd)?;
+    let stages = bucket::parse_pipeline(cmd, COMMAND)?;
     let per_bucket = per_bucket_tokens(cmd, count)?;
     let mut opts = Document::new();
     for k in STREAM_OPTIONS {
@@ -153,7 +132,7 @@ async fn join(state: &Arc<ServerState>, cmd: &Document) -> Result<Document> {
              resumeAfter and startAfter do not apply",
         ));
     }
-    stages(cmd)?;
+    bucket::parse_pipeline(cmd, COMMAND)?;
     let mut given = Document::new();
     for k in DEFINITION_FIELDS {
         if let Some(v) = cmd.get(k) {
