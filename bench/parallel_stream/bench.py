@@ -16,6 +16,7 @@ events/s) with the server's CPU seconds.
 import argparse
 import multiprocessing as mp
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -54,8 +55,10 @@ def consume(uri, cursor_id, total, counted, cpus):
     with MongoClient(uri) as c:
         admin = c.get_database("admin", codec_options=RAW)
         while counted.value < total:
+            # codec_options on the call itself: command() does not take the
+            # database's, and decoding every event into dicts cost 8 us an event.
             r = admin.command("getMore", cursor_id, collection="$cmd.aggregate",
-                              batchSize=GETMORE_BATCH, maxTimeMS=100)
+                              batchSize=GETMORE_BATCH, maxTimeMS=100, codec_options=RAW)
             n = len(r["cursor"]["nextBatch"])
             if n:
                 with counted.get_lock():
@@ -74,25 +77,40 @@ def replay(uri, pid, cursors, total, client_cpus):
     counted = mp.Value("q", 0)
     procs = [mp.Process(target=consume, args=(uri, cid, total, counted, client_cpus))
              for cid in cursors]
+    children0 = consumers_cpu_seconds()
     cpu0, t0 = cpu_seconds(pid), time.monotonic()
     for p in procs:
         p.start()
     for p in procs:
         p.join()
     wall = time.monotonic() - t0
-    return counted.value, wall, cpu_seconds(pid) - cpu0
+    return (counted.value, wall, cpu_seconds(pid) - cpu0,
+            consumers_cpu_seconds() - children0)
+
+
+def consumers_cpu_seconds():
+    """CPU seconds of the consumer processes joined so far (user and system)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+LOADERS_PER_COLLECTION = 4
 
 
 def load(client, docs, collections):
+    """Inserts `docs` documents, split evenly over the collections, each collection
+    filled by LOADERS_PER_COLLECTION threads of batches of 1,000 (ids interleaved by
+    batch)."""
     db = client.bench
     per = docs // collections
 
-    def fill(ci):
+    def fill(ci, part):
         coll = db[f"c{ci}"]
-        for lo in range(0, per, 1000):
+        for lo in range(part * 1000, per, 1000 * LOADERS_PER_COLLECTION):
             coll.insert_many([{"_id": i, "pad": PAD} for i in range(lo, min(lo + 1000, per))],
                              ordered=False)
-    threads = [threading.Thread(target=fill, args=(ci,)) for ci in range(collections)]
+    threads = [threading.Thread(target=fill, args=(ci, part)) for ci in range(collections)
+               for part in range(LOADERS_PER_COLLECTION)]
     for t in threads:
         t.start()
     for t in threads:
@@ -132,13 +150,13 @@ def run_collections(args, collections):
                 cursor={"batchSize": 0})
             rows.append(("change stream", "-", 1,
                          replay(uri, pid, [r["cursor"]["id"]], total, args.client_cpus)))
-            for by in ["ns", "documentKey"]:
+            for by in args.by:
                 for n in args.buckets:
                     r = c.admin.command("parallelChangeStream", 1, nBuckets=n, by=by,
                                         startAtOperationTime=start)
                     rows.append(("parallelChangeStream", by, n,
                                  replay(uri, pid, r["cursors"], total, args.client_cpus)))
-            if collections == 1:
+            if collections == 1 and "documentKey" in args.by:
                 # nsRegex naming the one collection: each bucket reads that collection's
                 # index of the oplog and fetches only its own entries (their key hash).
                 for n in args.buckets:
@@ -163,20 +181,27 @@ def main():
     ap.add_argument("--buckets", default="1,2,4,8")
     ap.add_argument("--server-cpus", default="")
     ap.add_argument("--client-cpus", default="")
+    ap.add_argument("--by", default="ns,documentKey",
+                    help="the splits to run, comma-separated: ns, documentKey")
     args = ap.parse_args()
     args.buckets = [int(b) for b in args.buckets.split(",")]
+    args.by = args.by.split(",")
+    if not set(args.by) <= {"ns", "documentKey"}:
+        ap.error("--by takes ns and documentKey")
     print(f"### Parallel change streams: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-          f"{os.cpu_count()} CPUs, {args.docs:,} documents of 1 KB\n")
+          f"{os.cpu_count()} CPUs, {args.docs:,} documents of 1 KB"
+          f"{', server on CPUs ' + args.server_cpus if args.server_cpus else ''}"
+          f"{', consumers on CPUs ' + args.client_cpus if args.client_cpus else ''}\n")
     print("| collections | stream | by | buckets (consumers) | events | ms | events/s "
-          "| server CPU s |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| server CPU s | consumers' CPU s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for collections in [int(c) for c in args.collections.split(",")]:
         total, rows = run_collections(args, collections)
-        for stream, by, n, (events, wall, cpu) in rows:
+        for stream, by, n, (events, wall, cpu, consumers_cpu) in rows:
             if events < total:
                 print(f"short: {events} of {total}", file=sys.stderr)
             print(f"| {collections} | {stream} | {by} | {n} | {events:,} | {wall * 1000:,.0f} "
-                  f"| {events / wall:,.0f} | {cpu:.2f} |", flush=True)
+                  f"| {events / wall:,.0f} | {cpu:.2f} | {consumers_cpu:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

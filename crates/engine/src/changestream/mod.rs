@@ -1211,12 +1211,6 @@ impl ChangeStream {
             Scope::Collection(_) => self.spec.scope_ns.as_deref(),
             _ => self.bucket_ns.as_deref(),
         };
-        let others_digest = |digest: &[u8]| {
-            self.spec
-                .bucket
-                .as_ref()
-                .is_some_and(|b| !b.may_keep_digest(digest))
-        };
         let db_prefix = match &self.spec.scope {
             Scope::Database(_) => self.spec.scope_ns.as_deref(),
             _ => None,
@@ -1240,10 +1234,7 @@ impl ChangeStream {
             let mut large = None;
             for e in found {
                 let ts = e.ts;
-                if others_digest(&e.digest)
-                    || (!self.prefilter.is_empty()
-                        && !self.prefilter.may_match(&e.digest, self.spec.full_document))
-                {
+                if self.rules_out(&e.digest) {
                     out.push(ReadEntry {
                         ts,
                         body: EntryBody::Skipped,
@@ -1286,20 +1277,13 @@ impl ChangeStream {
         if let Some(namespaces) = share {
             let index =
                 bucket_read::merged_index(engine, &namespaces, self.next_ts, durable, limit)?;
-            let mut entries = engine.store.point_reader(Space::Oplog);
+            let mut reads = IndexedReads::new(&mut out, loaded_bytes, &mut budget);
             for (ts, digest) in index {
-                let at = (ts, digest.as_slice());
-                if self.read_indexed(
-                    engine,
-                    &mut entries,
-                    at,
-                    &mut out,
-                    loaded_bytes,
-                    &mut budget,
-                )? {
+                if reads.add(self, engine, ts, &digest)? {
                     break;
                 }
             }
+            reads.finish(self, engine)?;
             return Ok(out);
         }
         match &ns_full {
@@ -1308,27 +1292,19 @@ impl ChangeStream {
                 // digests rule some out unread.
                 let lower = keys::oplog_ns_key(ns, self.next_ts);
                 let upper = keys::oplog_ns_key(ns, durable.next());
-                let mut entries = engine.store.point_reader(Space::Oplog);
+                let mut reads = IndexedReads::new(&mut out, loaded_bytes, &mut budget);
                 for item in engine
                     .store
                     .scan(Space::OplogByNs, &lower, Some(&upper), false)
                 {
                     let (k, digest) = item.map_err(crate::core::storage_err)?;
-                    let at = (keys::oplog_ns_key_time(&k), &digest[..]);
-                    if self.read_indexed(
-                        engine,
-                        &mut entries,
-                        at,
-                        &mut out,
-                        loaded_bytes,
-                        &mut budget,
-                    )? {
-                        break;
-                    }
-                    if out.len() >= MAX_SCANNED {
+                    if reads.add(self, engine, keys::oplog_ns_key_time(&k), &digest)?
+                        || reads.scanned() >= MAX_SCANNED
+                    {
                         break;
                     }
                 }
+                reads.finish(self, engine)?;
             }
             None => {
                 let lower = keys::oplog_key(self.next_ts);
@@ -1346,45 +1322,122 @@ impl ChangeStream {
         Ok(out)
     }
 }
-
 impl ChangeStream {
-    /// An entry found in an index of the oplog, by its time and digest: ruled out on
-    /// the digest (another bucket's, or the leading `$match`'s), or read and made into
-    /// this stream's events. True when the read is full (or failed: see `push_built`).
-    fn read_indexed(
-        &self,
-        engine: &Engine,
-        entries: &mut tailstream_storage::PointReader<'_>,
-        (ts, digest): (ClusterTime, &[u8]),
-        out: &mut Vec<ReadEntry>,
-        loaded_bytes: &mut u64,
-        budget: &mut ChunkBudget,
-    ) -> Result<bool> {
-        let others = self
-            .spec
+    /// Whether an index entry's digest rules its entry out unread: another bucket's
+    /// write, or one the pipeline's prefilter cannot match.
+    fn rules_out(&self, digest: &[u8]) -> bool {
+        self.spec
             .bucket
             .as_ref()
-            .is_some_and(|b| !b.may_keep_digest(digest));
-        if others
+            .is_some_and(|b| !b.may_keep_digest(digest))
             || (!self.prefilter.is_empty()
                 && !self.prefilter.may_match(digest, self.spec.full_document))
-        {
-            out.push(ReadEntry {
-                ts,
-                body: EntryBody::Skipped,
-            });
-            return Ok(false);
+    }
+}
+
+/// How many entries one [`IndexedReads`] fetch asks storage for: enough that a MultiGet
+/// reads each block once for several of them (64 KiB oplog blocks hold about 60 1 KB
+/// entries), few enough that a read stopped by its budget fetched little for nothing.
+const FETCH_BATCH: usize = 64;
+
+/// Entries named by an index of the oplog (a collection's, or a bucket's merged
+/// namespaces'), fetched in batches of [`FETCH_BATCH`] through one MultiGet each and
+/// queued in time order with the entries their digests ruled out.
+struct IndexedReads<'o> {
+    out: &'o mut Vec<ReadEntry>,
+    loaded_bytes: &'o mut u64,
+    budget: &'o mut ChunkBudget,
+    /// Index entries not queued yet, in time order: whether each is to be fetched.
+    waiting: Vec<(ClusterTime, bool)>,
+    fetches: usize,
+    scanned: usize,
+    full: bool,
+}
+
+impl<'o> IndexedReads<'o> {
+    fn new(
+        out: &'o mut Vec<ReadEntry>,
+        loaded_bytes: &'o mut u64,
+        budget: &'o mut ChunkBudget,
+    ) -> Self {
+        IndexedReads {
+            out,
+            loaded_bytes,
+            budget,
+            waiting: Vec::with_capacity(FETCH_BATCH * 2),
+            fetches: 0,
+            scanned: 0,
+            full: false,
         }
-        match entries
-            .get(&keys::oplog_key(ts))
-            .map_err(crate::core::storage_err)?
-        {
-            Some(v) => {
-                *loaded_bytes += v.len() as u64;
-                Ok(!push_built(out, engine, &self.spec, ts, v) || budget.spend(v))
+    }
+
+    /// Index entries taken so far.
+    fn scanned(&self) -> usize {
+        self.scanned
+    }
+
+    /// Takes the index entry of `ts`; whether the read is full (stop adding).
+    fn add(
+        &mut self,
+        stream: &ChangeStream,
+        engine: &Engine,
+        ts: ClusterTime,
+        digest: &[u8],
+    ) -> Result<bool> {
+        debug_assert!(!self.full, "no entry after the read filled up");
+        self.scanned += 1;
+        let fetch = !stream.rules_out(digest);
+        self.waiting.push((ts, fetch));
+        self.fetches += usize::from(fetch);
+        if self.fetches == FETCH_BATCH {
+            self.flush(stream, engine)?;
+        }
+        Ok(self.full)
+    }
+
+    /// Fetches and queues what is waiting.
+    fn finish(mut self, stream: &ChangeStream, engine: &Engine) -> Result<()> {
+        if !self.full {
+            self.flush(stream, engine)?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self, stream: &ChangeStream, engine: &Engine) -> Result<()> {
+        let keys: Vec<[u8; 8]> = self
+            .waiting
+            .iter()
+            .filter(|(_, fetch)| *fetch)
+            .map(|(ts, _)| keys::oplog_key(*ts))
+            .collect();
+        let values = engine
+            .store
+            .get_sorted(Space::Oplog, &keys, stream.spec.bucket.is_some())
+            .map_err(crate::core::storage_err)?;
+        let mut values = values.into_iter();
+        for (ts, fetch) in self.waiting.drain(..) {
+            if !fetch {
+                self.out.push(ReadEntry {
+                    ts,
+                    body: EntryBody::Skipped,
+                });
+                continue;
             }
-            None => Ok(false),
+            // An entry the index names and storage no longer has was reclaimed: skip it
+            // as the point reader did.
+            let Some(v) = values.next().flatten() else {
+                continue;
+            };
+            *self.loaded_bytes += v.len() as u64;
+            if !push_built(self.out, engine, &stream.spec, ts, &v) || self.budget.spend(&v) {
+                // Entries after this one are read again by the next read.
+                self.full = true;
+                break;
+            }
         }
+        self.waiting.clear();
+        self.fetches = 0;
+        Ok(())
     }
 }
 
