@@ -393,3 +393,30 @@ def test_an_awaitable_hello_with_exhaust_streams_its_replies(server):
     finally:
         sock.close()
 
+
+
+def test_a_monitor_that_closes_during_its_awaitable_hello_ends_its_connection(server, client):
+    """A driver's monitor waits in an awaitable hello (maxAwaitTimeMS, 10 s by default);
+    when the client closes meanwhile (MongoClient.close()), the server ends the
+    connection then, not when its next reply fails: a client opened and closed in a loop
+    used to hold a connection for the whole wait each. Here the wait asked is a minute;
+    the connection is gone long before."""
+    from conftest import eventually
+
+    def current():
+        return client.admin.command("serverStatus")["connections"]["current"]
+
+    before = current()
+    socks = []
+    for _ in range(5):
+        sock = wire.connect(server.port)
+        first = wire.command(sock, {"hello": 1, "$db": "admin"})
+        cmd = {"hello": 1, "$db": "admin", "topologyVersion": first["topologyVersion"],
+               "maxAwaitTimeMS": 60_000}
+        _, msg = wire.op_msg(cmd, flags=1 << 16)  # exhaustAllowed
+        sock.sendall(msg)
+        socks.append(sock)
+    assert eventually(lambda: current() >= before + 5)
+    for sock in socks:
+        sock.close()
+    assert eventually(lambda: current() <= before, timeout=30)

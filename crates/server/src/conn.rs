@@ -42,14 +42,31 @@ async fn flush(wr: &mut (impl AsyncWrite + Unpin)) -> Result<(), String> {
 async fn stream_replies(
     state: &Arc<ServerState>,
     conn: &mut Conn,
-    wr: &mut (impl AsyncWriteExt + Unpin),
+    (rd, wr): (
+        &mut (impl AsyncBufRead + Unpin),
+        &mut (impl AsyncWriteExt + Unpin),
+    ),
     (cmd, request_id, compressor): (bson::Document, i32, Option<wire::Compressor>),
     goes_on: fn(&commands::Body) -> bool,
 ) -> Result<(), String> {
     let mut response_to = request_id;
     let mut cmd = cmd;
+    let hellos = is_awaitable_hello(&cmd);
     loop {
-        let reply = commands::dispatch(state, conn, cmd.clone(), None).await;
+        let info = conn.info.clone();
+        let command = std::pin::pin!(commands::dispatch(state, conn, cmd.clone(), None));
+        let reply = if hellos {
+            // A monitor's hello waits up to maxAwaitTimeMS (10 s from drivers) for a
+            // change; a client that closes meanwhile (every MongoClient.close()) ends the
+            // connection now, not at the next reply's write: a client made and closed in
+            // a loop held a connection for ten seconds each.
+            match until_answered_or_client_gone(rd, command).await {
+                Some(reply) => reply,
+                None => return Ok(()),
+            }
+        } else {
+            until_client_gone(rd, &info, &state.current_ops, command).await
+        };
         if reply.close_connection {
             return Err("closed by a failCommand fail point".into());
         }
@@ -119,6 +136,27 @@ async fn until_client_gone<R: AsyncBufRead + Unpin, T>(
                     kills.signal_kill();
                 }
             }
+        }
+    }
+}
+
+/// Runs a command that may be dropped unfinished (an awaitable hello: a wait, then an
+/// answer built from the server's state) while watching the client: None when the
+/// client closed the connection first (the command is dropped).
+async fn until_answered_or_client_gone<R: AsyncBufRead + Unpin, T>(
+    rd: &mut R,
+    mut command: std::pin::Pin<&mut impl std::future::Future<Output = T>>,
+) -> Option<T> {
+    let mut watching = true;
+    loop {
+        tokio::select! {
+            biased;
+            out = command.as_mut() => return Some(out),
+            // Cancel safe and consumes nothing (see `until_client_gone`).
+            filled = rd.fill_buf(), if watching => match filled {
+                Ok(buf) if !buf.is_empty() => watching = false,
+                _ => return None,
+            },
         }
     }
 }
@@ -353,7 +391,7 @@ async fn session(
                         .map_err(|e| format!("malformed message: {e}"))?;
                     if exhaust {
                         let stream = (cmd, header.request_id, compressor);
-                        stream_replies(state, conn, &mut wr, stream, |b| {
+                        stream_replies(state, conn, (&mut rd, &mut wr), stream, |b| {
                             b.is_ok_with_open_cursor()
                         })
                         .await?;
@@ -361,7 +399,8 @@ async fn session(
                     }
                     if streaming_hello {
                         let stream = (cmd, header.request_id, compressor);
-                        stream_replies(state, conn, &mut wr, stream, |b| b.is_ok()).await?;
+                        stream_replies(state, conn, (&mut rd, &mut wr), stream, |b| b.is_ok())
+                            .await?;
                         continue;
                     }
                     let info = conn.info.clone();

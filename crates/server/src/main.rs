@@ -308,13 +308,10 @@ async fn run(config: Config) -> i32 {
     {
         let state = state.clone();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(std::time::Duration::from_secs(30));
+            let mut tick = tokio::time::interval(tailstream_engine::cursor::IDLE_CHECK_PERIOD);
             loop {
                 tick.tick().await;
-                let n = state
-                    .engine
-                    .cursors
-                    .reap_idle(tailstream_engine::cursor::IDLE_TIMEOUT);
+                let n = state.engine.cursors.reap_idle(state.cursor_timeout());
                 if n > 0 {
                     tracing::info!(closed = n, "closed idle cursors");
                 }

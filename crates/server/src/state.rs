@@ -145,6 +145,20 @@ impl ServerState {
         })
     }
 
+    /// How long a cursor may stay idle before it is closed: the `cursorTimeoutMillis`
+    /// parameter (set at startup or with setParameter), mongod's 10 minutes by default;
+    /// a value that is not a positive number keeps the default.
+    pub fn cursor_timeout(&self) -> std::time::Duration {
+        self.parameters
+            .read()
+            .get("cursorTimeoutMillis")
+            .and_then(tailstream_engine::find::as_i64)
+            .filter(|ms| *ms > 0)
+            .map_or(tailstream_engine::cursor::IDLE_TIMEOUT, |ms| {
+                std::time::Duration::from_millis(ms as u64)
+            })
+    }
+
     pub fn new_connection_id(&self) -> i64 {
         self.next_connection_id.fetch_add(1, Ordering::Relaxed)
     }

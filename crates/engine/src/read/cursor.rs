@@ -13,8 +13,11 @@ use tailstream_query::error::{codes, Error, Result};
 use tailstream_query::matcher::Matcher;
 use tailstream_query::projection::Projection;
 
-/// mongod's `cursorTimeoutMillis` default.
+/// mongod's `cursorTimeoutMillis` default (the server parameter of that name sets it).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// How often idle cursors are looked for: mongod's `clientCursorMonitorFrequencySecs`
+/// default, so a cursor closes at most this long after its timeout, as there.
+pub const IDLE_CHECK_PERIOD: Duration = Duration::from_secs(4);
 /// Open cursors at most; one more is refused rather than exhausting memory.
 pub const MAX_OPEN_CURSORS: usize = 100_000;
 /// A reply batch stops growing past this many bytes of documents (mongod: 16 MiB).
@@ -514,6 +517,9 @@ pub struct CursorRegistry {
     /// Bumped whenever cursors are closed, so a getMore waiting for data on one of
     /// them notices at once instead of at the end of its await time.
     closed: tokio::sync::watch::Sender<u64>,
+    /// Cursors closed for being idle past the timeout (serverStatus
+    /// `metrics.cursor.timedOut`).
+    timed_out: std::sync::atomic::AtomicU64,
 }
 
 impl Default for CursorRegistry {
@@ -527,7 +533,13 @@ impl CursorRegistry {
         CursorRegistry {
             cursors: Mutex::new(HashMap::new()),
             closed: tokio::sync::watch::channel(0).0,
+            timed_out: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Cursors closed so far for being idle past the timeout.
+    pub fn timed_out(&self) -> u64 {
+        self.timed_out.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A receiver that changes whenever cursors are closed.
@@ -655,6 +667,8 @@ impl CursorRegistry {
         let n = before - map.len();
         drop(map);
         if n > 0 {
+            self.timed_out
+                .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
             self.notify_closed();
         }
         n

@@ -374,6 +374,14 @@ pub(crate) mod tests {
     /// and the file is gone.
     #[test]
     fn a_snapshot_file_in_many_pieces_installs_whole() {
+        // The member's own writes come first: an oplog newer than the snapshot is
+        // refused (it would be a member that wrote on its own), and the clocks' times
+        // of two engines written the other way round straddled a second now and then.
+        let member = TestEngine::open();
+        let m = &member.engine;
+        m.insert_documents(&Namespace::new("db", "mine"), vec![doc! {"_id": 1}], true)
+            .unwrap();
+        m.repl_log_append(&[(1, b"log".to_vec())]).unwrap();
         let primary = TestEngine::open();
         let p = &primary.engine;
         let ns = Namespace::new("db", "c");
@@ -384,11 +392,6 @@ pub(crate) mod tests {
         p.create_indexes(&ns, &[doc! {"key": {"n": 1}, "name": "n_1"}])
             .unwrap();
         p.repl_apply(&Ops::new(), b"applied 7").unwrap();
-        let member = TestEngine::open();
-        let m = &member.engine;
-        m.insert_documents(&Namespace::new("db", "mine"), vec![doc! {"_id": 1}], true)
-            .unwrap();
-        m.repl_log_append(&[(1, b"log".to_vec())]).unwrap();
         send_snapshot(p, m, 1024).unwrap();
         assert_eq!(
             m.repl_snapshot_export().unwrap(),

@@ -239,7 +239,10 @@ pub fn server_status(state: &ServerState) -> Document {
             "me": state.config.advertised_host(),
         },
         "metrics": {
-            "cursor": {"open": {"total": engine.cursors.len() as i64}},
+            "cursor": {
+                "open": {"total": engine.cursors.len() as i64},
+                "timedOut": engine.cursors.timed_out() as i64,
+            },
             "document": state.metrics.document(),
             "operation": state.metrics.operation(),
             "queryExecutor": state.metrics.query_executor(),
