@@ -3,6 +3,7 @@
 #   replset   issue 27, benchmark 1: the ingestion key table with w: "majority" on three
 #             members, each pinned to its own 4 cores (0-3, 4-7, 8-11), the client on
 #             12-15; then one node (the default, no Raft) on cores 0-3, same options
+#             (REPLSET_GB, default 0.5 GiB per row; REPLSET_CLIENTS, default 8)
 #   parallel  issue 28: seed 004's replay of one collection (bench/parallel_stream/bench.py),
 #             one stream against 1, 4 and 8 buckets by document key, the server on cores
 #             0-7, one Python consumer process per bucket on 8-15
@@ -87,14 +88,14 @@ run)
     set_hosts=$(IFS=,; echo "${hosts[*]}")
     on 12-15 timeout 150 $L ./bench-ingest --uri "mongodb://$set_hosts/?replicaSet=rs0" \
       --initiate "$set_hosts" --server-pid "${pids[0]}" --tables key --write-concern majority \
-      --gb "${REPLSET_GB:-0.5}" --clients 8 --no-targets --settle-seconds 5 \
+      --gb "${REPLSET_GB:-0.5}" --clients "${REPLSET_CLIENTS:-8}" --no-targets --settle-seconds 5 \
       --json "$OUT/replset.json" > "$OUT/replset.md"
     echo "replset exit $?"; cat "$OUT/replset.md"
     kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null
     tail -n 3 "$data"/rs0-*.log
     rm -rf "$data"/rs0-*
     on 12-15 timeout 90 $L ./bench-ingest --server-bin "$D/ts.sh" --data-dir "$data" \
-      --tables key --write-concern majority --gb "${REPLSET_GB:-0.5}" --clients 8 --no-targets \
+      --tables key --write-concern majority --gb "${REPLSET_GB:-0.5}" --clients "${REPLSET_CLIENTS:-8}" --no-targets \
       --settle-seconds 5 --json "$OUT/single.json" > "$OUT/single.md"
     echo "single exit $?"; cat "$OUT/single.md";; esac
 

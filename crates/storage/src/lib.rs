@@ -17,6 +17,7 @@ use std::path::Path;
 
 mod ops;
 mod pending;
+pub mod wal_tail;
 pub use ops::{Op, Ops, MAX_ENCODED_BYTES, MAX_PART_BYTES};
 pub use pending::{see_pending, Merged};
 
@@ -155,6 +156,8 @@ pub struct Store {
     sync_lock: std::sync::Mutex<()>,
     /// Writes proposed to a replica set and not stored yet (see `pending.rs`).
     pending: pending::Pending,
+    /// The newest WAL file's end as the open found it (see `wal_tail.rs`).
+    wal_tail_at_open: Option<wal_tail::WalTail>,
 }
 
 /// Which snapshots are open, and what waits for them to close before it is reclaimed.
@@ -424,9 +427,31 @@ impl Store {
                 ColumnFamilyDescriptor::new(s.cf_name(), o)
             })
             .collect();
+        // Read before RocksDB's recovery, which drops a torn tail without a word and
+        // then rewrites the WAL.
+        // A report only: a file it cannot read is RocksDB's to refuse.
+        let wal_tail = wal_tail::newest_wal_tail(path).unwrap_or_else(|e| {
+            tracing::warn!("cannot read the write-ahead log's end: {e}");
+            None
+        });
+        if let Some(t) = wal_tail.as_ref().filter(|t| t.dropped_bytes > 0) {
+            tracing::warn!(
+                file = %t.file.display(),
+                fileBytes = t.file_bytes,
+                wholeRecordsEnd = t.whole_records_end,
+                droppedBytes = t.dropped_bytes,
+                reason = t.reason,
+                "The write-ahead log ends in {}: recovery drops its last {} bytes, a write \
+                 the crash left incomplete (a journaled write is acknowledged only once \
+                 whole on disk)",
+                t.reason,
+                t.dropped_bytes
+            );
+        }
         let db = DB::open_cf_descriptors(&db_opts, path, cfs)?;
         Ok(Store {
             db,
+            wal_tail_at_open: wal_tail,
             floors,
             snapshots: Default::default(),
             out_of_space: Default::default(),
@@ -434,6 +459,12 @@ impl Store {
             sync_lock: Default::default(),
             pending: Default::default(),
         })
+    }
+
+    /// The newest WAL file's end as this open found it, before recovery: what a crash
+    /// left there (None: no WAL file).
+    pub fn wal_tail_at_open(&self) -> Option<&wal_tail::WalTail> {
+        self.wal_tail_at_open.as_ref()
     }
 
     fn snapshots(&self) -> std::sync::MutexGuard<'_, Snapshots> {
@@ -1041,6 +1072,55 @@ mod tests {
             .property_int_value_cf(store.cf(space), "rocksdb.num-files-at-level0")
             .unwrap()
             .unwrap()
+    }
+
+    /// The WAL reader against RocksDB's own files: batches small and larger than a
+    /// block (fragments) end the file cleanly; cut by a few bytes, the file ends in a
+    /// record cut short, and the reopened store has every batch before it and not it.
+    #[test]
+    fn the_wal_end_reader_reads_rocksdbs_own_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = |i: u32| i.to_be_bytes();
+        let sizes = [100usize, 50_000, 10, 70_000, 300];
+        {
+            let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+            for (i, size) in sizes.iter().enumerate() {
+                let mut b = store.batch();
+                b.put(Space::Docs, &key(i as u32), &vec![i as u8; *size]);
+                store.commit(b).unwrap();
+                store.sync().unwrap();
+            }
+            // Dropped without a flush: the batches exist only in the WAL.
+        }
+        let tail = wal_tail::newest_wal_tail(dir.path()).unwrap().unwrap();
+        assert_eq!(tail.dropped_bytes, 0, "{tail:?}");
+        assert!(tail.whole_records_end > 120_000, "{tail:?}");
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&tail.file)
+            .unwrap();
+        file.set_len(tail.whole_records_end - 5).unwrap();
+        drop(file);
+        let cut = wal_tail::newest_wal_tail(dir.path()).unwrap().unwrap();
+        assert_eq!(cut.file, tail.file);
+        assert!(
+            cut.dropped_bytes > 0 && cut.whole_records_end < tail.whole_records_end,
+            "{cut:?}"
+        );
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        assert_eq!(store.wal_tail_at_open(), Some(&cut));
+        let last = sizes.len() as u32 - 1;
+        for i in 0..last {
+            assert_eq!(
+                store.get(Space::Docs, &key(i)).unwrap().map(|v| v.len()),
+                Some(sizes[i as usize])
+            );
+        }
+        assert_eq!(
+            store.get(Space::Docs, &key(last)).unwrap(),
+            None,
+            "the cut batch"
+        );
     }
 
     /// `get_sorted` returns each asked key's value in the asked order, `None` for the
