@@ -399,14 +399,16 @@ def test_a_monitor_that_closes_during_its_awaitable_hello_ends_its_connection(se
     """A driver's monitor waits in an awaitable hello (maxAwaitTimeMS, 10 s by default);
     when the client closes meanwhile (MongoClient.close()), the server ends the
     connection then, not when its next reply fails: a client opened and closed in a loop
-    used to hold a connection for the whole wait each. Here the wait asked is a minute;
-    the connection is gone long before."""
+    used to hold a connection for the whole wait each. The server caps the wait at 10 s;
+    the connections must be gone well before (followed by their addresses in
+    $currentOp, so that other tests' connections do not count)."""
     from conftest import eventually
 
-    def current():
-        return client.admin.command("serverStatus")["connections"]["current"]
+    def open_addresses():
+        ops = client.admin.aggregate([{"$currentOp": {"allUsers": True,
+                                                      "idleConnections": True}}])
+        return {op.get("client") for op in ops}
 
-    before = current()
     socks = []
     for _ in range(5):
         sock = wire.connect(server.port)
@@ -416,7 +418,9 @@ def test_a_monitor_that_closes_during_its_awaitable_hello_ends_its_connection(se
         _, msg = wire.op_msg(cmd, flags=1 << 16)  # exhaustAllowed
         sock.sendall(msg)
         socks.append(sock)
-    assert eventually(lambda: current() >= before + 5)
+    mine = {"127.0.0.1:%d" % s.getsockname()[1] for s in socks}
+    assert eventually(lambda: mine <= open_addresses()), (mine, open_addresses())
     for sock in socks:
         sock.close()
-    assert eventually(lambda: current() <= before, timeout=30)
+    # Half the capped wait: closed at once, or (before the fix) only when the wait ends.
+    assert eventually(lambda: not (mine & open_addresses()), timeout=5), mine & open_addresses()
