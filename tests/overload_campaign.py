@@ -26,31 +26,25 @@ Phases, each reporting its figures:
 
 import argparse
 import os
-import socket
+import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import bson
 from pymongo import MongoClient
-from pymongo.errors import PyMongoError
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wire  # noqa: E402
+from conftest import TailstreamServer  # noqa: E402
 
 DB = "load"
 CAPPED = "capped"
 MAX_MESSAGE_BYTES = 48_000_000
 CURSOR_CHECK_PERIOD_S = 4  # the server's idle-cursor check period (mongod's default)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def memory_kib(pid):
@@ -68,25 +62,6 @@ def percentile(values, p):
         return float("nan")
     values = sorted(values)
     return values[min(len(values) - 1, int(len(values) * p))]
-
-
-def start_server(binary, dbpath, port, timeout_ms):
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--dbpath", dbpath, "--bind_ip", "127.0.0.1",
-         "--quiet", "--setParameter", f"cursorTimeoutMillis={timeout_ms}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    uri = f"mongodb://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with MongoClient(uri, serverSelectionTimeoutMS=300) as c:
-                c.admin.command("ping")
-            return proc, uri
-        except PyMongoError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError("the server did not start")
-            time.sleep(0.05)
 
 
 def traffic(uri, seconds, rate, collections, fast):
@@ -273,9 +248,12 @@ def run(binary, connections=1000, streams=10000, readers=100, collections=100, f
         rate=1000, seconds=10.0, timeout_ms=10_000, churn_count=3000, oversized=True,
         log=print):
     figures = {}
+    os.environ["TAILSTREAM_BIN"] = binary
     root = tempfile.mkdtemp(prefix="tailstream-overload.")
-    port = free_port()
-    server, uri = start_server(binary, root, port, timeout_ms)
+    server = TailstreamServer(
+        Path(root) / "db", extra_args=["--setParameter", f"cursorTimeoutMillis={timeout_ms}"])
+    server.start(timeout=30)
+    port, uri = server.port, server.uri()
     try:
         with MongoClient(uri) as client:
             client[DB].create_collection(CAPPED, capped=True, size=1 << 20)
@@ -283,7 +261,7 @@ def run(binary, connections=1000, streams=10000, readers=100, collections=100, f
             for i in range(collections):
                 client[DB][f"c{i}"].insert_one({"seed": 1})
             base_open, _ = cursor_metrics(client)
-            figures["rss_start_kib"], _ = memory_kib(server.pid)
+            figures["rss_start_kib"], _ = memory_kib(server.proc.pid)
 
             log(f"baseline: {seconds} s at {rate}/s, {fast} consumers")
             acks, events, inserted, received = traffic(uri, seconds, rate, collections, fast)
@@ -298,7 +276,7 @@ def run(binary, connections=1000, streams=10000, readers=100, collections=100, f
             figures["open_s"] = time.monotonic() - t0
             figures["tailable"] = tailable
             figures["change_streams"] = len(change_streams)
-            figures["rss_open_kib"], _ = memory_kib(server.pid)
+            figures["rss_open_kib"], _ = memory_kib(server.proc.pid)
             figures["open_total"], _ = cursor_metrics(client)
             figures["connections"] = client.admin.command("serverStatus")["connections"]["current"]
 
@@ -314,7 +292,7 @@ def run(binary, connections=1000, streams=10000, readers=100, collections=100, f
             reader.join(30)
             figures["load"] = (acks, events, inserted, received)
             figures["readers_events"] = counted[0]
-            figures["rss_load_kib"], figures["rss_peak_kib"] = memory_kib(server.pid)
+            figures["rss_load_kib"], figures["rss_peak_kib"] = memory_kib(server.proc.pid)
 
             wait_s = timeout_ms / 1000 + 2 * CURSOR_CHECK_PERIOD_S + 1
             log(f"idle: waiting {wait_s:.0f} s for the idle cursors to time out")
@@ -326,7 +304,7 @@ def run(binary, connections=1000, streams=10000, readers=100, collections=100, f
             time.sleep(1)
             figures["connections_after_close"] = (
                 client.admin.command("serverStatus")["connections"]["current"])
-            figures["rss_idle_kib"], _ = memory_kib(server.pid)
+            figures["rss_idle_kib"], _ = memory_kib(server.proc.pid)
 
             log(f"churn: {churn_count} connections opened and closed")
             t0 = time.monotonic()
@@ -340,15 +318,11 @@ def run(binary, connections=1000, streams=10000, readers=100, collections=100, f
             if oversized:
                 log("oversized input")
                 figures["bad_inputs"] = bad_inputs(port, client)
-            figures["rss_end_kib"], figures["rss_peak_end_kib"] = memory_kib(server.pid)
-            figures["server_alive"] = server.poll() is None
+            figures["rss_end_kib"], figures["rss_peak_end_kib"] = memory_kib(server.proc.pid)
+            figures["server_alive"] = server.is_running()
     finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        subprocess.run(["rm", "-rf", root], check=False)
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
     return figures
 
 

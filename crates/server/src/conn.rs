@@ -51,22 +51,12 @@ async fn stream_replies(
 ) -> Result<(), String> {
     let mut response_to = request_id;
     let mut cmd = cmd;
-    let hellos = is_awaitable_hello(&cmd);
     loop {
         let info = conn.info.clone();
+        // The client closing meanwhile kills the command's operation, which ends an
+        // awaitable hello's or an awaiting getMore's wait.
         let command = std::pin::pin!(commands::dispatch(state, conn, cmd.clone(), None));
-        let reply = if hellos {
-            // A monitor's hello waits up to maxAwaitTimeMS (10 s from drivers) for a
-            // change; a client that closes meanwhile (every MongoClient.close()) ends the
-            // connection now, not at the next reply's write: a client made and closed in
-            // a loop held a connection for ten seconds each.
-            match until_answered_or_client_gone(rd, command).await {
-                Some(reply) => reply,
-                None => return Ok(()),
-            }
-        } else {
-            until_client_gone(rd, &info, &state.current_ops, command).await
-        };
+        let reply = until_client_gone(rd, &info, &state.current_ops, command).await;
         if reply.close_connection {
             return Err("closed by a failCommand fail point".into());
         }
@@ -136,27 +126,6 @@ async fn until_client_gone<R: AsyncBufRead + Unpin, T>(
                     kills.signal_kill();
                 }
             }
-        }
-    }
-}
-
-/// Runs a command that may be dropped unfinished (an awaitable hello: a wait, then an
-/// answer built from the server's state) while watching the client: None when the
-/// client closed the connection first (the command is dropped).
-async fn until_answered_or_client_gone<R: AsyncBufRead + Unpin, T>(
-    rd: &mut R,
-    mut command: std::pin::Pin<&mut impl std::future::Future<Output = T>>,
-) -> Option<T> {
-    let mut watching = true;
-    loop {
-        tokio::select! {
-            biased;
-            out = command.as_mut() => return Some(out),
-            // Cancel safe and consumes nothing (see `until_client_gone`).
-            filled = rd.fill_buf(), if watching => match filled {
-                Ok(buf) if !buf.is_empty() => watching = false,
-                _ => return None,
-            },
         }
     }
 }

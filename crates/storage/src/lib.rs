@@ -1040,12 +1040,10 @@ impl Batch<'_> {
 /// The bytes of write-ahead log a store at `path` holds (what opening it replays);
 /// 0 when there is none or the directory cannot be read.
 pub fn wal_bytes(path: &std::path::Path) -> u64 {
-    let Ok(dir) = std::fs::read_dir(path) else {
-        return 0;
-    };
-    dir.flatten()
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
-        .filter_map(|e| e.metadata().ok())
+    wal_tail::wal_files(path)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|(_, file)| std::fs::metadata(file).ok())
         .map(|m| m.len())
         .sum()
 }

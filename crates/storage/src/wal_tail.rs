@@ -66,25 +66,9 @@ pub struct WalTail {
 /// Reads the newest WAL file (`<number>.log`) of the store in `dir`; None when there is
 /// none (a new store, or one shut down cleanly after its WAL was emptied and removed).
 pub fn newest_wal_tail(dir: &Path) -> std::io::Result<Option<WalTail>> {
-    let mut newest: Option<(u64, PathBuf)> = None;
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    for entry in entries {
-        let path = entry?.path();
-        let number = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_suffix(".log"))
-            .and_then(|n| n.parse::<u64>().ok());
-        if let Some(number) = number {
-            if newest.as_ref().is_none_or(|(n, _)| number > *n) {
-                newest = Some((number, path));
-            }
-        }
-    }
+    let newest = wal_files(dir)?
+        .into_iter()
+        .max_by_key(|(number, _)| *number);
     match newest {
         Some((number, path)) => {
             let file = std::fs::File::open(&path)?;
@@ -94,6 +78,29 @@ pub fn newest_wal_tail(dir: &Path) -> std::io::Result<Option<WalTail>> {
         }
         None => Ok(None),
     }
+}
+
+/// The store's WAL files (`<number>.log`) with their log numbers; none when `dir` does
+/// not exist.
+pub fn wal_files(dir: &Path) -> std::io::Result<Vec<(u64, PathBuf)>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut files = Vec::new();
+    for entry in entries {
+        let path = entry?.path();
+        let number = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".log"))
+            .and_then(|n| n.parse::<u64>().ok());
+        if let Some(number) = number {
+            files.push((number, path));
+        }
+    }
+    Ok(files)
 }
 
 /// Walks the records of a WAL whose log number is `log_number`, block by block.

@@ -1321,8 +1321,7 @@ impl ChangeStream {
         }
         Ok(out)
     }
-}
-impl ChangeStream {
+
     /// Whether an index entry's digest rules its entry out unread: another bucket's
     /// write, or one the pipeline's prefilter cannot match.
     fn rules_out(&self, digest: &[u8]) -> bool {
@@ -1435,7 +1434,7 @@ impl<'o> IndexedReads<'o> {
                 break;
             }
         }
-        self.waiting.clear();
+        // (`drain` removed the entries a full read left unqueued too.)
         self.fetches = 0;
         Ok(())
     }

@@ -34,12 +34,24 @@ pub async fn hello(
             let limit = Duration::from_millis(ms).min(MAX_AWAIT);
             // A member of a set answers as soon as its role or term changes.
             let counter = tv.get("counter").and_then(tailstream_engine::find::as_i64);
-            let waited = match counter {
-                Some(c) => crate::replset::wait_for_change(state, c, limit).await,
-                None => None,
+            let wait = async {
+                let waited = match counter {
+                    Some(c) => crate::replset::wait_for_change(state, c, limit).await,
+                    None => None,
+                };
+                if waited.is_none() {
+                    tokio::time::sleep(limit).await;
+                }
             };
-            if waited.is_none() {
-                tokio::time::sleep(limit).await;
+            // The wait ends with its operation, as an awaiting getMore's: a client that
+            // closes meanwhile (every MongoClient.close()) ends its connection now, not
+            // when this wait's reply fails to go out.
+            match super::OPERATION.try_with(Arc::clone) {
+                Ok(op) => tokio::select! {
+                    _ = wait => {}
+                    e = state.current_ops.interrupted(&op) => return Err(e),
+                },
+                Err(_) => wait.await,
             }
         }
     }
