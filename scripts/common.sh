@@ -35,6 +35,8 @@ build_release() {
     mkdir -p "$CARGO_TARGET_DIR"
     log "building (target dir: $CARGO_TARGET_DIR; the first build compiles RocksDB and takes 15-25 minutes on 2 cores)"
     (cd "$ROOT" && cargo build --release --locked -p tailstream-server)
+    # The WAL tail reader the crash campaign tears WALs with (tests/crash_campaign.py).
+    (cd "$ROOT" && cargo build --release --locked -p tailstream-storage --example wal_tail)
 }
 
 # The tests' Python environment (tests/requirements.txt), made on first use; prints its

@@ -10,8 +10,18 @@ The workload, each part on its own connection, all in database `camp`:
   increments `camp.txcount`, committed with `{j: true}`;
 - DDL: index builds on `camp.acked`, `camp.scratch` dropped and created again;
 - a change stream on `camp`, resumed across crashes from the last token it received;
-- in one cycle of three, the disk "fills up" mid-workload (the free-space floor raised
-  past the free space: every write that adds data refused until the crash).
+- in one cycle of three, the disk "fills up" mid-workload: the free-space floor raised
+  past the free space (every write that adds data refused until the crash), or, on a
+  small filesystem of the campaign's own (`small_disk`), a file written beside the data
+  until the filesystem is full (the store's writes fail for want of space; the file
+  is removed before the restart);
+- in one cycle of three, the WAL's end is torn: the durable writers and the stream
+  pause (their last write acknowledged, their last event received), the newest WAL's
+  end is read (`wal_tail`, the storage crate's example: the reader the server itself
+  runs before recovery), the loose writes go on for a moment, and after the kill the
+  WAL is cut at a random byte among the records written since (as a disk that took a
+  write in part leaves it; never inside a record an acknowledged durable write or a
+  received event may be in).
 
 The audit after each restart (every check is a count of violations, 0 expected):
 - lost: an acknowledged insert missing, an acknowledged delete present, a counter
@@ -22,21 +32,33 @@ The audit after each restart (every check is a count of violations, 0 expected):
   empty gives (the campaign's oplog is never trimmed);
 - invalid: `validate` finds a collection's indexes disagree with its documents;
 - stream: the stream resumed from its last token returns an event not after that
-  token, twice, or misses an oplog entry of `camp` after it.
+  token, twice, or misses an oplog entry of `camp` after it;
+- report: after a tear that cut a record, the server's log does not say that recovery
+  dropped exactly the bytes `wal_tail` finds after the last whole record.
 """
 
 import collections
+import os
 import random
+import re
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 from pymongo import MongoClient
-from pymongo.errors import PyMongoError
+from pymongo.errors import OperationFailure, PyMongoError
 from pymongo.write_concern import WriteConcern
 
 DB = "camp"
 PAD = "p" * 200
 AUDITED = ["acked", "loose", "txa", "txb", "txcount", "scratch"]
+# How long the loose writes run alone before the kill in a torn cycle.
+QUIET_S = 0.3
+# The longest a torn cycle waits for the durable writers and the stream to pause.
+PAUSE_TIMEOUT_S = 10
+# The file that fills a small filesystem up, beside the data directory.
+FILLER = "filler"
 
 
 class State:
@@ -58,11 +80,28 @@ class State:
         self.disk_full_cycles = 0  # cycles whose disk "filled up" before the crash
         self.cycle_start_ts = None  # where this cycle's stream started
         self.cycle_events = collections.Counter()  # (ts, coll, op) it returned
+        self.quiet = threading.Event()  # a torn cycle: durable writers and stream pause
+        self.paused = 0  # of the PAUSING workers, those paused or ended this cycle
+        self.lock = threading.Lock()
+        self.torn_cycles = 0  # cycles whose WAL was cut inside a record
+        self.small_disk = None  # a filesystem of the campaign's own holding the data
+
+
+def paused(state, stop):
+    """In a torn cycle, a durable writer or the stream stops here once told to (its
+    last write acknowledged, its last event received) and waits for the kill."""
+    if not state.quiet.is_set():
+        return False
+    threading.current_thread().paused = True
+    with state.lock:
+        state.paused += 1
+    stop.wait()
+    return True
 
 
 def journaled(client, state, stop, rnd):
     coll = client[DB].acked.with_options(write_concern=WriteConcern(j=True))
-    while not stop.is_set():
+    while not stop.is_set() and not paused(state, stop):
         live = sorted(state.inserted - state.deleted)
         choice = rnd.random()
         if choice < 0.6 or not live:
@@ -97,7 +136,7 @@ def loose(client, state, stop, rnd):
 
 def transactions(client, state, stop, rnd):
     db = client[DB]
-    while not stop.is_set():
+    while not stop.is_set() and not paused(state, stop):
         k = state.tx_next
         state.tx_next += 1
         with client.start_session() as s:
@@ -110,7 +149,7 @@ def transactions(client, state, stop, rnd):
 
 def ddl(client, state, stop, rnd):
     db = client[DB]
-    while not stop.is_set():
+    while not stop.is_set() and not paused(state, stop):
         if rnd.random() < 0.5:
             keys = rnd.choice([[("v", 1)], [("v", -1), ("_id", 1)], [("pad", 1)]])
             if rnd.random() < 0.3:
@@ -132,7 +171,7 @@ def stream(client, state, stop, rnd):
     state.cycle_start_ts = state.token_ts
     state.cycle_events = collections.Counter()
     with client[DB].watch(max_await_time_ms=100, **opts) as cs:
-        while not stop.is_set():
+        while not stop.is_set() and not paused(state, stop):
             ev = cs.try_next()
             if ev is None:
                 continue
@@ -153,22 +192,102 @@ def disk(client, state, stop, rnd):
     """In one cycle of three, the disk "fills up" at a random moment: the free-space
     floor (`minFreeDiskSpaceMB`, a run-time parameter, back to its default after the
     restart) is raised past the free space, so every write that adds data is refused
-    (OutOfDiskSpace) from then until the crash."""
+    (OutOfDiskSpace) from then until the crash; on a small filesystem of the
+    campaign's own, a file beside the data takes all its free space instead, then an
+    `fsync` (a checkpoint: the memtables flushed to table files, which gives back the
+    space RocksDB had allocated ahead for the WAL), then the file takes that too but
+    0-256 KiB: the store's writes fail for want of space from then on (a write concern
+    error, or OutOfDiskSpace once the store has stopped)."""
     if rnd.random() >= 1 / 3 or stop.wait(rnd.uniform(0.1, 0.6)):
         return
-    client.admin.command("setParameter", 1, minFreeDiskSpaceMB=1 << 30)
+    if state.small_disk is None:
+        client.admin.command("setParameter", 1, minFreeDiskSpaceMB=1 << 30)
+    else:
+        fill_up(state.small_disk / FILLER, 0)
+        try:
+            client.admin.command("fsync")
+        except OperationFailure:
+            pass  # out of space already
+        fill_up(state.small_disk / FILLER, rnd.randint(0, 256 << 10))
     state.disk_full_cycles += 1
+    state.disk_full_now = True
+
+
+def fill_up(path, leave_bytes):
+    """Writes `path` until its filesystem has about `leave_bytes` free (or none)."""
+    chunk = b"\0" * (1 << 20)
+    with open(path, "ab") as f:
+        while True:
+            st = os.statvfs(path.parent)
+            room = st.f_bavail * st.f_frsize - leave_bytes
+            if room <= 0:
+                break
+            try:
+                f.write(chunk[:min(len(chunk), room)])
+                f.flush()
+            except OSError:  # full
+                break
 
 
 WORKERS = [journaled, loose, transactions, ddl, stream, disk]
+# The workers a torn cycle pauses before it reads the WAL's end.
+PAUSING = {journaled, transactions, ddl, stream}
 
 
-def run_until_killed(server, state, rnd, seconds):
+def wal_tail_tool():
+    """The storage crate's `wal_tail` example, built beside the server binary (by
+    `cargo test`, or `cargo build --release -p tailstream-storage --example wal_tail`)."""
+    from conftest import binary_path
+    return binary_path().parent / "examples" / "wal_tail"
+
+
+def wal_tail(store):
+    """(file bytes, whole records end, dropped bytes, file) of the newest WAL in `store`,
+    or None when there is none."""
+    out = subprocess.run([str(wal_tail_tool()), str(store)], capture_output=True,
+                         text=True, check=True).stdout.split(maxsplit=3)
+    if not out:
+        return None
+    return int(out[0]), int(out[1]), int(out[2]), Path(out[3].rstrip("\n"))
+
+
+def tear(store, before, rnd):
+    """Cuts the newest WAL at a random byte among the whole records written after
+    `before` (the tail read while the durable writers and the stream were paused);
+    returns (file name, the bytes recovery must drop) or None when nothing was written
+    since (or only a record too short to cut inside)."""
+    after = wal_tail(store)
+    if after is None:
+        return None
+    _, end, _, path = after
+    start = before[1] if before is not None and before[3] == path else 0
+    if end - start < 2:
+        return None
+    with open(path, "r+b") as f:
+        f.truncate(rnd.randint(start + 1, end - 1))
+    cut = wal_tail(store)
+    return path.name, cut[2]
+
+
+def reported_drops(log_text, wal_name):
+    """The `droppedBytes` of each "recovery drops its last" line about `wal_name`."""
+    return [int(m.group(1)) for line in log_text.splitlines()
+            if "recovery drops its last" in line and wal_name in line
+            for m in [re.search(r'"droppedBytes":\s*(\d+)', line)] if m]
+
+
+def run_until_killed(server, state, rnd, seconds, torn):
     """Runs the workload, kills the server with SIGKILL after `seconds`, waits for the
-    workers (each ends on its connection's error) and returns how many writes failed."""
+    workers (each ends on its connection's error) and returns how many writes failed.
+    With `torn`, the durable writers and the stream pause `QUIET_S` before the kill,
+    and the WAL is cut afterwards among the records written since (see `tear`); what
+    recovery must drop is left in `state.expect_tear`."""
     stop = threading.Event()
     errors = []
-
+    state.quiet.clear()
+    state.paused = 0
+    state.expect_tear = None
+    state.disk_full_now = False
     failures = []
 
     def worker(fn, seed):
@@ -176,22 +295,43 @@ def run_until_killed(server, state, rnd, seconds):
         try:
             fn(client, state, stop, random.Random(seed))
         except PyMongoError as e:
-            errors.append(f"{fn.__name__}: {type(e).__name__}")
+            code = getattr(e, "code", None)
+            errors.append(f"{fn.__name__}: {type(e).__name__}" + (f" {code}" if code else ""))
         except Exception as e:  # noqa: BLE001 - the harness's own bug: reported below
             failures.append(e)
         finally:
             client.close()
+            if fn in PAUSING and not getattr(threading.current_thread(), "paused", False):
+                with state.lock:
+                    state.paused += 1  # ended (its connection's error): writes no more
     threads = [threading.Thread(target=worker, args=(fn, rnd.random()), daemon=True)
                for fn in WORKERS]
     for t in threads:
         t.start()
-    time.sleep(seconds)
+    store = server.dbpath / "store"
+    before, all_paused = None, False
+    if torn:
+        time.sleep(max(0.0, seconds - QUIET_S))
+        state.quiet.set()
+        deadline = time.monotonic() + PAUSE_TIMEOUT_S
+        while state.paused < len(PAUSING) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        all_paused = state.paused == len(PAUSING)
+        if all_paused:
+            before = wal_tail(store)
+        time.sleep(QUIET_S)
+    else:
+        time.sleep(seconds)
     server.kill9()
     stop.set()
     for t in threads:
         t.join(30)
     if failures:
         raise failures[0]
+    if all_paused:
+        state.expect_tear = tear(store, before, rnd)
+        if state.expect_tear is not None:
+            state.torn_cycles += 1
     return errors
 
 
@@ -337,27 +477,46 @@ def audit_stream(client, state):
     return bad
 
 
-def run_campaign(server, cycles, seed, report=print):
+def run_campaign(server, cycles, seed, report=print, small_disk=None, torn_share=1 / 3):
     """`cycles` crash cycles against `server` (a conftest.TailstreamServer, started);
-    returns the totals: cycles, acknowledged writes checked, violations by kind."""
+    returns the totals: cycles, acknowledged writes checked, violations by kind. With
+    `small_disk` (a filesystem of the campaign's own holding the server's dbpath, the
+    server started with `minFreeDiskSpaceMB=0`), the disk fills up for real.
+    `torn_share`: the share of cycles whose WAL end is torn."""
     rnd = random.Random(seed)
     state = State()
+    state.small_disk = small_disk
     totals = {"cycles": 0, "acked_writes": 0, "stream_events": 0, "disk_full_cycles": 0,
-              "lost": 0, "torn": 0, "oplog": 0, "invalid": 0, "stream": 0}
+              "torn_cycles": 0, "lost": 0, "torn": 0, "oplog": 0, "invalid": 0,
+              "stream": 0, "report": 0}
     for n in range(cycles):
-        errors = run_until_killed(server, state, rnd, rnd.uniform(0.3, 1.2))
+        seconds = rnd.uniform(0.3, 1.2)
+        errors = run_until_killed(server, state, rnd, seconds, torn=rnd.random() < torn_share)
         server.remove_socket_file()
+        if small_disk is not None:
+            (small_disk / FILLER).unlink(missing_ok=True)
+        reports_before = None
+        if state.expect_tear is not None:
+            reports_before = len(reported_drops(server.log_text(), state.expect_tear[0]))
         server.start()
         with server.client() as client:
             settle_in_flight(client, state)
             found = audit(client, state)
+        found["report"] = 0
+        if state.expect_tear is not None:
+            name, dropped = state.expect_tear
+            new = reported_drops(server.log_text(), name)[reports_before:]
+            found["report"] = int(new != ([dropped] if dropped else []))
         totals["cycles"] += 1
         totals["acked_writes"] = len(state.inserted) + len(state.deleted) + len(state.tx_acked)
         for k, v in found.items():
             totals[k] += v
         totals["stream_events"] = state.stream_checked
         totals["disk_full_cycles"] = state.disk_full_cycles
+        totals["torn_cycles"] = state.torn_cycles
         report(f"cycle {n + 1}: {found} (acknowledged so far {totals['acked_writes']}, "
                f"stream events checked {state.stream_checked}, "
-               f"interrupted: {sorted(set(errors))})")
+               f"interrupted: {sorted(set(errors))}"
+               + (f", WAL cut: {state.expect_tear}" if state.expect_tear else "")
+               + (", disk full" if state.disk_full_now else "") + ")")
     return totals

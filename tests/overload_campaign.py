@@ -7,16 +7,23 @@ Phases, each reporting its figures:
    the producer's acknowledgement latency and the events' latency (insert to receipt,
    one clock);
 2. load: `connections` raw connections open `streams` cursors (change streams on the
-   collections and tailable awaitData cursors on a capped collection, alternately);
+   collections and tailable awaitData cursors on a capped collection, alternately, or
+   as `tailable_share` says: 0 for change streams only, all on one collection with
+   `collections=1`);
    `readers` of the change streams are read by one thread with short getMores, the
    others never; the same producer and consumers run again: their latency against the
    baseline, the server's RSS (current and peak);
-3. idle timeout: everything stops reading; the server closes the idle cursors after
+3. slow bus consumers: a producer inserts into a small capped collection (the bus)
+   at the same rate while a fast tailable reader keeps up and `slow` tailable readers
+   read one document every 200 ms, falling a whole collection behind: the slow ones
+   get CappedPositionLost (136), as mongod's, the producer and the fast reader their
+   usual latency, every document delivered to the fast one;
+4. idle timeout: everything stops reading; the server closes the idle cursors after
    `cursorTimeoutMillis` (the campaign starts the server with `timeout_ms`), counted
    with serverStatus `metrics.cursor`;
-4. churn: `churn` connections opened, greeted and closed in a loop while another
+5. churn: `churn` connections opened, greeted and closed in a loop while another
    client pings: the ping's latency, `connections.current` afterwards;
-5. oversized input: a 48 MB message (three 15.9 MB documents in one insert), a message
+6. oversized input: a 48 MB message (three 15.9 MB documents in one insert), a message
    past 48 MB, a batch of 100,000 inserts and one of 100,001, a document nested 1,000
    deep, a 17 MB document: each answer (or the connection closed), and a ping from
    another client after each.
@@ -35,7 +42,7 @@ import time
 from pathlib import Path
 
 import bson
-from pymongo import MongoClient
+from pymongo import CursorType, MongoClient
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wire  # noqa: E402
@@ -43,6 +50,9 @@ from conftest import TailstreamServer  # noqa: E402
 
 DB = "load"
 CAPPED = "capped"
+BUS = "bus"
+SLOW_READ_INTERVAL_S = 0.2
+CAPPED_POSITION_LOST = 136
 MAX_MESSAGE_BYTES = 48_000_000
 CURSOR_CHECK_PERIOD_S = 4  # the server's idle-cursor check period (mongod's default)
 
@@ -112,9 +122,10 @@ def traffic(uri, seconds, rate, collections, fast):
     return acks, events, inserted, sum(len(per) for per in latencies)
 
 
-def open_cursors(port, connections, streams, collections):
-    """Raw connections each holding its share of `streams` cursors; returns (sockets,
-    [(socket, cursor id, namespace collection)] of the change streams, tailable count)."""
+def open_cursors(port, connections, streams, collections, tailable_share=0.5):
+    """Raw connections each holding its share of `streams` cursors, `tailable_share`
+    of them tailable, spread evenly; returns (sockets, [(socket, cursor id, namespace
+    collection)] of the change streams, tailable count)."""
     socks = []
     change_streams = []
     tailable = 0
@@ -124,8 +135,8 @@ def open_cursors(port, connections, streams, collections):
         socks.append(s)
     for j in range(streams):
         s = socks[j % connections]
-        if j % 2 == 0:
-            coll = f"c{(j // 2) % collections}"
+        if int((j + 1) * tailable_share) == int(j * tailable_share):
+            coll = f"c{len(change_streams) % collections}"
             r = wire.command(s, {"aggregate": coll, "pipeline": [{"$changeStream": {}}],
                                  "cursor": {"batchSize": 0}, "$db": DB})
             assert r.get("ok") == 1, r
@@ -148,6 +159,84 @@ def read_some(cursors, stop, counted):
                                  "$db": DB})
             assert r.get("ok") == 1, r
             counted[0] += len(r["cursor"]["nextBatch"])
+
+
+def slow_bus(uri, port, seconds, rate, slow, bus_kib):
+    """Phase 3: returns (producer acks ms, fast reader latencies ms, inserted, the fast
+    reader's count, the slow readers' outcomes: a Counter of 'lost' / 'read on' /
+    other errors, documents the slow readers read)."""
+    import collections as _collections
+    outcomes = _collections.Counter()
+    slow_read = [0]
+    stop = threading.Event()
+    with MongoClient(uri) as c:
+        c[DB].create_collection(BUS, capped=True, size=bus_kib << 10)
+        c[DB][BUS].insert_one({"seed": 1})
+    socks = []
+    for _ in range(slow):
+        s = wire.connect(port, timeout=30)
+        r = wire.command(s, {"find": BUS, "tailable": True, "awaitData": True,
+                             "batchSize": 1, "$db": DB})
+        assert r.get("ok") == 1 and r["cursor"]["id"] != 0, r
+        socks.append((s, r["cursor"]["id"]))
+
+    def slow_reader():
+        live = list(socks)
+        while live and not stop.is_set():
+            for item in list(live):
+                s, cid = item
+                r = wire.command(s, {"getMore": cid, "collection": BUS, "batchSize": 1,
+                                     "maxTimeMS": 1, "$db": DB})
+                if r.get("ok") == 1:
+                    slow_read[0] += len(r["cursor"]["nextBatch"])
+                else:
+                    code = r.get("code")
+                    outcomes["lost" if code == CAPPED_POSITION_LOST else f"error {code}"] += 1
+                    live.remove(item)
+            stop.wait(SLOW_READ_INTERVAL_S)
+        outcomes["read on"] += len(live)
+
+    fast = []
+    ready = threading.Event()
+
+    def fast_reader():
+        with MongoClient(uri) as c:
+            cur = c[DB][BUS].find({"t": {"$exists": True}},
+                                  cursor_type=CursorType.TAILABLE_AWAIT).max_await_time_ms(100)
+            # Opened (its first batch read: nothing yet) before the producer starts.
+            doc = next(cur, None)
+            ready.set()
+            while not stop.is_set() or cur.alive:
+                if doc is not None:
+                    fast.append((time.monotonic_ns() - doc["t"]) / 1e6)
+                doc = next(cur, None)
+                if doc is None and stop.is_set():
+                    break
+
+    threads = [threading.Thread(target=slow_reader, daemon=True),
+               threading.Thread(target=fast_reader, daemon=True)]
+    for t in threads:
+        t.start()
+    ready.wait(10)
+    acks = []
+    with MongoClient(uri) as c:
+        bus = c[DB][BUS]
+        start = time.monotonic()
+        n = int(seconds * rate)
+        for i in range(n):
+            delay = start + i / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            t0 = time.monotonic_ns()
+            bus.insert_one({"t": t0, "pad": "x" * 100})
+            acks.append((time.monotonic_ns() - t0) / 1e6)
+    time.sleep(0.5)
+    stop.set()
+    for t in threads:
+        t.join(30)
+    for s, _ in socks:
+        s.close()
+    return acks, fast, n, len(fast), outcomes, slow_read[0]
 
 
 def cursor_metrics(client):
@@ -246,7 +335,7 @@ def bad_inputs(port, client):
 
 def run(binary, connections=1000, streams=10000, readers=100, collections=100, fast=4,
         rate=1000, seconds=10.0, timeout_ms=10_000, churn_count=3000, oversized=True,
-        log=print):
+        tailable_share=0.5, slow=100, bus_kib=256, log=print):
     figures = {}
     os.environ["TAILSTREAM_BIN"] = binary
     root = tempfile.mkdtemp(prefix="tailstream-overload.")
@@ -272,7 +361,7 @@ def run(binary, connections=1000, streams=10000, readers=100, collections=100, f
             log(f"opening {streams} cursors on {connections} connections")
             t0 = time.monotonic()
             socks, change_streams, tailable = open_cursors(port, connections, streams,
-                                                           collections)
+                                                           collections, tailable_share)
             figures["open_s"] = time.monotonic() - t0
             figures["tailable"] = tailable
             figures["change_streams"] = len(change_streams)
@@ -293,6 +382,10 @@ def run(binary, connections=1000, streams=10000, readers=100, collections=100, f
             figures["load"] = (acks, events, inserted, received)
             figures["readers_events"] = counted[0]
             figures["rss_load_kib"], figures["rss_peak_kib"] = memory_kib(server.proc.pid)
+
+            log(f"slow bus consumers: {slow} tailable readers falling behind a "
+                f"{bus_kib} KiB capped collection, {seconds} s at {rate}/s")
+            figures["bus"] = slow_bus(uri, port, seconds, rate, slow, bus_kib)
 
             wait_s = timeout_ms / 1000 + 2 * CURSOR_CHECK_PERIOD_S + 1
             log(f"idle: waiting {wait_s:.0f} s for the idle cursors to time out")
@@ -337,6 +430,7 @@ def report(f, sizes):
         f"{sizes['connections']:,} connections, {sizes['streams']:,} cursors "
         f"({f['change_streams']:,} change streams, {f['tailable']:,} tailable awaitData), "
         f"{sizes['readers']} of them read, {sizes['fast']} fast consumers (`watch()`), "
+        f"change streams on {sizes['collections']} collection(s), "
         f"a producer at {sizes['rate']:,} inserts/s for {sizes['seconds']} s per phase, "
         f"cursorTimeoutMillis {sizes['timeout_ms']:,}.",
         "",
@@ -347,6 +441,24 @@ def report(f, sizes):
     lines.append(f"| inserts acknowledged p50 / p99 / max ms | {lat(b[0])} | {lat(l[0])} |")
     lines.append(f"| events p50 / p99 / max ms | {lat(b[1])} | {lat(l[1])} |")
     lines.append(f"| inserts / events received | {b[2]:,} / {b[3]:,} | {l[2]:,} / {l[3]:,} |")
+    acks, fast, n, got, outcomes, slow_read = f["bus"]
+    lines += [
+        "",
+        f"Slow bus consumers: {sizes['slow']} tailable readers reading one document every "
+        f"{SLOW_READ_INTERVAL_S * 1000:.0f} ms from a {sizes['bus_kib']} KiB capped collection "
+        f"the producer writes {sizes['rate']:,}/s into for {sizes['seconds']} s, and one "
+        f"fast tailable reader.",
+        "",
+        "| figure | value |",
+        "|---|--:|",
+        f"| producer acknowledged p50 / p99 / max ms | {lat(acks)} |",
+        f"| fast reader: documents p50 / p99 / max ms | {lat(fast)} |",
+        f"| inserted / received by the fast reader | {n:,} / {got:,} |",
+        f"| slow readers: CappedPositionLost / still reading / other errors | "
+        f"{outcomes['lost']} / {outcomes['read on']} / "
+        f"{sum(v for k, v in outcomes.items() if k.startswith('error'))} |",
+        f"| documents the slow readers read before that | {slow_read:,} |",
+    ]
     lines += [
         "",
         "| figure | value |",
@@ -389,10 +501,14 @@ def main():
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--timeout-ms", type=int, default=10_000)
     ap.add_argument("--churn", type=int, default=3000)
+    ap.add_argument("--tailable-share", type=float, default=0.5)
+    ap.add_argument("--slow", type=int, default=100)
+    ap.add_argument("--bus-kib", type=int, default=256)
     args = ap.parse_args()
     sizes = dict(connections=args.connections, streams=args.streams, readers=args.readers,
                  collections=args.collections, fast=args.fast, rate=args.rate,
-                 seconds=args.seconds, timeout_ms=args.timeout_ms, churn_count=args.churn)
+                 seconds=args.seconds, timeout_ms=args.timeout_ms, churn_count=args.churn,
+                 tailable_share=args.tailable_share, slow=args.slow, bus_kib=args.bus_kib)
     figures = run(args.server, log=lambda m: print(m, file=sys.stderr, flush=True), **sizes)
     print(report(figures, sizes))
 

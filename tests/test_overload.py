@@ -8,7 +8,7 @@ from conftest import binary_path
 from overload_campaign import run
 
 SIZES = dict(connections=100, streams=1000, readers=20, collections=10, fast=2, rate=200,
-             seconds=2.0, timeout_ms=2000, churn_count=300)
+             seconds=2.0, timeout_ms=2000, churn_count=300, slow=20, bus_kib=16)
 
 
 def test_overload_leaves_producers_consumers_and_the_server_unharmed():
@@ -21,6 +21,12 @@ def test_overload_leaves_producers_consumers_and_the_server_unharmed():
         assert received == inserted * SIZES["fast"], phase
     assert f["open_total"] >= f["open_base"] + SIZES["streams"]
     assert f["readers_events"] > 0, "the readers' streams delivered"
+    # The bus: the fast tailable reader got every document; every slow one fell a whole
+    # collection behind and was told so (CappedPositionLost), nothing else.
+    acks, fast, inserted, got, outcomes, slow_read = f["bus"]
+    assert got == inserted == SIZES["rate"] * SIZES["seconds"], (got, inserted)
+    assert outcomes == {"lost": SIZES["slow"], "read on": 0}, outcomes
+    assert slow_read > 0, "the slow readers read before falling behind"
     # Idle past cursorTimeoutMillis: every cursor the campaign left was closed.
     assert f["open_after_timeout"] <= f["open_base"]
     assert f["timed_out"] >= SIZES["streams"]

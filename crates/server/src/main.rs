@@ -1,34 +1,11 @@
 //! `tailstream`: a MongoDB-wire-protocol server built for change notification.
 
-mod auth;
-mod commands;
-mod config;
-mod config_file;
-mod conn;
-mod current_op;
-mod disk_space;
-mod error_labels;
-mod fcv;
-mod http;
-mod index_filters;
-mod ingress;
-mod local_sessions;
-mod logging;
-mod metrics;
-mod profiler;
-mod replset;
-mod rw_defaults;
-mod sessions;
-mod state;
-mod tls;
-mod top;
-mod transactions;
-
 use clap::Parser;
 use config::Config;
 use state::ServerState;
 use std::sync::Arc;
 use tailstream_engine::{Engine, EngineOptions};
+use tailstream_server::{auth, config, config_file, conn, http, logging, replset, state, tls};
 use tokio::net::TcpListener;
 
 // Every request and event builds and drops many small BSON values; glibc's malloc
