@@ -3,10 +3,16 @@ project's own Python tests send: a pytest plugin that records, through pymongo's
 monitoring, each test's commands of the target's list (their session and cluster-time
 fields left out: the target runs them on one connection against its own database), and
 writes them in inputs of up to 8 consecutive commands, as the target reads them (BSON
-documents one after another). Committed; run again when the tests change:
+documents one after another). The same plugin records pymongo's own suite run against
+the server (its CRUD spec tests, change streams, collation). Committed; run again when
+the tests change:
 
     rm -rf fuzz/seeds/command && cd tests && PYTHONPATH=../fuzz \\
         TAILSTREAM_BIN=... python -m pytest -q -p command_seeds test_query.py ...
+    PYTHONPATH=$PWD/fuzz bash conformance/run.sh --sync-only --no-report -p command_seeds \\
+        --module-filter test/test_crud_unified.py,test/test_change_stream.py,test/test_collation.py
+
+(The 2026-11-27 seeds: 982 inputs from 25 of tests/' files, 479 from pymongo 4.17.0.)
 """
 
 import hashlib
