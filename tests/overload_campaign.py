@@ -206,7 +206,7 @@ def slow_bus(uri, port, seconds, rate, slow, bus_kib):
             # Opened (its first batch read: nothing yet) before the producer starts.
             doc = next(cur, None)
             ready.set()
-            while not stop.is_set() or cur.alive:
+            while cur.alive:
                 if doc is not None:
                     fast.append((time.monotonic_ns() - doc["t"]) / 1e6)
                 doc = next(cur, None)
