@@ -230,13 +230,13 @@ fn severity(level: &Level) -> &'static str {
 fn component(target: &str) -> &'static str {
     const BY_PREFIX: &[(&str, &str)] = &[
         ("startup", "CONTROL"),
-        ("tailstream::conn", "NETWORK"),
-        ("tailstream::ingress", "NETWORK"),
-        ("tailstream::profiler", "COMMAND"),
-        ("tailstream::commands", "COMMAND"),
-        ("tailstream::current_op", "COMMAND"),
-        ("tailstream::disk_space", "STORAGE"),
-        ("tailstream::logging", "CONTROL"),
+        ("tailstream_server::conn", "NETWORK"),
+        ("tailstream_server::ingress", "NETWORK"),
+        ("tailstream_server::profiler", "COMMAND"),
+        ("tailstream_server::commands", "COMMAND"),
+        ("tailstream_server::current_op", "COMMAND"),
+        ("tailstream_server::disk_space", "STORAGE"),
+        ("tailstream_server::logging", "CONTROL"),
         ("tailstream_engine::core::durability", "JOURNAL"),
         ("tailstream_engine::write::ttl", "INDEX"),
         ("tailstream_engine::oplog", "STORAGE"),
@@ -251,16 +251,23 @@ fn component(target: &str) -> &'static str {
         .map_or("-", |(_, c)| c)
 }
 
+/// The server library's crate name and the binary's, as module paths begin.
+const LIBRARY_CRATE: &str = "tailstream_server";
+const BINARY_CRATE: &str = "tailstream";
+
 /// A log statement's id when it does not give one: a hash of where it is (its
 /// module and line), in mongod's range of ids (below 10,000,000).
 fn callsite_id(meta: &tracing::Metadata<'_>) -> i64 {
     // FNV-1a: stable across builds and platforms, unlike the standard library's hasher.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let key = format!(
-        "{}:{}",
-        meta.module_path().unwrap_or(""),
-        meta.line().unwrap_or(0)
-    );
+    // The server's modules hash under the binary's crate name, where they were until
+    // the server became a library (`tailstream_server`): their ids stay as they were.
+    let path = meta.module_path().unwrap_or("");
+    let path = match path.strip_prefix(LIBRARY_CRATE) {
+        Some(rest) => format!("{BINARY_CRATE}{rest}"),
+        None => path.to_string(),
+    };
+    let key = format!("{path}:{}", meta.line().unwrap_or(0));
     for b in key.bytes() {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
@@ -401,7 +408,9 @@ mod tests {
 
     #[test]
     fn components_follow_the_module_that_logged() {
-        assert_eq!(component("tailstream::conn"), "NETWORK");
+        assert_eq!(component("tailstream_server::conn"), "NETWORK");
+        assert_eq!(component("tailstream_server::state"), "CONTROL");
+        assert_eq!(component("tailstream"), "CONTROL");
         assert_eq!(component("tailstream_engine::core::durability"), "JOURNAL");
         assert_eq!(component("tailstream_engine::write::ttl"), "INDEX");
         assert_eq!(component("tailstream_engine::lib"), "STORAGE");
