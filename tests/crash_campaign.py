@@ -214,7 +214,17 @@ def disk(client, state, stop, rnd):
 
 
 def fill_up(path, leave_bytes):
-    """Writes `path` until its filesystem has about `leave_bytes` free (or none)."""
+    """Grows `path` until its filesystem has about `leave_bytes` free (or none): at
+    once with fallocate where the filesystem has it (tmpfs does), else by writing."""
+    st = os.statvfs(path.parent)
+    room = st.f_bavail * st.f_frsize - leave_bytes
+    if room > 0:
+        with open(path, "ab") as f:
+            try:
+                os.posix_fallocate(f.fileno(), f.tell(), room)
+                return
+            except OSError:
+                pass  # not supported here, or the space went meanwhile: write
     chunk = b"\0" * (1 << 20)
     with open(path, "ab") as f:
         while True:
