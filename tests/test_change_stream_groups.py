@@ -316,3 +316,26 @@ def test_committed_positions_survive_kill_9_and_consumers_join_again(fresh_serve
     epochs = [d["epoch"] for d in client.config.changeStreamGroups.find({"_id.group": "gr"})]
     assert epochs == [2, 2, 2, 2], "handed out again after the restart"
     client.close()
+
+
+def test_a_join_is_a_write_a_plain_split_is_not(fresh_server):
+    """Joining a group writes the group's state, so it passes the gates every write
+    passes: below the free-space floor it is refused with OutOfDiskSpace (14031), as an
+    insert is, while a parallel change stream without a group (a read) still opens."""
+    srv = fresh_server()
+    with srv.client() as c:
+        db = c.floor_groups
+        db.c.insert_one({"_id": 1})
+        c.admin.command("setParameter", 1, minFreeDiskSpaceMB=1 << 30)
+        with pytest.raises(OperationFailure) as refused:
+            join(c, None, db, "g", "c1")
+        assert refused.value.code == 14031, refused.value.details
+        with pytest.raises(OperationFailure) as insert_refused:
+            db.c.insert_one({"_id": 2})
+        assert insert_refused.value.code == 14031
+        split = c.admin.command("parallelChangeStream", 1, nBuckets=2, by="documentKey",
+                                nsRegex=Regex("^floor_groups\\."))
+        assert len(split["cursors"]) == 2, split
+        c.admin.command("setParameter", 1, minFreeDiskSpaceMB=256)
+        joined = join(c, None, db, "g", "c1")
+        assert sorted(joined["buckets"]) == [0, 1, 2, 3], joined

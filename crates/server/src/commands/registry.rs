@@ -79,6 +79,9 @@ pub enum Writes {
     PipelineOutput,
     /// Writes unless its `out` is `{inline: 1}` (mapReduce).
     OutOption,
+    /// Writes when it names a consumer group (`parallelChangeStream` with `group`: the
+    /// consumer's join writes the group's state).
+    Group,
 }
 
 impl Writes {
@@ -94,6 +97,7 @@ impl Writes {
             Writes::OutOption => {
                 !matches!(cmd.get("out"), Some(Bson::Document(o)) if o.contains_key("inline"))
             }
+            Writes::Group => cmd.contains_key("group"),
         }
     }
 }
@@ -402,7 +406,7 @@ macro_rules! output {
 
 use Action::*;
 use Resource::{Cluster, Collection, Database};
-use Writes::{Adds, OutOption, PipelineOutput, Removes};
+use Writes::{Adds, Group, OutOption, PipelineOutput, Removes};
 
 /// Every command, in alphabetical order.
 pub static SPECS: &[Spec] = &[
@@ -828,6 +832,7 @@ pub static SPECS: &[Spec] = &[
         "parallelChangeStream",
         reply!(c => parallel_stream::run(c.state, c.cmd).await),
     )
+    .writes(Group)
     .admin_only()
     .needs(Cluster, &[ChangeStream, Find]),
     command("ping", reply!(_c => Ok(Document::new())))
@@ -1531,6 +1536,18 @@ mod tests {
         let mut expected = set(before::DISPATCHED);
         expected.extend(added_where(|_| true));
         assert_eq!(all_names(), expected);
+    }
+
+    /// A parallel change stream writes only when a consumer joins a group.
+    #[test]
+    fn a_group_join_writes() {
+        let spec = find("parallelChangeStream", false).unwrap();
+        assert!(!spec
+            .writes
+            .writes(&doc! {"parallelChangeStream": 1, "nBuckets": 4}));
+        assert!(spec
+            .writes
+            .writes(&doc! {"parallelChangeStream": 1, "group": "g", "consumer": "c"}));
     }
 
     #[test]
