@@ -513,6 +513,17 @@ class TestDensify:
     """$densify: the manual's weather (explicit date range) and coffee (full and
     partition bounds) examples, numeric ranges, and mongod's errors."""
 
+    def test_a_long_generation_stops_at_max_time_ms(self, coll):
+        """Found by the `command` fuzz target: a step that generates hundreds of
+        thousands of documents ran past its maxTimeMS (under the sanitizer, 10 s
+        against 2 s) until the generated-documents limit. The stage checks its
+        operation as it generates: maxTimeMS stops it, as mongod's."""
+        coll.insert_many([{"x": 1}, {"x": 2}])
+        with pytest.raises(OperationFailure) as e:
+            coll.database.command("aggregate", coll.name, cursor={}, maxTimeMS=1, pipeline=[
+                {"$densify": {"field": "x", "range": {"step": 1e-9, "bounds": "full"}}}])
+        assert e.value.code == 50, e.value.details
+
     def test_explicit_date_range(self, coll):
         meta = {"sensorId": 5578, "type": "temperature"}
         coll.insert_many([{"metadata": meta, "timestamp": utc(2021, 5, 18, h), "temp": t}

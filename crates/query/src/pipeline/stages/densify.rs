@@ -18,6 +18,10 @@ const STAGE: &str = "$densify";
 /// mongod's internalQueryMaxAllowedDensifyDocs default: the most documents one
 /// `$densify` may generate.
 const MAX_GENERATED: usize = 500_000;
+/// How many generated documents pass between checks of the running operation, so that
+/// `killOp` and `maxTimeMS` stop a long generation as they stop mongod's (a few ms of
+/// generating each: 500,000 documents took 0.45 s on the 2-core machine).
+const INTERRUPT_CHECK_DOCS: usize = 4096;
 
 /// The range's bounds.
 #[derive(Debug, Clone, PartialEq)]
@@ -313,6 +317,9 @@ impl Walk<'_> {
                 return Ok(at);
             }
             self.generated += 1;
+            if self.generated.is_multiple_of(INTERRUPT_CHECK_DOCS) {
+                crate::script::Operation::check_current()?;
+            }
             if self.generated > MAX_GENERATED {
                 return Err(Error::location(
                     5897900,
