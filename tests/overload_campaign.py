@@ -32,6 +32,7 @@ Phases, each reporting its figures:
 """
 
 import argparse
+import collections
 import os
 import shutil
 import struct
@@ -165,8 +166,7 @@ def slow_bus(uri, port, seconds, rate, slow, bus_kib):
     """Phase 3: returns (producer acks ms, fast reader latencies ms, inserted, the fast
     reader's count, the slow readers' outcomes: a Counter of 'lost' / 'read on' /
     other errors, documents the slow readers read)."""
-    import collections as _collections
-    outcomes = _collections.Counter()
+    outcomes = collections.Counter()
     slow_read = [0]
     stop = threading.Event()
     with MongoClient(uri) as c:

@@ -16,6 +16,8 @@ import pytest
 from pymongo.errors import OperationFailure, WriteConcernError
 from pymongo.write_concern import WriteConcern
 
+import crash_campaign
+
 OUT_OF_DISK_SPACE = 14031
 
 
@@ -35,17 +37,9 @@ def small_disk(tmp_path):
 
 
 def fill_up(directory, leave_bytes):
-    """Writes a file that leaves about `leave_bytes` free on the filesystem."""
-    st = os.statvfs(directory)
-    free = st.f_bavail * st.f_frsize
+    """A file in `directory` that leaves about `leave_bytes` free on its filesystem."""
     path = directory / "filler"
-    with open(path, "wb") as f:
-        chunk = b"\0" * (1 << 20)
-        remaining = max(free - leave_bytes, 0)
-        while remaining > 0:
-            n = min(remaining, len(chunk))
-            f.write(chunk[:n])
-            remaining -= n
+    crash_campaign.fill_up(path, leave_bytes)
     return path
 
 
