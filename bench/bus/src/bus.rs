@@ -57,15 +57,21 @@ pub enum System {
     RedisStreams,
     /// Redis Streams, AOF with appendfsync always (durable).
     RedisStreamsAlways,
+    /// Redis Streams, AOF always, the producer shaped as a MongoDB driver's pool: one
+    /// connection per send in flight, one command in flight per connection (the other
+    /// Redis rows pipeline every send in flight on one connection, answered in one
+    /// write). Not a target's peer: it shows what the connection shape costs Redis.
+    RedisStreamsAlwaysConns,
 }
 
 impl System {
-    pub const ALL: [System; 5] = [
+    pub const ALL: [System; 6] = [
         System::Tailstream,
         System::TailstreamW1,
         System::RedisPubsub,
         System::RedisStreams,
         System::RedisStreamsAlways,
+        System::RedisStreamsAlwaysConns,
     ];
 
     pub fn label(self) -> &'static str {
@@ -75,6 +81,9 @@ impl System {
             System::RedisPubsub => "Redis Pub/Sub (no persistence)",
             System::RedisStreams => "Redis Streams (AOF everysec)",
             System::RedisStreamsAlways => "Redis Streams (AOF always)",
+            System::RedisStreamsAlwaysConns => {
+                "Redis Streams (AOF always), a connection per send in flight"
+            }
         }
     }
 
@@ -85,6 +94,7 @@ impl System {
             System::RedisPubsub => "redis-pubsub",
             System::RedisStreams => "redis-streams",
             System::RedisStreamsAlways => "redis-streams-always",
+            System::RedisStreamsAlwaysConns => "redis-streams-always-conns",
         }
     }
 
@@ -92,12 +102,20 @@ impl System {
         matches!(self, System::Tailstream | System::TailstreamW1)
     }
 
+    /// Redis Streams, whatever its persistence and its producer's connections.
+    pub fn is_stream(self) -> bool {
+        matches!(
+            self,
+            System::RedisStreams | System::RedisStreamsAlways | System::RedisStreamsAlwaysConns
+        )
+    }
+
     /// The redis-server persistence this system runs with (None: not Redis).
     pub fn redis_appendfsync(self) -> Option<Option<&'static str>> {
         match self {
             System::RedisPubsub => Some(None),
             System::RedisStreams => Some(Some("everysec")),
-            System::RedisStreamsAlways => Some(Some("always")),
+            System::RedisStreamsAlways | System::RedisStreamsAlwaysConns => Some(Some("always")),
             _ => None,
         }
     }
@@ -153,7 +171,7 @@ pub async fn prepare(sys: System, uri: &str, capped_bytes: u64) -> Result<()> {
             .insert_one(doc! {"seq": -1i64, "t": 0i64, "time": 0.0, "dummy": true})
             .await
             .context("insert of the dummy document failed")?;
-    } else if sys == System::RedisStreams || sys == System::RedisStreamsAlways {
+    } else if sys.is_stream() {
         let mut con = redis_conn(uri).await?;
         let _: i64 = redis::cmd("DEL").arg(STREAM).query_async(&mut con).await?;
     }
@@ -172,7 +190,7 @@ pub async fn check_stored(sys: System, uri: &str, n: u64) -> Result<Option<Strin
                 "the capped collection holds {count} messages after the row, not {n}"
             )));
         }
-    } else if sys == System::RedisStreams || sys == System::RedisStreamsAlways {
+    } else if sys.is_stream() {
         let mut con = redis_conn(uri).await?;
         let len: u64 = redis::cmd("XLEN").arg(STREAM).query_async(&mut con).await?;
         if len != n {
@@ -210,6 +228,8 @@ enum Sender {
     Mongo(Collection<Document>),
     PubSub(redis::aio::MultiplexedConnection, i64),
     Stream(redis::aio::MultiplexedConnection),
+    /// Idle connections: a send takes one and gives it back with its reply.
+    StreamConns(std::sync::Mutex<Vec<redis::aio::MultiplexedConnection>>),
 }
 
 impl Sender {
@@ -234,28 +254,47 @@ impl Sender {
                     .map(|got| got < *expected)
                     .map_err(anyhow::Error::from)
             }
+            Sender::StreamConns(idle) => {
+                let con = idle.lock().unwrap().pop();
+                match con {
+                    // The producer keeps at most `window` sends in flight, one per connection.
+                    None => Err(anyhow!(
+                        "no idle connection: more sends in flight than connections"
+                    )),
+                    Some(mut con) => {
+                        let r = xadd(&mut con, seq, t).await;
+                        idle.lock().unwrap().push(con);
+                        r
+                    }
+                }
+            }
             Sender::Stream(con) => {
                 let mut con = con.clone();
-                redis::cmd("XADD")
-                    .arg(STREAM)
-                    .arg("MAXLEN")
-                    .arg("~")
-                    .arg(1_000_000)
-                    .arg("*")
-                    .arg("seq")
-                    .arg(seq)
-                    .arg("t")
-                    .arg(t)
-                    .arg("time")
-                    .arg(format!("{:.6}", unix_secs()))
-                    .query_async::<redis::Value>(&mut con)
-                    .await
-                    .map(|_| false)
-                    .map_err(anyhow::Error::from)
+                xadd(&mut con, seq, t).await
             }
         };
         (t, r)
     }
+}
+
+/// XADD of message `seq` sent at `t` (ns) on `con`.
+async fn xadd(con: &mut redis::aio::MultiplexedConnection, seq: u64, t: u64) -> Result<bool> {
+    redis::cmd("XADD")
+        .arg(STREAM)
+        .arg("MAXLEN")
+        .arg("~")
+        .arg(1_000_000)
+        .arg("*")
+        .arg("seq")
+        .arg(seq)
+        .arg("t")
+        .arg(t)
+        .arg("time")
+        .arg(format!("{:.6}", unix_secs()))
+        .query_async::<redis::Value>(con)
+        .await
+        .map(|_| false)
+        .map_err(anyhow::Error::from)
 }
 
 /// The producer's clock for paced rows: a periodic `timerfd` (CLOCK_MONOTONIC)
@@ -373,6 +412,12 @@ pub async fn produce(
         Sender::Mongo(client.database(DB).collection_with_options(COLL, opts))
     } else if sys == System::RedisPubsub {
         Sender::PubSub(redis_conn(uri).await?, consumers as i64)
+    } else if sys == System::RedisStreamsAlwaysConns {
+        let mut conns = Vec::with_capacity(window);
+        for _ in 0..window {
+            conns.push(redis_conn(uri).await?);
+        }
+        Sender::StreamConns(std::sync::Mutex::new(conns))
     } else {
         Sender::Stream(redis_conn(uri).await?)
     };
@@ -605,7 +650,7 @@ pub async fn consume(
             consume_mongo(uri, &mut rec, &stop, ready).await?
         }
         System::RedisPubsub => consume_pubsub(uri, &mut rec, &stop, ready).await?,
-        System::RedisStreams | System::RedisStreamsAlways => {
+        System::RedisStreams | System::RedisStreamsAlways | System::RedisStreamsAlwaysConns => {
             consume_stream(uri, &mut rec, &stop, ready).await?
         }
     }

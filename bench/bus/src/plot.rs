@@ -18,12 +18,13 @@ pub struct Panel<'a> {
     pub color: RGBColor,
 }
 
-pub const COLORS: [RGBColor; 5] = [
+pub const COLORS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),  // Tailstream
     RGBColor(23, 190, 207),  // Tailstream w1
     RGBColor(148, 103, 189), // Redis Pub/Sub
     RGBColor(214, 39, 40),   // Redis Streams everysec
     RGBColor(255, 127, 14),  // Redis Streams always
+    RGBColor(140, 86, 75),   // Redis Streams always, a connection per send
 ];
 
 /// Registers the embedded DejaVu Sans as "sans-serif" (no system fonts needed).

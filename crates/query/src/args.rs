@@ -125,9 +125,12 @@ impl<'a> Fields<'a> {
 
     /// An optional sub-document.
     pub fn opt_doc(&self, field: &str) -> Result<Option<&'a Document>> {
-        self.get(field)
-            .map(|v| doc_value(&self.path(field), v))
-            .transpose()
+        match self.get(field) {
+            None => Ok(None),
+            // The error's field path is built only for an error (a `format!` each).
+            Some(Bson::Document(d)) => Ok(Some(d)),
+            Some(v) => doc_value(&self.path(field), v).map(Some),
+        }
     }
 
     /// An optional array of documents; a wrong element is named by its index
@@ -150,6 +153,8 @@ impl<'a> Fields<'a> {
     pub fn opt_bool(&self, field: &str) -> Result<Option<bool>> {
         match self.get(field) {
             None => Ok(None),
+            // Before the others: the error's field path is built only for an error.
+            Some(Bson::Boolean(b)) => Ok(Some(*b)),
             Some(Bson::Int32(i)) => Ok(Some(*i != 0)),
             Some(Bson::Int64(i)) => Ok(Some(*i != 0)),
             Some(Bson::Double(d)) => Ok(Some(*d != 0.0)),
@@ -162,6 +167,7 @@ impl<'a> Fields<'a> {
         match self.get(field) {
             None => Ok(None),
             Some(Bson::Int32(i)) => Ok(Some(*i as i64)),
+            Some(Bson::Int64(i)) => Ok(Some(*i)),
             Some(Bson::Double(d)) if d.fract() == 0.0 && d.is_finite() => Ok(Some(*d as i64)),
             Some(Bson::Double(d)) => Err(Error::bad_value(format!(
                 "BSON field '{}' value must be an integer, got {d}",
@@ -173,9 +179,11 @@ impl<'a> Fields<'a> {
 
     /// An optional string.
     pub fn opt_str(&self, field: &str) -> Result<Option<&'a str>> {
-        self.get(field)
-            .map(|v| str_value(&self.path(field), v))
-            .transpose()
+        match self.get(field) {
+            None => Ok(None),
+            Some(Bson::String(s)) => Ok(Some(s)),
+            Some(v) => str_value(&self.path(field), v).map(Some),
+        }
     }
 }
 

@@ -379,11 +379,11 @@ pub struct Catalog {
 
 impl Catalog {
     pub fn get(&self, ns: &Namespace) -> Option<Arc<CollMeta>> {
-        self.colls.get(&ns.full()).cloned()
+        ns.with_full(|full| self.colls.get(full).cloned())
     }
 
     pub fn view(&self, ns: &Namespace) -> Option<Arc<ViewMeta>> {
-        self.views.get(&ns.full()).cloned()
+        ns.with_full(|full| self.views.get(full).cloned())
     }
 
     pub fn views_in(&self, db: &str) -> Vec<Arc<ViewMeta>> {

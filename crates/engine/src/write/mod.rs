@@ -323,7 +323,9 @@ impl Engine {
         }
         // The document is stored once, in its oplog entry; the collection keeps a pointer
         // until the entry is trimmed (see `trim_oplog`) or the document is rewritten.
-        let ts = txn.log_insert(&meta.ns.full(), meta.uuid, &raw, &id_ref);
+        let ts = meta
+            .ns
+            .with_full(|ns| txn.log_insert(ns, meta.uuid, &raw, &id_ref));
         if txn.collects_ops() {
             // Inside a transaction's applyOps entry: no pointer can name it, stored whole.
             txn.batch().put(Space::Docs, &dkey, raw.as_bytes());
