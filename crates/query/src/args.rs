@@ -123,14 +123,22 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// `check` of the value `v` of `field`, with the field's path (a `format!`) built
+    /// only when the check fails, for its error.
+    fn checked<T>(
+        &self,
+        field: &str,
+        v: &'a Bson,
+        check: impl Fn(&str, &'a Bson) -> Result<T>,
+    ) -> Result<T> {
+        check("", v).or_else(|_| check(&self.path(field), v))
+    }
+
     /// An optional sub-document.
     pub fn opt_doc(&self, field: &str) -> Result<Option<&'a Document>> {
-        match self.get(field) {
-            None => Ok(None),
-            // The error's field path is built only for an error (a `format!` each).
-            Some(Bson::Document(d)) => Ok(Some(d)),
-            Some(v) => doc_value(&self.path(field), v).map(Some),
-        }
+        self.get(field)
+            .map(|v| self.checked(field, v, doc_value))
+            .transpose()
     }
 
     /// An optional array of documents; a wrong element is named by its index
@@ -153,12 +161,10 @@ impl<'a> Fields<'a> {
     pub fn opt_bool(&self, field: &str) -> Result<Option<bool>> {
         match self.get(field) {
             None => Ok(None),
-            // Before the others: the error's field path is built only for an error.
-            Some(Bson::Boolean(b)) => Ok(Some(*b)),
             Some(Bson::Int32(i)) => Ok(Some(*i != 0)),
             Some(Bson::Int64(i)) => Ok(Some(*i != 0)),
             Some(Bson::Double(d)) => Ok(Some(*d != 0.0)),
-            Some(v) => bool_value(&self.path(field), v).map(Some),
+            Some(v) => self.checked(field, v, bool_value).map(Some),
         }
     }
 
@@ -167,23 +173,20 @@ impl<'a> Fields<'a> {
         match self.get(field) {
             None => Ok(None),
             Some(Bson::Int32(i)) => Ok(Some(*i as i64)),
-            Some(Bson::Int64(i)) => Ok(Some(*i)),
             Some(Bson::Double(d)) if d.fract() == 0.0 && d.is_finite() => Ok(Some(*d as i64)),
             Some(Bson::Double(d)) => Err(Error::bad_value(format!(
                 "BSON field '{}' value must be an integer, got {d}",
                 self.path(field)
             ))),
-            Some(v) => long_value(&self.path(field), v).map(Some),
+            Some(v) => self.checked(field, v, long_value).map(Some),
         }
     }
 
     /// An optional string.
     pub fn opt_str(&self, field: &str) -> Result<Option<&'a str>> {
-        match self.get(field) {
-            None => Ok(None),
-            Some(Bson::String(s)) => Ok(Some(s)),
-            Some(v) => str_value(&self.path(field), v).map(Some),
-        }
+        self.get(field)
+            .map(|v| self.checked(field, v, str_value))
+            .transpose()
     }
 }
 

@@ -46,7 +46,7 @@ impl<'a> ByteReader<'a> {
         Ok(head)
     }
 
-    fn take_array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], WireError> {
+    pub(crate) fn take_array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], WireError> {
         let mut out = [0u8; N];
         out.copy_from_slice(self.take(N, what)?);
         Ok(out)
@@ -77,7 +77,7 @@ impl<'a> ByteReader<'a> {
 
     /// The bytes of the next BSON document, whose declared length must fit inside the
     /// remaining bytes.
-    fn document_bytes(&mut self, what: &str) -> Result<&'a [u8], WireError> {
+    pub(crate) fn document_bytes(&mut self, what: &str) -> Result<&'a [u8], WireError> {
         let declared = match self.buf.get(..4) {
             Some(b) => i32::from_le_bytes([b[0], b[1], b[2], b[3]]),
             None => return Err(malformed(format!("truncated {what}: no BSON length"))),

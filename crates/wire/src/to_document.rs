@@ -21,6 +21,8 @@
 //! 3. Any error is reported by the crate's conversion itself, so the result and the
 //!    errors are exactly the crate's.
 
+use crate::codec::ByteReader;
+use crate::error::{malformed, WireError};
 use bson::raw::RawBsonRef;
 use bson::spec::BinarySubtype;
 use bson::{Binary, Bson, Document, RawArray, RawDocument};
@@ -37,131 +39,97 @@ pub fn to_document(raw: &RawDocument) -> Result<Document, bson::raw::Error> {
     }
 }
 
-/// BSON's smallest document: its length and its trailing NUL.
-const MIN_DOCUMENT_BYTES: usize = 5;
-
-/// The little-endian i32 at `at`, as a length (None: out of bounds or negative).
-fn len_at(bytes: &[u8], at: usize) -> Option<usize> {
-    let field: [u8; 4] = bytes.get(at..at.checked_add(4)?)?.try_into().ok()?;
-    usize::try_from(i32::from_le_bytes(field)).ok()
-}
-
-/// The `N` bytes at the start of `rest`.
-fn fixed<const N: usize>(rest: &[u8]) -> Option<[u8; N]> {
-    rest.get(..N)?.try_into().ok()
-}
-
 /// `bytes`, exactly one document, as the crate would convert it; None for a type
 /// this walk leaves to the crate or for anything the crate might read otherwise.
 fn walk_document(bytes: &[u8]) -> Option<Document> {
     let mut doc = Document::new();
     walk_elements(bytes, |key, value| {
         doc.insert(key.to_owned(), value);
-    })?;
+    })
+    .ok()?;
     Some(doc)
 }
 
-/// Calls `each` with every element of the document `bytes` holds exactly.
-fn walk_elements(bytes: &[u8], mut each: impl FnMut(&str, Bson)) -> Option<()> {
-    let declared = len_at(bytes, 0)?;
-    if declared != bytes.len() || declared < MIN_DOCUMENT_BYTES || bytes[declared - 1] != 0 {
-        return None;
-    }
-    let end = declared - 1;
-    let mut at = 4;
-    while at < end {
-        let kind = bytes[at];
-        at += 1;
-        let key_len = bytes[at..end].iter().position(|&b| b == 0)?;
-        let key = std::str::from_utf8(&bytes[at..at + key_len]).ok()?;
-        at += key_len + 1;
-        let (value, size) = walk_value(kind, &bytes[at..end])?;
-        debug_assert!(size <= end - at, "a value's size is within its bytes");
-        each(key, value);
-        at += size;
-    }
-    Some(())
+/// What the walk reports for a value it leaves to the crate (only ever mapped to None).
+fn not_walked() -> WireError {
+    malformed("left to the bson crate")
 }
 
-/// The value of type `kind` at the start of `rest` and the bytes it takes.
-fn walk_value(kind: u8, rest: &[u8]) -> Option<(Bson, usize)> {
-    Some(match kind {
-        0x01 => (Bson::Double(f64::from_le_bytes(fixed(rest)?)), 8),
-        0x02 => {
-            let (s, size) = walk_string(rest)?;
-            (Bson::String(s.to_owned()), size)
-        }
-        0x03 => {
-            let len = len_at(rest, 0)?;
-            (Bson::Document(walk_document(rest.get(..len)?)?), len)
-        }
+/// Calls `each` with every element of the document `bytes` holds exactly, read with
+/// the codec's bounds-checked cursor.
+fn walk_elements(bytes: &[u8], mut each: impl FnMut(&str, Bson)) -> Result<(), WireError> {
+    let mut whole = ByteReader::new(bytes);
+    if whole.document_bytes(WHAT)?.len() != bytes.len() || bytes.last() != Some(&0) {
+        return Err(not_walked());
+    }
+    let mut r = ByteReader::new(&bytes[4..bytes.len() - 1]);
+    while !r.is_empty() {
+        let kind = r.u8(WHAT)?;
+        let key = r.cstring(WHAT)?;
+        each(key, walk_value(kind, &mut r)?);
+    }
+    Ok(())
+}
+
+/// What the cursor's errors name (never shown: an error sends the document on).
+const WHAT: &str = "command body element";
+
+/// The value of type `kind` at the cursor.
+fn walk_value(kind: u8, r: &mut ByteReader<'_>) -> Result<Bson, WireError> {
+    Ok(match kind {
+        0x01 => Bson::Double(f64::from_le_bytes(r.take_array(WHAT)?)),
+        0x02 => Bson::String(walk_string(r)?.to_owned()),
+        0x03 => Bson::Document(walk_document(r.document_bytes(WHAT)?).ok_or_else(not_walked)?),
         0x04 => {
-            let len = len_at(rest, 0)?;
             let mut items = Vec::new();
-            walk_elements(rest.get(..len)?, |_, value| items.push(value))?;
-            (Bson::Array(items), len)
+            walk_elements(r.document_bytes(WHAT)?, |_, value| items.push(value))?;
+            Bson::Array(items)
         }
         0x05 => {
-            let len = len_at(rest, 0)?;
-            let subtype = *rest.get(4)?;
+            let len = usize::try_from(r.i32(WHAT)?).map_err(|_| not_walked())?;
+            let subtype = r.u8(WHAT)?;
             // The old binary subtype's inner length and the newer subtypes: the crate's.
             if !matches!(subtype, 0x00 | 0x03 | 0x04) {
-                return None;
+                return Err(not_walked());
             }
-            let data = rest.get(5..5usize.checked_add(len)?)?;
-            let binary = Binary {
+            Bson::Binary(Binary {
                 subtype: BinarySubtype::from(subtype),
-                bytes: data.to_vec(),
-            };
-            (Bson::Binary(binary), 5 + len)
+                bytes: r.take(len, WHAT)?.to_vec(),
+            })
         }
-        0x07 => (
-            Bson::ObjectId(bson::oid::ObjectId::from_bytes(fixed(rest)?)),
-            12,
-        ),
-        0x08 => match rest.first()? {
-            0 => (Bson::Boolean(false), 1),
-            1 => (Bson::Boolean(true), 1),
-            _ => return None,
+        0x07 => Bson::ObjectId(bson::oid::ObjectId::from_bytes(r.take_array(WHAT)?)),
+        0x08 => match r.u8(WHAT)? {
+            0 => Bson::Boolean(false),
+            1 => Bson::Boolean(true),
+            _ => return Err(not_walked()),
         },
-        0x09 => {
-            let millis = i64::from_le_bytes(fixed(rest)?);
-            (Bson::DateTime(bson::DateTime::from_millis(millis)), 8)
-        }
-        0x0A => (Bson::Null, 0),
-        0x10 => (Bson::Int32(i32::from_le_bytes(fixed(rest)?)), 4),
+        0x09 => Bson::DateTime(bson::DateTime::from_millis(i64::from_le_bytes(
+            r.take_array(WHAT)?,
+        ))),
+        0x0A => Bson::Null,
+        0x10 => Bson::Int32(r.i32(WHAT)?),
+        // Stored increment first, then time.
         0x11 => {
-            let parts: [u8; 8] = fixed(rest)?;
-            let half =
-                |i: usize| u32::from_le_bytes([parts[i], parts[i + 1], parts[i + 2], parts[i + 3]]);
-            // Stored increment first, then time.
-            let t = bson::Timestamp {
-                increment: half(0),
-                time: half(4),
-            };
-            (Bson::Timestamp(t), 8)
+            let increment = r.u32(WHAT)?;
+            let time = r.u32(WHAT)?;
+            Bson::Timestamp(bson::Timestamp { time, increment })
         }
-        0x12 => (Bson::Int64(i64::from_le_bytes(fixed(rest)?)), 8),
-        0x13 => (
-            Bson::Decimal128(bson::Decimal128::from_bytes(fixed(rest)?)),
-            16,
-        ),
-        _ => return None,
+        0x12 => Bson::Int64(i64::from_le_bytes(r.take_array(WHAT)?)),
+        0x13 => Bson::Decimal128(bson::Decimal128::from_bytes(r.take_array(WHAT)?)),
+        _ => return Err(not_walked()),
     })
 }
 
-/// A BSON string at the start of `rest` (length, UTF-8 bytes, NUL) and its size.
-fn walk_string(rest: &[u8]) -> Option<(&str, usize)> {
-    let len = len_at(rest, 0)?;
-    if len == 0 {
-        return None;
+/// A BSON string at the cursor: its length, its UTF-8 bytes, a NUL.
+fn walk_string<'a>(r: &mut ByteReader<'a>) -> Result<&'a str, WireError> {
+    let len = usize::try_from(r.i32(WHAT)?).map_err(|_| not_walked())?;
+    let Some((nul, text)) = r.take(len, WHAT)?.split_last() else {
+        return Err(not_walked());
+    };
+    if *nul != 0 {
+        return Err(not_walked());
     }
-    let with_nul = rest.get(4..4usize.checked_add(len)?)?;
-    let (text, nul) = with_nul.split_at(len - 1);
-    if nul != [0] {
-        return None;
-    }
-    Some((std::str::from_utf8(text).ok()?, 4 + len))
+    std::str::from_utf8(text).map_err(|_| not_walked())
 }
 
 fn convert_document(raw: &RawDocument) -> Result<Document, bson::raw::Error> {
