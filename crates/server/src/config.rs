@@ -169,6 +169,14 @@ impl Config {
         }
     }
 
+    /// The store the engine opens: the data directory and the oplog's cap.
+    pub fn engine_options(&self) -> tailstream_engine::EngineOptions {
+        tailstream_engine::EngineOptions {
+            dbpath: self.dbpath.clone(),
+            oplog_size_bytes: self.oplog_size_mb() * 1024 * 1024,
+        }
+    }
+
     /// The oplog cap in megabytes: as given, or mongod's default for the data directory's disk.
     pub fn oplog_size_mb(&self) -> u64 {
         if let Some(mb) = self.oplog_size_mb {

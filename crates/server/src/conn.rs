@@ -186,24 +186,18 @@ async fn serve(sock: Accepted, peer: String, state: Arc<ServerState>) {
         tracing::debug!(%peer, "connection closed: establishment rate limit");
         return;
     }
-    let id = state.new_connection_id();
+    let mut conn = Conn::register(&state, peer);
+    let id = conn.id;
     let count = state.current_connections.fetch_add(1, Ordering::Relaxed) + 1;
     state.total_connections.fetch_add(1, Ordering::Relaxed);
     tracing::info!(
         id = crate::logging::ID_CONNECTION_ACCEPTED,
         conn = id,
-        remote = %peer,
+        remote = %conn.peer,
         connectionId = id,
         connectionCount = count,
         "Connection accepted"
     );
-    let info = state.current_ops.connect(id, peer.clone());
-    let mut conn = Conn {
-        id,
-        peer,
-        info,
-        auth: Default::default(),
-    };
     // The two directions are owned separately, so a command can watch the read side
     // for the client going away while its reply is being written.
     let result = match sock {

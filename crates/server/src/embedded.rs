@@ -10,7 +10,7 @@ use bson::Document;
 use clap::Parser;
 use std::path::Path;
 use std::sync::Arc;
-use tailstream_engine::{Engine, EngineOptions};
+use tailstream_engine::Engine;
 
 /// A server without listeners and its one connection.
 pub struct Embedded {
@@ -25,21 +25,9 @@ impl Embedded {
         argv.push(dbpath.display().to_string());
         argv.extend(args.iter().map(|a| a.to_string()));
         let config = Config::try_parse_from(argv).map_err(|e| e.to_string())?;
-        let engine = Engine::open(EngineOptions {
-            dbpath: config.dbpath.clone(),
-            oplog_size_bytes: config.oplog_size_mb() * 1024 * 1024,
-        })
-        .map_err(|e| e.message)?;
+        let engine = Engine::open(config.engine_options()).map_err(|e| e.message)?;
         let state = Arc::new(ServerState::new(config, engine)?);
-        let id = state.new_connection_id();
-        let peer = "embedded".to_string();
-        let info = state.current_ops.connect(id, peer.clone());
-        let conn = Conn {
-            id,
-            peer,
-            info,
-            auth: Default::default(),
-        };
+        let conn = Conn::register(&state, "embedded".to_string());
         Ok(Embedded { state, conn })
     }
 

@@ -4,7 +4,7 @@ use clap::Parser;
 use config::Config;
 use state::ServerState;
 use std::sync::Arc;
-use tailstream_engine::{Engine, EngineOptions};
+use tailstream_engine::Engine;
 use tailstream_server::{auth, config, config_file, conn, http, logging, replset, state, tls};
 use tokio::net::TcpListener;
 
@@ -168,10 +168,7 @@ async fn run(config: Config) -> i32 {
             return e.exit_code;
         }
     };
-    let engine = match Engine::open(EngineOptions {
-        dbpath: config.dbpath.clone(),
-        oplog_size_bytes: config.oplog_size_mb() * 1024 * 1024,
-    }) {
+    let engine = match Engine::open(config.engine_options()) {
         Ok(e) => e,
         Err(e) => {
             tracing::error!("{}", e.message);

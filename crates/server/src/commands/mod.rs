@@ -47,6 +47,21 @@ pub struct Conn {
     pub auth: crate::auth::Session,
 }
 
+impl Conn {
+    /// A new connection from `peer`, given the next id and registered for `currentOp`
+    /// (the caller ends it with `current_ops.disconnect`).
+    pub fn register(state: &crate::state::ServerState, peer: String) -> Conn {
+        let id = state.new_connection_id();
+        let info = state.current_ops.connect(id, peer.clone());
+        Conn {
+            id,
+            peer,
+            info,
+            auth: Default::default(),
+        }
+    }
+}
+
 /// What a command's handler is given (see `registry::Handler`).
 pub struct Call<'a> {
     pub state: &'a Arc<ServerState>,
