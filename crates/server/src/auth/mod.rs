@@ -310,6 +310,21 @@ pub async fn check(
         Privileges::Actions(resource, actions) => Some((resource, actions)),
         Privileges::Undecided => argument_privileges(spec.name, cmd),
     };
+    // Boxed: every command awaits this check, and its future would otherwise be
+    // copied into each command's own (see `commands::gates`).
+    Box::pin(check_privileges(state, conn, spec, db, cmd, needed)).await
+}
+
+/// [`check`] once authentication is on and the command needs privileges: `needed`,
+/// or None for a command whose privileges are not written down yet.
+async fn check_privileges(
+    state: &Arc<ServerState>,
+    conn: &mut Conn,
+    spec: &Spec,
+    db: &str,
+    cmd: &Document,
+    needed: Option<(Resource, &[crate::commands::registry::Action])>,
+) -> Result<()> {
     refresh_grants(state, conn).await?;
     let (Some(user), Some((_, grants))) = (&conn.auth.user, &conn.auth.grants) else {
         if localhost_exception(state, conn, spec).await? {

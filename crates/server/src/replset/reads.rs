@@ -152,7 +152,10 @@ pub async fn forward_output_aggregation(
     let mut forwarded = cmd.clone();
     forwarded.remove("$readPreference");
     forwarded.insert("$db", db);
-    let reply = tailstream_replication::network::ask(&primary, &forwarded, FORWARD_LIMIT).await;
+    // Boxed: every command awaits this function, and the request's future would
+    // otherwise be copied into each command's own (see `commands::gates`).
+    let ask = tailstream_replication::network::ask(&primary, &forwarded, FORWARD_LIMIT);
+    let reply = Box::pin(ask).await;
     Some(reply.map_err(|e| Error::new(codes::NOT_WRITABLE_PRIMARY, format!("not primary: {e}"))))
 }
 

@@ -47,6 +47,18 @@ pub async fn wait_for_members(
     let Some(member) = state.repl.member() else {
         return true;
     };
+    // Boxed: every acknowledged write awaits this function, and the wait's future
+    // would otherwise be copied into each write command's own (see `commands::gates`).
+    Box::pin(wait_for_others(member, members, write, wtimeout)).await
+}
+
+/// [`wait_for_members`] on a member of a set.
+async fn wait_for_others(
+    member: &tailstream_replication::Member,
+    members: u32,
+    write: Timestamp,
+    wtimeout: Option<Duration>,
+) -> bool {
     let deadline = Instant::now() + wtimeout.unwrap_or(NO_WTIMEOUT_LIMIT);
     let others: Vec<String> = {
         let m = member.raft.metrics().borrow().clone();
