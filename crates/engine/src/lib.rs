@@ -166,6 +166,7 @@ impl Engine {
                 trim_ts,
                 committed_ts: last_ts,
                 pending_id: 0,
+                state_bytes: oplog_bytes,
             }),
             durability,
             cursors: cursor::CursorRegistry::new(),

@@ -31,14 +31,14 @@ pub struct LocalSessions {
     sessions: Mutex<HashMap<Vec<u8>, Session>>,
 }
 
-/// The bytes of an lsid's `id` (a UUID), the key of a session.
-fn session_key(lsid: &Bson) -> Option<(Vec<u8>, Bson)> {
+/// The bytes of an lsid's `id` (a UUID), the key of a session, and the `id` itself.
+fn session_key(lsid: &Bson) -> Option<(&[u8], &Bson)> {
     let id = match lsid {
         Bson::Document(d) => d.get("id")?,
         _ => return None,
     };
     match id {
-        Bson::Binary(b) => Some((b.bytes.clone(), id.clone())),
+        Bson::Binary(b) => Some((&b.bytes, id)),
         _ => None,
     }
 }
@@ -51,13 +51,20 @@ impl LocalSessions {
         };
         let now = Instant::now();
         let mut sessions = self.sessions.lock();
+        // A known session (every command of a driver's session but its first) is
+        // updated in place: no key or id copied.
+        if let Some(s) = sessions.get_mut(key) {
+            s.last_use = now;
+            s.last_use_date = bson::DateTime::now();
+            return;
+        }
         if sessions.len() > PRUNE_ABOVE {
             sessions.retain(|_, s| now.duration_since(s.last_use) < SESSION_TIMEOUT);
         }
         sessions.insert(
-            key,
+            key.to_vec(),
             Session {
-                id,
+                id: id.clone(),
                 last_use: now,
                 last_use_date: bson::DateTime::now(),
             },
@@ -68,7 +75,7 @@ impl LocalSessions {
         let mut sessions = self.sessions.lock();
         for lsid in lsids {
             if let Some((key, _)) = session_key(lsid) {
-                sessions.remove(&key);
+                sessions.remove(key);
             }
         }
     }

@@ -141,9 +141,10 @@ impl OpMsg {
 
         // into_command merges sequences into the body, so any name clash would silently
         // drop data; mongod rejects these messages too.
+        // (One sequence, an insert's or an update's, cannot repeat itself: no set built.)
         let mut seen = HashSet::new();
         for seq in &sequences {
-            if !seen.insert(seq.identifier.as_str()) {
+            if sequences.len() > 1 && !seen.insert(seq.identifier.as_str()) {
                 return Err(malformed(format!(
                     "duplicate document sequence '{}'",
                     seq.identifier

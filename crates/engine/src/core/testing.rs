@@ -14,7 +14,8 @@ const UNTRIMMED_OPLOG_BYTES: u64 = 1 << 30;
 pub(crate) struct TestEngine {
     pub(crate) engine: Arc<Engine>,
     // Dropped after the engine (fields drop in order): the store is closed first.
-    _dir: tempfile::TempDir,
+    // None only inside [`TestEngine::reopen`].
+    dir: Option<tempfile::TempDir>,
 }
 
 impl TestEngine {
@@ -25,12 +26,35 @@ impl TestEngine {
     /// An engine whose oplog is trimmed past `bytes`.
     pub(crate) fn with_oplog_cap(bytes: u64) -> TestEngine {
         let dir = tempfile::tempdir().expect("a temporary directory");
+        TestEngine::open_in(dir, bytes)
+    }
+
+    fn open_in(dir: tempfile::TempDir, oplog_bytes: u64) -> TestEngine {
         let engine = Engine::open(EngineOptions {
             dbpath: dir.path().to_path_buf(),
-            oplog_size_bytes: bytes,
+            oplog_size_bytes: oplog_bytes,
         })
-        .expect("open an engine on an empty directory");
-        TestEngine { engine, _dir: dir }
+        .expect("open an engine on its directory");
+        TestEngine {
+            engine,
+            dir: Some(dir),
+        }
+    }
+
+    /// The same data directory after a clean shutdown, opened again (as a restart).
+    pub(crate) fn reopen(mut self) -> TestEngine {
+        let dir = self.dir.take().expect("a test engine has its directory");
+        let cap = self.engine.opts.oplog_size_bytes;
+        self.engine.shutdown();
+        let engine = Arc::clone(&self.engine);
+        drop(self);
+        assert_eq!(
+            Arc::strong_count(&engine),
+            1,
+            "nothing else holds the engine: its store closes"
+        );
+        drop(engine);
+        TestEngine::open_in(dir, cap)
     }
 
     /// An engine whose oplog is over its cap past `bytes` but never trimmed unless the

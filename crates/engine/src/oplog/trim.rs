@@ -133,10 +133,12 @@ pub(crate) fn trim_oplog_round(engine: &Engine) -> Result<bool> {
     }
     // The state the batch stores; memory takes it only once the batch is in (a commit
     // refused for want of disk space leaves both as they were).
-    let (trim_before, bytes_before) = (w.trim_ts, w.oplog_bytes);
+    let before = (w.trim_ts, w.oplog_bytes, w.state_bytes);
     w.trim_ts = new_trim;
     w.oplog_bytes -= freed;
-    w.put_oplog_state(&mut batch);
+    w.state_bytes = w.oplog_bytes;
+    let through = w.committed_ts;
+    w.put_oplog_state(&mut batch, through);
     let mut recorded = batch.take_recorded();
     let stored = match &proposer {
         Some(p) => {
@@ -150,7 +152,7 @@ pub(crate) fn trim_oplog_round(engine: &Engine) -> Result<bool> {
         None => engine.store.commit(batch).map_err(storage_err),
     };
     if let Err(e) = stored {
-        (w.trim_ts, w.oplog_bytes) = (trim_before, bytes_before);
+        (w.trim_ts, w.oplog_bytes, w.state_bytes) = before;
         return Err(e);
     }
     engine.ship(recorded);

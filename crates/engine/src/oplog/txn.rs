@@ -41,7 +41,19 @@ pub(crate) struct Writer {
     /// The id of the last commit held as pending in the store (a replica set's
     /// pipelined commits, see `Proposer`).
     pub(crate) pending_id: u64,
+    /// `oplog_bytes` when the oplog state was last stored or loaded (see
+    /// [`OPLOG_STATE_EVERY_BYTES`]).
+    pub(crate) state_bytes: u64,
 }
+
+/// A commit stores the oplog's state (trim point and retained size) once its
+/// entries since the state last stored reach this many bytes; a trim always stores
+/// it. The size of the entries after it is counted again when the state is loaded
+/// (at open, after a snapshot install, on a member applying a commit that carries
+/// it), so that count reads at most this much of the oplog (a millisecond or two).
+/// Stored on every commit it was one of a bus message's six keys: 2,400
+/// instructions to build and a memtable insert (callgrind, bus benchmark).
+pub(crate) const OPLOG_STATE_EVERY_BYTES: u64 = 1 << 20;
 
 /// An insert's oplog entry, `{op: "i", ns, ui, o, o2, ts, t: 1, v: 2, wall}`, written
 /// straight into one buffer sized for it: the `bson` crate's `RawDocumentBuf::append`
@@ -101,15 +113,22 @@ fn insert_entry_bytes(
 }
 
 impl Writer {
-    /// Stores the trim point and retained size (read back at open) in `batch`.
-    pub(crate) fn put_oplog_state(&self, batch: &mut Batch<'_>) {
-        // Written raw, element by element: every commit stores it, and building a
-        // `Document` and serializing it was 3,700 instructions of a bus message's
-        // commit (callgrind); the bytes are the same `{trim: <i64>, bytes: <i64>}`.
+    /// Stores the trim point and the retained size, which counts the entries up to
+    /// `through` (the newest entry committed with this batch or before it), in `batch`.
+    pub(crate) fn put_oplog_state(&self, batch: &mut Batch<'_>, through: ClusterTime) {
+        // Written raw, element by element: building a `Document` and serializing it
+        // was 3,700 instructions of a bus message's commit (callgrind); the bytes are
+        // `{trim: <i64>, bytes: <i64>, through: <i64>}`.
         let mut state = bson::RawDocumentBuf::new();
         state.append("trim", self.trim_ts.as_u64() as i64);
         state.append("bytes", self.oplog_bytes as i64);
+        state.append("through", through.as_u64() as i64);
         batch.put(Space::Meta, keys::META_OPLOG_TRIM, state.as_bytes());
+    }
+
+    /// Whether this commit stores the oplog state (see [`OPLOG_STATE_EVERY_BYTES`]).
+    fn oplog_state_due(&self) -> bool {
+        self.oplog_bytes.saturating_sub(self.state_bytes) >= OPLOG_STATE_EVERY_BYTES
     }
 
     /// The time of the newest oplog entry in the store (ZERO for none).
@@ -118,8 +137,10 @@ impl Writer {
         Ok(last.map_or(ClusterTime::ZERO, |(k, _)| keys::oplog_key_time(&k)))
     }
 
-    /// The trim point and retained size [`Self::put_oplog_state`] stored (nothing
-    /// trimmed, nothing retained in a new data directory).
+    /// The trim point and retained size [`Self::put_oplog_state`] stored, the entries
+    /// after its `through` counted in (nothing trimmed, nothing retained in a new data
+    /// directory). A state without `through` (stored by every commit, before
+    /// [`OPLOG_STATE_EVERY_BYTES`]) counts every entry.
     pub(crate) fn load_oplog_state(store: &Store) -> Result<(ClusterTime, u64)> {
         let Some(v) = store
             .get(Space::Meta, keys::META_OPLOG_TRIM)
@@ -129,10 +150,16 @@ impl Writer {
         };
         let d =
             Document::from_reader(&mut v.as_slice()).map_err(|e| Error::internal(e.to_string()))?;
-        Ok((
-            ClusterTime::from_u64(d.get_i64("trim").unwrap_or(0) as u64),
-            d.get_i64("bytes").unwrap_or(0) as u64,
-        ))
+        let trim = ClusterTime::from_u64(d.get_i64("trim").unwrap_or(0) as u64);
+        let mut bytes = d.get_i64("bytes").unwrap_or(0) as u64;
+        if let Ok(through) = d.get_i64("through") {
+            let after = ClusterTime::from_u64(through as u64).next();
+            for item in store.scan(Space::Oplog, &keys::oplog_key(after), None, false) {
+                let (_, entry) = item.map_err(storage_err)?;
+                bytes += entry.len() as u64;
+            }
+        }
+        Ok((trim, bytes))
     }
 }
 
@@ -558,14 +585,18 @@ impl<'e> Txn<'e> {
         }
         let touched_capped = std::mem::take(&mut self.touched_capped);
         // What a refused commit puts back (the stored state is the batch's own).
-        let bytes_before = self.w.oplog_bytes;
+        let (bytes_before, state_before) = (self.w.oplog_bytes, self.w.state_bytes);
         if self.oplog_added > 0 {
             self.w.oplog_bytes = self
                 .w
                 .oplog_bytes
                 .checked_add(self.oplog_added)
                 .expect("the oplog's byte count overflows");
-            self.w.put_oplog_state(&mut self.batch);
+            if self.w.oplog_state_due() {
+                let through = self.last_ts.expect("a commit with oplog bytes has entries");
+                self.w.put_oplog_state(&mut self.batch, through);
+                self.w.state_bytes = self.w.oplog_bytes;
+            }
         }
         let engine = self.engine;
         let mut batch = std::mem::replace(&mut self.batch, engine.store.batch());
@@ -582,14 +613,14 @@ impl<'e> Txn<'e> {
                     .expect("a replica set's batch records its writes");
                 // Pending writes cannot hold a range delete.
                 if catalog.is_none() && !touched_capped && !ops.has_range_delete() {
-                    return self.commit_pipelined(&*proposer, ops, bytes_before);
+                    return self.commit_pipelined(&*proposer, ops, (bytes_before, state_before));
                 }
                 proposer.propose(ops)
             }
             None => engine.store.commit(batch).map_err(storage_err),
         };
         if let Err(e) = stored {
-            self.w.oplog_bytes = bytes_before;
+            (self.w.oplog_bytes, self.w.state_bytes) = (bytes_before, state_before);
             if touched_capped {
                 engine.capped_settle(false);
             }
@@ -625,13 +656,13 @@ impl<'e> Txn<'e> {
         mut self,
         proposer: &dyn crate::oplog::pipeline::Proposer,
         ops: tailstream_storage::Ops,
-        bytes_before: u64,
+        before: (u64, u64),
     ) -> Result<Committed> {
         let engine = self.engine;
         self.w.pending_id += 1;
         let pending_id = self.w.pending_id;
         if let Err(e) = engine.store.pending_add(pending_id, &ops) {
-            self.w.oplog_bytes = bytes_before;
+            (self.w.oplog_bytes, self.w.state_bytes) = before;
             return Err(storage_err(e));
         }
         let finish = crate::oplog::pipeline::Finish {
@@ -644,7 +675,7 @@ impl<'e> Txn<'e> {
             Ok(s) => s,
             Err(e) => {
                 engine.store.pending_remove(pending_id);
-                self.w.oplog_bytes = bytes_before;
+                (self.w.oplog_bytes, self.w.state_bytes) = before;
                 return Err(e);
             }
         };
@@ -732,14 +763,18 @@ mod tests {
         assert_eq!(bytes, expected.as_bytes());
     }
 
-    /// What a commit stores of the oplog's trim point and size is what an open reads.
+    /// What is stored of the oplog's trim point and size, with the entries after it,
+    /// is what an open reads.
     #[test]
     fn the_stored_oplog_state_reads_back() {
         let e = TestEngine::open();
         e.write_noop("grow the oplog").unwrap();
-        let (trim, bytes) = {
+        let (trim, bytes, through) = {
             let w = e.writer.lock();
-            (w.trim_ts, w.oplog_bytes)
+            let mut batch = e.store.batch();
+            w.put_oplog_state(&mut batch, w.committed_ts);
+            e.store.commit(batch).unwrap();
+            (w.trim_ts, w.oplog_bytes, w.committed_ts)
         };
         assert!(bytes > 0, "the oplog holds entries");
         assert_eq!(Writer::load_oplog_state(&e.store).unwrap(), (trim, bytes));
@@ -750,9 +785,17 @@ mod tests {
             .unwrap();
         assert_eq!(
             Document::from_reader(&mut stored.as_slice()).unwrap(),
-            doc! {"trim": trim.as_u64() as i64, "bytes": bytes as i64},
-            "the same document as ever"
+            doc! {
+                "trim": trim.as_u64() as i64,
+                "bytes": bytes as i64,
+                "through": through.as_u64() as i64,
+            },
         );
+        // An entry after it is counted in.
+        e.write_noop("after the state").unwrap();
+        let now = e.writer.lock().oplog_bytes;
+        assert!(now > bytes);
+        assert_eq!(Writer::load_oplog_state(&e.store).unwrap(), (trim, now));
     }
 
     /// A write that is dropped uncommitted leaves nothing, and its time is not reused.
@@ -825,5 +868,70 @@ mod tests {
         let mut txn = e.begin();
         txn.log(noop("alone"));
         txn.set_session(doc! {"id": 1}, 1);
+    }
+
+    fn stored_state(e: &Engine) -> Document {
+        let v = e
+            .store
+            .get(Space::Meta, keys::META_OPLOG_TRIM)
+            .unwrap()
+            .expect("an oplog state stored");
+        Document::from_reader(&mut v.as_slice()).unwrap()
+    }
+
+    /// Commits store the oplog's state only every `OPLOG_STATE_EVERY_BYTES`; an open
+    /// counts the entries after it, so the retained size is exact after a restart.
+    #[test]
+    fn the_oplog_state_is_stored_now_and_then_and_counted_in_at_open() {
+        let e = TestEngine::open();
+        let ns = Namespace::new("db", "c");
+        let pad = "x".repeat(4096);
+        let mut last = ClusterTime::ZERO;
+        for i in 0..700 {
+            let out = e
+                .insert_documents(&ns, vec![doc! {"_id": i, "pad": &pad}], true)
+                .unwrap();
+            last = out.committed.unwrap().last_ts.unwrap();
+        }
+        let counted = e.writer.lock().oplog_bytes;
+        let stored: u64 = crate::core::testing::stored_oplog(&e, ClusterTime::ZERO)
+            .iter()
+            .map(|(_, n)| *n as u64)
+            .sum();
+        assert_eq!(counted, stored, "memory counts every entry");
+        assert!(counted > 2 * OPLOG_STATE_EVERY_BYTES);
+        // Stored by a commit a while ago, not by the newest.
+        let state = stored_state(&e);
+        let through = ClusterTime::from_u64(state.get_i64("through").unwrap() as u64);
+        let state_bytes = state.get_i64("bytes").unwrap() as u64;
+        assert!(through < last, "the newest commit stored the state");
+        assert!(state_bytes < counted);
+        assert!(counted - state_bytes < OPLOG_STATE_EVERY_BYTES + 8192);
+        let e = e.reopen();
+        assert_eq!(e.writer.lock().oplog_bytes, counted);
+        // The next commits store it again only once a mebibyte more is written.
+        e.write_noop("after the restart").unwrap();
+        assert_eq!(stored_state(&e), state);
+    }
+
+    /// A state stored before `through` existed (by every commit) counts every entry:
+    /// nothing after it is counted twice.
+    #[test]
+    fn an_oplog_state_without_through_counts_every_entry() {
+        let e = TestEngine::open();
+        let ns = Namespace::new("db", "c");
+        e.insert_documents(&ns, vec![doc! {"_id": 1}], true)
+            .unwrap();
+        let counted = e.writer.lock().oplog_bytes;
+        let old = doc! {"trim": 0i64, "bytes": counted as i64};
+        let mut batch = e.store.batch();
+        batch.put(
+            Space::Meta,
+            keys::META_OPLOG_TRIM,
+            &bson::to_vec(&old).unwrap(),
+        );
+        e.store.commit(batch).unwrap();
+        let e = e.reopen();
+        assert_eq!(e.writer.lock().oplog_bytes, counted);
     }
 }

@@ -145,7 +145,7 @@ impl Engine {
         w.committed_ts = Writer::load_newest_time(&self.store)?;
         // Pipelined commits never move the trim point: only the size is theirs.
         let (_, oplog_bytes) = Writer::load_oplog_state(&self.store)?;
-        w.oplog_bytes = oplog_bytes;
+        (w.oplog_bytes, w.state_bytes) = (oplog_bytes, oplog_bytes);
         Ok(())
     }
 
@@ -166,7 +166,7 @@ impl Engine {
         }
         if touched.oplog_state {
             let (trim_ts, bytes) = Writer::load_oplog_state(&self.store)?;
-            w.oplog_bytes = bytes;
+            (w.oplog_bytes, w.state_bytes) = (bytes, bytes);
             if trim_ts > w.trim_ts {
                 w.trim_ts = trim_ts;
                 self.trim_ts

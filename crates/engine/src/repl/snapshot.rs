@@ -328,7 +328,7 @@ impl Engine {
         let newer = (last_ts > w.committed_ts).then_some(last_ts);
         w.committed_ts = last_ts;
         w.clock = ClusterClock::after(last_ts.max(w.clock.last()));
-        w.oplog_bytes = oplog_bytes;
+        (w.oplog_bytes, w.state_bytes) = (oplog_bytes, oplog_bytes);
         w.trim_ts = trim_ts;
         // Moves either way: the point is the snapshot's, not a trim's.
         self.trim_ts.store(trim_ts, Ordering::Release);
