@@ -6,6 +6,7 @@ use super::token::ResumeToken;
 use super::{BeforeChange, FullDocument, Scope, StreamSpec};
 use crate::catalog::namespace::Namespace;
 use crate::core::keys::{self, ImageKind};
+use crate::core::raw_writer::{self, RawWriter};
 use crate::core::time::ClusterTime;
 use crate::oplog::EntryFields;
 use crate::Engine;
@@ -467,7 +468,7 @@ fn transform_fields(
             .as_ref()
             .map(|k| 2 * k.raw().as_bytes().len())
             .unwrap_or(0);
-    let mut d = EventWriter::with_capacity(estimate);
+    let mut d = RawWriter::with_capacity(estimate);
     if let Some(to) = &p.to {
         // mongod adds the rename target before everything else.
         d.doc("to", &ns_raw(to));
@@ -478,8 +479,8 @@ fn transform_fields(
         d.value("txnNumber", bson::RawBsonRef::Int64(number));
         d.doc("lsid", lsid);
     }
-    d.name(0x03, "_id");
-    token.write_raw_document(&mut d.buf);
+    d.name(raw_writer::DOCUMENT, "_id");
+    token.write_raw_document(d.buf());
     d.string("operationType", p.op_type);
     d.timestamp("clusterTime", ts.into());
     if spec.show_expanded && !p.view_event {
@@ -539,84 +540,6 @@ fn transform_fields(
         token,
         invalidates,
     }))
-}
-
-/// Writes an event's BSON element by element (type, name, value). The `bson` crate's
-/// `RawDocumentBuf::append` checks each name and goes through its generic value
-/// writer, which came to a sixth of building an insert event; the names here are
-/// constants and the values already encoded.
-struct EventWriter {
-    buf: Vec<u8>,
-}
-
-impl EventWriter {
-    fn with_capacity(bytes: usize) -> EventWriter {
-        let mut buf = Vec::with_capacity(bytes);
-        buf.extend_from_slice(&[0; 4]);
-        EventWriter { buf }
-    }
-
-    /// An element's type and name (names are constants without NUL).
-    fn name(&mut self, element_type: u8, name: &str) {
-        debug_assert!(!name.as_bytes().contains(&0));
-        self.buf.push(element_type);
-        self.buf.extend_from_slice(name.as_bytes());
-        self.buf.push(0);
-    }
-
-    fn doc(&mut self, name: &str, d: &RawDocument) {
-        self.name(0x03, name);
-        self.buf.extend_from_slice(d.as_bytes());
-    }
-
-    fn string(&mut self, name: &str, s: &str) {
-        self.name(0x02, name);
-        let len = i32::try_from(s.len() + 1).expect("a string under 2 GiB");
-        self.buf.extend_from_slice(&len.to_le_bytes());
-        self.buf.extend_from_slice(s.as_bytes());
-        self.buf.push(0);
-    }
-
-    fn timestamp(&mut self, name: &str, ts: bson::Timestamp) {
-        self.name(0x11, name);
-        self.buf.extend_from_slice(&ts.increment.to_le_bytes());
-        self.buf.extend_from_slice(&ts.time.to_le_bytes());
-    }
-
-    fn uuid(&mut self, name: &str, u: bson::Uuid) {
-        self.name(0x05, name);
-        self.buf.extend_from_slice(&16i32.to_le_bytes());
-        self.buf.push(u8::from(bson::spec::BinarySubtype::Uuid));
-        self.buf.extend_from_slice(&u.bytes());
-    }
-
-    /// Any value: the common ones written here, the rest through the `bson` crate.
-    fn value(&mut self, name: &str, v: bson::RawBsonRef<'_>) {
-        match v {
-            bson::RawBsonRef::DateTime(t) => {
-                self.name(0x09, name);
-                self.buf
-                    .extend_from_slice(&t.timestamp_millis().to_le_bytes());
-            }
-            bson::RawBsonRef::Int64(n) => {
-                self.name(0x12, name);
-                self.buf.extend_from_slice(&n.to_le_bytes());
-            }
-            other => {
-                let mut one = RawDocumentBuf::new();
-                one.append_ref(name, other);
-                let bytes = one.as_bytes();
-                self.buf.extend_from_slice(&bytes[4..bytes.len() - 1]);
-            }
-        }
-    }
-
-    fn finish(mut self) -> RawDocumentBuf {
-        self.buf.push(0);
-        let len = i32::try_from(self.buf.len()).expect("an event under 2 GiB");
-        self.buf[..4].copy_from_slice(&len.to_le_bytes());
-        RawDocumentBuf::from_bytes(self.buf).expect("a well-formed event")
-    }
 }
 
 /// The invalidate event that follows an invalidating event.
@@ -1282,42 +1205,5 @@ mod tests {
         assert!(on_db
             .windows(2)
             .all(|w| w[0].1.key_bytes() < w[1].1.key_bytes()));
-    }
-
-    /// The event writer writes what the `bson` crate's appends write.
-    #[test]
-    fn event_writer_matches_the_bson_crate() {
-        let inner = bson::rawdoc! {"a": 1, "b": "x"};
-        let uuid = bson::Uuid::new();
-        let ts = bson::Timestamp {
-            time: 7,
-            increment: 9,
-        };
-        let mut w = EventWriter::with_capacity(0);
-        let mut expected = RawDocumentBuf::new();
-        w.doc("d", &inner);
-        expected.append("d", inner.clone());
-        w.string("s", "héllo");
-        expected.append("s", "héllo");
-        w.string("empty", "");
-        expected.append("empty", "");
-        w.timestamp("t", ts);
-        expected.append("t", ts);
-        w.uuid("u", uuid);
-        expected.append("u", bson::Binary::from_uuid(uuid));
-        let values = [
-            bson::RawBsonRef::DateTime(bson::DateTime::from_millis(-3)),
-            bson::RawBsonRef::Int64(i64::MIN),
-            bson::RawBsonRef::Int32(5),
-            bson::RawBsonRef::Timestamp(ts),
-            bson::RawBsonRef::String("w"),
-            bson::RawBsonRef::Null,
-        ];
-        for (i, v) in values.into_iter().enumerate() {
-            let name = format!("v{i}");
-            w.value(&name, v);
-            expected.append_ref(name, v);
-        }
-        assert_eq!(w.finish().as_bytes(), expected.as_bytes());
     }
 }

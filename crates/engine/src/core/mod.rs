@@ -10,6 +10,7 @@ pub mod format;
 pub mod fsync_lock;
 pub mod keys;
 pub mod progress;
+pub(crate) mod raw_writer;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod time;

@@ -9,6 +9,7 @@ use crate::catalog::namespace::Namespace;
 use crate::catalog::{Catalog, CollMeta};
 use crate::core::bus::{namespace_bit, CommitNotice};
 use crate::core::clock::ClusterClock;
+use crate::core::raw_writer::{self, RawWriter};
 use crate::core::time::ClusterTime;
 use crate::core::{keys, storage_err};
 use crate::oplog::{self, OplogChange};
@@ -56,10 +57,8 @@ pub(crate) struct Writer {
 pub(crate) const OPLOG_STATE_EVERY_BYTES: u64 = 1 << 20;
 
 /// An insert's oplog entry, `{op: "i", ns, ui, o, o2, ts, t: 1, v: 2, wall}`, written
-/// straight into one buffer sized for it: the `bson` crate's `RawDocumentBuf::append`
-/// cost about 190 instructions a field (1,900 of every inserted document's; callgrind,
-/// bus benchmark), these a few dozen. The bytes are what appending the same fields to a
-/// `RawDocumentBuf` gives (a unit test compares them).
+/// straight into one buffer sized for it ([`RawWriter`]). The bytes are what
+/// appending the same fields to a `RawDocumentBuf` gives (a unit test compares them).
 fn insert_entry_bytes(
     ns: &str,
     ui: &[u8; 16],
@@ -68,62 +67,31 @@ fn insert_entry_bytes(
     ts: ClusterTime,
     wall: bson::DateTime,
 ) -> Vec<u8> {
-    fn key(out: &mut Vec<u8>, kind: u8, name: &str) {
-        out.push(kind);
-        out.extend_from_slice(name.as_bytes());
-        out.push(0);
-    }
-    fn length(n: usize) -> [u8; 4] {
-        i32::try_from(n)
-            .expect("an oplog entry under 2 GiB")
-            .to_le_bytes()
-    }
-    let o = o.as_bytes();
-    let mut out = Vec::with_capacity(96 + ns.len() + o.len() + o2.len());
-    out.extend_from_slice(&[0; 4]);
-    key(&mut out, 0x02, "op");
-    out.extend_from_slice(&length(2));
-    out.extend_from_slice(b"i\0");
-    key(&mut out, 0x02, "ns");
-    out.extend_from_slice(&length(ns.len() + 1));
-    out.extend_from_slice(ns.as_bytes());
-    out.push(0);
-    key(&mut out, 0x05, "ui");
-    out.extend_from_slice(&length(ui.len()));
-    out.push(0x04); // UUID subtype
-    out.extend_from_slice(ui);
-    key(&mut out, 0x03, "o");
-    out.extend_from_slice(o);
-    key(&mut out, 0x03, "o2");
-    out.extend_from_slice(o2);
-    let ts: bson::Timestamp = ts.into();
-    key(&mut out, 0x11, "ts");
-    out.extend_from_slice(&ts.increment.to_le_bytes());
-    out.extend_from_slice(&ts.time.to_le_bytes());
-    key(&mut out, 0x12, "t");
-    out.extend_from_slice(&1i64.to_le_bytes());
-    key(&mut out, 0x12, "v");
-    out.extend_from_slice(&2i64.to_le_bytes());
-    key(&mut out, 0x09, "wall");
-    out.extend_from_slice(&wall.timestamp_millis().to_le_bytes());
-    out.push(0);
-    let total = length(out.len());
-    out[..4].copy_from_slice(&total);
-    out
+    let mut e = RawWriter::with_capacity(96 + ns.len() + o.as_bytes().len() + o2.len());
+    e.string("op", "i");
+    e.string("ns", ns);
+    e.binary("ui", bson::spec::BinarySubtype::Uuid, ui);
+    e.doc("o", o);
+    e.name(raw_writer::DOCUMENT, "o2");
+    e.buf().extend_from_slice(o2);
+    e.timestamp("ts", ts.into());
+    e.int64("t", 1);
+    e.int64("v", 2);
+    e.date_time("wall", wall);
+    e.into_bytes()
 }
 
 impl Writer {
     /// Stores the trim point and the retained size, which counts the entries up to
     /// `through` (the newest entry committed with this batch or before it), in `batch`.
     pub(crate) fn put_oplog_state(&self, batch: &mut Batch<'_>, through: ClusterTime) {
-        // Written raw, element by element: building a `Document` and serializing it
-        // was 3,700 instructions of a bus message's commit (callgrind); the bytes are
-        // `{trim: <i64>, bytes: <i64>, through: <i64>}`.
-        let mut state = bson::RawDocumentBuf::new();
-        state.append("trim", self.trim_ts.as_u64() as i64);
-        state.append("bytes", self.oplog_bytes as i64);
-        state.append("through", through.as_u64() as i64);
-        batch.put(Space::Meta, keys::META_OPLOG_TRIM, state.as_bytes());
+        // `{trim: <i64>, bytes: <i64>, through: <i64>}`, written raw: building a
+        // `Document` and serializing it was 3,700 instructions (callgrind).
+        let mut state = RawWriter::with_capacity(48);
+        state.int64("trim", self.trim_ts.as_u64() as i64);
+        state.int64("bytes", self.oplog_bytes as i64);
+        state.int64("through", through.as_u64() as i64);
+        batch.put(Space::Meta, keys::META_OPLOG_TRIM, &state.into_bytes());
     }
 
     /// Whether this commit stores the oplog state (see [`OPLOG_STATE_EVERY_BYTES`]).

@@ -18,6 +18,7 @@
 //! when the batch holds writes, so a record exists exactly when what it describes was
 //! committed.
 
+use crate::core::raw_writer::RawWriter;
 use crate::core::{keys, storage_err};
 use crate::oplog::txn::Txn;
 use crate::Engine;
@@ -129,18 +130,18 @@ impl RetryWrite {
 /// A record's stored form: `{t: txnNumber, w: wall time, s: statement ranges (binary,
 /// 8 bytes each: first, end, big-endian), n, m, u: [{i, _id}], f: findAndModify}`.
 fn encode(txn_number: i64, done: &Done, wall: bson::DateTime) -> RawDocumentBuf {
-    let mut d = RawDocumentBuf::new();
-    d.append("t", txn_number);
-    d.append("w", wall);
-    d.append(
+    // Written raw (one per retryable write: the bus's every message has one).
+    let mut d = RawWriter::with_capacity(64 + 8 * done.stmts.len());
+    d.int64("t", txn_number);
+    d.date_time("w", wall);
+    d.binary(
         "s",
-        bson::RawBson::Binary(bson::Binary {
-            subtype: bson::spec::BinarySubtype::Generic,
-            bytes: ranges(&done.stmts),
-        }),
+        bson::spec::BinarySubtype::Generic,
+        &ranges(&done.stmts),
     );
-    d.append("n", i64::try_from(done.n).unwrap_or(i64::MAX));
-    d.append("m", i64::try_from(done.n_modified).unwrap_or(i64::MAX));
+    d.int64("n", i64::try_from(done.n).unwrap_or(i64::MAX));
+    d.int64("m", i64::try_from(done.n_modified).unwrap_or(i64::MAX));
+    let mut d = d.finish();
     if !done.upserted.is_empty() {
         let mut ups = bson::RawArrayBuf::new();
         for (i, id) in &done.upserted {
