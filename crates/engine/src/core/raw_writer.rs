@@ -17,6 +17,8 @@ const STRING: u8 = 0x02;
 const TIMESTAMP: u8 = 0x11;
 const DATE_TIME: u8 = 0x09;
 const INT64: u8 = 0x12;
+const INT32: u8 = 0x10;
+const OBJECT_ID: u8 = 0x07;
 
 /// A document being written (see the module's doc).
 pub(crate) struct RawWriter {
@@ -100,6 +102,15 @@ impl RawWriter {
             RawBsonRef::Document(d) => self.doc(name, d),
             RawBsonRef::String(s) => self.string(name, s),
             RawBsonRef::Timestamp(ts) => self.timestamp(name, ts),
+            RawBsonRef::ObjectId(oid) => {
+                self.name(OBJECT_ID, name);
+                self.buf.extend_from_slice(&oid.bytes());
+            }
+            RawBsonRef::Int32(n) => {
+                self.name(INT32, name);
+                self.buf.extend_from_slice(&n.to_le_bytes());
+            }
+            RawBsonRef::Binary(b) => self.binary(name, b.subtype, b.bytes),
             other => {
                 let mut one = RawDocumentBuf::new();
                 one.append_ref(name, other);
@@ -166,7 +177,13 @@ mod tests {
             RawBsonRef::Timestamp(ts),
             RawBsonRef::String("w"),
             RawBsonRef::Document(&inner),
+            RawBsonRef::ObjectId(bson::oid::ObjectId::from_bytes([7; 12])),
+            RawBsonRef::Binary(bson::RawBinaryRef {
+                subtype: bson::spec::BinarySubtype::Uuid,
+                bytes: &uuid.bytes(),
+            }),
             RawBsonRef::Null,
+            RawBsonRef::Boolean(true),
         ];
         for (i, v) in values.into_iter().enumerate() {
             let name = format!("v{i}");

@@ -373,7 +373,9 @@ impl<'a> EntryHead<'a> {
             "i" | "u" | "d" | "c" | "n" => op.as_bytes()[0],
             _ => return Vec::new(),
         };
-        let mut v = vec![kind];
+        // The kind and a key hash (1 + 1 + 8 bytes) without growing.
+        let mut v = Vec::with_capacity(10);
+        v.push(kind);
         let key_holder = if op == "u" { o2 } else { o };
         if let (b'i' | b'u' | b'r' | b'd', Some(holder)) = (kind, key_holder) {
             if let Ok(Some(id)) = holder.get("_id") {
@@ -451,9 +453,9 @@ impl<'a> Digest<'a> {
 /// The hash of a document's `_id`: FNV-1a of the BSON document `{_id: id}`, the same
 /// bytes whether the `_id` comes from an event's `documentKey` or an oplog entry.
 pub fn document_key_hash(id: bson::RawBsonRef<'_>) -> u64 {
-    let mut key = bson::RawDocumentBuf::new();
-    key.append("_id", id.to_raw_bson());
-    crate::core::bus::fnv1a(&[key.as_bytes()])
+    let mut key = crate::core::raw_writer::RawWriter::with_capacity(32);
+    key.value("_id", id);
+    crate::core::bus::fnv1a(&[&key.into_bytes()])
 }
 
 /// Builds the `$v: 2` diff mongod writes for an update, from the dotted paths an
@@ -846,5 +848,31 @@ mod tests {
         );
         let keys: Vec<&str> = e.keys().map(|k| k.as_str()).collect();
         assert_eq!(keys, vec!["op", "ns", "ui", "o", "ts", "t", "v", "wall"]);
+    }
+
+    /// A document key's hash is stored in `oplog_by_ns` digests and names a change
+    /// stream bucket: it is the FNV-1a of the `{_id}` document as the `bson` crate
+    /// writes it, whatever writes it here.
+    #[test]
+    fn a_document_key_hash_is_that_of_the_crates_id_document() {
+        let ids = [
+            bson::Bson::ObjectId(bson::oid::ObjectId::from_bytes([3; 12])),
+            bson::Bson::Int32(-7),
+            bson::Bson::Int64(1 << 40),
+            bson::Bson::String("key".into()),
+            bson::Bson::Binary(bson::Binary::from_uuid(bson::Uuid::from_bytes([9; 16]))),
+            bson::Bson::Document(doc! {"a": 1, "b": [1, 2]}),
+            bson::Bson::Double(0.5),
+            bson::Bson::Null,
+        ];
+        for id in ids {
+            let expected = bson::to_vec(&doc! {"_id": id.clone()}).unwrap();
+            let raw = bson::RawBson::try_from(id.clone()).unwrap();
+            assert_eq!(
+                document_key_hash(raw.as_raw_bson_ref()),
+                crate::core::bus::fnv1a(&[&expected]),
+                "{id:?}"
+            );
+        }
     }
 }

@@ -363,8 +363,9 @@ impl<'e> Txn<'e> {
         id: &bson::RawBsonRef<'_>,
     ) -> ClusterTime {
         use bson::raw::{RawBinaryRef, RawBsonRef};
-        let mut o2 = bson::RawDocumentBuf::new();
-        o2.append_ref("_id", *id);
+        let mut o2 = RawWriter::with_capacity(32);
+        o2.value("_id", *id);
+        let o2 = o2.finish();
         let ui_bytes = ui.bytes();
         // The operation's own fields: the whole of a transaction's operation, the
         // start of an entry.
