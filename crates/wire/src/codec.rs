@@ -101,6 +101,12 @@ impl<'a> ByteReader<'a> {
     /// but never converted: bulk payloads go to storage without being re-encoded.
     pub(crate) fn raw_document(&mut self, what: &str) -> Result<RawDocumentBuf, WireError> {
         let bytes = self.document_bytes(what)?;
+        // The common types checked by the body walk's own rules first; anything else,
+        // and every error's wording, the crate's.
+        if crate::to_document::walk_valid(bytes, MAX_BSON_DEPTH) {
+            return RawDocumentBuf::from_bytes(bytes.to_vec())
+                .map_err(|e| malformed(format!("{what}: invalid BSON: {e}")));
+        }
         Ok(validate_raw(bytes, what)?.to_raw_document_buf())
     }
 
