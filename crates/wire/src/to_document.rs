@@ -60,17 +60,35 @@ fn not_walked() -> WireError {
 /// Calls `each` with every element of the document `bytes` holds exactly, read with
 /// the codec's bounds-checked cursor.
 fn walk_elements(bytes: &[u8], mut each: impl FnMut(&str, Bson)) -> Result<(), WireError> {
-    let mut whole = ByteReader::new(bytes);
-    if whole.document_bytes(WHAT)?.len() != bytes.len() || bytes.last() != Some(&0) {
-        return Err(not_walked());
-    }
-    let mut r = ByteReader::new(&bytes[4..bytes.len() - 1]);
+    let mut r = elements(bytes)?;
     while !r.is_empty() {
         let kind = r.u8(WHAT)?;
         let key = r.cstring(WHAT)?;
         each(key, walk_value(kind, &mut r)?);
     }
     Ok(())
+}
+
+/// A cursor over the elements of the document `bytes` holds exactly (its length
+/// and its final NUL checked).
+fn elements(bytes: &[u8]) -> Result<ByteReader<'_>, WireError> {
+    let mut whole = ByteReader::new(bytes);
+    if whole.document_bytes(WHAT)?.len() != bytes.len() || bytes.last() != Some(&0) {
+        return Err(not_walked());
+    }
+    Ok(ByteReader::new(&bytes[4..bytes.len() - 1]))
+}
+
+/// A binary value's length and subtype at the cursor (its bytes follow): the common
+/// subtypes only (the old binary subtype's inner length and the newer subtypes are
+/// left to the crate).
+fn binary_head(r: &mut ByteReader<'_>) -> Result<(usize, u8), WireError> {
+    let len = usize::try_from(r.i32(WHAT)?).map_err(|_| not_walked())?;
+    let subtype = r.u8(WHAT)?;
+    if !matches!(subtype, 0x00 | 0x03 | 0x04) {
+        return Err(not_walked());
+    }
+    Ok((len, subtype))
 }
 
 /// What the cursor's errors name (never shown: an error sends the document on).
@@ -88,12 +106,7 @@ fn walk_value(kind: u8, r: &mut ByteReader<'_>) -> Result<Bson, WireError> {
             Bson::Array(items)
         }
         0x05 => {
-            let len = usize::try_from(r.i32(WHAT)?).map_err(|_| not_walked())?;
-            let subtype = r.u8(WHAT)?;
-            // The old binary subtype's inner length and the newer subtypes: the crate's.
-            if !matches!(subtype, 0x00 | 0x03 | 0x04) {
-                return Err(not_walked());
-            }
+            let (len, subtype) = binary_head(r)?;
             Bson::Binary(Binary {
                 subtype: BinarySubtype::from(subtype),
                 bytes: r.take(len, WHAT)?.to_vec(),
@@ -133,11 +146,7 @@ pub(crate) fn walk_valid(bytes: &[u8], levels_left: usize) -> bool {
 }
 
 fn valid_elements(bytes: &[u8], levels_left: usize) -> Result<(), WireError> {
-    let mut whole = ByteReader::new(bytes);
-    if whole.document_bytes(WHAT)?.len() != bytes.len() || bytes.last() != Some(&0) {
-        return Err(not_walked());
-    }
-    let mut r = ByteReader::new(&bytes[4..bytes.len() - 1]);
+    let mut r = elements(bytes)?;
     while !r.is_empty() {
         let kind = r.u8(WHAT)?;
         r.cstring(WHAT)?;
@@ -152,10 +161,7 @@ fn valid_elements(bytes: &[u8], levels_left: usize) -> Result<(), WireError> {
                 valid_elements(r.document_bytes(WHAT)?, levels_left - 1)?
             }
             0x05 => {
-                let len = usize::try_from(r.i32(WHAT)?).map_err(|_| not_walked())?;
-                if !matches!(r.u8(WHAT)?, 0x00 | 0x03 | 0x04) {
-                    return Err(not_walked());
-                }
+                let (len, _) = binary_head(&mut r)?;
                 r.take(len, WHAT)?;
             }
             0x07 => {
