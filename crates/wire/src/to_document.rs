@@ -22,6 +22,9 @@
 //!    rare types through the crate's own conversion of that value).
 //! 3. Any error is reported by the crate's conversion itself, so the result and the
 //!    errors are exactly the crate's.
+//!
+//! The same walk without building values ([`walk_valid`]) checks an insert's raw
+//! documents before they go to storage (the crate's element iterator for the rest).
 
 use crate::codec::ByteReader;
 use crate::error::{malformed, WireError};
