@@ -56,6 +56,10 @@ pub(crate) struct Writer {
 /// instructions to build and a memtable insert (callgrind, bus benchmark).
 pub(crate) const OPLOG_STATE_EVERY_BYTES: u64 = 1 << 20;
 
+/// An insert entry's bytes besides its `ns`, `o` and `o2`: the names, types, lengths
+/// and fixed-size values (sized exactly: one allocation, no growth).
+const INSERT_ENTRY_FIXED_BYTES: usize = 104;
+
 /// An insert's oplog entry, `{op: "i", ns, ui, o, o2, ts, t: 1, v: 2, wall}`, written
 /// straight into one buffer sized for it ([`RawWriter`]). The bytes are what
 /// appending the same fields to a `RawDocumentBuf` gives (a unit test compares them).
@@ -67,7 +71,9 @@ fn insert_entry_bytes(
     ts: ClusterTime,
     wall: bson::DateTime,
 ) -> Vec<u8> {
-    let mut e = RawWriter::with_capacity(96 + ns.len() + o.as_bytes().len() + o2.len());
+    let mut e = RawWriter::with_capacity(
+        INSERT_ENTRY_FIXED_BYTES + ns.len() + o.as_bytes().len() + o2.len(),
+    );
     e.string("op", "i");
     e.string("ns", ns);
     e.binary("ui", bson::spec::BinarySubtype::Uuid, ui);
@@ -730,6 +736,11 @@ mod tests {
             "t": 1i64, "v": 2i64, "wall": wall,
         };
         assert_eq!(bytes, expected.as_bytes());
+        // Sized exactly: all but ns, o and o2 is fixed.
+        let variable = "db.coll".len()
+            + doc.as_bytes().len()
+            + expected.get_document("o2").unwrap().as_bytes().len();
+        assert_eq!(bytes.len(), INSERT_ENTRY_FIXED_BYTES + variable);
     }
 
     /// What is stored of the oplog's trim point and size, with the entries after it,
