@@ -125,7 +125,7 @@ impl Engine {
         }
         let opening = std::time::Instant::now();
         let store = Arc::new(
-            Store::open(&store_path, &StoreOptions::default())
+            Store::open(&store_path, &store_options())
                 .map_err(|e| Error::internal(e.to_string()))?,
         );
         let open_millis = i64::try_from(opening.elapsed().as_millis()).unwrap_or(i64::MAX);
@@ -471,6 +471,15 @@ fn load_views(store: &tailstream_storage::Store, catalog: &mut Catalog) -> Resul
 
 /// Takes an exclusive lock on `<dbpath>/mongod.lock` so a second server on the same
 /// directory refuses to start instead of corrupting the store.
+/// The store's tuning: its defaults, and the engine's retry records kept apart per
+/// driver session in the memtable (see `keys::RETRY_RECORD_HINT_PREFIX_BYTES`).
+fn store_options() -> StoreOptions {
+    StoreOptions {
+        meta_insert_hint_prefix_bytes: Some(crate::core::keys::RETRY_RECORD_HINT_PREFIX_BYTES),
+        ..StoreOptions::default()
+    }
+}
+
 fn lock_dbpath(dbpath: &Path) -> Result<std::fs::File> {
     use fs2::FileExt;
     use std::io::Write;

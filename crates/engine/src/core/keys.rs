@@ -160,6 +160,19 @@ pub fn retry_record_prefix(session: &[u8]) -> Vec<u8> {
     k
 }
 
+/// A driver's session key (`lsid: {id: <UUID>}`: the binary type byte, its subtype and
+/// 16 bytes; see the server's `sessions::session_key`).
+pub const DRIVER_SESSION_KEY_BYTES: usize = 18;
+
+/// The start of a driver session's retry records: the store keeps one memtable insert
+/// position per such prefix (`StoreOptions::meta_insert_hint_prefix_bytes`), since every
+/// retryable write of the session writes its record number 0 again. Without it each
+/// record was inserted from the top of the memtable's skip list: 3,700 of a bus
+/// message's 88,600 instructions (callgrind 2026-11-28, 32 sessions writing in turn),
+/// 600 with it.
+pub const RETRY_RECORD_HINT_PREFIX_BYTES: usize =
+    META_RETRY_PREFIX.len() + 2 + DRIVER_SESSION_KEY_BYTES;
+
 /// Retry record number `seq` of `session`.
 pub fn retry_record_key(session: &[u8], seq: u32) -> Vec<u8> {
     let mut k = retry_record_prefix(session);
@@ -204,6 +217,23 @@ mod tests {
         let mut bytes = Vec::new();
         bson::doc! {"a": 1}.to_writer(&mut bytes).unwrap();
         assert_eq!(parse_doc_pointer(&bytes), None);
+    }
+
+    #[test]
+    fn a_driver_sessions_records_share_the_hinted_prefix() {
+        let session = [&[0x05u8, 0x04][..], &[7u8; 16]].concat();
+        assert_eq!(session.len(), DRIVER_SESSION_KEY_BYTES);
+        let prefix = retry_record_prefix(&session);
+        assert_eq!(prefix.len(), RETRY_RECORD_HINT_PREFIX_BYTES);
+        for seq in [0, 1, u32::MAX] {
+            assert!(retry_record_key(&session, seq).starts_with(&prefix));
+        }
+        let other = [&[0x05u8, 0x04][..], &[8u8; 16]].concat();
+        assert_ne!(
+            retry_record_key(&other, 0)[..RETRY_RECORD_HINT_PREFIX_BYTES],
+            prefix[..],
+            "another session, another position"
+        );
     }
 
     #[test]
