@@ -6,7 +6,7 @@ import time
 
 import pytest
 from bson import Int64
-from pymongo import CursorType, MongoClient
+from pymongo import CursorType, MongoClient, monitoring
 from pymongo.errors import ExecutionTimeout, OperationFailure
 from conftest import eventually
 
@@ -70,6 +70,54 @@ def test_running_command_is_reported_and_killed(client, other, db):
     assert isinstance(err, OperationFailure), out
     assert err.code == 11601 and err.details["codeName"] == "Interrupted"
     assert client.admin.command({"currentOp": 1, "command.comment": "slow find"})["inprog"] == []
+
+
+class SentCommands(monitoring.CommandListener):
+    """The commands a client sent, as its driver built them."""
+
+    def __init__(self):
+        self.sent = []
+
+    def started(self, event):
+        self.sent.append(event.command)
+
+    def succeeded(self, event):
+        pass
+
+    def failed(self, event):
+        pass
+
+
+def test_reports_show_the_command_as_sent_cluster_time_included(server, client, db):
+    """The server reads a command's `$clusterTime` from its bytes only when a report
+    shows the command: currentOp, the profiler and the slow-query log show it in its
+    place, as the driver sent it."""
+    listener = SentCommands()
+    watched = MongoClient(server.uri(directConnection="true"), event_listeners=[listener])
+    try:
+        coll = watched[db.name].c
+        coll.insert_one({"i": 1})
+        t, out = run_in_thread(
+            lambda: list(coll.find({"$where": "sleep(200); return true"}).comment("shown"))
+        )
+        op = wait_for_op(client.admin, {"command.comment": "shown"})
+        t.join(10)
+        assert "result" in out, out
+        sent = next(c for c in listener.sent if c.get("comment") == "shown")
+        assert "$clusterTime" in sent and "lsid" in sent, sent
+        assert list(op["command"].items()) == list(sent.items())
+
+        assert db.command("profile", 2)["was"] == 0
+        try:
+            list(coll.find({"i": 1}).comment("profiled"))
+        finally:
+            db.command("profile", 0)
+        sent = next(c for c in listener.sent if c.get("comment") == "profiled")
+        entry = db.system.profile.find_one({"command.comment": "profiled"})
+        assert "$clusterTime" in sent
+        assert list(entry["command"].items()) == list(sent.items())
+    finally:
+        watched.close()
 
 
 def test_filter_and_all(client, other):

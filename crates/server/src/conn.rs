@@ -55,7 +55,7 @@ async fn stream_replies(
         let info = conn.info.clone();
         // The client closing meanwhile kills the command's operation, which ends an
         // awaitable hello's or an awaiting getMore's wait.
-        let command = std::pin::pin!(commands::dispatch(state, conn, cmd.clone(), None));
+        let command = std::pin::pin!(commands::dispatch(state, conn, cmd.clone(), None, None));
         let reply = until_client_gone(rd, &info, &state.current_ops, command).await;
         if reply.close_connection {
             return Err("closed by a failCommand fail point".into());
@@ -335,8 +335,8 @@ async fn session(
             state
                 .metrics
                 .message_in(usize::try_from(header.message_length).unwrap_or(0));
-            let (request, compressor) =
-                wire::decode(&header, &body).map_err(|e| format!("malformed message: {e}"))?;
+            let (request, compressor) = wire::decode_request(&header, &body)
+                .map_err(|e| format!("malformed message: {e}"))?;
             let reply = match request {
                 Request::Msg(mut msg) => {
                     let fire_and_forget = msg.flags & msg_flags::MORE_TO_COME != 0;
@@ -348,6 +348,11 @@ async fn session(
                     let payload = match msg.body.keys().next().map(String::as_str) {
                         Some("insert") => msg.take_sequence("documents").map(|s| s.documents),
                         _ => None,
+                    };
+                    // Streamed replies rerun the command as a whole document.
+                    let cluster_time = match exhaust || streaming_hello {
+                        true => None,
+                        false => msg.cluster_time.take(),
                     };
                     let cmd = msg
                         .into_command()
@@ -367,7 +372,8 @@ async fn session(
                         continue;
                     }
                     let info = conn.info.clone();
-                    let command = std::pin::pin!(commands::dispatch(state, conn, cmd, payload));
+                    let command =
+                        std::pin::pin!(commands::dispatch(state, conn, cmd, payload, cluster_time));
                     let reply =
                         until_client_gone(&mut rd, &info, &state.current_ops, command).await;
                     if fire_and_forget {

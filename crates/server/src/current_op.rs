@@ -54,6 +54,8 @@ pub struct Running {
     pub op: Arc<Operation>,
     pub db: String,
     pub cmd: Arc<Document>,
+    /// The `$clusterTime` the decoding left out of `cmd` (see `wire::KeptField`).
+    pub cluster_time: Option<Arc<tailstream_wire::KeptField>>,
     /// Waiting for `fsync`'s lock to be released (a write while `db.fsyncLock()` holds).
     pub waiting_for_lock: bool,
 }
@@ -237,7 +239,13 @@ impl Registry {
                     d.insert("op", op_type(name));
                     d.insert("ns", namespace(&r.db, name, &r.cmd));
                     d.insert("redacted", false);
-                    d.insert("command", (*r.cmd).clone());
+                    d.insert(
+                        "command",
+                        match &r.cluster_time {
+                            Some(kept) => kept.restored(&r.cmd),
+                            None => (*r.cmd).clone(),
+                        },
+                    );
                     if let Some(p) = r.op.progress() {
                         insert_progress(&mut d, &p);
                     }

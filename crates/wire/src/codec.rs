@@ -115,6 +115,16 @@ impl<'a> ByteReader<'a> {
         let bytes = self.document_bytes(what)?;
         parse_document(bytes, what)
     }
+
+    /// [`ByteReader::document`] for a command body whose element `kept` may stay raw.
+    pub(crate) fn body_keeping(
+        &mut self,
+        what: &str,
+        kept: &str,
+    ) -> Result<(Document, Option<crate::op_msg::KeptField>), WireError> {
+        let bytes = self.document_bytes(what)?;
+        parse_body(bytes, what, kept)
+    }
 }
 
 /// Checks a slice holding exactly one BSON document: trailing NUL, every element, depth.
@@ -140,23 +150,42 @@ const SMALLEST_TOO_DEEP: usize = 5 + 7 * MAX_BSON_DEPTH;
 
 /// Parses a slice that must hold exactly one BSON document.
 fn parse_document(bytes: &[u8], what: &str) -> Result<Document, WireError> {
-    if bytes.len() < SMALLEST_TOO_DEEP {
-        // Most command bodies: the conversion validates every element itself, and the
-        // size alone bounds the depth, so the separate walk of `validate_raw` is skipped.
-        if bytes.last() != Some(&0) {
-            return Err(malformed(format!(
-                "{what}: BSON document lacks trailing NUL"
-            )));
-        }
-        let raw = RawDocument::from_bytes(bytes)
-            .map_err(|e| malformed(format!("{what}: invalid BSON: {e}")))?;
-        return crate::to_document::to_document(raw)
-            .map_err(|e| malformed(format!("{what}: invalid BSON: {e}")));
+    convert(bounded_raw(bytes, what)?, what)
+}
+
+/// [`parse_document`] for a command body with its element `kept` left raw when the
+/// body walk can (see `to_document::walk_body_keeping`).
+fn parse_body(
+    bytes: &[u8],
+    what: &str,
+    kept: &str,
+) -> Result<(Document, Option<crate::op_msg::KeptField>), WireError> {
+    let raw = bounded_raw(bytes, what)?;
+    if let Some(found) = crate::to_document::walk_body_keeping(raw.as_bytes(), kept) {
+        return Ok(found);
     }
-    let raw = validate_raw(bytes, what)?;
-    // Converting from the raw form validates as fully as `Document::from_reader` (lengths,
-    // UTF-8, element types) but uses several times less stack per level than its serde path,
-    // which overflows a 2 MiB thread stack in debug builds well before MAX_BSON_DEPTH.
+    Ok((convert(raw, what)?, None))
+}
+
+/// The document `bytes` holds, its depth bounded before anything converts it.
+fn bounded_raw<'b>(bytes: &'b [u8], what: &str) -> Result<&'b RawDocument, WireError> {
+    if bytes.len() >= SMALLEST_TOO_DEEP {
+        return validate_raw(bytes, what);
+    }
+    // Most command bodies: the conversion validates every element itself, and the
+    // size alone bounds the depth, so the separate walk of `validate_raw` is skipped.
+    if bytes.last() != Some(&0) {
+        return Err(malformed(format!(
+            "{what}: BSON document lacks trailing NUL"
+        )));
+    }
+    RawDocument::from_bytes(bytes).map_err(|e| malformed(format!("{what}: invalid BSON: {e}")))
+}
+
+/// Converting from the raw form validates as fully as `Document::from_reader` (lengths,
+/// UTF-8, element types) but uses several times less stack per level than its serde path,
+/// which overflows a 2 MiB thread stack in debug builds well before MAX_BSON_DEPTH.
+fn convert(raw: &RawDocument, what: &str) -> Result<Document, WireError> {
     crate::to_document::to_document(raw)
         .map_err(|e| malformed(format!("{what}: invalid BSON: {e}")))
 }

@@ -223,6 +223,7 @@ mod tests {
     fn roundtrip_op_msg_all_compressors() {
         let msg = OpMsg {
             flags: msg_flags::CHECKSUM_PRESENT,
+            cluster_time: None,
             body: doc! { "insert": "c", "$db": "db" },
             sequences: vec![DocumentSequence {
                 identifier: "documents".into(),

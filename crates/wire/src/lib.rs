@@ -20,11 +20,11 @@ pub use compression::{compress, Compressor};
 pub use error::WireError;
 pub use frame::{read_message, Header};
 pub use op_msg::{
-    encode_msg, encode_op_msg, finish_msg_in_place, DocumentSequence, OpMsg, PiecedMsg,
-    MSG_BODY_OFFSET,
+    encode_msg, encode_op_msg, finish_msg_in_place, DocumentSequence, KeptField, OpMsg, PiecedMsg,
+    KEPT_RAW_FIELD, MSG_BODY_OFFSET,
 };
 pub use op_query::{encode_query, encode_reply, OpQuery};
-pub use request::{decode, Request};
+pub use request::{decode, decode_request, Request};
 
 /// Largest message accepted, header included; mongod's `maxMessageSizeBytes`, which
 /// servers advertise in `hello` so drivers split batches below it.

@@ -23,6 +23,23 @@ pub enum Request {
 /// use the same one. Any other opcode, including server-to-client ones such as OP_REPLY,
 /// is [`WireError::UnsupportedOpCode`]. Never panics, whatever the bytes.
 pub fn decode(header: &Header, body: &[u8]) -> Result<(Request, Option<Compressor>), WireError> {
+    decode_with(header, body, false)
+}
+
+/// [`decode`] for a server's requests: an OP_MSG body's `$clusterTime` is left raw, in
+/// [`OpMsg::cluster_time`] (see [`crate::op_msg::KEPT_RAW_FIELD`]).
+pub fn decode_request(
+    header: &Header,
+    body: &[u8],
+) -> Result<(Request, Option<Compressor>), WireError> {
+    decode_with(header, body, true)
+}
+
+fn decode_with(
+    header: &Header,
+    body: &[u8],
+    keep_cluster_time: bool,
+) -> Result<(Request, Option<Compressor>), WireError> {
     // The OP_MSG checksum covers the header as re-serialized from these fields, so they must
     // describe this body.
     if usize::try_from(header.message_length).ok() != HEADER_LEN.checked_add(body.len()) {
@@ -33,7 +50,7 @@ pub fn decode(header: &Header, body: &[u8]) -> Result<(Request, Option<Compresso
         )));
     }
     if header.op_code != opcode::COMPRESSED {
-        return decode_plain(header, body).map(|req| (req, None));
+        return decode_plain(header, body, keep_cluster_time).map(|req| (req, None));
     }
 
     let inner = decompress(body)?;
@@ -51,12 +68,17 @@ pub fn decode(header: &Header, body: &[u8]) -> Result<(Request, Option<Compresso
         op_code: inner.original_opcode,
         ..*header
     };
-    decode_plain(&inner_header, &inner.body).map(|req| (req, Some(inner.compressor)))
+    decode_plain(&inner_header, &inner.body, keep_cluster_time)
+        .map(|req| (req, Some(inner.compressor)))
 }
 
-fn decode_plain(header: &Header, body: &[u8]) -> Result<Request, WireError> {
+fn decode_plain(
+    header: &Header,
+    body: &[u8],
+    keep_cluster_time: bool,
+) -> Result<Request, WireError> {
     match header.op_code {
-        opcode::MSG => OpMsg::decode(header, body).map(Request::Msg),
+        opcode::MSG => OpMsg::decode(header, body, keep_cluster_time).map(Request::Msg),
         opcode::QUERY => OpQuery::decode(body).map(Request::Query),
         other => Err(WireError::UnsupportedOpCode(other)),
     }
@@ -97,12 +119,30 @@ mod tests {
             response_to: 0,
             op_code,
         };
-        decode(&header, bytes).is_ok()
+        let plain = decode(&header, bytes);
+        // The server's decoding, `$clusterTime` left raw, takes and refuses the same
+        // messages, with the same errors, and gives the same command back.
+        let keeping = decode_request(&header, bytes);
+        match (&plain, keeping) {
+            (Ok((Request::Msg(a), ca)), Ok((Request::Msg(b), cb))) => {
+                assert_eq!(*ca, cb);
+                assert_eq!(encode_op_msg(1, 0, a), encode_op_msg(1, 0, &b));
+                // As bytes: a mutated double may be NaN, never equal to itself.
+                let bytes =
+                    |c: Result<bson::Document, WireError>| c.ok().map(|d| bson::to_vec(&d).ok());
+                assert_eq!(bytes(a.clone().into_command()), bytes(b.into_command()));
+            }
+            (Ok(a), Ok(b)) => assert_eq!(*a, b),
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+            (a, b) => panic!("decode {a:?} but decode_request {b:?}"),
+        }
+        plain.is_ok()
     }
 
     fn corpus() -> Vec<Vec<u8>> {
         let msg = OpMsg {
             flags: msg_flags::CHECKSUM_PRESENT,
+            cluster_time: None,
             body: doc! { "insert": "c", "$db": "d", "n": { "a": [1, "x", { "b": null }] } },
             sequences: vec![DocumentSequence {
                 identifier: "documents".into(),
@@ -131,8 +171,11 @@ mod tests {
                 return_fields_selector: Some(doc! { "x": 1 }),
             },
         );
+        let driver = encode_msg(4, 0, 0, &driver_insert_body());
         vec![
             plain.clone(),
+            driver.clone(),
+            compress(&driver, Compressor::Snappy),
             encode_op_msg(1, 0, &msg),
             encode_msg(3, 0, 0, &doc! { "ping": 1 }),
             query.clone(),
@@ -141,6 +184,64 @@ mod tests {
             compress(&plain, Compressor::Zlib),
             compress(&query, Compressor::Snappy),
         ]
+    }
+
+    /// An insert's body as a driver sends it (its documents in a sequence).
+    fn driver_insert_body() -> bson::Document {
+        doc! {
+            "insert": "bus", "ordered": true, "$db": "bench",
+            "lsid": {"id": bson::Binary {
+                subtype: bson::spec::BinarySubtype::Uuid, bytes: vec![7; 16],
+            }},
+            "$clusterTime": {
+                "clusterTime": bson::Timestamp { time: 1_795_844_765, increment: 1 },
+                "signature": {"hash": bson::Binary {
+                    subtype: bson::spec::BinarySubtype::Generic, bytes: vec![0; 20],
+                }, "keyId": 0i64},
+            },
+            "txnNumber": 1i64,
+        }
+    }
+
+    #[test]
+    fn a_servers_decoding_keeps_cluster_time_raw_and_puts_it_back() {
+        let body = driver_insert_body();
+        let bytes = encode_msg(9, 0, 0, &body);
+        let header = Header::from_bytes(bytes[..HEADER_LEN].try_into().unwrap());
+        let Ok((Request::Msg(msg), None)) = decode_request(&header, &bytes[HEADER_LEN..]) else {
+            panic!("a driver's insert decodes");
+        };
+        let kept = msg.cluster_time.clone().expect("$clusterTime kept raw");
+        assert!(!msg.body.contains_key("$clusterTime"));
+        assert_eq!(kept.position, 4, "after insert, ordered, $db and lsid");
+        assert_eq!(
+            bson::Document::try_from(kept.raw.as_ref()).unwrap(),
+            *body.get_document("$clusterTime").unwrap()
+        );
+        assert_eq!(kept.restored(&msg.body), body, "in its place");
+        assert_eq!(encode_op_msg(9, 0, &msg), bytes, "encoded as it came");
+        assert_eq!(msg.into_command().unwrap(), body);
+        // Where it is not a document, it stays in the body.
+        let mut odd = body.clone();
+        odd.insert("$clusterTime", 5);
+        let bytes = encode_msg(9, 0, 0, &odd);
+        let Ok((Request::Msg(msg), None)) =
+            decode_request(&header_of(&bytes), &bytes[HEADER_LEN..])
+        else {
+            panic!("decodes");
+        };
+        assert_eq!((msg.cluster_time, msg.body), (None, odd));
+        // The plain decoding leaves the body whole.
+        let Ok((Request::Msg(msg), None)) =
+            decode(&header, &encode_msg(9, 0, 0, &body)[HEADER_LEN..])
+        else {
+            panic!("decodes");
+        };
+        assert_eq!((msg.cluster_time, msg.body), (None, body));
+    }
+
+    fn header_of(bytes: &[u8]) -> Header {
+        Header::from_bytes(bytes[..HEADER_LEN].try_into().unwrap())
     }
 
     #[test]

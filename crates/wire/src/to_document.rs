@@ -26,8 +26,9 @@
 //! The same walk without building values ([`walk_valid`]) checks an insert's raw
 //! documents before they go to storage (the crate's element iterator for the rest).
 
-use crate::codec::ByteReader;
+use crate::codec::{ByteReader, MAX_BSON_DEPTH};
 use crate::error::{malformed, WireError};
+use crate::op_msg::KeptField;
 use bson::raw::RawBsonRef;
 use bson::spec::BinarySubtype;
 use bson::{Binary, Bson, Document, RawArray, RawDocument};
@@ -53,6 +54,35 @@ fn walk_document(bytes: &[u8]) -> Option<Document> {
     })
     .ok()?;
     Some(doc)
+}
+
+/// As [`walk_document`] for a command body whose element `kept` (a document) stays
+/// raw BSON, checked by [`walk_valid`]'s rules instead of converted (see
+/// `OpMsg::cluster_time`); None sends the whole body to [`to_document`] (the field
+/// another type, twice, or anything the walk leaves to the crate).
+pub(crate) fn walk_body_keeping(bytes: &[u8], kept: &str) -> Option<(Document, Option<KeptField>)> {
+    let mut r = elements(bytes).ok()?;
+    let mut doc = Document::new();
+    let mut field = None;
+    while !r.is_empty() {
+        let kind = r.u8(WHAT).ok()?;
+        let key = r.cstring(WHAT).ok()?;
+        if key != kept {
+            let value = walk_value(kind, &mut r).ok()?;
+            doc.insert(key.to_owned(), value);
+            continue;
+        }
+        let value = r.document_bytes(WHAT).ok()?;
+        // The body is level 1: the field's document is level 2.
+        if kind != 0x03 || field.is_some() || !walk_valid(value, MAX_BSON_DEPTH - 1) {
+            return None;
+        }
+        field = Some(KeptField {
+            position: doc.len(),
+            raw: bson::RawDocumentBuf::from_bytes(value.to_vec()).ok()?,
+        });
+    }
+    Some((doc, field))
 }
 
 /// What the walk reports for a value it leaves to the crate (only ever mapped to None).

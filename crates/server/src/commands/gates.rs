@@ -42,6 +42,7 @@ use std::time::Instant;
 use tailstream_engine::fsync_lock::WritePass;
 use tailstream_engine::query::error::{codes, Error, Result};
 use tailstream_engine::query::script::Operation;
+use tailstream_wire::KeptField;
 
 /// Runs one command through the gates and builds its reply (never fails: errors
 /// become `ok: 0` replies).
@@ -51,9 +52,12 @@ pub(super) async fn run(
     db: &str,
     cmd: Document,
     payload: Option<Vec<RawDocumentBuf>>,
+    cluster_time: Option<KeptField>,
 ) -> Reply {
     // Shared with the currentOp report while the command runs.
     let cmd = Arc::new(cmd);
+    // What the decoding left raw, put back only where the command is shown.
+    let cluster_time = cluster_time.map(Arc::new);
     let name = match command_name(&cmd) {
         Ok(name) => name,
         Err(e) => return Reply::error(state, &e),
@@ -119,7 +123,7 @@ pub(super) async fn run(
             wc.bound_replication(state, &op);
         }
     }
-    let running = Running::register(state, &conn.info, &op, db, &cmd, started);
+    let running = Running::register(state, &conn.info, &op, db, (&cmd, &cluster_time), started);
     let _write_pass = match admit_write(state, writes, spec, db, &op, &running).await {
         Ok(pass) => pass,
         Err(e) => return Reply::error(state, &labels.apply_own(e)),
@@ -141,7 +145,11 @@ pub(super) async fn run(
     if test_commands {
         note_time_limited_cursor(state, &cmd, &result);
     }
-    note_cursor_origin(state, conn, (&name, &cmd), &result);
+    let shown = Shown {
+        cmd: &cmd,
+        cluster_time: cluster_time.as_deref(),
+    };
+    note_cursor_origin(state, conn, (&name, shown), &result);
     // One clock read for the latency figures, the slow-operation check, the profiler
     // and top.
     let elapsed = started.elapsed();
@@ -149,7 +157,7 @@ pub(super) async fn run(
         .metrics
         .command_done(class, elapsed, batch_len(&result).unwrap_or(0));
     state.metrics.examined(op.stats(), scan_kind(&name, &cmd));
-    profile(state, conn, (db, &name, &cmd), &op, elapsed, &result);
+    profile(state, conn, (db, &name, shown), &op, elapsed, &result);
     count_in_top(state, spec, db, &name, &cmd, elapsed, result.is_ok());
     let failed_wce = match &result {
         Err(e) if !in_transaction && spec.write_concern => {
@@ -335,7 +343,7 @@ impl Running {
         info: &Arc<ConnInfo>,
         op: &Arc<Operation>,
         db: &str,
-        cmd: &Arc<Document>,
+        (cmd, cluster_time): (&Arc<Document>, &Option<Arc<KeptField>>),
         started: Instant,
     ) -> Running {
         *info.running.lock() = Some(crate::current_op::Running {
@@ -344,6 +352,7 @@ impl Running {
             op: op.clone(),
             db: db.to_string(),
             cmd: cmd.clone(),
+            cluster_time: cluster_time.clone(),
             waiting_for_lock: false,
         });
         Running(info.clone())
@@ -472,7 +481,7 @@ fn note_time_limited_cursor(state: &ServerState, cmd: &Document, result: &Result
 fn note_cursor_origin(
     state: &ServerState,
     conn: &Conn,
-    (name, cmd): (&str, &Document),
+    (name, shown): (&str, Shown<'_>),
     result: &Result<Output>,
 ) {
     if !matches!(name, "find" | "aggregate") {
@@ -490,7 +499,7 @@ fn note_cursor_origin(
         return;
     }
     let origin = tailstream_engine::cursor::CursorOrigin {
-        command: crate::profiler::command_summary(name, cmd),
+        command: crate::profiler::command_summary(name, &shown.as_sent()),
         client: conn.peer.clone(),
         app_name: conn.info.app_name().map(str::to_string),
         user: conn.auth.user.as_ref().map(|u| u.full_name()),
@@ -533,20 +542,38 @@ fn reply_for(
     Reply::body(Body::Doc(body))
 }
 
+/// A command as its reports show it (the log, the profiler, a cursor's origin): its
+/// document with the `$clusterTime` the decoding left raw put back in its place.
+#[derive(Clone, Copy)]
+struct Shown<'a> {
+    cmd: &'a Document,
+    cluster_time: Option<&'a KeptField>,
+}
+
+impl Shown<'_> {
+    fn as_sent(&self) -> std::borrow::Cow<'_, Document> {
+        match self.cluster_time {
+            Some(kept) => std::borrow::Cow::Owned(kept.restored(self.cmd)),
+            None => std::borrow::Cow::Borrowed(self.cmd),
+        }
+    }
+}
+
 /// Logs the command when it was slow, and leaves its entry in its database's
 /// `system.profile` when that database is profiled (see `crate::profiler`).
 fn profile(
     state: &ServerState,
     conn: &Conn,
-    (db, name, cmd): (&str, &str, &Document),
+    (db, name, shown): (&str, &str, Shown<'_>),
     op: &Operation,
     elapsed: std::time::Duration,
     result: &Result<Output>,
 ) {
-    let slow = is_slow(state, name, cmd, elapsed);
+    let slow = is_slow(state, name, shown.cmd, elapsed);
     if !slow && !state.profiler.enabled() {
         return;
     }
+    let cmd = &*shown.as_sent();
     let nreturned = batch_len(result).map(|n| n as i64);
     let (response_length, error) = match result {
         Ok(Output::Doc(body)) => (bson::to_vec(body).map(|b| b.len() as i64).ok(), None),

@@ -454,6 +454,7 @@ pub async fn dispatch(
     conn: &mut Conn,
     cmd: Document,
     payload: Option<Vec<RawDocumentBuf>>,
+    cluster_time: Option<tailstream_wire::KeptField>,
 ) -> Reply {
     let db = match cmd.get("$db") {
         Some(Bson::String(db)) => db.clone(),
@@ -464,7 +465,7 @@ pub async fn dispatch(
             )
         }
     };
-    gates::run(state, conn, &db, cmd, payload).await
+    gates::run(state, conn, &db, cmd, payload, cluster_time).await
 }
 
 /// Runs a legacy OP_QUERY command (drivers' first `isMaster` before they know the server speaks OP_MSG).
@@ -499,7 +500,7 @@ pub async fn dispatch_legacy(state: &Arc<ServerState>, conn: &mut Conn, q: OpQue
             &Error::new(352, format!("Unsupported OP_QUERY command: {name}. The client driver may require an upgrade.")),
         ));
     }
-    gates::run(state, conn, &db, cmd, None).await
+    gates::run(state, conn, &db, cmd, None, None).await
 }
 
 /// Adds `ok: 1` and the cluster time fields drivers expect on every reply.
