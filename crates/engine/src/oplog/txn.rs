@@ -63,6 +63,7 @@ const INSERT_ENTRY_FIXED_BYTES: usize = 104;
 /// An insert's oplog entry, `{op: "i", ns, ui, o, o2, ts, t: 1, v: 2, wall}`, written
 /// straight into one buffer sized for it ([`RawWriter`]). The bytes are what
 /// appending the same fields to a `RawDocumentBuf` gives (a unit test compares them).
+/// Also where in them the document (`o`) lies.
 fn insert_entry_bytes(
     ns: &str,
     ui: &[u8; 16],
@@ -70,7 +71,7 @@ fn insert_entry_bytes(
     o2: &[u8],
     ts: ClusterTime,
     wall: bson::DateTime,
-) -> Vec<u8> {
+) -> (Vec<u8>, std::ops::Range<usize>) {
     let mut e = RawWriter::with_capacity(
         INSERT_ENTRY_FIXED_BYTES + ns.len() + o.as_bytes().len() + o2.len(),
     );
@@ -78,13 +79,15 @@ fn insert_entry_bytes(
     e.string("ns", ns);
     e.binary("ui", bson::spec::BinarySubtype::Uuid, ui);
     e.doc("o", o);
+    let o_end = e.buf().len();
+    let o_at = o_end - o.as_bytes().len()..o_end;
     e.name(raw_writer::DOCUMENT, "o2");
     e.buf().extend_from_slice(o2);
     e.timestamp("ts", ts.into());
     e.int64("t", 1);
     e.int64("v", 2);
     e.date_time("wall", wall);
-    e.into_bytes()
+    (e.into_bytes(), o_at)
 }
 
 impl Writer {
@@ -335,7 +338,7 @@ impl<'e> Txn<'e> {
         entry
             .to_writer(&mut bytes)
             .expect("serialising a Document into a Vec cannot fail");
-        self.put_oplog(&change.ns, ts, &bytes, None);
+        self.put_oplog(&change.ns, ts, &bytes, (None, None));
         ts
     }
 
@@ -394,7 +397,7 @@ impl<'e> Txn<'e> {
             return self.collect_op(op);
         }
         let ts = self.w.clock.next();
-        let e = insert_entry_bytes(ns, &ui_bytes, doc, o2.as_bytes(), ts, self.wall);
+        let (e, doc_at) = insert_entry_bytes(ns, &ui_bytes, doc, o2.as_bytes(), ts, self.wall);
         // What the entry holds is known here: not read back from its bytes.
         let head = oplog::EntryHead {
             op: "i",
@@ -402,20 +405,28 @@ impl<'e> Txn<'e> {
             o: Some(doc),
             o2: None,
         };
-        self.put_oplog(ns, ts, &e, Some(head));
+        let inserted = oplog::recent::InsertAt {
+            ui: ui_bytes,
+            doc: doc_at,
+        };
+        self.put_oplog(ns, ts, &e, (Some(head), Some(inserted)));
         ts
     }
 
     /// Stores an oplog entry and lists it in `oplog_by_ns` under `ns` and, for a
     /// command, under every other namespace it touches (a rename's target, a database's
     /// collections). `head`: the entry's op, ns and o when the caller knows them (else
-    /// read from `bytes`).
+    /// read from `bytes`); `inserted`: an insert's collection and where its document
+    /// lies in `bytes`, for the recent oplog's readers.
     fn put_oplog(
         &mut self,
         ns: &str,
         ts: ClusterTime,
         bytes: &[u8],
-        head: Option<oplog::EntryHead<'_>>,
+        (head, inserted): (
+            Option<oplog::EntryHead<'_>>,
+            Option<oplog::recent::InsertAt>,
+        ),
     ) {
         // Commit order is oplog order: this commit's entries in time order, all after
         // the previous commit's (a reader tailing the oplog never sees a gap fill in).
@@ -450,13 +461,17 @@ impl<'e> Txn<'e> {
         }
         if recent {
             if let (Some(raw), Some(_)) = (raw, head) {
-                self.recent.push(oplog::recent::RecentEntry::new(
+                let entry = oplog::recent::RecentEntry::new(
                     ts,
                     raw,
                     digest,
                     namespaces,
                     self.engine.recent.watched(),
-                ));
+                );
+                self.recent.push(match inserted {
+                    Some(at) => entry.inserted_at(at),
+                    None => entry,
+                });
             }
         }
         self.last_ts = Some(ts);
@@ -544,7 +559,7 @@ impl<'e> Txn<'e> {
         prev.append("ts", bson::Timestamp::from(ClusterTime::ZERO));
         prev.append("t", -1i64);
         e.append("prevOpTime", prev);
-        self.put_oplog("admin.$cmd", ts, e.as_bytes(), None);
+        self.put_oplog("admin.$cmd", ts, e.as_bytes(), (None, None));
     }
 
     /// Commits atomically; returns the durability sequence number.
@@ -727,7 +742,24 @@ mod tests {
             increment: 42,
         });
         let wall = bson::DateTime::from_millis(1_700_000_000_123);
-        let bytes = insert_entry_bytes("db.coll", &ui.bytes(), &doc, o2.as_bytes(), ts, wall);
+        let (bytes, doc_at) =
+            insert_entry_bytes("db.coll", &ui.bytes(), &doc, o2.as_bytes(), ts, wall);
+        assert_eq!(
+            &bytes[doc_at.clone()],
+            doc.as_bytes(),
+            "the document's place"
+        );
+        // The recent oplog's readers take the document from that place as they would
+        // from reading the entry.
+        let raw = bson::RawDocument::from_bytes(&bytes).unwrap();
+        let read = oplog::recent::RecentEntry::new(ts, raw, Vec::new(), Vec::new(), u64::MAX);
+        let placed = oplog::recent::RecentEntry::new(ts, raw, Vec::new(), Vec::new(), u64::MAX)
+            .inserted_at(oplog::recent::InsertAt {
+                ui: ui.bytes(),
+                doc: doc_at,
+            });
+        let (read, placed) = (read.inserted().unwrap(), placed.inserted().unwrap());
+        assert_eq!((read.ui, &read.doc), (placed.ui, &placed.doc));
         let expected = bson::rawdoc! {
             "op": "i", "ns": "db.coll",
             "ui": bson::Binary { subtype: bson::spec::BinarySubtype::Uuid, bytes: ui.bytes().to_vec() },
