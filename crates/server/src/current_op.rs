@@ -18,6 +18,7 @@ use std::time::Instant;
 use tailstream_engine::query::error::{codes, Error, Result};
 use tailstream_engine::query::matcher::Matcher;
 use tailstream_engine::query::script::Operation;
+use tailstream_wire::KeptField;
 
 /// A client connection, as long as it is open.
 pub struct ConnInfo {
@@ -55,7 +56,7 @@ pub struct Running {
     pub db: String,
     pub cmd: Arc<Document>,
     /// The `$clusterTime` the decoding left out of `cmd` (see `wire::KeptField`).
-    pub cluster_time: Option<Arc<tailstream_wire::KeptField>>,
+    pub cluster_time: Option<Arc<KeptField>>,
     /// Waiting for `fsync`'s lock to be released (a write while `db.fsyncLock()` holds).
     pub waiting_for_lock: bool,
 }
@@ -239,13 +240,8 @@ impl Registry {
                     d.insert("op", op_type(name));
                     d.insert("ns", namespace(&r.db, name, &r.cmd));
                     d.insert("redacted", false);
-                    d.insert(
-                        "command",
-                        match &r.cluster_time {
-                            Some(kept) => kept.restored(&r.cmd),
-                            None => (*r.cmd).clone(),
-                        },
-                    );
+                    let sent = KeptField::as_sent(&r.cmd, r.cluster_time.as_deref());
+                    d.insert("command", sent.into_owned());
                     if let Some(p) = r.op.progress() {
                         insert_progress(&mut d, &p);
                     }

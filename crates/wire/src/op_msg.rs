@@ -1,5 +1,6 @@
 //! OP_MSG (opcode 2013): the message format for all modern commands and replies.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use bson::{Bson, Document, RawDocumentBuf};
@@ -49,6 +50,15 @@ pub struct KeptField {
 }
 
 impl KeptField {
+    /// `body` as it was sent: with `kept` back in its place when the decoding left one
+    /// out (the reports of a command, the encoders).
+    pub fn as_sent<'a>(body: &'a Document, kept: Option<&KeptField>) -> Cow<'a, Document> {
+        match kept {
+            Some(kept) => Cow::Owned(kept.restored(body)),
+            None => Cow::Borrowed(body),
+        }
+    }
+
     /// `body` with the field back in its place, as it was sent.
     pub fn restored(&self, body: &Document) -> Document {
         let Ok(value) = crate::to_document::to_document(&self.raw) else {
@@ -398,10 +408,10 @@ pub fn encode_op_msg(request_id: i32, response_to: i32, msg: &OpMsg) -> Vec<u8> 
     let mut out = begin_message(request_id, response_to, opcode::MSG);
     out.extend_from_slice(&msg.flags.to_le_bytes());
     out.push(SECTION_BODY);
-    match &msg.cluster_time {
-        Some(kept) => write_document(&mut out, &kept.restored(&msg.body)),
-        None => write_document(&mut out, &msg.body),
-    }
+    write_document(
+        &mut out,
+        &KeptField::as_sent(&msg.body, msg.cluster_time.as_ref()),
+    );
     for seq in &msg.sequences {
         out.push(SECTION_SEQUENCE);
         let size_at = out.len();

@@ -552,10 +552,7 @@ struct Shown<'a> {
 
 impl Shown<'_> {
     fn as_sent(&self) -> std::borrow::Cow<'_, Document> {
-        match self.cluster_time {
-            Some(kept) => std::borrow::Cow::Owned(kept.restored(self.cmd)),
-            None => std::borrow::Cow::Borrowed(self.cmd),
-        }
+        KeptField::as_sent(self.cmd, self.cluster_time)
     }
 }
 
