@@ -50,15 +50,37 @@ def eventually(check, timeout=10.0, interval=0.05):
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list:
+    """`count` distinct loopback ports that were free a moment ago: each socket stays
+    bound until all are chosen, so the kernel cannot hand the same port out twice. Another
+    socket (a client's ephemeral port) may still take one before the server binds it:
+    `TailstreamServer.start` picks again when it chose the ports itself."""
+    held = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            held.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in held]
+    finally:
+        for s in held:
+            s.close()
+
+
+class PortTaken(RuntimeError):
+    """The server could not listen: another socket took its port first."""
 
 
 class TailstreamServer:
     """One tailstream process on its own dbpath and port."""
 
-    def __init__(self, dbpath, port=None, extra_args=(), oplog_size_mb=64):
+    # Startups retried with newly chosen ports when a port was taken in between.
+    PORT_RETRIES = 3
+
+    def __init__(self, dbpath, port=None, extra_args=(), oplog_size_mb=64, http=False):
         self.binary = binary_path()
         if not self.binary.exists():
             pytest.fail(
@@ -68,12 +90,32 @@ class TailstreamServer:
             )
         self.dbpath = Path(dbpath)
         self.dbpath.mkdir(parents=True, exist_ok=True)
-        self.port = port or free_port()
+        # Ports this object chose may be chosen again if taken before the first start.
+        self._ports_chosen_here = port is None
+        self._started_once = False
+        self.http = http
+        self.port = port
+        self.http_port = None
+        self._choose_ports()
         self.extra_args = list(extra_args)
         self.oplog_size_mb = oplog_size_mb
         self.proc = None
         self.logfile = self.dbpath.parent / f"{self.dbpath.name}-server.log"
         self._log_handle = None
+
+    def _choose_ports(self):
+        """(Re)choose the ports this object picks itself: the client port unless one was
+        given, and the HTTP port when asked for."""
+        mongo, http = free_ports(2)
+        if self._ports_chosen_here:
+            self.port = mongo
+        if self.http:
+            self.http_port = http if http != self.port else mongo
+
+    @property
+    def http_url(self):
+        assert self.http_port is not None, "server made without http=True"
+        return f"http://127.0.0.1:{self.http_port}"
 
     # ---- process control -------------------------------------------------
     def argv(self):
@@ -90,11 +132,30 @@ class TailstreamServer:
         if not any("ttlMonitorSleepSecs" in a for a in self.extra_args):
             args += ["--setParameter", "ttlMonitorSleepSecs=1"]
         args += ["--setParameter", "enableTestCommands=1"]
+        if self.http:
+            args += ["--httpPort", str(self.http_port)]
         return args + self.extra_args
 
     def start(self, timeout=20.0):
+        """Starts the server and waits for its ping. A first start whose port another
+        socket took after it was chosen is retried on newly chosen ports."""
+        for attempt in range(self.PORT_RETRIES):
+            try:
+                self._start_once(timeout)
+                self._started_once = True
+                return self
+            except PortTaken:
+                may_choose_again = not self._started_once and (
+                    self._ports_chosen_here or self.http)
+                if not may_choose_again or attempt + 1 == self.PORT_RETRIES:
+                    raise
+                self._close_log()
+                self._choose_ports()
+
+    def _start_once(self, timeout):
         assert self.proc is None or self.proc.poll() is not None, "already running"
         self._log_handle = open(self.logfile, "ab")
+        this_start_at = self._log_handle.tell()
         self.proc = subprocess.Popen(
             self.argv(), stdout=self._log_handle, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -103,7 +164,11 @@ class TailstreamServer:
         last_err = None
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(
+                with open(self.logfile, "rb") as f:
+                    f.seek(this_start_at)
+                    said = f.read().decode(errors="replace")
+                failure = PortTaken if "Address already in use" in said else RuntimeError
+                raise failure(
                     f"tailstream exited with {self.proc.returncode} during startup:\n"
                     + self.log_tail()
                 )

@@ -17,9 +17,7 @@ SERIES = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$')
 
 @pytest.fixture
 def http_server(tmp_path):
-    port = free_port()
-    srv = TailstreamServer(tmp_path / "db", extra_args=["--httpPort", str(port)])
-    srv.http_port = port
+    srv = TailstreamServer(tmp_path / "db", http=True)
     srv.start()
     yield srv
     srv.stop()

@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 from pymongo import CursorType
 
-from conftest import TailstreamServer, free_port
+from conftest import TailstreamServer
 
 
 def chromium():
@@ -43,9 +43,7 @@ def cells(dom, row_id):
 
 @pytest.fixture
 def http_server(tmp_path):
-    port = free_port()
-    srv = TailstreamServer(tmp_path / "db", extra_args=["--httpPort", str(port)])
-    srv.http_url = f"http://127.0.0.1:{port}"
+    srv = TailstreamServer(tmp_path / "db", http=True)
     srv.start()
     yield srv
     srv.stop()
