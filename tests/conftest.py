@@ -8,13 +8,14 @@ ${CARGO_TARGET_DIR:-$HOME/.cache/tailstream/target}/release/tailstream.
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from pymongo import MongoClient
+
+from ports import free_port, free_ports  # noqa: F401 - tests import free_port from here
 
 
 def binary_path() -> Path:
@@ -47,27 +48,6 @@ def eventually(check, timeout=10.0, interval=0.05):
         if value or time.monotonic() > deadline:
             return value
         time.sleep(interval)
-
-
-def free_port() -> int:
-    return free_ports(1)[0]
-
-
-def free_ports(count: int) -> list:
-    """`count` distinct loopback ports that were free a moment ago: each socket stays
-    bound until all are chosen, so the kernel cannot hand the same port out twice. Another
-    socket (a client's ephemeral port) may still take one before the server binds it:
-    `TailstreamServer.start` picks again when it chose the ports itself."""
-    held = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            held.append(s)
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in held]
-    finally:
-        for s in held:
-            s.close()
 
 
 class PortTaken(RuntimeError):

@@ -37,6 +37,7 @@ from pymongo import MongoClient, ReadPreference, monitoring
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 import wire
+from ports import free_port, free_ports
 
 SET_NAME = "rs0"
 DB = "faults"
@@ -52,13 +53,6 @@ def binary_path():
         return Path(env)
     target = os.environ.get("CARGO_TARGET_DIR") or os.path.expanduser("~/.cache/tailstream/target")
     return Path(target) / "release" / "tailstream"
-
-
-def free_port():
-    """A port the OS picks (never 27017-27019: those are outside its ephemeral range)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def raw_command(addr, doc, timeout=1.0):
@@ -83,8 +77,7 @@ class Member:
 
     def __init__(self, index, root, election_ms):
         self.index = index
-        self.port = free_port()
-        self.proxy_port = free_port()
+        self.port, self.proxy_port = free_ports(2)
         self.dbpath = Path(root) / f"member{index}"
         self.dbpath.mkdir(parents=True, exist_ok=True)
         self.logfile = self.dbpath / "server.log"
