@@ -55,7 +55,13 @@ async fn stream_replies(
         let info = conn.info.clone();
         // The client closing meanwhile kills the command's operation, which ends an
         // awaitable hello's or an awaiting getMore's wait.
-        let command = std::pin::pin!(commands::dispatch(state, conn, cmd.clone(), None, None));
+        let command = std::pin::pin!(commands::dispatch(
+            state,
+            conn,
+            Arc::new(cmd.clone()),
+            None,
+            None
+        ));
         let reply = until_client_gone(rd, &info, &state.current_ops, command).await;
         if reply.close_connection {
             return Err("closed by a failCommand fail point".into());
@@ -325,6 +331,8 @@ async fn session(
     state: &Arc<ServerState>,
 ) -> Result<(), String> {
     let mut rd = BufReader::with_capacity(64 * 1024, rd);
+    // The previous command's body, decoded again for the next one (see wire's `reuse`).
+    let mut bodies = wire::BodyCache::default();
     async {
         loop {
             let (header, body) = match wire::read_message(&mut rd, wire::MAX_MESSAGE_SIZE).await {
@@ -335,7 +343,7 @@ async fn session(
             state
                 .metrics
                 .message_in(usize::try_from(header.message_length).unwrap_or(0));
-            let (request, compressor) = wire::decode_request(&header, &body)
+            let (request, compressor) = wire::decode_request_reusing(&header, &body, &mut bodies)
                 .map_err(|e| format!("malformed message: {e}"))?;
             let reply = match request {
                 Request::Msg(mut msg) => {
@@ -354,6 +362,7 @@ async fn session(
                         true => None,
                         false => msg.cluster_time.take(),
                     };
+                    let reusable = msg.command_is_body();
                     let cmd = msg
                         .into_command()
                         .map_err(|e| format!("malformed message: {e}"))?;
@@ -372,10 +381,20 @@ async fn session(
                         continue;
                     }
                     let info = conn.info.clone();
-                    let command =
-                        std::pin::pin!(commands::dispatch(state, conn, cmd, payload, cluster_time));
+                    let cmd = Arc::new(cmd);
+                    let command = std::pin::pin!(commands::dispatch(
+                        state,
+                        conn,
+                        Arc::clone(&cmd),
+                        payload,
+                        cluster_time
+                    ));
                     let reply =
                         until_client_gone(&mut rd, &info, &state.current_ops, command).await;
+                    // Unless a report still holds it (a currentOp under way).
+                    if let (true, Ok(cmd)) = (reusable, Arc::try_unwrap(cmd)) {
+                        bodies.give_back(cmd);
+                    }
                     if fire_and_forget {
                         continue;
                     }

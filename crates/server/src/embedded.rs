@@ -34,7 +34,8 @@ impl Embedded {
     /// Runs one command (its `$db` field names the database) as an OP_MSG's body, and
     /// returns its reply as a client reads it.
     pub async fn run(&mut self, cmd: Document) -> Document {
-        let reply = commands::dispatch(&self.state, &mut self.conn, cmd, None, None).await;
+        let reply =
+            commands::dispatch(&self.state, &mut self.conn, Arc::new(cmd), None, None).await;
         reply.body.into_document()
     }
 }

@@ -7,6 +7,7 @@ use bson::RawDocumentBuf;
 use bson::{raw::RawBsonRef, Document, RawDocument};
 
 use crate::error::{malformed, WireError};
+use crate::reuse::BodyCache;
 
 /// Deepest BSON nesting accepted in a message (top-level document = depth 1).
 ///
@@ -64,15 +65,26 @@ impl<'a> ByteReader<'a> {
         self.take_array(what).map(u32::from_le_bytes)
     }
 
+    /// The bytes not read yet.
+    pub(crate) fn rest(&self) -> &'a [u8] {
+        self.buf
+    }
+
     /// Reads a NUL-terminated UTF-8 string (the terminator is consumed, not returned).
     pub(crate) fn cstring(&mut self, what: &str) -> Result<&'a str, WireError> {
+        let bytes = self.cstring_bytes(what)?;
+        std::str::from_utf8(bytes).map_err(|_| malformed(format!("{what}: invalid UTF-8")))
+    }
+
+    /// [`ByteReader::cstring`]'s bytes, not checked as UTF-8.
+    pub(crate) fn cstring_bytes(&mut self, what: &str) -> Result<&'a [u8], WireError> {
         let nul = self
             .buf
             .iter()
             .position(|&b| b == 0)
             .ok_or_else(|| malformed(format!("{what}: missing NUL terminator")))?;
         let bytes = self.take(nul + 1, what)?;
-        std::str::from_utf8(&bytes[..nul]).map_err(|_| malformed(format!("{what}: invalid UTF-8")))
+        Ok(&bytes[..nul])
     }
 
     /// The bytes of the next BSON document, whose declared length must fit inside the
@@ -121,9 +133,10 @@ impl<'a> ByteReader<'a> {
         &mut self,
         what: &str,
         kept: &str,
+        bodies: Option<&mut BodyCache>,
     ) -> Result<(Document, Option<crate::op_msg::KeptField>), WireError> {
         let bytes = self.document_bytes(what)?;
-        parse_body(bytes, what, kept)
+        parse_body(bytes, what, kept, bodies)
     }
 }
 
@@ -159,9 +172,14 @@ fn parse_body(
     bytes: &[u8],
     what: &str,
     kept: &str,
+    bodies: Option<&mut BodyCache>,
 ) -> Result<(Document, Option<crate::op_msg::KeptField>), WireError> {
     let raw = bounded_raw(bytes, what)?;
-    if let Some(found) = crate::to_document::walk_body_keeping(raw.as_bytes(), kept) {
+    let found = match bodies {
+        Some(bodies) => bodies.body_keeping(raw.as_bytes(), kept),
+        None => crate::to_document::walk_body_keeping(raw.as_bytes(), kept),
+    };
+    if let Some(found) = found {
         return Ok(found);
     }
     Ok((convert(raw, what)?, None))

@@ -4,7 +4,8 @@
 //! [`read_message`] frames bytes off a stream, [`decode`] turns them into a [`Request`]
 //! (unwrapping OP_COMPRESSED), and the `encode_*` functions plus [`compress`] build replies.
 //! All decoding is bounds-checked, so malformed or hostile input yields a [`WireError`]
-//! rather than a panic.
+//! rather than a panic. A server decodes with [`decode_request_reusing`]: a connection's
+//! command body like the previous one is decoded into that one's `Document` (`reuse.rs`).
 
 mod codec;
 mod compression;
@@ -13,6 +14,7 @@ mod frame;
 mod op_msg;
 mod op_query;
 mod request;
+mod reuse;
 mod to_document;
 
 pub use codec::MAX_BSON_DEPTH;
@@ -24,7 +26,8 @@ pub use op_msg::{
     KEPT_RAW_FIELD, MSG_BODY_OFFSET,
 };
 pub use op_query::{encode_query, encode_reply, OpQuery};
-pub use request::{decode, decode_request, Request};
+pub use request::{decode, decode_request, decode_request_reusing, Request};
+pub use reuse::BodyCache;
 
 /// Largest message accepted, header included; mongod's `maxMessageSizeBytes`, which
 /// servers advertise in `hello` so drivers split batches below it.

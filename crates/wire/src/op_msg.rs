@@ -8,6 +8,7 @@ use bson::{Bson, Document, RawDocumentBuf};
 use crate::codec::{write_document, ByteReader};
 use crate::error::{malformed, WireError};
 use crate::frame::{begin_message, finish_message, Header};
+use crate::reuse::BodyCache;
 use crate::{msg_flags, opcode};
 
 /// Flag bits 0-15 are "required": a receiver must reject any it does not understand.
@@ -80,6 +81,15 @@ impl KeptField {
     }
 }
 
+/// How [`OpMsg::decode`] decodes a command body.
+pub(crate) enum BodyDecoding<'c> {
+    /// Whole, `$clusterTime` included ([`crate::decode`]).
+    Whole,
+    /// `$clusterTime` left raw ([`crate::decode_request`]), from the connection's
+    /// previous body where it can be ([`crate::decode_request_reusing`]).
+    Keeping(Option<&'c mut BodyCache>),
+}
+
 /// A decoded OP_MSG.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OpMsg {
@@ -141,6 +151,12 @@ impl OpMsg {
         Ok(command)
     }
 
+    /// Whether [`OpMsg::into_command`] returns the body as decoded: no document sequence
+    /// to merge in, no `$clusterTime` to put back.
+    pub fn command_is_body(&self) -> bool {
+        self.sequences.is_empty() && self.cluster_time.is_none()
+    }
+
     /// Removes and returns the document sequence with this identifier, if present.
     pub fn take_sequence(&mut self, identifier: &str) -> Option<DocumentSequence> {
         let i = self
@@ -152,11 +168,11 @@ impl OpMsg {
 
     /// Decodes the bytes after the header. `header` is needed to verify the checksum, which
     /// covers the header too.
-    /// `keep_cluster_time`: the body's `$clusterTime` goes to [`OpMsg::cluster_time`].
+    /// `decoding`: whether the body's `$clusterTime` goes to [`OpMsg::cluster_time`].
     pub(crate) fn decode(
         header: &Header,
         body: &[u8],
-        keep_cluster_time: bool,
+        mut decoding: BodyDecoding<'_>,
     ) -> Result<Self, WireError> {
         let mut r = ByteReader::new(body);
         let flags = r.u32("OP_MSG flagBits")?;
@@ -190,10 +206,11 @@ impl OpMsg {
         while !r.is_empty() {
             match r.u8("section kind")? {
                 SECTION_BODY => {
-                    let doc = if keep_cluster_time {
-                        r.body_keeping("OP_MSG body", KEPT_RAW_FIELD)?
-                    } else {
-                        (r.document("OP_MSG body")?, None)
+                    let doc = match &mut decoding {
+                        BodyDecoding::Keeping(bodies) => {
+                            r.body_keeping("OP_MSG body", KEPT_RAW_FIELD, bodies.as_deref_mut())?
+                        }
+                        BodyDecoding::Whole => (r.document("OP_MSG body")?, None),
                     };
                     if msg_body.replace(doc).is_some() {
                         return Err(malformed("OP_MSG has more than one body section"));

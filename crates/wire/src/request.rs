@@ -3,8 +3,9 @@
 use crate::compression::{decompress, Compressor};
 use crate::error::{malformed, WireError};
 use crate::frame::Header;
-use crate::op_msg::OpMsg;
+use crate::op_msg::{BodyDecoding, OpMsg};
 use crate::op_query::OpQuery;
+use crate::reuse::BodyCache;
 use crate::{opcode, HEADER_LEN};
 
 /// A client request, in one of the two formats a server must still accept.
@@ -23,7 +24,7 @@ pub enum Request {
 /// use the same one. Any other opcode, including server-to-client ones such as OP_REPLY,
 /// is [`WireError::UnsupportedOpCode`]. Never panics, whatever the bytes.
 pub fn decode(header: &Header, body: &[u8]) -> Result<(Request, Option<Compressor>), WireError> {
-    decode_with(header, body, false)
+    decode_with(header, body, BodyDecoding::Whole)
 }
 
 /// [`decode`] for a server's requests: an OP_MSG body's `$clusterTime` is left raw, in
@@ -32,13 +33,24 @@ pub fn decode_request(
     header: &Header,
     body: &[u8],
 ) -> Result<(Request, Option<Compressor>), WireError> {
-    decode_with(header, body, true)
+    decode_with(header, body, BodyDecoding::Keeping(None))
+}
+
+/// [`decode_request`] for a connection's next request: an OP_MSG body with the keys of
+/// the previous one is decoded from the previous body's `Document`, when the command
+/// gave it back to `bodies` (see `reuse.rs`). The request is the same either way.
+pub fn decode_request_reusing(
+    header: &Header,
+    body: &[u8],
+    bodies: &mut BodyCache,
+) -> Result<(Request, Option<Compressor>), WireError> {
+    decode_with(header, body, BodyDecoding::Keeping(Some(bodies)))
 }
 
 fn decode_with(
     header: &Header,
     body: &[u8],
-    keep_cluster_time: bool,
+    decoding: BodyDecoding<'_>,
 ) -> Result<(Request, Option<Compressor>), WireError> {
     // The OP_MSG checksum covers the header as re-serialized from these fields, so they must
     // describe this body.
@@ -50,7 +62,7 @@ fn decode_with(
         )));
     }
     if header.op_code != opcode::COMPRESSED {
-        return decode_plain(header, body, keep_cluster_time).map(|req| (req, None));
+        return decode_plain(header, body, decoding).map(|req| (req, None));
     }
 
     let inner = decompress(body)?;
@@ -68,17 +80,16 @@ fn decode_with(
         op_code: inner.original_opcode,
         ..*header
     };
-    decode_plain(&inner_header, &inner.body, keep_cluster_time)
-        .map(|req| (req, Some(inner.compressor)))
+    decode_plain(&inner_header, &inner.body, decoding).map(|req| (req, Some(inner.compressor)))
 }
 
 fn decode_plain(
     header: &Header,
     body: &[u8],
-    keep_cluster_time: bool,
+    decoding: BodyDecoding<'_>,
 ) -> Result<Request, WireError> {
     match header.op_code {
-        opcode::MSG => OpMsg::decode(header, body, keep_cluster_time).map(Request::Msg),
+        opcode::MSG => OpMsg::decode(header, body, decoding).map(Request::Msg),
         opcode::QUERY => OpQuery::decode(body).map(Request::Query),
         other => Err(WireError::UnsupportedOpCode(other)),
     }
@@ -106,7 +117,12 @@ mod tests {
         }
     }
 
-    fn decode_whole(bytes: &[u8], op_code: i32, rng: &mut XorShift) -> bool {
+    fn decode_whole(
+        bytes: &[u8],
+        op_code: i32,
+        rng: &mut XorShift,
+        bodies: &mut BodyCache,
+    ) -> bool {
         // Mostly consistent headers, so decoding gets past the length check; sometimes not.
         let len = if rng.below(8) == 0 {
             rng.next() as i32
@@ -123,6 +139,24 @@ mod tests {
         // The server's decoding, `$clusterTime` left raw, takes and refuses the same
         // messages, with the same errors, and gives the same command back.
         let keeping = decode_request(&header, bytes);
+        // A connection's decoding, from the previous message's body where it can be,
+        // answers the same (as bytes, key order included; a double may be NaN).
+        match (&keeping, decode_request_reusing(&header, bytes, bodies)) {
+            (Ok((Request::Msg(a), ca)), Ok((Request::Msg(mut b), cb))) => {
+                assert_eq!(*ca, cb);
+                assert_eq!(bson::to_vec(&a.body).ok(), bson::to_vec(&b.body).ok());
+                assert_eq!(encode_op_msg(1, 0, a), encode_op_msg(1, 0, &b));
+                // As the server does: `$clusterTime` taken, the body given back when
+                // the command is the body as decoded.
+                b.cluster_time.take();
+                if b.command_is_body() {
+                    bodies.give_back(b.body);
+                }
+            }
+            (Ok(a), Ok(b)) => assert_eq!(*a, b),
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+            (a, b) => panic!("decode_request {a:?} but decode_request_reusing {b:?}"),
+        }
         match (&plain, keeping) {
             (Ok((Request::Msg(a), ca)), Ok((Request::Msg(b), cb))) => {
                 assert_eq!(*ca, cb);
@@ -255,12 +289,14 @@ mod tests {
             0,
         ];
         let corpus = corpus();
+        let mut bodies = BodyCache::default();
 
         // Pure noise of assorted lengths.
         for _ in 0..20_000 {
             let len = rng.below(96);
             let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
-            let _ = decode_whole(&bytes, opcodes[rng.below(opcodes.len())], &mut rng);
+            let op_code = opcodes[rng.below(opcodes.len())];
+            let _ = decode_whole(&bytes, op_code, &mut rng, &mut bodies);
         }
 
         for message in &corpus {
@@ -268,7 +304,7 @@ mod tests {
             let body = &message[HEADER_LEN..];
             // Every truncation, with the header length kept consistent.
             for cut in 0..body.len() {
-                let _ = decode_whole(&body[..cut], op_code, &mut rng);
+                let _ = decode_whole(&body[..cut], op_code, &mut rng, &mut bodies);
             }
             // Random mutations: flipped bytes, small-integer overwrites (likely lengths),
             // insertions and deletions.
@@ -293,7 +329,12 @@ mod tests {
                         }
                     }
                 }
-                accepted += usize::from(decode_whole(&b, op_code, &mut rng));
+                // Half the time after the message itself, so the mutation meets its
+                // original's Document in the cache.
+                if rng.below(2) == 0 {
+                    let _ = decode_whole(body, op_code, &mut rng, &mut bodies);
+                }
+                accepted += usize::from(decode_whole(&b, op_code, &mut rng, &mut bodies));
             }
             // Some mutations (e.g. inside string values) must survive, or the fuzzer would
             // only ever be testing the first validation step.
@@ -301,6 +342,9 @@ mod tests {
                 assert!(accepted > 0, "no mutation of opcode {op_code} decoded");
             }
         }
+        // Mutated bodies were decoded from their predecessors' Documents, not only
+        // from scratch.
+        assert!(bodies.reused() > 1_000, "{} bodies reused", bodies.reused());
     }
 
     #[test]

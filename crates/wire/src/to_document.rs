@@ -72,17 +72,26 @@ pub(crate) fn walk_body_keeping(bytes: &[u8], kept: &str) -> Option<(Document, O
             doc.insert(key.to_owned(), value);
             continue;
         }
-        let value = r.document_bytes(WHAT).ok()?;
-        // The body is level 1: the field's document is level 2.
-        if kind != 0x03 || field.is_some() || !walk_valid(value, MAX_BSON_DEPTH - 1) {
+        let kept_field = kept_field(kind, &mut r, doc.len())?;
+        if field.replace(kept_field).is_some() {
             return None;
         }
-        field = Some(KeptField {
-            position: doc.len(),
-            raw: bson::RawDocumentBuf::from_bytes(value.to_vec()).ok()?,
-        });
     }
     Some((doc, field))
+}
+
+/// The kept field at the cursor (its type and key read), the body's `position`th
+/// element otherwise: a document checked by [`walk_valid`]'s rules, or None.
+pub(crate) fn kept_field(kind: u8, r: &mut ByteReader<'_>, position: usize) -> Option<KeptField> {
+    let value = r.document_bytes(WHAT).ok()?;
+    // The body is level 1: the field's document is level 2.
+    if kind != 0x03 || !walk_valid(value, MAX_BSON_DEPTH - 1) {
+        return None;
+    }
+    Some(KeptField {
+        position,
+        raw: bson::RawDocumentBuf::from_bytes(value.to_vec()).ok()?,
+    })
 }
 
 /// What the walk reports for a value it leaves to the crate (only ever mapped to None).
@@ -104,7 +113,7 @@ fn walk_elements(bytes: &[u8], mut each: impl FnMut(&str, Bson)) -> Result<(), W
 
 /// A cursor over the elements of the document `bytes` holds exactly (its length
 /// and its final NUL checked).
-fn elements(bytes: &[u8]) -> Result<ByteReader<'_>, WireError> {
+pub(crate) fn elements(bytes: &[u8]) -> Result<ByteReader<'_>, WireError> {
     let mut whole = ByteReader::new(bytes);
     if whole.document_bytes(WHAT)?.len() != bytes.len() || bytes.last() != Some(&0) {
         return Err(not_walked());
@@ -125,10 +134,10 @@ fn binary_head(r: &mut ByteReader<'_>) -> Result<(usize, u8), WireError> {
 }
 
 /// What the cursor's errors name (never shown: an error sends the document on).
-const WHAT: &str = "command body element";
+pub(crate) const WHAT: &str = "command body element";
 
 /// The value of type `kind` at the cursor.
-fn walk_value(kind: u8, r: &mut ByteReader<'_>) -> Result<Bson, WireError> {
+pub(crate) fn walk_value(kind: u8, r: &mut ByteReader<'_>) -> Result<Bson, WireError> {
     Ok(match kind {
         0x01 => Bson::Double(f64::from_le_bytes(r.take_array(WHAT)?)),
         0x02 => Bson::String(walk_string(r)?.to_owned()),

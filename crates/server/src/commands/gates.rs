@@ -50,12 +50,10 @@ pub(super) async fn run(
     state: &Arc<ServerState>,
     conn: &mut Conn,
     db: &str,
-    cmd: Document,
+    cmd: Arc<Document>,
     payload: Option<Vec<RawDocumentBuf>>,
     cluster_time: Option<KeptField>,
 ) -> Reply {
-    // Shared with the currentOp report while the command runs.
-    let cmd = Arc::new(cmd);
     // What the decoding left raw, put back only where the command is shown.
     let cluster_time = cluster_time.map(Arc::new);
     let name = match command_name(&cmd) {

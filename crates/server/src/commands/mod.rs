@@ -449,10 +449,11 @@ fn raw_ok_body(body: &Document, ts: bson::Timestamp) -> Option<Vec<u8>> {
 
 /// Runs one OP_MSG command and builds its reply (never fails: errors become `ok: 0` replies).
 /// `payload` holds an insert's documents when they came as a raw document sequence.
+/// `cmd` is shared while the command runs (currentOp shows it) and let go when it ends.
 pub async fn dispatch(
     state: &Arc<ServerState>,
     conn: &mut Conn,
-    cmd: Document,
+    cmd: Arc<Document>,
     payload: Option<Vec<RawDocumentBuf>>,
     cluster_time: Option<tailstream_wire::KeptField>,
 ) -> Reply {
@@ -500,7 +501,7 @@ pub async fn dispatch_legacy(state: &Arc<ServerState>, conn: &mut Conn, q: OpQue
             &Error::new(352, format!("Unsupported OP_QUERY command: {name}. The client driver may require an upgrade.")),
         ));
     }
-    gates::run(state, conn, &db, cmd, None, None).await
+    gates::run(state, conn, &db, Arc::new(cmd), None, None).await
 }
 
 /// Adds `ok: 1` and the cluster time fields drivers expect on every reply.
