@@ -32,14 +32,22 @@ pub struct BodyCache {
     elements: Vec<Element>,
     /// The elements of the body being decoded (kept to reuse the allocation).
     next: Vec<Element>,
+    /// Where its kept field is, if it has one.
+    kept_at: Option<KeptAt>,
+    /// The parts of `raw` whose bytes may be anything (see [`BodyCache::same_layout`]),
+    /// in order; None when not listed (more elements than [`MAX_LAID_OUT`]).
+    free: Option<Vec<Free>>,
     /// That body's `Document`, while it is here (not out with its command).
     doc: Option<Document>,
-    /// Bodies decoded from the previous one's `Document` (for tests).
+    /// Bodies decoded from the previous one's `Document` (for tests), and how many of
+    /// them were laid out as it was.
     reused: u64,
+    laid_out_alike: u64,
 }
 
 /// An element of a body other than the kept field: its type, and where its key and
 /// its value (length prefixes included) lie in the body's bytes.
+#[derive(Clone)]
 struct Element {
     kind: u8,
     key: Range<usize>,
@@ -48,11 +56,27 @@ struct Element {
 
 /// Where a body holds the kept field: its type, its value's bytes, and how many other
 /// elements come before it.
+#[derive(Clone)]
 struct KeptAt {
     kind: u8,
     value: Range<usize>,
     position: usize,
 }
+
+/// A part of a body holding a value of any bit pattern (a number, a time, an id, a
+/// binary's data), and the element it belongs to: its index among the body's elements,
+/// or [`KEPT`].
+struct Free {
+    bytes: Range<usize>,
+    element: usize,
+}
+
+/// [`Free::element`] of a part of the kept field.
+const KEPT: usize = usize::MAX;
+
+/// The most elements a body may have for its layout to be compared (the changed ones
+/// are noted in a `u64`).
+const MAX_LAID_OUT: usize = 64;
 
 impl BodyCache {
     /// Takes back the `Document` of the body decoded last, unchanged (the command made
@@ -78,7 +102,16 @@ impl BodyCache {
         bytes: &[u8],
         kept: &str,
     ) -> Option<(Document, Option<KeptField>)> {
-        let previous = self.doc.take();
+        let previous = match self.doc.take().map(|doc| self.same_layout(bytes, doc)) {
+            Some(Ok(Some(found))) => {
+                self.reused += 1;
+                self.laid_out_alike += 1;
+                self.raw.copy_from_slice(bytes);
+                return Some(found);
+            }
+            Some(Err(doc)) => Some(doc),
+            Some(Ok(None)) | None => None,
+        };
         let mut next = std::mem::take(&mut self.next);
         next.clear();
         let kept_at = elements(bytes, kept, &mut next);
@@ -89,11 +122,76 @@ impl BodyCache {
         self.reused += u64::from(reused.is_some());
         let found = reused.or_else(|| to_document::walk_body_keeping(bytes, kept));
         self.raw.clear();
-        if kept_at.is_some() && found.is_some() {
+        self.free = None;
+        if let (Some(kept_at), Some(_)) = (kept_at, &found) {
             self.raw.extend_from_slice(bytes);
+            self.free = free_parts(bytes, &next, kept_at.as_ref());
+            self.kept_at = kept_at;
         }
         self.next = std::mem::replace(&mut self.elements, next);
         found
+    }
+
+    /// `bytes` decoded from `doc`, the `Document` of the previous body, when the two
+    /// are laid out alike: the same length and the same bytes outside the values that
+    /// may hold any bytes ([`Free`]). Every length, type, key and terminator is then
+    /// where it was, so the body is valid as the previous one was, and only the
+    /// elements whose values changed are converted again. `Err(doc)`: laid out
+    /// otherwise; `Ok(None)`: a changed value did not convert (the doc is dropped).
+    fn same_layout(
+        &self,
+        bytes: &[u8],
+        mut doc: Document,
+    ) -> Result<Option<(Document, Option<KeptField>)>, Document> {
+        let Some(free) = &self.free else {
+            return Err(doc);
+        };
+        if self.raw.is_empty() || bytes.len() != self.raw.len() {
+            return Err(doc);
+        }
+        let mut changed = 0u64;
+        let mut from = 0;
+        for part in free {
+            let gap = from..part.bytes.start;
+            if bytes[gap.clone()] != self.raw[gap] {
+                return Err(doc);
+            }
+            let moved = bytes[part.bytes.clone()] != self.raw[part.bytes.clone()];
+            if moved && part.element != KEPT {
+                changed |= 1 << part.element;
+            }
+            from = part.bytes.end;
+        }
+        if bytes[from..] != self.raw[from..] {
+            return Err(doc);
+        }
+        for (i, e) in self.elements.iter().enumerate() {
+            if changed & (1 << i) == 0 {
+                continue;
+            }
+            let mut r = ByteReader::new(&bytes[e.value.clone()]);
+            let (Ok(value), Ok(key)) = (
+                to_document::walk_value(e.kind, &mut r),
+                std::str::from_utf8(&bytes[e.key.clone()]),
+            ) else {
+                return Ok(None);
+            };
+            match doc.get_mut(key) {
+                Some(slot) => *slot = value,
+                None => return Ok(None),
+            }
+        }
+        let field = match &self.kept_at {
+            Some(at) => match bson::RawDocumentBuf::from_bytes(bytes[at.value.clone()].to_vec()) {
+                Ok(raw) => Some(KeptField {
+                    position: at.position,
+                    raw,
+                }),
+                Err(_) => return Ok(None),
+            },
+            None => None,
+        };
+        Ok(Some((doc, field)))
     }
 
     /// `bytes` (its elements `now`) decoded from `doc`, the `Document` of the previous
@@ -134,6 +232,66 @@ impl BodyCache {
             None => None,
         };
         Some((doc, field))
+    }
+}
+
+/// The parts of the body `bytes` (its `elements`, its kept field at `kept_at`) that may
+/// hold any bytes, in order: the values of numbers, times, ids and decimals, and the
+/// data of binaries of the subtypes the body walk takes, at any depth. None for a
+/// body with more than [`MAX_LAID_OUT`] elements.
+fn free_parts(bytes: &[u8], elements: &[Element], kept_at: Option<&KeptAt>) -> Option<Vec<Free>> {
+    if elements.len() > MAX_LAID_OUT {
+        return None;
+    }
+    let mut tops: Vec<(usize, u8, Range<usize>)> = elements
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (i, e.kind, e.value.clone()))
+        .collect();
+    if let Some(at) = kept_at {
+        tops.push((KEPT, at.kind, at.value.clone()));
+        tops.sort_by_key(|(_, _, value)| value.start);
+    }
+    let mut out = Vec::new();
+    for (element, kind, value) in tops {
+        free_in(bytes, kind, value, element, &mut out);
+    }
+    Some(out)
+}
+
+/// Adds to `out` the parts of the value of type `kind` at `value` in `bytes` that may
+/// hold any bytes. A type it does not know leaves the rest of its document fixed (a
+/// part left out is only compared, never wrongly taken as free).
+fn free_in(bytes: &[u8], kind: u8, value: Range<usize>, element: usize, out: &mut Vec<Free>) {
+    match kind {
+        0x01 | 0x07 | 0x09 | 0x10 | 0x11 | 0x12 | 0x13 => out.push(Free {
+            bytes: value,
+            element,
+        }),
+        // Length, subtype, data: the data of the subtypes the walk converts.
+        0x05 if value.len() > 5 && matches!(bytes[value.start + 4], 0x00 | 0x03 | 0x04) => out
+            .push(Free {
+                bytes: value.start + 5..value.end,
+                element,
+            }),
+        0x03 | 0x04 => {
+            let inner = &bytes[value.clone()];
+            let Ok(mut r) = to_document::elements(inner) else {
+                return;
+            };
+            let at = |r: &ByteReader<'_>| value.start + inner.len() - 1 - r.remaining();
+            while !r.is_empty() {
+                let (Ok(kind), Ok(_)) = (r.u8(WHAT), r.cstring_bytes(WHAT)) else {
+                    return;
+                };
+                let start = at(&r);
+                if value_bytes(kind, &mut r).is_none() {
+                    return;
+                }
+                free_in(bytes, kind, start..at(&r), element, out);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -260,6 +418,42 @@ mod tests {
             assert_eq!(cached, fresh);
         }
         assert_eq!(cache.reused(), 3, "every body after the first");
+    }
+
+    #[test]
+    fn a_body_laid_out_as_the_previous_one_is_not_walked() {
+        let mut cache = BodyCache::default();
+        // New transaction numbers, sessions and cluster times: values of any bytes.
+        for b in [
+            insert(1, 7, true),
+            insert(2, 7, true),
+            insert(3, 9, true),
+            insert(1 << 40, 0, true),
+        ] {
+            let (cached, fresh) = both(&mut cache, &b);
+            assert_eq!(cached, fresh);
+        }
+        assert_eq!((cache.reused(), cache.laid_out_alike), (3, 3));
+        // A string of the same length, a boolean, a binary's subtype: compared, walked.
+        let mut cache = BodyCache::default();
+        let base = insert(1, 7, true);
+        let find = |what: &[u8]| base.windows(what.len()).position(|w| w == what).unwrap();
+        let string_at = find(b"bus\0");
+        let bool_at = find(b"ordered\0") + 8;
+        let subtype_at = find(&[16, 0, 0, 0, 4]) + 4;
+        for (at, v) in [
+            (string_at, b'x'),
+            (bool_at, 0),
+            (subtype_at, 3),
+            (subtype_at, 2),
+        ] {
+            let mut b = base.clone();
+            b[at] = v;
+            assert_eq!(both(&mut cache, &base).0, both(&mut cache, &base).1);
+            let (cached, fresh) = both(&mut cache, &b);
+            assert_eq!(cached, fresh, "byte {at} set to {v}");
+        }
+        assert_eq!(cache.laid_out_alike, 4, "only the bases after themselves");
     }
 
     #[test]
