@@ -10,7 +10,13 @@
 //! the previous one element by element: where both hold the same keys in the same order
 //! with the same types, only the values whose bytes differ are converted, in place.
 //! Anything else (another command, a key more or less, a type the walk leaves to the
-//! `bson` crate, a body with a repeated key) is decoded from scratch as before.
+//! `bson` crate, a body with a repeated key) is decoded from scratch as before. That
+//! comparison still walks the body (6,300 instructions of decoding an insert left);
+//! most bodies are laid out exactly as the previous one, though: the same length, and
+//! the same bytes everywhere but in values that may hold any bytes (the transaction
+//! number, the session id's data, the cluster time). Those are compared byte for byte
+//! outside the listed free parts, with no walk at all (3,700 left, most of it checking
+//! the inserted documents).
 //!
 //! What a body decodes to does not depend on the cache: every element either has the
 //! exact bytes of an element of the previous body, which decoded to the value the
