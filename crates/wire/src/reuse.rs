@@ -53,7 +53,6 @@ pub struct BodyCache {
 
 /// An element of a body other than the kept field: its type, and where its key and
 /// its value (length prefixes included) lie in the body's bytes.
-#[derive(Clone)]
 struct Element {
     kind: u8,
     key: Range<usize>,
@@ -62,7 +61,6 @@ struct Element {
 
 /// Where a body holds the kept field: its type, its value's bytes, and how many other
 /// elements come before it.
-#[derive(Clone)]
 struct KeptAt {
     kind: u8,
     value: Range<usize>,
@@ -172,19 +170,8 @@ impl BodyCache {
             return Err(doc);
         }
         for (i, e) in self.elements.iter().enumerate() {
-            if changed & (1 << i) == 0 {
-                continue;
-            }
-            let mut r = ByteReader::new(&bytes[e.value.clone()]);
-            let (Ok(value), Ok(key)) = (
-                to_document::walk_value(e.kind, &mut r),
-                std::str::from_utf8(&bytes[e.key.clone()]),
-            ) else {
+            if changed & (1 << i) != 0 && convert_into(&mut doc, bytes, e).is_none() {
                 return Ok(None);
-            };
-            match doc.get_mut(key) {
-                Some(slot) => *slot = value,
-                None => return Ok(None),
             }
         }
         let field = match &self.kept_at {
@@ -219,15 +206,8 @@ impl BodyCache {
             if new.kind != old.kind || key != &self.raw[old.key.clone()] {
                 return None;
             }
-            let value = &bytes[new.value.clone()];
-            if value != &self.raw[old.value.clone()] {
-                let key = std::str::from_utf8(key).ok()?;
-                let mut r = ByteReader::new(value);
-                let converted = to_document::walk_value(new.kind, &mut r).ok()?;
-                if !r.is_empty() {
-                    return None;
-                }
-                *doc.get_mut(key)? = converted;
+            if bytes[new.value.clone()] != self.raw[old.value.clone()] {
+                convert_into(&mut doc, bytes, new)?;
             }
         }
         let field = match kept_at {
@@ -239,6 +219,19 @@ impl BodyCache {
         };
         Some((doc, field))
     }
+}
+
+/// Converts the value of the element `e` of the body `bytes` into `doc`, in place of
+/// the value under its key; None when it does not convert (or `doc` lacks the key).
+fn convert_into(doc: &mut Document, bytes: &[u8], e: &Element) -> Option<()> {
+    let key = std::str::from_utf8(&bytes[e.key.clone()]).ok()?;
+    let mut r = ByteReader::new(&bytes[e.value.clone()]);
+    let value = to_document::walk_value(e.kind, &mut r).ok()?;
+    if !r.is_empty() {
+        return None;
+    }
+    *doc.get_mut(key)? = value;
+    Some(())
 }
 
 /// The parts of the body `bytes` (its `elements`, its kept field at `kept_at`) that may
