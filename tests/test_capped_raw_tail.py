@@ -7,8 +7,10 @@ import datetime
 import re
 
 import bson
+import pytest
 from bson.codec_options import CodecOptions
 from bson.raw_bson import RawBSONDocument
+from pymongo.errors import OperationFailure
 
 RAW = CodecOptions(document_class=RawBSONDocument)
 
@@ -122,3 +124,82 @@ def test_a_recreated_collection_serves_its_own_documents(db):
     again.insert_many([{"_id": i, "gen": 2} for i in range(3)])
     got = [bson.decode(b) for b in raw_batch(get_more(db, "bus", cursor_id), "nextBatch")]
     assert got == [{"_id": i, "gen": 2} for i in range(3)]
+
+
+def read_ids(db, name, cursor_id, **kw):
+    return [bson.decode(b)["_id"] for b in raw_batch(get_more(db, name, cursor_id, **kw),
+                                                        "nextBatch")]
+
+
+def test_documents_inserted_after_the_position_come_as_stored(db):
+    # A cursor that has read something continues after it (the server may take these
+    # from its recent oplog rather than from the collection: the bytes must not differ).
+    coll = db.create_collection("bus", capped=True, size=1 << 20)
+    other = db.create_collection("other", capped=True, size=1 << 20)
+    cursor_id = tail(db, "bus")
+    other_id = tail(db, "other")
+    coll.insert_one(VARIED[0])
+    assert read_ids(db, "bus", cursor_id) == [1]
+    for d in VARIED[1:]:
+        other.insert_one({"_id": d["_id"], "in": "other"})
+        coll.insert_one(d)
+    got = raw_batch(get_more(db, "bus", cursor_id), "nextBatch")
+    stored = db.get_collection("bus", codec_options=RAW).find(sort=[("$natural", 1)])
+    assert got == [d.raw for d in stored][1:]
+    assert read_ids(db, "other", other_id) == [2, 3]
+
+
+def test_after_the_position_updates_and_deletes_show(db):
+    coll = db.create_collection("bus", capped=True, size=1 << 20)
+    cursor_id = tail(db, "bus")
+    coll.insert_one({"_id": 0, "v": "x"})
+    assert read_ids(db, "bus", cursor_id) == [0]
+    coll.insert_many([{"_id": i, "v": "x"} for i in range(1, 5)])
+    coll.update_one({"_id": 2}, {"$set": {"v": "y"}})
+    coll.delete_one({"_id": 3})
+    got = [bson.decode(b) for b in raw_batch(get_more(db, "bus", cursor_id), "nextBatch")]
+    assert got == [{"_id": 1, "v": "x"}, {"_id": 2, "v": "y"}, {"_id": 4, "v": "x"}]
+    coll.insert_one({"_id": 5, "v": "x"})
+    assert read_ids(db, "bus", cursor_id) == [5]
+
+
+def test_eviction_behind_the_position_is_not_seen_and_of_it_is_lost(db):
+    coll = db.create_collection("bus", capped=True, size=1 << 20, max=3)
+    cursor_id = tail(db, "bus")
+    coll.insert_many([{"_id": i} for i in range(3)])
+    assert read_ids(db, "bus", cursor_id) == [0, 1, 2]
+    coll.insert_one({"_id": 3})  # evicts 0, behind the position
+    assert read_ids(db, "bus", cursor_id) == [3]
+    coll.insert_many([{"_id": i} for i in range(4, 7)])  # evicts 1, 2 and 3, the position
+    with pytest.raises(OperationFailure) as exc:
+        get_more(db, "bus", cursor_id)
+    assert exc.value.code == 136 and exc.value.details["codeName"] == "CappedPositionLost"
+
+
+def test_inserts_evicted_by_their_own_batch_are_never_read(db):
+    coll = db.create_collection("bus", capped=True, size=1 << 20, max=3)
+    cursor_id = tail(db, "bus")
+    coll.insert_one({"_id": 0})
+    assert read_ids(db, "bus", cursor_id) == [0]
+    # Evicts 0 (the position), then 1 and 2 of the same batch: none of 1..2 ever shows.
+    coll.insert_many([{"_id": i} for i in range(1, 6)])
+    with pytest.raises(OperationFailure) as exc:
+        get_more(db, "bus", cursor_id)
+    assert exc.value.code == 136
+    assert [read_ids(db, "bus", tail(db, "bus"))] == [[3, 4, 5]]
+
+
+def test_the_reply_size_limit_splits_documents_after_the_position(db):
+    coll = db.create_collection("bus", capped=True, size=64 << 20)
+    cursor_id = tail(db, "bus")
+    coll.insert_one({"_id": -1})
+    assert read_ids(db, "bus", cursor_id) == [-1]
+    pad = "x" * (60 << 10)  # small enough to be kept in the recent oplog
+    coll.insert_many([{"_id": i, "pad": pad} for i in range(300)])
+    batches = []
+    while sum(len(b) for b in batches) < 300:
+        batch = raw_batch(get_more(db, "bus", cursor_id), "nextBatch")
+        assert batch and sum(len(d) for d in batch) <= 16 * 1024 * 1024
+        batches.append(batch)
+    assert len(batches) == 2
+    assert [bson.decode(d)["_id"] for b in batches for d in b] == list(range(300))
