@@ -84,6 +84,7 @@ fn main() {
         .thread_name("tailstream")
         // The group commit starts an fsync once the workers have run out of work, so it
         // covers the requests they had in hand (engine `core::workers`).
+        .on_thread_start(|| tailstream_engine::core::workers::IO_WORKERS.thread_started())
         .on_thread_park(|| tailstream_engine::core::workers::IO_WORKERS.parking())
         .on_thread_unpark(|| tailstream_engine::core::workers::IO_WORKERS.unparked())
         .thread_stack_size(8 << 20)

@@ -1111,6 +1111,16 @@ pub fn wal_bytes(path: &std::path::Path) -> u64 {
         .sum()
 }
 
+/// Turns RocksDB's performance counters off for the calling thread (call it first thing
+/// on every thread that reads or writes the store). RocksDB counts by default: every
+/// key comparison, memtable lookup and block read adds to a thread-local `PerfContext`
+/// reached through a thread-local-storage wrapper call (`__tls_init`), and nothing here
+/// reads those counters. On the bus benchmark that wrapper alone was 1.1% of the
+/// server's instructions (callgrind, 2026-11-28; the figures in BENCHMARKS.md).
+pub fn stop_perf_counters_on_this_thread() {
+    rocksdb::perf::set_perf_stats(rocksdb::perf::PerfStatsLevel::Disable);
+}
+
 /// The smallest key greater than every key with this prefix (None if the prefix is all 0xFF).
 pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
     let mut p = prefix.to_vec();
@@ -1126,6 +1136,40 @@ pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// RocksDB counts key comparisons on a thread until it is told not to.
+    #[test]
+    fn a_thread_can_stop_rocksdbs_perf_counters() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), &StoreOptions::default()).unwrap();
+        let mut b = store.batch();
+        for i in 0u32..100 {
+            b.put(Space::Docs, &i.to_be_bytes(), b"v");
+        }
+        store.commit(b).unwrap();
+        let comparisons_on_a_fresh_thread = |stop: bool| {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    if stop {
+                        stop_perf_counters_on_this_thread();
+                    }
+                    let mut counters = rocksdb::perf::PerfContext::default();
+                    counters.reset();
+                    for i in 0u32..100 {
+                        assert!(store.get(Space::Docs, &i.to_be_bytes()).unwrap().is_some());
+                    }
+                    counters.metric(rocksdb::perf::PerfMetric::UserKeyComparisonCount)
+                })
+                .join()
+                .unwrap()
+            })
+        };
+        assert!(
+            comparisons_on_a_fresh_thread(false) > 0,
+            "RocksDB counts by default"
+        );
+        assert_eq!(comparisons_on_a_fresh_thread(true), 0);
+    }
 
     fn level0_files(store: &Store, space: Space) -> u64 {
         store

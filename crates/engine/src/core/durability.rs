@@ -322,7 +322,10 @@ impl Durability {
         let me = Arc::clone(self);
         std::thread::Builder::new()
             .name("group-commit".into())
-            .spawn(move || me.run(&store))
+            .spawn(move || {
+                tailstream_storage::stop_perf_counters_on_this_thread();
+                me.run(&store)
+            })
             .expect("spawn group-commit thread")
     }
 

@@ -49,6 +49,12 @@ impl IoWorkers {
         }
     }
 
+    /// A thread of the runtime starts (tokio's `on_thread_start`: I/O workers and the
+    /// blocking pool): it will read and write the store.
+    pub fn thread_started(&self) {
+        tailstream_storage::stop_perf_counters_on_this_thread();
+    }
+
     /// The calling worker thread starts running tasks.
     pub fn unparked(&self) {
         COUNTED_BUSY.with(|counted| {
