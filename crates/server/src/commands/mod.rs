@@ -435,16 +435,61 @@ fn raw_ok_body(body: &Document, ts: bson::Timestamp) -> Option<Vec<u8>> {
         return None;
     }
     let mut out = Vec::with_capacity(tailstream_wire::MSG_BODY_OFFSET + 256);
-    out.resize(tailstream_wire::MSG_BODY_OFFSET, 0);
-    // `to_writer` serializes fully before writing: on failure nothing was appended.
-    body.to_writer(&mut out).ok()?;
-    out.pop(); // the body's final 0: the reply's own elements follow
+    // The body's length, set by `close`.
+    out.resize(tailstream_wire::MSG_BODY_OFFSET + 4, 0);
+    if !push_scalar_elements(&mut out, body) {
+        out.truncate(tailstream_wire::MSG_BODY_OFFSET);
+        // `to_writer` serializes fully before writing: on failure nothing was appended.
+        body.to_writer(&mut out).ok()?;
+        out.pop(); // the body's final 0: the reply's own elements follow
+    }
     if !body.contains_key("ok") {
         push_ok(&mut out);
     }
     push_cluster_time(&mut out, ts);
     close(&mut out, tailstream_wire::MSG_BODY_OFFSET);
     Some(out)
+}
+
+/// Appends `body`'s elements (not its length or final 0) when every value is a plain
+/// scalar (a write's `{n: 1}`, `{n, nModified}`); false, nothing appended, otherwise.
+/// bson's `to_writer` goes through serde into a buffer of its own and copies it: 944
+/// of an insert reply's instructions for `{n: 1}` (callgrind, 2026-11-28).
+fn push_scalar_elements(out: &mut Vec<u8>, body: &Document) -> bool {
+    let scalar = |v: &Bson| {
+        matches!(
+            v,
+            Bson::Int32(_)
+                | Bson::Int64(_)
+                | Bson::Double(_)
+                | Bson::Boolean(_)
+                | Bson::String(_)
+                | Bson::Null
+        )
+    };
+    // A key with a NUL cannot be written: bson's encoder reports it.
+    if !body.iter().all(|(k, v)| !k.contains('\0') && scalar(v)) {
+        return false;
+    }
+    for (key, value) in body {
+        out.push(value.element_type() as u8);
+        out.extend_from_slice(key.as_bytes());
+        out.push(0);
+        match value {
+            Bson::Int32(i) => out.extend_from_slice(&i.to_le_bytes()),
+            Bson::Int64(i) => out.extend_from_slice(&i.to_le_bytes()),
+            Bson::Double(f) => out.extend_from_slice(&f.to_le_bytes()),
+            Bson::Boolean(b) => out.push(u8::from(*b)),
+            Bson::String(text) => {
+                out.extend_from_slice(&(text.len() as i32 + 1).to_le_bytes());
+                out.extend_from_slice(text.as_bytes());
+                out.push(0);
+            }
+            Bson::Null => {}
+            other => unreachable!("checked above to be a scalar: {other:?}"),
+        }
+    }
+    true
 }
 
 /// Runs one OP_MSG command and builds its reply (never fails: errors become `ok: 0` replies).
@@ -639,6 +684,10 @@ mod raw_reply_tests {
             doc! {"n": 2i64, "writeErrors": [{"index": 0, "code": 11000, "errmsg": "dup"}]},
             doc! {"ok": 1.0, "value": {"a": [1, "x", null]}},
             doc! {"ok": 0.0, "note": "an ok already present stays as it is"},
+            doc! {"n": 1},
+            doc! {"n": 3, "nModified": 2i64, "upserted": null, "d": -0.5, "t": true, "f": false},
+            doc! {"s": "", "é": "a\0b ünï"},
+            doc! {"n": 1, "then": [1]},
         ] {
             let raw = raw_ok_body(&body, ts).expect("encodable");
             assert_eq!(
@@ -657,5 +706,17 @@ mod raw_reply_tests {
         };
         assert!(raw_ok_body(&doc! {"operationTime": ts}, ts).is_none());
         assert!(raw_ok_body(&doc! {"$clusterTime": {}}, ts).is_none());
+    }
+
+    /// A key bson cannot encode fails the raw path as it fails the document's.
+    #[test]
+    fn a_key_with_a_nul_is_not_encoded() {
+        let ts = bson::Timestamp {
+            time: 1,
+            increment: 1,
+        };
+        let body = doc! {"bad\0key": 1};
+        assert!(body.to_writer(&mut Vec::new()).is_err());
+        assert!(raw_ok_body(&body, ts).is_none());
     }
 }
