@@ -954,11 +954,12 @@ impl Scan {
             "a raw scan runs over a capped collection in insertion order"
         );
         tailstream_query::script::Operation::check_current()?;
-        if let Some(found) = self.recent_inserts(recent, unmodified_after, meta, want) {
+        let limit = want.min(MAX_KEYS_PER_STEP);
+        if let Some(found) = self.recent_inserts(recent, unmodified_after, meta, limit) {
             // Checked after the read: the position still there, nothing after it was
             // evicted (eviction goes oldest first), so every document read is live.
             self.check_position(store, Space::Natural)?;
-            self.take_recent_inserts(coll_id, found, (want, max_bytes), out);
+            self.take_recent_inserts(coll_id, found, (limit, max_bytes), out);
             return Ok(());
         }
         self.check_position(store, Space::Natural)?;
@@ -1005,7 +1006,7 @@ impl Scan {
     }
 
     /// The documents inserted into `meta`'s collection after the saved position, in
-    /// insertion order (at most `want`, and [`MAX_KEYS_PER_STEP`]), from the recent
+    /// insertion order (at most `limit`), from the recent
     /// oplog's insert entries: no iterator, no key read (a tailable getMore of the bus
     /// opened a RocksDB iterator and stepped it; 11,800 of the 102,700 instructions of
     /// a message read by 8 consumers, callgrind 2026-11-28).
@@ -1022,13 +1023,12 @@ impl Scan {
         recent: Option<&RecentOplog>,
         unmodified_after: Option<ClusterTime>,
         meta: &CollMeta,
-        want: usize,
+        limit: usize,
     ) -> Option<Vec<(ClusterTime, Arc<bson::RawDocumentBuf>)>> {
         let after = keys::natural_key_time(self.position.as_deref()?)?;
         if unmodified_after.is_none_or(|u| u > after) {
             return None;
         }
-        let limit = want.min(MAX_KEYS_PER_STEP);
         let entries = meta.ns.with_full(|ns| {
             recent?.read(after.next(), ClusterTime::MAX, limit, |e| {
                 e.namespaces.iter().any(|n| n == ns)
@@ -1046,12 +1046,12 @@ impl Scan {
 
     /// Appends what [`Scan::recent_inserts`] found, up to `max_bytes` (the first
     /// document of an empty `out` always), moving the position to the last taken; the
-    /// scan is done when all were taken and fewer than asked were found.
+    /// scan is done when all were taken and fewer than `limit` (what was asked) were found.
     fn take_recent_inserts(
         &mut self,
         coll_id: u32,
         found: Vec<(ClusterTime, Arc<bson::RawDocumentBuf>)>,
-        (want, max_bytes): (usize, usize),
+        (limit, max_bytes): (usize, usize),
         out: &mut Vec<Arc<bson::RawDocumentBuf>>,
     ) {
         let (count, mut bytes) = (found.len(), 0usize);
@@ -1068,7 +1068,7 @@ impl Scan {
         }
         self.keys_examined += taken as u64;
         self.docs_examined += taken as u64;
-        self.done = taken == count && count < want.min(MAX_KEYS_PER_STEP);
+        self.done = taken == count && count < limit;
     }
 
     /// A capped scan (natural order, the oplog) whose position was evicted or trimmed
