@@ -73,6 +73,8 @@ pub struct Engine {
     /// happened before is not known) and by every update and delete (the document they
     /// change was committed by then); absent: nothing known.
     capped_modified: Mutex<std::collections::HashMap<u32, ClusterTime>>,
+    /// How far eviction reached in each capped collection (`core::evicted`).
+    evicted: core::evicted::EvictionMarks,
     opts: EngineOptions,
     /// Where commits tell waiting readers (tailable cursors, change streams).
     pub(crate) bus: CommitBus,
@@ -173,6 +175,7 @@ impl Engine {
             consumer_groups: Default::default(),
             capped: Mutex::new(std::collections::HashMap::new()),
             capped_modified: Mutex::new(std::collections::HashMap::new()),
+            evicted: Default::default(),
             opts,
             bus: CommitBus::new(first_notice),
             recent: Default::default(),

@@ -6,6 +6,7 @@
 pub mod bus;
 pub mod clock;
 pub mod durability;
+pub mod evicted;
 pub mod format;
 pub mod fsync_lock;
 pub mod keys;

@@ -316,12 +316,13 @@ impl Cursor {
     /// The next batch of a [`Cursor::raw_tail`] cursor, as stored BSON: up to
     /// `batch_size` documents (0 or None: as many as fit in a reply). A tailable cursor
     /// is never exhausted by a batch.
-    /// `unmodified_after`: see `Scan::next_raw_natural`.
+    /// `unmodified_after` and `evicted`: see `read::FromMemory`.
     pub fn next_raw_batch(
         &mut self,
         store: &tailstream_storage::Store,
         batch_size: Option<usize>,
         unmodified_after: Option<crate::core::time::ClusterTime>,
+        evicted: &crate::core::evicted::EvictionMarks,
     ) -> Result<Vec<RawEvent>> {
         assert!(
             self.raw_tail(),
@@ -341,10 +342,14 @@ impl Cursor {
         while out.len() < want && !scan.done {
             let bytes: usize = out.iter().map(|d: &RawEvent| d.as_bytes().len()).sum();
             let before = out.len();
-            let recent = self.watch.as_ref().map(|w| w.oplog());
+            let memory = super::FromMemory {
+                recent: self.watch.as_ref().map(|w| w.oplog()),
+                unmodified_after,
+                evicted: Some(evicted),
+            };
             scan.next_raw_natural(
                 store,
-                (recent, unmodified_after),
+                memory,
                 meta,
                 (
                     want - out.len(),

@@ -428,7 +428,7 @@ impl Engine {
                     .unwrap_or(INLINE_TAIL_BATCH)
                     .min(INLINE_TAIL_BATCH);
                 if raw_tail {
-                    c.next_raw_batch(&self.store, Some(want), unmodified_after)
+                    c.next_raw_batch(&self.store, Some(want), unmodified_after, &self.evicted)
                         .map(|docs| {
                             raw_docs = docs;
                             (Vec::new(), false)
@@ -438,7 +438,7 @@ impl Engine {
                 }
             }
             _ if raw_tail => c
-                .next_raw_batch(&self.store, batch_size, unmodified_after)
+                .next_raw_batch(&self.store, batch_size, unmodified_after, &self.evicted)
                 .map(|docs| {
                     raw_docs = docs;
                     (Vec::new(), false)

@@ -15,6 +15,7 @@ pub(crate) mod plugin_plan;
 mod storage_stats;
 
 use crate::catalog::{CollMeta, IndexMeta};
+use crate::core::evicted::EvictionMarks;
 use crate::core::keys;
 use crate::core::storage_err;
 use crate::core::time::{AtomicClusterTime, ClusterTime};
@@ -923,19 +924,17 @@ impl Scan {
     /// document that does not fit is left for the next call. Like `next_batch`, marks
     /// the scan done when it reaches the end.
     ///
-    /// `unmodified_after` (see `Engine::capped_modified`): a document inserted after it
-    /// whose insert entry `recent` holds is taken from there without reading the
-    /// collection at all.
+    /// What `memory` offers is used in place of storage (see [`FromMemory`]).
     pub fn next_raw_natural(
         &mut self,
         store: &Store,
-        read_from: (Option<&RecentOplog>, Option<ClusterTime>),
+        memory: FromMemory<'_>,
         meta: &CollMeta,
         limits: (usize, usize),
         out: &mut Vec<Arc<bson::RawDocumentBuf>>,
     ) -> Result<()> {
         let before = (self.keys_examined, self.docs_examined);
-        let r = self.next_raw_natural_steps(store, read_from, meta, limits, out);
+        let r = self.next_raw_natural_steps(store, memory, meta, limits, out);
         self.count_examined(before);
         r
     }
@@ -943,11 +942,16 @@ impl Scan {
     fn next_raw_natural_steps(
         &mut self,
         store: &Store,
-        (recent, unmodified_after): (Option<&RecentOplog>, Option<ClusterTime>),
+        memory: FromMemory<'_>,
         meta: &CollMeta,
         (want, max_bytes): (usize, usize),
         out: &mut Vec<Arc<bson::RawDocumentBuf>>,
     ) -> Result<()> {
+        let FromMemory {
+            recent,
+            unmodified_after,
+            evicted,
+        } = memory;
         let coll_id = meta.id;
         assert!(
             matches!(self.access, Access::NaturalScan { reverse: false }),
@@ -958,7 +962,11 @@ impl Scan {
         if let Some(found) = self.recent_inserts(recent, unmodified_after, meta, limit) {
             // Checked after the read: the position still there, nothing after it was
             // evicted (eviction goes oldest first), so every document read is live.
-            self.check_position(store, Space::Natural)?;
+            // Above the eviction mark it is known to be there without reading it.
+            let kept = self.position.as_deref().and_then(keys::natural_key_time);
+            if !kept.is_some_and(|ts| evicted.is_some_and(|e| e.keeps(coll_id, ts))) {
+                self.check_position(store, Space::Natural)?;
+            }
             self.take_recent_inserts(coll_id, found, (limit, max_bytes), out);
             return Ok(());
         }
@@ -1102,6 +1110,19 @@ fn position_lost() -> Error {
         codes::CAPPED_POSITION_LOST,
         "CollectionScan died due to position in capped collection being deleted",
     )
+}
+
+/// What a raw tailable read ([`Scan::next_raw_natural`]) may take from memory instead
+/// of storage.
+#[derive(Clone, Copy, Default)]
+pub struct FromMemory<'a> {
+    /// The newest oplog entries: the documents inserted after the position.
+    pub recent: Option<&'a RecentOplog>,
+    /// A document inserted after this time whose insert entry `recent` holds is taken
+    /// from there without reading the collection (see `Engine::capped_modified`).
+    pub unmodified_after: Option<ClusterTime>,
+    /// A position above its collection's mark is still stored (see `core::evicted`).
+    pub evicted: Option<&'a EvictionMarks>,
 }
 
 /// Bounds of the rest of a range after `position` (exclusive).
@@ -1721,14 +1742,13 @@ mod tests {
         );
         let mut out = Vec::new();
         let read = |scan: &mut Scan, out: &mut Vec<_>| {
-            scan.next_raw_natural(
-                &e.store,
-                (Some(&e.recent), unmodified()),
-                &meta,
-                (10, usize::MAX),
-                out,
-            )
-            .unwrap()
+            let memory = FromMemory {
+                recent: Some(&e.recent),
+                unmodified_after: unmodified(),
+                evicted: Some(&e.evicted),
+            };
+            scan.next_raw_natural(&e.store, memory, &meta, (10, usize::MAX), out)
+                .unwrap()
         };
         read(&mut scan, &mut out);
         assert_eq!(ids(&out), [0]);

@@ -102,6 +102,11 @@ impl Engine {
             return self.repl_apply_own(ops, applied);
         }
         let mut w = self.writer.lock();
+        // Natural keys may leave with this commit: before they do, tailable reads
+        // stop trusting the eviction marks (`core::evicted`).
+        for id in &touched.collections {
+            self.evicted.forget(*id);
+        }
         self.store_applied(ops, applied)?;
         self.follow(&mut w, touched)
     }

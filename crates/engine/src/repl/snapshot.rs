@@ -308,6 +308,8 @@ impl Engine {
             std::fs::copy(file, &installing).map_err(|e| file_error(file, e))?;
         }
         sync_file_and_folder(&installing)?;
+        // Before the store changes: nothing is known of its natural keys any more.
+        self.evicted.clear();
         self.installing.store(true, Ordering::Release);
         // A failure leaves the flag set: the member holds half a state machine (its
         // state machine stops; a restart finishes the install).

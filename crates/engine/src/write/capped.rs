@@ -26,6 +26,9 @@ pub struct CappedState {
     pub head: Vec<u8>,
     /// Inserts of the transaction being built (not yet visible in storage), oldest first.
     pending: VecDeque<PendingInsert>,
+    /// Empty when the totals loaded: the eviction mark is set just below the next
+    /// insert (see `core::evicted`).
+    mark_at_next_insert: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -72,12 +75,20 @@ impl Engine {
                 .lock()
                 .entry(meta.id)
                 .or_insert_with(|| self.last_commit_time());
+            let mut first = None;
             for item in self.store.scan_prefix(Space::Natural, &prefix, false) {
-                let (_, id_ks) = item.map_err(storage_err)?;
+                let (k, id_ks) = item.map_err(storage_err)?;
+                first = first.or_else(|| Some(keys::natural_key_time(&k)));
                 if let Some(size) = self.stored_size(meta.id, &id_ks)? {
                     st.count += 1;
                     st.bytes += size;
                 }
+            }
+            // Natural keys go oldest first: every one gone is below the first left.
+            match first {
+                Some(Some(ts)) => self.evicted.raise(meta.id, ts.prev()),
+                Some(None) => self.evicted.forget(meta.id),
+                None => st.mark_at_next_insert = true,
             }
             e.insert(st);
         }
@@ -113,6 +124,10 @@ impl Engine {
         txn.batch().put(Space::Natural, &natural_key, id_ks);
         let mut states = self.capped.lock();
         let st = self.capped_state(&mut states, meta)?;
+        if std::mem::take(&mut st.mark_at_next_insert) {
+            // Every natural key before this one has an older time.
+            self.evicted.raise(meta.id, ts.prev());
+        }
         st.bytes += size;
         st.count += 1;
         st.pending.push_back(PendingInsert {
@@ -294,6 +309,7 @@ impl Engine {
         self.capped.lock().remove(&coll_id);
         // Nothing known until the totals load again (which sets it to the newest commit).
         self.capped_modified.lock().remove(&coll_id);
+        self.evicted.forget(coll_id);
     }
 
     /// Called when a transaction touching capped collections commits or is abandoned:
@@ -336,6 +352,7 @@ impl Engine {
                     .transpose()
                     .map_err(storage_err)?;
                 let Some((nkey, id_ks)) = first else { break };
+                self.evicting(meta.id, &nkey);
                 txn.batch().delete(Space::Natural, &nkey);
                 st.head = nkey.to_vec();
                 st.head.push(0);
@@ -352,6 +369,7 @@ impl Engine {
                 let Some(p) = st.pending.pop_front() else {
                     break;
                 };
+                self.evicting(meta.id, &p.natural_key);
                 txn.batch().delete(Space::Natural, &p.natural_key);
                 for k in &p.index_keys {
                     txn.batch().delete(Space::Index, k);
@@ -365,6 +383,15 @@ impl Engine {
         Ok(())
     }
 
+    /// Natural key `nkey` of `coll_id` goes with the transaction being built: the
+    /// eviction mark rises to it first (see `core::evicted`).
+    fn evicting(&self, coll_id: u32, nkey: &[u8]) {
+        match keys::natural_key_time(nkey) {
+            Some(ts) => self.evicted.raise(coll_id, ts),
+            None => self.evicted.forget(coll_id),
+        }
+    }
+
     /// Removes an evicted document and its index entries (no oplog entry: capped
     /// deletions follow from the inserts, as in mongod).
     fn remove_document(&self, txn: &mut Txn<'_>, meta: &CollMeta, id_ks: &[u8], doc: &Document) {
@@ -376,5 +403,62 @@ impl Engine {
         }
         txn.batch()
             .delete(Space::Docs, &keys::doc_key(meta.id, id_ks));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::catalog::namespace::Namespace;
+    use crate::core::keys;
+    use crate::core::testing::TestEngine;
+    use crate::core::time::ClusterTime;
+    use bson::doc;
+    use tailstream_storage::Space;
+
+    /// The insert times of the natural keys stored for collection `coll_id`.
+    fn stored_times(t: &TestEngine, coll_id: u32) -> Vec<ClusterTime> {
+        t.engine
+            .store
+            .scan_prefix(Space::Natural, &coll_id.to_be_bytes(), false)
+            .map(|item| keys::natural_key_time(&item.unwrap().0).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn the_eviction_mark_follows_the_oldest_natural_key_left() {
+        let t = TestEngine::open();
+        let e = &t.engine;
+        let ns = Namespace::new("db", "bus");
+        e.create_collection(&ns, doc! {"capped": true, "size": 4096, "max": 2})
+            .unwrap();
+        let id = e.collection(&ns).unwrap().id;
+        let insert = |n: i32| {
+            e.insert_documents(&ns, vec![doc! {"_id": n}], true)
+                .unwrap();
+        };
+        let keeps = |ts: ClusterTime| e.evicted.keeps(id, ts);
+        insert(0);
+        let first = stored_times(&t, id)[0];
+        assert!(
+            keeps(first),
+            "empty when the totals loaded: set below the insert"
+        );
+        insert(1);
+        insert(2);
+        let left = stored_times(&t, id);
+        assert!(left.len() == 2 && left[0] > first);
+        assert!(!keeps(first), "evicted: at or below the mark");
+        assert!(keeps(left[0]) && keeps(left[1]));
+
+        e.capped_forget(id);
+        assert!(!keeps(left[1]), "forgotten: not known");
+        insert(3);
+        let now = stored_times(&t, id);
+        assert!(
+            !keeps(left[0]),
+            "the oldest left when the totals loaded was evicted"
+        );
+        assert_eq!(now[0], left[1]);
+        assert!(keeps(now[0]) && keeps(now[1]));
     }
 }
