@@ -65,14 +65,14 @@ pub struct Engine {
     /// The leases of change stream consumer groups (`changestream::consumer_group`).
     pub(crate) consumer_groups: changestream::consumer_group::Registry,
     /// Totals of capped collections, by collection id (see `capped`).
-    capped: Mutex<std::collections::HashMap<u32, capped::CappedState>>,
+    capped: Mutex<ahash::AHashMap<u32, capped::CappedState>>,
     /// By capped collection id: no document inserted after this time has been updated
     /// or deleted by a user since, so its stored version is its insert's oplog entry
     /// (a raw tailable read takes it from the recent oplog without reading the
     /// collection). Set to the newest commit when the collection's totals load (what
     /// happened before is not known) and by every update and delete (the document they
     /// change was committed by then); absent: nothing known.
-    capped_modified: Mutex<std::collections::HashMap<u32, ClusterTime>>,
+    capped_modified: Mutex<ahash::AHashMap<u32, ClusterTime>>,
     /// How far eviction reached in each capped collection (`core::evicted`).
     evicted: core::evicted::EvictionMarks,
     opts: EngineOptions,
@@ -173,8 +173,8 @@ impl Engine {
             durability,
             cursors: cursor::CursorRegistry::new(),
             consumer_groups: Default::default(),
-            capped: Mutex::new(std::collections::HashMap::new()),
-            capped_modified: Mutex::new(std::collections::HashMap::new()),
+            capped: Default::default(),
+            capped_modified: Default::default(),
             evicted: Default::default(),
             opts,
             bus: CommitBus::new(first_notice),

@@ -3,9 +3,9 @@
 //! carries its `lsid` and forgotten by `endSessions` or after 30 idle minutes
 //! (`logicalSessionTimeoutMinutes`).
 
+use ahash::AHashMap;
 use bson::{doc, Binary, Bson, Document};
 use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// How long an unused session stays listed (hello's `logicalSessionTimeoutMinutes`).
@@ -28,7 +28,7 @@ struct Session {
 
 #[derive(Default)]
 pub struct LocalSessions {
-    sessions: Mutex<HashMap<Vec<u8>, Session>>,
+    sessions: Mutex<AHashMap<Vec<u8>, Session>>,
 }
 
 /// The bytes of an lsid's `id` (a UUID), the key of a session, and the `id` itself.

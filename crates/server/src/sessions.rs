@@ -11,9 +11,10 @@
 //! lookup and an overwrite: the bus benchmark's producer spent 8% of the server's CPU
 //! here while the cache evicted an old write for every new one.
 
+use ahash::AHashMap;
 use bson::{Bson, Document};
 use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use tailstream_engine::query::error::{codes, Error};
 
 /// Sessions whose last reply is kept at most (the oldest session is forgotten first).
@@ -38,7 +39,7 @@ struct Entry {
 
 #[derive(Default)]
 struct Sessions {
-    by_session: HashMap<Vec<u8>, Entry>,
+    by_session: AHashMap<Vec<u8>, Entry>,
     /// Sessions in the order they first wrote, for eviction; may hold sessions that
     /// ended since (they are skipped when evicting).
     order: VecDeque<Vec<u8>>,

@@ -5,9 +5,9 @@
 //! allocation) and four relaxed atomic adds; a collection's counters are created on its
 //! first command. In memory only, as mongod's (they restart with the server).
 
+use ahash::AHashMap;
 use bson::{doc, Document};
 use parking_lot::RwLock;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -119,7 +119,7 @@ impl Usage {
 /// command's names instead of building "db.coll").
 #[derive(Default)]
 pub struct Top {
-    by_db: RwLock<HashMap<String, HashMap<String, Arc<Usage>>>>,
+    by_db: RwLock<AHashMap<String, AHashMap<String, Arc<Usage>>>>,
 }
 
 impl Top {

@@ -29,13 +29,13 @@
 //! that position (see `Scan::next_raw_natural`), as it did with the `Store::get`.
 
 use super::time::ClusterTime;
+use ahash::AHashMap;
 use parking_lot::Mutex;
-use std::collections::HashMap;
 
 /// The eviction marks of the capped collections, by collection id (see the module's doc).
 #[derive(Debug, Default)]
 pub struct EvictionMarks {
-    by_collection: Mutex<HashMap<u32, ClusterTime>>,
+    by_collection: Mutex<AHashMap<u32, ClusterTime>>,
 }
 
 impl EvictionMarks {

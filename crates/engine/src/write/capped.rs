@@ -61,7 +61,7 @@ impl Engine {
     /// The capped state of a collection, computed from storage on first use.
     fn capped_state<'a>(
         &self,
-        states: &'a mut std::collections::HashMap<u32, CappedState>,
+        states: &'a mut ahash::AHashMap<u32, CappedState>,
         meta: &CollMeta,
     ) -> Result<&'a mut CappedState> {
         if let std::collections::hash_map::Entry::Vacant(e) = states.entry(meta.id) {

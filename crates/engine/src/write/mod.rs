@@ -25,8 +25,8 @@ use crate::{
     core::keys, core::storage_err, core::MAX_DOCUMENT_SIZE, core::MAX_NESTING_DEPTH,
     oplog::txn::Committed, oplog::txn::Txn, Engine,
 };
+use ahash::{AHashMap, AHashSet};
 use bson::{doc, Bson, Document, RawDocumentBuf};
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use tailstream_query::collation::Collator;
 use tailstream_query::error::{codes, Error, Result};
@@ -92,14 +92,14 @@ pub struct DeleteOp {
 /// must see the batch's own writes.
 #[derive(Default)]
 pub(crate) struct PendingIndex {
-    added: HashMap<(u32, Vec<u8>), Vec<u8>>,
-    removed: HashSet<Vec<u8>>,
+    added: AHashMap<(u32, Vec<u8>), Vec<u8>>,
+    removed: AHashSet<Vec<u8>>,
     /// Documents inserted by the batch, by record key (collection and `_id`: a
     /// transaction may insert the same `_id` into two collections).
-    ids: HashSet<Vec<u8>>,
+    ids: AHashSet<Vec<u8>>,
     /// Documents the batch deleted, by record key: an insert of the same `_id` after
     /// the delete (in a transaction) is no duplicate of the stored one.
-    deleted_ids: HashSet<Vec<u8>>,
+    deleted_ids: AHashSet<Vec<u8>>,
 }
 
 impl PendingIndex {
