@@ -21,6 +21,9 @@ use std::sync::Arc;
 const MAX_BYTES: usize = 64 << 20;
 const MAX_ENTRIES: usize = 200_000;
 const MAX_ENTRY_BYTES: usize = 64 << 10;
+/// Entries a read makes room for up to front (a tailing reader's batch: the
+/// insert-to-wake-up delay gathers a few dozen at most).
+const READ_CAPACITY: usize = 64;
 
 /// A reader's memo of an entry (see [`RecentEntry::memo`]).
 pub type Memo = Arc<dyn std::any::Any + Send + Sync>;
@@ -310,7 +313,11 @@ impl RecentOplog {
             "the recent oplog holds an entry below its start"
         );
         let start = r.entries.partition_point(|e| e.ts < from);
-        let mut out = Vec::new();
+        // Sized once for a tailing reader's batch, which grew it 0, 4, 8, 16 (250
+        // instructions of a bus message read by 8 consumers, callgrind 2026-11-28); no
+        // more than `READ_CAPACITY` up front, as a filter may keep few of many entries.
+        let ahead = r.entries.len() - start;
+        let mut out = Vec::with_capacity(limit.min(ahead).min(READ_CAPACITY));
         for e in r.entries.range(start..) {
             if e.ts > to || out.len() >= limit {
                 break;
