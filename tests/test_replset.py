@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 from bson import Binary, Int64, Timestamp
-from pymongo import MongoClient
+from pymongo import CursorType, MongoClient, WriteConcern
 from pymongo.errors import AutoReconnect, DuplicateKeyError, NotPrimaryError, OperationFailure
 
 import wire
@@ -637,3 +637,42 @@ def test_change_streams_on_every_member_give_the_same_events_and_tokens(three):
     finally:
         for c in clients:
             c.close()
+
+
+def test_a_tailable_cursor_on_a_secondary_follows_a_capped_collection(three):
+    """Seed 001's move for the bus: a consumer tails a capped collection on a secondary.
+    It sees what the primary inserts as the secondary applies it, and when the
+    primary's evictions (replicated) take the document it stopped at, its getMore fails
+    with 136 CappedPositionLost, as on the primary."""
+    members = three
+    initiate(members)
+    primary = primary_of(members)
+    secondary = next(m for m in members if m is not primary)
+    with MongoClient(set_uri(members), serverSelectionTimeoutMS=30_000) as client, \
+            secondary.client(directConnection=True, readPreference="secondaryPreferred") as sec:
+        bus = client.get_database("rs", write_concern=WriteConcern(w=3)).get_collection("bus")
+        client.rs.create_collection("bus", capped=True, size=4096, max=3)
+        bus.insert_many([{"_id": i} for i in range(3)])
+        assert eventually(lambda: sec.rs.bus.count_documents({}) == 3, timeout=SET_WAIT_S)
+        cursor = sec.rs.bus.find(cursor_type=CursorType.TAILABLE_AWAIT).max_await_time_ms(200)
+
+        def next_ids(n):
+            got = []
+            deadline = time.monotonic() + SET_WAIT_S
+            while len(got) < n and cursor.alive and time.monotonic() < deadline:
+                doc = next(cursor, None)
+                if doc is not None:
+                    got.append(doc["_id"])
+            return got
+        assert next_ids(3) == [0, 1, 2]
+        # One more evicts _id 0: the position (_id 2) stays, the cursor goes on.
+        bus.insert_one({"_id": 3})
+        assert next_ids(1) == [3]
+        # Three more evict 1, 2 and 3, the position among them. The getMore is sent as
+        # a command: pymongo's cursor ends quietly on 136 (its "capped roll over").
+        bus.insert_many([{"_id": i} for i in range(4, 7)])
+        assert eventually(lambda: sec.rs.bus.find_one({"_id": 3}) is None, timeout=SET_WAIT_S)
+        with pytest.raises(OperationFailure) as e:
+            sec.rs.command("getMore", cursor.cursor_id, collection="bus", maxTimeMS=200)
+        assert e.value.code == 136
+        assert [d["_id"] for d in sec.rs.bus.find()] == [4, 5, 6]
