@@ -335,6 +335,19 @@ impl PiecedMsg {
         }
     }
 
+    /// [`PiecedMsg::new`] with room for `docs` documents and `framing_bytes` of framing
+    /// (a reply of many documents grew its lists and framing as it was written).
+    pub fn with_capacity(docs: usize, framing_bytes: usize) -> PiecedMsg {
+        let mut framing = Vec::with_capacity(framing_bytes.max(MSG_BODY_OFFSET));
+        framing.resize(MSG_BODY_OFFSET, 0);
+        PiecedMsg {
+            framing,
+            cuts: Vec::with_capacity(docs),
+            docs: Vec::with_capacity(docs),
+            docs_len: 0,
+        }
+    }
+
     /// The framing written so far (the caller appends to it).
     pub fn framing(&mut self) -> &mut Vec<u8> {
         &mut self.framing
@@ -506,6 +519,19 @@ mod tests {
             (7, 0, opcode::MSG)
         );
         assert_eq!(decode_bytes(&bytes).unwrap(), msg);
+    }
+
+    #[test]
+    fn a_pieced_msg_made_with_room_starts_as_a_new_one() {
+        for framing_bytes in [0, 5, 4096] {
+            let mut roomy = PiecedMsg::with_capacity(8, framing_bytes);
+            assert_eq!(
+                roomy.framing().as_slice(),
+                PiecedMsg::new().framing().as_slice()
+            );
+            assert!(roomy.framing().capacity() >= framing_bytes);
+            assert!(roomy.is_empty() || roomy.len() == MSG_BODY_OFFSET);
+        }
     }
 
     /// A pieced message is byte for byte the message built in one buffer, and

@@ -319,8 +319,16 @@ fn raw_cursor_reply(state: &ServerState, c: RawCursor) -> Body {
     fn elements_of(out: &mut Vec<u8>, doc: &[u8]) {
         out.extend_from_slice(&doc[4..doc.len() - 1]);
     }
+    /// The framing around the batch: header, `cursor`, `id`, `ok`, `$clusterTime`,
+    /// `operationTime` (the namespace apart); and per document its array key (type,
+    /// up to 7 digits, NUL). An estimate: what is over it grows the framing.
+    const ENVELOPE_BYTES: usize = 256;
+    const KEY_BYTES: usize = 9;
     let docs_len: usize = c.docs.iter().map(|d| d.as_bytes().len()).sum();
-    let mut msg = tailstream_wire::PiecedMsg::new();
+    let framing_bytes = ENVELOPE_BYTES + c.ns.len() + c.docs.len() * KEY_BYTES;
+    // Sized once: grown as written, the lists and framing were 800 instructions of a
+    // bus message read by 8 consumers (callgrind, 2026-11-28).
+    let mut msg = tailstream_wire::PiecedMsg::with_capacity(c.docs.len(), framing_bytes);
     let out = msg.framing();
     let body_at = out.len();
     out.extend_from_slice(&[0; 4]);
