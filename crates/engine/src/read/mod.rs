@@ -1063,6 +1063,7 @@ impl Scan {
         out: &mut Vec<Arc<bson::RawDocumentBuf>>,
     ) {
         let (count, mut bytes) = (found.len(), 0usize);
+        out.reserve(count);
         let mut taken = 0;
         for (ts, raw) in found {
             let size = raw.as_bytes().len();
