@@ -345,7 +345,7 @@ impl Cursor {
             let memory = super::FromMemory {
                 recent: self.watch.as_ref().map(|w| w.oplog()),
                 unmodified_after,
-                evicted: Some(evicted),
+                evicted,
             };
             scan.next_raw_natural(
                 store,

@@ -964,7 +964,7 @@ impl Scan {
             // evicted (eviction goes oldest first), so every document read is live.
             // Above the eviction mark it is known to be there without reading it.
             let kept = self.position.as_deref().and_then(keys::natural_key_time);
-            if !kept.is_some_and(|ts| evicted.is_some_and(|e| e.keeps(coll_id, ts))) {
+            if !kept.is_some_and(|ts| evicted.keeps(coll_id, ts)) {
                 self.check_position(store, Space::Natural)?;
             }
             self.take_recent_inserts(coll_id, found, (limit, max_bytes), out);
@@ -1115,7 +1115,7 @@ fn position_lost() -> Error {
 
 /// What a raw tailable read ([`Scan::next_raw_natural`]) may take from memory instead
 /// of storage.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 pub struct FromMemory<'a> {
     /// The newest oplog entries: the documents inserted after the position.
     pub recent: Option<&'a RecentOplog>,
@@ -1123,7 +1123,7 @@ pub struct FromMemory<'a> {
     /// from there without reading the collection (see `Engine::capped_modified`).
     pub unmodified_after: Option<ClusterTime>,
     /// A position above its collection's mark is still stored (see `core::evicted`).
-    pub evicted: Option<&'a EvictionMarks>,
+    pub evicted: &'a EvictionMarks,
 }
 
 /// Bounds of the rest of a range after `position` (exclusive).
@@ -1746,7 +1746,7 @@ mod tests {
             let memory = FromMemory {
                 recent: Some(&e.recent),
                 unmodified_after: unmodified(),
-                evicted: Some(&e.evicted),
+                evicted: &e.evicted,
             };
             scan.next_raw_natural(&e.store, memory, &meta, (10, usize::MAX), out)
                 .unwrap()
