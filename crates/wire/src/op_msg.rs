@@ -329,10 +329,7 @@ const MAX_SLICES_PER_WRITE: usize = 1024;
 impl PiecedMsg {
     /// Starts a message whose body will begin at [`MSG_BODY_OFFSET`] of the framing.
     pub fn new() -> PiecedMsg {
-        PiecedMsg {
-            framing: vec![0; MSG_BODY_OFFSET],
-            ..PiecedMsg::default()
-        }
+        PiecedMsg::with_capacity(0, 0)
     }
 
     /// [`PiecedMsg::new`] with room for `docs` documents and `framing_bytes` of framing
