@@ -7,6 +7,12 @@
 //! 0.9 keeps only the metadata of what `build_snapshot` returns, and the file is
 //! written when a member first needs it (`get_current_snapshot`). It reads as empty
 //! and refuses writes.
+//!
+//! A file made to receive into ([`SnapshotFile::create`]) is deleted when dropped:
+//! openraft drops a received snapshot without installing it when it is no newer than
+//! what the member has committed (a leader that resent it after a slow install), and
+//! the bytes of a send abandoned midway with it. An installed one was renamed away
+//! first (the engine's `repl_snapshot_install`), so its deletion finds nothing.
 
 use std::io::SeekFrom;
 use std::path::{Path, PathBuf};
@@ -16,12 +22,17 @@ use tokio::io::{AsyncRead, AsyncSeek, AsyncWrite, ReadBuf};
 
 pub struct SnapshotFile {
     file: Option<(tokio::fs::File, PathBuf)>,
+    /// Received: the path is deleted on drop (see the module's doc).
+    remove_on_drop: bool,
 }
 
 impl SnapshotFile {
     /// No file (see the module's doc).
     pub fn none() -> SnapshotFile {
-        SnapshotFile { file: None }
+        SnapshotFile {
+            file: None,
+            remove_on_drop: false,
+        }
     }
 
     /// The file at `path`, to send.
@@ -29,10 +40,12 @@ impl SnapshotFile {
         let file = tokio::fs::File::open(path).await?;
         Ok(SnapshotFile {
             file: Some((file, path.to_path_buf())),
+            remove_on_drop: false,
         })
     }
 
-    /// A new file at `path`, to receive into.
+    /// A new file at `path`, to receive into; deleted when dropped unless it was
+    /// moved away.
     pub async fn create(path: &Path) -> std::io::Result<SnapshotFile> {
         let file = tokio::fs::OpenOptions::new()
             .read(true)
@@ -43,6 +56,7 @@ impl SnapshotFile {
             .await?;
         Ok(SnapshotFile {
             file: Some((file, path.to_path_buf())),
+            remove_on_drop: true,
         })
     }
 
@@ -52,6 +66,15 @@ impl SnapshotFile {
 
     fn file(&mut self) -> Option<Pin<&mut tokio::fs::File>> {
         self.file.as_mut().map(|(f, _)| Pin::new(f))
+    }
+}
+
+impl Drop for SnapshotFile {
+    fn drop(&mut self) {
+        if let (true, Some((_, path))) = (self.remove_on_drop, &self.file) {
+            // Not found when it was installed (renamed away): nothing to do.
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 
@@ -145,5 +168,31 @@ mod tests {
         none.read_to_end(&mut empty).await.unwrap();
         assert!(empty.is_empty());
         assert!(none.write_all(b"x").await.is_err());
+    }
+
+    /// A received file dropped without being installed leaves nothing; one moved away
+    /// (installed) stays where it was moved; a file opened to send is kept.
+    #[tokio::test]
+    async fn a_received_file_is_deleted_unless_moved_away() {
+        let dir = tempfile::tempdir().unwrap();
+        let dropped = dir.path().join("receiving-1.snap");
+        let mut f = SnapshotFile::create(&dropped).await.unwrap();
+        f.write_all(b"half a snapshot").await.unwrap();
+        f.flush().await.unwrap();
+        assert!(dropped.exists());
+        drop(f);
+        assert!(!dropped.exists(), "a dropped receive's file was left");
+
+        let received = dir.path().join("receiving-2.snap");
+        let installed = dir.path().join("installing.snap");
+        let mut f = SnapshotFile::create(&received).await.unwrap();
+        f.write_all(b"whole").await.unwrap();
+        f.flush().await.unwrap();
+        std::fs::rename(&received, &installed).unwrap();
+        drop(f);
+        assert_eq!(std::fs::read(&installed).unwrap(), b"whole");
+
+        drop(SnapshotFile::open(&installed).await.unwrap());
+        assert!(installed.exists(), "a file opened to send was deleted");
     }
 }

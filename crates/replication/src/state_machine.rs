@@ -328,7 +328,6 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             )
             .into());
         };
-        drop(snapshot);
         // This member's pipelined commits not applied by now never will be: the set's
         // state replaces its own.
         self.forget_pipelined()
@@ -341,6 +340,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let marker = encode(&applied).map_err(state_error)?;
         off_the_runtime(|| self.engine.repl_snapshot_install(&path, &marker))
             .map_err(|e| StorageIOError::write_snapshot(signature.clone(), any(e)))?;
+        // Closed only now: the install moved the file away, so nothing is deleted (on
+        // an error above, the received file goes with it).
+        drop(snapshot);
         // The store now holds exactly the snapshot: a view of it is the current one.
         self.set_current(Current::new(meta.clone(), self.engine.repl_snapshot_view()));
         Ok(())

@@ -95,9 +95,32 @@ async fn a_late_member_gets_a_snapshot_in_chunks_and_pieces() {
     let got = docs(&late);
     assert_eq!(got.len(), COMMITS);
     assert_eq!(got, docs(&leader));
-    let left: Vec<_> = std::fs::read_dir(late.engine.repl_snapshot_dir().unwrap())
-        .unwrap()
-        .collect();
+    // The leader knows the late member caught up, so it sends nothing more; a send it
+    // repeated meanwhile (its answer late on a loaded machine) is dropped as stale by
+    // openraft, and its file with it, soon after.
+    leader
+        .raft
+        .wait(Some(WAIT))
+        .metrics(
+            |m| {
+                m.replication.as_ref().is_some_and(|r| {
+                    r.get(&2)
+                        .is_some_and(|matched| matched.is_some_and(|l| l.index >= last))
+                })
+            },
+            "the leader knows the late member caught up",
+        )
+        .await
+        .unwrap();
+    let dir = late.engine.repl_snapshot_dir().unwrap();
+    let since = std::time::Instant::now();
+    let left = loop {
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+        if left.is_empty() || since.elapsed() > WAIT {
+            break left;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
     assert!(left.is_empty(), "files left on the late member: {left:?}");
     stop(leader).await;
     stop(late).await;
