@@ -9,6 +9,9 @@
 #       CI's short version: the seed inputs, then a fixed number of runs of every target
 #       (100,000; `command`'s 3,000: each of its inputs runs commands against a store)
 #       from a fixed seed and an empty corpus (the same inputs every time)
+#   bash scripts/fuzz.sh --build-only
+#       installs nightly and cargo-fuzz if missing and builds the targets, runs none
+#       (scripts/test.sh starts it in the background while the tests run)
 # Figures go to RELIABILITY.md.
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -21,6 +24,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --seconds) SECONDS_EACH="$2"; shift 2 ;;
         --ci) MODE=ci; shift ;;
+        --build-only) MODE=build; shift ;;
         *) TARGETS+=("$1"); shift ;;
     esac
 done
@@ -58,6 +62,7 @@ if [ ${#TARGETS[@]} -eq 0 ]; then
 fi
 log "building the fuzz targets (${TARGETS[*]})"
 cargo +nightly fuzz build --target-dir "$FUZZ_TARGET_DIR" >&2
+if [ "$MODE" = build ]; then exit 0; fi
 for t in "${TARGETS[@]}"; do
     if [ "$MODE" = ci ]; then
         corpus="$(mktemp -d)"

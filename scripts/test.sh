@@ -4,9 +4,23 @@
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 build_release
 
+# The fuzz targets' build (nightly, sanitizers: the whole server a second time, 8 minutes
+# of both cores from cold, plus nightly's and cargo-fuzz's installs on a new machine)
+# runs in the background at the lowest priority from here on: it takes the cores the
+# tests leave idle (they wait on sockets, fsyncs and timers much of the time) and is
+# waited for before the fuzz runs at the end. It links the RocksDB library just built.
+FUZZ_BUILD_LOG="$(mktemp)"
+FUZZ_BUILD_START=$(date +%s)
+# (A process group of its own, so that an early exit stops cargo and rustc with it.)
+set -m
+nice -n 19 bash "$ROOT/scripts/fuzz.sh" --build-only >"$FUZZ_BUILD_LOG" 2>&1 &
+FUZZ_BUILD_PID=$!
+set +m
+
 # Every suite's output is also kept, to print one closing total at the end.
 SUMMARY="$(mktemp)"
-trap 'rm -f "$SUMMARY"' EXIT
+# A failed test ends the script: the background build goes with it.
+trap 'kill -- -"$FUZZ_BUILD_PID" 2>/dev/null || true; rm -f "$SUMMARY" "$FUZZ_BUILD_LOG"' EXIT
 
 # Style: formatting and clippy with warnings denied (allowed lints are listed, with their
 # reasons, in the workspace Cargo.toml or at the line they concern).
@@ -81,6 +95,16 @@ log "pymongo's TLS tests (test_ssl.py) against a requireTLS server, without and 
 bash "$ROOT/conformance/run.sh" --tls --module-filter test/test_ssl.py --sync-only --no-report --strict
 bash "$ROOT/conformance/run.sh" --tls --auth --module-filter test/test_ssl.py --sync-only --no-report --strict
 
+log "fuzz targets (fuzz/, issue 32): waiting for their build (started in the background after the server's)"
+fuzz_build_status=0
+wait "$FUZZ_BUILD_PID" || fuzz_build_status=$?
+grep -E '^\[tailstream\]|Finished|^error' "$FUZZ_BUILD_LOG" >&2 || true
+if [ "$fuzz_build_status" != 0 ]; then
+    tail -40 "$FUZZ_BUILD_LOG" >&2
+    log "the fuzz targets' build failed (exit $fuzz_build_status)"
+    exit 1
+fi
+log "fuzz build done $(( $(date +%s) - FUZZ_BUILD_START )) s after it started"
 log "fuzz targets (fuzz/, issue 32): their seeds, then a fixed number of runs of each from a fixed seed"
 bash "$ROOT/scripts/fuzz.sh" --ci
 
