@@ -61,7 +61,18 @@ if [ ${#TARGETS[@]} -eq 0 ]; then
     mapfile -t TARGETS < <(cargo fuzz list)
 fi
 log "building the fuzz targets (${TARGETS[*]})"
+# cargo fuzz has no --locked: a fuzz/Cargo.lock the build had to change was stale (it
+# was, from e258d83 to ce19fe9, silently rewritten on every build): CI fails on it.
+LOCK_BEFORE="$(mktemp)"
+cp fuzz/Cargo.lock "$LOCK_BEFORE"
 cargo +nightly fuzz build --target-dir "$FUZZ_TARGET_DIR" >&2
+if ! cmp -s fuzz/Cargo.lock "$LOCK_BEFORE"; then
+    diff "$LOCK_BEFORE" fuzz/Cargo.lock | head -20 >&2 || true
+    rm -f "$LOCK_BEFORE"
+    log "fuzz/Cargo.lock was stale: the build updated it (above); commit the new one"
+    if [ "${CI:-}" = true ]; then exit 1; fi
+fi
+rm -f "$LOCK_BEFORE"
 if [ "$MODE" = build ]; then exit 0; fi
 for t in "${TARGETS[@]}"; do
     if [ "$MODE" = ci ]; then
