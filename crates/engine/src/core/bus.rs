@@ -13,9 +13,17 @@
 //! durability sequence counted it, so a woken reader always finds what it was woken
 //! for. Subscribers subscribe before they look (no lost wake-up): a `watch` channel
 //! remembers the last notice.
+//!
+//! A channel nobody subscribes to (most namespace bits, and every channel while its
+//! readers are busy) gets the notice stored without a wake-up: a send wakes through
+//! eight locked `Notify`s (tokio's watch), 350 instructions a channel, two channels a
+//! commit. Store-buffering order makes that safe: the commit writes the store, then
+//! a SeqCst fence, then reads the channel's receiver count; a subscriber counts itself
+//! in, then a SeqCst fence, then looks at the store. One of the two sees the other: the
+//! commit the new receiver (and wakes it), or the receiver the commit's writes.
 
 use super::time::ClusterTime;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{fence, AtomicU32, Ordering};
 use tokio::sync::watch;
 
 /// Namespace bits: a commit's namespaces hashed into a 64-bit mask.
@@ -97,18 +105,24 @@ impl CommitBus {
 
     /// Every commit's notices (tailable cursors wait on this).
     pub fn subscribe(&self) -> watch::Receiver<CommitNotice> {
-        self.all.subscribe()
+        let rx = self.all.subscribe();
+        // Counted in before the caller looks (see the module's doc).
+        fence(Ordering::SeqCst);
+        rx
     }
 
     /// Notices of the commits that wrote a namespace of `mask` (a single
     /// [`namespace_bit`]), or of every commit for any other mask. Each notice is the
     /// commit's own, with its full `ns_mask`.
     pub fn subscribe_for(&self, mask: u64) -> watch::Receiver<CommitNotice> {
-        if mask.count_ones() == 1 {
+        let rx = if mask.count_ones() == 1 {
             self.by_bit[mask.trailing_zeros() as usize].subscribe()
         } else {
             self.all.subscribe()
-        }
+        };
+        // Counted in before the caller looks (see the module's doc).
+        fence(Ordering::SeqCst);
+        rx
     }
 
     /// Registers a change-stream getMore waiting for commits to `interest` (a mask of
@@ -150,13 +164,29 @@ impl CommitBus {
             notice.last_ts >= last.last_ts && notice.seq >= last.seq,
             "commit notices go backwards: {notice:?} after {last:?}"
         );
-        self.all.send_replace(notice);
+        // The commit's writes are in the store: now the receiver counts (see the
+        // module's doc).
+        fence(Ordering::SeqCst);
+        send(&self.all, notice);
         let mut bits = notice.ns_mask;
         while bits != 0 {
             let bit = bits.trailing_zeros() as usize;
-            self.by_bit[bit].send_replace(notice);
+            send(&self.by_bit[bit], notice);
             bits &= bits - 1;
         }
+    }
+}
+
+/// Sends `notice` on `tx`; to a channel without receivers, only stores it (a later
+/// subscriber borrows it; nobody is there to wake).
+fn send(tx: &watch::Sender<CommitNotice>, notice: CommitNotice) {
+    if tx.receiver_count() == 0 {
+        tx.send_if_modified(|last| {
+            *last = notice;
+            false
+        });
+    } else {
+        tx.send_replace(notice);
     }
 }
 
@@ -213,6 +243,43 @@ mod tests {
         assert!(!on_b.has_changed().unwrap());
         assert_eq!(bus.last(), notice);
         assert_eq!(*all.borrow_and_update(), notice);
+    }
+
+    /// A notice published while a channel has no receiver is stored without a wake-up:
+    /// a later subscriber borrows it, and the next notice wakes that subscriber.
+    #[test]
+    fn a_channel_without_receivers_keeps_the_last_notice() {
+        let bus = CommitBus::new(CommitNotice::default());
+        let a = namespace_bit("db.a");
+        let first = CommitNotice {
+            seq: 1,
+            last_ts: ClusterTime::new(1, 1),
+            ns_mask: a,
+        };
+        bus.publish(first);
+        assert_eq!(bus.last(), first);
+        let mut all = bus.subscribe();
+        let mut on_a = bus.subscribe_for(a);
+        assert_eq!(*all.borrow(), first);
+        assert_eq!(*on_a.borrow(), first);
+        assert!(!all.has_changed().unwrap() && !on_a.has_changed().unwrap());
+        let second = CommitNotice {
+            seq: 2,
+            last_ts: ClusterTime::new(1, 2),
+            ns_mask: a,
+        };
+        bus.publish(second);
+        assert!(all.has_changed().unwrap() && on_a.has_changed().unwrap());
+        assert_eq!(*all.borrow_and_update(), second);
+        assert_eq!(*on_a.borrow_and_update(), second);
+        drop((all, on_a));
+        let third = CommitNotice {
+            seq: 3,
+            last_ts: ClusterTime::new(1, 3),
+            ns_mask: a,
+        };
+        bus.publish(third);
+        assert_eq!(*bus.subscribe_for(a).borrow(), third);
     }
 
     #[test]
