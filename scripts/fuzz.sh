@@ -66,13 +66,14 @@ log "building the fuzz targets (${TARGETS[*]})"
 LOCK_BEFORE="$(mktemp)"
 cp fuzz/Cargo.lock "$LOCK_BEFORE"
 cargo +nightly fuzz build --target-dir "$FUZZ_TARGET_DIR" >&2
-if ! cmp -s fuzz/Cargo.lock "$LOCK_BEFORE"; then
-    diff "$LOCK_BEFORE" fuzz/Cargo.lock | head -20 >&2 || true
-    rm -f "$LOCK_BEFORE"
+lock_stale=false
+cmp -s fuzz/Cargo.lock "$LOCK_BEFORE" || lock_stale=true
+if $lock_stale; then diff "$LOCK_BEFORE" fuzz/Cargo.lock | head -20 >&2 || true; fi
+rm -f "$LOCK_BEFORE"
+if $lock_stale; then
     log "fuzz/Cargo.lock was stale: the build updated it (above); commit the new one"
     if [ "${CI:-}" = true ]; then exit 1; fi
 fi
-rm -f "$LOCK_BEFORE"
 if [ "$MODE" = build ]; then exit 0; fi
 for t in "${TARGETS[@]}"; do
     if [ "$MODE" = ci ]; then

@@ -105,24 +105,18 @@ impl CommitBus {
 
     /// Every commit's notices (tailable cursors wait on this).
     pub fn subscribe(&self) -> watch::Receiver<CommitNotice> {
-        let rx = self.all.subscribe();
-        // Counted in before the caller looks (see the module's doc).
-        fence(Ordering::SeqCst);
-        rx
+        counted_in(&self.all)
     }
 
     /// Notices of the commits that wrote a namespace of `mask` (a single
     /// [`namespace_bit`]), or of every commit for any other mask. Each notice is the
     /// commit's own, with its full `ns_mask`.
     pub fn subscribe_for(&self, mask: u64) -> watch::Receiver<CommitNotice> {
-        let rx = if mask.count_ones() == 1 {
-            self.by_bit[mask.trailing_zeros() as usize].subscribe()
+        if mask.count_ones() == 1 {
+            counted_in(&self.by_bit[mask.trailing_zeros() as usize])
         } else {
-            self.all.subscribe()
-        };
-        // Counted in before the caller looks (see the module's doc).
-        fence(Ordering::SeqCst);
-        rx
+            counted_in(&self.all)
+        }
     }
 
     /// Registers a change-stream getMore waiting for commits to `interest` (a mask of
@@ -175,6 +169,14 @@ impl CommitBus {
             bits &= bits - 1;
         }
     }
+}
+
+/// A receiver of `tx`, counted in before the caller looks at the store (see the
+/// module's doc).
+fn counted_in(tx: &watch::Sender<CommitNotice>) -> watch::Receiver<CommitNotice> {
+    let rx = tx.subscribe();
+    fence(Ordering::SeqCst);
+    rx
 }
 
 /// Sends `notice` on `tx`; to a channel without receivers, only stores it (a later
