@@ -569,41 +569,78 @@ pub fn run_group(
     docs: Vec<Document>,
     vars: &Variables,
 ) -> Result<Vec<Document>> {
-    let coll = vars.collator.as_deref();
-    let mut index: HashMap<String, usize> = HashMap::new();
-    let mut groups: Vec<(Bson, Vec<AccState>)> = Vec::new();
+    let mut grouper = Grouper::new(id, accs, vars);
     for doc in &docs {
-        let key = id.evaluate(doc, vars)?.unwrap_or(Bson::Null);
+        grouper.add(doc)?;
+    }
+    grouper.finish()
+}
+
+/// A `$group` folding its input one document at a time, so that a pipeline whose
+/// first blocking stage is a `$group` (every driver's `countDocuments`) holds the
+/// groups, not the documents it read (as MongoDB's streaming `$group`).
+pub struct Grouper<'a> {
+    id: &'a Expr,
+    accs: &'a [AccSpec],
+    vars: &'a Variables,
+    /// A group's key (`group_key`) → its place in `groups`.
+    index: HashMap<String, usize>,
+    /// The groups in the order their first documents came.
+    groups: Vec<(Bson, Vec<AccState>)>,
+}
+
+impl<'a> Grouper<'a> {
+    pub fn new(id: &'a Expr, accs: &'a [AccSpec], vars: &'a Variables) -> Grouper<'a> {
+        Grouper {
+            id,
+            accs,
+            vars,
+            index: HashMap::new(),
+            groups: Vec::new(),
+        }
+    }
+
+    /// Folds one document into its group.
+    pub fn add(&mut self, doc: &Document) -> Result<()> {
+        let (vars, coll) = (self.vars, self.vars.collator.as_deref());
+        let key = self.id.evaluate(doc, vars)?.unwrap_or(Bson::Null);
         let k = group_key(&key, coll);
-        let gi = match index.get(&k) {
+        let gi = match self.index.get(&k) {
             Some(i) => *i,
             None => {
-                let states = accs
+                let states = self
+                    .accs
                     .iter()
                     .map(|a| AccState::start(a, &key, doc, vars))
                     .collect::<Result<Vec<_>>>()?;
-                groups.push((key, states));
-                index.insert(k, groups.len() - 1);
-                groups.len() - 1
+                self.groups.push((key, states));
+                self.index.insert(k, self.groups.len() - 1);
+                self.groups.len() - 1
             }
         };
-        let states = &mut groups[gi].1;
-        for (a, st) in accs.iter().zip(states.iter_mut()) {
+        let states = &mut self.groups[gi].1;
+        for (a, st) in self.accs.iter().zip(states.iter_mut()) {
             let v = a.arg.evaluate(doc, vars)?;
             st.add(a.op, v, coll)?;
         }
+        Ok(())
     }
-    groups
-        .into_iter()
-        .map(|(key, states)| {
-            let mut d = Document::new();
-            d.insert("_id", key);
-            for (a, st) in accs.iter().zip(states) {
-                d.insert(a.name.clone(), st.finish(a.op)?);
-            }
-            Ok(d)
-        })
-        .collect()
+
+    /// One document per group: `_id` and each accumulator's result.
+    pub fn finish(self) -> Result<Vec<Document>> {
+        let accs = self.accs;
+        self.groups
+            .into_iter()
+            .map(|(key, states)| {
+                let mut d = Document::new();
+                d.insert("_id", key);
+                for (a, st) in accs.iter().zip(states) {
+                    d.insert(a.name.clone(), st.finish(a.op)?);
+                }
+                Ok(d)
+            })
+            .collect()
+    }
 }
 
 /// The encoded size of an argument list (for batching).

@@ -250,6 +250,11 @@ impl Pipeline {
             })
             .collect();
         let mut docs = Vec::new();
+        // A `$group` right after the streaming stages folds their output as it comes.
+        let mut grouper = match self.stages.get(prefix) {
+            Some(Stage::Group { id, accs }) => Some(group::Grouper::new(id, accs, vars)),
+            _ => None,
+        };
         let limit_exhausted = |counters: &Vec<usize>| {
             self.stages[..prefix]
                 .iter()
@@ -273,14 +278,22 @@ impl Pipeline {
                         break;
                     }
                 }
-                docs.extend(batch);
+                match grouper.as_mut() {
+                    Some(g) => batch.iter().try_for_each(|d| g.add(d))?,
+                    None => docs.extend(batch),
+                }
                 if limit_exhausted(&counters) {
                     break;
                 }
             }
         }
+        let mut rest = prefix;
+        if let Some(g) = grouper {
+            docs = g.finish()?;
+            rest += 1;
+        }
         #[allow(clippy::needless_range_loop)] // i indexes stages, matchers and counters
-        for i in prefix..self.stages.len() {
+        for i in rest..self.stages.len() {
             let st = &self.stages[i];
             if st.is_streaming() {
                 let mut counter = counters[i];

@@ -681,3 +681,36 @@ fn stages_compare_under_the_operations_collation() {
         3
     );
 }
+
+/// A `$group` after the streaming stages folds each document as it arrives: a
+/// document its `_id` expression fails on stops the run before the next document is
+/// read (a `$group` that collected its input first would read past it).
+#[test]
+fn group_folds_its_input_as_it_comes() {
+    let p = Pipeline::parse(
+        &[
+            doc! {"$match": {"x": {"$exists": true}}},
+            doc! {"$group": {"_id": {"$divide": [1, "$x"]}, "n": {"$sum": 1}}},
+        ],
+        "test",
+    )
+    .unwrap();
+    let input = std::iter::once(Ok(doc! {"x": 0})).chain(std::iter::from_fn(|| {
+        panic!("read past the failing document")
+    }));
+    let e = p
+        .run(Box::new(input), &NoCollections, &Variables::default())
+        .unwrap_err();
+    assert_eq!(e.code, 2, "{e:?}");
+    let counted = p
+        .run(
+            Box::new((1..=5).map(|i| Ok(doc! {"x": if i % 2 == 0 { 1 } else { 2 }}))),
+            &NoCollections,
+            &Variables::default(),
+        )
+        .unwrap();
+    assert_eq!(
+        counted,
+        vec![doc! {"_id": 0.5, "n": 3}, doc! {"_id": 1.0, "n": 2}]
+    );
+}
