@@ -250,11 +250,9 @@ impl Pipeline {
             })
             .collect();
         let mut docs = Vec::new();
-        // A `$group` right after the streaming stages folds their output as it comes.
-        let mut grouper = match self.stages.get(prefix) {
-            Some(Stage::Group { id, accs }) => Some(group::Grouper::new(id, accs, vars)),
-            _ => None,
-        };
+        // A `$group` or `$count` right after the streaming stages folds their output
+        // as it comes.
+        let mut folding = Folding::of(self.stages.get(prefix), vars);
         let limit_exhausted = |counters: &Vec<usize>| {
             self.stages[..prefix]
                 .iter()
@@ -278,8 +276,8 @@ impl Pipeline {
                         break;
                     }
                 }
-                match grouper.as_mut() {
-                    Some(g) => batch.iter().try_for_each(|d| g.add(d))?,
+                match folding.as_mut() {
+                    Some(f) => batch.iter().try_for_each(|d| f.add(d))?,
                     None => docs.extend(batch),
                 }
                 if limit_exhausted(&counters) {
@@ -288,8 +286,8 @@ impl Pipeline {
             }
         }
         let mut rest = prefix;
-        if let Some(g) = grouper {
-            docs = g.finish()?;
+        if let Some(f) = folding {
+            docs = f.finish()?;
             rest += 1;
         }
         #[allow(clippy::needless_range_loop)] // i indexes stages, matchers and counters
@@ -303,6 +301,42 @@ impl Pipeline {
             }
         }
         Ok(docs)
+    }
+}
+
+/// The first blocking stage of a run when it can take its input one document at a
+/// time, so the run holds its result instead of every document read (as MongoDB's
+/// streaming `$group` and `$count`).
+enum Folding<'a> {
+    Group(group::Grouper<'a>),
+    /// `$count`: the output field and the documents counted so far.
+    Count(&'a str, usize),
+}
+
+impl<'a> Folding<'a> {
+    fn of(stage: Option<&'a Stage>, vars: &'a Variables) -> Option<Folding<'a>> {
+        match stage? {
+            Stage::Group { id, accs } => Some(Folding::Group(group::Grouper::new(id, accs, vars))),
+            Stage::Count(field) => Some(Folding::Count(field, 0)),
+            _ => None,
+        }
+    }
+
+    fn add(&mut self, doc: &Document) -> Result<()> {
+        match self {
+            Folding::Group(g) => g.add(doc),
+            Folding::Count(_, n) => {
+                *n += 1;
+                Ok(())
+            }
+        }
+    }
+
+    fn finish(self) -> Result<Vec<Document>> {
+        match self {
+            Folding::Group(g) => g.finish(),
+            Folding::Count(field, n) => Ok(stages::group_bucket::count_of(field, n)),
+        }
     }
 }
 

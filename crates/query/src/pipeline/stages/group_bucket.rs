@@ -191,10 +191,15 @@ pub(crate) fn parse_bucket(arg: &Bson) -> Result<Stage> {
 
 /// `$count`: one document holding the number of documents, or none for no input.
 pub(crate) fn count(field: &str, docs: Vec<Document>) -> Vec<Document> {
-    if docs.is_empty() {
+    count_of(field, docs.len())
+}
+
+/// `$count` of `n` documents.
+pub(crate) fn count_of(field: &str, n: usize) -> Vec<Document> {
+    if n == 0 {
         Vec::new()
     } else {
-        let n = docs.len() as i64;
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
         let v = i32::try_from(n).map(Bson::Int32).unwrap_or(Bson::Int64(n));
         let mut d = Document::new();
         d.insert(field.to_string(), v);

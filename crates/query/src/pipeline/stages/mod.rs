@@ -6,7 +6,7 @@ mod bucket_auto;
 mod densify;
 mod documents_facet;
 mod fill;
-mod group_bucket;
+pub(super) mod group_bucket;
 mod lookup_union;
 mod match_project;
 mod output;
