@@ -266,3 +266,19 @@ class TestErrors:
         with pytest.raises(OperationFailure) as exc:
             list(db.no_such_coll.find({"a": {"$foo": 1}}))
         assert exc.value.code == 2
+
+
+def test_sort_with_a_limit_over_many_documents_is_the_full_sorts_start(coll):
+    """A sort no index serves, with a limit (and a skip), keeps only limit + skip
+    documents while it reads (a top-k sort), across many of its compactions; what it
+    returns is what sorting everything would return, in find and in aggregate."""
+    coll.insert_many([{"_id": i, "x": (i * 7919) % 37} for i in range(1000)])
+    # Ties broken by _id in the expected order and in the query, so the order is total.
+    full = sorted(range(1000), key=lambda i: (-((i * 7919) % 37), i))
+    for limit, skip in [(1, 0), (5, 0), (64, 0), (65, 3), (300, 100), (1000, 0), (2000, 10)]:
+        found = [d["_id"] for d in coll.find({}).sort([("x", -1), ("_id", 1)]).skip(skip).limit(limit)]
+        assert found == full[skip:skip + limit], (limit, skip)
+        for pipeline in ([{"$sort": {"x": -1, "_id": 1}}, {"$skip": skip}, {"$limit": limit}],
+                         [{"$sort": {"x": -1, "_id": 1}}, {"$limit": skip + limit}, {"$skip": skip}]):
+            piped = [d["_id"] for d in coll.aggregate(pipeline)]
+            assert piped == full[skip:skip + limit], (limit, skip, pipeline)

@@ -182,6 +182,53 @@ pub fn sort_key_value_with(
     best.unwrap_or(Bson::Null)
 }
 
+/// Documents kept in sort order, ties in the order they came (a stable sort), or with
+/// a bound only the first `k`, holding at most `2k` at a time: mongod's top-k sort, for
+/// a `$sort` followed by a `$limit` and a find's in-memory sort with a limit.
+/// `sort({x: -1}).limit(10)` over a million documents holds twenty, not a million.
+pub struct TopK {
+    spec: SortSpec,
+    /// How many documents the result keeps; None: all.
+    keep: Option<usize>,
+    keyed: Vec<(Vec<Bson>, Document)>,
+}
+
+/// The fewest documents a bounded [`TopK`] holds before it compacts (a small `k` does
+/// not sort every few documents).
+const TOP_K_MIN_HELD: usize = 64;
+
+impl TopK {
+    pub fn new(spec: SortSpec, keep: Option<usize>) -> TopK {
+        TopK {
+            spec,
+            keep,
+            keyed: Vec::new(),
+        }
+    }
+
+    pub fn push(&mut self, doc: Document) {
+        self.keyed.push((self.spec.key(&doc), doc));
+        if let Some(k) = self.keep {
+            if self.keyed.len() >= k.saturating_mul(2).max(TOP_K_MIN_HELD) {
+                // A document past the first k now is past them for good: every later
+                // one that sorts before it only pushes it further back.
+                self.sort_and_keep(k);
+            }
+        }
+    }
+
+    fn sort_and_keep(&mut self, k: usize) {
+        let spec = &self.spec;
+        self.keyed.sort_by(|a, b| spec.compare_keys(&a.0, &b.0));
+        self.keyed.truncate(k);
+    }
+
+    pub fn finish(mut self) -> Vec<Document> {
+        self.sort_and_keep(self.keep.unwrap_or(usize::MAX));
+        self.keyed.into_iter().map(|(_, d)| d).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,5 +353,40 @@ mod tests {
             s.compare_keys(&s.key(&doc! {"a": 1.0, "b": 1i64}), &kx),
             Ordering::Equal
         );
+    }
+
+    /// Bounded or not, a TopK gives the full stable sort's first `k`: ties keep the
+    /// order they came in, across many compactions.
+    #[test]
+    fn a_bounded_sort_keeps_what_a_full_sort_would() {
+        let sort = SortSpec::parse(&doc! {"a": -1}).unwrap();
+        // 1,000 documents, keys 0..37 in a scrambled order, many ties.
+        let docs: Vec<Document> = (0..1000i64)
+            .map(|i| doc! {"a": (i * 7919) % 37, "i": i})
+            .collect();
+        let mut full = docs.clone();
+        full.sort_by(|a, b| sort.compare(a, b));
+        for k in [1usize, 5, 63, 64, 65, 200, 999, 1000, 5000] {
+            let mut top = TopK::new(sort.clone(), Some(k));
+            docs.iter().cloned().for_each(|d| top.push(d));
+            assert_eq!(top.finish(), full[..k.min(full.len())].to_vec(), "k = {k}");
+        }
+        let mut all = TopK::new(sort, None);
+        docs.iter().cloned().for_each(|d| all.push(d));
+        assert_eq!(all.finish(), full);
+    }
+
+    /// A bounded TopK never holds more than twice what it keeps (or its minimum).
+    #[test]
+    fn a_bounded_sort_holds_at_most_twice_what_it_keeps() {
+        let sort = SortSpec::parse(&doc! {"a": 1}).unwrap();
+        let mut top = TopK::new(sort, Some(100));
+        for i in 0..10_000i64 {
+            top.push(doc! {"a": -i});
+            assert!(top.keyed.len() < 200, "{} held after {i}", top.keyed.len());
+        }
+        let got = top.finish();
+        assert_eq!(got.len(), 100);
+        assert_eq!(got[0], doc! {"a": -9999i64});
     }
 }

@@ -275,16 +275,12 @@ impl Engine {
         }
         let sort = sort.unwrap();
         tailstream_query::script::Operation::count_current(|s| s.note_sort_in_memory());
-        let all = scan.collect_all(&self.store, meta.id, &matcher)?;
-        let mut keyed: Vec<(Vec<Bson>, Document)> =
-            all.into_iter().map(|(_, d)| (sort.key(&d), d)).collect();
-        keyed.sort_by(|a, b| sort.compare_keys(&a.0, &b.0));
-        if let Some(l) = limit.filter(|l| *l > 0) {
-            keyed.truncate((l as u64 + skip) as usize);
-        }
-        Ok(Source::Buffered(
-            keyed.into_iter().map(|(_, d)| d).collect(),
-        ))
+        // The skipped matches and the limit's: the rest are never returned.
+        let keep = limit
+            .filter(|l| *l > 0)
+            .map(|l| usize::try_from((l as u64).saturating_add(skip)).unwrap_or(usize::MAX));
+        let docs = read::top_k::sorted(&mut scan, &self.store, meta.id, &matcher, sort, keep)?;
+        Ok(Source::Buffered(docs.into()))
     }
 
     /// Fills the first batch and registers the cursor if more remains.

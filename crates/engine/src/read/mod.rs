@@ -13,6 +13,7 @@ pub mod map_reduce;
 pub mod min_max;
 pub(crate) mod plugin_plan;
 mod storage_stats;
+mod top_k;
 
 use crate::catalog::{CollMeta, IndexMeta};
 use crate::core::evicted::EvictionMarks;

@@ -250,8 +250,8 @@ impl Pipeline {
             })
             .collect();
         let mut docs = Vec::new();
-        // A `$group` or `$count` right after the streaming stages folds their output
-        // as it comes.
+        // A `$group`, `$count` or limited `$sort` right after the streaming stages
+        // folds their output as it comes.
         let mut folding = Folding::of(self.stages.get(prefix), vars);
         let limit_exhausted = |counters: &Vec<usize>| {
             self.stages[..prefix]
@@ -277,7 +277,7 @@ impl Pipeline {
                     }
                 }
                 match folding.as_mut() {
-                    Some(f) => batch.iter().try_for_each(|d| f.add(d))?,
+                    Some(f) => batch.into_iter().try_for_each(|d| f.add(d))?,
                     None => docs.extend(batch),
                 }
                 if limit_exhausted(&counters) {
@@ -306,11 +306,13 @@ impl Pipeline {
 
 /// The first blocking stage of a run when it can take its input one document at a
 /// time, so the run holds its result instead of every document read (as MongoDB's
-/// streaming `$group` and `$count`).
+/// streaming `$group`, `$count` and top-k `$sort`).
 enum Folding<'a> {
     Group(group::Grouper<'a>),
     /// `$count`: the output field and the documents counted so far.
     Count(&'a str, usize),
+    /// `$sort` with a `$limit` folded into it.
+    TopSort(crate::sort::TopK),
 }
 
 impl<'a> Folding<'a> {
@@ -318,15 +320,25 @@ impl<'a> Folding<'a> {
         match stage? {
             Stage::Group { id, accs } => Some(Folding::Group(group::Grouper::new(id, accs, vars))),
             Stage::Count(field) => Some(Folding::Count(field, 0)),
+            Stage::Sort {
+                spec,
+                limit: Some(limit),
+            } => Some(Folding::TopSort(stages::sort_limit_sample::top_sort(
+                spec, *limit, vars,
+            ))),
             _ => None,
         }
     }
 
-    fn add(&mut self, doc: &Document) -> Result<()> {
+    fn add(&mut self, doc: Document) -> Result<()> {
         match self {
-            Folding::Group(g) => g.add(doc),
+            Folding::Group(g) => g.add(&doc),
             Folding::Count(_, n) => {
                 *n += 1;
+                Ok(())
+            }
+            Folding::TopSort(t) => {
+                t.push(doc);
                 Ok(())
             }
         }
@@ -336,6 +348,7 @@ impl<'a> Folding<'a> {
         match self {
             Folding::Group(g) => g.finish(),
             Folding::Count(field, n) => Ok(stages::group_bucket::count_of(field, n)),
+            Folding::TopSort(t) => Ok(t.finish()),
         }
     }
 }

@@ -714,3 +714,22 @@ fn group_folds_its_input_as_it_comes() {
         vec![doc! {"_id": 0.5, "n": 3}, doc! {"_id": 1.0, "n": 2}]
     );
 }
+
+/// A `$sort` with a `$limit` after it takes its input as it comes and keeps the
+/// stable sort's first documents across many compactions (ties in input order).
+#[test]
+fn a_limited_sort_keeps_the_stable_sorts_first_documents() {
+    let input: Vec<Document> = (0..1000i64)
+        .map(|i| doc! {"a": (i * 7919) % 37, "i": i})
+        .collect();
+    let mut expected = input.clone();
+    expected.sort_by_key(|d| std::cmp::Reverse(d.get_i64("a").unwrap()));
+    for k in [1i64, 5, 64, 65, 300, 1000, 2000] {
+        let out = run(
+            vec![doc! {"$sort": {"a": -1}}, doc! {"$limit": k}],
+            input.clone(),
+        );
+        let n = (k as usize).min(expected.len());
+        assert_eq!(out, expected[..n].to_vec(), "limit {k}");
+    }
+}

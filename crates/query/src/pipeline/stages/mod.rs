@@ -10,7 +10,7 @@ pub(super) mod group_bucket;
 mod lookup_union;
 mod match_project;
 mod output;
-mod sort_limit_sample;
+pub(super) mod sort_limit_sample;
 mod unwind;
 mod window;
 

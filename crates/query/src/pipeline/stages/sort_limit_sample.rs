@@ -4,7 +4,7 @@ use super::Stage;
 use crate::error::{Error, Result};
 use crate::expr::{util, Variables};
 use crate::random::next_u64;
-use crate::sort::SortSpec;
+use crate::sort::{SortSpec, TopK};
 use bson::{Bson, Document};
 
 fn parse_count_value(v: &Bson, stage: &str) -> Result<i64> {
@@ -135,6 +135,16 @@ pub(crate) fn sort(
         None => sort_docs(spec, docs, limit),
         Some(c) => sort_docs(&spec.clone().with_collator(Some(c.clone())), docs, limit),
     }
+}
+
+/// A `$sort` with a `$limit` folded into it, taking its input one document at a time
+/// (see [`TopK`]), under the run's collation.
+pub(crate) fn top_sort(spec: &SortSpec, limit: usize, vars: &Variables) -> TopK {
+    let spec = match &vars.collator {
+        None => spec.clone(),
+        Some(c) => spec.clone().with_collator(Some(c.clone())),
+    };
+    TopK::new(spec, Some(limit))
 }
 
 /// `$sample`: `n` documents drawn without replacement (a partial Fisher-Yates shuffle).
