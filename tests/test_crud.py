@@ -432,3 +432,18 @@ class TestWriteConcerns:
         with pytest.raises(WriteConcernError) as exc:
             coll.with_options(write_concern=WriteConcern(w=2, wtimeout=1000)).insert_one({"a": 1})
         assert exc.value.code == 100, exc.value.details
+
+
+def test_find_and_modify_and_distinct_over_many_documents_read_as_they_go(coll):
+    """findAndModify with a sort no index serves takes the first match in sort order
+    (reading the matches one batch at a time), and distinct takes each document's
+    values as it reads them: the answers are those of a full sort and a full read."""
+    coll.insert_many([{"_id": i, "x": (i * 7919) % 37, "tags": [i % 5, f"t{i % 3}"]}
+                      for i in range(1000)])
+    order = sorted(range(1000), key=lambda i: (-((i * 7919) % 37), i))
+    for expected in order[:5]:
+        got = coll.find_one_and_update({"x": {"$gte": 0}}, {"$set": {"x": -1}},
+                                       sort=[("x", -1), ("_id", 1)])
+        assert got["_id"] == expected
+    assert sorted(coll.distinct("tags"), key=str) == sorted([0, 1, 2, 3, 4, "t0", "t1", "t2"], key=str)
+    assert sorted(coll.distinct("x")) == sorted({-1} | {(i * 7919) % 37 for i in order[5:]})

@@ -600,40 +600,44 @@ impl Engine {
         let collator = operation_collator(meta.as_deref(), collation)?;
         let coll = collator.as_deref();
         let matcher = Matcher::for_query_with_collation(query, collator.clone())?;
-        let docs = match view {
+        let parts: Vec<&str> = key.split('.').collect();
+        let mut values: Vec<Bson> = Vec::new();
+        // Each document's values are taken as it is read: the scan's documents are
+        // not held (only the distinct values are, as mongod's).
+        let mut take = |doc: Document| {
+            let mut found = Vec::new();
+            collect_path_values(&Bson::Document(doc), &parts, &mut found);
+            for v in found {
+                if !values.iter().any(|x| bson_eq_with(x, &v, coll)) {
+                    values.push(v);
+                }
+            }
+        };
+        match view {
             Some(docs) => {
-                let mut kept = Vec::new();
                 for d in docs {
                     if matcher.matches_or_fail(&d)? {
-                        kept.push(d);
+                        take(d);
                     }
                 }
-                kept
             }
-            None if self.view(ns).is_some() => match self.resolve_view(ns)? {
-                Some(v) => self.view_matches(&v, query, Vec::new(), None)?,
-                None => Vec::new(),
-            },
+            None if self.view(ns).is_some() => {
+                if let Some(v) = self.resolve_view(ns)? {
+                    self.view_matches(&v, query, Vec::new(), None)?
+                        .into_iter()
+                        .for_each(&mut take);
+                }
+            }
             None => {
                 let Some(meta) = meta else {
                     return Ok(Vec::new());
                 };
                 let plan = read::plan(&meta, &matcher, None, None)?;
                 let mut scan = Scan::new(plan.access);
-                scan.collect_all(&self.store, meta.id, &matcher)?
-                    .into_iter()
-                    .map(|(_, d)| d)
-                    .collect::<Vec<_>>()
-            }
-        };
-        let mut values: Vec<Bson> = Vec::new();
-        let parts: Vec<&str> = key.split('.').collect();
-        for doc in docs {
-            let mut found = Vec::new();
-            collect_path_values(&Bson::Document(doc), &parts, &mut found);
-            for v in found {
-                if !values.iter().any(|x| bson_eq_with(x, &v, coll)) {
-                    values.push(v);
+                let mut batch = Vec::new();
+                while !scan.done {
+                    scan.next_batch(&self.store, meta.id, &matcher, usize::MAX, &mut batch)?;
+                    batch.drain(..).for_each(|(_, d)| take(d));
                 }
             }
         }
