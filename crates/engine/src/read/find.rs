@@ -18,7 +18,7 @@ use tailstream_query::error::{codes, Error, Result};
 use tailstream_query::matcher::Matcher;
 use tailstream_query::pipeline::{CollectionSource, Pipeline};
 use tailstream_query::projection::Projection;
-use tailstream_query::sort::SortSpec;
+use tailstream_query::sort::{SortSpec, TopK};
 use tailstream_storage::Store;
 
 #[derive(Debug, Clone, Default)]
@@ -279,8 +279,10 @@ impl Engine {
         let keep = limit
             .filter(|l| *l > 0)
             .map(|l| usize::try_from((l as u64).saturating_add(skip)).unwrap_or(usize::MAX));
-        let docs = read::top_k::sorted(&mut scan, &self.store, meta.id, &matcher, sort, keep)?;
-        Ok(Source::Buffered(docs.into()))
+        // At most twice `keep` held while reading (a top-k sort, as mongod's).
+        let mut top = TopK::new(sort.clone(), keep);
+        scan.for_each_match(&self.store, meta.id, &matcher, |(_, d)| top.push(d))?;
+        Ok(Source::Buffered(top.finish().into()))
     }
 
     /// Fills the first batch and registers the cursor if more remains.
@@ -633,12 +635,12 @@ impl Engine {
                     return Ok(Vec::new());
                 };
                 let plan = read::plan(&meta, &matcher, None, None)?;
-                let mut scan = Scan::new(plan.access);
-                let mut batch = Vec::new();
-                while !scan.done {
-                    scan.next_batch(&self.store, meta.id, &matcher, usize::MAX, &mut batch)?;
-                    batch.drain(..).for_each(|(_, d)| take(d));
-                }
+                Scan::new(plan.access).for_each_match(
+                    &self.store,
+                    meta.id,
+                    &matcher,
+                    |(_, d)| take(d),
+                )?;
             }
         }
         values.sort_by(|a, b| cmp_bson_with(a, b, coll));

@@ -13,7 +13,6 @@ pub mod map_reduce;
 pub mod min_max;
 pub(crate) mod plugin_plan;
 mod storage_stats;
-mod top_k;
 
 use crate::catalog::{CollMeta, IndexMeta};
 use crate::core::evicted::EvictionMarks;
@@ -1092,7 +1091,7 @@ impl Scan {
         Ok(())
     }
 
-    /// Every matching document (for writes and in-memory sorts).
+    /// Every matching document (for writes).
     pub fn collect_all(
         &mut self,
         store: &Store,
@@ -1100,10 +1099,26 @@ impl Scan {
         matcher: &Matcher,
     ) -> Result<Vec<(Vec<u8>, Document)>> {
         let mut out = Vec::new();
-        while !self.done {
-            self.next_batch(store, coll_id, matcher, usize::MAX, &mut out)?;
-        }
+        self.for_each_match(store, coll_id, matcher, |m| out.push(m))?;
         Ok(out)
+    }
+
+    /// Hands every matching document (its `_id` key and the document) to `take`, one
+    /// step's batch held at a time: for readers that keep less than every match (an
+    /// in-memory sort with a limit, `distinct`, `findAndModify`'s first in sort order).
+    pub fn for_each_match(
+        &mut self,
+        store: &Store,
+        coll_id: u32,
+        matcher: &Matcher,
+        mut take: impl FnMut((Vec<u8>, Document)),
+    ) -> Result<()> {
+        let mut batch = Vec::new();
+        while !self.done {
+            self.next_batch(store, coll_id, matcher, usize::MAX, &mut batch)?;
+            batch.drain(..).for_each(&mut take);
+        }
+        Ok(())
     }
 }
 

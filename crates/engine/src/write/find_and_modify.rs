@@ -78,18 +78,14 @@ impl Engine {
             // The first match in sort order (the first read among equals), holding one
             // match at a time instead of every match.
             let mut first: Option<(Vec<u8>, Document)> = None;
-            let mut batch = Vec::new();
-            while !scan.done {
-                scan.next_batch(&self.store, meta.id, &matcher, usize::MAX, &mut batch)?;
-                for m in batch.drain(..) {
-                    let before = first
-                        .as_ref()
-                        .is_none_or(|f| s.compare(&m.1, &f.1) == std::cmp::Ordering::Less);
-                    if before {
-                        first = Some(m);
-                    }
+            scan.for_each_match(&self.store, meta.id, &matcher, |m| {
+                let before = first
+                    .as_ref()
+                    .is_none_or(|f| s.compare(&m.1, &f.1) == std::cmp::Ordering::Less);
+                if before {
+                    first = Some(m);
                 }
-            }
+            })?;
             first
         };
         let project = |d: Document| -> Result<Document> {

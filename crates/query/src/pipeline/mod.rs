@@ -324,7 +324,9 @@ impl<'a> Folding<'a> {
                 spec,
                 limit: Some(limit),
             } => Some(Folding::TopSort(stages::sort_limit_sample::top_sort(
-                spec, *limit, vars,
+                spec,
+                Some(*limit),
+                vars,
             ))),
             _ => None,
         }

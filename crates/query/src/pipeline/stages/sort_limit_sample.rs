@@ -131,20 +131,19 @@ pub(crate) fn sort(
     docs: Vec<Document>,
     vars: &Variables,
 ) -> Vec<Document> {
-    match &vars.collator {
-        None => sort_docs(spec, docs, limit),
-        Some(c) => sort_docs(&spec.clone().with_collator(Some(c.clone())), docs, limit),
-    }
+    let mut top = top_sort(spec, limit, vars);
+    docs.into_iter().for_each(|d| top.push(d));
+    top.finish()
 }
 
-/// A `$sort` with a `$limit` folded into it, taking its input one document at a time
-/// (see [`TopK`]), under the run's collation.
-pub(crate) fn top_sort(spec: &SortSpec, limit: usize, vars: &Variables) -> TopK {
+/// A `$sort` (with the `$limit` folded into it, if any) taking its input one document
+/// at a time (see [`TopK`]), under the run's collation.
+pub(crate) fn top_sort(spec: &SortSpec, limit: Option<usize>, vars: &Variables) -> TopK {
     let spec = match &vars.collator {
         None => spec.clone(),
         Some(c) => spec.clone().with_collator(Some(c.clone())),
     };
-    TopK::new(spec, Some(limit))
+    TopK::new(spec, limit)
 }
 
 /// `$sample`: `n` documents drawn without replacement (a partial Fisher-Yates shuffle).
@@ -157,34 +156,4 @@ pub(crate) fn sample(n: usize, docs: Vec<Document>) -> Vec<Document> {
     }
     docs.truncate(n);
     docs
-}
-
-fn sort_docs(spec: &SortSpec, docs: Vec<Document>, limit: Option<usize>) -> Vec<Document> {
-    let mut keyed: Vec<(Vec<Bson>, Document)> = Vec::with_capacity(
-        docs.len()
-            .min(limit.map(|l| l * 2 + 1).unwrap_or(usize::MAX)),
-    );
-    let cmp = |a: &(Vec<Bson>, Document), b: &(Vec<Bson>, Document)| spec.compare_keys(&a.0, &b.0);
-    match limit {
-        Some(k) if k.saturating_mul(4) < docs.len() => {
-            // Top-k: keep a buffer of at most 2k, compacting with a stable sort.
-            for d in docs {
-                keyed.push((spec.key(&d), d));
-                if keyed.len() >= 2 * k {
-                    keyed.sort_by(cmp);
-                    keyed.truncate(k);
-                }
-            }
-            keyed.sort_by(cmp);
-            keyed.truncate(k);
-        }
-        _ => {
-            keyed.extend(docs.into_iter().map(|d| (spec.key(&d), d)));
-            keyed.sort_by(cmp);
-            if let Some(k) = limit {
-                keyed.truncate(k);
-            }
-        }
-    }
-    keyed.into_iter().map(|(_, d)| d).collect()
 }
