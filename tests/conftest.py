@@ -153,9 +153,13 @@ class TailstreamServer:
                     + self.log_tail()
                 )
             try:
+                # Polling monitoring: no RTT-monitor thread that could still be
+                # opening a connection after close() returns, which a test counting
+                # the server's connections (the ingress limiter's) would see.
                 with MongoClient(
                     self.uri(directConnection="true"),
                     serverSelectionTimeoutMS=500, connectTimeoutMS=500,
+                    serverMonitoringMode="poll",
                 ) as c:
                     c.admin.command("ping")
                 return self
