@@ -1,6 +1,7 @@
 """Handshake, topology and server-introspection commands."""
 
 import subprocess
+from pathlib import Path
 import threading
 import time
 
@@ -265,6 +266,33 @@ class TestIoThreads:
         assert '"ioThreads":1' in srv.log_text()
         with_three = fresh_server(extra_args=["--ioThreads", "3"])
         assert '"ioThreads":3' in with_three.log_text()
+
+    def test_connections_are_spread_over_the_threads(self, fresh_server):
+        # Three connections open at once go to three threads (the fewest connections
+        # first): each of the two threads added to the main one ("tailstream-conn")
+        # spends CPU time on the pings of its own connection.
+        srv = fresh_server(extra_args=["--ioThreads", "3"])
+        pid = srv.proc.pid
+        socks = [wire.connect(srv.port) for _ in range(3)]
+
+        def conn_threads():
+            ticks = {}
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                if (task / "comm").read_text().strip() == "tailstream-conn":
+                    fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                    ticks[task.name] = int(fields[11]) + int(fields[12])  # utime + stime
+            return ticks
+
+        before = conn_threads()
+        assert len(before) == 2, before
+        for s in socks:
+            for _ in range(3000):
+                assert wire.command(s, {"ping": 1, "$db": "admin"})["ok"] == 1
+        after = conn_threads()
+        assert after.keys() == before.keys()
+        assert all(after[t] > before[t] for t in before), (before, after)
+        for s in socks:
+            s.close()
 
     def test_zero_is_refused_at_startup(self, fresh_server):
         srv = fresh_server(start=False, extra_args=["--ioThreads", "0"])

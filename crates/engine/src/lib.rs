@@ -59,7 +59,7 @@ pub struct Engine {
     /// `replicaSetId` is made by `replSetInitiate` and kept in `local.system.replset`.
     pub replica_set_id: bson::oid::ObjectId,
     catalog: RwLock<Arc<Catalog>>,
-    writer: Mutex<Writer>,
+    writer: core::writer_lock::WriterLock<Writer>,
     pub durability: Arc<Durability>,
     pub cursors: cursor::CursorRegistry,
     /// The leases of change stream consumer groups (`changestream::consumer_group`).
@@ -162,7 +162,7 @@ impl Engine {
             fsync_lock: Default::default(),
             replica_set_id,
             catalog: RwLock::new(Arc::new(catalog)),
-            writer: Mutex::new(Writer {
+            writer: core::writer_lock::WriterLock::new(Writer {
                 clock: ClusterClock::after(last_ts),
                 oplog_bytes,
                 trim_ts,
@@ -319,8 +319,6 @@ impl Engine {
         }
     }
 
-    /// Whether a write holds the writer lock right now (a hint: it may be released
-    /// or taken the moment after).
     /// `fsync` with `lock: true` (blocking): writes stop; the first lock also puts
     /// every commit on disk and the data files at rest. The new lock count.
     pub fn lock_for_fsync(&self) -> Result<u32> {
@@ -348,8 +346,10 @@ impl Engine {
         })
     }
 
-    pub fn writer_busy(&self) -> bool {
-        self.writer.is_locked()
+    /// Whether a write that did not declare itself short ([`core::writer_lock`]) holds
+    /// the writer lock right now (a hint: it may be released or taken the moment after).
+    pub fn writer_held_long(&self) -> bool {
+        self.writer.held_long()
     }
 
     /// Sends every later commit's writes to `sink` (None: stop), in commit order.

@@ -102,7 +102,7 @@ pub struct Config {
     /// Take client certificates that do not verify against --tlsCAFile (mongod warns).
     #[arg(long = "tlsAllowInvalidCertificates", default_value_t = false)]
     pub tls_allow_invalid_certificates: bool,
-    /// Threads that run the connections (default: one).
+    /// Threads that run the connections, each serving its own (default: one).
     #[arg(long = "ioThreads", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub io_threads: Option<u16>,
 }
@@ -191,13 +191,14 @@ impl Config {
         (free_mb / 20).clamp(990, 50 * 1024)
     }
 
-    /// How many threads run the connections' tasks: as given, or half the CPUs.
+    /// How many threads run the connections' tasks: as given, or one.
     ///
     /// Why one, not one per CPU (tokio's default) nor half the CPUs (the default until
     /// 2026-11-27): the connection threads' work per message is small (decode, a small
-    /// insert, a getMore from memory, encode, send), and every further thread makes the
-    /// runtime hand woken tasks to parked siblings (a futex wake, a context switch, a
-    /// migration). Queries, updates, deletes and large inserts run on the blocking pool
+    /// insert, a getMore from memory, encode, send), and with several workers in one
+    /// runtime every further thread made it hand woken tasks to parked siblings (a
+    /// futex wake, a context switch, a migration); several threads are now runtimes of
+    /// one worker each (`io_threads`), not yet measured on the 16-core device. Queries, updates, deletes and large inserts run on the blocking pool
     /// whatever this is. Measured on the 16-core device, the message bus's durable full
     /// speed row with the server on 4 cores: 3.64 s of server CPU per 100,000 messages
     /// with one thread against 9.51 with two and 9.68 with four, at 26,580 against

@@ -171,7 +171,7 @@ pub async fn accept_loop(listener: Listener, state: Arc<ServerState>) {
                     continue;
                 }
                 let state = state.clone();
-                tokio::spawn(async move { serve(sock, peer, state).await });
+                crate::io_threads::spawn_connection(serve(sock, peer, state));
             }
             Err(e) => {
                 tracing::warn!("accept failed: {e}");

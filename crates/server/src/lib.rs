@@ -15,6 +15,7 @@ pub mod fcv;
 pub mod http;
 pub mod index_filters;
 pub mod ingress;
+pub mod io_threads;
 pub mod local_sessions;
 pub mod logging;
 pub mod metrics;

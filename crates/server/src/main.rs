@@ -5,7 +5,9 @@ use config::Config;
 use state::ServerState;
 use std::sync::Arc;
 use tailstream_engine::Engine;
-use tailstream_server::{auth, config, config_file, conn, http, logging, replset, state, tls};
+use tailstream_server::{
+    auth, config, config_file, conn, http, io_threads, logging, replset, state, tls,
+};
 use tokio::net::TcpListener;
 
 // Every request and event builds and drops many small BSON values; glibc's malloc
@@ -78,18 +80,15 @@ fn main() {
     // As mongod: a key file turns authorization on.
     config.auth |= config.key_file.is_some();
     init_logging(&config);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(config.io_threads())
-        .enable_all()
-        .thread_name("tailstream")
-        // The group commit starts an fsync once the workers have run out of work, so it
-        // covers the requests they had in hand (engine `core::workers`).
-        .on_thread_start(|| tailstream_engine::core::workers::IO_WORKERS.thread_started())
-        .on_thread_park(|| tailstream_engine::core::workers::IO_WORKERS.parking())
-        .on_thread_unpark(|| tailstream_engine::core::workers::IO_WORKERS.unparked())
-        .thread_stack_size(8 << 20)
+    // The main runtime's one worker is the first connection thread; `--ioThreads`
+    // adds runtimes of one worker each (see `io_threads`).
+    let runtime = io_threads::runtime_builder("tailstream")
         .build()
         .expect("tokio runtime");
+    if let Err(e) = io_threads::start(runtime.handle().clone(), config.io_threads()) {
+        eprintln!("tailstream: cannot start the connection threads: {e}");
+        std::process::exit(1);
+    }
     let code = runtime.block_on(run(config));
     std::process::exit(code);
 }

@@ -16,6 +16,7 @@ pub(crate) mod raw_writer;
 pub(crate) mod testing;
 pub mod time;
 pub mod workers;
+pub mod writer_lock;
 
 use tailstream_query::error::{codes, Error};
 

@@ -592,8 +592,10 @@ fn insert_cluster_time(body: &mut Document, ts: bson::Timestamp) {
 /// blocking pool costs two thread switches, more than the operation itself (a small
 /// insert commits in microseconds: it does not wait for the disk, durable writers wait
 /// asynchronously afterwards). Larger operations go to [`blocking`], and so does a
-/// small one while another write holds the writer lock (a large write on the
-/// blocking pool): waiting for it here would stall every connection of this thread.
+/// small one while a write not declared short holds the writer lock (a large write on
+/// the blocking pool): waiting for it here would stall every connection of this
+/// thread. Another connection thread's small write is waited for in place
+/// (`core::writer_lock`).
 pub async fn small_or_blocking<T, F>(state: &Arc<ServerState>, small: bool, f: F) -> Result<T>
 where
     T: Send + 'static,
@@ -602,10 +604,12 @@ where
     // On a member of a set every write waits for its Raft round with the writer lock
     // held, so none waits for that lock on a connection thread (which openraft's tasks
     // share): with one such thread the member stopped whole.
-    if small && state.repl.member().is_none() && !state.engine.writer_busy() {
+    if small && state.repl.member().is_none() && !state.engine.writer_held_long() {
         let op = OPERATION.try_with(|op| op.clone()).ok();
         let _current = op.as_ref().map(|op| op.enter());
-        f(&state.engine)
+        // Declared short: another connection thread's small write waits for this one
+        // in place instead of going to the pool.
+        tailstream_engine::core::writer_lock::short_writes(|| f(&state.engine))
     } else {
         blocking(state, f).await
     }
