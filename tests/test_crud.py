@@ -447,3 +447,30 @@ def test_find_and_modify_and_distinct_over_many_documents_read_as_they_go(coll):
         assert got["_id"] == expected
     assert sorted(coll.distinct("tags"), key=str) == sorted([0, 1, 2, 3, 4, "t0", "t1", "t2"], key=str)
     assert sorted(coll.distinct("x")) == sorted({-1} | {(i * 7919) % 37 for i in order[5:]})
+
+
+def test_update_many_and_delete_many_past_one_commit_write_each_match_once(coll):
+    """An updateMany or deleteMany writing more than one commit's bytes (8 MiB) goes
+    on in further commits: every match is written once, also when the update moves
+    each document's entry ahead in the index the write walks, and a change stream
+    sees one event per document."""
+    pad = "p" * 4096
+    count = 2600
+    coll.insert_many([{"_id": i, "x": i, "pad": pad} for i in range(count)])
+    coll.create_index("x")
+    with coll.watch() as stream:
+        res = coll.update_many({"x": {"$gte": 0, "$lt": 6000}}, {"$inc": {"x": 5000, "n": 1}}, hint="x_1")
+        assert (res.matched_count, res.modified_count) == (count, count)
+        ids = []
+        give_up = time.monotonic() + 120  # a guard against hanging, not a speed check
+        while len(ids) < count and time.monotonic() < give_up:
+            change = stream.try_next()
+            if change is not None:
+                assert change["operationType"] == "update"
+                assert change["updateDescription"]["updatedFields"] == {"x": change["documentKey"]["_id"] + 5000, "n": 1}
+                ids.append(change["documentKey"]["_id"])
+        assert sorted(ids) == list(range(count))
+    assert {d["_id"]: (d["x"], d["n"]) for d in coll.find({}, {"pad": 0})} == {
+        i: (i + 5000, 1) for i in range(count)}
+    assert coll.delete_many({"x": {"$gte": 5001}}).deleted_count == count - 1
+    assert [d["_id"] for d in coll.find({}, {"_id": 1})] == [0]

@@ -148,6 +148,7 @@ pub mod codes {
     pub const INVALID_INDEX_SPECIFICATION_OPTION: i32 = 197;
     pub const QUERY_FEATURE_NOT_ALLOWED: i32 = 224;
     pub const CAPPED_POSITION_LOST: i32 = 136;
+    pub const QUERY_PLAN_KILLED: i32 = 175;
     pub const INTERRUPTED: i32 = 11601;
     pub const CHANGE_STREAM_FATAL_ERROR: i32 = 280;
     pub const CHANGE_STREAM_HISTORY_LOST: i32 = 286;
@@ -247,6 +248,7 @@ pub fn code_name(code: i32) -> String {
         121 => "DocumentValidationFailure",
         125 => "CommandFailed",
         136 => "CappedPositionLost",
+        175 => "QueryPlanKilled",
         139 => "JSInterpreterFailure",
         146 => "ExceededMemoryLimit",
         166 => "CommandNotSupportedOnView",

@@ -1126,6 +1126,10 @@ impl Batch<'_> {
     pub fn len(&self) -> usize {
         self.inner.as_ref().map_or(0, WriteBatch::len)
     }
+    /// Bytes the batch holds (its keys, values and their headers).
+    pub fn size_in_bytes(&self) -> usize {
+        self.inner.as_ref().map_or(0, WriteBatch::size_in_bytes)
+    }
 }
 
 /// The bytes of write-ahead log a store at `path` holds (what opening it replays);

@@ -299,6 +299,11 @@ impl<'e> Txn<'e> {
         &mut self.batch
     }
 
+    /// Bytes of writes this commit holds so far.
+    pub(crate) fn batch_bytes(&self) -> usize {
+        self.batch.size_in_bytes()
+    }
+
     /// Whether this commit is a multi-document transaction's: its operations go into
     /// one `applyOps` entry (see `session`).
     pub fn collects_ops(&self) -> bool {

@@ -1091,7 +1091,7 @@ impl Scan {
         Ok(())
     }
 
-    /// Every matching document (for writes).
+    /// Every matching document.
     pub fn collect_all(
         &mut self,
         store: &Store,

@@ -44,6 +44,18 @@ use tailstream_storage::Space;
 /// is a part alone.
 pub const REPLICATED_INSERT_PART_BYTES: usize = 8 << 20;
 
+/// The most bytes one commit of an `updateMany` or `deleteMany` writes (its storage
+/// batch: documents, index keys, oplog entries, images): past it the write commits
+/// what it has done and goes on in a new commit, as mongod writes each document of a
+/// multi-document update or delete on its own (such a write is not atomic there
+/// either). Before, one commit took every match: every matching document and the
+/// batch of every change were in memory at once, and on a member of a set the commit
+/// was one Raft entry of any size. 8 MiB, as a replicated insert's part.
+pub const MULTI_WRITE_PART_BYTES: usize = 8 << 20;
+
+/// Matching documents a multi-document update or delete reads per scan step.
+const MULTI_WRITE_STEP_DOCS: usize = 256;
+
 /// One failed operation of a write command, by its position in the command.
 #[derive(Debug, Clone)]
 pub struct WriteError {
@@ -584,35 +596,44 @@ impl Engine {
             return finish(txn, 1, 0, Some(id));
         };
         let validator = DocumentValidator::for_write(&meta, bypass)?;
-        let targets = self.targets(&meta, &matcher, op.hint.as_ref(), op.multi)?;
-        if targets.is_empty() {
+        let mut meta = meta;
+        let mut scan = MultiScan::new(&meta, &matcher, op.hint.as_ref(), op.multi)?;
+        let mut pending = PendingIndex::default();
+        let (mut n, mut modified) = (0, 0);
+        while let Some(step) = scan.next_step(&self.store, meta.id, &matcher)? {
+            for (id_ks, old) in step {
+                n += 1;
+                let checked = validator.as_ref().filter(|v| v.checks_update_of(&old));
+                if let Some(new) = self.update_in(
+                    &mut txn,
+                    &meta,
+                    &filter,
+                    &spec,
+                    id_ks,
+                    old,
+                    &mut pending,
+                    &vars,
+                )? {
+                    if let Some(v) = checked {
+                        v.check_updated(&new)?;
+                    }
+                    modified += 1;
+                }
+            }
+            if scan.part_full(&txn) {
+                txn.commit()?;
+                txn = self.begin();
+                meta = scan.goes_on(&txn, ns, &meta)?;
+                pending = PendingIndex::default();
+            }
+        }
+        if n == 0 {
             if op.upsert {
                 let (id, _, _) =
                     self.upsert_in(&mut txn, &meta, &filter, &spec, &vars, validator.as_ref())?;
                 return finish(txn, 1, 0, Some(id));
             }
             return Ok((0, 0, None, None));
-        }
-        let mut pending = PendingIndex::default();
-        let (mut n, mut modified) = (0, 0);
-        for (id_ks, old) in targets {
-            n += 1;
-            let checked = validator.as_ref().filter(|v| v.checks_update_of(&old));
-            if let Some(new) = self.update_in(
-                &mut txn,
-                &meta,
-                &filter,
-                &spec,
-                id_ks,
-                old,
-                &mut pending,
-                &vars,
-            )? {
-                if let Some(v) = checked {
-                    v.check_updated(&new)?;
-                }
-                modified += 1;
-            }
         }
         finish(txn, n, modified, None)
     }
@@ -768,13 +789,21 @@ impl Engine {
         let matcher = Matcher::for_query_with_collation(&filter, collator)?;
         let mut txn = self.begin();
         check_writable(txn.catalog(), ns)?;
-        let Some(meta) = txn.catalog().get(ns) else {
+        let Some(mut meta) = txn.catalog().get(ns) else {
             return Ok((0, None));
         };
-        let targets = self.targets(&meta, &matcher, op.hint.as_ref(), op.limit == 0)?;
-        let n = targets.len() as u64;
-        for (id_ks, doc) in targets {
-            self.delete_in(&mut txn, &meta, &id_ks, &doc, None);
+        let mut scan = MultiScan::new(&meta, &matcher, op.hint.as_ref(), op.limit == 0)?;
+        let mut n = 0;
+        while let Some(step) = scan.next_step(&self.store, meta.id, &matcher)? {
+            for (id_ks, doc) in step {
+                self.delete_in(&mut txn, &meta, &id_ks, &doc, None);
+                n += 1;
+            }
+            if scan.part_full(&txn) {
+                txn.commit()?;
+                txn = self.begin();
+                meta = scan.goes_on(&txn, ns, &meta)?;
+            }
         }
         if n == 0 {
             return Ok((0, None));
@@ -788,27 +817,6 @@ impl Engine {
             r.record(&mut txn, &done);
         }
         Ok((n, Some(txn.commit()?)))
-    }
-
-    /// The documents a write operation applies to: every match, or the first one.
-    /// Collected before any change so the writes cannot disturb the scan.
-    fn targets(
-        &self,
-        meta: &CollMeta,
-        matcher: &Matcher,
-        hint: Option<&Bson>,
-        all: bool,
-    ) -> Result<Vec<(Vec<u8>, Document)>> {
-        let plan = read::plan(meta, matcher, None, hint)?;
-        let mut scan = Scan::new(plan.access);
-        if all {
-            return scan.collect_all(&self.store, meta.id, matcher);
-        }
-        let mut first = Vec::new();
-        while first.is_empty() && !scan.done {
-            scan.next_batch(&self.store, meta.id, matcher, 1, &mut first)?;
-        }
-        Ok(first)
     }
 
     /// Deletes a document in `txn`. `pending`: the batch's own index changes, for a batch
@@ -847,6 +855,81 @@ impl Engine {
         if meta.images_enabled() {
             txn.put_image(ts, keys::ImageKind::Before, doc);
         }
+    }
+}
+
+/// Matching documents as a write takes them: the `_id` key and the document.
+type Matches = Vec<(Vec<u8>, Document)>;
+
+/// The scan of an update or delete: its matches a step at a time (a multi-document
+/// write) or the first one only, and when the write's commit is full
+/// ([`MULTI_WRITE_PART_BYTES`]).
+struct MultiScan {
+    scan: Scan,
+    /// Every match (`updateMany`, `deleteMany`), or the first.
+    all: bool,
+    /// Matches handed out so far. (A document a committed part moved ahead of an
+    /// index scan is not met twice: the scan skips `_id`s it has returned.)
+    taken: u64,
+    /// The matches read for the next step.
+    step: Matches,
+}
+
+impl MultiScan {
+    fn new(meta: &CollMeta, matcher: &Matcher, hint: Option<&Bson>, all: bool) -> Result<Self> {
+        let plan = read::plan(meta, matcher, None, hint)?;
+        Ok(MultiScan {
+            scan: Scan::new(plan.access),
+            all,
+            taken: 0,
+            step: Vec::new(),
+        })
+    }
+
+    /// The next matches to write (None when there are no more).
+    fn next_step(
+        &mut self,
+        store: &tailstream_storage::Store,
+        coll_id: u32,
+        matcher: &Matcher,
+    ) -> Result<Option<Matches>> {
+        let want = if self.all { MULTI_WRITE_STEP_DOCS } else { 1 };
+        while self.step.is_empty() && !self.scan.done && (self.all || self.taken == 0) {
+            self.scan
+                .next_batch(store, coll_id, matcher, want, &mut self.step)?;
+        }
+        if self.step.is_empty() {
+            return Ok(None);
+        }
+        self.taken += self.step.len() as u64;
+        Ok(Some(std::mem::take(&mut self.step)))
+    }
+
+    /// Whether the write should commit what it has done before it goes on.
+    fn part_full(&self, txn: &Txn<'_>) -> bool {
+        self.all && !self.scan.done && txn.batch_bytes() >= MULTI_WRITE_PART_BYTES
+    }
+
+    /// After a part's commit, in the next commit: the collection as it is now, or
+    /// QueryPlanKilled (mongod's error) when it was dropped or the index the scan walks
+    /// was, by another client between the two commits.
+    fn goes_on(&self, txn: &Txn<'_>, ns: &Namespace, before: &CollMeta) -> Result<Arc<CollMeta>> {
+        let killed = |why: String| {
+            Error::new(
+                codes::QUERY_PLAN_KILLED,
+                format!("PlanExecutor error during a multi-document write :: caused by :: {why}"),
+            )
+        };
+        let now = match txn.catalog().get(ns) {
+            Some(now) if now.uuid == before.uuid => now,
+            _ => return Err(killed("collection dropped".into())),
+        };
+        if let read::Access::IndexScan { index, .. } = &self.scan.access {
+            if !now.indexes.iter().any(|i| i.id == index.id) {
+                return Err(killed(format!("index '{}' dropped", index.name)));
+            }
+        }
+        Ok(now)
     }
 }
 
@@ -1436,6 +1519,125 @@ fn top_level_diff(old: &Document, new: &Document) -> (Document, Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::testing::TestEngine;
+    use crate::read::find::FindRequest;
+
+    /// Documents of `engine_with_padded`: more than a part's worth of bytes.
+    const PADDED_DOCS: i32 = 3_000;
+    const PAD_BYTES: usize = 4_096;
+
+    fn ns_m() -> Namespace {
+        Namespace::new("db", "m")
+    }
+
+    /// `db.m` with `{_id: i, x: i, pad}` for i below [`PADDED_DOCS`], `x` indexed.
+    fn engine_with_padded() -> TestEngine {
+        let e = TestEngine::open();
+        let pad = "p".repeat(PAD_BYTES);
+        let docs = (0..PADDED_DOCS)
+            .map(|i| doc! {"_id": i, "x": i, "pad": pad.clone()})
+            .collect();
+        e.insert_documents(&ns_m(), docs, true).unwrap();
+        e.create_indexes(&ns_m(), &[doc! {"key": {"x": 1}, "name": "x_1"}])
+            .unwrap();
+        assert!(PADDED_DOCS as usize * PAD_BYTES > MULTI_WRITE_PART_BYTES);
+        e
+    }
+
+    #[test]
+    fn an_update_many_commits_in_parts_and_writes_each_match_once() {
+        let e = engine_with_padded();
+        let before = e.durability.last_committed();
+        // Walking the index on `x` while moving every entry ahead of the scan: the
+        // entries a committed part moved (those still in the range: the first
+        // thousand) must not be updated again.
+        let op = UpdateOp {
+            q: doc! {"x": {"$gte": 0, "$lt": 6_000}},
+            u: Bson::Document(doc! {"$inc": {"x": 5_000, "n": 1}}),
+            multi: true,
+            hint: Some(Bson::String("x_1".into())),
+            ..Default::default()
+        };
+        let out = e.update(&ns_m(), vec![op], true).unwrap();
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        assert_eq!((out.n, out.n_modified), (3_000, 3_000));
+        let commits = e.durability.last_committed() - before;
+        assert!(commits >= 2, "{commits} commit(s): not in parts");
+        let every = FindRequest {
+            single_batch: true,
+            batch_size: Some(i64::from(PADDED_DOCS)),
+            ..Default::default()
+        };
+        let docs = e.find(&ns_m(), every).unwrap().docs;
+        assert_eq!(docs.len(), PADDED_DOCS as usize);
+        for d in docs {
+            let id = d.get_i32("_id").unwrap();
+            assert_eq!(d.get_i32("n"), Ok(1), "document {id}");
+            assert_eq!(d.get_i32("x"), Ok(id + 5_000), "document {id}");
+        }
+    }
+
+    #[test]
+    fn a_delete_many_commits_in_parts() {
+        // A delete writes a few hundred bytes a document (keys and its oplog entry):
+        // enough small documents for more than one part.
+        const SMALL_DOCS: i32 = 100_000;
+        let e = TestEngine::open();
+        let docs = (0..SMALL_DOCS).map(|i| doc! {"_id": i, "x": i}).collect();
+        e.insert_documents(&ns_m(), docs, true).unwrap();
+        e.create_indexes(&ns_m(), &[doc! {"key": {"x": 1}, "name": "x_1"}])
+            .unwrap();
+        let before = e.durability.last_committed();
+        let op = DeleteOp {
+            q: doc! {"x": {"$gte": 1}},
+            limit: 0,
+            ..Default::default()
+        };
+        let out = e.delete(&ns_m(), vec![op], true).unwrap();
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        assert_eq!(out.n, SMALL_DOCS as u64 - 1);
+        assert!(e.durability.last_committed() - before >= 2, "not in parts");
+        let docs = e.find(&ns_m(), FindRequest::default()).unwrap().docs;
+        assert_eq!(docs.len(), 1);
+        assert_eq!(docs[0].get_i32("_id"), Ok(0));
+    }
+
+    #[test]
+    fn a_multi_write_stops_when_its_collection_or_index_went_between_parts() {
+        let e = engine_with_padded();
+        let meta = e.collection(&ns_m()).unwrap();
+        let matcher = Matcher::for_query(&doc! {"x": {"$gte": 0}}).unwrap();
+        let hint = Bson::String("x_1".into());
+        let scan = MultiScan::new(&meta, &matcher, Some(&hint), true).unwrap();
+        {
+            let txn = e.begin();
+            assert!(
+                scan.goes_on(&txn, &ns_m(), &meta).is_ok(),
+                "nothing changed"
+            );
+        }
+        e.drop_indexes(&ns_m(), &Bson::String("x_1".into()))
+            .unwrap();
+        {
+            let txn = e.begin();
+            let err = scan.goes_on(&txn, &ns_m(), &meta).unwrap_err();
+            assert_eq!(err.code, codes::QUERY_PLAN_KILLED);
+            assert!(
+                err.message.contains("index 'x_1' dropped"),
+                "{}",
+                err.message
+            );
+        }
+        e.drop_collection(&ns_m()).unwrap();
+        let txn = e.begin();
+        let err = scan.goes_on(&txn, &ns_m(), &meta).unwrap_err();
+        assert_eq!(err.code_name(), "QueryPlanKilled");
+        assert!(
+            err.message.contains("collection dropped"),
+            "{}",
+            err.message
+        );
+    }
 
     fn nested(levels: usize) -> Document {
         let mut d = doc! {"x": 1};
