@@ -350,6 +350,33 @@ class TestWriteConcerns:
             sock.close()
         assert db.c.find_one({"_id": 1})["n"] == 1, "retry with the same txnNumber was re-applied"
 
+    def test_multi_document_writes_are_not_retryable(self, db, server):
+        # As mongod: an update with multi=true or a delete with limit=0 sent with a
+        # txnNumber (outside a transaction) fails as its statement's write error, and
+        # the statements before it are applied.
+        db.c.insert_many([{"_id": i, "n": 0} for i in range(3)])
+        sock = wire.connect(server.port)
+        try:
+            lsid = {"id": Binary.from_uuid(uuid.uuid4())}
+            up = wire.command(sock, {
+                "update": "c", "$db": db.name, "lsid": lsid, "txnNumber": Int64(1),
+                "updates": [{"q": {"_id": 0}, "u": {"$inc": {"n": 1}}},
+                            {"q": {}, "u": {"$inc": {"n": 1}}, "multi": True}]})
+            assert up["ok"] == 1 and up["n"] == 1, up
+            [err] = up["writeErrors"]
+            assert (err["index"], err["code"]) == (1, 72), err
+            assert err["errmsg"] == "Cannot use (or request) retryable writes with multi=true"
+            rm = wire.command(sock, {
+                "delete": "c", "$db": db.name, "lsid": lsid, "txnNumber": Int64(2),
+                "deletes": [{"q": {}, "limit": 0}]})
+            assert rm["ok"] == 1 and rm["n"] == 0, rm
+            [err] = rm["writeErrors"]
+            assert (err["index"], err["code"]) == (0, 72), err
+            assert err["errmsg"] == "Cannot use (or request) retryable writes with limit=0"
+        finally:
+            sock.close()
+        assert sorted((d["_id"], d["n"]) for d in db.c.find()) == [(0, 1), (1, 0), (2, 0)]
+
     def test_retryable_write_older_than_the_sessions_last_is_refused(self, db, server):
         # As mongod: a session's retryable writes go forward; once txnNumber 2 ran, a
         # (late) retry of txnNumber 1 fails with TransactionTooOld instead of re-applying.

@@ -551,6 +551,13 @@ impl Engine {
         op: &UpdateOp,
         retry: Option<(&mut RetryWrite, usize)>,
     ) -> Result<(u64, u64, Option<Bson>, Option<Committed>)> {
+        // As mongod: a multi-document write is not retryable (a retry after a part was
+        // committed would write that part twice), and drivers never ask.
+        if op.multi && retry.is_some() {
+            return Err(Error::invalid_options(
+                "Cannot use (or request) retryable writes with multi=true",
+            ));
+        }
         // Commits the statement, with its record for a retryable write.
         let finish = |mut txn: Txn<'_>, n: u64, modified: u64, upserted: Option<Bson>| {
             if let Some((r, i)) = retry {
@@ -781,6 +788,11 @@ impl Engine {
         retry: Option<(&mut RetryWrite, usize)>,
     ) -> Result<(u64, Option<Committed>)> {
         check_delete_limit(op.limit)?;
+        if op.limit == 0 && retry.is_some() {
+            return Err(Error::invalid_options(
+                "Cannot use (or request) retryable writes with limit=0",
+            ));
+        }
         let (filter, _) = crate::read::bind_let(&op.q, op.let_vars.as_ref())?;
         let collator = crate::read::find::operation_collator(
             self.collection(ns).as_deref(),
