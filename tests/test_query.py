@@ -282,3 +282,32 @@ def test_sort_with_a_limit_over_many_documents_is_the_full_sorts_start(coll):
                          [{"$sort": {"x": -1, "_id": 1}}, {"$limit": skip + limit}, {"$skip": skip}]):
             piped = [d["_id"] for d in coll.aggregate(pipeline)]
             assert piped == full[skip:skip + limit], (limit, skip, pipeline)
+
+
+def test_a_sort_past_its_memory_limit_spills_to_disk_or_fails_without_disk_use(fresh_server):
+    """A sort no index serves and no limit bounds holds at most
+    internalQueryMaxBlockingSortMemoryUsageBytes in memory: past it the sorted runs go to
+    the data directory's _tmp folder and are merged as the cursor is read (the result is
+    the stable sort), or, with allowDiskUse: false, the find fails as mongod's does."""
+    srv = fresh_server()
+    with srv.client() as c:
+        assert c.admin.command("getParameter", 1, internalQueryMaxBlockingSortMemoryUsageBytes=1)[
+            "internalQueryMaxBlockingSortMemoryUsageBytes"] == 100 * 1024 * 1024
+        c.admin.command("setParameter", 1, internalQueryMaxBlockingSortMemoryUsageBytes=200_000)
+        coll = c.t.spill
+        pad = "p" * 1000
+        coll.insert_many([{"_id": i, "x": (i * 7919) % 37, "pad": pad} for i in range(3000)])
+        expected = sorted(range(3000), key=lambda i: -((i * 7919) % 37))  # stable: _id order on ties
+        cursor = coll.find({}, {"pad": 0}).sort("x", -1).batch_size(500)
+        assert [d["_id"] for d in cursor] == expected
+        tmp = srv.dbpath / "_tmp"
+        assert tmp.is_dir(), "the runs went to the data directory's _tmp folder"
+        assert list(tmp.iterdir()) == [], "the runs' files are unnamed"
+        with pytest.raises(OperationFailure) as exc:
+            list(coll.find({}).sort("x", -1).allow_disk_use(False))
+        assert exc.value.code == 292, exc.value.details
+        assert exc.value.details["codeName"] == "QueryExceededMemoryLimitNoDiskUseAllowed"
+        assert "Sort exceeded memory limit of 200000 bytes" in exc.value.details["errmsg"]
+        # Under the limit, or bounded by a limit, nothing needs the disk.
+        assert len(list(coll.find({"_id": {"$lt": 50}}).sort("x", -1).allow_disk_use(False))) == 50
+        assert len(list(coll.find({}).sort("x", -1).limit(10).allow_disk_use(False))) == 10

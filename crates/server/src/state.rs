@@ -75,6 +75,8 @@ impl ServerState {
             "ttlMonitorEnabled": true,
             "ttlMonitorSleepSecs": 60,
             "cursorTimeoutMillis": 600_000i64,
+            "internalQueryMaxBlockingSortMemoryUsageBytes":
+                tailstream_engine::read::spill_sort::DEFAULT_MAX_SORT_BYTES as i64,
             "maxBSONDepth": 100,
             "featureCompatibilityVersion": {"version": "7.0"},
             "transactionLifetimeLimitSeconds": 60,
@@ -143,6 +145,18 @@ impl ServerState {
             repl: Default::default(),
             system_user: None,
         })
+    }
+
+    /// The most bytes a find's blocking sort holds in memory before it spills:
+    /// `internalQueryMaxBlockingSortMemoryUsageBytes` (setParameter; a value that is not
+    /// a positive number keeps mongod's 100 MiB).
+    pub fn max_blocking_sort_bytes(&self) -> Option<usize> {
+        self.parameters
+            .read()
+            .get("internalQueryMaxBlockingSortMemoryUsageBytes")
+            .and_then(tailstream_engine::find::as_i64)
+            .filter(|b| *b > 0)
+            .and_then(|b| usize::try_from(b).ok())
     }
 
     /// How long a cursor may stay idle before it is closed: the `cursorTimeoutMillis`

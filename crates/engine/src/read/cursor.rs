@@ -38,6 +38,9 @@ pub enum Source {
         scan: Box<Scan>,
         buf: VecDeque<Document>,
     },
+    /// A blocking sort's runs spilled to disk, merged as the cursor is read
+    /// (`spill_sort`).
+    Sorted(Box<crate::read::spill_sort::Merge>),
     /// Events made by a layer above this one (change streams), read through
     /// [`EventSource`]: the cursor code never names them.
     Events(Box<dyn EventSource>),
@@ -275,6 +278,7 @@ impl Cursor {
                 && self.front.is_none()
                 && match &self.source {
                     Source::Buffered(q) => q.is_empty(),
+                    Source::Sorted(m) => m.is_empty(),
                     // As mongod's scans, which notice their end only when asked for one
                     // more document: a batch filled by the last one leaves the cursor open
                     // (the next getMore returns an empty, final batch).
@@ -376,6 +380,7 @@ impl Cursor {
     fn pull(&mut self, store: &tailstream_storage::Store) -> Result<Option<Document>> {
         match &mut self.source {
             Source::Buffered(q) => Ok(q.pop_front()),
+            Source::Sorted(m) => m.next_document(),
             Source::Scan {
                 meta,
                 matcher,

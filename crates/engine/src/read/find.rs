@@ -6,6 +6,7 @@ use crate::catalog::CollMeta;
 use crate::core::time::ClusterTime;
 use crate::oplog::{OPLOG_COLL, OPLOG_DB};
 use crate::read::cursor::{Cursor, Source, DEFAULT_FIRST_BATCH};
+use crate::read::spill_sort::{SortMemory, Sorted, SpillSort, DEFAULT_MAX_SORT_BYTES};
 use crate::read::{self, Access, Plan, Scan};
 use crate::write::WriteOutcome;
 use crate::Engine;
@@ -19,6 +20,9 @@ use tailstream_query::matcher::Matcher;
 use tailstream_query::pipeline::{CollectionSource, Pipeline};
 use tailstream_query::projection::Projection;
 use tailstream_query::sort::{SortSpec, TopK};
+
+/// The folder under the data directory a blocking sort spills to (mongod's name).
+const SPILL_DIR: &str = "_tmp";
 use tailstream_storage::Store;
 
 #[derive(Debug, Clone, Default)]
@@ -45,6 +49,12 @@ pub struct FindRequest {
     pub return_key: bool,
     /// The `collation` option (None: the collection's default collation).
     pub collation: Option<Document>,
+    /// The `allowDiskUse` option: `Some(false)` forbids a blocking sort to spill past
+    /// its memory limit (mongod's allowDiskUseByDefault: it may otherwise).
+    pub allow_disk_use: Option<bool>,
+    /// The most bytes a blocking sort holds in memory (None: mongod's 100 MiB; the
+    /// server passes its `internalQueryMaxBlockingSortMemoryUsageBytes`).
+    pub max_sort_bytes: Option<usize>,
 }
 
 /// The collation an operation compares strings under: its own `collation` option, else
@@ -190,13 +200,14 @@ impl Engine {
                     if req.return_key {
                         key_fields = plan_key_fields(&plan, sort.as_ref(), req.hint.as_ref());
                     }
+                    let memory = self.sort_memory(req.max_sort_bytes, req.allow_disk_use);
                     Some(self.source_for(
                         meta,
                         matcher.clone(),
                         plan,
                         sort.as_ref(),
-                        req.limit,
-                        req.skip,
+                        (req.limit, req.skip),
+                        memory,
                     )?)
                 }
             }
@@ -245,8 +256,8 @@ impl Engine {
         matcher: Arc<Matcher>,
         plan: Plan,
         sort: Option<&SortSpec>,
-        limit: Option<i64>,
-        skip: u64,
+        (limit, skip): (Option<i64>, u64),
+        memory: SortMemory,
     ) -> Result<Source> {
         let mut scan = Scan::new(plan.access.clone());
         scan.annotate_text_score = matcher.text().is_some();
@@ -279,10 +290,40 @@ impl Engine {
         let keep = limit
             .filter(|l| *l > 0)
             .map(|l| usize::try_from((l as u64).saturating_add(skip)).unwrap_or(usize::MAX));
-        // At most twice `keep` held while reading (a top-k sort, as mongod's).
-        let mut top = TopK::new(sort.clone(), keep);
-        scan.for_each_match(&self.store, meta.id, &matcher, |(_, d)| top.push(d))?;
-        Ok(Source::Buffered(top.finish().into()))
+        if keep.is_some() {
+            // At most twice `keep` held while reading (a top-k sort, as mongod's).
+            let mut top = TopK::new(sort.clone(), keep);
+            scan.for_each_match(&self.store, meta.id, &matcher, |(_, d)| top.push(d))?;
+            return Ok(Source::Buffered(top.finish().into()));
+        }
+        // Every match: past the memory limit, in runs on disk.
+        let mut sorter = SpillSort::new(sort.clone(), memory);
+        let mut batch = Vec::new();
+        while !scan.done {
+            scan.next_batch(&self.store, meta.id, &matcher, usize::MAX, &mut batch)?;
+            for (_, d) in batch.drain(..) {
+                sorter.push(d)?;
+            }
+        }
+        Ok(match sorter.finish()? {
+            Sorted::Memory(docs) => Source::Buffered(docs),
+            Sorted::Merged(merge) => Source::Sorted(Box::new(merge)),
+        })
+    }
+
+    /// What a blocking sort may hold in memory, and where it spills past that (mongod's
+    /// `_tmp` folder under the data directory), unless the operation forbade it.
+    pub(crate) fn sort_memory(
+        &self,
+        max_bytes: Option<usize>,
+        allow_disk_use: Option<bool>,
+    ) -> SortMemory {
+        SortMemory {
+            max_bytes: max_bytes
+                .filter(|b| *b > 0)
+                .unwrap_or(DEFAULT_MAX_SORT_BYTES),
+            spill_dir: (allow_disk_use != Some(false)).then(|| self.opts.dbpath.join(SPILL_DIR)),
+        }
     }
 
     /// Fills the first batch and registers the cursor if more remains.

@@ -78,13 +78,16 @@ fn parse_find(cmd: &Document) -> Result<FindRequest> {
         max: opt_doc(cmd, "max")?,
         return_key: opt_bool(cmd, "returnKey")?.unwrap_or(false),
         collation: opt_doc(cmd, "collation")?,
+        allow_disk_use: opt_bool(cmd, "allowDiskUse")?,
+        max_sort_bytes: None,
     })
 }
 
 pub async fn find(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Result<Document> {
     let ns = collection_arg(cmd, db)?;
     check_fields(cmd, FIND_FIELDS)?;
-    let req = parse_find(cmd)?;
+    let mut req = parse_find(cmd)?;
+    req.max_sort_bytes = state.max_blocking_sort_bytes();
     state.opcounters.query.fetch_add(1, Ordering::Relaxed);
     if req.tailable && crate::transactions::current().is_some() {
         return Err(Error::new(
@@ -621,6 +624,7 @@ async fn find_execution_stats(
     winning: &Document,
 ) -> Result<Document> {
     let mut req = parse_find(find)?;
+    req.max_sort_bytes = state.max_blocking_sort_bytes();
     req.tailable = false;
     req.await_data = false;
     req.single_batch = false;
