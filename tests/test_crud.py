@@ -264,6 +264,18 @@ class TestCounting:
         coll.insert_many([{"x": {"y": 1}}, {"x": [{"y": 2}, {"y": 1}]}])
         assert sorted(coll.distinct("x.y")) == [1, 2]
 
+    def test_distinct_over_many_values_keeps_each_once_across_numeric_types(self, coll):
+        # Equal numbers of different types are one value (the first met), as are equal
+        # documents; 30,000 distinct values come back once each, in order.
+        coll.insert_many([{"v": i} for i in range(30_000)])
+        coll.insert_many([{"v": float(i)} for i in range(0, 30_000, 7)])
+        coll.insert_many([{"v": Int64(i)} for i in range(0, 30_000, 11)])
+        coll.insert_many([{"v": {"a": 1}}, {"v": {"a": 1.0}}, {"v": None}, {"v": "s"}, {"v": "s"}])
+        got = coll.distinct("v")
+        assert got[:1] == [None] and got[1:30_001] == list(range(30_000))
+        assert all(type(x) is int for x in got[1:30_001])
+        assert got[30_001:] == ["s", {"a": 1}]
+
 
 class TestBulkWrite:
     OPS = [InsertOne({"_id": 1}), InsertOne({"_id": 2}), InsertOne({"_id": 1}), InsertOne({"_id": 3})]

@@ -26,5 +26,6 @@ pub mod text;
 pub mod types;
 pub mod update;
 pub mod validation_error;
+pub mod value_set;
 
 pub use error::{Error, Result};

@@ -14,12 +14,13 @@ use bson::{doc, Bson, Document};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use tailstream_query::collation::Collator;
-use tailstream_query::compare::{as_f64, bson_eq_with, cmp_bson_with};
+use tailstream_query::compare::{as_f64, cmp_bson_with};
 use tailstream_query::error::{codes, Error, Result};
 use tailstream_query::matcher::Matcher;
 use tailstream_query::pipeline::{CollectionSource, Pipeline};
 use tailstream_query::projection::Projection;
 use tailstream_query::sort::{SortSpec, TopK};
+use tailstream_query::value_set::ValueSet;
 
 /// The folder under the data directory a blocking sort spills to (mongod's name).
 const SPILL_DIR: &str = "_tmp";
@@ -644,16 +645,14 @@ impl Engine {
         let coll = collator.as_deref();
         let matcher = Matcher::for_query_with_collation(query, collator.clone())?;
         let parts: Vec<&str> = key.split('.').collect();
-        let mut values: Vec<Bson> = Vec::new();
+        let mut set = ValueSet::new(coll);
         // Each document's values are taken as it is read: the scan's documents are
         // not held (only the distinct values are, as mongod's).
         let mut take = |doc: Document| {
             let mut found = Vec::new();
             collect_path_values(&Bson::Document(doc), &parts, &mut found);
             for v in found {
-                if !values.iter().any(|x| bson_eq_with(x, &v, coll)) {
-                    values.push(v);
-                }
+                set.insert(v);
             }
         };
         match view {
@@ -684,6 +683,7 @@ impl Engine {
                 )?;
             }
         }
+        let mut values = set.into_values();
         values.sort_by(|a, b| cmp_bson_with(a, b, coll));
         Ok(values)
     }
