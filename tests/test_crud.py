@@ -7,7 +7,7 @@ import pytest
 from bson import Binary, Int64, ObjectId
 from pymongo import (DeleteMany, DeleteOne, InsertOne, MongoClient, ReplaceOne,
                      ReturnDocument, UpdateMany, UpdateOne, WriteConcern)
-from pymongo.errors import BulkWriteError, DuplicateKeyError, WriteConcernError
+from pymongo.errors import BulkWriteError, DuplicateKeyError, WriteConcernError, WriteError
 
 import wire
 
@@ -513,3 +513,16 @@ def test_update_many_and_delete_many_past_one_commit_write_each_match_once(coll)
         i: (i + 5000, 1) for i in range(count)}
     assert coll.delete_many({"x": {"$gte": 5001}}).deleted_count == count - 1
     assert [d["_id"] for d in coll.find({}, {"_id": 1})] == [0]
+
+
+def test_update_many_keeps_the_documents_it_changed_before_one_failed_validation(db):
+    """As mongod, which writes each document of an updateMany on its own: a document
+    failing the validator ends the update with DocumentValidationFailed, the ones
+    changed before it stay changed, the ones after it are not touched."""
+    db.drop_collection("validated_many")
+    coll = db.create_collection("validated_many", validator={"x": {"$lte": 5}})
+    coll.insert_many([{"_id": i, "x": x} for i, x in enumerate([0, 1, 4, 0, 1])])
+    with pytest.raises(WriteError) as exc:
+        coll.update_many({}, {"$inc": {"x": 2}})
+    assert exc.value.code == 121, exc.value.details
+    assert [d["x"] for d in coll.find().sort("_id", 1)] == [2, 3, 4, 0, 1]

@@ -534,8 +534,14 @@ impl Engine {
             r.check_statements(ops.len())?;
         }
         Ok(run_statements(&ops, ordered, |i, op, out| {
-            let (n, modified, upserted, committed) =
-                self.update_op(ns, op, retry.as_deref_mut().map(|r| (r, i)))?;
+            // A failed multi-document update may have committed documents before its
+            // failure: the write concern waits for them too.
+            let mut part = None;
+            let done = self.update_op(ns, op, retry.as_deref_mut().map(|r| (r, i)), &mut part);
+            if part.is_some() {
+                out.committed = part;
+            }
+            let (n, modified, upserted, committed) = done?;
             out.n += n;
             out.n_modified += modified;
             if let Some(id) = upserted {
@@ -550,6 +556,7 @@ impl Engine {
         ns: &Namespace,
         op: &UpdateOp,
         retry: Option<(&mut RetryWrite, usize)>,
+        part: &mut Option<Committed>,
     ) -> Result<(u64, u64, Option<Bson>, Option<Committed>)> {
         // As mongod: a multi-document write is not retryable (a retry after a part was
         // committed would write that part twice), and drivers never ask.
@@ -607,32 +614,47 @@ impl Engine {
         let mut scan = MultiScan::new(&meta, &matcher, op.hint.as_ref(), op.multi)?;
         let mut pending = PendingIndex::default();
         let (mut n, mut modified) = (0, 0);
-        while let Some(step) = scan.next_step(&self.store, meta.id, &matcher)? {
+        // Documents changed in the commit under way.
+        let mut in_part = 0u64;
+        let failure = loop {
+            let step = match scan.next_step(&self.store, meta.id, &matcher) {
+                Ok(Some(step)) => step,
+                Ok(None) => break None,
+                Err(e) => break Some(e),
+            };
+            let mut failed = None;
             for (id_ks, old) in step {
-                n += 1;
-                let checked = validator.as_ref().filter(|v| v.checks_update_of(&old));
-                if let Some(new) = self.update_in(
-                    &mut txn,
-                    &meta,
-                    &filter,
-                    &spec,
-                    id_ks,
-                    old,
-                    &mut pending,
-                    &vars,
-                )? {
-                    if let Some(v) = checked {
-                        v.check_updated(&new)?;
+                let matched = (&filter, &spec, &vars, validator.as_ref());
+                match self.update_matched(&mut txn, &meta, matched, id_ks, old, &mut pending) {
+                    Ok(changed) => {
+                        n += 1;
+                        modified += u64::from(changed);
+                        in_part += u64::from(changed);
                     }
-                    modified += 1;
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
                 }
             }
+            if failed.is_some() {
+                break failed;
+            }
             if scan.part_full(&txn) {
-                txn.commit()?;
+                *part = Some(txn.commit()?);
+                in_part = 0;
                 txn = self.begin();
                 meta = scan.goes_on(&txn, ns, &meta)?;
                 pending = PendingIndex::default();
             }
+        };
+        if let Some(e) = failure {
+            // As mongod, which writes each document of a multi-document update on its
+            // own: the documents changed before the failure stay changed.
+            if op.multi && in_part > 0 {
+                *part = Some(txn.commit()?);
+            }
+            return Err(e);
         }
         if n == 0 {
             if op.upsert {
@@ -643,6 +665,34 @@ impl Engine {
             return Ok((0, 0, None, None));
         }
         finish(txn, n, modified, None)
+    }
+
+    /// Applies an update to one matching document: computed, checked against the
+    /// collection's validator, then written; whether it changed. (`matched`: the
+    /// filter, the update, its variables and the validator.)
+    fn update_matched(
+        &self,
+        txn: &mut Txn<'_>,
+        meta: &Arc<CollMeta>,
+        (filter, spec, vars, validator): (
+            &Document,
+            &UpdateSpec,
+            &Variables,
+            Option<&DocumentValidator>,
+        ),
+        id_ks: Vec<u8>,
+        old: Document,
+        pending: &mut PendingIndex,
+    ) -> Result<bool> {
+        let checked = validator.filter(|v| v.checks_update_of(&old));
+        let Some(change) = compute_update(filter, spec, &old, vars)? else {
+            return Ok(false);
+        };
+        if let Some(v) = checked {
+            v.check_updated(&change.new)?;
+        }
+        self.store_update(txn, meta, &id_ks, old, change, pending)?;
+        Ok(true)
     }
 
     /// Applies `spec` to one stored document; returns the new document if it changed.
@@ -775,7 +825,12 @@ impl Engine {
             r.check_statements(ops.len())?;
         }
         Ok(run_statements(&ops, ordered, |i, op, out| {
-            let (n, committed) = self.delete_op(ns, op, retry.as_deref_mut().map(|r| (r, i)))?;
+            let mut part = None;
+            let done = self.delete_op(ns, op, retry.as_deref_mut().map(|r| (r, i)), &mut part);
+            if part.is_some() {
+                out.committed = part;
+            }
+            let (n, committed) = done?;
             out.n += n;
             Ok(committed)
         }))
@@ -786,6 +841,7 @@ impl Engine {
         ns: &Namespace,
         op: &DeleteOp,
         retry: Option<(&mut RetryWrite, usize)>,
+        part: &mut Option<Committed>,
     ) -> Result<(u64, Option<Committed>)> {
         check_delete_limit(op.limit)?;
         if op.limit == 0 && retry.is_some() {
@@ -806,13 +862,28 @@ impl Engine {
         };
         let mut scan = MultiScan::new(&meta, &matcher, op.hint.as_ref(), op.limit == 0)?;
         let mut n = 0;
-        while let Some(step) = scan.next_step(&self.store, meta.id, &matcher)? {
+        // Documents deleted in the commit under way.
+        let mut in_part = 0u64;
+        loop {
+            let step = match scan.next_step(&self.store, meta.id, &matcher) {
+                Ok(Some(step)) => step,
+                Ok(None) => break,
+                Err(e) => {
+                    // An interrupted deleteMany keeps what it deleted, as mongod's.
+                    if op.limit == 0 && in_part > 0 {
+                        *part = Some(txn.commit()?);
+                    }
+                    return Err(e);
+                }
+            };
             for (id_ks, doc) in step {
                 self.delete_in(&mut txn, &meta, &id_ks, &doc, None);
                 n += 1;
+                in_part += 1;
             }
             if scan.part_full(&txn) {
-                txn.commit()?;
+                *part = Some(txn.commit()?);
+                in_part = 0;
                 txn = self.begin();
                 meta = scan.goes_on(&txn, ns, &meta)?;
             }
