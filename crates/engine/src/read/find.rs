@@ -21,10 +21,10 @@ use tailstream_query::pipeline::{CollectionSource, Pipeline};
 use tailstream_query::projection::Projection;
 use tailstream_query::sort::{SortSpec, TopK};
 use tailstream_query::value_set::ValueSet;
+use tailstream_storage::Store;
 
 /// The folder under the data directory a blocking sort spills to (mongod's name).
 const SPILL_DIR: &str = "_tmp";
-use tailstream_storage::Store;
 
 #[derive(Debug, Clone, Default)]
 pub struct FindRequest {
@@ -299,13 +299,7 @@ impl Engine {
         }
         // Every match: past the memory limit, in runs on disk.
         let mut sorter = SpillSort::new(sort.clone(), memory);
-        let mut batch = Vec::new();
-        while !scan.done {
-            scan.next_batch(&self.store, meta.id, &matcher, usize::MAX, &mut batch)?;
-            for (_, d) in batch.drain(..) {
-                sorter.push(d)?;
-            }
-        }
+        scan.try_for_each_match(&self.store, meta.id, &matcher, |(_, d)| sorter.push(d))?;
         Ok(match sorter.finish()? {
             Sorted::Memory(docs) => Source::Buffered(docs),
             Sorted::Merged(merge) => Source::Sorted(Box::new(merge)),

@@ -1114,10 +1114,27 @@ impl Scan {
         matcher: &Matcher,
         mut take: impl FnMut((Vec<u8>, Document)),
     ) -> Result<()> {
+        self.try_for_each_match(store, coll_id, matcher, |m| {
+            take(m);
+            Ok(())
+        })
+    }
+
+    /// [`Scan::for_each_match`] with a `take` that may fail: the scan stops at its
+    /// first error (a sort past its memory limit that may not spill).
+    pub fn try_for_each_match(
+        &mut self,
+        store: &Store,
+        coll_id: u32,
+        matcher: &Matcher,
+        mut take: impl FnMut((Vec<u8>, Document)) -> Result<()>,
+    ) -> Result<()> {
         let mut batch = Vec::new();
         while !self.done {
             self.next_batch(store, coll_id, matcher, usize::MAX, &mut batch)?;
-            batch.drain(..).for_each(&mut take);
+            for m in batch.drain(..) {
+                take(m)?;
+            }
         }
         Ok(())
     }

@@ -20,7 +20,7 @@ use std::cmp::Ordering;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use tailstream_query::error::{Error, Result};
 use tailstream_query::sort::{SortSpec, TopK};
 
@@ -115,7 +115,7 @@ impl SpillSort {
     }
 }
 
-fn write_run(dir: &PathBuf, docs: Vec<Document>) -> std::io::Result<File> {
+fn write_run(dir: &Path, docs: Vec<Document>) -> std::io::Result<File> {
     std::fs::create_dir_all(dir)?;
     let mut w = BufWriter::with_capacity(RUN_IO_BUFFER_BYTES, tempfile::tempfile_in(dir)?);
     for d in &docs {
