@@ -113,6 +113,94 @@ class TestStages:
         assert out == [{"cheap": [{"_id": 4}], "total": [{"n": 5}]}]
 
 
+class TestStreamedPipelines:
+    """A pipeline whose stages all stream runs as its cursor is read, as mongod's: the
+    first batch comes before the rest of the collection is read, so an error in a later
+    document is the getMore's, and the collection is never held whole."""
+
+    def test_a_later_documents_error_comes_with_the_getmore(self, db):
+        coll = db.streamed
+        coll.insert_many([{"_id": i, "d": 1} for i in range(300)] + [{"_id": 300, "d": 0}])
+        reply = db.command("aggregate", coll.name, pipeline=[
+            {"$match": {"_id": {"$gte": 0}}}, {"$project": {"q": {"$divide": [1, "$d"]}}}],
+            cursor={"batchSize": 10})
+        first = reply["cursor"]["firstBatch"]
+        assert [d["_id"] for d in first] == list(range(10))
+        assert reply["cursor"]["id"] != 0
+        with pytest.raises(OperationFailure) as e:
+            db.command("getMore", reply["cursor"]["id"], collection=coll.name, batchSize=1000)
+        assert e.value.code == 2 and "divide by zero" in str(e.value)
+        # The same pipeline run in full before its first batch (a blocking stage) fails
+        # at once.
+        with pytest.raises(OperationFailure) as e:
+            db.command("aggregate", coll.name, pipeline=[
+                {"$project": {"q": {"$divide": [1, "$d"]}}}, {"$sort": {"_id": 1}}],
+                cursor={"batchSize": 10})
+        assert e.value.code == 2
+
+    def test_batches_a_limit_lookup_and_unwind(self, db):
+        db.other.insert_many([{"_id": k, "v": k * 10} for k in range(5)])
+        db.streamed.insert_many([{"_id": i, "k": i % 5, "a": [i, i]} for i in range(500)])
+        pipeline = [{"$match": {"_id": {"$gte": 100}}},
+                    {"$lookup": {"from": "other", "localField": "k", "foreignField": "_id", "as": "o"}},
+                    {"$unwind": "$a"}, {"$skip": 3}, {"$limit": 701},
+                    {"$project": {"a": 1, "v": {"$first": "$o.v"}}}]
+        got = list(db.streamed.aggregate(pipeline, batchSize=7))
+        expected = [{"_id": i, "a": i, "v": i % 5 * 10} for i in range(100, 500) for _ in range(2)][3:704]
+        assert got == expected
+
+    def test_a_batch_filled_by_the_last_document_leaves_the_cursor_open(self, db):
+        db.streamed.insert_many([{"_id": i} for i in range(4)])
+        reply = db.command("aggregate", "streamed", pipeline=[{"$match": {}}], cursor={"batchSize": 4})
+        assert len(reply["cursor"]["firstBatch"]) == 4 and reply["cursor"]["id"] != 0
+        more = db.command("getMore", reply["cursor"]["id"], collection="streamed")
+        assert more["cursor"]["nextBatch"] == [] and more["cursor"]["id"] == 0
+        reply = db.command("aggregate", "streamed", pipeline=[{"$match": {}}], cursor={"batchSize": 5})
+        assert len(reply["cursor"]["firstBatch"]) == 4 and reply["cursor"]["id"] == 0
+
+
+    def test_a_leading_sort_an_index_gives_streams_in_its_order(self, db):
+        coll = db.streamed
+        coll.create_index([("a", 1), ("b", -1)])
+        docs = [{"_id": i, "a": (i * 7) % 11, "b": i % 3, "s": "x" if i % 2 else "X", "d": 1}
+                for i in range(200)]
+        docs[150]["d"] = 0
+        coll.insert_many(docs)
+
+        def accesses():
+            return {s["name"]: s["accesses"]["ops"] for s in coll.aggregate([{"$indexStats": {}}])}
+
+        before = accesses()["a_1_b_-1"]
+        pipeline = [{"$match": {"a": {"$gte": 2}}}, {"$sort": {"a": 1, "b": -1}},
+                    {"$project": {"q": {"$divide": [1, "$d"]}}}]
+        reply = db.command("aggregate", coll.name, pipeline=pipeline, cursor={"batchSize": 5})
+        assert accesses()["a_1_b_-1"] == before + 1
+        expected = sorted((d for d in docs if d["a"] >= 2), key=lambda d: (d["a"], -d["b"]))
+        # (The order of equal keys is unspecified, as mongod's.)
+        key = {d["_id"]: (d["a"], d["b"]) for d in docs}
+        assert [key[d["_id"]] for d in reply["cursor"]["firstBatch"]] == [key[d["_id"]] for d in expected[:5]]
+        # Document 150 comes later in the index's order: its error is a getMore's.
+        assert [d["_id"] for d in expected].index(150) > 5
+        with pytest.raises(OperationFailure) as e:
+            db.command("getMore", reply["cursor"]["id"], collection=coll.name, batchSize=1000)
+        assert e.value.code == 2
+        # Reversed, with a limit: the same index read backwards.
+        got = list(coll.aggregate([{"$sort": {"a": -1, "b": 1}}, {"$limit": 30}, {"$project": {"_id": 1}}]))
+        back = sorted(docs, key=lambda d: (-d["a"], d["b"]))
+        assert [key[d["_id"]] for d in got] == [key[d["_id"]] for d in back[:30]]
+        assert accesses()["a_1_b_-1"] == before + 2
+        # An order no index gives, and a collation the index was not built with, are
+        # sorted as before (in full), and right.
+        got = list(coll.aggregate([{"$sort": {"b": 1, "_id": -1}}, {"$project": {"_id": 1}}]))
+        assert [d["_id"] for d in got] == [d["_id"] for d in sorted(docs, key=lambda d: (d["b"], -d["_id"]))]
+        coll.create_index([("s", 1), ("_id", 1)])
+        got = list(coll.aggregate([{"$sort": {"s": 1, "_id": 1}}, {"$limit": 4}],
+                                  collation={"locale": "en", "strength": 2}))
+        assert [d["_id"] for d in got] == [0, 1, 2, 3]
+        got = list(coll.aggregate([{"$sort": {"s": 1, "_id": 1}}, {"$limit": 2}]))
+        assert [d["_id"] for d in got] == [0, 2]
+
+
 class TestLookup:
     @pytest.fixture
     def orders(self, db):

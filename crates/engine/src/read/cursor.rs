@@ -1,5 +1,6 @@
 //! Open cursors: what a `getMore` continues. A cursor either holds the rest of a
-//! result computed up front (sorted finds, aggregations) or a resumable scan.
+//! result computed up front (sorted finds, aggregations with a blocking stage) or a
+//! resumable scan (with the stages of an aggregation that streams).
 //! Cursors idle for `IDLE_TIMEOUT` are closed, as mongod does after 10 minutes.
 
 use crate::catalog::CollMeta;
@@ -11,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tailstream_query::error::{codes, Error, Result};
 use tailstream_query::matcher::Matcher;
+use tailstream_query::pipeline::Streamed;
 use tailstream_query::projection::Projection;
 
 /// mongod's `cursorTimeoutMillis` default (the server parameter of that name sets it).
@@ -38,12 +40,77 @@ pub enum Source {
         scan: Box<Scan>,
         buf: VecDeque<Document>,
     },
+    /// An aggregation whose every stage streams, run over its scan as the cursor is
+    /// read.
+    Pipeline(Box<PipelineScan>),
     /// A blocking sort's runs spilled to disk, merged as the cursor is read
     /// (`spill_sort`).
     Sorted(Box<crate::read::spill_sort::Merge>),
     /// Events made by a layer above this one (change streams), read through
     /// [`EventSource`]: the cursor code never names them.
     Events(Box<dyn EventSource>),
+}
+
+/// A streamed aggregation: the scan of its collection (its leading `$match` as the
+/// scan's filter) and its stages (`tailstream_query::pipeline::Streamed`). Storage is
+/// read a chunk at a time; the stages take one document at a time, as the cursor asks,
+/// so what a batch returns does not depend on the chunks (an error in a document
+/// after the batch is the next getMore's, as mongod's).
+pub struct PipelineScan {
+    pub(crate) meta: Arc<CollMeta>,
+    pub(crate) matcher: Arc<Matcher>,
+    pub(crate) scan: Box<Scan>,
+    pub(crate) stages: Streamed,
+    /// Documents read from the scan, not yet through the stages.
+    pub(crate) read: VecDeque<Document>,
+    /// What the stages gave and the cursor has not returned yet.
+    pub(crate) out: VecDeque<Document>,
+}
+
+impl PipelineScan {
+    pub(crate) fn new(
+        meta: Arc<CollMeta>,
+        matcher: Arc<Matcher>,
+        scan: Scan,
+        stages: Streamed,
+    ) -> Self {
+        PipelineScan {
+            meta,
+            matcher,
+            scan: Box::new(scan),
+            stages,
+            read: VecDeque::new(),
+            out: VecDeque::new(),
+        }
+    }
+
+    /// The next document out of the stages (None: the scan ended or a `$limit` was
+    /// reached).
+    fn next(&mut self, engine: &crate::Engine) -> Result<Option<Document>> {
+        while self.out.is_empty() && !self.ended() {
+            if self.read.is_empty() {
+                let mut chunk = Vec::new();
+                self.scan.next_batch(
+                    &engine.store,
+                    self.meta.id,
+                    &self.matcher,
+                    SCAN_CHUNK,
+                    &mut chunk,
+                )?;
+                self.read.extend(chunk.into_iter().map(|(_, d)| d));
+                continue;
+            }
+            let doc = self.read.pop_front().expect("checked not empty");
+            let lookups = engine.collection_source();
+            self.stages.push([doc], &lookups, &mut self.out)?;
+        }
+        Ok(self.out.pop_front())
+    }
+
+    /// No input can give more documents.
+    fn ended(&self) -> bool {
+        (self.scan.done && self.read.is_empty()) || self.stages.ended()
+    }
 }
 
 /// An event's bytes, shared by every cursor that returns it (see
@@ -208,7 +275,7 @@ impl Cursor {
     /// whether the cursor is exhausted afterwards.
     pub fn next_batch(
         &mut self,
-        store: &tailstream_storage::Store,
+        engine: &crate::Engine,
         batch_size: Option<usize>,
     ) -> Result<(Vec<Document>, bool)> {
         let want = match batch_size {
@@ -232,7 +299,7 @@ impl Cursor {
             let doc = match self.front.take() {
                 Some(d) => d,
                 None => {
-                    let Some(doc) = self.pull(store)? else {
+                    let Some(doc) = self.pull(engine)? else {
                         self.at_tail = self.tailable;
                         break;
                     };
@@ -285,6 +352,7 @@ impl Cursor {
                     Source::Scan { scan, buf, .. } => {
                         scan.done && buf.is_empty() && out.len() < want
                     }
+                    Source::Pipeline(p) => p.ended() && p.out.is_empty() && out.len() < want,
                     Source::Events(_) => false,
                 });
         Ok((out, exhausted))
@@ -377,7 +445,8 @@ impl Cursor {
     }
 
     /// The next matching document from the source, before skip and projection.
-    fn pull(&mut self, store: &tailstream_storage::Store) -> Result<Option<Document>> {
+    fn pull(&mut self, engine: &crate::Engine) -> Result<Option<Document>> {
+        let store = &engine.store;
         match &mut self.source {
             Source::Buffered(q) => Ok(q.pop_front()),
             Source::Sorted(m) => m.next_document(),
@@ -396,6 +465,7 @@ impl Cursor {
                 }
                 Ok(buf.pop_front())
             }
+            Source::Pipeline(p) => p.next(engine),
             Source::Events(_) => Ok(None),
         }
     }
@@ -758,17 +828,17 @@ mod batch_tests {
     fn batches_hold_what_was_asked_and_the_limit_ends_the_cursor() {
         let e = TestEngine::open();
         let mut c = buffered((0..5).map(|i| doc! {"_id": i}).collect());
-        let (docs, done) = c.next_batch(&e.store, Some(2)).unwrap();
+        let (docs, done) = c.next_batch(&e, Some(2)).unwrap();
         assert_eq!((ids(&docs), done), (vec![0, 1], false));
-        let (docs, done) = c.next_batch(&e.store, None).unwrap();
+        let (docs, done) = c.next_batch(&e, None).unwrap();
         assert_eq!((ids(&docs), done), (vec![2, 3, 4], true));
 
         let mut c = buffered((0..5).map(|i| doc! {"_id": i}).collect());
         c.remaining = Some(3);
         c.skip = 1;
-        let (docs, done) = c.next_batch(&e.store, Some(2)).unwrap();
+        let (docs, done) = c.next_batch(&e, Some(2)).unwrap();
         assert_eq!((ids(&docs), done), (vec![1, 2], false));
-        let (docs, done) = c.next_batch(&e.store, Some(10)).unwrap();
+        let (docs, done) = c.next_batch(&e, Some(10)).unwrap();
         assert_eq!(
             (ids(&docs), done),
             (vec![3], true),
@@ -785,7 +855,7 @@ mod batch_tests {
         let mut c = buffered((0..4).map(|i| doc! {"_id": i, "pad": &pad}).collect());
         let mut batches = Vec::new();
         loop {
-            let (docs, done) = c.next_batch(&e.store, None).unwrap();
+            let (docs, done) = c.next_batch(&e, None).unwrap();
             let bytes: usize = docs.iter().map(encoded_len).sum();
             assert!(bytes <= MAX_BATCH_BYTES, "{bytes} bytes in one batch");
             batches.push(ids(&docs));

@@ -5,7 +5,7 @@ use crate::catalog::namespace::Namespace;
 use crate::catalog::CollMeta;
 use crate::core::time::ClusterTime;
 use crate::oplog::{OPLOG_COLL, OPLOG_DB};
-use crate::read::cursor::{Cursor, Source, DEFAULT_FIRST_BATCH};
+use crate::read::cursor::{Cursor, PipelineScan, Source, DEFAULT_FIRST_BATCH};
 use crate::read::spill_sort::{SortMemory, Sorted, SpillSort, DEFAULT_MAX_SORT_BYTES};
 use crate::read::{self, Access, Plan, Scan};
 use crate::write::WriteOutcome;
@@ -339,7 +339,7 @@ impl Engine {
                 ..Default::default()
             });
         }
-        let (docs, exhausted) = cursor.next_batch(&self.store, batch_size)?;
+        let (docs, exhausted) = cursor.next_batch(self, batch_size)?;
         let ns = cursor.ns.clone();
         if exhausted || single_batch {
             return Ok(CursorBatch {
@@ -468,7 +468,7 @@ impl Engine {
                             (Vec::new(), false)
                         })
                 } else {
-                    c.next_batch(&self.store, Some(want))
+                    c.next_batch(self, Some(want))
                 }
             }
             _ if raw_tail => c
@@ -477,7 +477,7 @@ impl Engine {
                     raw_docs = docs;
                     (Vec::new(), false)
                 }),
-            _ => c.next_batch(&self.store, batch_size),
+            _ => c.next_batch(self, batch_size),
         };
         c.last_used = std::time::Instant::now();
         match result {
@@ -790,6 +790,17 @@ impl Engine {
             }
             None => (coll, stages.into()),
         };
+        if let (None, Some(c)) = (&view, read_coll) {
+            if let Some(source) = self.streamed_source(&Namespace::new(db, c), &stages, &vars)? {
+                let mut cursor = Cursor::new(cursor_ns, source);
+                cursor.lsid = lsid;
+                return self.first_batch(
+                    cursor,
+                    Some(batch_size.unwrap_or(DEFAULT_FIRST_BATCH)),
+                    false,
+                );
+            }
+        }
         let input = PipelineInput {
             docs: view,
             ..Default::default()
@@ -826,7 +837,7 @@ impl Engine {
         coll: Option<&str>,
         stages: &[Document],
         vars: &tailstream_query::expr::Variables,
-        input: PipelineInput,
+        mut input: PipelineInput,
         depth: usize,
     ) -> Result<(Vec<Document>, Pipeline)> {
         let source = EngineSource {
@@ -848,20 +859,9 @@ impl Engine {
                 let ns = Namespace::new(db, c);
                 // The leading $match also filters the scan, with the `let`
                 // variables bound and the collation the stage itself has.
-                let leading_matcher = || -> Result<Arc<Matcher>> {
-                    let leading = pipeline.leading_match().cloned().unwrap_or_default();
-                    let leading = if vars.vars.is_empty() {
-                        leading
-                    } else {
-                        tailstream_query::pipeline::substitute_vars(&leading, vars)
-                    };
-                    Ok(Arc::new(Matcher::with_collation(
-                        &leading,
-                        vars.collator.clone(),
-                    )?))
-                };
+                let leading_matcher = || leading_matcher(&pipeline, vars);
                 let scan: Box<dyn Iterator<Item = Result<Document>> + '_> =
-                    match (input.docs, self.collection(&ns)) {
+                    match (input.docs.take(), self.collection(&ns)) {
                         (Some(docs), _) => Box::new(docs.into_iter().map(Ok)),
                         (None, None) if is_oplog(&ns) => {
                             let matcher = leading_matcher()?;
@@ -875,22 +875,8 @@ impl Engine {
                         }
                         (None, None) => Box::new(std::iter::empty()),
                         (None, Some(meta)) => {
-                            let matcher = leading_matcher()?;
-                            let natural = input
-                                .reverse
-                                .then(|| SortSpec::parse(&doc! {"$natural": -1}))
-                                .transpose()?;
-                            let plan =
-                                read::plan(&meta, &matcher, natural.as_ref(), input.hint.as_ref())?;
-                            let mut scan = Scan::new(plan.access);
-                            if matcher.text().is_some() {
-                                scan.annotate_text_score = true;
-                                // The stage's own matcher checks the documents again: it
-                                // needs the text index too.
-                                if let Some(m) = pipeline.leading_matcher() {
-                                    read::plan(&meta, m, None, None)?;
-                                }
-                            }
+                            let (matcher, scan) =
+                                self.pipeline_scan(&meta, &pipeline, vars, &input, None)?;
                             Box::new(ScanIter::new(&self.store, meta, matcher, scan))
                         }
                     };
@@ -899,6 +885,92 @@ impl Engine {
             None => pipeline.run(Box::new(std::iter::empty()), &source, vars)?,
         };
         Ok((docs, pipeline))
+    }
+
+    /// The scan a pipeline over collection `meta` reads: its leading `$match` (with
+    /// the `let` variables bound and the stage's collation) also filters the scan.
+    fn pipeline_scan(
+        &self,
+        meta: &CollMeta,
+        pipeline: &Pipeline,
+        vars: &tailstream_query::expr::Variables,
+        input: &PipelineInput,
+        sort: Option<&SortSpec>,
+    ) -> Result<(Arc<Matcher>, Scan)> {
+        let matcher = leading_matcher(pipeline, vars)?;
+        let natural = input
+            .reverse
+            .then(|| SortSpec::parse(&doc! {"$natural": -1}))
+            .transpose()?;
+        let sort = sort.or(natural.as_ref());
+        let plan = read::plan(meta, &matcher, sort, input.hint.as_ref())?;
+        assert!(
+            plan.sorted || sort.is_none() || natural.is_some(),
+            "a pipeline's sort dropped for a plan that does not give its order"
+        );
+        let mut scan = Scan::new(plan.access);
+        if matcher.text().is_some() {
+            scan.annotate_text_score = true;
+            // The stage's own matcher checks the documents again: it needs the text
+            // index too.
+            if let Some(m) = pipeline.leading_matcher() {
+                read::plan(meta, m, None, None)?;
+            }
+        }
+        Ok((matcher, scan))
+    }
+
+    /// A cursor source running `stages` over collection `ns` as it is read, when every
+    /// stage streams (`Pipeline::streamed`), a leading `$sort` included when the plan
+    /// reads an index in its order (it is then dropped, as mongod's sort is when an
+    /// index provides it); None for the other pipelines, which run in full before
+    /// their first batch, and for the sources `run_stages` treats itself (a missing
+    /// collection, the oplog, `$collStats`).
+    fn streamed_source(
+        &self,
+        ns: &Namespace,
+        stages: &[Document],
+        vars: &tailstream_query::expr::Variables,
+    ) -> Result<Option<Source>> {
+        let Some(meta) = self.collection(ns) else {
+            return Ok(None);
+        };
+        if stages.first().is_some_and(|s| s.contains_key("$collStats")) {
+            return Ok(None);
+        }
+        let mut pipeline = Pipeline::parse(stages, &ns.db)?;
+        let sort_at = pipeline.leading_sort_position();
+        if !pipeline.streams_except(sort_at) {
+            return Ok(None);
+        }
+        let mut sort = None;
+        if let Some(i) = sort_at {
+            let (spec, _) = pipeline.leading_sort().expect("a $sort where it was found");
+            let spec = SortSpec::parse(spec)?.with_collator(vars.collator.clone());
+            let matcher = leading_matcher(&pipeline, vars)?;
+            if !read::serves_sort(&meta, &matcher, &spec)? {
+                return Ok(None);
+            }
+            pipeline = pipeline.without_stage(i);
+            sort = Some(spec);
+        }
+        let Ok(stream) = pipeline.streamed(vars)? else {
+            unreachable!("every stage left streams")
+        };
+        let input = PipelineInput::default();
+        let (matcher, scan) =
+            self.pipeline_scan(&meta, stream.pipeline(), vars, &input, sort.as_ref())?;
+        Ok(Some(Source::Pipeline(Box::new(PipelineScan::new(
+            meta, matcher, scan, stream,
+        )))))
+    }
+
+    /// Other collections as `$lookup`, `$unionWith` and `$graphLookup` read them.
+    pub(crate) fn collection_source(&self) -> impl CollectionSource + '_ {
+        EngineSource {
+            engine: self,
+            depth: 0,
+        }
     }
 
     /// The results of a resolved view over `base` (its collection's documents as a
@@ -1285,6 +1357,24 @@ pub(crate) struct PipelineInput {
     pub hint: Option<Bson>,
     /// Read in reverse natural order (`$natural: -1` of a find on a view).
     pub reverse: bool,
+}
+
+/// A pipeline's leading `$match` (everything when it has none), with the `let`
+/// variables bound and the operation's collation.
+fn leading_matcher(
+    pipeline: &Pipeline,
+    vars: &tailstream_query::expr::Variables,
+) -> Result<Arc<Matcher>> {
+    let leading = pipeline.leading_match().cloned().unwrap_or_default();
+    let leading = if vars.vars.is_empty() {
+        leading
+    } else {
+        tailstream_query::pipeline::substitute_vars(&leading, vars)
+    };
+    Ok(Arc::new(Matcher::with_collation(
+        &leading,
+        vars.collator.clone(),
+    )?))
 }
 
 /// mongod's wrapping of an error met while an aggregation runs.

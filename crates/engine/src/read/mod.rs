@@ -182,6 +182,12 @@ pub fn plan(
     Ok(p)
 }
 
+/// Whether the plan [`plan`] would choose returns the documents in `sort`'s order (it
+/// records nothing: the plan itself is made afterwards).
+pub(crate) fn serves_sort(meta: &CollMeta, matcher: &Matcher, sort: &SortSpec) -> Result<bool> {
+    Ok(choose_plan(meta, matcher, Some(sort), None)?.sorted)
+}
+
 /// The access path for a query on a collection. A capped collection's collection scans
 /// follow insertion order, as mongod's do.
 fn choose_plan(

@@ -17,7 +17,7 @@ use bson::{Bson, Document};
 use stages::Stage;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::rc::Rc;
+use std::sync::Arc;
 
 pub use crate::path::set_path;
 pub use group::{group_key, AccOp, AccSpec};
@@ -219,68 +219,21 @@ impl Pipeline {
         ctx: &RunCtx,
         vars: &Variables,
     ) -> Result<Vec<Document>> {
-        // Per-run matchers for $match stages that refer to variables, or that compare
-        // under the operation's collation.
-        let mut matchers: HashMap<usize, Matcher> = HashMap::new();
-        for (i, st) in self.stages.iter().enumerate() {
-            if let Stage::Match(m) = st {
-                let substitute = m.uses_vars && !vars.vars.is_empty();
-                if m.rest.is_empty() || !(substitute || vars.collator.is_some()) {
-                    continue;
-                }
-                let filter = if substitute {
-                    substitute_vars(&m.rest, vars)
-                } else {
-                    m.rest.clone()
-                };
-                matchers.insert(i, Matcher::with_collation(&filter, vars.collator.clone())?);
-            }
-        }
-        let prefix = self
-            .stages
-            .iter()
-            .position(|s| !s.is_streaming())
-            .unwrap_or(self.stages.len());
-        let mut counters: Vec<usize> = self
-            .stages
-            .iter()
-            .map(|s| match s {
-                Stage::Skip(n) | Stage::Limit(n) => *n,
-                _ => 0,
-            })
-            .collect();
+        let matchers = self.run_matchers(vars)?;
+        let prefix = self.streaming_prefix();
+        let mut counters = self.counters();
         let mut docs = Vec::new();
         // A `$group`, `$count` or limited `$sort` right after the streaming stages
         // folds their output as it comes.
         let mut folding = Folding::of(self.stages.get(prefix), vars);
-        let limit_exhausted = |counters: &Vec<usize>| {
-            self.stages[..prefix]
-                .iter()
-                .enumerate()
-                .any(|(i, s)| matches!(s, Stage::Limit(_)) && counters[i] == 0)
-        };
-        if !limit_exhausted(&counters) {
+        if !self.limit_reached(prefix, &counters) {
             for item in input {
-                let doc = item?;
-                let mut batch = vec![doc];
-                #[allow(clippy::needless_range_loop)] // i indexes stages, matchers and counters
-                for i in 0..prefix {
-                    batch = self.stages[i].apply_streaming(
-                        batch,
-                        ctx,
-                        vars,
-                        matchers.get(&i),
-                        &mut counters[i],
-                    )?;
-                    if batch.is_empty() {
-                        break;
-                    }
-                }
+                let batch = self.stream_one(item?, prefix, ctx, vars, &matchers, &mut counters)?;
                 match folding.as_mut() {
                     Some(f) => batch.into_iter().try_for_each(|d| f.add(d))?,
                     None => docs.extend(batch),
                 }
-                if limit_exhausted(&counters) {
+                if self.limit_reached(prefix, &counters) {
                     break;
                 }
             }
@@ -301,6 +254,178 @@ impl Pipeline {
             }
         }
         Ok(docs)
+    }
+
+    /// Per-run matchers for `$match` stages that refer to variables, or that compare
+    /// under the operation's collation (by stage index).
+    fn run_matchers(&self, vars: &Variables) -> Result<HashMap<usize, Matcher>> {
+        let mut matchers = HashMap::new();
+        for (i, st) in self.stages.iter().enumerate() {
+            if let Stage::Match(m) = st {
+                let substitute = m.uses_vars && !vars.vars.is_empty();
+                if m.rest.is_empty() || !(substitute || vars.collator.is_some()) {
+                    continue;
+                }
+                let filter = if substitute {
+                    substitute_vars(&m.rest, vars)
+                } else {
+                    m.rest.clone()
+                };
+                matchers.insert(i, Matcher::with_collation(&filter, vars.collator.clone())?);
+            }
+        }
+        Ok(matchers)
+    }
+
+    /// How many stages, from the first, take one document at a time.
+    fn streaming_prefix(&self) -> usize {
+        self.stages
+            .iter()
+            .position(|s| !s.is_streaming())
+            .unwrap_or(self.stages.len())
+    }
+
+    /// Each stage's count still to go: a `$skip`'s or `$limit`'s number, 0 for others.
+    fn counters(&self) -> Vec<usize> {
+        self.stages
+            .iter()
+            .map(|s| match s {
+                Stage::Skip(n) | Stage::Limit(n) => *n,
+                _ => 0,
+            })
+            .collect()
+    }
+
+    /// Whether a `$limit` among the first `prefix` stages has let all its documents pass.
+    fn limit_reached(&self, prefix: usize, counters: &[usize]) -> bool {
+        self.stages[..prefix]
+            .iter()
+            .zip(counters)
+            .any(|(s, n)| matches!(s, Stage::Limit(_)) && *n == 0)
+    }
+
+    /// One input document through the first `prefix` (streaming) stages.
+    fn stream_one(
+        &self,
+        doc: Document,
+        prefix: usize,
+        ctx: &RunCtx,
+        vars: &Variables,
+        matchers: &HashMap<usize, Matcher>,
+        counters: &mut [usize],
+    ) -> Result<Vec<Document>> {
+        let mut batch = vec![doc];
+        for (i, stage) in self.stages[..prefix].iter().enumerate() {
+            batch = stage.apply_streaming(batch, ctx, vars, matchers.get(&i), &mut counters[i])?;
+            if batch.is_empty() {
+                break;
+            }
+        }
+        Ok(batch)
+    }
+
+    /// Where [`Self::leading_sort`] is.
+    pub fn leading_sort_position(&self) -> Option<usize> {
+        let i = usize::from(matches!(self.stages.first(), Some(Stage::Match(_))));
+        matches!(self.stages.get(i), Some(Stage::Sort { .. })).then_some(i)
+    }
+
+    /// Whether every stage but the one at `except` streams and none writes.
+    pub fn streams_except(&self, except: Option<usize>) -> bool {
+        self.output_stage().is_none()
+            && self
+                .stages
+                .iter()
+                .enumerate()
+                .all(|(i, s)| Some(i) == except || s.is_streaming())
+    }
+
+    /// The pipeline without its stage at `i` (a `$sort` its input's order already
+    /// gives).
+    pub fn without_stage(mut self, i: usize) -> Pipeline {
+        self.stages.remove(i);
+        self.specs.remove(i);
+        self
+    }
+
+    /// This pipeline run as its cursor is read, when every stage streams and it writes
+    /// nothing (see [`Streamed`]); the pipeline back otherwise.
+    pub fn streamed(self, vars: &Variables) -> Result<std::result::Result<Streamed, Pipeline>> {
+        if !self.streams_except(None) {
+            return Ok(Err(self));
+        }
+        Ok(Ok(Streamed {
+            matchers: self.run_matchers(vars)?,
+            counters: self.counters(),
+            vars: vars.with_now(),
+            pipeline: self,
+            lookups: HashMap::new(),
+        }))
+    }
+}
+
+/// A pipeline whose every stage takes one document at a time (`$match`, `$project`,
+/// `$unwind`, `$limit`, `$lookup`, ...), run as its cursor is read: input documents are
+/// pushed through when the cursor needs more, so an aggregation over a large collection
+/// holds a batch, not its whole result, and returns its first batch without reading
+/// the rest (as mongod's aggregation cursors). `$$NOW` is fixed when it is made, and
+/// the collections `$lookup` reads are read once for the whole cursor, as they were for
+/// a whole run.
+pub struct Streamed {
+    pipeline: Pipeline,
+    vars: Variables,
+    matchers: HashMap<usize, Matcher>,
+    counters: Vec<usize>,
+    lookups: HashMap<(String, String), CachedDocuments>,
+}
+
+impl Streamed {
+    /// Runs `docs` through the stages, appending what comes out to `out`; stops early
+    /// once a `$limit` is reached ([`Self::ended`]).
+    pub fn push(
+        &mut self,
+        docs: impl IntoIterator<Item = Document>,
+        source: &dyn CollectionSource,
+        out: &mut std::collections::VecDeque<Document>,
+    ) -> Result<()> {
+        let ctx = RunCtx {
+            source,
+            cache: RefCell::new(std::mem::take(&mut self.lookups)),
+        };
+        let all = self.pipeline.stages.len();
+        let mut result = Ok(());
+        for doc in docs {
+            if self.ended() {
+                break;
+            }
+            match self.pipeline.stream_one(
+                doc,
+                all,
+                &ctx,
+                &self.vars,
+                &self.matchers,
+                &mut self.counters,
+            ) {
+                Ok(batch) => out.extend(batch),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        self.lookups = ctx.cache.into_inner();
+        result
+    }
+
+    /// The pipeline streamed.
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.pipeline
+    }
+
+    /// Whether a `$limit` has let all its documents through: no input can add more.
+    pub fn ended(&self) -> bool {
+        self.pipeline
+            .limit_reached(self.pipeline.stages.len(), &self.counters)
     }
 }
 
@@ -356,7 +481,7 @@ impl<'a> Folding<'a> {
 }
 
 /// A collection's documents read once for a run (by database and collection).
-type CachedDocuments = Rc<Vec<Document>>;
+type CachedDocuments = Arc<Vec<Document>>;
 
 struct RunCtx<'a> {
     source: &'a dyn CollectionSource,
@@ -364,12 +489,12 @@ struct RunCtx<'a> {
 }
 
 impl RunCtx<'_> {
-    fn scan(&self, db: &str, coll: &str) -> Result<Rc<Vec<Document>>> {
+    fn scan(&self, db: &str, coll: &str) -> Result<CachedDocuments> {
         let key = (db.to_string(), coll.to_string());
         if let Some(v) = self.cache.borrow().get(&key) {
             return Ok(v.clone());
         }
-        let docs = Rc::new(self.source.scan(db, coll)?);
+        let docs = Arc::new(self.source.scan(db, coll)?);
         self.cache.borrow_mut().insert(key, docs.clone());
         Ok(docs)
     }

@@ -733,3 +733,75 @@ fn a_limited_sort_keeps_the_stable_sorts_first_documents() {
         assert_eq!(out, expected[..n].to_vec(), "limit {k}");
     }
 }
+
+/// A streamed pipeline gives what the whole run gives, whatever the chunks its input
+/// comes in, and a reached `$limit` ends it without taking more input.
+#[test]
+fn a_streamed_pipeline_gives_the_runs_documents() {
+    let mut colls = HashMap::new();
+    colls.insert(
+        "test.cities".to_string(),
+        vec![doc! {"_id": "x", "n": 1}, doc! {"_id": "y", "n": 2}],
+    );
+    let src = Colls(colls);
+    let pipelines = vec![
+        vec![
+            doc! {"$match": {"age": {"$gte": 25}}},
+            doc! {"$project": {"name": 1}},
+        ],
+        vec![
+            doc! {"$unwind": "$tags"},
+            doc! {"$skip": 1},
+            doc! {"$limit": 2},
+        ],
+        vec![
+            doc! {"$skip": 1},
+            doc! {"$limit": 2},
+            doc! {"$match": {"city": "x"}},
+        ],
+        vec![
+            doc! {"$lookup": {"from": "cities", "localField": "city", "foreignField": "_id", "as": "c"}},
+            doc! {"$replaceRoot": {"newRoot": {"name": "$name", "c": "$c"}}},
+        ],
+        vec![doc! {"$limit": 1}],
+        vec![],
+    ];
+    for stages in pipelines {
+        let whole = run_with(stages.clone(), people(), &src).unwrap();
+        for chunk in [1, 3] {
+            let p = Pipeline::parse(&stages, "test").unwrap();
+            let Ok(mut s) = p.streamed(&Variables::default()).unwrap() else {
+                panic!("{stages:?} streams");
+            };
+            let mut out = std::collections::VecDeque::new();
+            let mut taken = 0;
+            for part in people().chunks(chunk) {
+                if s.ended() {
+                    break;
+                }
+                taken += part.len();
+                s.push(part.to_vec(), &src, &mut out).unwrap();
+            }
+            assert_eq!(Vec::from(out), whole, "{stages:?} in chunks of {chunk}");
+            if stages == vec![doc! {"$limit": 1}] {
+                assert_eq!(taken, chunk, "the limit ended the input at its first chunk");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_pipeline_with_a_blocking_or_output_stage_is_not_streamed() {
+    for stages in [
+        vec![doc! {"$match": {}}, doc! {"$sort": {"a": 1}}],
+        vec![doc! {"$group": {"_id": "$a"}}],
+        vec![doc! {"$match": {}}, doc! {"$out": "o"}],
+        vec![doc! {"$count": "n"}],
+    ] {
+        let p = Pipeline::parse(&stages, "test").unwrap();
+        assert!(
+            p.streamed(&Variables::default()).unwrap().is_err(),
+            "{stages:?}"
+        );
+    }
+}

@@ -12,7 +12,7 @@ use crate::matcher::Matcher;
 use crate::path::set_path;
 use bson::{Bson, Document};
 use std::collections::HashMap;
-use std::rc::Rc;
+use std::sync::Arc;
 
 pub(crate) struct LookupStage {
     from_db: String,
@@ -241,9 +241,9 @@ pub(crate) fn lookup(
     ctx: &RunCtx,
     vars: &Variables,
 ) -> Result<Document> {
-    let foreign: Rc<Vec<Document>> = match &l.from {
+    let foreign: Arc<Vec<Document>> = match &l.from {
         Some(c) => ctx.scan(&l.from_db, c)?,
-        None => Rc::new(Vec::new()),
+        None => Arc::new(Vec::new()),
     };
     let mut candidates: Vec<Document> = match (&l.local_field, &l.foreign_field) {
         (Some(lf), Some(ff)) => {
