@@ -311,3 +311,32 @@ def test_a_sort_past_its_memory_limit_spills_to_disk_or_fails_without_disk_use(f
         # Under the limit, or bounded by a limit, nothing needs the disk.
         assert len(list(coll.find({"_id": {"$lt": 50}}).sort("x", -1).allow_disk_use(False))) == 50
         assert len(list(coll.find({}).sort("x", -1).limit(10).allow_disk_use(False))) == 10
+
+
+def test_an_aggregations_sort_past_its_memory_limit_spills_to_disk_or_fails_without_disk_use(fresh_server):
+    """mongod's `$sort` stage, as a find's sort: past
+    internalQueryMaxBlockingSortMemoryUsageBytes the stages before it run into sorted
+    runs on disk, and the stages after it as the cursor is read; with allowDiskUse: false
+    the aggregate fails with 292."""
+    srv = fresh_server()
+    with srv.client() as c:
+        c.admin.command("setParameter", 1, internalQueryMaxBlockingSortMemoryUsageBytes=200_000)
+        coll = c.t.spill
+        c.t.other.insert_many([{"_id": k, "name": f"n{k}"} for k in range(37)])
+        pad = "p" * 1000
+        coll.insert_many([{"_id": i, "x": (i * 7919) % 37, "pad": pad} for i in range(3000)])
+        expected = sorted(range(1, 3000), key=lambda i: -((i * 7919) % 37))  # stable: _id order on ties
+        pipeline = [{"$match": {"_id": {"$gte": 1}}}, {"$set": {"y": "$x"}}, {"$sort": {"x": -1}},
+                    {"$lookup": {"from": "other", "localField": "x", "foreignField": "_id", "as": "o"}},
+                    {"$project": {"name": {"$first": "$o.name"}, "x": 1, "y": 1}}]
+        got = list(coll.aggregate(pipeline, batchSize=500))
+        assert [d["_id"] for d in got] == expected
+        assert all(d["name"] == f"n{d['x']}" and d["y"] == d["x"] for d in got)
+        assert (srv.dbpath / "_tmp").is_dir(), "the runs went to the data directory's _tmp folder"
+        with pytest.raises(OperationFailure) as exc:
+            list(coll.aggregate([{"$sort": {"x": -1}}], allowDiskUse=False))
+        assert exc.value.code == 292, exc.value.details
+        assert "Sort exceeded memory limit of 200000 bytes" in exc.value.details["errmsg"]
+        # Under the limit, nothing needs the disk.
+        small = [{"$match": {"_id": {"$lt": 50}}}, {"$sort": {"x": -1}}, {"$project": {"_id": 1}}]
+        assert len(list(coll.aggregate(small, allowDiskUse=False))) == 50

@@ -51,56 +51,83 @@ pub enum Source {
     Events(Box<dyn EventSource>),
 }
 
-/// A streamed aggregation: the scan of its collection (its leading `$match` as the
-/// scan's filter) and its stages (`tailstream_query::pipeline::Streamed`). Storage is
-/// read a chunk at a time; the stages take one document at a time, as the cursor asks,
-/// so what a batch returns does not depend on the chunks (an error in a document
-/// after the batch is the next getMore's, as mongod's).
+/// A streamed aggregation: what feeds its stages, and the stages
+/// (`tailstream_query::pipeline::Streamed`). Storage is read a chunk at a time; the
+/// stages take one document at a time, as the cursor asks, so what a batch returns
+/// does not depend on the chunks (an error in a document after the batch is the next
+/// getMore's, as mongod's).
 pub struct PipelineScan {
-    pub(crate) meta: Arc<CollMeta>,
-    pub(crate) matcher: Arc<Matcher>,
-    pub(crate) scan: Box<Scan>,
-    pub(crate) stages: Streamed,
-    /// Documents read from the scan, not yet through the stages.
-    pub(crate) read: VecDeque<Document>,
+    feed: Feed,
+    stages: Streamed,
+    /// The feed gave its last document.
+    fed: bool,
     /// What the stages gave and the cursor has not returned yet.
-    pub(crate) out: VecDeque<Document>,
+    out: VecDeque<Document>,
 }
 
-impl PipelineScan {
-    pub(crate) fn new(
+/// What a streamed aggregation's stages read.
+pub(crate) enum Feed {
+    /// The collection's scan (the pipeline's leading `$match` as its filter), with
+    /// the documents read and not yet through the stages.
+    Scan {
         meta: Arc<CollMeta>,
         matcher: Arc<Matcher>,
-        scan: Scan,
-        stages: Streamed,
-    ) -> Self {
-        PipelineScan {
+        scan: Box<Scan>,
+        read: VecDeque<Document>,
+    },
+    /// A `$sort`'s output (the stages before it already run, into the sort).
+    Sorted(crate::read::spill_sort::Sorted),
+}
+
+impl Feed {
+    pub(crate) fn scan(meta: Arc<CollMeta>, matcher: Arc<Matcher>, scan: Scan) -> Feed {
+        Feed::Scan {
             meta,
             matcher,
             scan: Box::new(scan),
-            stages,
             read: VecDeque::new(),
+        }
+    }
+
+    /// The next document (None: no more).
+    pub(crate) fn next(&mut self, store: &tailstream_storage::Store) -> Result<Option<Document>> {
+        match self {
+            Feed::Scan {
+                meta,
+                matcher,
+                scan,
+                read,
+            } => {
+                while read.is_empty() && !scan.done {
+                    let mut chunk = Vec::new();
+                    scan.next_batch(store, meta.id, matcher, SCAN_CHUNK, &mut chunk)?;
+                    read.extend(chunk.into_iter().map(|(_, d)| d));
+                }
+                Ok(read.pop_front())
+            }
+            Feed::Sorted(sorted) => sorted.next(),
+        }
+    }
+}
+
+impl PipelineScan {
+    pub(crate) fn new(feed: Feed, stages: Streamed) -> Self {
+        PipelineScan {
+            feed,
+            stages,
+            fed: false,
             out: VecDeque::new(),
         }
     }
 
-    /// The next document out of the stages (None: the scan ended or a `$limit` was
+    /// The next document out of the stages (None: the feed ended or a `$limit` was
     /// reached).
     fn next(&mut self, engine: &crate::Engine) -> Result<Option<Document>> {
         while self.out.is_empty() && !self.ended() {
-            if self.read.is_empty() {
-                let mut chunk = Vec::new();
-                self.scan.next_batch(
-                    &engine.store,
-                    self.meta.id,
-                    &self.matcher,
-                    SCAN_CHUNK,
-                    &mut chunk,
-                )?;
-                self.read.extend(chunk.into_iter().map(|(_, d)| d));
-                continue;
-            }
-            let doc = self.read.pop_front().expect("checked not empty");
+            let Some(doc) = self.feed.next(&engine.store)? else {
+                self.fed = true;
+                break;
+            };
             let lookups = engine.collection_source();
             self.stages.push([doc], &lookups, &mut self.out)?;
         }
@@ -109,7 +136,7 @@ impl PipelineScan {
 
     /// No input can give more documents.
     fn ended(&self) -> bool {
-        (self.scan.done && self.read.is_empty()) || self.stages.ended()
+        self.fed || self.stages.ended()
     }
 }
 

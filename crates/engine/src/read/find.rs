@@ -5,7 +5,7 @@ use crate::catalog::namespace::Namespace;
 use crate::catalog::CollMeta;
 use crate::core::time::ClusterTime;
 use crate::oplog::{OPLOG_COLL, OPLOG_DB};
-use crate::read::cursor::{Cursor, PipelineScan, Source, DEFAULT_FIRST_BATCH};
+use crate::read::cursor::{Cursor, Feed, PipelineScan, Source, DEFAULT_FIRST_BATCH};
 use crate::read::spill_sort::{SortMemory, Sorted, SpillSort, DEFAULT_MAX_SORT_BYTES};
 use crate::read::{self, Access, Plan, Scan};
 use crate::write::WriteOutcome;
@@ -91,6 +91,14 @@ pub struct CursorBatch {
     /// documents of an unfiltered tailable cursor on a capped collection, as stored
     /// (`Cursor::raw_tail`). Either these or `docs`, never both.
     pub raw_docs: Vec<crate::read::cursor::RawEvent>,
+}
+
+/// What an aggregation's blocking stages may hold: the operation's `allowDiskUse` and
+/// the server's `internalQueryMaxBlockingSortMemoryUsageBytes` (None: the default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DiskUse {
+    pub allow_disk_use: Option<bool>,
+    pub max_sort_bytes: Option<usize>,
 }
 
 /// Most documents a tailable cursor's getMore returns when it runs on an async worker
@@ -694,7 +702,7 @@ impl Engine {
         lsid: Option<Bson>,
         let_vars: Option<&Document>,
         collation: Option<&Document>,
-        allow_disk_use: Option<bool>,
+        disk: DiskUse,
     ) -> Result<CursorBatch> {
         // A time-series collection's buckets, made on reading, are the input.
         let buckets = match coll {
@@ -702,15 +710,7 @@ impl Engine {
             None => None,
         };
         self.aggregate_in(
-            db,
-            coll,
-            stages,
-            batch_size,
-            lsid,
-            let_vars,
-            buckets,
-            collation,
-            allow_disk_use,
+            db, coll, stages, batch_size, lsid, let_vars, buckets, collation, disk,
         )
     }
 
@@ -727,7 +727,7 @@ impl Engine {
         let_vars: Option<&Document>,
         view: Option<Vec<Document>>,
         collation: Option<&Document>,
-        allow_disk_use: Option<bool>,
+        disk: DiskUse,
     ) -> Result<CursorBatch> {
         let batch_size = check_batch_size(batch_size)?;
         let meta = coll.and_then(|c| self.collection(&Namespace::new(db, c)));
@@ -745,7 +745,7 @@ impl Engine {
                     let_vars,
                     Some(docs),
                     collation,
-                    allow_disk_use,
+                    disk,
                 );
             }
         }
@@ -762,7 +762,7 @@ impl Engine {
             },
         };
         vars.collator = collator.clone();
-        vars.forbid_disk_use = allow_disk_use == Some(false);
+        vars.forbid_disk_use = disk.allow_disk_use == Some(false);
         let cursor_ns = match coll {
             Some(c) => format!("{db}.{c}"),
             None => format!("{db}.$cmd.aggregate"),
@@ -791,7 +791,9 @@ impl Engine {
             None => (coll, stages.into()),
         };
         if let (None, Some(c)) = (&view, read_coll) {
-            if let Some(source) = self.streamed_source(&Namespace::new(db, c), &stages, &vars)? {
+            let memory = self.sort_memory(disk.max_sort_bytes, disk.allow_disk_use);
+            let ns = Namespace::new(db, c);
+            if let Some(source) = self.streamed_source(&ns, &stages, &vars, memory)? {
                 let mut cursor = Cursor::new(cursor_ns, source);
                 cursor.lsid = lsid;
                 return self.first_batch(
@@ -923,14 +925,18 @@ impl Engine {
     /// A cursor source running `stages` over collection `ns` as it is read, when every
     /// stage streams (`Pipeline::streamed`), a leading `$sort` included when the plan
     /// reads an index in its order (it is then dropped, as mongod's sort is when an
-    /// index provides it); None for the other pipelines, which run in full before
-    /// their first batch, and for the sources `run_stages` treats itself (a missing
+    /// index provides it), or when one `$sort` without a `$limit` stands between
+    /// streaming stages: the stages before it run into a sort that spills past
+    /// `memory` (a find's sort's mechanism, `spill_sort`), those after it as the
+    /// cursor is read. None for the other pipelines, which run in full before their
+    /// first batch, and for the sources `run_stages` treats itself (a missing
     /// collection, the oplog, `$collStats`).
     fn streamed_source(
         &self,
         ns: &Namespace,
         stages: &[Document],
         vars: &tailstream_query::expr::Variables,
+        memory: SortMemory,
     ) -> Result<Option<Source>> {
         let Some(meta) = self.collection(ns) else {
             return Ok(None);
@@ -940,28 +946,50 @@ impl Engine {
         }
         let mut pipeline = Pipeline::parse(stages, &ns.db)?;
         let sort_at = pipeline.leading_sort_position();
-        if !pipeline.streams_except(sort_at) {
-            return Ok(None);
-        }
-        let mut sort = None;
-        if let Some(i) = sort_at {
-            let (spec, _) = pipeline.leading_sort().expect("a $sort where it was found");
-            let spec = SortSpec::parse(spec)?.with_collator(vars.collator.clone());
-            let matcher = leading_matcher(&pipeline, vars)?;
-            if !read::serves_sort(&meta, &matcher, &spec)? {
-                return Ok(None);
+        if pipeline.streams_except(sort_at) {
+            let mut sort = None;
+            if let Some(i) = sort_at {
+                let (spec, _) = pipeline.leading_sort().expect("a $sort where it was found");
+                let spec = SortSpec::parse(spec)?.with_collator(vars.collator.clone());
+                let matcher = leading_matcher(&pipeline, vars)?;
+                if read::serves_sort(&meta, &matcher, &spec)? {
+                    pipeline = pipeline.without_stage(i);
+                    sort = Some(spec);
+                }
             }
-            pipeline = pipeline.without_stage(i);
-            sort = Some(spec);
+            if sort.is_some() || sort_at.is_none() {
+                let Ok(stream) = pipeline.streamed(vars)? else {
+                    unreachable!("every stage left streams")
+                };
+                let input = PipelineInput::default();
+                let (matcher, scan) =
+                    self.pipeline_scan(&meta, stream.pipeline(), vars, &input, sort.as_ref())?;
+                let feed = Feed::scan(meta, matcher, scan);
+                return Ok(Some(Source::Pipeline(Box::new(PipelineScan::new(
+                    feed, stream,
+                )))));
+            }
         }
-        let Ok(stream) = pipeline.streamed(vars)? else {
-            unreachable!("every stage left streams")
+        let Ok((mut before, spec, after)) = pipeline.split_at_sort(vars)? else {
+            return Ok(None);
         };
         let input = PipelineInput::default();
-        let (matcher, scan) =
-            self.pipeline_scan(&meta, stream.pipeline(), vars, &input, sort.as_ref())?;
+        let (matcher, scan) = self.pipeline_scan(&meta, before.pipeline(), vars, &input, None)?;
+        tailstream_query::script::Operation::count_current(|s| s.note_sort_in_memory());
+        let mut feed = Feed::scan(meta, matcher, scan);
+        let mut sorter = SpillSort::new(spec, memory);
+        let lookups = self.collection_source();
+        let mut out = VecDeque::new();
+        while !before.ended() {
+            let Some(doc) = feed.next(&self.store)? else {
+                break;
+            };
+            before.push([doc], &lookups, &mut out)?;
+            out.drain(..).try_for_each(|d| sorter.push(d))?;
+        }
+        let feed = Feed::Sorted(sorter.finish()?);
         Ok(Some(Source::Pipeline(Box::new(PipelineScan::new(
-            meta, matcher, scan, stream,
+            feed, after,
         )))))
     }
 

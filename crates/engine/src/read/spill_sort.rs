@@ -56,6 +56,16 @@ pub(crate) enum Sorted {
     Merged(Merge),
 }
 
+impl Sorted {
+    /// The next document in the sort's order (None: all given).
+    pub(crate) fn next(&mut self) -> Result<Option<Document>> {
+        match self {
+            Sorted::Memory(docs) => Ok(docs.pop_front()),
+            Sorted::Merged(merge) => merge.next_document(),
+        }
+    }
+}
+
 impl SpillSort {
     pub(crate) fn new(spec: SortSpec, memory: SortMemory) -> SpillSort {
         assert!(memory.max_bytes > 0, "a sort may hold something");

@@ -348,6 +348,37 @@ impl Pipeline {
         self
     }
 
+    /// A pipeline of streaming stages, one `$sort` no `$limit` bounds, then streaming
+    /// stages again (writing nothing): the stages before the sort, its order (under
+    /// the run's collation) and the stages after it, each streamed, for a sort that
+    /// spills past its memory limit; the pipeline back otherwise.
+    #[allow(clippy::type_complexity)] // the three parts, or the pipeline unchanged
+    pub fn split_at_sort(
+        mut self,
+        vars: &Variables,
+    ) -> Result<std::result::Result<(Streamed, crate::sort::SortSpec, Streamed), Pipeline>> {
+        let at = self.streaming_prefix();
+        let unbounded_sort = matches!(self.stages.get(at), Some(Stage::Sort { limit: None, .. }));
+        if !unbounded_sort || !self.streams_except(Some(at)) {
+            return Ok(Err(self));
+        }
+        let after = Pipeline {
+            stages: self.stages.split_off(at + 1),
+            specs: self.specs.split_off(at + 1),
+            db: self.db.clone(),
+        };
+        self.specs.pop();
+        let Some(Stage::Sort { spec, .. }) = self.stages.pop() else {
+            unreachable!("a $sort at {at}")
+        };
+        let spec = stages::sort_limit_sample::sorted_under(spec, vars);
+        let vars = vars.with_now();
+        let (Ok(before), Ok(after)) = (self.streamed(&vars)?, after.streamed(&vars)?) else {
+            unreachable!("both parts stream")
+        };
+        Ok(Ok((before, spec, after)))
+    }
+
     /// This pipeline run as its cursor is read, when every stage streams and it writes
     /// nothing (see [`Streamed`]); the pipeline back otherwise.
     pub fn streamed(self, vars: &Variables) -> Result<std::result::Result<Streamed, Pipeline>> {

@@ -805,3 +805,43 @@ fn a_pipeline_with_a_blocking_or_output_stage_is_not_streamed() {
         );
     }
 }
+
+/// A `$sort` without a limit between streaming stages splits the pipeline in three:
+/// the stages before it, fed into the sort, then the stages after it, give what the
+/// whole run gives.
+#[test]
+fn a_pipeline_splits_at_its_unbounded_sort() {
+    let stages = vec![
+        doc! {"$match": {"age": {"$gte": 25}}},
+        doc! {"$set": {"n": {"$strLenCP": "$name"}}},
+        doc! {"$sort": {"age": -1, "_id": 1}},
+        doc! {"$project": {"name": 1, "n": 1}},
+        doc! {"$limit": 2},
+    ];
+    let whole = run(stages.clone(), people());
+    let p = Pipeline::parse(&stages, "test").unwrap();
+    let Ok((mut before, spec, mut after)) = p.split_at_sort(&Variables::default()).unwrap() else {
+        panic!("the pipeline splits");
+    };
+    let mut sorted = std::collections::VecDeque::new();
+    before.push(people(), &NoCollections, &mut sorted).unwrap();
+    let mut sorted = Vec::from(sorted);
+    sorted.sort_by(|a, b| spec.compare(a, b));
+    let mut out = std::collections::VecDeque::new();
+    after.push(sorted, &NoCollections, &mut out).unwrap();
+    assert_eq!(Vec::from(out), whole);
+    assert_eq!(ids(&whole), vec![Bson::Int32(3), Bson::Int32(1)]);
+    for stages in [
+        vec![doc! {"$sort": {"a": 1}}, doc! {"$limit": 3}],
+        vec![doc! {"$sort": {"a": 1}}, doc! {"$group": {"_id": "$a"}}],
+        vec![doc! {"$group": {"_id": "$a"}}, doc! {"$sort": {"_id": 1}}],
+        vec![doc! {"$match": {}}],
+        vec![doc! {"$sort": {"a": 1}}, doc! {"$out": "o"}],
+    ] {
+        let p = Pipeline::parse(&stages, "test").unwrap();
+        assert!(
+            p.split_at_sort(&Variables::default()).unwrap().is_err(),
+            "{stages:?}"
+        );
+    }
+}

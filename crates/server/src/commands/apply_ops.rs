@@ -438,7 +438,7 @@ fn first_match(e: &Engine, ns: &Namespace, filter: Document) -> Result<Option<Do
         None,
         None,
         None,
-        None,
+        Default::default(),
     )?
     .docs
     .into_iter()

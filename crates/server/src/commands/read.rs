@@ -10,7 +10,7 @@ use bson::{doc, Bson, Document};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tailstream_engine::find::{CursorBatch, FindRequest};
+use tailstream_engine::find::{CursorBatch, DiskUse, FindRequest};
 use tailstream_engine::namespace::Namespace;
 use tailstream_engine::query::error::{codes, Error, Result};
 use tailstream_engine::read::get_more::GetMoreRequest;
@@ -348,7 +348,10 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
         .unwrap_or(false);
     let let_vars = opt_doc(cmd, "let")?;
     let collation = opt_doc(cmd, "collation")?;
-    let allow_disk_use = cmd.get_bool("allowDiskUse").ok();
+    let disk = DiskUse {
+        allow_disk_use: cmd.get_bool("allowDiskUse").ok(),
+        max_sort_bytes: state.max_blocking_sort_bytes(),
+    };
     if writes && crate::transactions::current().is_some() {
         return Err(Error::new(
             codes::OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
@@ -388,7 +391,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
                     let_vars.as_ref(),
                     docs,
                     collation.as_ref(),
-                    allow_disk_use,
+                    disk,
                 )
             })
             .await?
@@ -403,7 +406,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
                     lsid,
                     let_vars.as_ref(),
                     collation.as_ref(),
-                    allow_disk_use,
+                    disk,
                 )
             })
             .await?

@@ -139,11 +139,15 @@ pub(crate) fn sort(
 /// A `$sort` (with the `$limit` folded into it, if any) taking its input one document
 /// at a time (see [`TopK`]), under the run's collation.
 pub(crate) fn top_sort(spec: &SortSpec, limit: Option<usize>, vars: &Variables) -> TopK {
-    let spec = match &vars.collator {
-        None => spec.clone(),
-        Some(c) => spec.clone().with_collator(Some(c.clone())),
-    };
-    TopK::new(spec, limit)
+    TopK::new(sorted_under(spec.clone(), vars), limit)
+}
+
+/// A `$sort`'s order under the run's collation.
+pub(crate) fn sorted_under(spec: SortSpec, vars: &Variables) -> SortSpec {
+    match &vars.collator {
+        None => spec,
+        Some(c) => spec.with_collator(Some(c.clone())),
+    }
 }
 
 /// `$sample`: `n` documents drawn without replacement (a partial Fisher-Yates shuffle).
