@@ -233,6 +233,36 @@ class TestLookup:
         assert out[0]["p"] == []
 
 
+    def test_an_index_on_the_foreign_field_finds_the_matches_and_without_one_the_same(self, db):
+        """With an index on foreignField each local document's matches are read through it
+        (mongod's indexed join: $indexStats counts one access a lookup); without one, the
+        foreign collection is read once and joined by hash. Both give the linear search's
+        matches in the foreign collection's order."""
+        foreign = [{"_id": i, "k": v} for i, v in enumerate(
+            [1, 1.0, "a", "A", [1, 2], {"x": 1}, None, 2, [], [[1]], "b", 3])] + [{"_id": 99}]
+        db.f_indexed.insert_many(foreign)
+        db.f_indexed.create_index("k")
+        db.f_plain.insert_many(foreign)
+        local = [{"_id": i, "l": v} for i, v in enumerate([1, "a", [2, "b"], {"x": 1}, None, 7, [1], []])]
+        db.local.insert_many(local)
+        ops = lambda: next(s["accesses"]["ops"] for s in db.f_indexed.aggregate([{"$indexStats": {}}])
+                           if s["name"] == "k_1")
+        before = ops()
+        results = {}
+        for name in ("f_indexed", "f_plain"):
+            out = agg(db.local, [{"$lookup": {"from": name, "localField": "l", "foreignField": "k", "as": "m"}},
+                                 {"$project": {"m": "$m._id"}}])
+            results[name] = {d["_id"]: d["m"] for d in out}
+        expected = {0: [0, 1, 4], 1: [2], 2: [4, 7, 10], 3: [5], 4: [6, 99], 5: [], 6: [0, 1, 4], 7: []}
+        assert results["f_plain"] == expected
+        assert results["f_indexed"] == expected
+        # One index lookup per local document but the null one and the empty array's.
+        assert ops() - before == 6
+        out = agg(db.local, [{"$lookup": {"from": "f_indexed", "localField": "l", "foreignField": "k",
+                                          "as": "m"}}, {"$project": {"m": "$m._id"}}],
+                  collation={"locale": "en", "strength": 2})
+        assert {d["_id"]: d["m"] for d in out}[1] == [2, 3]
+
 class TestExpressions:
     def one(self, coll, expr, doc=None):
         coll.insert_one(doc or {"_id": 1})

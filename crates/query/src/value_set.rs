@@ -64,7 +64,8 @@ impl<'c> ValueSet<'c> {
     }
 }
 
-fn bucket_hash(v: &Bson, collator: Option<&Collator>) -> u64 {
+/// A hash two values equal under `collator` (`bson_eq_with`) always share.
+pub(crate) fn bucket_hash(v: &Bson, collator: Option<&Collator>) -> u64 {
     let mut h = DefaultHasher::new();
     canonical_type(v).hash(&mut h);
     match v {

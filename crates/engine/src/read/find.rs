@@ -1459,6 +1459,41 @@ impl CollectionSource for EngineSource<'_> {
             .map(|(_, d)| d)
             .collect())
     }
+
+    fn find_equal(
+        &self,
+        db: &str,
+        coll: &str,
+        field: &str,
+        values: &[Bson],
+        collator: Option<&Arc<Collator>>,
+    ) -> Result<Option<Vec<Document>>> {
+        let ns = Namespace::new(db, coll);
+        if self.engine.resolve_view(&ns)?.is_some() {
+            return Ok(None);
+        }
+        let Some(meta) = self.engine.collection(&ns) else {
+            return Ok(Some(Vec::new()));
+        };
+        // Record keys are `_id`s (the scan's order) except in these.
+        if meta.is_capped() || meta.is_timeseries() {
+            return Ok(None);
+        }
+        let filter = doc! {field: {"$in": values.to_vec()}};
+        let matcher = Matcher::for_query_with_collation(&filter, collator.cloned())?;
+        let plan = read::plan(&meta, &matcher, None, None)?;
+        if !matches!(
+            plan.access,
+            Access::IndexScan { .. } | Access::IdPoints(_) | Access::IdRange { .. }
+        ) {
+            return Ok(None);
+        }
+        let mut found =
+            Scan::new(plan.access).collect_all(&self.engine.store, meta.id, &matcher)?;
+        // The scan's order: by record key.
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(Some(found.into_iter().map(|(_, d)| d).collect()))
+    }
 }
 
 /// A numeric command argument as i64 (ints, longs and integral doubles).

@@ -27,6 +27,21 @@ pub use stages::{matcher_values, substitute_vars};
 /// Access to other collections for $lookup / $unionWith / $graphLookup, supplied by the engine.
 pub trait CollectionSource {
     fn scan(&self, db: &str, coll: &str) -> crate::Result<Vec<bson::Document>>;
+
+    /// The documents of `coll` whose `field` equals one of `values` (a query's `$in`,
+    /// under `collator`; none of them null, undefined or a regular expression), in the
+    /// order [`Self::scan`] gives them, when an index on `field` finds them; None when
+    /// none does (the caller then joins over the whole scan).
+    fn find_equal(
+        &self,
+        _db: &str,
+        _coll: &str,
+        _field: &str,
+        _values: &[Bson],
+        _collator: Option<&Arc<crate::collation::Collator>>,
+    ) -> crate::Result<Option<Vec<bson::Document>>> {
+        Ok(None)
+    }
 }
 
 /// A source with no collections (every scan is empty).
@@ -208,7 +223,7 @@ impl Pipeline {
         let vars = vars.with_now();
         let ctx = RunCtx {
             source,
-            cache: RefCell::new(HashMap::new()),
+            cache: RefCell::new(RunCache::default()),
         };
         self.run_in(input, &ctx, &vars)
     }
@@ -390,7 +405,7 @@ impl Pipeline {
             counters: self.counters(),
             vars: vars.with_now(),
             pipeline: self,
-            lookups: HashMap::new(),
+            lookups: RunCache::default(),
         }))
     }
 }
@@ -407,7 +422,7 @@ pub struct Streamed {
     vars: Variables,
     matchers: HashMap<usize, Matcher>,
     counters: Vec<usize>,
-    lookups: HashMap<(String, String), CachedDocuments>,
+    lookups: RunCache,
 }
 
 impl Streamed {
@@ -514,20 +529,85 @@ impl<'a> Folding<'a> {
 /// A collection's documents read once for a run (by database and collection).
 type CachedDocuments = Arc<Vec<Document>>;
 
+/// What a run reads once: other collections' documents, and a `$lookup`'s index of
+/// them by its `foreignField` (by database, collection and field).
+#[derive(Default)]
+struct RunCache {
+    docs: HashMap<(String, String), CachedDocuments>,
+    foreign: HashMap<(String, String, String), Arc<stages::ForeignIndex>>,
+    /// Foreign fields no index serves (`CollectionSource::find_equal` said so once).
+    unindexed: std::collections::HashSet<(String, String, String)>,
+}
+
 struct RunCtx<'a> {
     source: &'a dyn CollectionSource,
-    cache: RefCell<HashMap<(String, String), CachedDocuments>>,
+    cache: RefCell<RunCache>,
 }
 
 impl RunCtx<'_> {
     fn scan(&self, db: &str, coll: &str) -> Result<CachedDocuments> {
         let key = (db.to_string(), coll.to_string());
-        if let Some(v) = self.cache.borrow().get(&key) {
+        if let Some(v) = self.cache.borrow().docs.get(&key) {
             return Ok(v.clone());
         }
         let docs = Arc::new(self.source.scan(db, coll)?);
-        self.cache.borrow_mut().insert(key, docs.clone());
+        self.cache.borrow_mut().docs.insert(key, docs.clone());
         Ok(docs)
+    }
+
+    /// The documents of `coll` whose `field` equals one of `values`, read through an
+    /// index on `field` (mongod's indexed nested-loop join); None when no index serves
+    /// it or a value is one an index lookup could treat otherwise than `$lookup`'s
+    /// equality (null, undefined, a regular expression).
+    fn find_equal(
+        &self,
+        db: &str,
+        coll: &str,
+        field: &str,
+        values: &[Bson],
+        vars: &Variables,
+    ) -> Result<Option<Vec<Document>>> {
+        if values.is_empty() {
+            return Ok(Some(Vec::new()));
+        }
+        let odd = |v: &Bson| matches!(v, Bson::Null | Bson::Undefined | Bson::RegularExpression(_));
+        if values.iter().any(odd) {
+            return Ok(None);
+        }
+        let key = (db.to_string(), coll.to_string(), field.to_string());
+        if self.cache.borrow().unindexed.contains(&key) {
+            return Ok(None);
+        }
+        let found = self
+            .source
+            .find_equal(db, coll, field, values, vars.collator.as_ref())?;
+        if found.is_none() {
+            self.cache.borrow_mut().unindexed.insert(key);
+        }
+        Ok(found)
+    }
+
+    /// Collection `coll`'s documents and their index by `field` (see
+    /// [`stages::ForeignIndex`]), under the run's collation.
+    fn foreign_index(
+        &self,
+        db: &str,
+        coll: &str,
+        field: &str,
+        vars: &Variables,
+    ) -> Result<(CachedDocuments, Arc<stages::ForeignIndex>)> {
+        let docs = self.scan(db, coll)?;
+        let key = (db.to_string(), coll.to_string(), field.to_string());
+        if let Some(ix) = self.cache.borrow().foreign.get(&key) {
+            return Ok((docs, ix.clone()));
+        }
+        let ix = Arc::new(stages::ForeignIndex::new(
+            &docs,
+            field,
+            vars.collator.as_deref(),
+        ));
+        self.cache.borrow_mut().foreign.insert(key, ix.clone());
+        Ok((docs, ix))
     }
 }
 

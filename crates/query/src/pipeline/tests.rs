@@ -845,3 +845,75 @@ fn a_pipeline_splits_at_its_unbounded_sort() {
         );
     }
 }
+
+/// A `$lookup`'s index of the foreign documents finds what comparing each foreign
+/// document finds (the linear search it replaced), in the collection's order: numbers
+/// across types, arrays, nested paths, null, missing and undefined, documents,
+/// strings under a collation.
+#[test]
+fn a_lookups_foreign_index_matches_the_linear_search() {
+    use crate::collation::Collator;
+    use stages::ForeignIndex;
+    let foreign = vec![
+        doc! {"_id": 0, "k": 1},
+        doc! {"_id": 1, "k": 1.0},
+        doc! {"_id": 2, "k": bson::Decimal128::from_bytes([0; 16])},
+        doc! {"_id": 3, "k": [1, 2, [3]]},
+        doc! {"_id": 4},
+        doc! {"_id": 5, "k": null},
+        doc! {"_id": 6, "k": Bson::Undefined},
+        doc! {"_id": 7, "k": {"a": 1}},
+        doc! {"_id": 8, "k": "ABC"},
+        doc! {"_id": 9, "k": "abc"},
+        doc! {"_id": 10, "k": [{"a": 1}, "x"]},
+        doc! {"_id": 11, "k": 0},
+        doc! {"_id": 12, "k": -0.0},
+        doc! {"_id": 13, "k": f64::NAN},
+        doc! {"_id": 14, "k": [null]},
+        doc! {"_id": 15, "k": []},
+    ];
+    let linear = |locals: &[Bson], collator: Option<&Collator>| -> Vec<usize> {
+        foreign
+            .iter()
+            .enumerate()
+            .filter(|(_, fd)| {
+                let fvals = matcher_values(fd, "k");
+                locals.iter().any(|lv| {
+                    (matches!(lv, Bson::Null)
+                        && (fvals.is_empty()
+                            || fvals
+                                .iter()
+                                .any(|f| matches!(f, Bson::Null | Bson::Undefined))))
+                        || fvals
+                            .iter()
+                            .any(|f| crate::compare::bson_eq_with(f, lv, collator))
+                })
+            })
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let strength2 = Collator::parse(&doc! {"locale": "en", "strength": 2})
+        .unwrap()
+        .expect("a collation");
+    for collator in [None, Some(strength2.as_ref())] {
+        let index = ForeignIndex::new(&foreign, "k", collator);
+        let locals: Vec<Vec<Bson>> = vec![
+            vec![Bson::Int64(1)],
+            vec![Bson::Null],
+            vec![Bson::Undefined],
+            vec![Bson::Double(3.0)],
+            vec![bson!([3])],
+            vec![bson!({"a": 1})],
+            vec![Bson::String("abc".into())],
+            vec![Bson::String("x".into()), Bson::Int32(2)],
+            vec![Bson::Double(0.0)],
+            vec![Bson::Double(f64::NAN)],
+            vec![bson!([])],
+            vec![Bson::Int32(42)],
+        ];
+        for l in &locals {
+            let found = index.matches(l, collator);
+            assert_eq!(found, linear(l, collator), "{l:?} under {collator:?}");
+        }
+    }
+}

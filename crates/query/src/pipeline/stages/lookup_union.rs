@@ -12,7 +12,6 @@ use crate::matcher::Matcher;
 use crate::path::set_path;
 use bson::{Bson, Document};
 use std::collections::HashMap;
-use std::sync::Arc;
 
 pub(crate) struct LookupStage {
     from_db: String,
@@ -241,35 +240,34 @@ pub(crate) fn lookup(
     ctx: &RunCtx,
     vars: &Variables,
 ) -> Result<Document> {
-    let foreign: Arc<Vec<Document>> = match &l.from {
-        Some(c) => ctx.scan(&l.from_db, c)?,
-        None => Arc::new(Vec::new()),
-    };
-    let mut candidates: Vec<Document> = match (&l.local_field, &l.foreign_field) {
-        (Some(lf), Some(ff)) => {
+    let mut candidates: Vec<Document> = match (&l.from, &l.local_field, &l.foreign_field) {
+        (None, _, _) => Vec::new(),
+        (Some(c), Some(lf), Some(ff)) => {
             let locals = local_values(&doc, lf);
-            foreign
-                .iter()
-                .filter(|fd| {
-                    let fvals = matcher_values(fd, ff);
-                    locals.iter().any(|lv| {
-                        if matches!(lv, Bson::Null)
-                            && (fvals.is_empty()
-                                || fvals
-                                    .iter()
-                                    .any(|f| matches!(f, Bson::Null | Bson::Undefined)))
-                        {
-                            return true;
-                        }
-                        fvals
-                            .iter()
-                            .any(|f| bson_eq_with(f, lv, vars.collator.as_deref()))
+            match ctx.find_equal(&l.from_db, c, ff, &locals, vars)? {
+                // The index narrows; `$lookup`'s own equality decides.
+                Some(found) => found
+                    .into_iter()
+                    .filter(|fd| {
+                        let fvals = matcher_values(fd, ff);
+                        locals.iter().any(|lv| {
+                            fvals
+                                .iter()
+                                .any(|f| bson_eq_with(f, lv, vars.collator.as_deref()))
+                        })
                     })
-                })
-                .cloned()
-                .collect()
+                    .collect(),
+                None => {
+                    let (foreign, index) = ctx.foreign_index(&l.from_db, c, ff, vars)?;
+                    index
+                        .matches(&locals, vars.collator.as_deref())
+                        .into_iter()
+                        .map(|i| foreign[i].clone())
+                        .collect()
+                }
+            }
         }
-        _ => foreign.as_ref().clone(),
+        (Some(c), _, _) => ctx.scan(&l.from_db, c)?.as_ref().clone(),
     };
     if let Some(p) = &l.pipeline {
         let mut sub_vars = vars.clone();
@@ -287,6 +285,69 @@ pub(crate) fn lookup(
         Bson::Array(candidates.into_iter().map(Bson::Document).collect()),
     );
     Ok(doc)
+}
+
+/// A `$lookup`'s foreign documents by the values at its `foreignField` (as a query's
+/// equality sees them: `matcher_values`), built once per run: each local document
+/// finds its matches by hash instead of comparing every foreign document (mongod's
+/// hash join). Before, every local document walked the whole foreign collection and
+/// copied each of its documents to read the field.
+pub(crate) struct ForeignIndex {
+    /// (position, value) of each foreign value, by `value_set::bucket_hash`.
+    by_value: HashMap<u64, Vec<(usize, Bson)>>,
+    /// Positions of the documents a local null matches besides equal values: the
+    /// field missing, or one of its values undefined.
+    nullish: Vec<usize>,
+}
+
+impl ForeignIndex {
+    pub(crate) fn new(
+        foreign: &[Document],
+        field: &str,
+        collator: Option<&crate::collation::Collator>,
+    ) -> ForeignIndex {
+        let mut by_value: HashMap<u64, Vec<(usize, Bson)>> = HashMap::new();
+        let mut nullish = Vec::new();
+        for (i, d) in foreign.iter().enumerate() {
+            let values = matcher_values(d, field);
+            if values.is_empty()
+                || values
+                    .iter()
+                    .any(|v| matches!(v, Bson::Null | Bson::Undefined))
+            {
+                nullish.push(i);
+            }
+            for v in values {
+                let h = crate::value_set::bucket_hash(&v, collator);
+                by_value.entry(h).or_default().push((i, v));
+            }
+        }
+        ForeignIndex { by_value, nullish }
+    }
+
+    /// The positions, in the collection's order, of the foreign documents a local
+    /// document with these values at `localField` matches.
+    pub(crate) fn matches(
+        &self,
+        locals: &[Bson],
+        collator: Option<&crate::collation::Collator>,
+    ) -> Vec<usize> {
+        let mut hits = Vec::new();
+        for lv in locals {
+            if matches!(lv, Bson::Null) {
+                hits.extend_from_slice(&self.nullish);
+            }
+            let h = crate::value_set::bucket_hash(lv, collator);
+            for (i, fv) in self.by_value.get(&h).into_iter().flatten() {
+                if bson_eq_with(fv, lv, collator) {
+                    hits.push(*i);
+                }
+            }
+        }
+        hits.sort_unstable();
+        hits.dedup();
+        hits
+    }
 }
 
 /// `$unionWith`: the documents, then those of the other collection (through its

@@ -28,6 +28,7 @@ use lookup_union::{GraphLookupStage, LookupStage};
 use match_project::MatchStage;
 
 pub use lookup_union::matcher_values;
+pub(crate) use lookup_union::ForeignIndex;
 pub use match_project::substitute_vars;
 
 /// One parsed stage.
