@@ -911,9 +911,31 @@ fn a_lookups_foreign_index_matches_the_linear_search() {
             vec![bson!([])],
             vec![Bson::Int32(42)],
         ];
+        // `$graphLookup`'s level: an equal value, or the field missing for a null.
+        let graph = |frontier: &[Bson]| -> Vec<usize> {
+            foreign
+                .iter()
+                .enumerate()
+                .filter(|(_, fd)| {
+                    let tvals = matcher_values(fd, "k");
+                    frontier.iter().any(|f| {
+                        tvals
+                            .iter()
+                            .any(|t| crate::compare::bson_eq_with(t, f, collator))
+                            || (matches!(f, Bson::Null) && tvals.is_empty())
+                    })
+                })
+                .map(|(i, _)| i)
+                .collect()
+        };
         for l in &locals {
             let found = index.matches(l, collator);
             assert_eq!(found, linear(l, collator), "{l:?} under {collator:?}");
+            assert_eq!(
+                index.reached(l, collator),
+                graph(l),
+                "{l:?} under {collator:?}"
+            );
         }
     }
 }

@@ -290,14 +290,16 @@ pub(crate) fn lookup(
 /// A `$lookup`'s foreign documents by the values at its `foreignField` (as a query's
 /// equality sees them: `matcher_values`), built once per run: each local document
 /// finds its matches by hash instead of comparing every foreign document (mongod's
-/// hash join). Before, every local document walked the whole foreign collection and
+/// hash join); `$graphLookup` finds each level's by its `connectToField` the same way.
+/// Before, every local document (every level) walked the whole foreign collection and
 /// copied each of its documents to read the field.
 pub(crate) struct ForeignIndex {
     /// (position, value) of each foreign value, by `value_set::bucket_hash`.
     by_value: HashMap<u64, Vec<(usize, Bson)>>,
-    /// Positions of the documents a local null matches besides equal values: the
-    /// field missing, or one of its values undefined.
-    nullish: Vec<usize>,
+    /// Positions of the documents without a value at the field.
+    missing: Vec<usize>,
+    /// Positions of the documents with an undefined value at the field.
+    undefined: Vec<usize>,
 }
 
 impl ForeignIndex {
@@ -307,26 +309,45 @@ impl ForeignIndex {
         collator: Option<&crate::collation::Collator>,
     ) -> ForeignIndex {
         let mut by_value: HashMap<u64, Vec<(usize, Bson)>> = HashMap::new();
-        let mut nullish = Vec::new();
+        let (mut missing, mut undefined) = (Vec::new(), Vec::new());
         for (i, d) in foreign.iter().enumerate() {
             let values = matcher_values(d, field);
-            if values.is_empty()
-                || values
-                    .iter()
-                    .any(|v| matches!(v, Bson::Null | Bson::Undefined))
-            {
-                nullish.push(i);
+            if values.is_empty() {
+                missing.push(i);
+            }
+            if values.iter().any(|v| matches!(v, Bson::Undefined)) {
+                undefined.push(i);
             }
             for v in values {
                 let h = crate::value_set::bucket_hash(&v, collator);
                 by_value.entry(h).or_default().push((i, v));
             }
         }
-        ForeignIndex { by_value, nullish }
+        ForeignIndex {
+            by_value,
+            missing,
+            undefined,
+        }
+    }
+
+    /// The positions of the documents with a value equal to `v`, appended to `hits`.
+    fn equal(
+        &self,
+        v: &Bson,
+        collator: Option<&crate::collation::Collator>,
+        hits: &mut Vec<usize>,
+    ) {
+        let h = crate::value_set::bucket_hash(v, collator);
+        for (i, fv) in self.by_value.get(&h).into_iter().flatten() {
+            if bson_eq_with(fv, v, collator) {
+                hits.push(*i);
+            }
+        }
     }
 
     /// The positions, in the collection's order, of the foreign documents a local
-    /// document with these values at `localField` matches.
+    /// document with these values at `localField` matches: an equal value, or for a
+    /// local null the field missing, null or undefined.
     pub(crate) fn matches(
         &self,
         locals: &[Bson],
@@ -335,14 +356,30 @@ impl ForeignIndex {
         let mut hits = Vec::new();
         for lv in locals {
             if matches!(lv, Bson::Null) {
-                hits.extend_from_slice(&self.nullish);
+                hits.extend_from_slice(&self.missing);
+                hits.extend_from_slice(&self.undefined);
             }
-            let h = crate::value_set::bucket_hash(lv, collator);
-            for (i, fv) in self.by_value.get(&h).into_iter().flatten() {
-                if bson_eq_with(fv, lv, collator) {
-                    hits.push(*i);
-                }
+            self.equal(lv, collator, &mut hits);
+        }
+        hits.sort_unstable();
+        hits.dedup();
+        hits
+    }
+
+    /// The positions, in the collection's order, of the documents a `$graphLookup`
+    /// level with these values reaches: an equal value, or for a null the field
+    /// missing.
+    pub(crate) fn reached(
+        &self,
+        frontier: &[Bson],
+        collator: Option<&crate::collation::Collator>,
+    ) -> Vec<usize> {
+        let mut hits = Vec::new();
+        for f in frontier {
+            if matches!(f, Bson::Null) {
+                hits.extend_from_slice(&self.missing);
             }
+            self.equal(f, collator, &mut hits);
         }
         hits.sort_unstable();
         hits.dedup();
@@ -442,7 +479,7 @@ pub(crate) fn graph_lookup(
     ctx: &RunCtx,
     vars: &Variables,
 ) -> Result<Document> {
-    let foreign = ctx.scan(&g.from_db, &g.from)?;
+    let (foreign, index) = ctx.foreign_index(&g.from_db, &g.from, &g.connect_to, vars)?;
     let coll = vars.collator.as_deref();
     let start = g.start_with.evaluate(&doc, vars)?.unwrap_or(Bson::Null);
     let mut frontier: Vec<Bson> = match start {
@@ -454,19 +491,12 @@ pub(crate) fn graph_lookup(
     let mut depth = 0i64;
     while !frontier.is_empty() && g.max_depth.is_none_or(|m| depth <= m) {
         let mut next = Vec::new();
-        for (i, fd) in foreign.iter().enumerate() {
+        for i in index.reached(&frontier, coll) {
+            let fd = &foreign[i];
             if let Some(r) = &g.restrict {
                 if !r.matches(fd) {
                     continue;
                 }
-            }
-            let tvals = matcher_values(fd, &g.connect_to);
-            let hit = frontier.iter().any(|f| {
-                tvals.iter().any(|t| bson_eq_with(t, f, coll))
-                    || (matches!(f, Bson::Null) && tvals.is_empty())
-            });
-            if !hit {
-                continue;
             }
             let key = match fd.get("_id") {
                 Some(id) => group_key(id, coll),
