@@ -450,3 +450,32 @@ class TestMerge:
             with pytest.raises(OperationFailure) as exc:
                 self.merge(db, [{"_id": 1}], **spec)
             assert exc.value.code == code
+
+
+class TestAggregateHint:
+    """`aggregate`'s `hint` names the index its collection is read through, as a find's:
+    $indexStats counts the access, a hinted index that gives a leading `$sort`'s order
+    serves it, and a hint naming no index fails as mongod's."""
+
+    def test_the_hinted_index_is_read(self, coll):
+        coll.insert_many([{"_id": i, "a": i % 5, "b": -i} for i in range(50)])
+        coll.create_index("a")
+        coll.create_index("b")
+
+        def ops():
+            return {s["name"]: s["accesses"]["ops"] for s in coll.aggregate([{"$indexStats": {}}])}
+
+        before = ops()
+        got = list(coll.aggregate([{"$match": {"a": {"$gte": 3}}}, {"$project": {"_id": 1}}], hint="b_1"))
+        assert sorted(d["_id"] for d in got) == [i for i in range(50) if i % 5 >= 3]
+        after = ops()
+        assert (after["b_1"] - before["b_1"], after["a_1"] - before["a_1"]) == (1, 0)
+        # By the hinted index's order: `b` descends as `_id` ascends.
+        got = list(coll.aggregate([{"$sort": {"b": 1}}, {"$limit": 3}], hint={"b": 1}))
+        assert [d["_id"] for d in got] == [49, 48, 47]
+        with pytest.raises(OperationFailure) as e:
+            list(coll.aggregate([{"$match": {}}], hint="nope_1"))
+        assert e.value.code == 2
+        with pytest.raises(OperationFailure) as e:
+            coll.database.command("aggregate", coll.name, pipeline=[], cursor={}, hint=5)
+        assert e.value.code == 9

@@ -93,10 +93,12 @@ pub struct CursorBatch {
     pub raw_docs: Vec<crate::read::cursor::RawEvent>,
 }
 
-/// What an aggregation's blocking stages may hold: the operation's `allowDiskUse` and
+/// An aggregation's options for reading its collection: the index to read it through
+/// (`hint`), and what its blocking stages may hold: the operation's `allowDiskUse` and
 /// the server's `internalQueryMaxBlockingSortMemoryUsageBytes` (None: the default).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct DiskUse {
+#[derive(Debug, Clone, Default)]
+pub struct AggregateOptions {
+    pub hint: Option<Bson>,
     pub allow_disk_use: Option<bool>,
     pub max_sort_bytes: Option<usize>,
 }
@@ -702,7 +704,7 @@ impl Engine {
         lsid: Option<Bson>,
         let_vars: Option<&Document>,
         collation: Option<&Document>,
-        disk: DiskUse,
+        opts: AggregateOptions,
     ) -> Result<CursorBatch> {
         // A time-series collection's buckets, made on reading, are the input.
         let buckets = match coll {
@@ -710,7 +712,7 @@ impl Engine {
             None => None,
         };
         self.aggregate_in(
-            db, coll, stages, batch_size, lsid, let_vars, buckets, collation, disk,
+            db, coll, stages, batch_size, lsid, let_vars, buckets, collation, opts,
         )
     }
 
@@ -727,7 +729,7 @@ impl Engine {
         let_vars: Option<&Document>,
         view: Option<Vec<Document>>,
         collation: Option<&Document>,
-        disk: DiskUse,
+        opts: AggregateOptions,
     ) -> Result<CursorBatch> {
         let batch_size = check_batch_size(batch_size)?;
         let meta = coll.and_then(|c| self.collection(&Namespace::new(db, c)));
@@ -745,7 +747,7 @@ impl Engine {
                     let_vars,
                     Some(docs),
                     collation,
-                    disk,
+                    opts,
                 );
             }
         }
@@ -762,7 +764,7 @@ impl Engine {
             },
         };
         vars.collator = collator.clone();
-        vars.forbid_disk_use = disk.allow_disk_use == Some(false);
+        vars.forbid_disk_use = opts.allow_disk_use == Some(false);
         let cursor_ns = match coll {
             Some(c) => format!("{db}.{c}"),
             None => format!("{db}.$cmd.aggregate"),
@@ -791,9 +793,10 @@ impl Engine {
             None => (coll, stages.into()),
         };
         if let (None, Some(c)) = (&view, read_coll) {
-            let memory = self.sort_memory(disk.max_sort_bytes, disk.allow_disk_use);
+            let memory = self.sort_memory(opts.max_sort_bytes, opts.allow_disk_use);
             let ns = Namespace::new(db, c);
-            if let Some(source) = self.streamed_source(&ns, &stages, &vars, memory)? {
+            let hint = opts.hint.as_ref();
+            if let Some(source) = self.streamed_source(&ns, &stages, &vars, hint, memory)? {
                 let mut cursor = Cursor::new(cursor_ns, source);
                 cursor.lsid = lsid;
                 return self.first_batch(
@@ -805,6 +808,7 @@ impl Engine {
         }
         let input = PipelineInput {
             docs: view,
+            hint: opts.hint,
             ..Default::default()
         };
         let (docs, pipeline) = self.run_stages(db, read_coll, &stages, &vars, input, 0)?;
@@ -936,6 +940,7 @@ impl Engine {
         ns: &Namespace,
         stages: &[Document],
         vars: &tailstream_query::expr::Variables,
+        hint: Option<&Bson>,
         memory: SortMemory,
     ) -> Result<Option<Source>> {
         let Some(meta) = self.collection(ns) else {
@@ -952,7 +957,7 @@ impl Engine {
                 let (spec, _) = pipeline.leading_sort().expect("a $sort where it was found");
                 let spec = SortSpec::parse(spec)?.with_collator(vars.collator.clone());
                 let matcher = leading_matcher(&pipeline, vars)?;
-                if read::serves_sort(&meta, &matcher, &spec)? {
+                if read::serves_sort(&meta, &matcher, &spec, hint)? {
                     pipeline = pipeline.without_stage(i);
                     sort = Some(spec);
                 }
@@ -961,7 +966,10 @@ impl Engine {
                 let Ok(stream) = pipeline.streamed(vars)? else {
                     unreachable!("every stage left streams")
                 };
-                let input = PipelineInput::default();
+                let input = PipelineInput {
+                    hint: hint.cloned(),
+                    ..Default::default()
+                };
                 let (matcher, scan) =
                     self.pipeline_scan(&meta, stream.pipeline(), vars, &input, sort.as_ref())?;
                 let feed = Feed::scan(meta, matcher, scan);
@@ -973,7 +981,10 @@ impl Engine {
         let Ok((mut before, spec, after)) = pipeline.split_at_sort(vars)? else {
             return Ok(None);
         };
-        let input = PipelineInput::default();
+        let input = PipelineInput {
+            hint: hint.cloned(),
+            ..Default::default()
+        };
         let (matcher, scan) = self.pipeline_scan(&meta, before.pipeline(), vars, &input, None)?;
         tailstream_query::script::Operation::count_current(|s| s.note_sort_in_memory());
         let mut feed = Feed::scan(meta, matcher, scan);

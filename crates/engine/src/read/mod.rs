@@ -184,8 +184,13 @@ pub fn plan(
 
 /// Whether the plan [`plan`] would choose returns the documents in `sort`'s order (it
 /// records nothing: the plan itself is made afterwards).
-pub(crate) fn serves_sort(meta: &CollMeta, matcher: &Matcher, sort: &SortSpec) -> Result<bool> {
-    Ok(choose_plan(meta, matcher, Some(sort), None)?.sorted)
+pub(crate) fn serves_sort(
+    meta: &CollMeta,
+    matcher: &Matcher,
+    sort: &SortSpec,
+    hint: Option<&Bson>,
+) -> Result<bool> {
+    Ok(choose_plan(meta, matcher, Some(sort), hint)?.sorted)
 }
 
 /// The access path for a query on a collection. A capped collection's collection scans

@@ -10,7 +10,7 @@ use bson::{doc, Bson, Document};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tailstream_engine::find::{CursorBatch, DiskUse, FindRequest};
+use tailstream_engine::find::{AggregateOptions, CursorBatch, FindRequest};
 use tailstream_engine::namespace::Namespace;
 use tailstream_engine::query::error::{codes, Error, Result};
 use tailstream_engine::read::get_more::GetMoreRequest;
@@ -348,7 +348,8 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
         .unwrap_or(false);
     let let_vars = opt_doc(cmd, "let")?;
     let collation = opt_doc(cmd, "collation")?;
-    let disk = DiskUse {
+    let opts = AggregateOptions {
+        hint: aggregate_hint(cmd)?,
         allow_disk_use: cmd.get_bool("allowDiskUse").ok(),
         max_sort_bytes: state.max_blocking_sort_bytes(),
     };
@@ -391,7 +392,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
                     let_vars.as_ref(),
                     docs,
                     collation.as_ref(),
-                    disk,
+                    opts,
                 )
             })
             .await?
@@ -406,7 +407,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
                     lsid,
                     let_vars.as_ref(),
                     collation.as_ref(),
-                    disk,
+                    opts,
                 )
             })
             .await?
@@ -425,6 +426,20 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
             Ok(Output::Doc(d))
         }
         (out, _) => Ok(out),
+    }
+}
+
+/// `aggregate`'s `hint`: an index name or key pattern (an empty one: none), as mongod
+/// checks it.
+fn aggregate_hint(cmd: &Document) -> Result<Option<Bson>> {
+    match cmd.get("hint") {
+        None => Ok(None),
+        Some(Bson::Document(d)) if d.is_empty() => Ok(None),
+        Some(h @ (Bson::String(_) | Bson::Document(_))) => Ok(Some(h.clone())),
+        Some(_) => Err(Error::failed_to_parse(
+            "hint must be specified as a string representing an index name, or an object \
+             representing an index's key pattern",
+        )),
     }
 }
 
