@@ -40,8 +40,8 @@ pub enum Source {
         scan: Box<Scan>,
         buf: VecDeque<Document>,
     },
-    /// An aggregation whose every stage streams, run over its scan as the cursor is
-    /// read.
+    /// An aggregation whose stages stream, run as the cursor is read over its scan,
+    /// or over the output of the one `$sort` between them.
     Pipeline(Box<PipelineScan>),
     /// A blocking sort's runs spilled to disk, merged as the cursor is read
     /// (`spill_sort`).

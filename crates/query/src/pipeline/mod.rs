@@ -557,8 +557,9 @@ impl RunCtx<'_> {
 
     /// The documents of `coll` whose `field` equals one of `values`, read through an
     /// index on `field` (mongod's indexed nested-loop join); None when no index serves
-    /// it or a value is one an index lookup could treat otherwise than `$lookup`'s
-    /// equality (null, undefined, a regular expression).
+    /// it or a value is one a `$in` could treat otherwise than `$lookup`'s equality
+    /// (null, undefined, a regular expression, a document: its `$` keys are operators
+    /// there).
     fn find_equal(
         &self,
         db: &str,
@@ -570,7 +571,12 @@ impl RunCtx<'_> {
         if values.is_empty() {
             return Ok(Some(Vec::new()));
         }
-        let odd = |v: &Bson| matches!(v, Bson::Null | Bson::Undefined | Bson::RegularExpression(_));
+        let odd = |v: &Bson| {
+            matches!(
+                v,
+                Bson::Null | Bson::Undefined | Bson::RegularExpression(_) | Bson::Document(_)
+            )
+        };
         if values.iter().any(odd) {
             return Ok(None);
         }
