@@ -122,7 +122,7 @@ impl PipelineScan {
 
     /// The next document out of the stages (None: the feed ended or a `$limit` was
     /// reached).
-    fn next(&mut self, engine: &crate::Engine) -> Result<Option<Document>> {
+    pub(crate) fn next(&mut self, engine: &crate::Engine) -> Result<Option<Document>> {
         while self.out.is_empty() && !self.ended() {
             let Some(doc) = self.feed.next(&engine.store)? else {
                 self.fed = true;

@@ -863,14 +863,12 @@ impl Engine {
         let docs = match coll {
             Some(c) => {
                 let ns = Namespace::new(db, c);
-                // The leading $match also filters the scan, with the `let`
-                // variables bound and the collation the stage itself has.
-                let leading_matcher = || leading_matcher(&pipeline, vars);
                 let scan: Box<dyn Iterator<Item = Result<Document>> + '_> =
                     match (input.docs.take(), self.collection(&ns)) {
                         (Some(docs), _) => Box::new(docs.into_iter().map(Ok)),
                         (None, None) if is_oplog(&ns) => {
-                            let matcher = leading_matcher()?;
+                            // The leading $match also filters the scan.
+                            let matcher = leading_matcher(&pipeline, vars)?;
                             let scan = self.oplog_scan(&matcher, input.reverse);
                             Box::new(ScanIter::new(
                                 &self.store,
@@ -978,7 +976,7 @@ impl Engine {
                 )))));
             }
         }
-        let Ok((mut before, spec, after)) = pipeline.split_at_sort(vars)? else {
+        let Ok((before, spec, after)) = pipeline.split_at_sort(vars)? else {
             return Ok(None);
         };
         let input = PipelineInput {
@@ -987,16 +985,10 @@ impl Engine {
         };
         let (matcher, scan) = self.pipeline_scan(&meta, before.pipeline(), vars, &input, None)?;
         tailstream_query::script::Operation::count_current(|s| s.note_sort_in_memory());
-        let mut feed = Feed::scan(meta, matcher, scan);
+        let mut prefix = PipelineScan::new(Feed::scan(meta, matcher, scan), before);
         let mut sorter = SpillSort::new(spec, memory);
-        let lookups = self.collection_source();
-        let mut out = VecDeque::new();
-        while !before.ended() {
-            let Some(doc) = feed.next(&self.store)? else {
-                break;
-            };
-            before.push([doc], &lookups, &mut out)?;
-            out.drain(..).try_for_each(|d| sorter.push(d))?;
+        while let Some(doc) = prefix.next(self)? {
+            sorter.push(doc)?;
         }
         let feed = Feed::Sorted(sorter.finish()?);
         Ok(Some(Source::Pipeline(Box::new(PipelineScan::new(

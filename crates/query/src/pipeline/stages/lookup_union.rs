@@ -330,21 +330,6 @@ impl ForeignIndex {
         }
     }
 
-    /// The positions of the documents with a value equal to `v`, appended to `hits`.
-    fn equal(
-        &self,
-        v: &Bson,
-        collator: Option<&crate::collation::Collator>,
-        hits: &mut Vec<usize>,
-    ) {
-        let h = crate::value_set::bucket_hash(v, collator);
-        for (i, fv) in self.by_value.get(&h).into_iter().flatten() {
-            if bson_eq_with(fv, v, collator) {
-                hits.push(*i);
-            }
-        }
-    }
-
     /// The positions, in the collection's order, of the foreign documents a local
     /// document with these values at `localField` matches: an equal value, or for a
     /// local null the field missing, null or undefined.
@@ -353,17 +338,7 @@ impl ForeignIndex {
         locals: &[Bson],
         collator: Option<&crate::collation::Collator>,
     ) -> Vec<usize> {
-        let mut hits = Vec::new();
-        for lv in locals {
-            if matches!(lv, Bson::Null) {
-                hits.extend_from_slice(&self.missing);
-                hits.extend_from_slice(&self.undefined);
-            }
-            self.equal(lv, collator, &mut hits);
-        }
-        hits.sort_unstable();
-        hits.dedup();
-        hits
+        self.positions(locals, collator, &[&self.missing, &self.undefined])
     }
 
     /// The positions, in the collection's order, of the documents a `$graphLookup`
@@ -374,12 +349,28 @@ impl ForeignIndex {
         frontier: &[Bson],
         collator: Option<&crate::collation::Collator>,
     ) -> Vec<usize> {
+        self.positions(frontier, collator, &[&self.missing])
+    }
+
+    /// The positions, in order and once each, of the documents with a value equal to
+    /// one of `values`, and of those in `for_null` when a value is null.
+    fn positions(
+        &self,
+        values: &[Bson],
+        collator: Option<&crate::collation::Collator>,
+        for_null: &[&[usize]],
+    ) -> Vec<usize> {
         let mut hits = Vec::new();
-        for f in frontier {
-            if matches!(f, Bson::Null) {
-                hits.extend_from_slice(&self.missing);
+        for v in values {
+            if matches!(v, Bson::Null) {
+                for_null.iter().for_each(|p| hits.extend_from_slice(p));
             }
-            self.equal(f, collator, &mut hits);
+            let h = crate::value_set::bucket_hash(v, collator);
+            for (i, fv) in self.by_value.get(&h).into_iter().flatten() {
+                if bson_eq_with(fv, v, collator) {
+                    hits.push(*i);
+                }
+            }
         }
         hits.sort_unstable();
         hits.dedup();
