@@ -340,3 +340,56 @@ def test_an_aggregations_sort_past_its_memory_limit_spills_to_disk_or_fails_with
         # Under the limit, nothing needs the disk.
         small = [{"$match": {"_id": {"$lt": 50}}}, {"$sort": {"x": -1}}, {"$project": {"_id": 1}}]
         assert len(list(coll.aggregate(small, allowDiskUse=False))) == 50
+
+
+def test_an_aggregations_group_past_its_memory_limit_spills_to_disk_or_fails_without_disk_use(fresh_server):
+    """mongod's `$group` holds about internalDocumentSourceGroupMaxMemoryBytes of groups:
+    past it the documents of groups it does not hold are sorted on disk by group and
+    folded one group at a time as the cursor is read (the same groups, in another
+    order); with allowDiskUse: false the aggregate fails with 292."""
+    srv = fresh_server()
+    with srv.client() as c:
+        assert c.admin.command("getParameter", 1, internalDocumentSourceGroupMaxMemoryBytes=1)[
+            "internalDocumentSourceGroupMaxMemoryBytes"] == 100 * 1024 * 1024
+        coll = c.t.groups
+        n_docs, n_groups = 6000, 1500
+        order = [(i * 7919) % n_docs for i in range(n_docs)]  # the groups' documents interleaved
+        coll.insert_many([{"_id": i, "k": i % n_groups, "v": i, "s": f"s{i % 5}"} for i in order])
+        accumulate = {"$accumulator": {
+            "init": "function(k) { return {k: k, n: 0}; }", "initArgs": ["$k"],
+            "accumulate": "function(st, v) { st.n += v; return st; }", "accumulateArgs": ["$v"],
+            "merge": "function(a, b) { a.n += b.n; return a; }",
+            "finalize": "function(st) { return st.k * 1000000 + st.n; }", "lang": "js"}}
+        pipeline = [{"$match": {"v": {"$gte": 0}}},
+                    {"$group": {"_id": "$k", "n": {"$sum": 1}, "first": {"$first": "$v"},
+                                "last": {"$last": "$v"}, "all": {"$push": "$v"},
+                                "set": {"$addToSet": "$s"}, "js": accumulate}},
+                    {"$set": {"set": {"$sortArray": {"input": "$set", "sortBy": 1}}}}]
+        in_memory = list(coll.aggregate(pipeline))
+        c.admin.command("setParameter", 1, internalDocumentSourceGroupMaxMemoryBytes=100_000)
+        c.admin.command("setParameter", 1, internalQueryMaxBlockingSortMemoryUsageBytes=50_000)
+        reply = c.t.command("aggregate", "groups", pipeline=pipeline, cursor={"batchSize": 100})
+        assert len(reply["cursor"]["firstBatch"]) == 100 and reply["cursor"]["id"] != 0
+        c.t.command("killCursors", "groups", cursors=[reply["cursor"]["id"]])
+        spilled = list(coll.aggregate(pipeline, batchSize=250))
+        by_key = lambda docs: sorted(docs, key=lambda d: d["_id"])
+        assert len(spilled) == n_groups and by_key(spilled) == by_key(in_memory)
+        expected = {k: [i for i in sorted(order) if i % n_groups == k] for k in range(n_groups)}
+        for d in spilled:
+            vs = expected[d["_id"]]
+            assert (d["n"], d["first"], d["last"], d["all"]) == (len(vs), vs[0], vs[-1], vs), d
+            assert d["js"] == d["_id"] * 1000000 + sum(vs)
+        # The groups held came first, in the order their first documents came; the rest
+        # came sorted by group, so the output's order tells that some spilled.
+        assert [d["_id"] for d in spilled] != [d["_id"] for d in in_memory]
+        assert [d["_id"] for d in spilled[:10]] == [d["_id"] for d in in_memory[:10]]
+        assert (srv.dbpath / "_tmp").is_dir(), "the sorted runs went to the data directory's _tmp folder"
+        with pytest.raises(OperationFailure) as exc:
+            list(coll.aggregate(pipeline, allowDiskUse=False))
+        assert exc.value.code == 292, exc.value.details
+        assert exc.value.details["codeName"] == "QueryExceededMemoryLimitNoDiskUseAllowed"
+        assert "Exceeded memory limit for $group" in exc.value.details["errmsg"]
+        # A $group under the limit needs no disk.
+        small = [{"$group": {"_id": {"$mod": ["$k", 3]}, "n": {"$sum": 1}}}, {"$sort": {"_id": 1}}]
+        assert list(coll.aggregate(small, allowDiskUse=False)) == [
+            {"_id": 0, "n": 2000}, {"_id": 1, "n": 2000}, {"_id": 2, "n": 2000}]

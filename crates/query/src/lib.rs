@@ -3,6 +3,7 @@
 //! Nothing here touches disk or the network, so all of it is unit-tested in isolation.
 
 pub mod args;
+pub mod bson_size;
 pub mod collation;
 pub mod compare;
 pub mod error;

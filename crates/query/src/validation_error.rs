@@ -11,6 +11,7 @@
 //! clauses in the negated sense ("comparison succeeded"). Whether a clause contributes
 //! is decided by evaluating it with the ordinary [`Matcher`].
 
+use crate::bson_size::encoded_len;
 use crate::collation::Collator;
 use crate::compare::{as_f64, is_number, type_name};
 use crate::error::Error;
@@ -78,10 +79,6 @@ fn within_depth(info: Document) -> Document {
         return doc! {"reason": "generated error was too deeply nested", "truncated": true};
     }
     info
-}
-
-fn encoded_len(d: &Document) -> usize {
-    bson::to_vec(d).map_or(usize::MAX, |bytes| bytes.len())
 }
 
 /// Removes [`TRUNCATED_FIELDS`] from an error and the errors nested in it (not from

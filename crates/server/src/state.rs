@@ -77,6 +77,8 @@ impl ServerState {
             "cursorTimeoutMillis": 600_000i64,
             "internalQueryMaxBlockingSortMemoryUsageBytes":
                 tailstream_engine::read::spill_sort::DEFAULT_MAX_SORT_BYTES as i64,
+            "internalDocumentSourceGroupMaxMemoryBytes":
+                tailstream_engine::query::pipeline::DEFAULT_MAX_GROUP_BYTES as i64,
             "maxBSONDepth": 100,
             "featureCompatibilityVersion": {"version": "7.0"},
             "transactionLifetimeLimitSeconds": 60,
@@ -151,9 +153,21 @@ impl ServerState {
     /// `internalQueryMaxBlockingSortMemoryUsageBytes` (setParameter; a value that is not
     /// a positive number keeps mongod's 100 MiB).
     pub fn max_blocking_sort_bytes(&self) -> Option<usize> {
+        self.positive_parameter("internalQueryMaxBlockingSortMemoryUsageBytes")
+    }
+
+    /// The most bytes an aggregation's `$group` holds before it spills:
+    /// `internalDocumentSourceGroupMaxMemoryBytes` (setParameter; a value that is not a
+    /// positive number keeps mongod's 100 MiB).
+    pub fn max_group_bytes(&self) -> Option<usize> {
+        self.positive_parameter("internalDocumentSourceGroupMaxMemoryBytes")
+    }
+
+    /// Parameter `name` when it is a positive number (None: not, or not set).
+    fn positive_parameter(&self, name: &str) -> Option<usize> {
         self.parameters
             .read()
-            .get("internalQueryMaxBlockingSortMemoryUsageBytes")
+            .get(name)
             .and_then(tailstream_engine::find::as_i64)
             .filter(|b| *b > 0)
             .and_then(|b| usize::try_from(b).ok())

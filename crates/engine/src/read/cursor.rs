@@ -41,7 +41,8 @@ pub enum Source {
         buf: VecDeque<Document>,
     },
     /// An aggregation whose stages stream, run as the cursor is read over its scan,
-    /// or over the output of the one `$sort` between them.
+    /// or over the output of its last blocking stage (`$sort`, `$group`, `$count`;
+    /// the parts before it ran when the cursor was made).
     Pipeline(Box<PipelineScan>),
     /// A blocking sort's runs spilled to disk, merged as the cursor is read
     /// (`spill_sort`).
@@ -75,8 +76,10 @@ pub(crate) enum Feed {
         scan: Box<Scan>,
         read: VecDeque<Document>,
     },
-    /// A `$sort`'s output (the stages before it already run, into the sort).
+    /// A `$sort`'s or `$count`'s output (the stages before it already run, into it).
     Sorted(crate::read::spill_sort::Sorted),
+    /// A `$group`'s output (the stages before it already run, into it).
+    Grouped(Box<crate::read::spill_group::GroupOutput>),
 }
 
 impl Feed {
@@ -106,6 +109,7 @@ impl Feed {
                 Ok(read.pop_front())
             }
             Feed::Sorted(sorted) => sorted.next(),
+            Feed::Grouped(groups) => groups.next(),
         }
     }
 }
@@ -498,71 +502,7 @@ impl Cursor {
     }
 }
 
-/// The size of `d` encoded as BSON, computed without encoding it (every document a
-/// cursor returns was sized this way, by serializing it once more than the reply does).
-pub fn encoded_len(d: &Document) -> usize {
-    // length prefix + elements + trailing NUL
-    4 + d
-        .iter()
-        .map(|(k, v)| element_len(k.len(), v))
-        .sum::<usize>()
-        + 1
-}
-
-/// Type byte + key (NUL-terminated) + value.
-fn element_len(key_len: usize, v: &bson::Bson) -> usize {
-    1 + key_len + 1 + value_len(v)
-}
-
-pub(crate) fn value_len(v: &bson::Bson) -> usize {
-    use bson::Bson;
-    // A string value: int32 length, bytes, NUL.
-    let string = |s: &str| 4 + s.len() + 1;
-    match v {
-        Bson::Double(_) | Bson::DateTime(_) | Bson::Timestamp(_) | Bson::Int64(_) => 8,
-        Bson::String(s) | Bson::JavaScriptCode(s) | Bson::Symbol(s) => string(s),
-        Bson::Document(d) => encoded_len(d),
-        Bson::Array(a) => {
-            let mut n = 4 + 1;
-            for (i, item) in a.iter().enumerate() {
-                n += element_len(decimal_digits(i), item);
-            }
-            n
-        }
-        Bson::Binary(b) => {
-            // The old binary subtype nests a second length.
-            let old = if b.subtype == bson::spec::BinarySubtype::BinaryOld {
-                4
-            } else {
-                0
-            };
-            4 + 1 + old + b.bytes.len()
-        }
-        Bson::ObjectId(_) => 12,
-        Bson::Boolean(_) => 1,
-        Bson::Null | Bson::Undefined | Bson::MaxKey | Bson::MinKey => 0,
-        Bson::RegularExpression(r) => r.pattern.len() + 1 + r.options.len() + 1,
-        Bson::JavaScriptCodeWithScope(c) => 4 + string(&c.code) + encoded_len(&c.scope),
-        Bson::Int32(_) => 4,
-        Bson::Decimal128(_) => 16,
-        Bson::DbPointer(_) => {
-            // Deprecated and opaque (no public fields): measure it by encoding it alone
-            // in a document: prefix 4 + type 1 + empty key 1 + trailing NUL 1.
-            let mut buf = Vec::new();
-            let _ = bson::doc! {"": v.clone()}.to_writer(&mut buf);
-            buf.len().saturating_sub(7)
-        }
-    }
-}
-
-fn decimal_digits(mut n: usize) -> usize {
-    let mut d = 1;
-    while n >= 10 {
-        n /= 10;
-        d += 1;
-    }
-    d
-}
+pub use tailstream_query::bson_size::{encoded_len, value_len};
 
 /// All open cursors.
 /// What `$currentOp` shows of a cursor no getMore is running on.

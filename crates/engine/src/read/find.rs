@@ -6,6 +6,7 @@ use crate::catalog::CollMeta;
 use crate::core::time::ClusterTime;
 use crate::oplog::{OPLOG_COLL, OPLOG_DB};
 use crate::read::cursor::{Cursor, Feed, PipelineScan, Source, DEFAULT_FIRST_BATCH};
+use crate::read::spill_group::GroupOutput;
 use crate::read::spill_sort::{SortMemory, Sorted, SpillSort, DEFAULT_MAX_SORT_BYTES};
 use crate::read::{self, Access, Plan, Scan};
 use crate::write::WriteOutcome;
@@ -17,7 +18,7 @@ use tailstream_query::collation::Collator;
 use tailstream_query::compare::{as_f64, cmp_bson_with};
 use tailstream_query::error::{codes, Error, Result};
 use tailstream_query::matcher::Matcher;
-use tailstream_query::pipeline::{CollectionSource, Pipeline};
+use tailstream_query::pipeline::{Blocking, CollectionSource, Pipeline};
 use tailstream_query::projection::Projection;
 use tailstream_query::sort::{SortSpec, TopK};
 use tailstream_query::value_set::ValueSet;
@@ -94,13 +95,17 @@ pub struct CursorBatch {
 }
 
 /// An aggregation's options for reading its collection: the index to read it through
-/// (`hint`), and what its blocking stages may hold: the operation's `allowDiskUse` and
-/// the server's `internalQueryMaxBlockingSortMemoryUsageBytes` (None: the default).
+/// (`hint`), and what its blocking stages may hold: the operation's `allowDiskUse`, the
+/// server's `internalQueryMaxBlockingSortMemoryUsageBytes` and
+/// `internalDocumentSourceGroupMaxMemoryBytes` (None: the defaults).
 #[derive(Debug, Clone, Default)]
 pub struct AggregateOptions {
     pub hint: Option<Bson>,
     pub allow_disk_use: Option<bool>,
     pub max_sort_bytes: Option<usize>,
+    /// What a `$group` holds before it spills (None: mongod's 100 MiB; the server
+    /// passes its `internalDocumentSourceGroupMaxMemoryBytes`).
+    pub max_group_bytes: Option<usize>,
 }
 
 /// Most documents a tailable cursor's getMore returns when it runs on an async worker
@@ -765,6 +770,7 @@ impl Engine {
         };
         vars.collator = collator.clone();
         vars.forbid_disk_use = opts.allow_disk_use == Some(false);
+        vars.max_group_bytes = opts.max_group_bytes;
         let cursor_ns = match coll {
             Some(c) => format!("{db}.{c}"),
             None => format!("{db}.$cmd.aggregate"),
@@ -925,14 +931,14 @@ impl Engine {
     }
 
     /// A cursor source running `stages` over collection `ns` as it is read, when every
-    /// stage streams (`Pipeline::streamed`), a leading `$sort` included when the plan
-    /// reads an index in its order (it is then dropped, as mongod's sort is when an
-    /// index provides it), or when one `$sort` without a `$limit` stands between
-    /// streaming stages: the stages before it run into a sort that spills past
-    /// `memory` (a find's sort's mechanism, `spill_sort`), those after it as the
-    /// cursor is read. None for the other pipelines, which run in full before their
-    /// first batch, and for the sources `run_stages` treats itself (a missing
-    /// collection, the oplog, `$collStats`).
+    /// stage streams or is a `$sort`, a `$group` or a `$count` (`Pipeline::segments`):
+    /// a leading `$sort` the plan's index order gives is dropped (as mongod's sort is
+    /// when an index provides it); each blocking stage runs over what the part before
+    /// it gives, spilling past `memory` (a `$sort` through a find's sort's mechanism,
+    /// `spill_sort`; a `$group` through `spill_group`), and the part after the last one
+    /// runs as the cursor is read. None for the other pipelines, which run in full
+    /// before their first batch, and for the sources `run_stages` treats itself (a
+    /// missing collection, the oplog, `$collStats`).
     fn streamed_source(
         &self,
         ns: &Namespace,
@@ -948,52 +954,76 @@ impl Engine {
             return Ok(None);
         }
         let mut pipeline = Pipeline::parse(stages, &ns.db)?;
-        let sort_at = pipeline.leading_sort_position();
-        if pipeline.streams_except(sort_at) {
-            let mut sort = None;
-            if let Some(i) = sort_at {
-                let (spec, _) = pipeline.leading_sort().expect("a $sort where it was found");
-                let spec = SortSpec::parse(spec)?.with_collator(vars.collator.clone());
-                let matcher = leading_matcher(&pipeline, vars)?;
-                if read::serves_sort(&meta, &matcher, &spec, hint)? {
-                    pipeline = pipeline.without_stage(i);
-                    sort = Some(spec);
-                }
-            }
-            if sort.is_some() || sort_at.is_none() {
-                let Ok(stream) = pipeline.streamed(vars)? else {
-                    unreachable!("every stage left streams")
-                };
-                let input = PipelineInput {
-                    hint: hint.cloned(),
-                    ..Default::default()
-                };
-                let (matcher, scan) =
-                    self.pipeline_scan(&meta, stream.pipeline(), vars, &input, sort.as_ref())?;
-                let feed = Feed::scan(meta, matcher, scan);
-                return Ok(Some(Source::Pipeline(Box::new(PipelineScan::new(
-                    feed, stream,
-                )))));
+        let mut sort = None;
+        if let Some(i) = pipeline.leading_sort_position() {
+            let (spec, _) = pipeline.leading_sort().expect("a $sort where it was found");
+            let spec = SortSpec::parse(spec)?.with_collator(vars.collator.clone());
+            let matcher = leading_matcher(&pipeline, vars)?;
+            if read::serves_sort(&meta, &matcher, &spec, hint)? {
+                pipeline = pipeline.without_stage(i);
+                sort = Some(spec);
             }
         }
-        let Ok((before, spec, after)) = pipeline.split_at_sort(vars)? else {
+        let Ok(segments) = pipeline.segments(vars)? else {
             return Ok(None);
         };
         let input = PipelineInput {
             hint: hint.cloned(),
             ..Default::default()
         };
-        let (matcher, scan) = self.pipeline_scan(&meta, before.pipeline(), vars, &input, None)?;
-        tailstream_query::script::Operation::count_current(|s| s.note_sort_in_memory());
-        let mut prefix = PipelineScan::new(Feed::scan(meta, matcher, scan), before);
-        let mut sorter = SpillSort::new(spec, memory);
-        while let Some(doc) = prefix.next(self)? {
-            sorter.push(doc)?;
+        let first = segments.first;
+        let (matcher, scan) =
+            self.pipeline_scan(&meta, first.pipeline(), vars, &input, sort.as_ref())?;
+        let mut part = PipelineScan::new(Feed::scan(meta, matcher, scan), first);
+        for (blocking, after) in segments.rest {
+            let feed = self.run_blocking(blocking, &mut part, &memory)?;
+            part = PipelineScan::new(feed, after);
         }
-        let feed = Feed::Sorted(sorter.finish()?);
-        Ok(Some(Source::Pipeline(Box::new(PipelineScan::new(
-            feed, after,
-        )))))
+        Ok(Some(Source::Pipeline(Box::new(part))))
+    }
+
+    /// A blocking stage run over everything `input` gives: its output.
+    fn run_blocking(
+        &self,
+        blocking: Blocking,
+        input: &mut PipelineScan,
+        memory: &SortMemory,
+    ) -> Result<Feed> {
+        Ok(match blocking {
+            Blocking::Sort { spec, limit } => {
+                tailstream_query::script::Operation::count_current(|s| s.note_sort_in_memory());
+                match limit {
+                    // At most `limit` held: a top-k sort.
+                    Some(limit) => {
+                        let mut top = TopK::new(spec, Some(limit));
+                        while let Some(doc) = input.next(self)? {
+                            top.push(doc);
+                        }
+                        Feed::Sorted(Sorted::Memory(top.finish().into()))
+                    }
+                    None => {
+                        let mut sorter = SpillSort::new(spec, memory.clone());
+                        while let Some(doc) = input.next(self)? {
+                            sorter.push(doc)?;
+                        }
+                        Feed::Sorted(sorter.finish()?)
+                    }
+                }
+            }
+            Blocking::Group(stage) => Feed::Grouped(Box::new(GroupOutput::run(
+                stage,
+                input,
+                self,
+                memory.clone(),
+            )?)),
+            Blocking::Count(field) => {
+                let mut n = 0usize;
+                while input.next(self)?.is_some() {
+                    n += 1;
+                }
+                Feed::Sorted(Sorted::Memory(Blocking::counted(&field, n).into()))
+            }
+        })
     }
 
     /// Other collections as `$lookup`, `$unionWith` and `$graphLookup` read them.

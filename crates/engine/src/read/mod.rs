@@ -12,6 +12,7 @@ pub mod hash;
 pub mod map_reduce;
 pub mod min_max;
 pub(crate) mod plugin_plan;
+pub(crate) mod spill_group;
 pub mod spill_sort;
 mod storage_stats;
 

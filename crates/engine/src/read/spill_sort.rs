@@ -14,13 +14,13 @@
 //! run on a tie: runs hold documents in the order they came, so the whole stays a stable
 //! sort. The last run stays in memory. Memory during the merge: one document per run.
 
-use crate::read::cursor::encoded_len;
 use bson::{Bson, Document};
 use std::cmp::Ordering;
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use tailstream_query::bson_size::memory_len;
 use tailstream_query::error::{Error, Result};
 use tailstream_query::sort::{SortSpec, TopK};
 
@@ -36,7 +36,8 @@ const RUN_IO_BUFFER_BYTES: usize = 1 << 20;
 /// What a blocking sort may hold, and where it may spill.
 #[derive(Debug, Clone)]
 pub struct SortMemory {
-    /// The most bytes of documents (as BSON) held in memory.
+    /// The most bytes of documents held in memory (as they take it: `memory_len`, not
+    /// their encoded size, which small documents exceed several times over).
     pub max_bytes: usize,
     /// The folder runs are written to; None: the operation forbade spilling.
     pub spill_dir: Option<PathBuf>,
@@ -79,7 +80,7 @@ impl SpillSort {
     }
 
     pub(crate) fn push(&mut self, doc: Document) -> Result<()> {
-        self.run_bytes += encoded_len(&doc);
+        self.run_bytes += memory_len(&doc);
         self.run.push(doc);
         if self.run_bytes > self.memory.max_bytes {
             self.spill()?;

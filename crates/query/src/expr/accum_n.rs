@@ -331,6 +331,16 @@ impl MinMaxN {
         }
     }
 
+    /// How many values are kept.
+    pub fn len(&self) -> usize {
+        self.kept.len()
+    }
+
+    /// Whether no value is kept.
+    pub fn is_empty(&self) -> bool {
+        self.kept.is_empty()
+    }
+
     /// `a` before `b` in the result order.
     fn better(&self, a: &Bson, b: &Bson, coll: Option<&Collator>) -> Ordering {
         let o = cmp_bson_with(a, b, coll);

@@ -45,6 +45,10 @@ pub struct Variables {
     /// The operation said `allowDiskUse: false`: a blocking stage past its memory limit
     /// fails instead of spilling (mongod's allowDiskUseByDefault makes spilling the default).
     pub forbid_disk_use: bool,
+    /// What a `$group`'s groups may hold before they spill (None: mongod's 100 MiB,
+    /// `pipeline::DEFAULT_MAX_GROUP_BYTES`; the server passes its
+    /// `internalDocumentSourceGroupMaxMemoryBytes`).
+    pub max_group_bytes: Option<usize>,
 }
 
 impl Variables {

@@ -6,6 +6,7 @@
 //! `{output: <output>, sortFields0: "$<first sort path>", ...}`, so each document's
 //! sort key travels with its output through the accumulator's one argument.
 
+use crate::bson_size::{heap_len, memory_len, BSON_SLOT_BYTES};
 use crate::collation::Collator;
 use crate::compare::cmp_bson_with;
 use crate::error::{Error, Result};
@@ -250,35 +251,61 @@ impl MultiState {
         })
     }
 
-    /// Folds in one document's argument value.
-    pub fn add(&mut self, v: Option<Bson>, coll: Option<&Collator>) {
+    /// Folds in one document's argument value; about how many bytes the state grew by.
+    pub fn add(&mut self, v: Option<Bson>, coll: Option<&Collator>) -> usize {
+        let size = |v: &Option<Bson>| BSON_SLOT_BYTES + v.as_ref().map_or(0, heap_len);
         match self {
             MultiState::FirstN { n, items } => {
-                if items.len() < *n {
-                    items.push(v.unwrap_or(Bson::Null));
+                if items.len() >= *n {
+                    return 0;
                 }
+                let grown = size(&v);
+                items.push(v.unwrap_or(Bson::Null));
+                grown
             }
             MultiState::LastN { n, items } => {
-                if items.len() == *n {
-                    items.pop_front();
-                }
+                let grown = size(&v);
+                let freed = if items.len() == *n {
+                    items
+                        .pop_front()
+                        .map_or(0, |old| BSON_SLOT_BYTES + heap_len(&old))
+                } else {
+                    0
+                };
                 items.push_back(v.unwrap_or(Bson::Null));
+                grown.saturating_sub(freed)
             }
-            MultiState::MinMaxN(kept) => {
-                if let Some(v) = v {
+            MultiState::MinMaxN(kept) => match v {
+                Some(v) => {
+                    let (before, grown) = (kept.len(), BSON_SLOT_BYTES + heap_len(&v));
                     kept.add(v, coll);
+                    if kept.len() > before {
+                        grown
+                    } else {
+                        0
+                    }
                 }
-            }
-            MultiState::TopBottom(tb) => {
-                if let Some(Bson::Document(d)) = v {
+                None => 0,
+            },
+            MultiState::TopBottom(tb) => match v {
+                Some(Bson::Document(d)) => {
+                    let (before, grown) = (tb.items.len(), memory_len(&d));
                     tb.add(d, coll);
+                    if tb.items.len() > before {
+                        grown
+                    } else {
+                        0
+                    }
                 }
-            }
-            MultiState::Quantile { samples, .. } => {
-                if let Some(v) = &v {
+                _ => 0,
+            },
+            MultiState::Quantile { samples, .. } => match &v {
+                Some(v) => {
                     samples.add(v);
+                    std::mem::size_of::<f64>()
                 }
-            }
+                None => 0,
+            },
         }
     }
 

@@ -1,6 +1,7 @@
 //! `$group` accumulators and group keys.
 
 use super::accumulator_n::{self, AccParams, MultiState};
+use crate::bson_size::{heap_len, BSON_SLOT_BYTES, FIELD_ENTRY_BYTES};
 use crate::collation::Collator;
 use crate::compare::{as_f64, cmp_bson_with, is_number};
 use crate::error::{Error, Result};
@@ -61,6 +62,49 @@ pub struct JsAccumulator {
 const JS_BATCH_CALLS: usize = 1000;
 /// ... or this many bytes of arguments.
 const JS_BATCH_BYTES: usize = 8 * 1024 * 1024;
+
+/// mongod's `internalDocumentSourceGroupMaxMemoryBytes`: what a `$group`'s groups may
+/// hold before the groups it has not seen yet spill to disk (or, with `allowDiskUse:
+/// false`, the stage fails).
+pub const DEFAULT_MAX_GROUP_BYTES: usize = 100 * 1024 * 1024;
+
+/// mongod's `internalQueryMaxPushBytes` and `internalQueryMaxAddToSetBytes`: what one
+/// group's `$push` or `$addToSet` may hold (neither can spill).
+const MAX_ARRAY_ACCUMULATOR_BYTES: usize = 100 * 1024 * 1024;
+
+/// What a group takes besides its states and what its key owns: its entry in the index
+/// (the key string, its place, about 8 bytes of the map's control and load) and in the
+/// list (its `_id` and the states' vector).
+const GROUP_BYTES: usize =
+    std::mem::size_of::<(String, usize)>() + 8 + std::mem::size_of::<(Bson, Vec<AccState>)>();
+
+/// What a `$addToSet` value's entry in its set of keys takes, besides the key's bytes.
+const SET_ENTRY_BYTES: usize = std::mem::size_of::<(String, ())>() + 8;
+
+/// mongod's codes for a `$group` past its limit with `allowDiskUse: false`, and for an
+/// accumulator past its own.
+const QUERY_EXCEEDED_MEMORY_LIMIT_NO_DISK_USE_ALLOWED: i32 = 292;
+const EXCEEDED_MEMORY_LIMIT: i32 = 146;
+
+fn check_array_bytes(name: &str, bytes: usize) -> Result<()> {
+    if bytes > MAX_ARRAY_ACCUMULATOR_BYTES {
+        return Err(Error::new(
+            EXCEEDED_MEMORY_LIMIT,
+            format!(
+                "{name} used too much memory and cannot spill to disk. Memory limit: \
+                 {MAX_ARRAY_ACCUMULATOR_BYTES} bytes"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Puts `v` in `slot`; the bytes it owns beyond what the value it replaced owned.
+fn replaced(slot: &mut Option<Bson>, v: Option<Bson>) -> usize {
+    let new = v.as_ref().map_or(0, heap_len);
+    let old = std::mem::replace(slot, v).as_ref().map_or(0, heap_len);
+    new.saturating_sub(old)
+}
 
 /// A function argument of `$accumulator`: a constant string or Code.
 fn js_function_source(field: &str, v: &Bson) -> Result<Arc<str>> {
@@ -267,8 +311,10 @@ pub enum AccState {
     MinMax(Option<Bson>),
     First(Option<Bson>, bool),
     Last(Option<Bson>),
-    Push(Vec<Bson>),
-    AddToSet(Vec<Bson>, HashMap<String, ()>),
+    /// The values, and their bytes ([`MAX_ARRAY_ACCUMULATOR_BYTES`] at most).
+    Push(Vec<Bson>, usize),
+    /// The distinct values, their keys ([`group_key`]), and their bytes.
+    AddToSet(Vec<Bson>, HashMap<String, ()>, usize),
     Merge(Document),
     StdDev(Vec<f64>),
     /// `$accumulator`: the state `init` returned, folded with the pending
@@ -292,25 +338,42 @@ impl AccState {
         first: &Document,
         vars: &Variables,
     ) -> Result<AccState> {
+        let init_args = Self::init_args(spec, first, vars)?;
+        Self::start_with(spec, key, init_args, vars)
+    }
+
+    /// What an `$accumulator`'s `init` is called with for a group whose first document
+    /// is `first` (None for the other accumulators).
+    fn init_args(spec: &AccSpec, first: &Document, vars: &Variables) -> Result<Option<Vec<Bson>>> {
+        let Some(js) = &spec.js else {
+            return Ok(None);
+        };
+        match js.init_args.evaluate(first, vars)? {
+            Some(Bson::Array(a)) => Ok(Some(a)),
+            other => Err(Error::location(
+                4544711,
+                format!(
+                    "$accumulator initArgs must evaluate to an array: {}",
+                    other.as_ref().map(util::show).unwrap_or_default()
+                ),
+            )),
+        }
+    }
+
+    /// [`Self::start`] with the `init` arguments evaluated already ([`Self::init_args`]).
+    fn start_with(
+        spec: &AccSpec,
+        key: &Bson,
+        init_args: Option<Vec<Bson>>,
+        vars: &Variables,
+    ) -> Result<AccState> {
         if let (AccOp::Multi(kind), Some(params)) = (spec.op, &spec.params) {
             return MultiState::start(kind, params, key, vars).map(AccState::Multi);
         }
         let Some(js) = &spec.js else {
             return Ok(AccState::new(spec.op));
         };
-        let args = match js.init_args.evaluate(first, vars)? {
-            Some(Bson::Array(a)) => a,
-            other => {
-                return Err(Error::location(
-                    4544711,
-                    format!(
-                        "$accumulator initArgs must evaluate to an array: {}",
-                        other.as_ref().map(util::show).unwrap_or_default()
-                    ),
-                ))
-            }
-        };
-        let state = crate::script::call_function(&js.init, &args)?;
+        let state = crate::script::call_function(&js.init, &init_args.unwrap_or_default())?;
         Ok(AccState::Js {
             spec: js.clone(),
             state,
@@ -332,27 +395,26 @@ impl AccState {
             AccOp::Min | AccOp::Max => AccState::MinMax(None),
             AccOp::First => AccState::First(None, false),
             AccOp::Last => AccState::Last(None),
-            AccOp::Push => AccState::Push(Vec::new()),
-            AccOp::AddToSet => AccState::AddToSet(Vec::new(), HashMap::new()),
+            AccOp::Push => AccState::Push(Vec::new(), 0),
+            AccOp::AddToSet => AccState::AddToSet(Vec::new(), HashMap::new(), 0),
             AccOp::MergeObjects => AccState::Merge(Document::new()),
             AccOp::StdDevPop | AccOp::StdDevSamp => AccState::StdDev(Vec::new()),
         }
     }
 
     /// Folds in one value; `coll` is the collation `$min`/`$max`/`$addToSet` compare
-    /// strings under.
-    pub fn add(&mut self, op: AccOp, v: Option<Bson>, coll: Option<&Collator>) -> Result<()> {
-        match self {
+    /// strings under. Returns about how many bytes the state grew by (what it frees
+    /// is not counted).
+    pub fn add(&mut self, op: AccOp, v: Option<Bson>, coll: Option<&Collator>) -> Result<usize> {
+        let grown = match self {
             AccState::Sum(s) | AccState::Avg(s) => {
                 if let Some(v) = &v {
                     s.add(v);
                 }
+                0
             }
-            AccState::MinMax(best) => {
-                if let Some(v) = v {
-                    if matches!(v, Bson::Null | Bson::Undefined) {
-                        return Ok(());
-                    }
+            AccState::MinMax(best) => match v {
+                Some(v) if !matches!(v, Bson::Null | Bson::Undefined) => {
                     let replace = match best {
                         None => true,
                         Some(b) => {
@@ -362,36 +424,61 @@ impl AccState {
                         }
                     };
                     if replace {
-                        *best = Some(v);
+                        replaced(best, Some(v))
+                    } else {
+                        0
                     }
                 }
-            }
+                _ => 0,
+            },
             AccState::First(f, seen) => {
-                if !*seen {
-                    *f = v;
+                if *seen {
+                    0
+                } else {
                     *seen = true;
+                    replaced(f, v)
                 }
             }
-            AccState::Last(l) => *l = v,
-            AccState::Push(list) => {
-                if let Some(v) = v {
+            AccState::Last(l) => replaced(l, v),
+            AccState::Push(list, bytes) => match v {
+                Some(v) => {
+                    let grown = BSON_SLOT_BYTES + heap_len(&v);
+                    *bytes += grown;
+                    check_array_bytes("$push", *bytes)?;
                     list.push(v);
+                    grown
                 }
-            }
-            AccState::AddToSet(list, seen) => {
-                if let Some(v) = v {
+                None => 0,
+            },
+            AccState::AddToSet(list, seen, bytes) => match v {
+                Some(v) => {
                     let k = group_key(&v, coll);
-                    if seen.insert(k, ()).is_none() {
-                        list.push(v);
+                    let grown = BSON_SLOT_BYTES + heap_len(&v) + SET_ENTRY_BYTES + k.len();
+                    match seen.entry(k) {
+                        std::collections::hash_map::Entry::Occupied(_) => 0,
+                        std::collections::hash_map::Entry::Vacant(entry) => {
+                            *bytes += grown;
+                            check_array_bytes("$addToSet", *bytes)?;
+                            entry.insert(());
+                            list.push(v);
+                            grown
+                        }
                     }
                 }
-            }
+                None => 0,
+            },
             AccState::Merge(d) => match v {
-                None | Some(Bson::Null) | Some(Bson::Undefined) => {}
+                None | Some(Bson::Null) | Some(Bson::Undefined) => 0,
                 Some(Bson::Document(x)) => {
+                    let mut grown = 0;
                     for (k, val) in x {
-                        d.insert(k, val);
+                        let added = heap_len(&val);
+                        grown += match d.insert(k.clone(), val) {
+                            Some(old) => added.saturating_sub(heap_len(&old)),
+                            None => added + FIELD_ENTRY_BYTES + k.len(),
+                        };
                     }
+                    grown
                 }
                 Some(other) => {
                     return Err(Error::location(
@@ -404,13 +491,13 @@ impl AccState {
                     ))
                 }
             },
-            AccState::StdDev(xs) => {
-                if let Some(v) = &v {
-                    if is_number(v) {
-                        xs.push(as_f64(v).unwrap());
-                    }
+            AccState::StdDev(xs) => match &v {
+                Some(v) if is_number(v) => {
+                    xs.push(as_f64(v).unwrap());
+                    std::mem::size_of::<f64>()
                 }
-            }
+                _ => 0,
+            },
             AccState::Multi(m) => m.add(v, coll),
             AccState::Js {
                 pending,
@@ -434,9 +521,11 @@ impl AccState {
                 if pending.len() >= JS_BATCH_CALLS || *pending_bytes >= JS_BATCH_BYTES {
                     self.fold_pending()?;
                 }
+                // The state's size is JavaScript's: not counted.
+                0
             }
-        }
-        Ok(())
+        };
+        Ok(grown)
     }
 
     /// Runs the pending `accumulate` calls of an `$accumulator` state.
@@ -482,8 +571,8 @@ impl AccState {
             AccState::MinMax(b) => b.unwrap_or(Bson::Null),
             AccState::First(f, _) => f.unwrap_or(Bson::Null),
             AccState::Last(l) => l.unwrap_or(Bson::Null),
-            AccState::Push(l) => Bson::Array(l),
-            AccState::AddToSet(l, _) => Bson::Array(l),
+            AccState::Push(l, _) => Bson::Array(l),
+            AccState::AddToSet(l, _, _) => Bson::Array(l),
             AccState::Merge(d) => Bson::Document(d),
             AccState::StdDev(xs) => crate::expr::arith_std_dev(&xs, op == AccOp::StdDevSamp),
         }
@@ -579,6 +668,15 @@ pub fn run_group(
 /// A `$group` folding its input one document at a time, so that a pipeline whose
 /// first blocking stage is a `$group` (every driver's `countDocuments`) holds the
 /// groups, not the documents it read (as MongoDB's streaming `$group`).
+///
+/// What the groups take in memory is counted (an estimate: keys, the values the states keep,
+/// [`GROUP_BYTES`] a group and its states). Past [`DEFAULT_MAX_GROUP_BYTES`] (or the run's
+/// `max_group_bytes`), an operation that said `allowDiskUse: false` fails with mongod's
+/// 292; otherwise [`Self::add_or_spill`] hands back, for each document of a group not
+/// held yet, what that group needs of it (a spill record), for the engine to sort on
+/// disk by group and fold with [`SpilledGroups`]: the groups held keep folding, the
+/// others never enter memory. [`Self::add`] (the runs that cannot spill) holds them
+/// all, as before.
 pub struct Grouper<'a> {
     id: &'a Expr,
     accs: &'a [AccSpec],
@@ -587,6 +685,9 @@ pub struct Grouper<'a> {
     index: HashMap<String, usize>,
     /// The groups in the order their first documents came.
     groups: Vec<(Bson, Vec<AccState>)>,
+    /// What the groups hold, about.
+    bytes: usize,
+    max_bytes: usize,
 }
 
 impl<'a> Grouper<'a> {
@@ -597,22 +698,43 @@ impl<'a> Grouper<'a> {
             vars,
             index: HashMap::new(),
             groups: Vec::new(),
+            bytes: 0,
+            max_bytes: vars.max_group_bytes.unwrap_or(DEFAULT_MAX_GROUP_BYTES),
         }
     }
 
     /// Folds one document into its group.
     pub fn add(&mut self, doc: &Document) -> Result<()> {
+        let spilled = self.fold(doc, false)?;
+        debug_assert!(spilled.is_none(), "add never spills");
+        Ok(())
+    }
+
+    /// Folds one document into its group when the group is held or memory is left
+    /// for it; otherwise the document's spill record (see [`SpilledGroups`]).
+    pub fn add_or_spill(&mut self, doc: &Document) -> Result<Option<Document>> {
+        self.fold(doc, true)
+    }
+
+    fn fold(&mut self, doc: &Document, may_spill: bool) -> Result<Option<Document>> {
         let (vars, coll) = (self.vars, self.vars.collator.as_deref());
         let key = self.id.evaluate(doc, vars)?.unwrap_or(Bson::Null);
         let k = group_key(&key, coll);
         let gi = match self.index.get(&k) {
             Some(i) => *i,
+            None if may_spill && !vars.forbid_disk_use && self.bytes >= self.max_bytes => {
+                return spill_record(self.accs, k, key, doc, vars).map(Some);
+            }
             None => {
                 let states = self
                     .accs
                     .iter()
                     .map(|a| AccState::start(a, &key, doc, vars))
                     .collect::<Result<Vec<_>>>()?;
+                self.bytes += GROUP_BYTES
+                    + self.accs.len() * std::mem::size_of::<AccState>()
+                    + k.len()
+                    + heap_len(&key);
                 self.groups.push((key, states));
                 self.index.insert(k, self.groups.len() - 1);
                 self.groups.len() - 1
@@ -621,9 +743,21 @@ impl<'a> Grouper<'a> {
         let states = &mut self.groups[gi].1;
         for (a, st) in self.accs.iter().zip(states.iter_mut()) {
             let v = a.arg.evaluate(doc, vars)?;
-            st.add(a.op, v, coll)?;
+            self.bytes += st.add(a.op, v, coll)?;
         }
-        Ok(())
+        if self.bytes > self.max_bytes && vars.forbid_disk_use {
+            return Err(Error::new(
+                QUERY_EXCEEDED_MEMORY_LIMIT_NO_DISK_USE_ALLOWED,
+                "Exceeded memory limit for $group, but didn't allow external sort. Pass \
+                 allowDiskUse:true to opt in.",
+            ));
+        }
+        Ok(None)
+    }
+
+    /// The groups held, for [`SpilledGroups::next_held`] to give one at a time.
+    pub fn into_held(self) -> HeldGroups {
+        HeldGroups(self.groups.into_iter())
     }
 
     /// One document per group: `_id` and each accumulator's result.
@@ -631,15 +765,132 @@ impl<'a> Grouper<'a> {
         let accs = self.accs;
         self.groups
             .into_iter()
-            .map(|(key, states)| {
-                let mut d = Document::new();
-                d.insert("_id", key);
-                for (a, st) in accs.iter().zip(states) {
-                    d.insert(a.name.clone(), st.finish(a.op)?);
-                }
-                Ok(d)
-            })
+            .map(|(key, states)| group_output(accs, key, states))
             .collect()
+    }
+}
+
+/// The groups a [`Grouper`] held, in the order their first documents came.
+pub struct HeldGroups(std::vec::IntoIter<(Bson, Vec<AccState>)>);
+
+/// A group's output document: `_id` and each accumulator's result.
+fn group_output(accs: &[AccSpec], key: Bson, states: Vec<AccState>) -> Result<Document> {
+    let mut d = Document::new();
+    d.insert("_id", key);
+    for (a, st) in accs.iter().zip(states) {
+        d.insert(a.name.clone(), st.finish(a.op)?);
+    }
+    Ok(d)
+}
+
+/// The field of a spill record that orders records by group ([`group_key`], compared
+/// as a binary string: any order that puts a group's records together will do).
+pub const SPILL_ORDER_FIELD: &str = "k";
+
+/// What [`SpilledGroups`] needs of a document whose group memory had no room for: its
+/// group's key string and `_id`, each accumulator's argument (in a one-element array,
+/// an empty one when missing) and, for each `$accumulator`, what `init` would be
+/// called with were it the group's first document (evaluated for every document: an
+/// `initArgs` that fails on a later document of a group fails here, not in memory).
+fn spill_record(
+    accs: &[AccSpec],
+    k: String,
+    key: Bson,
+    doc: &Document,
+    vars: &Variables,
+) -> Result<Document> {
+    let mut args = Vec::with_capacity(accs.len());
+    let mut inits = Vec::new();
+    for a in accs {
+        args.push(Bson::Array(
+            a.arg.evaluate(doc, vars)?.into_iter().collect(),
+        ));
+        if let Some(init) = AccState::init_args(a, doc, vars)? {
+            inits.push(Bson::Array(init));
+        }
+    }
+    let mut record = bson::doc! {SPILL_ORDER_FIELD: k, "id": key, "a": args};
+    if !inits.is_empty() {
+        record.insert("i", inits);
+    }
+    Ok(record)
+}
+
+/// The groups a [`Grouper`] spilled, folded from their records in group order: each
+/// group's records are consecutive and, the sort being stable, in the order their
+/// documents came, so `$first`, `$last` and `$push` see what they would have in memory.
+pub struct SpilledGroups {
+    accs: Vec<AccSpec>,
+    vars: Variables,
+    /// The group being folded: its key string, `_id` and states.
+    current: Option<(String, Bson, Vec<AccState>)>,
+}
+
+impl SpilledGroups {
+    pub fn new(accs: Vec<AccSpec>, vars: Variables) -> SpilledGroups {
+        SpilledGroups {
+            accs,
+            vars,
+            current: None,
+        }
+    }
+
+    /// Folds the next record (in [`SPILL_ORDER_FIELD`] order); the group before it
+    /// when this record starts another.
+    pub fn push(&mut self, record: Document) -> Result<Option<Document>> {
+        let malformed = || Error::internal("a $group's spilled record is malformed");
+        let k = record.get_str(SPILL_ORDER_FIELD).map_err(|_| malformed())?;
+        let mut done = None;
+        if self.current.as_ref().is_some_and(|(ck, _, _)| ck != k) {
+            done = self.finish()?;
+        }
+        let args = record.get_array("a").map_err(|_| malformed())?;
+        if args.len() != self.accs.len() {
+            return Err(malformed());
+        }
+        let coll = self.vars.collator.clone();
+        if self.current.is_none() {
+            let key = record.get("id").cloned().unwrap_or(Bson::Null);
+            let mut inits = record.get_array("i").map(|a| a.iter()).ok();
+            let mut states = Vec::with_capacity(self.accs.len());
+            for a in &self.accs {
+                let init = match a.js {
+                    None => None,
+                    Some(_) => match inits.as_mut().and_then(Iterator::next) {
+                        Some(Bson::Array(init)) => Some(init.clone()),
+                        _ => return Err(malformed()),
+                    },
+                };
+                states.push(AccState::start_with(a, &key, init, &self.vars)?);
+            }
+            self.current = Some((k.to_string(), key, states));
+        }
+        let (_, _, states) = self.current.as_mut().expect("a group being folded");
+        for ((a, st), arg) in self.accs.iter().zip(states.iter_mut()).zip(args) {
+            let v = match arg {
+                Bson::Array(v) => v.first().cloned(),
+                _ => return Err(malformed()),
+            };
+            st.add(a.op, v, coll.as_deref())?;
+        }
+        Ok(done)
+    }
+
+    /// The next of the groups the [`Grouper`] held, as its output document (None: all
+    /// given); each is finished as it is asked for.
+    pub fn next_held(&self, held: &mut HeldGroups) -> Result<Option<Document>> {
+        held.0
+            .next()
+            .map(|(key, states)| group_output(&self.accs, key, states))
+            .transpose()
+    }
+
+    /// The group being folded, when there is one (after the last record).
+    pub fn finish(&mut self) -> Result<Option<Document>> {
+        match self.current.take() {
+            Some((_, key, states)) => group_output(&self.accs, key, states).map(Some),
+            None => Ok(None),
+        }
     }
 }
 

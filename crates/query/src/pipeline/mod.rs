@@ -20,7 +20,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 pub use crate::path::set_path;
-pub use group::{group_key, AccOp, AccSpec};
+pub use group::{
+    group_key, AccOp, AccSpec, Grouper, HeldGroups, SpilledGroups, DEFAULT_MAX_GROUP_BYTES,
+    SPILL_ORDER_FIELD,
+};
 pub use project::Tree as ProjectionTree;
 pub use stages::{matcher_values, substitute_vars};
 
@@ -363,35 +366,55 @@ impl Pipeline {
         self
     }
 
-    /// A pipeline of streaming stages, one `$sort` no `$limit` bounds, then streaming
-    /// stages again (writing nothing): the stages before the sort, its order (under
-    /// the run's collation) and the stages after it, each streamed, for a sort that
-    /// spills past its memory limit; the pipeline back otherwise.
-    #[allow(clippy::type_complexity)] // the three parts, or the pipeline unchanged
-    pub fn split_at_sort(
-        mut self,
-        vars: &Variables,
-    ) -> Result<std::result::Result<(Streamed, crate::sort::SortSpec, Streamed), Pipeline>> {
-        let at = self.streaming_prefix();
-        let unbounded_sort = matches!(self.stages.get(at), Some(Stage::Sort { limit: None, .. }));
-        if !unbounded_sort || !self.streams_except(Some(at)) {
+    /// The pipeline cut at its blocking stages, when each of them is a `$sort`, a
+    /// `$group` or a `$count` and it writes nothing: the streaming stages before the
+    /// first, then each blocking stage with the streaming stages after it, for the
+    /// engine to run each blocking stage over what the part before it gives (spilling
+    /// past its memory limit) and stream the next part over its output. The pipeline
+    /// back otherwise. With no blocking stage: one streamed part, as [`Self::streamed`].
+    pub fn segments(mut self, vars: &Variables) -> Result<std::result::Result<Segments, Pipeline>> {
+        let cuttable = |s: &Stage| {
+            s.is_streaming()
+                || matches!(
+                    s,
+                    Stage::Sort { .. } | Stage::Group { .. } | Stage::Count(_)
+                )
+        };
+        if self.output_stage().is_some() || !self.stages.iter().all(cuttable) {
             return Ok(Err(self));
         }
-        let after = Pipeline {
-            stages: self.stages.split_off(at + 1),
-            specs: self.specs.split_off(at + 1),
-            db: self.db.clone(),
-        };
-        self.specs.pop();
-        let Some(Stage::Sort { spec, .. }) = self.stages.pop() else {
-            unreachable!("a $sort at {at}")
-        };
-        let spec = stages::sort_limit_sample::sorted_under(spec, vars);
         let vars = vars.with_now();
-        let (Ok(before), Ok(after)) = (self.streamed(&vars)?, after.streamed(&vars)?) else {
-            unreachable!("both parts stream")
+        let mut rest = Vec::new();
+        while let Some(at) = self.stages.iter().rposition(|s| !s.is_streaming()) {
+            let after = Pipeline {
+                stages: self.stages.split_off(at + 1),
+                specs: self.specs.split_off(at + 1),
+                db: self.db.clone(),
+            };
+            self.specs.pop();
+            let blocking = match self.stages.pop() {
+                Some(Stage::Sort { spec, limit }) => Blocking::Sort {
+                    spec: stages::sort_limit_sample::sorted_under(spec, &vars),
+                    limit,
+                },
+                Some(Stage::Group { id, accs }) => Blocking::Group(GroupStage {
+                    id,
+                    accs,
+                    vars: vars.clone(),
+                }),
+                Some(Stage::Count(field)) => Blocking::Count(field),
+                _ => unreachable!("a blocking stage at {at}"),
+            };
+            let Ok(after) = after.streamed(&vars)? else {
+                unreachable!("the stages after the last blocking one stream")
+            };
+            rest.push((blocking, after));
+        }
+        rest.reverse();
+        let Ok(first) = self.streamed(&vars)? else {
+            unreachable!("the stages before the first blocking one stream")
         };
-        Ok(Ok((before, spec, after)))
+        Ok(Ok(Segments { first, rest }))
     }
 
     /// This pipeline run as its cursor is read, when every stage streams and it writes
@@ -407,6 +430,53 @@ impl Pipeline {
             pipeline: self,
             lookups: RunCache::default(),
         }))
+    }
+}
+
+/// A pipeline cut at its blocking stages ([`Pipeline::segments`]).
+pub struct Segments {
+    /// The streaming stages before the first blocking one, over the collection.
+    pub first: Streamed,
+    /// Each blocking stage, with the streaming stages over its output.
+    pub rest: Vec<(Blocking, Streamed)>,
+}
+
+/// A stage that reads all its input before it gives anything, for the engine to run
+/// between streamed parts of a pipeline ([`Pipeline::segments`]).
+pub enum Blocking {
+    /// A `$sort`'s order (under the run's collation) and the `$limit` folded into it.
+    Sort {
+        spec: crate::sort::SortSpec,
+        limit: Option<usize>,
+    },
+    /// A `$group`.
+    Group(GroupStage),
+    /// `$count`: its output field.
+    Count(String),
+}
+
+impl Blocking {
+    /// `$count`'s output after `n` documents (none for none, as mongod's).
+    pub fn counted(field: &str, n: usize) -> Vec<Document> {
+        stages::group_bucket::count_of(field, n)
+    }
+}
+
+/// A `$group` for the engine to run: [`Self::grouper`] folds the input, and what it
+/// spilled is folded by [`Self::spilled`] once sorted by group.
+pub struct GroupStage {
+    id: crate::expr::Expr,
+    accs: Vec<AccSpec>,
+    vars: Variables,
+}
+
+impl GroupStage {
+    pub fn grouper(&self) -> group::Grouper<'_> {
+        group::Grouper::new(&self.id, &self.accs, &self.vars)
+    }
+
+    pub fn spilled(self) -> group::SpilledGroups {
+        group::SpilledGroups::new(self.accs, self.vars)
     }
 }
 

@@ -806,44 +806,231 @@ fn a_pipeline_with_a_blocking_or_output_stage_is_not_streamed() {
     }
 }
 
-/// A `$sort` without a limit between streaming stages splits the pipeline in three:
-/// the stages before it, fed into the sort, then the stages after it, give what the
-/// whole run gives.
-#[test]
-fn a_pipeline_splits_at_its_unbounded_sort() {
-    let stages = vec![
-        doc! {"$match": {"age": {"$gte": 25}}},
-        doc! {"$set": {"n": {"$strLenCP": "$name"}}},
-        doc! {"$sort": {"age": -1, "_id": 1}},
-        doc! {"$project": {"name": 1, "n": 1}},
-        doc! {"$limit": 2},
-    ];
-    let whole = run(stages.clone(), people());
-    let p = Pipeline::parse(&stages, "test").unwrap();
-    let Ok((mut before, spec, mut after)) = p.split_at_sort(&Variables::default()).unwrap() else {
-        panic!("the pipeline splits");
+/// Runs `stages` over `input` as the engine runs a pipeline cut at its blocking
+/// stages (`Pipeline::segments`), each blocking stage in memory here: a `$group`'s
+/// spill records sorted (stably) by group as the engine's external sort sorts them.
+fn run_segments(stages: &[Document], input: Vec<Document>, vars: &Variables) -> Vec<Document> {
+    let p = Pipeline::parse(stages, "test").unwrap();
+    let Ok(segments) = p.segments(vars).unwrap() else {
+        panic!("{stages:?} is cut at its blocking stages");
     };
-    let mut sorted = std::collections::VecDeque::new();
-    before.push(people(), &NoCollections, &mut sorted).unwrap();
-    let mut sorted = Vec::from(sorted);
-    sorted.sort_by(|a, b| spec.compare(a, b));
     let mut out = std::collections::VecDeque::new();
-    after.push(sorted, &NoCollections, &mut out).unwrap();
-    assert_eq!(Vec::from(out), whole);
-    assert_eq!(ids(&whole), vec![Bson::Int32(3), Bson::Int32(1)]);
-    for stages in [
+    let mut first = segments.first;
+    first.push(input, &NoCollections, &mut out).unwrap();
+    for (blocking, mut after) in segments.rest {
+        let given: Vec<Document> = out.drain(..).collect();
+        let fed = match blocking {
+            Blocking::Sort { spec, limit } => {
+                let mut sorted = given;
+                sorted.sort_by(|a, b| spec.compare(a, b));
+                sorted.truncate(limit.unwrap_or(usize::MAX));
+                sorted
+            }
+            Blocking::Count(field) => Blocking::counted(&field, given.len()),
+            Blocking::Group(stage) => {
+                let mut grouper = stage.grouper();
+                let mut records = Vec::new();
+                for d in &given {
+                    records.extend(grouper.add_or_spill(d).unwrap());
+                }
+                let mut groups = grouper.finish().unwrap();
+                records.sort_by(|a, b| {
+                    let k = |d: &Document| d.get_str(SPILL_ORDER_FIELD).unwrap().to_string();
+                    k(a).cmp(&k(b))
+                });
+                let mut spilled = stage.spilled();
+                for r in records {
+                    groups.extend(spilled.push(r).unwrap());
+                }
+                groups.extend(spilled.finish().unwrap());
+                groups
+            }
+        };
+        after.push(fed, &NoCollections, &mut out).unwrap();
+    }
+    out.into()
+}
+
+/// Documents in `_id` order (a `$group`'s output order is not promised).
+fn by_id(mut docs: Vec<Document>) -> Vec<Document> {
+    docs.sort_by(|a, b| {
+        crate::compare::cmp_bson(
+            a.get("_id").unwrap_or(&Bson::Null),
+            b.get("_id").unwrap_or(&Bson::Null),
+        )
+    });
+    docs
+}
+
+/// A pipeline whose blocking stages are `$sort`s, `$group`s and `$count`s is cut at
+/// each of them, and run part by part gives what the whole run gives (`$group`'s
+/// output in another order); a pipeline with another blocking stage or an output
+/// stage is not cut.
+#[test]
+fn a_pipeline_is_cut_at_its_blocking_stages() {
+    let cases = vec![
+        vec![
+            doc! {"$match": {"age": {"$gte": 25}}},
+            doc! {"$set": {"n": {"$strLenCP": "$name"}}},
+            doc! {"$sort": {"age": -1, "_id": 1}},
+            doc! {"$project": {"name": 1, "n": 1}},
+            doc! {"$limit": 2},
+        ],
         vec![doc! {"$sort": {"a": 1}}, doc! {"$limit": 3}],
-        vec![doc! {"$sort": {"a": 1}}, doc! {"$group": {"_id": "$a"}}],
-        vec![doc! {"$group": {"_id": "$a"}}, doc! {"$sort": {"_id": 1}}],
-        vec![doc! {"$match": {}}],
-        vec![doc! {"$sort": {"a": 1}}, doc! {"$out": "o"}],
+        vec![
+            doc! {"$group": {"_id": "$city", "n": {"$sum": 1}, "names": {"$push": "$name"}}},
+            doc! {"$sort": {"n": -1, "_id": 1}},
+            doc! {"$limit": 2},
+        ],
+        vec![
+            doc! {"$sort": {"name": -1}},
+            doc! {"$group": {"_id": "$age", "first": {"$first": "$name"}}},
+            doc! {"$match": {"first": {"$ne": "cy"}}},
+        ],
+        vec![doc! {"$group": {"_id": "$age"}}, doc! {"$count": "ages"}],
+        vec![doc! {"$match": {}}, doc! {"$project": {"age": 1}}],
+    ];
+    for stages in cases {
+        let whole = by_id(run(stages.clone(), people()));
+        for max in [None, Some(0), Some(200)] {
+            let vars = Variables {
+                max_group_bytes: max,
+                ..Default::default()
+            };
+            let cut = by_id(run_segments(&stages, people(), &vars));
+            assert_eq!(cut, whole, "{stages:?}, $group memory {max:?}");
+        }
+    }
+    for stages in [
+        vec![doc! {"$match": {}}, doc! {"$out": "o"}],
+        vec![doc! {"$bucketAuto": {"groupBy": "$a", "buckets": 2}}],
+        vec![doc! {"$facet": {"a": [{"$match": {}}]}}],
+        vec![doc! {"$sample": {"size": 2}}],
     ] {
         let p = Pipeline::parse(&stages, "test").unwrap();
         assert!(
-            p.split_at_sort(&Variables::default()).unwrap().is_err(),
+            p.segments(&Variables::default()).unwrap().is_err(),
             "{stages:?}"
         );
     }
+}
+
+/// Documents for the spill tests: 40 groups of uneven sizes, values of several types,
+/// documents in no group order.
+fn spill_input() -> Vec<Document> {
+    (0..400)
+        .map(|i: i32| {
+            let k = (i * 7919) % 40;
+            let v = match i % 5 {
+                0 => Bson::Int32(i),
+                1 => Bson::Double(f64::from(i) / 2.0),
+                2 => Bson::String(format!("s{}", i % 13)),
+                3 => Bson::Null,
+                _ => Bson::Int64(i64::from(i) * 3),
+            };
+            let mut d = doc! {"_id": i, "k": k, "v": v, "n": i % 17, "o": {"a": i % 3}};
+            if i % 11 == 0 {
+                d.remove("v");
+            }
+            d
+        })
+        .collect()
+}
+
+/// A `$group` whose memory fills gives, from the groups it held and the groups it
+/// spilled, what it gives holding them all: every accumulator, every limit from
+/// spilling every group to spilling none.
+#[test]
+fn a_spilling_group_gives_what_the_group_in_memory_gives() {
+    let group = doc! {"$group": {
+        "_id": {"$mod": ["$k", 40]},
+        "sum": {"$sum": "$n"}, "avg": {"$avg": "$n"}, "count": {"$count": {}},
+        "min": {"$min": "$v"}, "max": {"$max": "$v"},
+        "first": {"$first": "$v"}, "last": {"$last": "$v"},
+        "push": {"$push": "$v"}, "set": {"$addToSet": "$n"},
+        "merged": {"$mergeObjects": "$o"}, "sd": {"$stdDevPop": "$n"},
+        "firstN": {"$firstN": {"input": "$v", "n": 3}},
+        "lastN": {"$lastN": {"input": "$v", "n": 2}},
+        "top": {"$topN": {"n": 2, "sortBy": {"n": -1}, "output": "$_id"}},
+        "maxN": {"$maxN": {"input": "$n", "n": 2}},
+        "median": {"$median": {"input": "$n", "method": "approximate"}},
+    }};
+    let stages = vec![group.clone()];
+    let whole = by_id(run(stages.clone(), spill_input()));
+    assert_eq!(whole.len(), 40);
+    let mut spilled_some = false;
+    for max in [0, 1, 500, 5_000, 50_000, usize::MAX] {
+        let vars = Variables {
+            max_group_bytes: Some(max),
+            ..Default::default()
+        };
+        let cut = run_segments(&stages, spill_input(), &vars);
+        let held = cut
+            .iter()
+            .take_while(|d| d.get_i32("_id").is_ok_and(|k| k < 40))
+            .count();
+        spilled_some |= cut != whole;
+        assert_eq!(by_id(cut), whole, "$group memory {max}");
+        assert!(held <= 40);
+    }
+    assert!(spilled_some, "some limit spills groups");
+}
+
+/// With `allowDiskUse: false` a `$group` past its memory fails with mongod's 292; one
+/// group's `$push` past 100 MiB fails with 146 whatever the operation allows.
+#[test]
+fn a_group_past_its_memory_fails_when_it_may_not_spill() {
+    let stages = vec![doc! {"$group": {"_id": "$k", "all": {"$push": "$$ROOT"}}}];
+    let p = Pipeline::parse(&stages, "test").unwrap();
+    let run_under = |vars: &Variables| {
+        p.run(
+            Box::new(spill_input().into_iter().map(Ok)),
+            &NoCollections,
+            vars,
+        )
+    };
+    let forbid = |max| Variables {
+        forbid_disk_use: true,
+        max_group_bytes: Some(max),
+        ..Default::default()
+    };
+    let e = run_under(&forbid(2_000)).unwrap_err();
+    assert_eq!(
+        (e.code, e.code_name().as_str()),
+        (292, "QueryExceededMemoryLimitNoDiskUseAllowed")
+    );
+    assert!(
+        e.message.contains("Exceeded memory limit for $group"),
+        "{}",
+        e.message
+    );
+    assert_eq!(run_under(&forbid(1 << 30)).unwrap().len(), 40);
+    // Allowed to spill, a run that cannot (this one, in memory) holds them all.
+    let allowed = Variables {
+        max_group_bytes: Some(2_000),
+        ..Default::default()
+    };
+    assert_eq!(run_under(&allowed).unwrap().len(), 40);
+
+    let big = "x".repeat(1 << 20);
+    let input = (0..101).map(|i| doc! {"_id": i, "s": big.clone()});
+    let p = Pipeline::parse(
+        &[doc! {"$group": {"_id": null, "a": {"$push": "$s"}}}],
+        "test",
+    )
+    .unwrap();
+    let e = p
+        .run(
+            Box::new(input.map(Ok)),
+            &NoCollections,
+            &Variables::default(),
+        )
+        .unwrap_err();
+    assert_eq!(e.code, 146);
+    assert_eq!(
+        e.message,
+        "$push used too much memory and cannot spill to disk. Memory limit: 104857600 bytes"
+    );
 }
 
 /// A `$lookup`'s index of the foreign documents finds what comparing each foreign

@@ -352,6 +352,7 @@ pub async fn aggregate(state: &Arc<ServerState>, db: &str, cmd: &Document) -> Re
         hint: aggregate_hint(cmd)?,
         allow_disk_use: cmd.get_bool("allowDiskUse").ok(),
         max_sort_bytes: state.max_blocking_sort_bytes(),
+        max_group_bytes: state.max_group_bytes(),
     };
     if writes && crate::transactions::current().is_some() {
         return Err(Error::new(
