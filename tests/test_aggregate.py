@@ -264,6 +264,41 @@ class TestLookup:
                   collation={"locale": "en", "strength": 2})
         assert {d["_id"]: d["m"] for d in out}[1] == [2, 3]
 
+    def test_a_pipelines_expr_equality_on_a_variable_reads_by_index_or_hash(self, db):
+        """A `$lookup` pipeline starting with `$match: {$expr: {$eq: ["$field", "$$var"]}}`
+        reads each local document's candidates through an index on the field (one
+        $indexStats access a lookup, as mongod's), else by hash over one read of the
+        foreign collection, instead of running over the whole collection per local
+        document; it gives what the pipeline over the whole collection gives (here, a
+        leading $skip: 0 keeps that path)."""
+        foreign = [{"_id": i, "k": v} for i, v in enumerate(
+            [1, 1.0, "a", "A", [1, 2], {"x": 1}, None, 2, [], [[1]], "b", 3])] + [{"_id": 99}]
+        db.f_indexed.insert_many(foreign)
+        db.f_indexed.create_index("k")
+        db.f_plain.insert_many(foreign)
+        db.local.insert_many([{"_id": i, "l": v} for i, v in enumerate(
+            [1, "a", [2, "b"], {"x": 1}, None, 7, [1], []])])
+        ops = lambda: next(s["accesses"]["ops"] for s in db.f_indexed.aggregate([{"$indexStats": {}}])
+                           if s["name"] == "k_1")
+
+        def joined(name, lead=(), **kwargs):
+            sub = [*lead, {"$match": {"$expr": {"$eq": ["$k", "$$l"]}}}, {"$project": {"_id": 1}}]
+            out = agg(db.local, [{"$lookup": {"from": name, "let": {"l": "$l"}, "pipeline": sub, "as": "m"}},
+                                 {"$project": {"m": "$m._id"}}], **kwargs)
+            return {d["_id"]: d["m"] for d in out}
+
+        whole = joined("f_plain", lead=[{"$skip": 0}])
+        assert whole[0] == [0, 1] and whole[1] == [2] and whole[2] == [] and whole[3] == [5]
+        before = ops()
+        assert joined("f_indexed") == whole
+        # The three plain values (1, "a", 7) went through the index; null, the document
+        # and the arrays did not.
+        assert ops() - before == 3
+        assert joined("f_plain") == whole
+        strength_2 = {"locale": "en", "strength": 2}
+        assert joined("f_indexed", collation=strength_2)[1] == [2, 3]
+        assert joined("f_plain", collation=strength_2)[1] == [2, 3]
+
 class TestExpressions:
     def one(self, coll, expr, doc=None):
         coll.insert_one(doc or {"_id": 1})

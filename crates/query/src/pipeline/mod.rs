@@ -280,16 +280,9 @@ impl Pipeline {
         let mut matchers = HashMap::new();
         for (i, st) in self.stages.iter().enumerate() {
             if let Stage::Match(m) = st {
-                let substitute = m.uses_vars && !vars.vars.is_empty();
-                if m.rest.is_empty() || !(substitute || vars.collator.is_some()) {
-                    continue;
+                if let Some(matcher) = run_matcher(m, vars)? {
+                    matchers.insert(i, matcher);
                 }
-                let filter = if substitute {
-                    substitute_vars(&m.rest, vars)
-                } else {
-                    m.rest.clone()
-                };
-                matchers.insert(i, Matcher::with_collation(&filter, vars.collator.clone())?);
             }
         }
         Ok(matchers)
@@ -431,6 +424,21 @@ impl Pipeline {
             lookups: RunCache::default(),
         }))
     }
+}
+
+/// The matcher a run builds for `$match` `m`, when its filter refers to variables or
+/// compares under the operation's collation (None: the stage's own serves).
+fn run_matcher(m: &stages::MatchStage, vars: &Variables) -> Result<Option<Matcher>> {
+    let substitute = m.uses_vars && !vars.vars.is_empty();
+    if m.rest.is_empty() || !(substitute || vars.collator.is_some()) {
+        return Ok(None);
+    }
+    let filter = if substitute {
+        substitute_vars(&m.rest, vars)
+    } else {
+        m.rest.clone()
+    };
+    Matcher::with_collation(&filter, vars.collator.clone()).map(Some)
 }
 
 /// A pipeline cut at its blocking stages ([`Pipeline::segments`]).

@@ -1033,6 +1033,124 @@ fn a_group_past_its_memory_fails_when_it_may_not_spill() {
     );
 }
 
+/// A source whose `find_equal` finds, as an index would, the documents with a value
+/// equal to one of the values at the field (a query's equality: through arrays), and
+/// counts the reads it served so.
+struct IndexedColls(Colls, std::cell::Cell<usize>);
+
+impl CollectionSource for IndexedColls {
+    fn scan(&self, db: &str, coll: &str) -> Result<Vec<Document>> {
+        self.0.scan(db, coll)
+    }
+
+    fn find_equal(
+        &self,
+        db: &str,
+        coll: &str,
+        field: &str,
+        values: &[Bson],
+        _collator: Option<&Arc<crate::collation::Collator>>,
+    ) -> Result<Option<Vec<Document>>> {
+        let docs = self.0.scan(db, coll)?;
+        self.1.set(self.1.get() + 1);
+        Ok(Some(
+            docs.into_iter()
+                .filter(|d| {
+                    let at = matcher_values(d, field);
+                    values
+                        .iter()
+                        .any(|v| at.iter().any(|x| crate::compare::bson_eq_with(x, v, None)))
+                })
+                .collect(),
+        ))
+    }
+}
+
+/// A `$lookup` pipeline starting with a `$match` reads only what the `$match` keeps,
+/// through the index (else by hash) when it is an `$expr` equality of a field and a
+/// variable, and
+/// gives what the pipeline over the whole foreign collection gives: numbers across
+/// types, arrays at the field, nested paths, null and missing, array and document
+/// variables (which the index does not serve).
+#[test]
+fn a_lookup_pipelines_leading_match_reads_only_what_it_keeps() {
+    let foreign = vec![
+        doc! {"_id": 0, "k": 1, "o": {"k": "a"}},
+        doc! {"_id": 1, "k": 1.0},
+        doc! {"_id": 2, "k": "a"},
+        doc! {"_id": 3, "k": ["a", "b"], "o": [{"k": "a"}, {"k": 1}]},
+        doc! {"_id": 4, "k": {"x": 1}},
+        doc! {"_id": 5, "k": null},
+        doc! {"_id": 6},
+        doc! {"_id": 7, "k": [["a", "b"]], "o": {"k": ["a", "b"]}},
+        doc! {"_id": 8, "k": "b"},
+    ];
+    let locals = vec![
+        doc! {"_id": 0, "v": 1},
+        doc! {"_id": 1, "v": 1.0},
+        doc! {"_id": 2, "v": "a"},
+        doc! {"_id": 3, "v": "b"},
+        doc! {"_id": 4, "v": null},
+        doc! {"_id": 5},
+        doc! {"_id": 6, "v": ["a", "b"]},
+        doc! {"_id": 7, "v": {"x": 1}},
+        doc! {"_id": 8, "v": 2},
+    ];
+    let pipelines = vec![
+        bson!([{"$match": {"$expr": {"$eq": ["$k", "$$v"]}}}]),
+        bson!([{"$match": {"$expr": {"$and": [{"$eq": ["$$v", "$k"]}, {"$ne": ["$_id", 3]}]}}},
+               {"$project": {"_id": 1}}]),
+        bson!([{"$match": {"$expr": {"$eq": ["$o.k", "$$v"]}}}]),
+        bson!([{"$match": {"k": {"$exists": true}, "$expr": {"$eq": ["$k", "$$v"]}}}, {"$limit": 1}]),
+        bson!([{"$match": {"k": {"$type": "string"}}}, {"$match": {"$expr": {"$eq": ["$k", "$$v"]}}}]),
+        bson!([{"$project": {"k": 1}}, {"$match": {"$expr": {"$eq": ["$k", "$$v"]}}}]),
+    ];
+    let mut colls = HashMap::new();
+    colls.insert("test.f".to_string(), foreign.clone());
+    for sub in pipelines {
+        let Bson::Array(sub_stages) = &sub else {
+            unreachable!()
+        };
+        let sub_stages: Vec<Document> = sub_stages
+            .iter()
+            .map(|s| s.as_document().unwrap().clone())
+            .collect();
+        let lookup = vec![
+            doc! {"$lookup": {"from": "f", "let": {"v": "$v"}, "pipeline": sub.clone(), "as": "m"}},
+        ];
+        let plain = run_with(lookup.clone(), locals.clone(), &Colls(colls.clone())).unwrap();
+        let indexed_source = IndexedColls(Colls(colls.clone()), std::cell::Cell::new(0));
+        let indexed = run_with(lookup, locals.clone(), &indexed_source).unwrap();
+        for (i, local) in locals.iter().enumerate() {
+            // The oracle: the pipeline over the whole collection, `v` bound.
+            let mut vars = Variables::default();
+            vars.set("v", local.get("v").cloned().unwrap_or(Bson::Null));
+            let p = Pipeline::parse(&sub_stages, "test").unwrap();
+            let whole = p
+                .run(
+                    Box::new(foreign.clone().into_iter().map(Ok)),
+                    &NoCollections,
+                    &vars,
+                )
+                .unwrap();
+            let expected = Bson::Array(whole.into_iter().map(Bson::Document).collect());
+            assert_eq!(plain[i].get("m"), Some(&expected), "{sub:?} for {local:?}");
+            assert_eq!(
+                indexed[i].get("m"),
+                Some(&expected),
+                "{sub:?} for {local:?}, indexed"
+            );
+        }
+        // The index served the five locals with a plain value (not null, missing, the
+        // array or the document) when the pipeline starts with the equality.
+        let by_index = sub_stages[0]
+            .get_document("$match")
+            .is_ok_and(|m| m.contains_key("$expr"));
+        let expected_reads = if by_index { 5 } else { 0 };
+        assert_eq!(indexed_source.1.get(), expected_reads, "{sub:?}");
+    }
+}
+
 /// A `$lookup`'s index of the foreign documents finds what comparing each foreign
 /// document finds (the linear search it replaced), in the collection's order: numbers
 /// across types, arrays, nested paths, null, missing and undefined, documents,

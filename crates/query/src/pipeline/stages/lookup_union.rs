@@ -240,6 +240,17 @@ pub(crate) fn lookup(
     ctx: &RunCtx,
     vars: &Variables,
 ) -> Result<Document> {
+    let sub_vars = match &l.pipeline {
+        Some(_) if !l.let_vars.is_empty() => {
+            let mut sub_vars = vars.clone();
+            for (n, e) in &l.let_vars {
+                let v = e.evaluate(&doc, vars)?.unwrap_or(Bson::Null);
+                sub_vars.vars.insert(n.clone(), v);
+            }
+            std::borrow::Cow::Owned(sub_vars)
+        }
+        _ => std::borrow::Cow::Borrowed(vars),
+    };
     let mut candidates: Vec<Document> = match (&l.from, &l.local_field, &l.foreign_field) {
         (None, _, _) => Vec::new(),
         (Some(c), Some(lf), Some(ff)) => {
@@ -267,14 +278,12 @@ pub(crate) fn lookup(
                 }
             }
         }
-        (Some(c), _, _) => ctx.scan(&l.from_db, c)?.as_ref().clone(),
+        (Some(c), _, _) => match &l.pipeline {
+            Some(p) => sub_pipeline_input(p, &l.from_db, c, ctx, &sub_vars)?,
+            None => ctx.scan(&l.from_db, c)?.as_ref().clone(),
+        },
     };
     if let Some(p) = &l.pipeline {
-        let mut sub_vars = vars.clone();
-        for (n, e) in &l.let_vars {
-            let v = e.evaluate(&doc, vars)?.unwrap_or(Bson::Null);
-            sub_vars.vars.insert(n.clone(), v);
-        }
         let input: Box<dyn Iterator<Item = Result<Document>>> =
             Box::new(std::mem::take(&mut candidates).into_iter().map(Ok));
         candidates = p.run_in(input, ctx, &sub_vars)?;
@@ -285,6 +294,79 @@ pub(crate) fn lookup(
         Bson::Array(candidates.into_iter().map(Bson::Document).collect()),
     );
     Ok(doc)
+}
+
+/// The foreign documents a `$lookup`'s `pipeline` reads for one local document: when
+/// the pipeline starts with a `$match` that has an `$expr` equality of a field and a
+/// `let` variable, those with an equal value at the field, found through an index on
+/// it (mongod uses an index there too) or else by hash (the `localField` join's
+/// [`ForeignIndex`]); for another leading `$match`, those it keeps (applied to the
+/// collection's documents before any is copied); the `$match` then runs again, on
+/// these, in the pipeline. The whole collection otherwise. Before, every local document copied the whole foreign
+/// collection into its pipeline.
+fn sub_pipeline_input(
+    p: &Pipeline,
+    db: &str,
+    coll: &str,
+    ctx: &RunCtx,
+    vars: &Variables,
+) -> Result<Vec<Document>> {
+    let Some(Stage::Match(m)) = p.stages.first() else {
+        return Ok(ctx.scan(db, coll)?.as_ref().clone());
+    };
+    if let Some((field, value)) = expr_equality(&m.filter, vars) {
+        // An index's equality, and the hash join's, are a query's, a superset of the
+        // `$expr`'s: the `$match` decides, in the pipeline.
+        let values = std::slice::from_ref(&value);
+        if let Some(found) = ctx.find_equal(db, coll, &field, values, vars)? {
+            return Ok(found);
+        }
+        let (foreign, index) = ctx.foreign_index(db, coll, &field, vars)?;
+        let positions = index.matches(values, vars.collator.as_deref());
+        return Ok(positions.into_iter().map(|i| foreign[i].clone()).collect());
+    }
+    let run_matcher = super::super::run_matcher(m, vars)?;
+    let matcher = run_matcher.as_ref().or(m.matcher.as_ref());
+    let mut kept = Vec::new();
+    for d in ctx.scan(db, coll)?.iter() {
+        if super::match_project::keeps(m, matcher, d, vars)? {
+            kept.push(d.clone());
+        }
+    }
+    Ok(kept)
+}
+
+/// The field and value of an `{$eq: ["$field", "$$variable"]}` (either way round) at
+/// the top of `filter`'s `$expr` or among its `$and`'s terms, when the variable's
+/// value is one whose documents a query's equality on the field finds among others
+/// (not an array, whose `$expr` equality a query does not see through arrays of
+/// documents; null, undefined, documents and regular expressions `find_equal` leaves
+/// alone).
+fn expr_equality(filter: &Document, vars: &Variables) -> Option<(String, Bson)> {
+    let expr = filter.get_document("$expr").ok()?;
+    let terms: Vec<&Bson> = match (expr.get("$eq"), expr.get_array("$and")) {
+        (Some(eq), _) if expr.len() == 1 => vec![eq],
+        (_, Ok(and)) if expr.len() == 1 => and
+            .iter()
+            .filter_map(|t| match t {
+                Bson::Document(d) if d.len() == 1 => d.get("$eq"),
+                _ => None,
+            })
+            .collect(),
+        _ => return None,
+    };
+    terms.into_iter().find_map(|eq| {
+        let Bson::Array(sides) = eq else { return None };
+        let [Bson::String(a), Bson::String(b)] = sides.as_slice() else {
+            return None;
+        };
+        let field_and_var = |f: &str, v: &str| {
+            let field = f.strip_prefix('$').filter(|f| !f.starts_with('$'))?;
+            let value = vars.vars.get(v.strip_prefix("$$")?)?;
+            (!matches!(value, Bson::Array(_))).then(|| (field.to_string(), value.clone()))
+        };
+        field_and_var(a, b).or_else(|| field_and_var(b, a))
+    })
 }
 
 /// A `$lookup`'s foreign documents by the values at its `foreignField` (as a query's

@@ -198,20 +198,29 @@ pub(crate) fn run_match(
 ) -> Result<Vec<Document>> {
     let mut out = Vec::with_capacity(docs.len());
     for d in docs {
-        if let Some(e) = &m.expr {
-            if !crate::expr::truthy(&e.evaluate(&d, vars)?) {
-                continue;
-            }
-        }
-        let keep = match matcher {
-            Some(mm) => mm.matches_or_fail(&d)?,
-            None => true,
-        };
-        if keep {
+        if keeps(m, matcher, &d, vars)? {
             out.push(d);
         }
     }
     Ok(out)
+}
+
+/// Whether `$match` `m` (its filter's part through `matcher`) keeps `d`.
+pub(crate) fn keeps(
+    m: &MatchStage,
+    matcher: Option<&Matcher>,
+    d: &Document,
+    vars: &Variables,
+) -> Result<bool> {
+    if let Some(e) = &m.expr {
+        if !crate::expr::truthy(&e.evaluate(d, vars)?) {
+            return Ok(false);
+        }
+    }
+    match matcher {
+        Some(mm) => mm.matches_or_fail(d),
+        None => Ok(true),
+    }
 }
 
 /// `$replaceRoot` / `$replaceWith` over a batch.

@@ -25,7 +25,7 @@ use bson::{Bson, Document};
 
 use group_bucket::BucketStage;
 use lookup_union::{GraphLookupStage, LookupStage};
-use match_project::MatchStage;
+pub(crate) use match_project::MatchStage;
 
 pub use lookup_union::matcher_values;
 pub(crate) use lookup_union::ForeignIndex;
