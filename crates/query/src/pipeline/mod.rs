@@ -237,41 +237,16 @@ impl Pipeline {
         ctx: &RunCtx,
         vars: &Variables,
     ) -> Result<Vec<Document>> {
-        let matchers = self.run_matchers(vars)?;
-        let prefix = self.streaming_prefix();
-        let mut counters = self.counters();
-        let mut docs = Vec::new();
-        // A `$group`, `$count` or limited `$sort` right after the streaming stages
-        // folds their output as it comes.
-        let mut folding = Folding::of(self.stages.get(prefix), vars);
-        if !self.limit_reached(prefix, &counters) {
-            for item in input {
-                let batch = self.stream_one(item?, prefix, ctx, vars, &matchers, &mut counters)?;
-                match folding.as_mut() {
-                    Some(f) => batch.into_iter().try_for_each(|d| f.add(d))?,
-                    None => docs.extend(batch),
-                }
-                if self.limit_reached(prefix, &counters) {
-                    break;
-                }
-            }
+        let mut run = Run::new(self, ctx, vars)?;
+        let mut input = input;
+        // Asked before each document is read: a `$limit` met stops the reading.
+        while run.wants_more() {
+            let Some(item) = input.next() else {
+                break;
+            };
+            run.push(item?)?;
         }
-        let mut rest = prefix;
-        if let Some(f) = folding {
-            docs = f.finish()?;
-            rest += 1;
-        }
-        #[allow(clippy::needless_range_loop)] // i indexes stages, matchers and counters
-        for i in rest..self.stages.len() {
-            let st = &self.stages[i];
-            if st.is_streaming() {
-                let mut counter = counters[i];
-                docs = st.apply_streaming(docs, ctx, vars, matchers.get(&i), &mut counter)?;
-            } else {
-                docs = st.apply_blocking(docs, ctx, vars)?;
-            }
-        }
-        Ok(docs)
+        run.finish()
     }
 
     /// Per-run matchers for `$match` stages that refer to variables, or that compare
@@ -553,11 +528,95 @@ impl Streamed {
     }
 }
 
+/// A run of a pipeline over documents given one at a time ([`Self::push`]): the
+/// streaming stages take each as it comes, a first blocking stage that can folds
+/// their output as it comes ([`Folding`]), and the stages after it run over what it
+/// gives at [`Self::finish`].
+struct Run<'a> {
+    pipeline: &'a Pipeline,
+    ctx: &'a RunCtx<'a>,
+    vars: &'a Variables,
+    matchers: HashMap<usize, Matcher>,
+    /// How many stages, from the first, stream.
+    prefix: usize,
+    counters: Vec<usize>,
+    folding: Option<Folding<'a>>,
+    /// What the streaming stages gave, when no stage folds it.
+    docs: Vec<Document>,
+}
+
+impl<'a> Run<'a> {
+    fn new(pipeline: &'a Pipeline, ctx: &'a RunCtx<'a>, vars: &'a Variables) -> Result<Run<'a>> {
+        let prefix = pipeline.streaming_prefix();
+        Ok(Run {
+            pipeline,
+            ctx,
+            vars,
+            matchers: pipeline.run_matchers(vars)?,
+            prefix,
+            counters: pipeline.counters(),
+            folding: Folding::of(pipeline.stages.get(prefix), ctx, vars)?,
+            docs: Vec::new(),
+        })
+    }
+
+    /// Whether more input can change the result: no `$limit` among the streaming
+    /// stages has let all its documents through, and the folding stage takes more.
+    fn wants_more(&self) -> bool {
+        !self.pipeline.limit_reached(self.prefix, &self.counters)
+            && self.folding.as_ref().is_none_or(Folding::wants_more)
+    }
+
+    fn push(&mut self, doc: Document) -> Result<()> {
+        let (p, ctx, vars) = (self.pipeline, self.ctx, self.vars);
+        let batch = p.stream_one(
+            doc,
+            self.prefix,
+            ctx,
+            vars,
+            &self.matchers,
+            &mut self.counters,
+        )?;
+        match self.folding.as_mut() {
+            Some(f) => batch.into_iter().try_for_each(|d| f.add(d)),
+            None => {
+                self.docs.extend(batch);
+                Ok(())
+            }
+        }
+    }
+
+    /// The run's output: the folding stage's result, or what the streaming stages
+    /// gave, through the stages after them.
+    fn finish(self) -> Result<Vec<Document>> {
+        let (p, ctx, vars) = (self.pipeline, self.ctx, self.vars);
+        let mut docs = self.docs;
+        let mut rest = self.prefix;
+        if let Some(f) = self.folding {
+            docs = f.finish()?;
+            rest += 1;
+        }
+        #[allow(clippy::needless_range_loop)] // i indexes stages, matchers and counters
+        for i in rest..p.stages.len() {
+            let st = &p.stages[i];
+            if st.is_streaming() {
+                let mut counter = self.counters[i];
+                docs = st.apply_streaming(docs, ctx, vars, self.matchers.get(&i), &mut counter)?;
+            } else {
+                docs = st.apply_blocking(docs, ctx, vars)?;
+            }
+        }
+        Ok(docs)
+    }
+}
+
 /// The first blocking stage of a run when it can take its input one document at a
 /// time, so the run holds its result instead of every document read (as MongoDB's
-/// streaming `$group`, `$count` and top-k `$sort`).
+/// streaming `$group`, `$count` and top-k `$sort`; a `$facet` feeds each document to
+/// each of its pipelines, which hold what they need of it).
 enum Folding<'a> {
     Group(group::Grouper<'a>),
+    Facet(stages::FacetRun<'a>),
     /// `$count`: the output field and the documents counted so far.
     Count(&'a str, usize),
     /// `$sort` with a `$limit` folded into it.
@@ -565,9 +624,17 @@ enum Folding<'a> {
 }
 
 impl<'a> Folding<'a> {
-    fn of(stage: Option<&'a Stage>, vars: &'a Variables) -> Option<Folding<'a>> {
-        match stage? {
+    fn of(
+        stage: Option<&'a Stage>,
+        ctx: &'a RunCtx<'a>,
+        vars: &'a Variables,
+    ) -> Result<Option<Folding<'a>>> {
+        let Some(stage) = stage else {
+            return Ok(None);
+        };
+        Ok(match stage {
             Stage::Group { id, accs } => Some(Folding::Group(group::Grouper::new(id, accs, vars))),
+            Stage::Facet(facets) => Some(Folding::Facet(stages::FacetRun::new(facets, ctx, vars)?)),
             Stage::Count(field) => Some(Folding::Count(field, 0)),
             Stage::Sort {
                 spec,
@@ -578,12 +645,22 @@ impl<'a> Folding<'a> {
                 vars,
             ))),
             _ => None,
+        })
+    }
+
+    /// Whether more input can change what it gives (a `$facet` whose pipelines all
+    /// met a `$limit` takes no more).
+    fn wants_more(&self) -> bool {
+        match self {
+            Folding::Facet(f) => f.wants_more(),
+            _ => true,
         }
     }
 
     fn add(&mut self, doc: Document) -> Result<()> {
         match self {
             Folding::Group(g) => g.add(&doc),
+            Folding::Facet(f) => f.push(doc),
             Folding::Count(_, n) => {
                 *n += 1;
                 Ok(())
@@ -598,6 +675,7 @@ impl<'a> Folding<'a> {
     fn finish(self) -> Result<Vec<Document>> {
         match self {
             Folding::Group(g) => g.finish(),
+            Folding::Facet(f) => f.finish(),
             Folding::Count(field, n) => Ok(stages::group_bucket::count_of(field, n)),
             Folding::TopSort(t) => Ok(t.finish()),
         }

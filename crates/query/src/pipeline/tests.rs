@@ -851,6 +851,53 @@ fn run_segments(stages: &[Document], input: Vec<Document>, vars: &Variables) -> 
     out.into()
 }
 
+/// A `$facet` feeds each document to each of its pipelines as it comes: what they
+/// give is what each gives over the whole input, and once every pipeline met a
+/// `$limit` no more input is read.
+#[test]
+fn a_facet_feeds_its_pipelines_as_the_documents_come() {
+    /// The run's output over 1,000 documents, and how many it read.
+    fn run_counting(stages: &[Document]) -> (Vec<Document>, usize) {
+        let pulled = std::cell::Cell::new(0);
+        let input = (0..1000).map(|i: i32| {
+            pulled.set(pulled.get() + 1);
+            Ok(doc! {"_id": i, "k": i % 7})
+        });
+        let p = Pipeline::parse(stages, "t").unwrap();
+        let out = p
+            .run(Box::new(input), &NoCollections, &Variables::default())
+            .unwrap();
+        (out, pulled.get())
+    }
+    let facets = doc! {"$facet": {
+        "total": [{"$count": "n"}],
+        "page": [{"$match": {"k": 3}}, {"$skip": 2}, {"$limit": 3}, {"$project": {"_id": 1}}],
+        "groups": [{"$group": {"_id": "$k", "n": {"$sum": 1}}}, {"$sort": {"_id": 1}}, {"$limit": 2}],
+        "top": [{"$sort": {"k": -1, "_id": 1}}, {"$limit": 2}],
+    }};
+    let project = doc! {"$project": {"total": 1, "page": 1, "groups": 1, "top._id": 1}};
+    let (out, pulled) = run_counting(&[facets, project]);
+    assert_eq!(pulled, 1000);
+    assert_eq!(
+        out,
+        vec![doc! {
+            "total": [{"n": 1000}],
+            "page": [{"_id": 17}, {"_id": 24}, {"_id": 31}],
+            "groups": [{"_id": 0, "n": 143}, {"_id": 1, "n": 143}],
+            "top": [{"_id": 6}, {"_id": 13}],
+        }]
+    );
+    let limited =
+        doc! {"$facet": {"a": [{"$limit": 2}], "b": [{"$match": {"k": 1}}, {"$limit": 3}]}};
+    let (out, pulled) = run_counting(&[doc! {"$match": {"k": {"$gte": 0}}}, limited]);
+    assert_eq!(
+        out,
+        vec![doc! {"a": [{"_id": 0, "k": 0}, {"_id": 1, "k": 1}],
+        "b": [{"_id": 1, "k": 1}, {"_id": 8, "k": 1}, {"_id": 15, "k": 1}]}]
+    );
+    assert_eq!(pulled, 16, "read until both facets met their $limit");
+}
+
 /// Documents in `_id` order (a `$group`'s output order is not promised).
 fn by_id(mut docs: Vec<Document>) -> Vec<Document> {
     docs.sort_by(|a, b| {

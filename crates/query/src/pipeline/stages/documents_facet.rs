@@ -1,6 +1,6 @@
 //! `$documents` and `$facet`.
 
-use super::super::{Context, Pipeline, RunCtx};
+use super::super::{Context, Pipeline, Run, RunCtx};
 use super::Stage;
 use super::{parse_sub_pipeline, type_name};
 use crate::error::{Error, Result};
@@ -56,17 +56,69 @@ pub(crate) fn facet(
     ctx: &RunCtx,
     vars: &Variables,
 ) -> Result<Vec<Document>> {
-    let mut out = Document::new();
-    for (name, p) in facets {
-        let input: Box<dyn Iterator<Item = Result<Document>>> =
-            Box::new(docs.clone().into_iter().map(Ok));
-        let res = p.run_in(input, ctx, vars)?;
-        out.insert(
-            name.clone(),
-            Bson::Array(res.into_iter().map(Bson::Document).collect()),
-        );
+    let mut run = FacetRun::new(facets, ctx, vars)?;
+    for d in docs {
+        run.push(d)?;
     }
-    Ok(vec![out])
+    run.finish()
+}
+
+/// A `$facet` taking its input one document at a time: each document goes to each
+/// sub-pipeline's run, which holds only what its stages need (a `$count`'s number, a
+/// `$group`'s groups, a `$limit`'s documents: the pagination facets `[{$count}]` and
+/// `[{$skip}, {$limit}]` hold a page, not the input). Before, the input was held whole
+/// and copied into each sub-pipeline.
+pub(crate) struct FacetRun<'a> {
+    runs: Vec<(&'a str, Run<'a>)>,
+}
+
+impl<'a> FacetRun<'a> {
+    pub(crate) fn new(
+        facets: &'a [(String, Pipeline)],
+        ctx: &'a RunCtx<'a>,
+        vars: &'a Variables,
+    ) -> Result<FacetRun<'a>> {
+        let runs = facets
+            .iter()
+            .map(|(name, p)| Ok((name.as_str(), Run::new(p, ctx, vars)?)))
+            .collect::<Result<_>>()?;
+        Ok(FacetRun { runs })
+    }
+
+    /// Whether one of the sub-pipelines takes more input.
+    pub(crate) fn wants_more(&self) -> bool {
+        self.runs.iter().any(|(_, r)| r.wants_more())
+    }
+
+    pub(crate) fn push(&mut self, doc: Document) -> Result<()> {
+        let wanting = self.runs.iter().filter(|(_, r)| r.wants_more()).count();
+        let mut given = 0;
+        let mut doc = Some(doc);
+        for (_, run) in self.runs.iter_mut().filter(|(_, r)| r.wants_more()) {
+            given += 1;
+            // The last run that wants it takes the document itself.
+            let d = if given == wanting {
+                doc.take().expect("the document, for the last run")
+            } else {
+                doc.clone().expect("the document, for each run")
+            };
+            run.push(d)?;
+        }
+        Ok(())
+    }
+
+    /// The one output document: each sub-pipeline's output under its name.
+    pub(crate) fn finish(self) -> Result<Vec<Document>> {
+        let mut out = Document::new();
+        for (name, run) in self.runs {
+            let res = run.finish()?;
+            out.insert(
+                name,
+                Bson::Array(res.into_iter().map(Bson::Document).collect()),
+            );
+        }
+        Ok(vec![out])
+    }
 }
 
 /// `$documents`: the documents its expression evaluates to.

@@ -27,6 +27,7 @@ use group_bucket::BucketStage;
 use lookup_union::{GraphLookupStage, LookupStage};
 pub(crate) use match_project::MatchStage;
 
+pub(crate) use documents_facet::FacetRun;
 pub use lookup_union::matcher_values;
 pub(crate) use lookup_union::ForeignIndex;
 pub use match_project::substitute_vars;
