@@ -616,6 +616,9 @@ impl<'a> Run<'a> {
 /// each of its pipelines, which hold what they need of it).
 enum Folding<'a> {
     Group(group::Grouper<'a>),
+    /// `$sortByCount`: its `$group`, sorted at the end.
+    SortByCount(group::Grouper<'a>),
+    Bucket(stages::group_bucket::BucketFold<'a>),
     Facet(stages::FacetRun<'a>),
     /// `$count`: the output field and the documents counted so far.
     Count(&'a str, usize),
@@ -634,6 +637,12 @@ impl<'a> Folding<'a> {
         };
         Ok(match stage {
             Stage::Group { id, accs } => Some(Folding::Group(group::Grouper::new(id, accs, vars))),
+            Stage::SortByCount { id, accs } => {
+                Some(Folding::SortByCount(group::Grouper::new(id, accs, vars)))
+            }
+            Stage::Bucket(b) => Some(Folding::Bucket(stages::group_bucket::BucketFold::new(
+                b, vars,
+            ))),
             Stage::Facet(facets) => Some(Folding::Facet(stages::FacetRun::new(facets, ctx, vars)?)),
             Stage::Count(field) => Some(Folding::Count(field, 0)),
             Stage::Sort {
@@ -659,7 +668,8 @@ impl<'a> Folding<'a> {
 
     fn add(&mut self, doc: Document) -> Result<()> {
         match self {
-            Folding::Group(g) => g.add(&doc),
+            Folding::Group(g) | Folding::SortByCount(g) => g.add(&doc),
+            Folding::Bucket(b) => b.add(&doc),
             Folding::Facet(f) => f.push(doc),
             Folding::Count(_, n) => {
                 *n += 1;
@@ -675,6 +685,8 @@ impl<'a> Folding<'a> {
     fn finish(self) -> Result<Vec<Document>> {
         match self {
             Folding::Group(g) => g.finish(),
+            Folding::SortByCount(g) => Ok(stages::group_bucket::by_count(g.finish()?)),
+            Folding::Bucket(b) => b.finish(),
             Folding::Facet(f) => f.finish(),
             Folding::Count(field, n) => Ok(stages::group_bucket::count_of(field, n)),
             Folding::TopSort(t) => Ok(t.finish()),

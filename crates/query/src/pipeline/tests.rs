@@ -715,6 +715,39 @@ fn group_folds_its_input_as_it_comes() {
     );
 }
 
+/// `$sortByCount` and `$bucket` after the streaming stages fold each document as it
+/// arrives too: the failing document stops the run before the next is read.
+#[test]
+fn sort_by_count_and_bucket_fold_their_input_as_it_comes() {
+    for stage in [
+        doc! {"$sortByCount": {"$divide": [1, "$x"]}},
+        doc! {"$bucket": {"groupBy": {"$divide": [1, "$x"]}, "boundaries": [0, 1, 10]}},
+    ] {
+        let p = Pipeline::parse(
+            &[doc! {"$match": {"x": {"$exists": true}}}, stage.clone()],
+            "t",
+        )
+        .unwrap();
+        let input = std::iter::once(Ok(doc! {"x": 0})).chain(std::iter::from_fn(|| {
+            panic!("{stage:?} read past the failing document")
+        }));
+        let e = p
+            .run(Box::new(input), &NoCollections, &Variables::default())
+            .unwrap_err();
+        assert_eq!(e.code, 2, "{e:?}");
+        let input = (1..=5).map(|i| Ok(doc! {"x": if i % 2 == 0 { 1 } else { 2 }}));
+        let out = p
+            .run(Box::new(input), &NoCollections, &Variables::default())
+            .unwrap();
+        let expected = if stage.contains_key("$bucket") {
+            vec![doc! {"_id": 0, "count": 3}, doc! {"_id": 1, "count": 2}]
+        } else {
+            vec![doc! {"_id": 0.5, "count": 3}, doc! {"_id": 1.0, "count": 2}]
+        };
+        assert_eq!(out, expected, "{stage:?}");
+    }
+}
+
 /// A `$sort` with a `$limit` after it takes its input as it comes and keeps the
 /// stable sort's first documents across many compactions (ties in input order).
 #[test]

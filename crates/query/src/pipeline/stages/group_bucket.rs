@@ -83,7 +83,10 @@ pub(crate) fn parse_sort_by_count(arg: &Bson) -> Result<Stage> {
             "the sortByCount field must be defined as a $-prefixed path or an expression",
         ));
     }
-    Ok(Stage::SortByCount(Expr::parse(arg)?))
+    Ok(Stage::SortByCount {
+        id: Expr::parse(arg)?,
+        accs: vec![AccSpec::parse("count", &Bson::Document(doc! {"$sum": 1}))?],
+    })
 }
 
 /// `$bucket`: `groupBy`, ascending `boundaries` of one type, `default` and `output`.
@@ -209,15 +212,19 @@ pub(crate) fn count_of(field: &str, n: usize) -> Vec<Document> {
 
 /// `$sortByCount`: a `$group` counting each value, most frequent first.
 pub(crate) fn sort_by_count(
-    e: &Expr,
+    id: &Expr,
+    accs: &[AccSpec],
     docs: Vec<Document>,
     vars: &Variables,
 ) -> Result<Vec<Document>> {
-    let accs = vec![AccSpec::parse("count", &Bson::Document(doc! {"$sum": 1}))?];
-    let mut groups = group::run_group(e, &accs, docs, vars)?;
-    // Descending count; ties keep first-seen order.
+    let groups = group::run_group(id, accs, docs, vars)?;
+    Ok(by_count(groups))
+}
+
+/// `$sortByCount`'s groups by descending count; ties keep first-seen order.
+pub(crate) fn by_count(mut groups: Vec<Document>) -> Vec<Document> {
     groups.sort_by(|a, b| cmp_bson(b.get("count").unwrap(), a.get("count").unwrap()));
-    Ok(groups)
+    groups
 }
 
 /// The `_id` of bucket `i` (the last index is the default bucket).
@@ -235,11 +242,35 @@ pub(crate) fn bucket(
     docs: Vec<Document>,
     vars: &Variables,
 ) -> Result<Vec<Document>> {
-    let coll = vars.collator.as_deref();
-    let n = b.boundaries.len();
-    // Buckets 0..n-1 are boundary ranges; index n-1 is the default bucket.
-    let mut states: Vec<Option<Vec<group::AccState>>> = (0..n).map(|_| None).collect();
+    let mut fold = BucketFold::new(b, vars);
     for d in &docs {
+        fold.add(d)?;
+    }
+    fold.finish()
+}
+
+/// `$bucket` taking its input one document at a time: it holds a state per bucket,
+/// not the documents.
+pub(crate) struct BucketFold<'a> {
+    b: &'a BucketStage,
+    vars: &'a Variables,
+    /// Buckets 0..n-1 are boundary ranges; index n-1 is the default bucket.
+    states: Vec<Option<Vec<group::AccState>>>,
+}
+
+impl<'a> BucketFold<'a> {
+    pub(crate) fn new(b: &'a BucketStage, vars: &'a Variables) -> BucketFold<'a> {
+        BucketFold {
+            b,
+            vars,
+            states: (0..b.boundaries.len()).map(|_| None).collect(),
+        }
+    }
+
+    pub(crate) fn add(&mut self, d: &Document) -> Result<()> {
+        let (b, vars) = (self.b, self.vars);
+        let coll = vars.collator.as_deref();
+        let n = b.boundaries.len();
         let v = b.group_by.evaluate(d, vars)?.unwrap_or(Bson::Null);
         let mut idx = None;
         for i in 0..n - 1 {
@@ -265,30 +296,38 @@ pub(crate) fn bucket(
                 n - 1
             }
         };
-        if states[idx].is_none() {
+        if self.states[idx].is_none() {
             let key = bucket_id(b, idx);
-            states[idx] = Some(
+            self.states[idx] = Some(
                 b.output
                     .iter()
                     .map(|a| group::AccState::start(a, &key, d, vars))
                     .collect::<Result<Vec<_>>>()?,
             );
         }
-        let st = states[idx].as_mut().unwrap();
+        let st = self.states[idx]
+            .as_mut()
+            .expect("the bucket's states, made above");
         for (a, s) in b.output.iter().zip(st.iter_mut()) {
             s.add(a.op, a.arg.evaluate(d, vars)?, coll)?;
         }
+        Ok(())
     }
-    let mut out: Vec<Document> = Vec::new();
-    for (i, st) in states.into_iter().enumerate() {
-        let Some(st) = st else { continue };
-        let id = bucket_id(b, i);
-        let mut d = doc! {"_id": id};
-        for (a, s) in b.output.iter().zip(st) {
-            d.insert(a.name.clone(), s.finish(a.op)?);
+
+    /// One document per non-empty bucket, in order.
+    pub(crate) fn finish(self) -> Result<Vec<Document>> {
+        let (b, coll) = (self.b, self.vars.collator.as_deref());
+        let mut out: Vec<Document> = Vec::new();
+        for (i, st) in self.states.into_iter().enumerate() {
+            let Some(st) = st else { continue };
+            let id = bucket_id(b, i);
+            let mut d = doc! {"_id": id};
+            for (a, s) in b.output.iter().zip(st) {
+                d.insert(a.name.clone(), s.finish(a.op)?);
+            }
+            out.push(d);
         }
-        out.push(d);
+        out.sort_by(|a, b| cmp_bson_with(a.get("_id").unwrap(), b.get("_id").unwrap(), coll));
+        Ok(out)
     }
-    out.sort_by(|a, b| cmp_bson_with(a.get("_id").unwrap(), b.get("_id").unwrap(), coll));
-    Ok(out)
 }

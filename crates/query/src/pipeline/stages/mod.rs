@@ -56,7 +56,11 @@ pub(crate) enum Stage {
     Lookup(Box<LookupStage>),
     GraphLookup(Box<GraphLookupStage>),
     Facet(Vec<(String, Pipeline)>),
-    SortByCount(Expr),
+    /// `$sortByCount`: a `$group` by the expression counting (`accs`), by count.
+    SortByCount {
+        id: Expr,
+        accs: Vec<AccSpec>,
+    },
     Sample(usize),
     Bucket(Box<BucketStage>),
     UnionWith {
@@ -206,7 +210,7 @@ impl Stage {
             Stage::Group { id, accs } => group::run_group(id, accs, docs, vars)?,
             Stage::Count(f) => group_bucket::count(f, docs),
             Stage::Facet(facets) => documents_facet::facet(facets, docs, ctx, vars)?,
-            Stage::SortByCount(e) => group_bucket::sort_by_count(e, docs, vars)?,
+            Stage::SortByCount { id, accs } => group_bucket::sort_by_count(id, accs, docs, vars)?,
             Stage::Sample(n) => sort_limit_sample::sample(*n, docs),
             Stage::Bucket(b) => group_bucket::bucket(b, docs, vars)?,
             Stage::UnionWith { db, coll, pipeline } => {
