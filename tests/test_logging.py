@@ -254,6 +254,38 @@ def test_slow_lines_carry_the_plan_and_what_it_examined(logged):
         < keys.index("docsExamined") < keys.index("nreturned") < keys.index("durationMillis")
 
 
+def test_an_operation_that_spilled_to_disk_says_used_disk(logged):
+    """mongod's usedDisk: a sort or a $group past its memory limit wrote temporary
+    files; the slow line and the profile entry say so, and nothing else does."""
+    with logged.client() as c:
+        c.admin.command("setParameter", 1, internalQueryMaxBlockingSortMemoryUsageBytes=100_000)
+        items = c.test.items
+        items.insert_many([{"_id": i, "k": i % 500, "pad": "p" * 200} for i in range(2000)])
+        c.test.command("profile", 2)
+        c.admin.command("profile", 2, slowms=0)
+        assert len(list(items.find({}, batch_size=5000).sort("k", -1))) == 2000
+        assert len(list(items.find({"_id": {"$lt": 10}}).sort("k", -1))) == 10
+        c.admin.command("setParameter", 1, internalDocumentSourceGroupMaxMemoryBytes=10_000)
+        assert len(list(items.aggregate([{"$group": {"_id": "$k", "n": {"$sum": 1}}}]))) == 500
+        c.test.command("profile", 0)
+        c.admin.command("profile", 0, slowms=50)
+        profiled = {json.dumps(p["command"].get("filter", p["command"].get("pipeline"))): p
+                    for p in c.test["system.profile"].find({"ns": "test.items", "op": {"$in": ["query", "command"]}})}
+    spilled = profiled[json.dumps({})]
+    assert spilled["hasSortStage"] is True and spilled["usedDisk"] is True, spilled
+    in_memory = profiled[json.dumps({"_id": {"$lt": 10}})]
+    assert in_memory["hasSortStage"] is True and "usedDisk" not in in_memory, in_memory
+    grouped = profiled[json.dumps([{"$group": {"_id": "$k", "n": {"$sum": 1}}}])]
+    assert grouped["usedDisk"] is True, grouped
+    lines = eventually(lambda: slow_lines(logged, "find", "items")
+                       if len(slow_lines(logged, "find", "items")) >= 2 else None)
+    by_filter = {json.dumps(l["attr"]["command"]["filter"]): l["attr"] for l in lines}
+    assert by_filter[json.dumps({})]["usedDisk"] is True
+    assert "usedDisk" not in by_filter[json.dumps({"_id": {"$lt": 10}})]
+    keys = list(by_filter[json.dumps({})])
+    assert keys.index("hasSortStage") < keys.index("usedDisk") < keys.index("nreturned")
+
+
 def test_slow_writes_carry_their_counts_and_profile_entries_the_same_figures(logged):
     with logged.client() as c:
         items = c.test.items

@@ -23,6 +23,9 @@ pub struct OpStats {
     /// The documents were sorted in memory, the plan not giving their order (mongod's
     /// `hasSortStage`, counted in `metrics.operation.scanAndOrder`).
     sorted_in_memory: AtomicBool,
+    /// A blocking stage wrote to temporary files past its memory limit (mongod's
+    /// `usedDisk`).
+    used_disk: AtomicBool,
     /// mongod's `planSummary` of the operation's first plan (`COLLSCAN`,
     /// `IXSCAN { a: 1 }`, `IDHACK`); later plans (a `$lookup`'s) do not replace it.
     plan_summary: OnceLock<String>,
@@ -36,6 +39,7 @@ pub struct Snapshot {
     pub oplog_entries_read: u64,
     pub oplog_bytes_read: u64,
     pub sorted_in_memory: bool,
+    pub used_disk: bool,
     pub plan_summary: Option<String>,
 }
 
@@ -78,6 +82,11 @@ impl OpStats {
         self.sorted_in_memory.store(true, Ordering::Relaxed);
     }
 
+    /// A blocking stage spilled to disk.
+    pub fn note_used_disk(&self) {
+        self.used_disk.store(true, Ordering::Relaxed);
+    }
+
     /// Records the plan, unless one was recorded already.
     pub fn note_plan(&self, summary: impl FnOnce() -> String) {
         if self.plan_summary.get().is_none() {
@@ -109,6 +118,7 @@ impl OpStats {
             oplog_entries_read: self.oplog_entries_read.load(Ordering::Relaxed),
             oplog_bytes_read: self.oplog_bytes_read.load(Ordering::Relaxed),
             sorted_in_memory: self.sorted_in_memory.load(Ordering::Relaxed),
+            used_disk: self.used_disk.load(Ordering::Relaxed),
             plan_summary: self.plan_summary.get().cloned(),
         }
     }
@@ -136,6 +146,7 @@ mod tests {
                 oplog_entries_read: 7,
                 oplog_bytes_read: 700,
                 sorted_in_memory: false,
+                used_disk: false,
                 plan_summary: Some("IXSCAN { a: 1 }".into()),
             }
         );

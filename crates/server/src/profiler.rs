@@ -241,6 +241,9 @@ impl Finished<'_> {
             if e.sorted_in_memory {
                 into.insert("hasSortStage", true);
             }
+            if e.used_disk {
+                into.insert("usedDisk", true);
+            }
             if e.oplog_entries_read > 0 || e.oplog_bytes_read > 0 {
                 into.insert("oplogEntriesRead", saturating_i64(e.oplog_entries_read));
                 into.insert("oplogBytesRead", saturating_i64(e.oplog_bytes_read));

@@ -108,6 +108,7 @@ impl SpillSort {
             ))
         })?;
         self.runs.push(file);
+        tailstream_query::script::Operation::count_current(|s| s.note_used_disk());
         Ok(())
     }
 
