@@ -452,11 +452,14 @@ impl AccState {
             },
             AccState::AddToSet(list, seen, bytes) => match v {
                 Some(v) => {
-                    let k = group_key(&v, coll);
-                    let grown = BSON_SLOT_BYTES + heap_len(&v) + SET_ENTRY_BYTES + k.len();
-                    match seen.entry(k) {
+                    match seen.entry(group_key(&v, coll)) {
                         std::collections::hash_map::Entry::Occupied(_) => 0,
                         std::collections::hash_map::Entry::Vacant(entry) => {
+                            // Sized only when kept: a repeated value costs its key alone.
+                            let grown = BSON_SLOT_BYTES
+                                + heap_len(&v)
+                                + SET_ENTRY_BYTES
+                                + entry.key().len();
                             *bytes += grown;
                             check_array_bytes("$addToSet", *bytes)?;
                             entry.insert(());
