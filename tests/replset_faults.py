@@ -36,6 +36,7 @@ from bson.timestamp import Timestamp
 from pymongo import MongoClient, ReadPreference, monitoring
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
+import stopped
 import wire
 from ports import free_port, free_ports
 
@@ -141,7 +142,7 @@ class Member:
 
     def pause(self):
         if self.is_running():
-            self.proc.send_signal(signal.SIGSTOP)
+            stopped.stop(self.proc)
             self.paused = True
 
     def resume(self):

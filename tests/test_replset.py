@@ -17,6 +17,7 @@ from bson import Binary, Int64, Timestamp
 from pymongo import CursorType, MongoClient, WriteConcern
 from pymongo.errors import AutoReconnect, DuplicateKeyError, NotPrimaryError, OperationFailure
 
+import stopped
 import wire
 from conftest import eventually
 
@@ -248,10 +249,11 @@ def test_a_write_no_majority_can_commit_ends_at_its_max_time(three):
 
 @contextlib.contextmanager
 def secondaries_stopped(members, primary):
-    """Every member but `primary` stopped (SIGSTOP) for the block, resumed after it."""
+    """Every member but `primary` stopped (SIGSTOP, every thread of it stopped before the
+    block starts) for the block, resumed after it."""
     secondaries = [m for m in members if m is not primary]
     for m in secondaries:
-        m.proc.send_signal(signal.SIGSTOP)
+        stopped.stop(m.proc)
     try:
         yield
     finally:
