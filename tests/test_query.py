@@ -342,6 +342,82 @@ def test_an_aggregations_sort_past_its_memory_limit_spills_to_disk_or_fails_with
         assert len(list(coll.aggregate(small, allowDiskUse=False))) == 50
 
 
+def test_a_union_with_gives_its_input_then_its_collection_each_side_spilling(fresh_server):
+    """mongod's `$unionWith`: the documents its input gives, then the other collection's
+    through its pipeline. Neither side is held whole: a `$sort` before it and one in its
+    pipeline each spill past internalQueryMaxBlockingSortMemoryUsageBytes (the profile
+    says usedDisk) and fail with 292 under allowDiskUse: false."""
+    srv = fresh_server()
+    with srv.client() as c:
+        c.admin.command("setParameter", 1, internalQueryMaxBlockingSortMemoryUsageBytes=200_000)
+        pad = "p" * 1000
+        c.t.main.insert_many([{"_id": i, "x": (i * 7919) % 37, "pad": pad} for i in range(1500)])
+        c.t.side.insert_many([{"_id": 10_000 + i, "x": (i * 104729) % 41, "pad": pad}
+                              for i in range(1500)])
+        main_order = sorted(range(1500), key=lambda i: -((i * 7919) % 37))  # stable on ties
+        side_order = [10_000 + i for i in sorted(range(1500), key=lambda i: (i * 104729) % 41)]
+        side_sorted = {"coll": "side", "pipeline": [{"$sort": {"x": 1}}, {"$project": {"pad": 0}}]}
+        c.t.command("profile", 2)
+        only_side = [{"$match": {"_id": -1}}, {"$unionWith": side_sorted}]
+        got = list(c.t.main.aggregate(only_side, comment="only-side", batchSize=200))
+        assert [d["_id"] for d in got] == side_order
+        both = [{"$sort": {"x": -1}}, {"$unionWith": side_sorted}, {"$project": {"x": 1}}]
+        got = list(c.t.main.aggregate(both, batchSize=200))
+        assert [d["_id"] for d in got] == main_order + side_order
+        assert all(set(d) == {"_id", "x"} for d in got)
+        c.t.command("profile", 0)
+        entry = c.t["system.profile"].find_one({"command.comment": "only-side"})
+        assert entry is not None and entry.get("usedDisk") is True, entry
+        for pipeline in (only_side, [{"$sort": {"x": -1}}, {"$unionWith": "side"}]):
+            with pytest.raises(OperationFailure) as exc:
+                list(c.t.main.aggregate(pipeline, allowDiskUse=False))
+            assert exc.value.code == 292, (pipeline, exc.value.details)
+            assert "Sort exceeded memory limit of 200000 bytes" in exc.value.details["errmsg"]
+        # A $limit after the union: the first side's documents, then the second's, up to it.
+        got = list(c.t.main.aggregate([{"$match": {"_id": {"$gte": 1495}}},
+                                       {"$unionWith": "side"}, {"$limit": 8}, {"$project": {"_id": 1}}]))
+        assert [d["_id"] for d in got] == [1495, 1496, 1497, 1498, 1499, 10_000, 10_001, 10_002]
+        # A view or a missing collection on the second side, and a union of a union.
+        c.t.create_collection("side_view", viewOn="side", pipeline=[{"$match": {"x": 0}}])
+        nested = {"coll": "side_view", "pipeline": [{"$unionWith": "missing"},
+                                                    {"$unionWith": {"coll": "main", "pipeline": [
+                                                        {"$match": {"_id": 0}}]}}]}
+        got = list(c.t.main.aggregate([{"$match": {"_id": 7}}, {"$unionWith": nested},
+                                       {"$project": {"_id": 1}}]))
+        on_view = [10_000 + i for i in range(1500) if (i * 104729) % 41 == 0]
+        assert [d["_id"] for d in got] == [7] + on_view + [0]
+
+def test_a_bucket_auto_sorts_its_input_on_disk_past_its_memory_limit(fresh_server):
+    """mongod's `$bucketAuto` sorts its input by `groupBy` through its sorter: past the
+    sort memory limit the sorted runs go to disk (the profile says usedDisk) and the
+    buckets are the same as sorted in memory; with allowDiskUse: false it fails with 292."""
+    srv = fresh_server()
+    with srv.client() as c:
+        coll = c.t.auto
+        pad = "p" * 1000
+        coll.insert_many([{"_id": i, "x": (i * 7919) % 997, "pad": pad} for i in range(3000)])
+        pipelines = {
+            "plain": [{"$bucketAuto": {"groupBy": "$x", "buckets": 7, "output": {
+                "n": {"$sum": 1}, "ids": {"$push": "$_id"}, "top": {"$max": "$x"}}}}],
+            "granular": [{"$match": {"x": {"$gt": 0}}},
+                         {"$bucketAuto": {"groupBy": "$x", "buckets": 5, "granularity": "E12"}},
+                         {"$project": {"_id": 1, "count": 1}}],
+        }
+        in_memory = {name: list(coll.aggregate(p)) for name, p in pipelines.items()}
+        assert sum(b["n"] for b in in_memory["plain"]) == 3000 and len(in_memory["plain"]) == 7
+        c.admin.command("setParameter", 1, internalQueryMaxBlockingSortMemoryUsageBytes=200_000)
+        c.t.command("profile", 2)
+        for name, p in pipelines.items():
+            assert list(coll.aggregate(p, comment=name)) == in_memory[name], name
+        c.t.command("profile", 0)
+        for name in pipelines:
+            entry = c.t["system.profile"].find_one({"command.comment": name})
+            assert entry is not None and entry.get("usedDisk") is True, (name, entry)
+        with pytest.raises(OperationFailure) as exc:
+            list(coll.aggregate(pipelines["plain"], allowDiskUse=False))
+        assert exc.value.code == 292, exc.value.details
+        assert "Sort exceeded memory limit of 200000 bytes" in exc.value.details["errmsg"]
+
 def test_an_aggregations_group_past_its_memory_limit_spills_to_disk_or_fails_without_disk_use(fresh_server):
     """mongod's `$group` holds about internalDocumentSourceGroupMaxMemoryBytes of groups:
     past it the documents of groups it does not hold are sorted on disk by group and

@@ -42,7 +42,8 @@ pub enum Source {
     },
     /// An aggregation whose stages stream, run as the cursor is read over its scan,
     /// or over the output of its last blocking stage (`$sort`, `$group`, `$count`;
-    /// the parts before it ran when the cursor was made).
+    /// the parts before it ran when the cursor was made), or after a `$unionWith`
+    /// (both of its sides read as the cursor is).
     Pipeline(Box<PipelineScan>),
     /// A blocking sort's runs spilled to disk, merged as the cursor is read
     /// (`spill_sort`).
@@ -80,6 +81,8 @@ pub(crate) enum Feed {
     Sorted(crate::read::spill_sort::Sorted),
     /// A `$group`'s output (the stages before it already run, into it).
     Grouped(Box<crate::read::spill_group::GroupOutput>),
+    /// A `$unionWith`'s output: the part before it, then the other collection's.
+    Union(Box<crate::read::union::UnionFeed>),
 }
 
 impl Feed {
@@ -93,7 +96,8 @@ impl Feed {
     }
 
     /// The next document (None: no more).
-    pub(crate) fn next(&mut self, store: &tailstream_storage::Store) -> Result<Option<Document>> {
+    pub(crate) fn next(&mut self, engine: &crate::Engine) -> Result<Option<Document>> {
+        let store = &engine.store;
         match self {
             Feed::Scan {
                 meta,
@@ -110,6 +114,7 @@ impl Feed {
             }
             Feed::Sorted(sorted) => sorted.next(),
             Feed::Grouped(groups) => groups.next(),
+            Feed::Union(union) => union.next(engine),
         }
     }
 }
@@ -128,7 +133,7 @@ impl PipelineScan {
     /// reached).
     pub(crate) fn next(&mut self, engine: &crate::Engine) -> Result<Option<Document>> {
         while self.out.is_empty() && !self.ended() {
-            let Some(doc) = self.feed.next(&engine.store)? else {
+            let Some(doc) = self.feed.next(engine)? else {
                 self.fed = true;
                 break;
             };

@@ -8,6 +8,7 @@ use crate::oplog::{OPLOG_COLL, OPLOG_DB};
 use crate::read::cursor::{Cursor, Feed, PipelineScan, Source, DEFAULT_FIRST_BATCH};
 use crate::read::spill_group::GroupOutput;
 use crate::read::spill_sort::{SortMemory, Sorted, SpillSort, DEFAULT_MAX_SORT_BYTES};
+use crate::read::union::UnionFeed;
 use crate::read::{self, Access, Plan, Scan};
 use crate::write::WriteOutcome;
 use crate::Engine;
@@ -931,15 +932,17 @@ impl Engine {
     }
 
     /// A cursor source running `stages` over collection `ns` as it is read, when every
-    /// stage streams or is a `$sort`, a `$group` or a `$count` (`Pipeline::segments`):
-    /// a leading `$sort` the plan's index order gives is dropped (as mongod's sort is
-    /// when an index provides it); each blocking stage runs over what the part before
-    /// it gives, spilling past `memory` (a `$sort` through a find's sort's mechanism,
-    /// `spill_sort`; a `$group` through `spill_group`), and the part after the last one
-    /// runs as the cursor is read. None for the other pipelines, which run in full
-    /// before their first batch, and for the sources `run_stages` treats itself (a
-    /// missing collection, the oplog, `$collStats`).
-    fn streamed_source(
+    /// stage streams or is a `$sort`, a `$group`, a `$count`, a `$bucketAuto` or a
+    /// `$unionWith` (`Pipeline::segments`): a leading `$sort` the plan's index order
+    /// gives is dropped (as mongod's sort is when an index provides it); each blocking
+    /// stage runs over what the part before it gives, spilling past `memory` (a `$sort`
+    /// through a find's sort's mechanism, `spill_sort`; a `$group` through
+    /// `spill_group`; a `$bucketAuto` through `bucket_auto`), a `$unionWith` gives that part's documents and then its own
+    /// (`union`), and the part after the last one runs as the cursor is read. None for
+    /// the other pipelines, which run in full before their first batch, and for the
+    /// sources `run_stages` treats itself (a missing collection, the oplog,
+    /// `$collStats`).
+    pub(crate) fn streamed_source(
         &self,
         ns: &Namespace,
         stages: &[Document],
@@ -976,7 +979,12 @@ impl Engine {
             self.pipeline_scan(&meta, first.pipeline(), vars, &input, sort.as_ref())?;
         let mut part = PipelineScan::new(Feed::scan(meta, matcher, scan), first);
         for (blocking, after) in segments.rest {
-            let feed = self.run_blocking(blocking, &mut part, &memory)?;
+            let feed = match blocking {
+                Blocking::Union(stage) => {
+                    Feed::Union(Box::new(UnionFeed::new(part, stage, memory.clone())))
+                }
+                blocking => self.run_blocking(blocking, &mut part, &memory)?,
+            };
             part = PipelineScan::new(feed, after);
         }
         Ok(Some(Source::Pipeline(Box::new(part))))
@@ -1023,6 +1031,11 @@ impl Engine {
                 }
                 Feed::Sorted(Sorted::Memory(Blocking::counted(&field, n).into()))
             }
+            Blocking::BucketAuto(stage) => {
+                let buckets = read::bucket_auto::run(stage, input, self, memory.clone())?;
+                Feed::Sorted(Sorted::Memory(buckets.into()))
+            }
+            Blocking::Union(_) => unreachable!("a $unionWith takes its input part whole"),
         })
     }
 

@@ -3,6 +3,7 @@
 //! scan in resumable steps so a cursor can continue where its last batch ended
 //! without holding a storage iterator between getMores.
 
+pub(crate) mod bucket_auto;
 pub mod buckets;
 pub mod cursor;
 pub mod find;
@@ -15,6 +16,7 @@ pub(crate) mod plugin_plan;
 pub(crate) mod spill_group;
 pub mod spill_sort;
 mod storage_stats;
+pub(crate) mod union;
 
 use crate::catalog::{CollMeta, IndexMeta};
 use crate::core::evicted::EvictionMarks;

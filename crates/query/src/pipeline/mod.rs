@@ -25,6 +25,7 @@ pub use group::{
     SPILL_ORDER_FIELD,
 };
 pub use project::Tree as ProjectionTree;
+pub use stages::bucket_auto::BUCKET_AUTO_ORDER_FIELD;
 pub use stages::{matcher_values, substitute_vars};
 
 /// Access to other collections for $lookup / $unionWith / $graphLookup, supplied by the engine.
@@ -335,17 +336,22 @@ impl Pipeline {
     }
 
     /// The pipeline cut at its blocking stages, when each of them is a `$sort`, a
-    /// `$group` or a `$count` and it writes nothing: the streaming stages before the
-    /// first, then each blocking stage with the streaming stages after it, for the
-    /// engine to run each blocking stage over what the part before it gives (spilling
-    /// past its memory limit) and stream the next part over its output. The pipeline
-    /// back otherwise. With no blocking stage: one streamed part, as [`Self::streamed`].
+    /// `$group`, a `$count`, a `$bucketAuto` or a `$unionWith` and it writes nothing: the streaming
+    /// stages before the first, then each blocking stage with the streaming stages
+    /// after it, for the engine to run each blocking stage over what the part before it
+    /// gives (spilling past its memory limit; a `$unionWith` passes it on, then its own
+    /// collection's) and stream the next part over its output. The pipeline back
+    /// otherwise. With no blocking stage: one streamed part, as [`Self::streamed`].
     pub fn segments(mut self, vars: &Variables) -> Result<std::result::Result<Segments, Pipeline>> {
         let cuttable = |s: &Stage| {
             s.is_streaming()
                 || matches!(
                     s,
-                    Stage::Sort { .. } | Stage::Group { .. } | Stage::Count(_)
+                    Stage::Sort { .. }
+                        | Stage::Group { .. }
+                        | Stage::Count(_)
+                        | Stage::UnionWith { .. }
+                        | Stage::BucketAuto(_)
                 )
         };
         if self.output_stage().is_some() || !self.stages.iter().all(cuttable) {
@@ -371,6 +377,16 @@ impl Pipeline {
                     vars: vars.clone(),
                 }),
                 Some(Stage::Count(field)) => Blocking::Count(field),
+                Some(Stage::UnionWith { db, coll, pipeline }) => Blocking::Union(UnionStage {
+                    db,
+                    coll,
+                    pipeline,
+                    vars: vars.clone(),
+                }),
+                Some(Stage::BucketAuto(stage)) => Blocking::BucketAuto(BucketAutoRun {
+                    stage,
+                    vars: vars.clone(),
+                }),
                 _ => unreachable!("a blocking stage at {at}"),
             };
             let Ok(after) = after.streamed(&vars)? else {
@@ -436,6 +452,11 @@ pub enum Blocking {
     Group(GroupStage),
     /// `$count`: its output field.
     Count(String),
+    /// `$unionWith`: not blocking, but a part of its own (its input, then another
+    /// collection's documents through its pipeline).
+    Union(UnionStage),
+    /// `$bucketAuto`: its input sorted by `groupBy`, then cut into buckets.
+    BucketAuto(BucketAutoRun),
 }
 
 impl Blocking {
@@ -460,6 +481,73 @@ impl GroupStage {
 
     pub fn spilled(self) -> group::SpilledGroups {
         group::SpilledGroups::new(self.accs, self.vars)
+    }
+}
+
+/// A `$bucketAuto` for the engine to run: it sorts each input document's
+/// [`Self::record`] (its value and its accumulators' arguments, not the document) by
+/// [`BUCKET_AUTO_ORDER_FIELD`] (on disk past its memory limit, as mongod's sorter does
+/// for this stage), counting them, and gives them in that order to [`Self::cutter`].
+pub struct BucketAutoRun {
+    stage: Box<stages::bucket_auto::BucketAutoStage>,
+    vars: Variables,
+}
+
+impl BucketAutoRun {
+    /// What the stage needs of a document, as a sort record.
+    pub fn record(&self, doc: &Document) -> Result<Document> {
+        self.stage.record(doc, &self.vars)
+    }
+
+    /// The collation the values are ordered under.
+    pub fn collator(&self) -> Option<Arc<crate::collation::Collator>> {
+        self.vars.collator.clone()
+    }
+
+    /// The buckets of `total` documents given in `groupBy` order.
+    pub fn cutter(&self, total: usize) -> stages::bucket_auto::BucketCutter<'_> {
+        stages::bucket_auto::BucketCutter::new(&self.stage, total, &self.vars)
+    }
+}
+
+/// A `$unionWith` for the engine to run: everything its input gives, then the
+/// documents of [`Self::collection`] through [`Self::pipeline`] (mongod's order). The
+/// engine runs the second part only once the first ended, as it runs a pipeline over a
+/// collection, so neither side is held whole.
+pub struct UnionStage {
+    db: String,
+    coll: String,
+    pipeline: Option<Pipeline>,
+    vars: Variables,
+}
+
+impl UnionStage {
+    /// The database and collection (or view) whose documents come second.
+    pub fn collection(&self) -> (&str, &str) {
+        (&self.db, &self.coll)
+    }
+
+    /// Its pipeline's stages (none: the collection's documents as they are).
+    pub fn stage_specs(&self) -> &[Document] {
+        self.pipeline.as_ref().map_or(&[], |p| p.stage_specs())
+    }
+
+    /// The run's variables (`let`, `$$NOW`, the collation): the pipeline sees them too.
+    pub fn vars(&self) -> &Variables {
+        &self.vars
+    }
+
+    /// Its pipeline run over `docs` (the collection's documents, read whole: a view,
+    /// or a pipeline the engine does not run as a cursor is read).
+    pub fn run_over(
+        &self,
+        docs: Vec<Document>,
+        source: &dyn CollectionSource,
+    ) -> Result<Vec<Document>> {
+        match &self.pipeline {
+            Some(p) => p.run(Box::new(docs.into_iter().map(Ok)), source, &self.vars),
+            None => Ok(docs),
+        }
     }
 }
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::compare::cmp_bson_with;
 use bson::{bson, doc, Bson, Document};
 
 struct Colls(HashMap<String, Vec<Document>>);
@@ -843,13 +844,24 @@ fn a_pipeline_with_a_blocking_or_output_stage_is_not_streamed() {
 /// stages (`Pipeline::segments`), each blocking stage in memory here: a `$group`'s
 /// spill records sorted (stably) by group as the engine's external sort sorts them.
 fn run_segments(stages: &[Document], input: Vec<Document>, vars: &Variables) -> Vec<Document> {
+    run_segments_with(stages, input, vars, &NoCollections)
+}
+
+/// [`run_segments`] with other collections (a `$unionWith`'s second side, read whole
+/// here).
+fn run_segments_with(
+    stages: &[Document],
+    input: Vec<Document>,
+    vars: &Variables,
+    src: &dyn CollectionSource,
+) -> Vec<Document> {
     let p = Pipeline::parse(stages, "test").unwrap();
     let Ok(segments) = p.segments(vars).unwrap() else {
         panic!("{stages:?} is cut at its blocking stages");
     };
     let mut out = std::collections::VecDeque::new();
     let mut first = segments.first;
-    first.push(input, &NoCollections, &mut out).unwrap();
+    first.push(input, src, &mut out).unwrap();
     for (blocking, mut after) in segments.rest {
         let given: Vec<Document> = out.drain(..).collect();
         let fed = match blocking {
@@ -878,8 +890,26 @@ fn run_segments(stages: &[Document], input: Vec<Document>, vars: &Variables) -> 
                 groups.extend(spilled.finish().unwrap());
                 groups
             }
+            Blocking::BucketAuto(stage) => {
+                let collator = stage.collator();
+                let mut records: Vec<Document> =
+                    given.iter().map(|d| stage.record(d).unwrap()).collect();
+                let order = |r: &Document| r.get(BUCKET_AUTO_ORDER_FIELD).unwrap().clone();
+                records.sort_by(|a, b| cmp_bson_with(&order(a), &order(b), collator.as_deref()));
+                let mut cutter = stage.cutter(records.len());
+                for r in records {
+                    cutter.push_record(r).unwrap();
+                }
+                cutter.finish().unwrap()
+            }
+            Blocking::Union(stage) => {
+                let (db, coll) = stage.collection();
+                let mut docs = given;
+                docs.extend(stage.run_over(src.scan(db, coll).unwrap(), src).unwrap());
+                docs
+            }
         };
-        after.push(fed, &NoCollections, &mut out).unwrap();
+        after.push(fed, src, &mut out).unwrap();
     }
     out.into()
 }
@@ -969,6 +999,16 @@ fn a_pipeline_is_cut_at_its_blocking_stages() {
         ],
         vec![doc! {"$group": {"_id": "$age"}}, doc! {"$count": "ages"}],
         vec![doc! {"$match": {}}, doc! {"$project": {"age": 1}}],
+        vec![
+            doc! {"$bucketAuto": {"groupBy": "$age", "buckets": 2, "output": {"names": {"$push": "$name"}}}},
+            doc! {"$project": {"_id": 0, "names": 1, "min": "$_id.min"}},
+            doc! {"$set": {"_id": "$min"}},
+        ],
+        vec![
+            doc! {"$match": {"age": {"$gt": 0}}},
+            doc! {"$bucketAuto": {"groupBy": "$age", "buckets": 3, "granularity": "R5"}},
+            doc! {"$set": {"_id": "$_id.min"}},
+        ],
     ];
     for stages in cases {
         let whole = by_id(run(stages.clone(), people()));
@@ -981,9 +1021,22 @@ fn a_pipeline_is_cut_at_its_blocking_stages() {
             assert_eq!(cut, whole, "{stages:?}, $group memory {max:?}");
         }
     }
+    let src = Colls(HashMap::from([(
+        "test.items".to_string(),
+        vec![doc! {"_id": "i1", "age": 7}, doc! {"_id": "i2", "age": 40}],
+    )]));
+    let union = vec![
+        doc! {"$match": {"age": {"$gte": 30}}},
+        doc! {"$unionWith": {"coll": "items", "pipeline": [{"$sort": {"age": -1}}]}},
+        doc! {"$project": {"age": 1}},
+        doc! {"$limit": 3},
+    ];
+    let whole = run_with(union.clone(), people(), &src).unwrap();
+    assert_eq!(ids(&whole), vec![bson!(1), bson!(3), bson!("i2")]);
+    let cut = run_segments_with(&union, people(), &Variables::default(), &src);
+    assert_eq!(cut, whole);
     for stages in [
         vec![doc! {"$match": {}}, doc! {"$out": "o"}],
-        vec![doc! {"$bucketAuto": {"groupBy": "$a", "buckets": 2}}],
         vec![doc! {"$facet": {"a": [{"$match": {}}]}}],
         vec![doc! {"$sample": {"size": 2}}],
     ] {

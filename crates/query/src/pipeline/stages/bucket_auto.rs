@@ -141,9 +141,227 @@ struct Bucket {
     min: Bson,
     max: Bson,
     states: Vec<AccState>,
+    /// Documents in it.
+    taken: usize,
+    /// With a granularity, once it holds its share: the preferred number above its
+    /// largest value then, under which further documents still join it.
+    boundary: Option<Bson>,
 }
 
-/// `$bucketAuto` over all the documents.
+/// What a bucket needs of a document: its `groupBy` value and each output
+/// accumulator's argument (None: missing).
+pub(crate) type Keyed = (Bson, Vec<Option<Bson>>);
+
+/// The field of a sort record ([`BucketAutoStage::record`]) that orders it: `{v:
+/// <groupBy value>}`, wrapped so that an array value is ordered as a whole, as this
+/// stage orders values, not by its least element as a sort orders an array field.
+pub const BUCKET_AUTO_ORDER_FIELD: &str = "k";
+/// The field of a sort record holding the arguments, each in a one-element array (an
+/// empty one when missing).
+const RECORD_ARGS_FIELD: &str = "a";
+
+impl BucketAutoStage {
+    /// A document's `groupBy` value, checked against the granularity, and its
+    /// accumulators' arguments.
+    pub(crate) fn keyed(&self, doc: &Document, vars: &Variables) -> Result<Keyed> {
+        let key = self.group_by.evaluate_value(doc, vars)?;
+        if self.granularity.is_some() {
+            check_granularity_key(&key)?;
+        }
+        let args = self
+            .output
+            .iter()
+            .map(|a| a.arg.evaluate(doc, vars))
+            .collect::<Result<_>>()?;
+        Ok((key, args))
+    }
+
+    /// [`Self::keyed`] as a document, for a sort on disk by [`BUCKET_AUTO_ORDER_FIELD`].
+    pub(crate) fn record(&self, doc: &Document, vars: &Variables) -> Result<Document> {
+        let (key, args) = self.keyed(doc, vars)?;
+        let args: Vec<Bson> = args
+            .into_iter()
+            .map(|a| Bson::Array(a.into_iter().collect()))
+            .collect();
+        Ok(doc! {BUCKET_AUTO_ORDER_FIELD: {"v": key}, RECORD_ARGS_FIELD: args})
+    }
+}
+
+/// A sort record's value and arguments (see [`BucketAutoStage::record`]).
+pub(crate) fn unpack(mut record: Document) -> Result<Keyed> {
+    let malformed = || Error::internal("a $bucketAuto sort record is malformed");
+    let key = match record.remove(BUCKET_AUTO_ORDER_FIELD) {
+        Some(Bson::Document(mut k)) => k.remove("v").ok_or_else(malformed)?,
+        _ => return Err(malformed()),
+    };
+    let Some(Bson::Array(args)) = record.remove(RECORD_ARGS_FIELD) else {
+        return Err(malformed());
+    };
+    let args = args
+        .into_iter()
+        .map(|a| match a {
+            Bson::Array(mut one) if one.len() <= 1 => Ok(one.pop()),
+            _ => Err(malformed()),
+        })
+        .collect::<Result<_>>()?;
+    Ok((key, args))
+}
+
+/// `$bucketAuto` over documents given in `groupBy` order ([`Self::push`], or
+/// [`Self::push_record`] after a sort on disk), `total` of them: each bucket takes its share (`total / buckets`, rounded; the last takes the
+/// rest), then every document whose value equals its largest (or, with a granularity,
+/// is below the preferred number above it), and is given once the next document
+/// starts another. Holds one bucket and the buckets given.
+pub struct BucketCutter<'a> {
+    stage: &'a BucketAutoStage,
+    vars: &'a Variables,
+    /// Documents a bucket takes before it closes on a new value.
+    share: usize,
+    /// Buckets started so far.
+    started: usize,
+    open: Option<Bucket>,
+    previous_max: Option<Bson>,
+    out: Vec<Document>,
+}
+
+impl<'a> BucketCutter<'a> {
+    pub(crate) fn new(stage: &'a BucketAutoStage, total: usize, vars: &'a Variables) -> Self {
+        BucketCutter {
+            stage,
+            vars,
+            share: ((total as f64 / stage.buckets as f64).round() as usize).max(1),
+            started: 0,
+            open: None,
+            previous_max: None,
+            out: Vec::new(),
+        }
+    }
+
+    /// The next document in `groupBy` order: its value and arguments.
+    pub(crate) fn push(&mut self, (key, args): Keyed) -> Result<()> {
+        let Some(mut bucket) = self.open.take() else {
+            return self.start(key, args);
+        };
+        if self.joins(&mut bucket, &key)? {
+            self.add(&mut bucket, key, args)?;
+            self.open = Some(bucket);
+            return Ok(());
+        }
+        self.close(bucket, Some(&key))?;
+        self.start(key, args)
+    }
+
+    /// The next sort record ([`BucketAutoStage::record`]) in order.
+    pub fn push_record(&mut self, record: Document) -> Result<()> {
+        self.push(unpack(record)?)
+    }
+
+    /// The buckets, once every document was pushed.
+    pub fn finish(mut self) -> Result<Vec<Document>> {
+        if let Some(bucket) = self.open.take() {
+            self.close(bucket, None)?;
+        }
+        Ok(self.out)
+    }
+
+    fn start(&mut self, key: Bson, args: Vec<Option<Bson>>) -> Result<()> {
+        self.started += 1;
+        assert!(
+            self.started <= self.stage.buckets,
+            "the last bucket takes the rest"
+        );
+        let min = match (&self.stage.granularity, &self.previous_max) {
+            (Some(_), Some(p)) => p.clone(),
+            (Some(g), None) => g.round_down(&key)?,
+            (None, _) => key.clone(),
+        };
+        let empty = Document::new();
+        let states = self
+            .stage
+            .output
+            .iter()
+            .map(|a| AccState::start(a, &Bson::Null, &empty, self.vars))
+            .collect::<Result<_>>()?;
+        let mut bucket = Bucket {
+            min,
+            max: key.clone(),
+            states,
+            taken: 0,
+            boundary: None,
+        };
+        self.add(&mut bucket, key, args)?;
+        self.open = Some(bucket);
+        Ok(())
+    }
+
+    /// Whether a document of value `key` goes in the open bucket: it has not taken
+    /// its share yet, or is the last one, or the value stays with it.
+    fn joins(&self, bucket: &mut Bucket, key: &Bson) -> Result<bool> {
+        if bucket.taken < self.share || self.started == self.stage.buckets {
+            return Ok(true);
+        }
+        let coll = self.vars.collator.as_deref();
+        let same = cmp_bson_with(key, &bucket.max, coll) == Ordering::Equal;
+        let Some(g) = &self.stage.granularity else {
+            return Ok(same);
+        };
+        if bucket.boundary.is_none() {
+            bucket.boundary = Some(g.round_up(&bucket.max)?);
+        }
+        let boundary = bucket.boundary.as_ref().expect("set above");
+        Ok(same || cmp_bson_with(boundary, key, coll) == Ordering::Greater)
+    }
+
+    fn add(&self, bucket: &mut Bucket, key: Bson, args: Vec<Option<Bson>>) -> Result<()> {
+        assert_eq!(
+            args.len(),
+            self.stage.output.len(),
+            "an argument per accumulator"
+        );
+        bucket.max = key;
+        bucket.taken += 1;
+        let coll = self.vars.collator.as_deref();
+        for ((a, st), arg) in self
+            .stage
+            .output
+            .iter()
+            .zip(bucket.states.iter_mut())
+            .zip(args)
+        {
+            st.add(a.op, arg, coll)?;
+        }
+        Ok(())
+    }
+
+    /// Gives the bucket; `next`: the value of the document that starts the next one.
+    fn close(&mut self, mut bucket: Bucket, next: Option<&Bson>) -> Result<()> {
+        // The max is the next bucket's min (exclusive).
+        bucket.max = match (&self.stage.granularity, next) {
+            (None, Some(next)) => next.clone(),
+            (None, None) => bucket.max,
+            (Some(g), next) => {
+                let boundary = match bucket.boundary.take() {
+                    Some(b) => b,
+                    None => g.round_up(&bucket.max)?,
+                };
+                match next {
+                    Some(next) if as_f64(&boundary) == Some(0.0) => g.round_down(next)?,
+                    _ => boundary,
+                }
+            }
+        };
+        self.previous_max = Some(bucket.max.clone());
+        let mut d = doc! {"_id": {"min": bucket.min, "max": bucket.max}};
+        for (a, st) in self.stage.output.iter().zip(bucket.states) {
+            d.insert(a.name.clone(), st.finish(a.op)?);
+        }
+        self.out.push(d);
+        Ok(())
+    }
+}
+
+/// `$bucketAuto` over all the documents (in memory; the engine sorts a large input
+/// on disk and gives it to a [`BucketCutter`] itself).
 pub(crate) fn bucket_auto(
     b: &BucketAutoStage,
     docs: Vec<Document>,
@@ -152,89 +370,14 @@ pub(crate) fn bucket_auto(
     let coll = vars.collator.as_deref();
     let mut keyed = Vec::with_capacity(docs.len());
     for d in docs {
-        let key = b.group_by.evaluate_value(&d, vars)?;
-        if b.granularity.is_some() {
-            check_granularity_key(&key)?;
-        }
-        keyed.push((key, d));
+        keyed.push(b.keyed(&d, vars)?);
     }
     keyed.sort_by(|x, y| cmp_bson_with(&x.0, &y.0, coll));
-    let approx = ((keyed.len() as f64 / b.buckets as f64).round() as usize).max(1);
-    let same = |x: &Bson, y: &Bson| cmp_bson_with(x, y, coll) == Ordering::Equal;
-    let mut rest = keyed.into_iter().peekable();
-    let mut out = Vec::new();
-    let mut previous_max: Option<Bson> = None;
-    for number in 1..=b.buckets {
-        let Some((key, doc)) = rest.next() else { break };
-        let min = match (&b.granularity, &previous_max) {
-            (Some(_), Some(p)) => p.clone(),
-            (Some(g), None) => g.round_down(&key)?,
-            (None, _) => key.clone(),
-        };
-        let empty = Document::new();
-        let mut bucket = Bucket {
-            min,
-            max: key.clone(),
-            states: b
-                .output
-                .iter()
-                .map(|a| AccState::start(a, &Bson::Null, &empty, vars))
-                .collect::<Result<_>>()?,
-        };
-        add(b, &mut bucket, key, &doc, vars)?;
-        let last = number == b.buckets;
-        let mut taken = 1;
-        while taken < approx || last {
-            let Some((key, doc)) = rest.next() else { break };
-            add(b, &mut bucket, key, &doc, vars)?;
-            taken += 1;
-        }
-        // Equal values stay in one bucket; the max is the next bucket's min (exclusive).
-        match &b.granularity {
-            None => {
-                while let Some((key, doc)) = rest.next_if(|(k, _)| same(k, &bucket.max)) {
-                    add(b, &mut bucket, key, &doc, vars)?;
-                }
-                if let Some((next, _)) = rest.peek() {
-                    bucket.max = next.clone();
-                }
-            }
-            Some(g) => {
-                let boundary = g.round_up(&bucket.max)?;
-                while let Some((key, doc)) = rest.next_if(|(k, _)| {
-                    cmp_bson_with(&boundary, k, coll) == Ordering::Greater || same(k, &bucket.max)
-                }) {
-                    add(b, &mut bucket, key, &doc, vars)?;
-                }
-                bucket.max = match rest.peek() {
-                    Some((next, _)) if as_f64(&boundary) == Some(0.0) => g.round_down(next)?,
-                    _ => boundary,
-                };
-            }
-        }
-        previous_max = Some(bucket.max.clone());
-        let mut d = doc! {"_id": {"min": bucket.min, "max": bucket.max}};
-        for (a, st) in b.output.iter().zip(bucket.states) {
-            d.insert(a.name.clone(), st.finish(a.op)?);
-        }
-        out.push(d);
+    let mut cutter = BucketCutter::new(b, keyed.len(), vars);
+    for k in keyed {
+        cutter.push(k)?;
     }
-    Ok(out)
-}
-
-fn add(
-    b: &BucketAutoStage,
-    bucket: &mut Bucket,
-    key: Bson,
-    doc: &Document,
-    vars: &Variables,
-) -> Result<()> {
-    bucket.max = key;
-    let coll = vars.collator.as_deref();
-    for (a, st) in b.output.iter().zip(bucket.states.iter_mut()) {
-        st.add(a.op, a.arg.evaluate(doc, vars)?, coll)?;
-    }
-    Ok(())
+    cutter.finish()
 }
 
 /// With a granularity, every `groupBy` value must be a non-negative number.

@@ -2,7 +2,7 @@
 //! the stages themselves in files by family. The pipeline ([`super::Pipeline`]) checks
 //! where a stage may stand and drives the documents through them.
 
-mod bucket_auto;
+pub(super) mod bucket_auto;
 mod densify;
 mod documents_facet;
 mod fill;
