@@ -418,6 +418,39 @@ def test_a_bucket_auto_sorts_its_input_on_disk_past_its_memory_limit(fresh_serve
         assert exc.value.code == 292, exc.value.details
         assert "Sort exceeded memory limit of 200000 bytes" in exc.value.details["errmsg"]
 
+def test_a_partitioned_set_window_fields_sorts_on_disk_past_its_memory_limit(fresh_server):
+    """mongod puts a `$sort` by partition and `sortBy` in front of `$setWindowFields` and
+    holds one partition at a time: past the sort memory limit the sorted runs go to disk
+    (the profile says usedDisk) and the outputs are those computed in memory; with
+    allowDiskUse: false the sort fails with 292."""
+    srv = fresh_server()
+    with srv.client() as c:
+        coll = c.t.win
+        pad = "p" * 1000
+        coll.insert_many([{"_id": i, "g": (i * 7919) % 13, "t": (i * 104729) % 1000, "pad": pad}
+                          for i in range(3000)])
+        pipeline = [{"$setWindowFields": {"partitionBy": "$g", "sortBy": {"t": 1}, "output": {
+            "rank": {"$rank": {}},
+            "run": {"$sum": "$t", "window": {"documents": ["unbounded", "current"]}},
+            "near": {"$avg": "$t", "window": {"range": [-5, 5]}}}}},
+            {"$project": {"pad": 0}}]
+        in_memory = list(coll.aggregate(pipeline))
+        assert len(in_memory) == 3000
+        # Partitions in order, each in sortBy order.
+        assert [(d["g"], d["t"]) for d in in_memory] == sorted((d["g"], d["t"]) for d in in_memory)
+        first = [d for d in in_memory if d["g"] == 0]
+        assert first[0]["rank"] == 1 and first[-1]["run"] == sum(d["t"] for d in first)
+        c.admin.command("setParameter", 1, internalQueryMaxBlockingSortMemoryUsageBytes=200_000)
+        c.t.command("profile", 2)
+        assert list(coll.aggregate(pipeline, comment="window", batchSize=100)) == in_memory
+        c.t.command("profile", 0)
+        entry = c.t["system.profile"].find_one({"command.comment": "window"})
+        assert entry is not None and entry.get("usedDisk") is True, entry
+        with pytest.raises(OperationFailure) as exc:
+            list(coll.aggregate(pipeline, allowDiskUse=False))
+        assert exc.value.code == 292, exc.value.details
+        assert "Sort exceeded memory limit of 200000 bytes" in exc.value.details["errmsg"]
+
 def test_an_aggregations_group_past_its_memory_limit_spills_to_disk_or_fails_without_disk_use(fresh_server):
     """mongod's `$group` holds about internalDocumentSourceGroupMaxMemoryBytes of groups:
     past it the documents of groups it does not hold are sorted on disk by group and

@@ -83,6 +83,8 @@ pub(crate) enum Feed {
     Grouped(Box<crate::read::spill_group::GroupOutput>),
     /// A `$unionWith`'s output: the part before it, then the other collection's.
     Union(Box<crate::read::union::UnionFeed>),
+    /// A partitioned `$setWindowFields`' output, a partition at a time.
+    Window(Box<crate::read::window::WindowOutput>),
 }
 
 impl Feed {
@@ -115,6 +117,7 @@ impl Feed {
             Feed::Sorted(sorted) => sorted.next(),
             Feed::Grouped(groups) => groups.next(),
             Feed::Union(union) => union.next(engine),
+            Feed::Window(window) => window.next(),
         }
     }
 }

@@ -9,6 +9,7 @@ use crate::read::cursor::{Cursor, Feed, PipelineScan, Source, DEFAULT_FIRST_BATC
 use crate::read::spill_group::GroupOutput;
 use crate::read::spill_sort::{SortMemory, Sorted, SpillSort, DEFAULT_MAX_SORT_BYTES};
 use crate::read::union::UnionFeed;
+use crate::read::window::WindowOutput;
 use crate::read::{self, Access, Plan, Scan};
 use crate::write::WriteOutcome;
 use crate::Engine;
@@ -932,12 +933,13 @@ impl Engine {
     }
 
     /// A cursor source running `stages` over collection `ns` as it is read, when every
-    /// stage streams or is a `$sort`, a `$group`, a `$count`, a `$bucketAuto` or a
-    /// `$unionWith` (`Pipeline::segments`): a leading `$sort` the plan's index order
-    /// gives is dropped (as mongod's sort is when an index provides it); each blocking
-    /// stage runs over what the part before it gives, spilling past `memory` (a `$sort`
-    /// through a find's sort's mechanism, `spill_sort`; a `$group` through
-    /// `spill_group`; a `$bucketAuto` through `bucket_auto`), a `$unionWith` gives that part's documents and then its own
+    /// stage streams or is a `$sort`, a `$group`, a `$count`, a `$bucketAuto`, a
+    /// partitioned `$setWindowFields` or a `$unionWith` (`Pipeline::segments`): a
+    /// leading `$sort` the plan's index order gives is dropped (as mongod's sort is
+    /// when an index provides it); each blocking stage runs over what the part before
+    /// it gives, spilling past `memory` (a `$sort` through a find's sort's mechanism,
+    /// `spill_sort`; a `$group` through `spill_group`; a `$bucketAuto` through
+    /// `bucket_auto`; a `$setWindowFields` through `window`), a `$unionWith` gives that part's documents and then its own
     /// (`union`), and the part after the last one runs as the cursor is read. None for
     /// the other pipelines, which run in full before their first batch, and for the
     /// sources `run_stages` treats itself (a missing collection, the oplog,
@@ -1035,6 +1037,12 @@ impl Engine {
                 let buckets = read::bucket_auto::run(stage, input, self, memory.clone())?;
                 Feed::Sorted(Sorted::Memory(buckets.into()))
             }
+            Blocking::Window(stage) => Feed::Window(Box::new(WindowOutput::run(
+                stage,
+                input,
+                self,
+                memory.clone(),
+            )?)),
             Blocking::Union(_) => unreachable!("a $unionWith takes its input part whole"),
         })
     }

@@ -17,6 +17,7 @@ pub(crate) mod spill_group;
 pub mod spill_sort;
 mod storage_stats;
 pub(crate) mod union;
+pub(crate) mod window;
 
 use crate::catalog::{CollMeta, IndexMeta};
 use crate::core::evicted::EvictionMarks;

@@ -339,7 +339,8 @@ impl Pipeline {
     }
 
     /// The pipeline cut at its blocking stages, when each of them is a `$sort`, a
-    /// `$group`, a `$count`, a `$bucketAuto` or a `$unionWith` and it writes nothing: the streaming
+    /// `$group`, a `$count`, a `$bucketAuto`, a partitioned `$setWindowFields` or a
+    /// `$unionWith` and it writes nothing: the streaming
     /// stages before the first, then each blocking stage with the streaming stages
     /// after it, for the engine to run each blocking stage over what the part before it
     /// gives (spilling past its memory limit; a `$unionWith` passes it on, then its own
@@ -356,6 +357,9 @@ impl Pipeline {
                         | Stage::UnionWith { .. }
                         | Stage::BucketAuto(_)
                 )
+                // Partitioned: one partition held at a time (unpartitioned, the whole
+                // input is one, held either way).
+                || matches!(s, Stage::SetWindowFields(w) if w.partition_by.is_some())
         };
         if self.output_stage().is_some() || !self.stages.iter().all(cuttable) {
             return Ok(Err(self));
@@ -387,6 +391,10 @@ impl Pipeline {
                     vars: vars.clone(),
                 }),
                 Some(Stage::BucketAuto(stage)) => Blocking::BucketAuto(BucketAutoRun {
+                    stage,
+                    vars: vars.clone(),
+                }),
+                Some(Stage::SetWindowFields(stage)) => Blocking::Window(WindowRun {
                     stage,
                     vars: vars.clone(),
                 }),
@@ -460,6 +468,9 @@ pub enum Blocking {
     Union(UnionStage),
     /// `$bucketAuto`: its input sorted by `groupBy`, then cut into buckets.
     BucketAuto(BucketAutoRun),
+    /// `$setWindowFields` with a `partitionBy`: its input sorted by partition and
+    /// `sortBy`, then run one partition at a time.
+    Window(WindowRun),
 }
 
 impl Blocking {
@@ -511,6 +522,45 @@ impl BucketAutoRun {
     /// The buckets of `total` documents given in `groupBy` order.
     pub fn cutter(&self, total: usize) -> BucketCutter<'_> {
         BucketCutter::new(&self.stage, total, &self.vars)
+    }
+}
+
+/// A partitioned `$setWindowFields` for the engine to run: it sorts each input
+/// document's [`Self::record`] by [`Self::order`] (partition, then `sortBy`; on disk
+/// past the sort memory limit), then gives each partition's documents, read back with
+/// [`Self::unpack`] and cut where [`Self::same_partition`] ends, to
+/// [`Self::partition`]. One partition is held at a time (mongod holds one too, and
+/// spills a large one; here a partition is held whole).
+pub struct WindowRun {
+    stage: Box<stages::window::WindowFieldsStage>,
+    vars: Variables,
+}
+
+impl WindowRun {
+    /// A document as a sort record (its partition, and itself).
+    pub fn record(&self, doc: Document) -> Result<Document> {
+        stages::window::partition_record(&self.stage, doc, &self.vars)
+    }
+
+    /// The order records are sorted in.
+    pub fn order(&self) -> crate::sort::SortSpec {
+        stages::window::partition_order(&self.stage, &self.vars)
+    }
+
+    /// A sorted record's partition and document.
+    pub fn unpack(&self, record: Document) -> Result<(Bson, Document)> {
+        stages::window::unpack_partition_record(record)
+    }
+
+    /// Whether two partition values name the same partition (under the collation).
+    pub fn same_partition(&self, a: &Bson, b: &Bson) -> bool {
+        crate::compare::cmp_bson_with(a, b, self.vars.collator.as_deref())
+            == std::cmp::Ordering::Equal
+    }
+
+    /// One partition's documents (in `sortBy` order) with the stage's outputs set.
+    pub fn partition(&self, docs: Vec<Document>) -> Result<Vec<Document>> {
+        stages::window::window_partition(&self.stage, docs, &self.vars)
     }
 }
 

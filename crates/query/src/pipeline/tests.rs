@@ -904,6 +904,30 @@ fn run_segments_with(
                 }
                 cutter.finish().unwrap()
             }
+            Blocking::Window(stage) => {
+                let order = stage.order();
+                let mut records: Vec<Document> = given
+                    .into_iter()
+                    .map(|d| stage.record(d).unwrap())
+                    .collect();
+                records.sort_by(|a, b| order.compare(a, b));
+                let (mut done, mut part, mut current) = (Vec::new(), Vec::new(), None);
+                for r in records {
+                    let (p, d) = stage.unpack(r).unwrap();
+                    if current
+                        .as_ref()
+                        .is_some_and(|c| !stage.same_partition(c, &p))
+                    {
+                        done.extend(stage.partition(std::mem::take(&mut part)).unwrap());
+                    }
+                    current = Some(p);
+                    part.push(d);
+                }
+                if !part.is_empty() {
+                    done.extend(stage.partition(part).unwrap());
+                }
+                done
+            }
             Blocking::Union(stage) => {
                 let (db, coll) = stage.collection();
                 let mut docs = given;
@@ -1011,6 +1035,18 @@ fn a_pipeline_is_cut_at_its_blocking_stages() {
             doc! {"$bucketAuto": {"groupBy": "$age", "buckets": 3, "granularity": "R5"}},
             doc! {"$set": {"_id": "$_id.min"}},
         ],
+        vec![
+            doc! {"$setWindowFields": {"partitionBy": "$city", "sortBy": {"age": -1}, "output": {
+            "rank": {"$rank": {}},
+            "names": {"$push": "$name", "window": {"documents": ["unbounded", "current"]}},
+            "total": {"$sum": "$age"}}}},
+            doc! {"$project": {"tags": 0}},
+        ],
+        vec![
+            doc! {"$setWindowFields": {"partitionBy": {"$gt": ["$age", 26]}, "output": {
+            "n": {"$count": {}}}}},
+            doc! {"$sort": {"n": 1, "_id": 1}},
+        ],
     ];
     for stages in cases {
         let whole = by_id(run(stages.clone(), people()));
@@ -1040,6 +1076,7 @@ fn a_pipeline_is_cut_at_its_blocking_stages() {
     for stages in [
         vec![doc! {"$match": {}}, doc! {"$out": "o"}],
         vec![doc! {"$facet": {"a": [{"$match": {}}]}}],
+        vec![doc! {"$setWindowFields": {"output": {"n": {"$count": {}}}}}],
         vec![doc! {"$sample": {"size": 2}}],
     ] {
         let p = Pipeline::parse(&stages, "test").unwrap();

@@ -12,7 +12,7 @@ mod match_project;
 mod output;
 pub(super) mod sort_limit_sample;
 mod unwind;
-mod window;
+pub(super) mod window;
 
 use super::group::{self, AccSpec};
 use super::project;

@@ -23,7 +23,9 @@ use crate::expr::{util, Expr};
 use crate::sort::SortSpec;
 use bson::{Bson, Document};
 
-pub(crate) use run::set_window_fields;
+pub(crate) use run::{
+    partition_order, partition_record, set_window_fields, unpack_partition_record, window_partition,
+};
 
 const STAGE: &str = "$setWindowFields";
 /// The field of a window function's spec that holds its bounds.

@@ -72,6 +72,73 @@ pub(crate) fn set_window_fields(
     Ok(out)
 }
 
+/// The field of a sort record ([`partition_record`]) holding the document's partition
+/// (never an array: [`partition_key`] refuses them, so a sort orders it as a whole).
+const WINDOW_PARTITION_FIELD: &str = "p";
+/// The field of a sort record holding the document.
+const RECORD_DOC_FIELD: &str = "d";
+
+/// A document as a sort record for a sort on disk by [`partition_order`]: its
+/// partition and the document.
+pub(crate) fn partition_record(
+    stage: &WindowFieldsStage,
+    doc: Document,
+    vars: &Variables,
+) -> Result<Document> {
+    let part = match &stage.partition_by {
+        Some(e) => partition_key(e, &doc, vars)?,
+        None => Bson::Null,
+    };
+    Ok(bson::doc! {WINDOW_PARTITION_FIELD: part, RECORD_DOC_FIELD: doc})
+}
+
+/// The order [`set_window_fields`] sorts documents in, over sort records: by
+/// partition, then by `sortBy` within the document (stable, as that sort).
+pub(crate) fn partition_order(stage: &WindowFieldsStage, vars: &Variables) -> SortSpec {
+    let mut fields = vec![(WINDOW_PARTITION_FIELD.to_string(), false)];
+    if let Some(s) = &stage.sort_by {
+        for (path, descending) in &s.fields {
+            fields.push((format!("{RECORD_DOC_FIELD}.{path}"), *descending));
+        }
+    }
+    SortSpec {
+        fields,
+        collator: vars.collator.clone(),
+    }
+}
+
+/// A sort record's partition and document.
+pub(crate) fn unpack_partition_record(mut record: Document) -> Result<(Bson, Document)> {
+    let malformed = || Error::internal("a $setWindowFields sort record is malformed");
+    let part = record
+        .remove(WINDOW_PARTITION_FIELD)
+        .ok_or_else(malformed)?;
+    let Some(Bson::Document(doc)) = record.remove(RECORD_DOC_FIELD) else {
+        return Err(malformed());
+    };
+    Ok((part, doc))
+}
+
+/// One partition's documents, in `sortBy` order, with their outputs set.
+pub(crate) fn window_partition(
+    stage: &WindowFieldsStage,
+    docs: Vec<Document>,
+    vars: &Variables,
+) -> Result<Vec<Document>> {
+    let sort = stage
+        .sort_by
+        .clone()
+        .map(|s| s.with_collator(vars.collator.clone()));
+    let keys = docs
+        .iter()
+        .map(|d| sort.as_ref().map(|s| s.key(d)).unwrap_or_default())
+        .collect();
+    if vars.forbid_disk_use {
+        check_partition_memory(&docs)?;
+    }
+    run_partition(stage, sort.as_ref(), keys, docs, vars)
+}
+
 /// mongod's `internalDocumentSourceSetWindowFieldsMaxMemoryBytes`.
 const MAX_MEMORY_BYTES: usize = 100 * 1024 * 1024;
 
