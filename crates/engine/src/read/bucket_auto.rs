@@ -14,14 +14,11 @@
 use crate::read::cursor::PipelineScan;
 use crate::read::spill_sort::{SortMemory, SpillSort};
 use crate::Engine;
-use bson::{doc, Document};
-use tailstream_query::compare::cmp_bson_with;
+use bson::Document;
 use tailstream_query::error::Result;
 use tailstream_query::pipeline::{
     bucket_auto_memory_len, bucket_auto_record as record, BucketAutoKeyed as Keyed, BucketAutoRun,
-    BUCKET_AUTO_ORDER_FIELD,
 };
-use tailstream_query::sort::SortSpec;
 
 /// Runs `stage` over everything `input` gives: the buckets.
 pub(crate) fn run(
@@ -44,25 +41,17 @@ pub(crate) fn run(
         held_bytes += bucket_auto_memory_len(&keyed);
         held.push(keyed);
         if held_bytes > memory.max_bytes {
-            let spec = SortSpec::parse(&doc! {BUCKET_AUTO_ORDER_FIELD: 1})?
-                .with_collator(stage.collator());
-            let mut spill = SpillSort::new(spec, memory.clone());
+            let mut spill = SpillSort::new(stage.record_order(), memory.clone());
             for keyed in held.drain(..) {
                 spill.push(record(keyed))?;
             }
             sorter = Some(spill);
         }
     }
-    let mut cutter = stage.cutter(total);
     let Some(sorter) = sorter else {
-        let collator = stage.collator();
-        // Stable: equal values keep the order they came in, as through the sort.
-        held.sort_by(|a, b| cmp_bson_with(&a.0, &b.0, collator.as_deref()));
-        for keyed in held {
-            cutter.push(keyed)?;
-        }
-        return cutter.finish();
+        return stage.bucket_held(held);
     };
+    let mut cutter = stage.cutter(total);
     let mut sorted = sorter.finish()?;
     let mut given = 0usize;
     while let Some(r) = sorted.next()? {

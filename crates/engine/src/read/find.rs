@@ -939,11 +939,11 @@ impl Engine {
     /// when an index provides it); each blocking stage runs over what the part before
     /// it gives, spilling past `memory` (a `$sort` through a find's sort's mechanism,
     /// `spill_sort`; a `$group` through `spill_group`; a `$bucketAuto` through
-    /// `bucket_auto`; a `$setWindowFields` through `window`), a `$unionWith` gives that part's documents and then its own
-    /// (`union`), and the part after the last one runs as the cursor is read. None for
-    /// the other pipelines, which run in full before their first batch, and for the
-    /// sources `run_stages` treats itself (a missing collection, the oplog,
-    /// `$collStats`).
+    /// `bucket_auto`; a `$setWindowFields` through `window`), a `$unionWith` gives
+    /// that part's documents and then its own (`union`), and the part after the last
+    /// one runs as the cursor is read. None for the other pipelines, which run in full
+    /// before their first batch, and for the sources `run_stages` treats itself (a
+    /// missing collection, the oplog, `$collStats`).
     pub(crate) fn streamed_source(
         &self,
         ns: &Namespace,

@@ -27,7 +27,7 @@ pub use group::{
 pub use project::Tree as ProjectionTree;
 pub use stages::bucket_auto::{
     keyed_memory_len as bucket_auto_memory_len, record as bucket_auto_record, BucketCutter,
-    Keyed as BucketAutoKeyed, BUCKET_AUTO_ORDER_FIELD,
+    Keyed as BucketAutoKeyed,
 };
 pub use stages::{matcher_values, substitute_vars};
 
@@ -501,8 +501,8 @@ impl GroupStage {
 /// A `$bucketAuto` for the engine to run: it sorts what the stage needs of each input
 /// document ([`Self::keyed`]: its value and its accumulators' arguments, not the
 /// document) by value, counting them (on disk past its memory limit, as mongod's
-/// sorter does for this stage, as [`bucket_auto_record`]s ordered by
-/// [`BUCKET_AUTO_ORDER_FIELD`]), and gives them in that order to [`Self::cutter`].
+/// sorter does for this stage, as [`bucket_auto_record`]s in [`Self::record_order`]),
+/// and gives them in that order to [`Self::cutter`] (held: [`Self::bucket_held`]).
 pub struct BucketAutoRun {
     stage: Box<stages::bucket_auto::BucketAutoStage>,
     vars: Variables,
@@ -514,9 +514,14 @@ impl BucketAutoRun {
         self.stage.keyed(doc, &self.vars)
     }
 
-    /// The collation the values are ordered under.
-    pub fn collator(&self) -> Option<Arc<crate::collation::Collator>> {
-        self.vars.collator.clone()
+    /// The order sort records are sorted in.
+    pub fn record_order(&self) -> crate::sort::SortSpec {
+        stages::bucket_auto::record_order(&self.vars)
+    }
+
+    /// The buckets of documents whose values and arguments were all held.
+    pub fn bucket_held(&self, held: Vec<BucketAutoKeyed>) -> Result<Vec<Document>> {
+        stages::bucket_auto::bucket_held(&self.stage, held, &self.vars)
     }
 
     /// The buckets of `total` documents given in `groupBy` order.

@@ -1,5 +1,4 @@
 use super::*;
-use crate::compare::cmp_bson_with;
 use bson::{bson, doc, Bson, Document};
 
 struct Colls(HashMap<String, Vec<Document>>);
@@ -891,13 +890,12 @@ fn run_segments_with(
                 groups
             }
             Blocking::BucketAuto(stage) => {
-                let collator = stage.collator();
+                let order = stage.record_order();
                 let mut records: Vec<Document> = given
                     .iter()
                     .map(|d| bucket_auto_record(stage.keyed(d).unwrap()))
                     .collect();
-                let order = |r: &Document| r.get(BUCKET_AUTO_ORDER_FIELD).unwrap().clone();
-                records.sort_by(|a, b| cmp_bson_with(&order(a), &order(b), collator.as_deref()));
+                records.sort_by(|a, b| order.compare(a, b));
                 let mut cutter = stage.cutter(records.len());
                 for r in records {
                     cutter.push_record(r).unwrap();

@@ -165,7 +165,7 @@ pub fn keyed_memory_len((key, args): &Keyed) -> usize {
 /// The field of a sort record ([`record`]) that orders it: `{v:
 /// <groupBy value>}`, wrapped so that an array value is ordered as a whole, as this
 /// stage orders values, not by its least element as a sort orders an array field.
-pub const BUCKET_AUTO_ORDER_FIELD: &str = "k";
+const BUCKET_AUTO_ORDER_FIELD: &str = "k";
 /// The field of a sort record holding the arguments, each in a one-element array (an
 /// empty one when missing).
 const RECORD_ARGS_FIELD: &str = "a";
@@ -376,17 +376,35 @@ pub(crate) fn bucket_auto(
     docs: Vec<Document>,
     vars: &Variables,
 ) -> Result<Vec<Document>> {
-    let coll = vars.collator.as_deref();
     let mut keyed = Vec::with_capacity(docs.len());
     for d in docs {
         keyed.push(b.keyed(&d, vars)?);
     }
+    bucket_held(b, keyed, vars)
+}
+
+/// `$bucketAuto` over every document's value and arguments, held in memory: sorted
+/// (stably: equal values keep the order they came in) and cut.
+pub(crate) fn bucket_held(
+    b: &BucketAutoStage,
+    mut keyed: Vec<Keyed>,
+    vars: &Variables,
+) -> Result<Vec<Document>> {
+    let coll = vars.collator.as_deref();
     keyed.sort_by(|x, y| cmp_bson_with(&x.0, &y.0, coll));
     let mut cutter = BucketCutter::new(b, keyed.len(), vars);
     for k in keyed {
         cutter.push(k)?;
     }
     cutter.finish()
+}
+
+/// The order of sort records ([`record`]): by value, under the collation.
+pub(crate) fn record_order(vars: &Variables) -> crate::sort::SortSpec {
+    crate::sort::SortSpec {
+        fields: vec![(BUCKET_AUTO_ORDER_FIELD.to_string(), false)],
+        collator: vars.collator.clone(),
+    }
 }
 
 /// With a granularity, every `groupBy` value must be a non-negative number.

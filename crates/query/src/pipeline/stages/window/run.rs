@@ -33,10 +33,7 @@ pub(crate) fn set_window_fields(
     vars: &Variables,
 ) -> Result<Vec<Document>> {
     let coll = vars.collator.as_deref();
-    let sort = stage
-        .sort_by
-        .clone()
-        .map(|s| s.with_collator(vars.collator.clone()));
+    let sort = collated_sort(stage, vars);
     let mut keyed = Vec::with_capacity(docs.len());
     for d in docs {
         let part = match &stage.partition_by {
@@ -64,10 +61,7 @@ pub(crate) fn set_window_fields(
             keys.push(key);
             docs.push(doc);
         }
-        if vars.forbid_disk_use {
-            check_partition_memory(&docs)?;
-        }
-        out.extend(run_partition(stage, sort.as_ref(), keys, docs, vars)?);
+        out.extend(checked_partition(stage, sort.as_ref(), keys, docs, vars)?);
     }
     Ok(out)
 }
@@ -125,18 +119,34 @@ pub(crate) fn window_partition(
     docs: Vec<Document>,
     vars: &Variables,
 ) -> Result<Vec<Document>> {
-    let sort = stage
-        .sort_by
-        .clone()
-        .map(|s| s.with_collator(vars.collator.clone()));
+    let sort = collated_sort(stage, vars);
     let keys = docs
         .iter()
         .map(|d| sort.as_ref().map(|s| s.key(d)).unwrap_or_default())
         .collect();
+    checked_partition(stage, sort.as_ref(), keys, docs, vars)
+}
+
+/// `sortBy` under the operation's collation.
+fn collated_sort(stage: &WindowFieldsStage, vars: &Variables) -> Option<SortSpec> {
+    stage
+        .sort_by
+        .clone()
+        .map(|s| s.with_collator(vars.collator.clone()))
+}
+
+/// [`run_partition`], refused past the memory limit under `allowDiskUse: false`.
+fn checked_partition(
+    stage: &WindowFieldsStage,
+    sort: Option<&SortSpec>,
+    sort_keys: Vec<Vec<Bson>>,
+    docs: Vec<Document>,
+    vars: &Variables,
+) -> Result<Vec<Document>> {
     if vars.forbid_disk_use {
         check_partition_memory(&docs)?;
     }
-    run_partition(stage, sort.as_ref(), keys, docs, vars)
+    run_partition(stage, sort, sort_keys, docs, vars)
 }
 
 /// mongod's `internalDocumentSourceSetWindowFieldsMaxMemoryBytes`.
